@@ -1,0 +1,43 @@
+# pipetrain: the two commands a user needs are `make demo` and `make test`.
+# Both install Debian's build dependencies first (idempotent; needs root or sudo).
+
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+DEPS_STAMP := $(BUILD_DIR)/.deps-installed
+
+.PHONY: all deps build demo test test-fast bench clean
+
+all: build
+
+# Packages the build and the tests need; see README "Dependencies".
+DEBIAN_PACKAGES := cmake ninja-build g++ libtorch-dev libgloo-dev libopenblas0-pthread \
+  nlohmann-json3-dev libcli11-dev zlib1g-dev googletest libgtest-dev libbenchmark-dev
+
+$(DEPS_STAMP):
+	@./scripts/install-deps.sh $(DEBIAN_PACKAGES)
+	@mkdir -p $(BUILD_DIR) && touch $@
+
+deps: $(DEPS_STAMP)
+
+$(BUILD_DIR)/build.ninja: $(DEPS_STAMP) CMakeLists.txt
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+demo: build
+	./scripts/demo.sh $(BUILD_DIR)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# Core tests only (no LibTorch): the inner loop, seconds.
+test-fast: $(BUILD_DIR)/build.ninja
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target pipetrain_core_tests
+	cd $(BUILD_DIR) && ctest --output-on-failure -L fast -j $(JOBS)
+
+bench: build
+	./bench/run_all.sh $(BUILD_DIR)
+
+clean:
+	rm -rf $(BUILD_DIR)

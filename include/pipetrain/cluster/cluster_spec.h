@@ -1,0 +1,88 @@
+// ClusterSpec: the devices a job may use and the network between them.
+//
+// The network is a hierarchy of levels, innermost first: level 0 might be "8 devices
+// per node over NVLink", level 1 "4 nodes per rack over InfiniBand". Two devices talk
+// over the innermost level whose group contains both. Explicit links override the
+// hierarchy for a pair of devices (useful for rings and irregular FPGA boards).
+//
+// Contention: a transfer occupies ports, and transfers sharing a port queue. Over
+// level 0 each device has its own port (per direction); over level L >= 1 all devices
+// of one level-(L-1) group share one port (per direction), the way GPUs of a node share
+// the node's NIC. An explicit link is one port per direction.
+// JSON form: docs/formats.md#cluster-spec ("pipetrain.cluster", version 1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pipetrain/util/json_io.h"
+
+namespace pipetrain::cluster {
+
+struct Device {
+  std::string name;
+  std::string kind = "cpu";    // cpu, gpu, fpga, ...
+  double speed = 1.0;          // relative compute speed: time = profiled time / speed
+  int64_t memory_bytes = 0;
+};
+
+struct Level {
+  std::string name;            // "node", "rack", ...
+  int group_size = 1;          // devices per group at this level (cumulative)
+  double bandwidth = 0;        // bytes per second, per direction
+  double latency = 0;          // seconds
+};
+
+struct Link {
+  std::string a, b;            // device names; the link is full duplex
+  double bandwidth = 0;
+  double latency = 0;
+};
+
+// What one transfer between two devices uses.
+struct Route {
+  double bandwidth = 0;        // bytes/s; infinity for a device talking to itself
+  double latency = 0;
+  int send_port = -1;          // contention resources; -1 = none (same device)
+  int recv_port = -1;
+};
+
+class ClusterSpec {
+ public:
+  ClusterSpec() = default;
+  // Validates (unique device names, positive speeds and bandwidths, group sizes that
+  // nest, links naming known devices) and throws Error naming `origin` otherwise.
+  ClusterSpec(std::vector<Device> devices, std::vector<Level> levels, std::vector<Link> links,
+              std::string origin = "cluster");
+
+  static ClusterSpec fromJson(const json_io::Json& j, const std::string& origin);
+  static ClusterSpec load(const std::string& path);
+  json_io::Json toJson() const;
+
+  // `n` identical devices joined by one level with the given bandwidth and latency
+  // (infinite bandwidth and zero latency = communication is free).
+  static ClusterSpec uniform(int n, int64_t memory_bytes, double bandwidth, double latency);
+
+  int size() const { return static_cast<int>(devices_.size()); }
+  const Device& device(int index) const { return devices_[index]; }
+  const std::vector<Device>& devices() const { return devices_; }
+  const std::vector<Level>& levels() const { return levels_; }
+  const std::vector<Link>& links() const { return links_; }
+  int indexOf(const std::string& name) const;  // -1 when unknown
+
+  Route route(int from, int to) const;
+  int numPorts() const { return num_ports_; }
+
+ private:
+  void buildPorts();
+
+  std::vector<Device> devices_;
+  std::vector<Level> levels_;
+  std::vector<Link> links_;
+  std::unordered_map<std::string, int> index_;
+  int num_ports_ = 0;
+};
+
+}  // namespace pipetrain::cluster

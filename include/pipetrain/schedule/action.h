@@ -1,0 +1,53 @@
+// Action: one step of one rank's schedule, with a text form that round-trips.
+//
+// Text form (PyTorch pipelining's, extended): "<stage><TYPE><microbatch>" such as
+// "2F0", "1B3", "0W5"; communication names the stage on the other side after '>'
+// (send) or '<' (receive): "0SEND_F1>1", "1RECV_F1<0" (without it, the neighbour
+// stage is assumed); STEP and ALLREDUCE have no micro-batch: "0STEP", "3ALLREDUCE".
+// A weight version follows as "v<N>": "1F5v2" reads version 2, "0STEPv3" creates it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace pipetrain::schedule {
+
+enum class ActionType : uint8_t {
+  F,          // forward of one micro-batch through one stage
+  B,          // full backward (input and weight gradients)
+  I,          // backward for inputs only (zero-bubble split)
+  W,          // backward for weights only (after I)
+  SEND_F,     // send an activation to a consumer stage
+  RECV_F,     // wait for an activation from a producer stage
+  SEND_B,     // send an input gradient to a producer stage
+  RECV_B,     // wait for a gradient from a consumer stage
+  STEP,       // optimizer step: creates a new weight version of the stage
+  ALLREDUCE,  // sum gradients across the replicas of the stage
+  kCount
+};
+constexpr int kNumActionTypes = static_cast<int>(ActionType::kCount);
+
+const char* name(ActionType type);
+bool isCompute(ActionType type);   // F, B, I, W
+bool isComm(ActionType type);      // SEND_*, RECV_*
+bool isBackward(ActionType type);  // B, I, W
+
+struct Action {
+  ActionType type = ActionType::F;
+  int stage = 0;
+  int microbatch = -1;  // -1 for STEP and ALLREDUCE
+  int version = -1;     // F/B/I/W: the weight version read; STEP: the version created
+  int peer_stage = -1;  // SEND/RECV: the stage on the other side
+
+  bool operator==(const Action& o) const {
+    return type == o.type && stage == o.stage && microbatch == o.microbatch &&
+           version == o.version && peer_stage == o.peer_stage;
+  }
+  bool operator!=(const Action& o) const { return !(*this == o); }
+};
+
+std::string toString(const Action& action);
+// Throws Error("cannot parse action \"...\": ...") on malformed text.
+Action parseAction(const std::string& text);
+
+}  // namespace pipetrain::schedule

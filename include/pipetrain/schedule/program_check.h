@@ -1,0 +1,19 @@
+// Validator for Programs: the contract both executors rely on.
+//
+// Checks: every stage and micro-batch has one F and one B (or one I then one W) on
+// the rank that owns it; every SEND has exactly one matching RECV; a compute action's
+// inputs are produced earlier on its rank or received before it; weight versions are
+// created in order by STEP and exist when read; under stashing a backward pass reads
+// the version its forward pass read; and the Program runs to completion when executed
+// symbolically (no deadlock), with replicas meeting at their ALLREDUCEs.
+#pragma once
+
+#include "pipetrain/schedule/program.h"
+
+namespace pipetrain::schedule {
+
+// Throws Error naming the rank, the position and the action, followed by that rank's
+// actions around it with the offending one in [brackets].
+void validate(const Program& program);
+
+}  // namespace pipetrain::schedule

@@ -1,0 +1,43 @@
+// Memory accounting from the Program alone: how many micro-batches of activations and
+// how many weight versions each rank holds at its peak. A micro-batch of activations
+// is counted from its F until its B (or W, under split backward), weighted by the
+// rank's share of the stage (1/v for interleaved chunks). A weight version is held from
+// the STEP that creates it until the later of its last reader and its successor's
+// creation.
+#pragma once
+
+#include <vector>
+
+#include "pipetrain/schedule/program.h"
+
+namespace pipetrain::schedule {
+
+struct StageFootprint {
+  int stage = 0;
+  int peak_activations = 0;      // micro-batches of this stage held at once
+  int weight_versions = 0;       // peak number of versions of this stage's weights
+};
+
+struct RankFootprint {
+  double peak_activations = 0;   // in micro-batches of the rank's whole share
+  double peak_activation_bytes = 0;  // with stage_activation_bytes given
+  int weight_versions = 0;       // max over the rank's stages
+  std::vector<StageFootprint> stages;
+};
+
+// `stage_activation_bytes[s]`, when given, is one micro-batch's saved activations of
+// stage s; the walk then also tracks bytes at the moment they peak.
+std::vector<RankFootprint> accountMemory(const Program& program,
+                                         const std::vector<double>& stage_activation_bytes = {});
+
+// Position after which each rank no longer needs weight version v of stage s: for
+// every rank, a list of (position, stage, version) in increasing position. Executors
+// free a stashed version there.
+struct Retirement {
+  int position = 0;
+  int stage = 0;
+  int version = 0;
+};
+std::vector<std::vector<Retirement>> retirements(const Program& program);
+
+}  // namespace pipetrain::schedule

@@ -1,0 +1,62 @@
+// CostModel: prices compute, transfers and memory for one plan on one cluster.
+// The simulator and (later) the planner use this one class, so a plan's predicted time
+// is exactly the simulator's time.
+//
+// Compute: a layer's profiled time x (micro-batch size / profiled batch size) / the
+// device's speed. Transfers: latency + bytes / bandwidth on the route between the two
+// devices (contention is the simulator's job). Ranks are numbered as the Program's:
+// stage by stage, replica by replica (for interleaved, rank r = the device of stage r).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/cluster/cluster_spec.h"
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/plan/plan.h"
+#include "pipetrain/schedule/action.h"
+#include "pipetrain/schedule/schedules.h"
+
+namespace pipetrain::sim {
+
+struct StageCosts {
+  double forward = 0, backward_input = 0, backward_weight = 0;  // seconds at speed 1
+  double activation_bytes = 0;  // saved per micro-batch
+  double param_bytes = 0;
+  double optimizer_bytes = 0;
+};
+
+class CostModel {
+ public:
+  // REQUIRES: plan::validate(plan, graph, cluster) passed.
+  CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan);
+
+  const plan::Plan& plan() const { return plan_; }
+  const cluster::ClusterSpec& cluster() const { return cluster_; }
+  const schedule::StageDag& dag() const { return dag_; }
+  const std::vector<int>& replicas() const { return replicas_; }  // per stage
+  int numRanks() const { return static_cast<int>(rank_device_.size()); }
+  int deviceOfRank(int rank) const { return rank_device_[rank]; }
+  const StageCosts& stage(int s) const { return stages_[s]; }
+
+  // F, B, I, W on `rank`; STEP and communication cost no compute time.
+  double computeSeconds(const schedule::Action& action, int rank) const;
+  // Bytes of the message a SEND_F or SEND_B action puts on the wire.
+  double messageBytes(const schedule::Action& send) const;
+  cluster::Route route(int from_rank, int to_rank) const;
+  // Ring all-reduce of stage s's gradients over its replicas.
+  double allreduceSeconds(int stage) const;
+
+ private:
+  const graph::LayerGraph& graph_;
+  const cluster::ClusterSpec& cluster_;
+  const plan::Plan& plan_;
+  schedule::StageDag dag_;
+  std::vector<std::vector<double>> edge_bytes_;  // [from][to-index in dag succs], per micro-batch
+  std::vector<StageCosts> stages_;
+  std::vector<int> replicas_;
+  std::vector<int> rank_device_;
+};
+
+}  // namespace pipetrain::sim

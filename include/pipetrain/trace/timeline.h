@@ -1,0 +1,40 @@
+// Timeline: what ran where and when, as predicted by the simulator or measured by the
+// runtime. Both executors produce the same type, so pictures and metrics are shared.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/schedule/action.h"
+
+namespace pipetrain::trace {
+
+struct TimedAction {
+  schedule::Action action;
+  double start = 0;  // seconds since the start of the run
+  double end = 0;
+};
+
+// A message on the wire: from the sender's issue to its arrival at the receiver.
+struct Transfer {
+  schedule::Action send;  // the SEND action
+  int from_rank = 0;
+  int to_rank = 0;
+  double start = 0;       // when it began to use the link (after any queueing)
+  double end = 0;         // arrival
+  double bytes = 0;
+};
+
+struct Timeline {
+  std::string title;                          // e.g. "1f1b, 4 stages, 8 micro-batches"
+  std::string source;                         // "simulated" or "measured"
+  std::vector<std::vector<TimedAction>> ranks;  // per rank: compute, STEP and ALLREDUCE
+  std::vector<Transfer> transfers;
+
+  int numRanks() const { return static_cast<int>(ranks.size()); }
+  double makespan() const;
+  // Seconds rank `r` spent in compute actions (F, B, I, W, STEP).
+  double busySeconds(int rank) const;
+};
+
+}  // namespace pipetrain::trace

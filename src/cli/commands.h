@@ -1,0 +1,20 @@
+// The pipetrain subcommands. Each registers its options on the app and returns the
+// function to run when it is chosen; main() only dispatches and prints errors.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace pipetrain::cli {
+
+struct Command {
+  CLI::App* app;            // the parsed subcommand
+  std::function<int()> run;
+};
+
+Command addScheduleCommand(CLI::App& app);
+Command addSimulateCommand(CLI::App& app);
+Command addInfoCommand(CLI::App& app);
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,23 @@
+// `pipetrain info`: what this build runs on (LibTorch version, threads, devices, BLAS speed).
+#include <cstdio>
+
+#include "commands.h"
+#include "pipetrain/torch/torch_info.h"
+
+namespace pipetrain::cli {
+
+Command addInfoCommand(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("info", "Show the LibTorch build, threads, devices and matmul speed");
+  return {cmd, [] {
+            const auto info = torchside::probeTorch();
+            std::printf("pipetrain 0.1.0\nLibTorch %s, %d intra-op threads\n", info.version.c_str(),
+                        info.intra_op_threads);
+            std::printf("CUDA: %s (%d devices)\n", info.cuda_available ? "yes" : "no", info.cuda_devices);
+            std::printf("fp32 matmul %dx%d: %.1f GFLOP/s%s\n", info.matmul_size, info.matmul_size,
+                        info.matmul_gflops,
+                        info.matmul_gflops < 15 ? "  (slow: is libopenblas0-pthread installed?)" : "");
+            return 0;
+          }};
+}
+
+}  // namespace pipetrain::cli

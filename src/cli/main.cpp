@@ -1,0 +1,33 @@
+// pipetrain: pipeline-parallel training. See README.md for the commands.
+#include <iostream>
+#include <vector>
+
+#include "commands.h"
+#include "pipetrain/util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"pipetrain: plan, simulate and run pipeline-parallel training"};
+  app.require_subcommand(1);
+  const std::vector<pipetrain::cli::Command> commands = {
+      pipetrain::cli::addScheduleCommand(app),
+      pipetrain::cli::addSimulateCommand(app),
+      pipetrain::cli::addInfoCommand(app),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (const auto& command : commands)
+      if (command.app->parsed()) return command.run();
+  } catch (const pipetrain::Error& e) {
+    std::cerr << "pipetrain: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "pipetrain: internal error: " << e.what() << "\n";
+    return 2;
+  }
+  return 1;
+}

@@ -1,0 +1,89 @@
+// `pipetrain schedule`: print a generated schedule, or validate a user's CSV schedule.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "commands.h"
+#include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/program_check.h"
+#include "pipetrain/schedule/program_memory.h"
+#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::cli {
+namespace {
+
+struct ScheduleArgs {
+  schedule::ScheduleSpec spec;
+  int stages = 0;
+  std::string csv_in, csv_out;
+  bool with_comm = false;
+  bool memory = false;
+};
+
+std::string readText(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// Communication is noise when reading a schedule; --with-comm shows it.
+schedule::Program withoutComm(schedule::Program p) {
+  for (auto& actions : p.ranks) {
+    std::vector<schedule::Action> kept;
+    for (const auto& a : actions)
+      if (!schedule::isComm(a.type)) kept.push_back(a);
+    actions = std::move(kept);
+  }
+  return p;
+}
+
+int run(const ScheduleArgs& args) {
+  schedule::Program program;
+  if (!args.csv_in.empty()) {
+    program = schedule::programFromCsv(readText(args.csv_in), args.csv_in);
+  } else {
+    if (args.stages < 1) throw Error("--stages must be at least 1 (or give --csv FILE)");
+    const int stages = args.spec.name == "interleaved" ? args.stages * args.spec.chunks : args.stages;
+    program = schedule::buildProgram(args.spec, schedule::chainDag(stages));
+  }
+  schedule::validate(program);
+  std::cout << schedule::toText(args.with_comm ? program : withoutComm(program));
+  if (args.memory) {
+    const auto footprint = schedule::accountMemory(program);
+    for (int r = 0; r < program.numRanks(); ++r)
+      std::cout << "rank " << r << ": peak activations " << footprint[r].peak_activations
+                << " micro-batches, weight versions " << footprint[r].weight_versions << "\n";
+  }
+  if (!args.csv_out.empty()) {
+    std::ofstream out(args.csv_out);
+    if (!(out << schedule::toCsv(program))) throw Error(args.csv_out + ": cannot write file");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command addScheduleCommand(CLI::App& app) {
+  auto args = std::make_shared<ScheduleArgs>();
+  CLI::App* cmd = app.add_subcommand("schedule", "Print a schedule's per-rank actions, or validate a CSV schedule");
+  cmd->add_option("--schedule", args->spec.name, "gpipe, 1f1b, pipedream, 2bw, pipemare, interleaved, zb-h1")
+      ->capture_default_str();
+  cmd->add_option("--stages", args->stages, "pipeline ranks P (interleaved: ranks, each with --chunks stages)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches", args->spec.microbatches, "micro-batches per mini-batch M")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--minibatches", args->spec.minibatches, "mini-batches to run")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--chunks", args->spec.chunks, "interleaved: stages per rank V")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_flag("--vertical-sync", args->spec.vertical_sync, "pipedream: every stage reads the input stage's version");
+  cmd->add_option("--csv", args->csv_in, "read and validate a per-rank CSV of compute actions instead");
+  cmd->add_option("--write-csv", args->csv_out, "write the compute actions as a per-rank CSV");
+  cmd->add_flag("--with-comm", args->with_comm, "also print the SEND/RECV actions lowering adds");
+  cmd->add_flag("--memory", args->memory, "print each rank's peak activations and weight versions");
+  return {cmd, [args] { return run(*args); }};
+}
+
+}  // namespace pipetrain::cli

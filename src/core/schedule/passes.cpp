@@ -1,0 +1,169 @@
+#include "pipetrain/schedule/passes.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+Action comm(ActionType type, int stage, int mb, int peer) {
+  Action a;
+  a.type = type;
+  a.stage = stage;
+  a.microbatch = mb;
+  a.peer_stage = peer;
+  return a;
+}
+
+}  // namespace
+
+Program replicate(const Program& program, const std::vector<int>& copies) {
+  if (static_cast<int>(copies.size()) != program.numRanks())
+    throw Error("replicate: " + std::to_string(copies.size()) + " replica counts for " +
+                std::to_string(program.numRanks()) + " ranks");
+  Program out = program;
+  out.ranks.clear();
+  std::vector<int> first_new_rank(program.numRanks());
+  for (int r = 0; r < program.numRanks(); ++r) {
+    const int c = copies[r];
+    if (c < 1) throw Error("replicate: rank " + std::to_string(r) + " needs at least one replica");
+    if (c > 1 && program.schedule == "pipedream")
+      throw Error("pipedream steps after every micro-batch, so its replicas would each step on a "
+                  "different micro-batch; replicated stages need a schedule that steps per "
+                  "mini-batch (1f1b, gpipe, zb-h1, interleaved, 2bw, pipemare)");
+    if (program.microbatches % c != 0)
+      throw Error("a stage with " + std::to_string(c) + " replicas needs micro-batches per mini-batch divisible by " +
+                  std::to_string(c) + ", got " + std::to_string(program.microbatches));
+    first_new_rank[r] = out.numRanks();
+    for (int k = 0; k < c; ++k) {
+      std::vector<Action> actions;
+      for (const Action& a : program.ranks[r]) {
+        if (a.type == ActionType::STEP && c > 1) {
+          Action reduce;
+          reduce.type = ActionType::ALLREDUCE;
+          reduce.stage = a.stage;
+          actions.push_back(reduce);
+        }
+        if (a.microbatch < 0 || a.microbatch % c == k) actions.push_back(a);
+      }
+      out.ranks.push_back(std::move(actions));
+    }
+  }
+  for (int s = 0; s < program.num_stages; ++s) {
+    const int base = program.stage_ranks[s][0];
+    out.stage_ranks[s].clear();
+    for (int k = 0; k < copies[base]; ++k) out.stage_ranks[s].push_back(first_new_rank[base] + k);
+  }
+  return out;
+}
+
+Program lower(const Program& compute_only) {
+  Program out = compute_only;
+  for (int r = 0; r < compute_only.numRanks(); ++r) {
+    std::vector<Action> actions;
+    for (const Action& a : compute_only.ranks[r]) {
+      if (isComm(a.type)) throw Error("lower: rank " + std::to_string(r) + " already has communication (" + toString(a) + ")");
+      const bool forward = a.type == ActionType::F;
+      const bool input_backward = a.type == ActionType::B || a.type == ActionType::I;
+      if (!forward && !input_backward) {
+        actions.push_back(a);
+        continue;
+      }
+      const int j = a.microbatch;
+      // Data comes from predecessors in the forward direction, successors backwards.
+      const auto& sources = forward ? compute_only.stage_preds[a.stage] : compute_only.stage_succs[a.stage];
+      const auto& sinks = forward ? compute_only.stage_succs[a.stage] : compute_only.stage_preds[a.stage];
+      for (int q : sources)
+        if (compute_only.rankOf(q, j) != r)
+          actions.push_back(comm(forward ? ActionType::RECV_F : ActionType::RECV_B, a.stage, j, q));
+      actions.push_back(a);
+      for (int t : sinks)
+        if (compute_only.rankOf(t, j) != r)
+          actions.push_back(comm(forward ? ActionType::SEND_F : ActionType::SEND_B, a.stage, j, t));
+    }
+    out.ranks[r] = std::move(actions);
+  }
+  return out;
+}
+
+Program programFromCsv(const std::string& csv_text, const std::string& origin, const StageDag& dag) {
+  std::vector<std::vector<Action>> rows;
+  std::istringstream lines(csv_text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#') continue;
+    std::vector<Action> row;
+    std::istringstream cells(line);
+    std::string cell;
+    int column = 0;
+    while (std::getline(cells, cell, ',')) {
+      ++column;
+      cell.erase(0, cell.find_first_not_of(" \t"));
+      cell.erase(cell.find_last_not_of(" \t") + 1);
+      if (cell.empty()) continue;  // PyTorch's CSVs leave idle slots empty
+      Action a;
+      try {
+        a = parseAction(cell);
+      } catch (const Error& e) {
+        throw Error(origin + ": line " + std::to_string(line_no) + ", column " + std::to_string(column) + ": " + e.what());
+      }
+      if (!isCompute(a.type))
+        throw Error(origin + ": line " + std::to_string(line_no) + ", column " + std::to_string(column) +
+                    ": only compute actions (F, B, I, W) belong in a schedule CSV; communication is added "
+                    "automatically, found " + cell);
+      a.version = 0;
+      row.push_back(a);
+    }
+    rows.push_back(std::move(row));
+  }
+  if (rows.empty()) throw Error(origin + ": no schedule rows");
+
+  Program p;
+  p.schedule = "csv";
+  p.ranks = std::move(rows);
+  int max_stage = -1, max_mb = -1;
+  for (const auto& row : p.ranks)
+    for (const Action& a : row) {
+      max_stage = std::max(max_stage, a.stage);
+      max_mb = std::max(max_mb, a.microbatch);
+    }
+  p.num_stages = max_stage + 1;
+  p.microbatches = max_mb + 1;
+  p.minibatches = 1;
+  p.stage_ranks.assign(p.num_stages, {});
+  for (int r = 0; r < p.numRanks(); ++r)
+    for (const Action& a : p.ranks[r]) {
+      auto& owners = p.stage_ranks[a.stage];
+      if (owners.empty()) owners.push_back(r);
+      else if (owners[0] != r)
+        throw Error(origin + ": stage " + std::to_string(a.stage) + " appears on rank " + std::to_string(owners[0]) +
+                    " and rank " + std::to_string(r) + "; each stage must run on one rank");
+    }
+  for (int s = 0; s < p.num_stages; ++s)
+    if (p.stage_ranks[s].empty()) throw Error(origin + ": stage " + std::to_string(s) + " has no actions");
+  if (dag.size() > 0) {
+    if (dag.size() != p.num_stages)
+      throw Error(origin + ": the schedule has " + std::to_string(p.num_stages) + " stages, the plan " + std::to_string(dag.size()));
+    p.stage_preds = dag.preds;
+    p.stage_succs = dag.succs;
+  } else {
+    setChain(p);
+  }
+  for (int r = 0; r < p.numRanks(); ++r)
+    for (int s : p.stagesOfRank(r)) {
+      Action a;
+      a.type = ActionType::STEP;
+      a.stage = s;
+      a.version = 1;
+      p.ranks[r].push_back(a);
+    }
+  return lower(p);
+}
+
+}  // namespace pipetrain::schedule

@@ -1,0 +1,105 @@
+#include "pipetrain/schedule/program_memory.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+namespace pipetrain::schedule {
+namespace {
+
+// Last position on `rank` at which each (stage, version) is read.
+std::map<std::pair<int, int>, int> lastReads(const std::vector<Action>& actions) {
+  std::map<std::pair<int, int>, int> last;
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const Action& a = actions[i];
+    if (isCompute(a.type)) last[{a.stage, a.version}] = i;
+  }
+  return last;
+}
+
+}  // namespace
+
+std::vector<std::vector<Retirement>> retirements(const Program& program) {
+  std::vector<std::vector<Retirement>> out(program.numRanks());
+  for (int r = 0; r < program.numRanks(); ++r) {
+    const auto& actions = program.ranks[r];
+    auto last = lastReads(actions);
+    // A version is retired at the later of its last read and the STEP that replaces it.
+    std::map<std::pair<int, int>, int> replaced;
+    for (int i = 0; i < static_cast<int>(actions.size()); ++i)
+      if (actions[i].type == ActionType::STEP) replaced[{actions[i].stage, actions[i].version - 1}] = i;
+    for (const auto& [key, step_pos] : replaced) {
+      auto it = last.find(key);
+      const int pos = std::max(step_pos, it == last.end() ? -1 : it->second);
+      out[r].push_back({pos, key.first, key.second});
+    }
+    std::sort(out[r].begin(), out[r].end(),
+              [](const Retirement& a, const Retirement& b) { return a.position < b.position; });
+  }
+  return out;
+}
+
+std::vector<RankFootprint> accountMemory(const Program& program,
+                                         const std::vector<double>& stage_activation_bytes) {
+  auto bytesOf = [&](int stage) {
+    return stage_activation_bytes.empty() ? 0.0 : stage_activation_bytes[stage];
+  };
+  std::vector<RankFootprint> out(program.numRanks());
+  const auto retired = retirements(program);
+  for (int r = 0; r < program.numRanks(); ++r) {
+    const auto& actions = program.ranks[r];
+    const std::vector<int> stages = program.stagesOfRank(r);
+    const double share = stages.empty() ? 0.0 : 1.0 / stages.size();
+    std::map<int, StageFootprint> per_stage;
+    std::map<int, int> in_flight, live_versions;
+    for (int s : stages) {
+      per_stage[s] = StageFootprint{s, 0, 1};
+      live_versions[s] = 1;  // version 0 exists from the start
+    }
+    // A split backward keeps activations until W; a whole one until B.
+    std::set<std::pair<int, int>> has_weight_pass;
+    for (const Action& a : actions)
+      if (a.type == ActionType::W) has_weight_pass.insert({a.stage, a.microbatch});
+
+    int total_in_flight = 0;
+    double peak = 0, bytes = 0, peak_bytes = 0;
+    std::size_t next_retirement = 0;
+    auto retireUpTo = [&](int position) {
+      for (; next_retirement < retired[r].size() && retired[r][next_retirement].position <= position; ++next_retirement)
+        --live_versions[retired[r][next_retirement].stage];
+    };
+    for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+      const Action& a = actions[i];
+      // A STEP whose old version has no later reader updates in place: retire first.
+      if (a.type == ActionType::STEP) retireUpTo(i);
+      if (a.type == ActionType::F) {
+        ++in_flight[a.stage];
+        ++total_in_flight;
+        auto& fp = per_stage[a.stage];
+        fp.peak_activations = std::max(fp.peak_activations, in_flight[a.stage]);
+        peak = std::max(peak, total_in_flight * share);
+        bytes += bytesOf(a.stage);
+        peak_bytes = std::max(peak_bytes, bytes);
+      } else if ((a.type == ActionType::B && !has_weight_pass.count({a.stage, a.microbatch})) ||
+                 a.type == ActionType::W) {
+        --in_flight[a.stage];
+        --total_in_flight;
+        bytes -= bytesOf(a.stage);
+      } else if (a.type == ActionType::STEP) {
+        auto& fp = per_stage[a.stage];
+        fp.weight_versions = std::max(fp.weight_versions, ++live_versions[a.stage]);
+      }
+      retireUpTo(i);
+    }
+    RankFootprint& fp = out[r];
+    fp.peak_activations = peak;
+    fp.peak_activation_bytes = peak_bytes;
+    for (auto& [s, stage_fp] : per_stage) {
+      fp.weight_versions = std::max(fp.weight_versions, stage_fp.weight_versions);
+      fp.stages.push_back(stage_fp);
+    }
+  }
+  return out;
+}
+
+}  // namespace pipetrain::schedule

@@ -1,0 +1,88 @@
+#include "pipetrain/sim/cost_model.h"
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+
+namespace pipetrain::sim {
+
+CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan)
+    : graph_(graph), cluster_(cluster), plan_(plan) {
+  const double scale = static_cast<double>(plan.microbatch_size) / graph.batchSize();
+  const plan::StageGraph sg = plan::stageGraph(plan, graph);
+  dag_.preds = sg.preds;
+  dag_.succs = sg.succs;
+  edge_bytes_.resize(plan.numStages());
+  for (int s = 0; s < plan.numStages(); ++s)
+    for (int64_t b : sg.edge_bytes[s]) edge_bytes_[s].push_back(b * scale);
+
+  for (const plan::Stage& st : plan.stages) {
+    StageCosts c;
+    for (const std::string& name : st.layers) {
+      const graph::Layer& l = graph.layer(graph.indexOf(name));
+      c.forward += l.forward_seconds * scale;
+      c.backward_input += l.backward_input_seconds * scale;
+      c.backward_weight += l.backward_weight_seconds * scale;
+      c.activation_bytes += l.saved_activation_bytes * scale;
+      c.param_bytes += l.param_bytes;
+      c.optimizer_bytes += l.optimizer_state_bytes;
+    }
+    stages_.push_back(c);
+    replicas_.push_back(static_cast<int>(st.devices.size()));
+  }
+  // Rank numbering mirrors schedule::generate + replicate: interleaved ranks are the
+  // devices of the first p stages; otherwise each stage's replicas in order.
+  if (plan.schedule.name == "interleaved" && plan.schedule.chunks > 1) {
+    const int p = plan.numStages() / plan.schedule.chunks;
+    for (int s = 0; s < p; ++s) rank_device_.push_back(cluster.indexOf(plan.stages[s].devices[0]));
+  } else {
+    for (const plan::Stage& st : plan.stages)
+      for (const std::string& d : st.devices) rank_device_.push_back(cluster.indexOf(d));
+  }
+}
+
+double CostModel::computeSeconds(const schedule::Action& a, int rank) const {
+  using schedule::ActionType;
+  const StageCosts& c = stages_[a.stage];
+  double t = 0;
+  switch (a.type) {
+    case ActionType::F: t = c.forward; break;
+    case ActionType::B: t = c.backward_input + c.backward_weight; break;
+    case ActionType::I: t = c.backward_input; break;
+    case ActionType::W: t = c.backward_weight; break;
+    default: return 0;
+  }
+  return t / cluster_.device(rank_device_[rank]).speed;
+}
+
+double CostModel::messageBytes(const schedule::Action& send) const {
+  // A gradient flowing back over an edge has the size of the activation that crossed it.
+  const bool forward = send.type == schedule::ActionType::SEND_F;
+  const int from = forward ? send.stage : send.peer_stage;
+  const int to = forward ? send.peer_stage : send.stage;
+  const auto& succs = dag_.succs[from];
+  const auto it = std::find(succs.begin(), succs.end(), to);
+  assert(it != succs.end());
+  return edge_bytes_[from][it - succs.begin()];
+}
+
+cluster::Route CostModel::route(int from_rank, int to_rank) const {
+  return cluster_.route(rank_device_[from_rank], rank_device_[to_rank]);
+}
+
+double CostModel::allreduceSeconds(int stage) const {
+  const int n = replicas_[stage];
+  if (n < 2) return 0;
+  // Ring all-reduce: 2(n-1) steps, each moving bytes/n over the slowest ring link.
+  const auto& devices = plan_.stages[stage].devices;
+  double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto r = cluster_.route(cluster_.indexOf(devices[i]), cluster_.indexOf(devices[(i + 1) % n]));
+    bandwidth = std::min(bandwidth, r.bandwidth);
+    latency = std::max(latency, r.latency);
+  }
+  const double steps = 2.0 * (n - 1);
+  return steps * latency + steps / n * stages_[stage].param_bytes / bandwidth;
+}
+
+}  // namespace pipetrain::sim

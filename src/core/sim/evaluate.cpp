@@ -1,0 +1,168 @@
+#include "pipetrain/sim/evaluate.h"
+
+#include <limits>
+
+#include "pipetrain/schedule/program_check.h"
+#include "pipetrain/schedule/program_memory.h"
+#include "pipetrain/sim/simulator.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::sim {
+namespace {
+
+schedule::ScheduleSpec specOf(const plan::Plan& plan, int minibatches) {
+  schedule::ScheduleSpec spec;
+  spec.name = plan.schedule.name;
+  spec.microbatches = plan.microbatches;
+  spec.minibatches = minibatches;
+  spec.chunks = plan.schedule.chunks;
+  spec.vertical_sync = plan.schedule.vertical_sync;
+  return spec;
+}
+
+std::vector<double> busyPerRank(const trace::Timeline& t) {
+  std::vector<double> busy;
+  for (int r = 0; r < t.numRanks(); ++r) busy.push_back(t.busySeconds(r));
+  return busy;
+}
+
+// Memory per rank from the Program's accounting priced with the stage sizes.
+void fillMemory(Report& report, const schedule::Program& program, const CostModel& costs) {
+  std::vector<double> act_bytes;
+  for (int s = 0; s < program.num_stages; ++s) act_bytes.push_back(costs.stage(s).activation_bytes);
+  const auto footprint = schedule::accountMemory(program, act_bytes);
+  const bool velocity_buffer = program.schedule == "pipemare" && costs.plan().schedule.pipemare_correction;
+  for (int r = 0; r < program.numRanks(); ++r) {
+    RankReport& rr = report.ranks[r];
+    const cluster::Device& device = costs.cluster().device(costs.deviceOfRank(r));
+    rr.device = device.name;
+    rr.memory_capacity_bytes = device.memory_bytes;
+    rr.peak_activations = footprint[r].peak_activations;
+    rr.weight_versions = footprint[r].weight_versions;
+    double bytes = footprint[r].peak_activation_bytes;
+    for (const auto& st : footprint[r].stages) {
+      const StageCosts& c = costs.stage(st.stage);
+      // weights x versions, one gradient buffer, optimizer state, PipeMare's velocity
+      bytes += c.param_bytes * (st.weight_versions + 1 + (velocity_buffer ? 1 : 0)) + c.optimizer_bytes;
+    }
+    rr.peak_memory_bytes = static_cast<int64_t>(bytes);
+  }
+}
+
+void finish(Report& report, const std::vector<double>& busy) {
+  report.throughput = report.iteration_time > 0 ? report.samples_per_minibatch / report.iteration_time
+                                                : std::numeric_limits<double>::infinity();
+  double sum = 0;
+  for (std::size_t r = 0; r < busy.size(); ++r) {
+    RankReport& rr = report.ranks[r];
+    rr.busy_seconds = busy[r];
+    rr.bubble_fraction = report.iteration_time > 0 ? 1.0 - busy[r] / report.iteration_time : 0.0;
+    sum += rr.bubble_fraction;
+  }
+  report.bubble_fraction = busy.empty() ? 0 : sum / busy.size();
+}
+
+Report emptyReport(const schedule::Program& program, const CostModel& costs) {
+  Report report;
+  report.schedule = program.schedule;
+  report.stages = program.num_stages;
+  report.microbatches = program.microbatches;
+  report.samples_per_minibatch = program.microbatches * costs.plan().microbatch_size;
+  report.ranks.resize(program.numRanks());
+  return report;
+}
+
+}  // namespace
+
+json_io::Json Report::toJson() const {
+  json_io::Json ranks_json = json_io::Json::array();
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const RankReport& rr = ranks[r];
+    ranks_json.push_back({{"rank", r},
+                          {"device", rr.device},
+                          {"busy_seconds", rr.busy_seconds},
+                          {"bubble_fraction", rr.bubble_fraction},
+                          {"peak_activations", rr.peak_activations},
+                          {"weight_versions", rr.weight_versions},
+                          {"peak_memory_bytes", rr.peak_memory_bytes},
+                          {"memory_capacity_bytes", rr.memory_capacity_bytes}});
+  }
+  return {{"schedule", schedule},
+          {"stages", stages},
+          {"microbatches", microbatches},
+          {"samples_per_minibatch", samples_per_minibatch},
+          {"iteration_time", iteration_time},
+          {"throughput", throughput},
+          {"bubble_fraction", bubble_fraction},
+          {"makespan", makespan},
+          {"ranks", ranks_json}};
+}
+
+schedule::Program programForPlan(const plan::Plan& plan, const CostModel& costs, int minibatches) {
+  const bool interleaved = plan.schedule.name == "interleaved" && plan.schedule.chunks > 1;
+  schedule::Program program =
+      schedule::buildProgram(specOf(plan, minibatches), costs.dag(), interleaved ? std::vector<int>{} : costs.replicas());
+  schedule::validate(program);
+  return program;
+}
+
+Evaluation evaluatePlan(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                        const plan::Plan& plan, int minibatches) {
+  if (minibatches < 1) throw Error("mini-batches to simulate must be at least 1");
+  const CostModel costs(graph, cluster, plan);
+  Evaluation e;
+  e.program = programForPlan(plan, costs, minibatches);
+  e.timeline = simulate(e.program, costs);
+  e.timeline.title = plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages, " +
+                     std::to_string(plan.microbatches) + " micro-batches";
+  const schedule::Program longer = programForPlan(plan, costs, minibatches + 1);
+  const trace::Timeline longer_timeline = simulate(longer, costs);
+
+  e.report = emptyReport(e.program, costs);
+  e.report.makespan = e.timeline.makespan();
+  e.report.iteration_time = longer_timeline.makespan() - e.report.makespan;
+  std::vector<double> busy = busyPerRank(longer_timeline), busy_k = busyPerRank(e.timeline);
+  for (std::size_t r = 0; r < busy.size(); ++r) busy[r] -= busy_k[r];
+  fillMemory(e.report, longer, costs);
+  finish(e.report, busy);
+  return e;
+}
+
+Evaluation evaluateProgram(schedule::Program program, const CostModel& costs) {
+  schedule::validate(program);
+  Evaluation e;
+  e.program = std::move(program);
+  e.timeline = simulate(e.program, costs);
+  e.timeline.title = e.program.schedule + ", " + std::to_string(e.program.num_stages) + " stages, " +
+                     std::to_string(e.program.microbatches) + " micro-batches";
+  e.report = emptyReport(e.program, costs);
+  e.report.makespan = e.timeline.makespan();
+  e.report.iteration_time = e.report.makespan / e.program.minibatches;
+  std::vector<double> busy = busyPerRank(e.timeline);
+  for (double& b : busy) b /= e.program.minibatches;
+  fillMemory(e.report, e.program, costs);
+  finish(e.report, busy);
+  return e;
+}
+
+UniformScenario uniformScenario(const plan::ScheduleOptions& schedule, int ranks, int microbatches,
+                                double forward, double backward, double weight) {
+  if (ranks < 1) throw Error("--stages must be at least 1");
+  if (forward < 0 || backward < 0 || weight < 0 || weight > backward)
+    throw Error("--uniform F,B[,W]: times must be non-negative and W (the weight-gradient part of B) at most B");
+  const int v = schedule.name == "interleaved" ? schedule.chunks : 1;
+  const int stages = ranks * v;
+  // Each of a rank's v chunks does 1/v of its work, so per-rank totals stay F and B.
+  UniformScenario u{graph::LayerGraph::uniformChain(stages, forward / v, (backward - weight) / v, weight / v),
+                    cluster::ClusterSpec::uniform(ranks, std::numeric_limits<int64_t>::max(),
+                                                  std::numeric_limits<double>::infinity(), 0.0),
+                    plan::Plan{}};
+  u.plan.microbatch_size = 1;
+  u.plan.microbatches = microbatches;
+  u.plan.schedule = schedule;
+  for (int s = 0; s < stages; ++s)
+    u.plan.stages.push_back({{u.graph.layer(s).name}, {u.cluster.device(s % ranks).name}});
+  return u;
+}
+
+}  // namespace pipetrain::sim

@@ -1,0 +1,206 @@
+#include "pipetrain/sim/simulator.h"
+
+#include <algorithm>
+#include <cassert>
+#include <functional>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+namespace pipetrain::sim {
+namespace {
+
+using schedule::Action;
+using schedule::ActionType;
+
+constexpr double kUnknown = -1;
+
+class Simulation {
+ public:
+  Simulation(const schedule::Program& p, const CostModel& c)
+      : p_(p), c_(c), total_(p.totalMicrobatches()), pos_(p.numRanks(), 0), clock_(p.numRanks(), 0),
+        forward_done_(index(p.num_stages, 0), kUnknown), input_grad_done_(forward_done_.size(), kUnknown),
+        port_free_(c.cluster().numPorts(), 0) {
+    timeline_.ranks.resize(p.numRanks());
+  }
+
+  trace::Timeline run() {
+    for (int r = 0; r < p_.numRanks(); ++r) schedule(r);
+    while (!ready_.empty()) {
+      auto [start, r] = ready_.top();
+      ready_.pop();
+      execute(r, start);
+      schedule(r);
+    }
+    return std::move(timeline_);
+  }
+
+ private:
+  std::size_t index(int stage, int mb) const { return static_cast<std::size_t>(stage) * total_ + mb; }
+
+  // Messages are keyed by (direction, from stage, to stage, micro-batch).
+  uint64_t messageKey(bool backward, int from, int to, int mb) const {
+    return ((static_cast<uint64_t>(backward) * p_.num_stages + from) * p_.num_stages + to) * total_ + mb;
+  }
+  uint64_t messageKeyOf(const Action& a) const {
+    switch (a.type) {
+      case ActionType::SEND_F: return messageKey(false, a.stage, a.peer_stage, a.microbatch);
+      case ActionType::RECV_F: return messageKey(false, a.peer_stage, a.stage, a.microbatch);
+      case ActionType::SEND_B: return messageKey(true, a.stage, a.peer_stage, a.microbatch);
+      default: return messageKey(true, a.peer_stage, a.stage, a.microbatch);
+    }
+  }
+
+  // Earliest time the next action of rank r may start, or kUnknown if it waits for
+  // something not yet simulated (then the rank is parked until that event happens).
+  double readyTime(int r) {
+    const Action& a = p_.ranks[r][pos_[r]];
+    double t = clock_[r];
+    auto need = [&](double when, uint64_t wake_key) {
+      if (when == kUnknown) {
+        waiters_[wake_key].push_back(r);
+        return false;
+      }
+      t = std::max(t, when);
+      return true;
+    };
+    switch (a.type) {
+      case ActionType::RECV_F:
+      case ActionType::RECV_B: {
+        const uint64_t key = messageKeyOf(a);
+        auto it = arrival_.find(key);
+        if (!need(it == arrival_.end() ? kUnknown : it->second, key)) return kUnknown;
+        return t;
+      }
+      case ActionType::F:
+        // Inputs from stages on this rank were computed earlier in its list; inputs
+        // from other ranks came through a RECV, which already advanced the clock.
+        for (int q : p_.stage_preds[a.stage])
+          if (p_.rankOf(q, a.microbatch) == r) t = std::max(t, forward_done_[index(q, a.microbatch)]);
+        return t;
+      case ActionType::B:
+      case ActionType::I:
+        t = std::max(t, forward_done_[index(a.stage, a.microbatch)]);
+        for (int s : p_.stage_succs[a.stage])
+          if (p_.rankOf(s, a.microbatch) == r) t = std::max(t, input_grad_done_[index(s, a.microbatch)]);
+        return t;
+      case ActionType::ALLREDUCE: {
+        auto& meeting = meetings_[{a.stage, reduces_seen_[{r, a.stage}]}];
+        if (!meeting.arrived_ranks.count(r)) {
+          meeting.arrived_ranks[r] = t;
+          meeting.latest = std::max(meeting.latest, t);
+        }
+        const int replicas = static_cast<int>(p_.stage_ranks[a.stage].size());
+        if (static_cast<int>(meeting.arrived_ranks.size()) < replicas) {
+          meeting.parked.push_back(r);
+          return kUnknown;
+        }
+        const double latest = meeting.latest;
+        std::vector<int> parked = std::move(meeting.parked);
+        meeting.parked.clear();
+        for (int other : parked) schedule(other);
+        return latest;
+      }
+      default:
+        return t;
+    }
+  }
+
+  void schedule(int r) {
+    if (pos_[r] >= static_cast<int>(p_.ranks[r].size())) return;
+    const double t = readyTime(r);
+    if (t != kUnknown) ready_.push({t, r});
+  }
+
+  void wake(uint64_t key) {
+    auto it = waiters_.find(key);
+    if (it == waiters_.end()) return;
+    std::vector<int> ranks = std::move(it->second);
+    waiters_.erase(it);
+    for (int r : ranks) schedule(r);
+  }
+
+  void execute(int r, double start) {
+    const Action& a = p_.ranks[r][pos_[r]];
+    ++pos_[r];
+    double end = start;
+    switch (a.type) {
+      case ActionType::F:
+      case ActionType::B:
+      case ActionType::I:
+      case ActionType::W:
+      case ActionType::STEP:
+        end = start + c_.computeSeconds(a, r);
+        timeline_.ranks[r].push_back({a, start, end});
+        if (a.type == ActionType::F) forward_done_[index(a.stage, a.microbatch)] = end;
+        if (a.type == ActionType::B || a.type == ActionType::I)
+          input_grad_done_[index(a.stage, a.microbatch)] = end;
+        break;
+      case ActionType::ALLREDUCE:
+        end = start + c_.allreduceSeconds(a.stage);
+        ++reduces_seen_[{r, a.stage}];
+        timeline_.ranks[r].push_back({a, start, end});
+        break;
+      case ActionType::SEND_F:
+      case ActionType::SEND_B:
+        send(r, a, start);
+        break;
+      default:  // RECV: the data is here
+        break;
+    }
+    clock_[r] = end;
+  }
+
+  void send(int r, const Action& a, double issue) {
+    const int to_rank = p_.rankOf(a.peer_stage, a.microbatch);
+    const cluster::Route route = c_.route(r, to_rank);
+    const double bytes = c_.messageBytes(a);
+    double start = issue;
+    if (route.send_port >= 0) start = std::max(start, port_free_[route.send_port]);
+    if (route.recv_port >= 0) start = std::max(start, port_free_[route.recv_port]);
+    const double wire = bytes / route.bandwidth;  // 0 for an infinite bandwidth
+    if (route.send_port >= 0) port_free_[route.send_port] = start + wire;
+    if (route.recv_port >= 0) port_free_[route.recv_port] = start + wire;
+    const double arrival = start + wire + route.latency;
+    timeline_.transfers.push_back({a, r, to_rank, start, arrival, bytes});
+    const uint64_t key = messageKeyOf(a);
+    arrival_[key] = arrival;
+    wake(key);
+  }
+
+  struct Meeting {
+    std::unordered_map<int, double> arrived_ranks;
+    std::vector<int> parked;
+    double latest = 0;
+  };
+  struct PairHash {
+    std::size_t operator()(const std::pair<int, int>& k) const {
+      return std::hash<int64_t>()((static_cast<int64_t>(k.first) << 32) ^ k.second);
+    }
+  };
+
+  const schedule::Program& p_;
+  const CostModel& c_;
+  int total_;
+  std::vector<int> pos_;
+  std::vector<double> clock_;
+  std::vector<double> forward_done_, input_grad_done_;
+  std::vector<double> port_free_;
+  std::unordered_map<uint64_t, double> arrival_;
+  std::unordered_map<uint64_t, std::vector<int>> waiters_;
+  std::unordered_map<std::pair<int, int>, Meeting, PairHash> meetings_;
+  std::unordered_map<std::pair<int, int>, int, PairHash> reduces_seen_;
+  // (start time, rank), earliest first; ties go to the lower rank for determinism.
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> ready_;
+  trace::Timeline timeline_;
+};
+
+}  // namespace
+
+trace::Timeline simulate(const schedule::Program& program, const CostModel& costs) {
+  trace::Timeline timeline = Simulation(program, costs).run();
+  timeline.source = "simulated";
+  return timeline;
+}
+
+}  // namespace pipetrain::sim

@@ -1,0 +1,162 @@
+#include "pipetrain/util/json_io.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace pipetrain::json_io {
+namespace {
+
+std::string typeName(const Json& j) {
+  if (j.is_null()) return "null";
+  if (j.is_boolean()) return "a boolean";
+  if (j.is_number()) return "a number";
+  if (j.is_string()) return "a string";
+  if (j.is_array()) return "an array";
+  return "an object";
+}
+
+}  // namespace
+
+Json readFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  try {
+    return Json::parse(buffer.str());
+  } catch (const Json::parse_error& e) {
+    throw Error(path + ": not valid JSON (byte " + std::to_string(e.byte) + "): " + e.what());
+  }
+}
+
+void writeFile(const std::string& path, const Json& value) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw Error(path + ": cannot write file");
+    out << value.dump(2) << "\n";
+    if (!out.flush()) throw Error(path + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": cannot replace file");
+  }
+}
+
+bool JsonCursor::has(const std::string& key) const {
+  return node_->is_object() && node_->contains(key);
+}
+
+JsonCursor JsonCursor::field(const std::string& key) const {
+  if (!node_->is_object()) fail("expected an object, found " + typeName(*node_));
+  auto it = node_->find(key);
+  if (it == node_->end()) fail("missing field \"" + key + "\"");
+  return child(*it, path_.empty() ? key : path_ + "." + key);
+}
+
+JsonCursor JsonCursor::at(std::size_t index) const {
+  if (!node_->is_array()) fail("expected an array, found " + typeName(*node_));
+  if (index >= node_->size()) fail("index " + std::to_string(index) + " out of range");
+  return child((*node_)[index], path_ + "[" + std::to_string(index) + "]");
+}
+
+std::string JsonCursor::asString() const {
+  if (!node_->is_string()) fail("expected a string, found " + typeName(*node_));
+  return node_->get<std::string>();
+}
+
+double JsonCursor::asNumber() const {
+  if (!node_->is_number()) fail("expected a number, found " + typeName(*node_));
+  double v = node_->get<double>();
+  if (!std::isfinite(v)) fail("expected a finite number");
+  return v;
+}
+
+double JsonCursor::asNonNegative() const {
+  double v = asNumber();
+  if (v < 0) fail("must not be negative (found " + node_->dump() + ")");
+  return v;
+}
+
+double JsonCursor::asPositive() const {
+  double v = asNumber();
+  if (v <= 0) fail("must be positive (found " + node_->dump() + ")");
+  return v;
+}
+
+int64_t JsonCursor::asInt() const {
+  if (!node_->is_number_integer()) fail("expected an integer, found " + node_->dump());
+  return node_->get<int64_t>();
+}
+
+int64_t JsonCursor::asNonNegativeInt() const {
+  int64_t v = asInt();
+  if (v < 0) fail("must not be negative (found " + std::to_string(v) + ")");
+  return v;
+}
+
+bool JsonCursor::asBool() const {
+  if (!node_->is_boolean()) fail("expected true or false, found " + typeName(*node_));
+  return node_->get<bool>();
+}
+
+std::vector<JsonCursor> JsonCursor::asArray() const {
+  if (!node_->is_array()) fail("expected an array, found " + typeName(*node_));
+  std::vector<JsonCursor> out;
+  out.reserve(node_->size());
+  for (std::size_t i = 0; i < node_->size(); ++i) out.push_back(at(i));
+  return out;
+}
+
+std::vector<std::string> JsonCursor::asStringArray() const {
+  std::vector<std::string> out;
+  for (const auto& item : asArray()) out.push_back(item.asString());
+  return out;
+}
+
+std::string JsonCursor::stringOr(const std::string& key, const std::string& fallback) const {
+  return has(key) ? field(key).asString() : fallback;
+}
+double JsonCursor::numberOr(const std::string& key, double fallback) const {
+  return has(key) ? field(key).asNumber() : fallback;
+}
+int64_t JsonCursor::intOr(const std::string& key, int64_t fallback) const {
+  return has(key) ? field(key).asInt() : fallback;
+}
+bool JsonCursor::boolOr(const std::string& key, bool fallback) const {
+  return has(key) ? field(key).asBool() : fallback;
+}
+
+void JsonCursor::allowOnly(const std::vector<std::string>& allowed) const {
+  if (!node_->is_object()) fail("expected an object, found " + typeName(*node_));
+  for (const auto& item : node_->items()) {
+    if (std::find(allowed.begin(), allowed.end(), item.key()) == allowed.end()) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      fail("unknown field \"" + item.key() + "\" (known fields: " + list + ")");
+    }
+  }
+}
+
+void JsonCursor::fail(const std::string& message) const { throw Error(where() + ": " + message); }
+
+void checkHeader(const JsonCursor& root, const std::string& format, int version) {
+  if (!root.node().is_object()) root.fail("expected a JSON object at the top level");
+  std::string found = root.field("format").asString();
+  if (found != format)
+    root.fail("this is a \"" + found + "\" file, expected a \"" + format + "\" file");
+  int64_t v = root.field("version").asInt();
+  if (v != version)
+    root.fail("\"" + format + "\" version " + std::to_string(v) + " is not supported; this " +
+              "pipetrain reads version " + std::to_string(version) +
+              " (regenerate the file with this pipetrain, or upgrade pipetrain)");
+}
+
+Json header(const std::string& format, int version) {
+  return Json{{"format", format}, {"version", version}};
+}
+
+}  // namespace pipetrain::json_io

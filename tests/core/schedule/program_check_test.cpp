@@ -1,0 +1,104 @@
+// The validator catches each kind of broken schedule and says where.
+#include "pipetrain/schedule/program_check.h"
+
+#include <gtest/gtest.h>
+
+#include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+std::string errorOf(const Program& p) {
+  try {
+    validate(p);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string errorOfCsv(const std::string& csv) {
+  try {
+    validate(programFromCsv(csv, "user.csv"));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(ProgramCheck, AcceptsAValidUserCsv) {
+  EXPECT_EQ(errorOfCsv("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"), "");
+  // PyTorch writes empty cells for idle slots.
+  EXPECT_EQ(errorOfCsv("0F0,0F1,,0B0,0B1\n,1F0,1B0,1F1,1B1\n"), "");
+}
+
+TEST(ProgramCheck, DetectsDeadlockAndNamesTheBlockedRanks) {
+  // Rank 1 wants micro-batch 1 first, rank 0 will not send it before B0 returns.
+  const std::string e = errorOfCsv("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");
+  EXPECT_TRUE(contains(e, "deadlocks")) << e;
+  EXPECT_TRUE(contains(e, "rank 0 waits")) << e;
+  EXPECT_TRUE(contains(e, "rank 1 waits")) << e;
+}
+
+TEST(ProgramCheck, DetectsMissingAndDuplicatedPasses) {
+  EXPECT_TRUE(contains(errorOfCsv("0F0,0F1,0B0\n1F0,1B0,1F1,1B1\n"), "stage 0, micro-batch 1 needs one B")) ;
+  EXPECT_TRUE(contains(errorOfCsv("0F0,0F0,0B0\n"), "2 forward passes"));
+}
+
+TEST(ProgramCheck, DetectsBackwardBeforeForwardWithPosition) {
+  const std::string e = errorOfCsv("0F1,0B0,0F0,0B1\n");
+  EXPECT_TRUE(contains(e, "rank 0, action")) << e;
+  EXPECT_TRUE(contains(e, "[0B0v0]")) << e;
+  EXPECT_TRUE(contains(e, "comes before the forward pass")) << e;
+}
+
+TEST(ProgramCheck, DetectsWeightPassBeforeInputPass) {
+  EXPECT_TRUE(contains(errorOfCsv("0F0,0W0,0I0\n"), "must follow its input-gradient pass"));
+}
+
+TEST(ProgramCheck, RejectsCommunicationInCsvAndBadCells) {
+  EXPECT_TRUE(contains(errorOfCsv("0F0,0SEND_F0,0B0\n"), "only compute actions"));
+  EXPECT_TRUE(contains(errorOfCsv("0F0,0Q0\n"), "line 1, column 2"));
+  EXPECT_TRUE(contains(errorOfCsv("0F0,0B0\n0F1,0B1\n"), "stage 0 appears on rank 0 and rank 1"));
+}
+
+TEST(ProgramCheck, DetectsUnmatchedSend) {
+  ScheduleSpec spec;
+  spec.microbatches = 2;
+  Program p = buildProgram(spec, chainDag(2));
+  // Drop rank 1's first receive.
+  auto& r1 = p.ranks[1];
+  r1.erase(r1.begin());
+  const std::string e = errorOf(p);
+  EXPECT_TRUE(contains(e, "no rank receives this message")) << e;
+}
+
+TEST(ProgramCheck, DetectsStashingViolation) {
+  ScheduleSpec spec;
+  spec.name = "pipedream";
+  spec.microbatches = 4;
+  Program p = buildProgram(spec, chainDag(2));
+  for (Action& a : p.ranks[0])
+    if (a.type == ActionType::B && a.microbatch == 2) a.version = 0;  // F2 read version 1
+  const std::string e = errorOf(p);
+  EXPECT_TRUE(contains(e, "its forward pass read version")) << e;
+}
+
+TEST(ProgramCheck, DetectsReadingAVersionNotYetCreated) {
+  ScheduleSpec spec;
+  spec.microbatches = 2;
+  Program p = buildProgram(spec, chainDag(1));
+  p.ranks[0][0].version = 3;
+  EXPECT_TRUE(contains(errorOf(p), "reads weight version 3 but the stage is at version 0"));
+}
+
+TEST(ProgramCheck, DetectsActionOnTheWrongRank) {
+  EXPECT_TRUE(contains(errorOfCsv("0F0,1F0,0B0\n1B0\n"), "stage 1 appears on rank 0 and rank 1"));
+}
+
+}  // namespace
+}  // namespace pipetrain::schedule

@@ -1,0 +1,75 @@
+// Memory accounting from the Program alone matches the published footprints.
+#include "pipetrain/schedule/program_memory.h"
+
+#include <gtest/gtest.h>
+
+#include "pipetrain/schedule/schedules.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+std::vector<RankFootprint> footprint(const std::string& name, int p, int m, int chunks = 1, int k = 1) {
+  ScheduleSpec spec;
+  spec.name = name;
+  spec.microbatches = m;
+  spec.chunks = chunks;
+  spec.minibatches = k;
+  return accountMemory(buildProgram(spec, chainDag(p * chunks)));
+}
+
+TEST(ProgramMemory, OneFOneBHoldsMinOfPMinusRAndM) {
+  for (int m : {2, 8}) {
+    const auto f = footprint("1f1b", 4, m);
+    for (int r = 0; r < 4; ++r) EXPECT_EQ(f[r].peak_activations, std::min(4 - r, m)) << "m=" << m << " r=" << r;
+  }
+}
+
+TEST(ProgramMemory, GPipeHoldsAllMicrobatches) {
+  for (const auto& rank : footprint("gpipe", 4, 8)) EXPECT_EQ(rank.peak_activations, 8);
+}
+
+TEST(ProgramMemory, ZeroBubbleH1HoldsPOnEveryRank) {
+  for (const auto& rank : footprint("zb-h1", 4, 8)) EXPECT_EQ(rank.peak_activations, 4);
+}
+
+TEST(ProgramMemory, InterleavedHoldsPPlusPMinusOneOverV) {
+  const int p = 4, v = 2;
+  EXPECT_DOUBLE_EQ(footprint("interleaved", p, 8, v)[0].peak_activations, p + (p - 1.0) / v);
+}
+
+TEST(ProgramMemory, WeightVersionsPerSchedule) {
+  const int p = 4, m = 8;
+  for (const std::string name : {"gpipe", "1f1b", "interleaved", "zb-h1"})
+    for (const auto& rank : footprint(name, p, m, name == "interleaved" ? 2 : 1, 2))
+      EXPECT_EQ(rank.weight_versions, 1) << name;
+  const auto pipedream = footprint("pipedream", p, m, 1, 2);
+  for (int r = 0; r < p; ++r) EXPECT_EQ(pipedream[r].weight_versions, p - r) << "pipedream rank " << r;
+  for (const auto& rank : footprint("2bw", p, m, 1, 3)) EXPECT_EQ(rank.weight_versions, 2);
+  for (const auto& rank : footprint("pipemare", p, m, 1, 3)) EXPECT_EQ(rank.weight_versions, 1);
+}
+
+TEST(ProgramMemory, ActivationBytesFollowTheWalk) {
+  ScheduleSpec spec;
+  spec.microbatches = 8;
+  const Program p = buildProgram(spec, chainDag(2));
+  const auto f = accountMemory(p, {100.0, 10.0});
+  EXPECT_DOUBLE_EQ(f[0].peak_activation_bytes, 200.0);
+  EXPECT_DOUBLE_EQ(f[1].peak_activation_bytes, 10.0);
+}
+
+TEST(ProgramMemory, RetirementsComeAfterTheLastReader) {
+  ScheduleSpec spec;
+  spec.name = "pipedream";
+  spec.microbatches = 4;
+  const Program p = buildProgram(spec, chainDag(2));
+  for (int r = 0; r < p.numRanks(); ++r)
+    for (const Retirement& ret : retirements(p)[r])
+      for (int i = ret.position + 1; i < static_cast<int>(p.ranks[r].size()); ++i) {
+        const Action& a = p.ranks[r][i];
+        EXPECT_FALSE(isCompute(a.type) && a.stage == ret.stage && a.version == ret.version)
+            << "rank " << r << " reads retired version at " << i;
+      }
+}
+
+}  // namespace
+}  // namespace pipetrain::schedule

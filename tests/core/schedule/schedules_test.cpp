@@ -1,0 +1,167 @@
+// Every generator's Program validates, and its order and versions are the published ones.
+#include "pipetrain/schedule/schedules.h"
+
+#include <gtest/gtest.h>
+
+#include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/program_check.h"
+#include "pipetrain/schedule/program_memory.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+Program build(const std::string& name, int p, int m, int chunks = 1, int minibatches = 1, bool vsync = false) {
+  ScheduleSpec spec;
+  spec.name = name;
+  spec.microbatches = m;
+  spec.minibatches = minibatches;
+  spec.chunks = chunks;
+  spec.vertical_sync = vsync;
+  return buildProgram(spec, chainDag(p * chunks));
+}
+
+// The compute actions of one rank as text, e.g. "0F0 0F1 0B0".
+std::string computeText(const Program& p, int rank) {
+  std::string out;
+  for (const Action& a : p.ranks[rank])
+    if (isCompute(a.type)) out += (out.empty() ? "" : " ") + toString(Action{a.type, a.stage, a.microbatch, -1, -1});
+  return out;
+}
+
+TEST(Schedules, EveryScheduleValidatesOverManyShapes) {
+  for (const std::string& name : scheduleNames())
+    for (int p : {1, 2, 3, 4, 8})
+      for (int m : {1, 2, 4, 8, 16})
+        for (int k : {1, 3}) {
+          const int chunks = name == "interleaved" ? 2 : 1;
+          if (name == "interleaved" && m % p != 0) continue;
+          if (name == "2bw" && m < p) continue;
+          SCOPED_TRACE(name + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " k=" + std::to_string(k));
+          EXPECT_NO_THROW(validate(build(name, p, m, chunks, k)));
+        }
+}
+
+TEST(Schedules, OneFOneBOrderMatchesPipeDreamFlush) {
+  const Program p = build("1f1b", 4, 6);
+  EXPECT_EQ(computeText(p, 0), "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5");
+  EXPECT_EQ(computeText(p, 3), "3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5");
+}
+
+TEST(Schedules, GPipeRunsAllForwardsFirst) {
+  EXPECT_EQ(computeText(build("gpipe", 2, 3), 1), "1F0 1F1 1F2 1B0 1B1 1B2");
+}
+
+TEST(Schedules, ZeroBubbleDefersWeightPassesByStageIndex) {
+  const Program p = build("zb-h1", 3, 4);
+  EXPECT_EQ(computeText(p, 0), "0F0 0F1 0F2 0I0 0W0 0F3 0I1 0W1 0I2 0W2 0I3 0W3");
+  EXPECT_EQ(computeText(p, 2), "2F0 2I0 2F1 2I1 2F2 2I2 2W0 2F3 2I3 2W1 2W2 2W3");
+}
+
+TEST(Schedules, InterleavedFollowsMegatronChunkOrder) {
+  // p=2, v=2, m=4: rank 0 warms up with (p-1)*2 + (v-1)*p = 4 chunk forwards.
+  const Program p = build("interleaved", 2, 4, 2);
+  EXPECT_EQ(computeText(p, 0), "0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 2B2 2B3 0B2 0B3");
+}
+
+TEST(Schedules, VersionsOfSynchronousSchedulesAdvancePerMinibatch) {
+  const Program p = build("1f1b", 2, 2, 1, 2);
+  for (const Action& a : p.ranks[0])
+    if (isCompute(a.type)) EXPECT_EQ(a.version, a.microbatch / 2) << toString(a);
+}
+
+TEST(Schedules, PipeDreamStashesTheForwardVersionForBackward) {
+  const Program p = build("pipedream", 3, 6);
+  const auto& rank0 = p.ranks[0];
+  std::vector<int> fwd(6, -1);
+  int steps = 0;
+  for (const Action& a : rank0) {
+    if (a.type == ActionType::F) fwd[a.microbatch] = a.version;
+    if (a.type == ActionType::B) EXPECT_EQ(a.version, fwd[a.microbatch]);
+    if (a.type == ActionType::STEP) ++steps;
+  }
+  EXPECT_EQ(steps, 6);  // one update per micro-batch
+  EXPECT_EQ(fwd[0], 0);
+  EXPECT_EQ(fwd[3], 1);  // F3 comes after B0 and its STEP
+}
+
+TEST(Schedules, TwoBWReadsThePreviousMinibatchVersion) {
+  const Program p = build("2bw", 2, 4, 1, 3);
+  for (const auto& actions : p.ranks)
+    for (const Action& a : actions)
+      if (isCompute(a.type)) EXPECT_EQ(a.version, std::max(0, a.microbatch / 4 - 1)) << toString(a);
+}
+
+TEST(Schedules, PipeMareBackwardReadsCurrentWeights) {
+  const Program p = build("pipemare", 3, 2, 1, 3);
+  EXPECT_EQ(p.backward_weights, BackwardWeights::kLatest);
+  bool saw_newer = false;
+  std::vector<int> fwd(6, -1);
+  for (const Action& a : p.ranks[0]) {
+    if (a.type == ActionType::F) fwd[a.microbatch] = a.version;
+    if (a.type == ActionType::B && a.version > fwd[a.microbatch]) saw_newer = true;
+  }
+  EXPECT_TRUE(saw_newer);
+}
+
+TEST(Schedules, VerticalSyncUsesTheInputStageVersionEverywhere) {
+  const Program p = build("pipedream", 3, 8, 1, 1, true);
+  std::vector<int> input(8, -1);
+  for (const Action& a : p.ranks[0])
+    if (a.type == ActionType::F) input[a.microbatch] = a.version;
+  for (const auto& actions : p.ranks)
+    for (const Action& a : actions)
+      if (isCompute(a.type)) EXPECT_EQ(a.version, input[a.microbatch]) << toString(a);
+  // Downstream stages stash more versions than without vertical sync.
+  EXPECT_GT(accountMemory(p)[2].weight_versions, accountMemory(build("pipedream", 3, 8))[2].weight_versions);
+}
+
+TEST(Schedules, BadNumbersAreRefusedClearly) {
+  EXPECT_THROW(build("interleaved", 4, 6, 2), Error);  // m not divisible by p
+  EXPECT_THROW(build("2bw", 4, 2), Error);             // m < p
+  EXPECT_THROW(build("1f1b", 2, 2, 2), Error);         // chunks without interleaving
+  try {
+    build("bogus", 2, 2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("zb-h1"), std::string::npos) << "lists the known names: " << e.what();
+  }
+}
+
+TEST(Schedules, ReplicationSplitsMicrobatchesAndAllReducesBeforeStep) {
+  ScheduleSpec spec;
+  spec.name = "1f1b";
+  spec.microbatches = 4;
+  const Program p = buildProgram(spec, chainDag(2), {2, 1});
+  ASSERT_EQ(p.numRanks(), 3);
+  EXPECT_EQ(p.stage_ranks[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(computeText(p, 0), "0F0 0F2 0B0 0B2");
+  EXPECT_EQ(computeText(p, 1), "0F1 0F3 0B1 0B3");
+  EXPECT_EQ(toString(p.ranks[0][p.ranks[0].size() - 2]), "0ALLREDUCE");
+  validate(p);
+  spec.name = "pipedream";
+  EXPECT_THROW(buildProgram(spec, chainDag(2), {2, 1}), Error);
+}
+
+TEST(Schedules, LoweringPairsEverySendWithAReceive) {
+  const Program p = build("1f1b", 2, 2);
+  EXPECT_EQ(toText(p),
+            "rank 0: 0F0v0 0SEND_F0>1 0F1v0 0SEND_F1>1 0RECV_B0<1 0B0v0 0RECV_B1<1 0B1v0 0STEPv1\n"
+            "rank 1: 1RECV_F0<0 1F0v0 1B0v0 1SEND_B0>0 1RECV_F1<0 1F1v0 1B1v0 1SEND_B1>0 1STEPv1\n");
+}
+
+TEST(Schedules, DagWarmupComesFromTheLongestDownstreamPath) {
+  // 0 -> {1, 2} -> 3 : two branches between a source and a sink.
+  StageDag dag;
+  dag.preds = {{}, {0}, {0}, {1, 2}};
+  dag.succs = {{1, 2}, {3}, {3}, {}};
+  ScheduleSpec spec;
+  spec.microbatches = 4;
+  const Program p = buildProgram(spec, dag);
+  validate(p);
+  EXPECT_EQ(computeText(p, 0), "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3");  // depth 2
+  EXPECT_EQ(computeText(p, 1), "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3");  // depth 1
+}
+
+}  // namespace
+}  // namespace pipetrain::schedule
