@@ -83,6 +83,8 @@ class ClusterSpec {
   std::vector<Link> links_;
   std::unordered_map<std::string, int> index_;
   int num_ports_ = 0;
+  std::vector<int> level_port_base_;             // first port of each level
+  std::unordered_map<int64_t, int> link_ports_;  // from * size() + to -> that direction's port
 };
 
 }  // namespace pipetrain::cluster

@@ -62,8 +62,9 @@ TEST(ProgramMemory, RetirementsComeAfterTheLastReader) {
   spec.name = "pipedream";
   spec.microbatches = 4;
   const Program p = buildProgram(spec, chainDag(2));
+  const auto retired = retirements(p);
   for (int r = 0; r < p.numRanks(); ++r)
-    for (const Retirement& ret : retirements(p)[r])
+    for (const Retirement& ret : retired[r])
       for (int i = ret.position + 1; i < static_cast<int>(p.ranks[r].size()); ++i) {
         const Action& a = p.ranks[r][i];
         EXPECT_FALSE(isCompute(a.type) && a.stage == ret.stage && a.version == ret.version)

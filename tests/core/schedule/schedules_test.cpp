@@ -66,8 +66,11 @@ TEST(Schedules, InterleavedFollowsMegatronChunkOrder) {
 
 TEST(Schedules, VersionsOfSynchronousSchedulesAdvancePerMinibatch) {
   const Program p = build("1f1b", 2, 2, 1, 2);
-  for (const Action& a : p.ranks[0])
-    if (isCompute(a.type)) EXPECT_EQ(a.version, a.microbatch / 2) << toString(a);
+  for (const Action& a : p.ranks[0]) {
+    if (isCompute(a.type)) {
+      EXPECT_EQ(a.version, a.microbatch / 2) << toString(a);
+    }
+  }
 }
 
 TEST(Schedules, PipeDreamStashesTheForwardVersionForBackward) {
@@ -77,7 +80,9 @@ TEST(Schedules, PipeDreamStashesTheForwardVersionForBackward) {
   int steps = 0;
   for (const Action& a : rank0) {
     if (a.type == ActionType::F) fwd[a.microbatch] = a.version;
-    if (a.type == ActionType::B) EXPECT_EQ(a.version, fwd[a.microbatch]);
+    if (a.type == ActionType::B) {
+      EXPECT_EQ(a.version, fwd[a.microbatch]);
+    }
     if (a.type == ActionType::STEP) ++steps;
   }
   EXPECT_EQ(steps, 6);  // one update per micro-batch
@@ -88,8 +93,11 @@ TEST(Schedules, PipeDreamStashesTheForwardVersionForBackward) {
 TEST(Schedules, TwoBWReadsThePreviousMinibatchVersion) {
   const Program p = build("2bw", 2, 4, 1, 3);
   for (const auto& actions : p.ranks)
-    for (const Action& a : actions)
-      if (isCompute(a.type)) EXPECT_EQ(a.version, std::max(0, a.microbatch / 4 - 1)) << toString(a);
+    for (const Action& a : actions) {
+      if (isCompute(a.type)) {
+        EXPECT_EQ(a.version, std::max(0, a.microbatch / 4 - 1)) << toString(a);
+      }
+    }
 }
 
 TEST(Schedules, PipeMareBackwardReadsCurrentWeights) {
@@ -110,8 +118,11 @@ TEST(Schedules, VerticalSyncUsesTheInputStageVersionEverywhere) {
   for (const Action& a : p.ranks[0])
     if (a.type == ActionType::F) input[a.microbatch] = a.version;
   for (const auto& actions : p.ranks)
-    for (const Action& a : actions)
-      if (isCompute(a.type)) EXPECT_EQ(a.version, input[a.microbatch]) << toString(a);
+    for (const Action& a : actions) {
+      if (isCompute(a.type)) {
+        EXPECT_EQ(a.version, input[a.microbatch]) << toString(a);
+      }
+    }
   // Downstream stages stash more versions than without vertical sync.
   EXPECT_GT(accountMemory(p)[2].weight_versions, accountMemory(build("pipedream", 3, 8))[2].weight_versions);
 }
@@ -135,8 +146,8 @@ TEST(Schedules, ReplicationSplitsMicrobatchesAndAllReducesBeforeStep) {
   const Program p = buildProgram(spec, chainDag(2), {2, 1});
   ASSERT_EQ(p.numRanks(), 3);
   EXPECT_EQ(p.stage_ranks[0], (std::vector<int>{0, 1}));
-  EXPECT_EQ(computeText(p, 0), "0F0 0F2 0B0 0B2");
-  EXPECT_EQ(computeText(p, 1), "0F1 0F3 0B1 0B3");
+  EXPECT_EQ(computeText(p, 0), "0F0 0B0 0F2 0B2");
+  EXPECT_EQ(computeText(p, 1), "0F1 0B1 0F3 0B3");
   EXPECT_EQ(toString(p.ranks[0][p.ranks[0].size() - 2]), "0ALLREDUCE");
   validate(p);
   spec.name = "pipedream";

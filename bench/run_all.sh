@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# Runs every benchmark in bench/ against the build in $1 (default: build).
+set -euo pipefail
+build=${1:-build}
+"$build/simulator_bench" --benchmark_counters_tabular=true

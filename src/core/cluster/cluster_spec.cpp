@@ -1,0 +1,129 @@
+// ClusterSpec construction, routes and contention ports.
+#include "pipetrain/cluster/cluster_spec.h"
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::cluster {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// Bandwidth may be infinite (free communication) but never zero, negative or NaN.
+bool validBandwidth(double b) { return b > 0; }
+bool validLatency(double l) { return l >= 0 && l < kInfinity; }
+
+// Units that own ports at level `level`: single devices at level 0, the groups of the
+// level below otherwise. Whatever shares a unit shares its ports.
+int unitOf(const std::vector<Level>& levels, int level, int device) {
+  return level == 0 ? device : device / levels[level - 1].group_size;
+}
+
+}  // namespace
+
+ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels, std::vector<Link> links,
+                         std::string origin)
+    : devices_(std::move(devices)), levels_(std::move(levels)), links_(std::move(links)) {
+  if (devices_.empty()) throw Error(origin + ": the cluster has no devices");
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    const Device& d = devices_[i];
+    const std::string where = origin + ": device '" + d.name + "'";
+    if (d.name.empty()) throw Error(origin + ": devices[" + std::to_string(i) + "] has an empty name");
+    if (!index_.emplace(d.name, static_cast<int>(i)).second) throw Error(where + " is defined twice");
+    if (!(d.speed > 0 && d.speed < kInfinity)) throw Error(where + ": speed must be positive and finite");
+    if (d.memory_bytes < 0) throw Error(where + ": memory_bytes must not be negative");
+  }
+  for (std::size_t i = 0; i < levels_.size(); ++i) {
+    const Level& l = levels_[i];
+    const std::string where = origin + ": level '" + l.name + "'";
+    if (l.group_size < 1) throw Error(where + ": group_size must be at least 1");
+    if (i > 0) {
+      const Level& inner = levels_[i - 1];
+      // Groups must nest exactly, or "the group containing both devices" is ambiguous.
+      if (l.group_size <= inner.group_size || l.group_size % inner.group_size != 0)
+        throw Error(where + ": group_size " + std::to_string(l.group_size) +
+                    " must be a larger multiple of the inner level '" + inner.name + "' group_size " +
+                    std::to_string(inner.group_size) + " (levels go innermost first)");
+    }
+    if (!validBandwidth(l.bandwidth)) throw Error(where + ": bandwidth must be positive (or \"inf\")");
+    if (!validLatency(l.latency)) throw Error(where + ": latency must be non-negative and finite");
+  }
+  std::set<std::pair<int, int>> pairs;
+  for (const Link& k : links_) {
+    const std::string where = origin + ": link '" + k.a + "' - '" + k.b + "'";
+    const int a = indexOf(k.a), b = indexOf(k.b);
+    if (a < 0) throw Error(where + ": device '" + k.a + "' is not in the cluster");
+    if (b < 0) throw Error(where + ": device '" + k.b + "' is not in the cluster");
+    if (a == b) throw Error(where + ": a link needs two different devices");
+    if (!pairs.emplace(std::min(a, b), std::max(a, b)).second) throw Error(where + " is given twice");
+    if (!validBandwidth(k.bandwidth)) throw Error(where + ": bandwidth must be positive (or \"inf\")");
+    if (!validLatency(k.latency)) throw Error(where + ": latency must be non-negative and finite");
+  }
+  buildPorts();
+}
+
+ClusterSpec ClusterSpec::uniform(int n, int64_t memory_bytes, double bandwidth, double latency) {
+  if (n < 1) throw Error("uniform cluster: needs at least one device (found " + std::to_string(n) + ")");
+  std::vector<Device> devices;
+  for (int i = 0; i < n; ++i) devices.push_back({"dev" + std::to_string(i), "cpu", 1.0, memory_bytes});
+  return ClusterSpec(std::move(devices), {{"network", n, bandwidth, latency}}, {}, "uniform cluster");
+}
+
+int ClusterSpec::indexOf(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+// Port layout (dense, built once): for each level, an out and an in port per unit of
+// that level (see unitOf), then two ports per link (a->b, then b->a). route() only
+// does arithmetic and one hash lookup, since the simulator calls it per transfer.
+void ClusterSpec::buildPorts() {
+  num_ports_ = 0;
+  level_port_base_.clear();
+  for (std::size_t level = 0; level < levels_.size(); ++level) {
+    level_port_base_.push_back(num_ports_);
+    num_ports_ += 2 * (unitOf(levels_, static_cast<int>(level), size() - 1) + 1);
+  }
+  link_ports_.clear();
+  for (const Link& k : links_) {
+    const int64_t a = indexOf(k.a), b = indexOf(k.b);
+    link_ports_[a * size() + b] = num_ports_++;
+    link_ports_[b * size() + a] = num_ports_++;
+  }
+}
+
+Route ClusterSpec::route(int from, int to) const {
+  assert(from >= 0 && from < size() && to >= 0 && to < size());
+  if (from == to) return Route{kInfinity, 0.0, -1, -1};
+
+  // An explicit link wins over the hierarchy. Each direction is one resource, so it
+  // is both the send and the receive port of the transfer.
+  auto it = link_ports_.find(static_cast<int64_t>(from) * size() + to);
+  if (it != link_ports_.end()) {
+    const int first_link_port = num_ports_ - 2 * static_cast<int>(links_.size());
+    const Link& k = links_[(it->second - first_link_port) / 2];
+    return Route{k.bandwidth, k.latency, it->second, it->second};
+  }
+  if (levels_.empty())
+    throw Error("cluster: no route from device '" + devices_[from].name + "' to device '" + devices_[to].name +
+                "': the cluster has no levels and no link between them (add a level or a link)");
+
+  // Innermost level whose group holds both; the top level also joins its groups.
+  int level = static_cast<int>(levels_.size()) - 1;
+  for (int l = 0; l < level; ++l)
+    if (from / levels_[l].group_size == to / levels_[l].group_size) {
+      level = l;
+      break;
+    }
+  const Level& lv = levels_[level];
+  const int base = level_port_base_[level];
+  return Route{lv.bandwidth, lv.latency, base + 2 * unitOf(levels_, level, from),
+               base + 2 * unitOf(levels_, level, to) + 1};
+}
+
+}  // namespace pipetrain::cluster

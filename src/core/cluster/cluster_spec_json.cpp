@@ -1,0 +1,105 @@
+// ClusterSpec <-> JSON ("pipetrain.cluster", version 1; docs/formats.md#cluster-spec).
+#include "pipetrain/cluster/cluster_spec.h"
+
+#include <cmath>
+#include <limits>
+
+namespace pipetrain::cluster {
+namespace {
+
+constexpr const char* kFormat = "pipetrain.cluster";
+constexpr int kVersion = 1;
+
+// JSON has no infinity, so infinite bandwidth (free communication) is the string "inf".
+double readBandwidth(const json_io::JsonCursor& c) {
+  if (c.node().is_string()) {
+    if (c.asString() != "inf") c.fail("expected bytes per second or \"inf\", found \"" + c.asString() + "\"");
+    return std::numeric_limits<double>::infinity();
+  }
+  return c.asPositive();
+}
+
+json_io::Json writeBandwidth(double b) { return std::isinf(b) ? json_io::Json("inf") : json_io::Json(b); }
+
+// One entry of "devices": a device, or {"count": N, "name_prefix": P, ...} standing for
+// devices P0..P{N-1} with the same kind, speed and memory.
+void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
+  const bool shorthand = c.has("count");
+  if (shorthand)
+    c.allowOnly({"count", "name_prefix", "kind", "speed", "memory_bytes"});
+  else
+    c.allowOnly({"name", "kind", "speed", "memory_bytes"});
+  Device d;
+  d.kind = c.stringOr("kind", "cpu");
+  d.speed = c.has("speed") ? c.field("speed").asPositive() : 1.0;
+  d.memory_bytes = c.field("memory_bytes").asNonNegativeInt();
+  if (!shorthand) {
+    d.name = c.field("name").asString();
+    out.push_back(d);
+    return;
+  }
+  const int64_t count = c.field("count").asInt();
+  if (count < 1 || count > (int64_t{1} << 24)) c.field("count").fail("must be between 1 and 16777216");
+  const std::string prefix = c.field("name_prefix").asString();
+  for (int64_t i = 0; i < count; ++i) {
+    d.name = prefix + std::to_string(i);
+    out.push_back(d);
+  }
+}
+
+Level readLevel(const json_io::JsonCursor& c) {
+  c.allowOnly({"name", "group_size", "bandwidth", "latency"});
+  Level l;
+  l.name = c.field("name").asString();
+  const int64_t g = c.field("group_size").asInt();
+  if (g < 1 || g > std::numeric_limits<int>::max()) c.field("group_size").fail("must be a positive int");
+  l.group_size = static_cast<int>(g);
+  l.bandwidth = readBandwidth(c.field("bandwidth"));
+  l.latency = c.field("latency").asNonNegative();
+  return l;
+}
+
+Link readLink(const json_io::JsonCursor& c) {
+  c.allowOnly({"a", "b", "bandwidth", "latency"});
+  return Link{c.field("a").asString(), c.field("b").asString(), readBandwidth(c.field("bandwidth")),
+              c.field("latency").asNonNegative()};
+}
+
+}  // namespace
+
+ClusterSpec ClusterSpec::fromJson(const json_io::Json& j, const std::string& origin) {
+  const json_io::JsonCursor root(j, origin);
+  json_io::checkHeader(root, kFormat, kVersion);
+  root.allowOnly({"format", "version", "devices", "levels", "links"});
+  std::vector<Device> devices;
+  for (const auto& item : root.field("devices").asArray()) readDevices(item, devices);
+  std::vector<Level> levels;
+  if (root.has("levels"))
+    for (const auto& item : root.field("levels").asArray()) levels.push_back(readLevel(item));
+  std::vector<Link> links;
+  if (root.has("links"))
+    for (const auto& item : root.field("links").asArray()) links.push_back(readLink(item));
+  return ClusterSpec(std::move(devices), std::move(levels), std::move(links), origin);
+}
+
+ClusterSpec ClusterSpec::load(const std::string& path) { return fromJson(json_io::readFile(path), path); }
+
+json_io::Json ClusterSpec::toJson() const {
+  json_io::Json j = json_io::header(kFormat, kVersion);
+  json_io::Json devices = json_io::Json::array(), levels = json_io::Json::array(), links = json_io::Json::array();
+  for (const Device& d : devices_)
+    devices.push_back({{"name", d.name}, {"kind", d.kind}, {"speed", d.speed}, {"memory_bytes", d.memory_bytes}});
+  for (const Level& l : levels_)
+    levels.push_back({{"name", l.name},
+                      {"group_size", l.group_size},
+                      {"bandwidth", writeBandwidth(l.bandwidth)},
+                      {"latency", l.latency}});
+  for (const Link& k : links_)
+    links.push_back({{"a", k.a}, {"b", k.b}, {"bandwidth", writeBandwidth(k.bandwidth)}, {"latency", k.latency}});
+  j["devices"] = std::move(devices);
+  j["levels"] = std::move(levels);
+  j["links"] = std::move(links);
+  return j;
+}
+
+}  // namespace pipetrain::cluster

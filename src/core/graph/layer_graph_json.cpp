@@ -1,0 +1,89 @@
+// LayerGraph <-> JSON ("pipetrain.layer_graph", version 1; docs/formats.md#layer-graph).
+#include "pipetrain/graph/layer_graph.h"
+
+namespace pipetrain::graph {
+namespace {
+
+constexpr const char* kFormat = "pipetrain.layer_graph";
+constexpr int kVersion = 1;
+
+// `previous` is the layer listed just before this one (empty for the first), the
+// default input so that chains need no "inputs" at all.
+Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
+  c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
+               "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
+               "optimizer_state_bytes"});
+  Layer l;
+  l.name = c.field("name").asString();
+  l.kind = c.stringOr("kind", "layer");
+  if (c.has("inputs"))
+    l.inputs = c.field("inputs").asStringArray();
+  else if (!previous.empty())
+    l.inputs = {previous};
+  l.forward_seconds = c.field("forward_seconds").asNonNegative();
+  l.output_bytes = c.field("output_bytes").asNonNegativeInt();
+  l.param_bytes = c.field("param_bytes").asNonNegativeInt();
+
+  const bool split = c.has("backward_input_seconds") || c.has("backward_weight_seconds");
+  if (c.has("backward_seconds")) {
+    if (split)
+      c.fail("give either \"backward_seconds\" or \"backward_input_seconds\" + \"backward_weight_seconds\", "
+             "not both");
+    // Split unknown: a layer with weights spends about as long on dL/dw as on dL/dx
+    // (two matmuls of the same shape); a layer without weights has no W part.
+    const double total = c.field("backward_seconds").asNonNegative();
+    l.backward_weight_seconds = l.param_bytes > 0 ? total / 2 : 0.0;
+    l.backward_input_seconds = total - l.backward_weight_seconds;
+  } else if (c.has("backward_input_seconds") && c.has("backward_weight_seconds")) {
+    l.backward_input_seconds = c.field("backward_input_seconds").asNonNegative();
+    l.backward_weight_seconds = c.field("backward_weight_seconds").asNonNegative();
+  } else {
+    c.fail("missing the backward cost: give \"backward_input_seconds\" and \"backward_weight_seconds\", "
+           "or only \"backward_seconds\"");
+  }
+
+  l.saved_activation_bytes =
+      c.has("saved_activation_bytes") ? c.field("saved_activation_bytes").asNonNegativeInt() : l.output_bytes;
+  // Adam keeps two moments per parameter.
+  l.optimizer_state_bytes =
+      c.has("optimizer_state_bytes") ? c.field("optimizer_state_bytes").asNonNegativeInt() : 2 * l.param_bytes;
+  return l;
+}
+
+}  // namespace
+
+LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origin) {
+  const json_io::JsonCursor root(j, origin);
+  json_io::checkHeader(root, kFormat, kVersion);
+  root.allowOnly({"format", "version", "batch_size", "layers"});
+  const int64_t batch_size = root.field("batch_size").asInt();
+  if (batch_size < 1) root.field("batch_size").fail("must be at least 1");
+  std::vector<Layer> layers;
+  for (const auto& item : root.field("layers").asArray())
+    layers.push_back(readLayer(item, layers.empty() ? std::string() : layers.back().name));
+  return LayerGraph(std::move(layers), batch_size, origin);
+}
+
+LayerGraph LayerGraph::load(const std::string& path) { return fromJson(json_io::readFile(path), path); }
+
+json_io::Json LayerGraph::toJson() const {
+  json_io::Json j = json_io::header(kFormat, kVersion);
+  j["batch_size"] = batch_size_;
+  json_io::Json layers = json_io::Json::array();
+  for (const Layer& l : layers_) {
+    layers.push_back({{"name", l.name},
+                      {"kind", l.kind},
+                      {"inputs", l.inputs},
+                      {"forward_seconds", l.forward_seconds},
+                      {"backward_input_seconds", l.backward_input_seconds},
+                      {"backward_weight_seconds", l.backward_weight_seconds},
+                      {"output_bytes", l.output_bytes},
+                      {"saved_activation_bytes", l.saved_activation_bytes},
+                      {"param_bytes", l.param_bytes},
+                      {"optimizer_state_bytes", l.optimizer_state_bytes}});
+  }
+  j["layers"] = std::move(layers);
+  return j;
+}
+
+}  // namespace pipetrain::graph

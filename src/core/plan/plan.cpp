@@ -1,0 +1,105 @@
+// Plan <-> JSON ("pipetrain.plan", version 1; docs/formats.md#plan) and the stage DAG.
+#include "pipetrain/plan/plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+namespace pipetrain::plan {
+namespace {
+
+constexpr const char* kFormat = "pipetrain.plan";
+constexpr int kVersion = 1;
+
+// Checked here for type and range only; validate() reports values below 1.
+int readInt(const json_io::JsonCursor& c) {
+  const int64_t v = c.asInt();
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) c.fail("out of range");
+  return static_cast<int>(v);
+}
+
+// "schedule": "1f1b" is short for {"name": "1f1b"}.
+ScheduleOptions readSchedule(const json_io::JsonCursor& c) {
+  ScheduleOptions s;
+  if (c.node().is_string()) {
+    s.name = c.asString();
+    return s;
+  }
+  c.allowOnly({"name", "chunks", "vertical_sync", "pipemare_correction"});
+  s.name = c.field("name").asString();
+  if (c.has("chunks")) s.chunks = readInt(c.field("chunks"));
+  s.vertical_sync = c.boolOr("vertical_sync", s.vertical_sync);
+  s.pipemare_correction = c.boolOr("pipemare_correction", s.pipemare_correction);
+  return s;
+}
+
+Stage readStage(const json_io::JsonCursor& c) {
+  c.allowOnly({"layers", "devices"});
+  return Stage{c.field("layers").asStringArray(), c.field("devices").asStringArray()};
+}
+
+}  // namespace
+
+Plan Plan::fromJson(const json_io::Json& j, const std::string& origin) {
+  const json_io::JsonCursor root(j, origin);
+  json_io::checkHeader(root, kFormat, kVersion);
+  root.allowOnly({"format", "version", "microbatch_size", "microbatches", "schedule", "stages"});
+  Plan p;
+  p.microbatch_size = root.field("microbatch_size").asInt();
+  p.microbatches = readInt(root.field("microbatches"));
+  p.schedule = readSchedule(root.field("schedule"));
+  for (const auto& item : root.field("stages").asArray()) p.stages.push_back(readStage(item));
+  return p;
+}
+
+Plan Plan::load(const std::string& path) { return fromJson(json_io::readFile(path), path); }
+
+json_io::Json Plan::toJson() const {
+  json_io::Json j = json_io::header(kFormat, kVersion);
+  j["microbatch_size"] = microbatch_size;
+  j["microbatches"] = microbatches;
+  j["schedule"] = {{"name", schedule.name},
+                   {"chunks", schedule.chunks},
+                   {"vertical_sync", schedule.vertical_sync},
+                   {"pipemare_correction", schedule.pipemare_correction}};
+  json_io::Json stages_json = json_io::Json::array();
+  for (const Stage& s : stages) stages_json.push_back({{"layers", s.layers}, {"devices", s.devices}});
+  j["stages"] = std::move(stages_json);
+  return j;
+}
+
+StageGraph stageGraph(const Plan& plan, const graph::LayerGraph& graph) {
+  const int p = plan.numStages();
+  std::vector<int> stage_of(graph.size(), -1);
+  for (int s = 0; s < p; ++s)
+    for (const std::string& name : plan.stages[s].layers) {
+      const int i = graph.indexOf(name);
+      if (i >= 0 && stage_of[i] < 0) stage_of[i] = s;
+    }
+
+  // A producer's output crosses to a consumer stage once, however many layers of
+  // that stage read it.
+  std::map<std::pair<int, int>, int64_t> bytes;
+  for (int i = 0; i < graph.size(); ++i) {
+    const int s = stage_of[i];
+    if (s < 0) continue;
+    std::set<int> consumers;
+    for (int c : graph.successors(i))
+      if (stage_of[c] >= 0 && stage_of[c] != s) consumers.insert(stage_of[c]);
+    for (int t : consumers) bytes[{s, t}] += graph.layer(i).output_bytes;
+  }
+
+  StageGraph g;
+  g.preds.resize(p);
+  g.succs.resize(p);
+  g.edge_bytes.resize(p);
+  for (const auto& [edge, b] : bytes) {  // ordered by (s, t): lists come out sorted
+    g.succs[edge.first].push_back(edge.second);
+    g.edge_bytes[edge.first].push_back(b);
+    g.preds[edge.second].push_back(edge.first);
+  }
+  return g;
+}
+
+}  // namespace pipetrain::plan

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The CLI contract other tooling relies on: outputs, JSON keys, files and exit codes.
+# Usage: PIPETRAIN=path/to/pipetrain cli_test.sh SOURCE_DIR
+set -u
+src=${1:?source dir}
+bin=${PIPETRAIN:?set PIPETRAIN}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+
+check() {  # check NAME COMMAND...: the command must succeed
+  local name=$1; shift
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: $name"; cat "$tmp/out" "$tmp/err" | head -20; fi
+}
+refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on stderr
+  local name=$1 text=$2; shift 2
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then
+    failed=$((failed + 1)); echo "FAIL: $name (exit 0)"
+  elif ! grep -q -- "$text" "$tmp/err"; then
+    failed=$((failed + 1)); echo "FAIL: $name: stderr lacks '$text':"; head -5 "$tmp/err"
+  else passed=$((passed + 1)); fi
+}
+has() { grep -q -- "$1" "$tmp/out"; }
+
+# schedule: per-rank text form
+check "schedule 1f1b" "$bin" schedule --schedule 1f1b --stages 4 --microbatches 8
+check "schedule prints every rank" bash -c "[ \$(grep -c '^rank ' '$tmp/out') -eq 4 ]"
+check "schedule text form" has "rank 0: 0F0v0 0F1v0 0F2v0 0F3v0 0B0v0"
+for s in gpipe 1f1b pipedream 2bw pipemare zb-h1; do
+  check "schedule $s" "$bin" schedule --schedule "$s" --stages 3 --microbatches 6
+done
+check "schedule interleaved" "$bin" schedule --schedule interleaved --stages 2 --microbatches 4 --chunks 2
+check "schedule csv export" "$bin" schedule --schedule zb-h1 --stages 3 --microbatches 6 --write-csv "$tmp/zb.csv"
+check "schedule csv import" "$bin" schedule --csv "$tmp/zb.csv"
+printf '0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n' >"$tmp/deadlock.csv"
+refuses "deadlocked csv" "deadlocks" "$bin" schedule --csv "$tmp/deadlock.csv"
+refuses "unknown schedule" "unknown schedule" "$bin" schedule --schedule nope --stages 2 --microbatches 2
+refuses "zero stages" "stages" "$bin" schedule --schedule 1f1b --stages 0 --microbatches 2
+refuses "bad number" "microbatches" "$bin" schedule --schedule 1f1b --stages 2 --microbatches x
+refuses "interleaved m" "divisible" "$bin" schedule --schedule interleaved --stages 4 --microbatches 6 --chunks 2
+
+# simulate: synthetic shortcut
+check "simulate uniform json" "$bin" simulate --schedule 1f1b --stages 4 --microbatches 8 --uniform 1,2 --json
+for key in '"iteration_time"' '"throughput"' '"bubble_fraction"' '"ranks"' '"peak_activations"' \
+           '"weight_versions"' '"peak_memory_bytes"'; do
+  check "json has $key" has "$key"
+done
+check "1f1b bubble 3/11" has '"bubble_fraction": 0.2727'
+check "simulate trace and svg" "$bin" simulate --schedule zb-h1 --stages 4 --microbatches 8 --uniform 1,2,1 \
+  --trace "$tmp/t.json" --svg "$tmp/g.svg"
+check "trace written" test -s "$tmp/t.json"
+check "svg written" grep -q "<svg" "$tmp/g.svg"
+refuses "uniform arity" "--uniform" "$bin" simulate --schedule 1f1b --stages 2 --microbatches 2 --uniform 1
+refuses "neither input" "either" "$bin" simulate --schedule 1f1b --stages 2
+
+# simulate: the worked example
+ex="$src/examples/transformer"
+check "simulate example" "$bin" simulate --graph "$ex/graph.json" --cluster "$ex/cluster.json" --plan "$ex/plan.json"
+check "example report" has "iteration time"
+sed 's/"layers"/"layerz"/' "$ex/plan.json" >"$tmp/bad_plan.json"
+refuses "malformed plan" "bad_plan.json" "$bin" simulate --graph "$ex/graph.json" --cluster "$ex/cluster.json" --plan "$tmp/bad_plan.json"
+echo '{"format": ' >"$tmp/broken.json"
+refuses "broken json" "broken.json" "$bin" simulate --graph "$tmp/broken.json" --cluster "$ex/cluster.json" --plan "$ex/plan.json"
+
+echo "cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

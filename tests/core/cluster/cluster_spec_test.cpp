@@ -1,0 +1,202 @@
+// ClusterSpec: JSON form and shorthands, validation, routes through the hierarchy and
+// explicit links, and the contention ports they occupy.
+#include "pipetrain/cluster/cluster_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace pipetrain::cluster {
+namespace {
+
+using json_io::Json;
+
+template <typename F>
+void expectError(F f, const std::vector<std::string>& words) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning " << words.front();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
+  }
+}
+
+// Two nodes of four GPUs: NVLink-like inside a node, a NIC per node between them.
+Json twoNodesJson() {
+  return Json::parse(R"({
+    "format": "pipetrain.cluster", "version": 1,
+    "devices": [{"count": 8, "name_prefix": "gpu", "kind": "gpu", "speed": 2.0, "memory_bytes": 1000}],
+    "levels": [{"name": "node", "group_size": 4, "bandwidth": 100.0, "latency": 1.0},
+               {"name": "rack", "group_size": 8, "bandwidth": 10.0, "latency": 2.0}]
+  })");
+}
+
+TEST(ClusterSpec, DeviceShorthandExpands) {
+  const ClusterSpec c = ClusterSpec::fromJson(twoNodesJson(), "c.json");
+  ASSERT_EQ(c.size(), 8);
+  EXPECT_EQ(c.device(0).name, "gpu0");
+  EXPECT_EQ(c.device(7).name, "gpu7");
+  EXPECT_EQ(c.indexOf("gpu5"), 5);
+  EXPECT_EQ(c.indexOf("gpu8"), -1);
+  EXPECT_EQ(c.device(3).kind, "gpu");
+  EXPECT_DOUBLE_EQ(c.device(3).speed, 2.0);
+  EXPECT_EQ(c.device(3).memory_bytes, 1000);
+}
+
+TEST(ClusterSpec, ExplicitDevicesDefaultsAndRoundTripWithInfiniteBandwidth) {
+  const Json j = Json::parse(R"({
+    "format": "pipetrain.cluster", "version": 1,
+    "devices": [{"name": "a", "memory_bytes": 5}, {"name": "b", "kind": "fpga", "speed": 0.5, "memory_bytes": 6}],
+    "levels": [{"name": "board", "group_size": 2, "bandwidth": "inf", "latency": 0}],
+    "links": [{"a": "a", "b": "b", "bandwidth": 3.0, "latency": 0.5}]
+  })");
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  EXPECT_EQ(c.device(0).kind, "cpu");
+  EXPECT_DOUBLE_EQ(c.device(0).speed, 1.0);
+  EXPECT_TRUE(std::isinf(c.levels()[0].bandwidth));
+  const Json written = c.toJson();
+  EXPECT_EQ(written["levels"][0]["bandwidth"], "inf");
+  EXPECT_EQ(ClusterSpec::fromJson(written, "written").toJson(), written);
+}
+
+TEST(ClusterSpec, SameDeviceIsFree) {
+  const ClusterSpec c = ClusterSpec::fromJson(twoNodesJson(), "c.json");
+  const Route r = c.route(2, 2);
+  EXPECT_TRUE(std::isinf(r.bandwidth));
+  EXPECT_EQ(r.latency, 0);
+  EXPECT_EQ(r.send_port, -1);
+  EXPECT_EQ(r.recv_port, -1);
+}
+
+TEST(ClusterSpec, RoutesUseTheInnermostSharedLevel) {
+  const ClusterSpec c = ClusterSpec::fromJson(twoNodesJson(), "c.json");
+  const Route inside = c.route(0, 1);
+  EXPECT_DOUBLE_EQ(inside.bandwidth, 100.0);
+  EXPECT_DOUBLE_EQ(inside.latency, 1.0);
+  const Route across = c.route(1, 6);
+  EXPECT_DOUBLE_EQ(across.bandwidth, 10.0);
+  EXPECT_DOUBLE_EQ(across.latency, 2.0);
+}
+
+TEST(ClusterSpec, DevicesOfANodeShareItsNicButNotTheirOwnPorts) {
+  const ClusterSpec c = ClusterSpec::fromJson(twoNodesJson(), "c.json");
+  // Inside a node every device has its own ports, per direction.
+  EXPECT_NE(c.route(0, 1).send_port, c.route(2, 3).send_port);
+  EXPECT_EQ(c.route(0, 1).send_port, c.route(0, 2).send_port);
+  EXPECT_NE(c.route(0, 1).send_port, c.route(1, 0).recv_port);  // out and in are separate
+  EXPECT_EQ(c.route(0, 1).recv_port, c.route(2, 1).recv_port);
+  // Across nodes, all of node 0's GPUs send through one port and node 1's receive on one.
+  EXPECT_EQ(c.route(0, 5).send_port, c.route(3, 7).send_port);
+  EXPECT_EQ(c.route(0, 5).recv_port, c.route(2, 4).recv_port);
+  EXPECT_NE(c.route(0, 5).send_port, c.route(5, 0).send_port);
+  // The NIC is not the device's intra-node port.
+  EXPECT_NE(c.route(0, 5).send_port, c.route(0, 1).send_port);
+}
+
+TEST(ClusterSpec, PortsAreDense) {
+  const ClusterSpec c = ClusterSpec::fromJson(twoNodesJson(), "c.json");
+  std::set<int> ports;
+  for (int a = 0; a < c.size(); ++a)
+    for (int b = 0; b < c.size(); ++b)
+      if (a != b) {
+        const Route r = c.route(a, b);
+        ports.insert(r.send_port);
+        ports.insert(r.recv_port);
+      }
+  // 8 devices x 2 directions inside nodes, 2 nodes x 2 directions between them.
+  EXPECT_EQ(c.numPorts(), 20);
+  EXPECT_EQ(static_cast<int>(ports.size()), c.numPorts());
+  EXPECT_EQ(*ports.begin(), 0);
+  EXPECT_EQ(*ports.rbegin(), c.numPorts() - 1);
+}
+
+TEST(ClusterSpec, TopLevelJoinsItsGroups) {
+  // One level of groups of 4 over 8 devices: groups talk over that level too.
+  Json j = twoNodesJson();
+  j["levels"].erase(1);
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  const Route r = c.route(1, 6);
+  EXPECT_DOUBLE_EQ(r.bandwidth, 100.0);
+  EXPECT_EQ(r.send_port, c.route(1, 2).send_port);
+}
+
+TEST(ClusterSpec, ExplicitLinkOverridesTheHierarchy) {
+  Json j = twoNodesJson();
+  j["links"] = Json::parse(R"([{"a": "gpu3", "b": "gpu4", "bandwidth": 50.0, "latency": 0.1}])");
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  const Route there = c.route(3, 4), back = c.route(4, 3);
+  EXPECT_DOUBLE_EQ(there.bandwidth, 50.0);
+  EXPECT_DOUBLE_EQ(there.latency, 0.1);
+  EXPECT_EQ(there.send_port, there.recv_port);  // one port per direction
+  EXPECT_NE(there.send_port, back.send_port);
+  EXPECT_NE(there.send_port, c.route(0, 4).send_port);  // not the NIC
+  EXPECT_DOUBLE_EQ(c.route(2, 4).bandwidth, 10.0);       // other pairs keep the hierarchy
+  EXPECT_EQ(c.numPorts(), 22);
+}
+
+TEST(ClusterSpec, WithoutLevelsOnlyLinkedPairsHaveRoutes) {
+  const ClusterSpec c({{"a", "fpga", 1.0, 10}, {"b", "fpga", 1.0, 10}, {"c", "fpga", 1.0, 10}}, {},
+                      {{"a", "b", 5.0, 0.0}});
+  EXPECT_DOUBLE_EQ(c.route(1, 0).bandwidth, 5.0);
+  expectError([&] { c.route(0, 2); }, {"'a'", "'c'"});
+  const ClusterSpec single({{"solo", "cpu", 1.0, 10}}, {}, {});
+  EXPECT_TRUE(std::isinf(single.route(0, 0).bandwidth));
+}
+
+TEST(ClusterSpec, Uniform) {
+  const ClusterSpec c = ClusterSpec::uniform(3, 77, 9.0, 0.25);
+  ASSERT_EQ(c.size(), 3);
+  EXPECT_EQ(c.device(2).name, "dev2");
+  EXPECT_EQ(c.device(2).kind, "cpu");
+  EXPECT_EQ(c.device(2).memory_bytes, 77);
+  ASSERT_EQ(c.levels().size(), 1u);
+  EXPECT_EQ(c.levels()[0].name, "network");
+  EXPECT_DOUBLE_EQ(c.route(0, 2).bandwidth, 9.0);
+  EXPECT_DOUBLE_EQ(c.route(0, 2).latency, 0.25);
+  const ClusterSpec free = ClusterSpec::uniform(2, 1, std::numeric_limits<double>::infinity(), 0.0);
+  EXPECT_TRUE(std::isinf(free.route(0, 1).bandwidth));
+  EXPECT_EQ(free.toJson()["levels"][0]["bandwidth"], "inf");
+}
+
+TEST(ClusterSpec, RejectsInconsistentSpecs) {
+  const std::vector<Device> two = {{"a", "cpu", 1.0, 1}, {"b", "cpu", 1.0, 1}};
+  expectError([] { ClusterSpec({{"a", "cpu", 1.0, 1}, {"a", "cpu", 1.0, 1}}, {}, {}, "c.json"); },
+              {"c.json", "'a'", "twice"});
+  expectError([&] { ClusterSpec(two, {{"node", 4, 1.0, 0.0}, {"rack", 6, 1.0, 0.0}}, {}, "c.json"); },
+              {"c.json", "'rack'", "group_size 6", "'node'"});
+  expectError([&] { ClusterSpec(two, {{"node", 4, 1.0, 0.0}, {"rack", 4, 1.0, 0.0}}, {}, "c.json"); },
+              {"c.json", "'rack'"});
+  expectError([&] { ClusterSpec(two, {{"node", 2, 0.0, 0.0}}, {}, "c.json"); }, {"c.json", "'node'", "bandwidth"});
+  expectError([&] { ClusterSpec(two, {}, {{"a", "z", 1.0, 0.0}}, "c.json"); }, {"c.json", "'z'"});
+  expectError([&] { ClusterSpec(two, {}, {{"a", "b", 1.0, 0.0}, {"b", "a", 1.0, 0.0}}, "c.json"); },
+              {"c.json", "'a'", "'b'", "twice"});
+  expectError([] { ClusterSpec({{"a", "cpu", 0.0, 1}}, {}, {}, "c.json"); }, {"c.json", "'a'", "speed"});
+  expectError([] { ClusterSpec({}, {}, {}, "c.json"); }, {"c.json", "no devices"});
+}
+
+TEST(ClusterSpec, RejectsWrongHeaderTyposAndBadValues) {
+  Json j = twoNodesJson();
+  j["version"] = 7;
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "version 7"});
+  j = twoNodesJson();
+  j["format"] = "pipetrain.layer_graph";
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "pipetrain.cluster"});
+  j = twoNodesJson();
+  j["devices"] = Json::parse(R"([{"name": "x", "memroy_bytes": 4}])");
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "devices[0]", "memroy_bytes"});
+  j = twoNodesJson();
+  j["levels"][1]["bandwidth"] = "infinite";
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "levels[1].bandwidth", "\"inf\""});
+  j = twoNodesJson();
+  j["devices"][0]["count"] = 0;
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "devices[0].count"});
+  j = twoNodesJson();
+  j["devices"][0]["name"] = "gpu";  // the shorthand takes a prefix, not a name
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "devices[0]", "\"name\""});
+}
+
+}  // namespace
+}  // namespace pipetrain::cluster

@@ -1,0 +1,175 @@
+// LayerGraph: JSON form, defaults and shorthands, validation messages, topological order.
+#include "pipetrain/graph/layer_graph.h"
+
+#include <gtest/gtest.h>
+
+namespace pipetrain::graph {
+namespace {
+
+using json_io::Json;
+
+// Runs `f`, which must throw Error, and checks that the message names every key word.
+template <typename F>
+void expectError(F f, const std::vector<std::string>& words) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning " << words.front();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
+  }
+}
+
+Json layerJson(const std::string& name) {
+  return Json{{"name", name},
+              {"forward_seconds", 1.0},
+              {"backward_input_seconds", 1.0},
+              {"backward_weight_seconds", 0.5},
+              {"output_bytes", 100},
+              {"param_bytes", 10}};
+}
+
+Json graphJson(std::vector<Json> layers) {
+  return Json{{"format", "pipetrain.layer_graph"}, {"version", 1}, {"batch_size", 4}, {"layers", layers}};
+}
+
+Json withInputs(Json layer, std::vector<std::string> inputs) {
+  layer["inputs"] = inputs;
+  return layer;
+}
+
+TEST(LayerGraph, ChainShorthandAndDefaults) {
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), layerJson("b"), layerJson("c")}), "g.json");
+  ASSERT_EQ(g.size(), 3);
+  EXPECT_EQ(g.batchSize(), 4);
+  EXPECT_TRUE(g.layer(0).inputs.empty());
+  EXPECT_EQ(g.layer(1).inputs, std::vector<std::string>{"a"});
+  EXPECT_EQ(g.layer(2).inputs, std::vector<std::string>{"b"});
+  EXPECT_TRUE(g.isChain());
+  EXPECT_EQ(g.layer(0).kind, "layer");
+  EXPECT_EQ(g.layer(0).saved_activation_bytes, 100);  // defaults to output_bytes
+  EXPECT_EQ(g.layer(0).optimizer_state_bytes, 20);    // Adam: 2 x param_bytes
+  EXPECT_DOUBLE_EQ(g.layer(0).backwardSeconds(), 1.5);
+}
+
+TEST(LayerGraph, BackwardSecondsIsSplitByWhetherTheLayerHasWeights) {
+  Json with_params = layerJson("a"), no_params = layerJson("b");
+  for (Json* l : {&with_params, &no_params}) {
+    l->erase("backward_input_seconds");
+    l->erase("backward_weight_seconds");
+    (*l)["backward_seconds"] = 3.0;
+  }
+  no_params["param_bytes"] = 0;
+  const LayerGraph g = LayerGraph::fromJson(graphJson({with_params, no_params}), "g.json");
+  EXPECT_DOUBLE_EQ(g.layer(0).backward_input_seconds, 1.5);
+  EXPECT_DOUBLE_EQ(g.layer(0).backward_weight_seconds, 1.5);
+  EXPECT_DOUBLE_EQ(g.layer(1).backward_input_seconds, 3.0);
+  EXPECT_DOUBLE_EQ(g.layer(1).backward_weight_seconds, 0.0);
+}
+
+TEST(LayerGraph, BackwardFormsAreExclusiveAndOneIsRequired) {
+  Json both = layerJson("a");
+  both["backward_seconds"] = 2.0;
+  expectError([&] { LayerGraph::fromJson(graphJson({both}), "g.json"); }, {"g.json", "layers[0]", "not both"});
+  Json none = layerJson("a");
+  none.erase("backward_weight_seconds");
+  expectError([&] { LayerGraph::fromJson(graphJson({none}), "g.json"); }, {"g.json", "backward_weight_seconds"});
+}
+
+TEST(LayerGraph, JsonRoundTripIsExplicitAndLossless) {
+  Json l = layerJson("b");
+  l["kind"] = "conv";
+  l["saved_activation_bytes"] = 7;
+  l["optimizer_state_bytes"] = 0;
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), l}), "g.json");
+  const Json written = g.toJson();
+  EXPECT_EQ(written["layers"][1]["inputs"], Json::array({"a"}));
+  EXPECT_EQ(written["layers"][0]["inputs"], Json::array());
+  const LayerGraph back = LayerGraph::fromJson(written, "written");
+  EXPECT_EQ(back.toJson(), written);
+  EXPECT_EQ(back.layer(1).kind, "conv");
+  EXPECT_EQ(back.layer(1).saved_activation_bytes, 7);
+  EXPECT_EQ(back.layer(1).optimizer_state_bytes, 0);
+}
+
+TEST(LayerGraph, SortsTopologicallyKeepingTheGivenOrderWherePossible) {
+  // Listed: a, c, b, d with c reading b; the only move needed is b before c.
+  const LayerGraph g = LayerGraph::fromJson(
+      graphJson({withInputs(layerJson("a"), {}), withInputs(layerJson("c"), {"b"}), withInputs(layerJson("b"), {"a"}),
+                 withInputs(layerJson("d"), {"a"})}),
+      "g.json");
+  std::vector<std::string> order;
+  for (const Layer& l : g.layers()) order.push_back(l.name);
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_EQ(g.indexOf("c"), 2);
+  EXPECT_EQ(g.indexOf("nope"), -1);
+  EXPECT_EQ(g.successors(0), (std::vector<int>{1, 3}));
+  EXPECT_EQ(g.predecessors(2), std::vector<int>{1});
+  EXPECT_FALSE(g.isChain());
+}
+
+TEST(LayerGraph, BranchesAndMerges) {
+  const LayerGraph g = LayerGraph::fromJson(
+      graphJson({layerJson("in"), withInputs(layerJson("l"), {"in"}), withInputs(layerJson("r"), {"in"}),
+                 withInputs(layerJson("join"), {"l", "r"})}),
+      "g.json");
+  EXPECT_EQ(g.predecessors(3), (std::vector<int>{1, 2}));
+  EXPECT_EQ(g.successors(0), (std::vector<int>{1, 2}));
+  EXPECT_FALSE(g.isChain());
+}
+
+TEST(LayerGraph, RejectsCyclesNamingALayerOnTheCycle) {
+  expectError(
+      [] {
+        LayerGraph::fromJson(graphJson({withInputs(layerJson("x"), {}), withInputs(layerJson("a"), {"c"}),
+                                        withInputs(layerJson("b"), {"a"}), withInputs(layerJson("c"), {"b"})}),
+                             "g.json");
+      },
+      {"g.json", "cycle", "'a' -> 'b' -> 'c' -> 'a'"});
+  expectError([] { LayerGraph::fromJson(graphJson({withInputs(layerJson("s"), {"s"})}), "g.json"); },
+              {"g.json", "cycle", "'s'"});
+}
+
+TEST(LayerGraph, RejectsBadNamesAndInputs) {
+  expectError([] { LayerGraph::fromJson(graphJson({layerJson("a"), withInputs(layerJson("b"), {"zz"})}), "g.json"); },
+              {"g.json", "'b'", "'zz'"});
+  expectError([] { LayerGraph::fromJson(graphJson({layerJson("a"), layerJson("a")}), "g.json"); },
+              {"g.json", "'a'", "twice"});
+  expectError([] { LayerGraph::fromJson(graphJson({layerJson("")}), "g.json"); }, {"g.json", "empty name"});
+  expectError([] { LayerGraph::fromJson(graphJson({}), "g.json"); }, {"g.json", "no layers"});
+  expectError(
+      [] { LayerGraph::fromJson(graphJson({layerJson("a"), withInputs(layerJson("b"), {"a", "a"})}), "g.json"); },
+      {"g.json", "'b'", "'a'", "twice"});
+}
+
+TEST(LayerGraph, RejectsWrongHeaderTyposAndBadNumbers) {
+  Json j = graphJson({layerJson("a")});
+  j["version"] = 2;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "version 2"});
+  j = graphJson({layerJson("a")});
+  j["format"] = "pipetrain.plan";
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "pipetrain.layer_graph"});
+  j = graphJson({layerJson("a")});
+  j["layers"][0]["forward_second"] = 1.0;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "layers[0]", "forward_second"});
+  j = graphJson({layerJson("a")});
+  j["batch_size"] = 0;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "batch_size"});
+  j = graphJson({layerJson("a")});
+  j["layers"][0]["output_bytes"] = -1;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "layers[0].output_bytes"});
+}
+
+TEST(LayerGraph, UniformChain) {
+  const LayerGraph g = LayerGraph::uniformChain(3, 1.0, 2.0, 0.5, 64, 8);
+  ASSERT_EQ(g.size(), 3);
+  EXPECT_TRUE(g.isChain());
+  EXPECT_EQ(g.layer(2).name, "layer2");
+  EXPECT_DOUBLE_EQ(g.layer(1).backwardSeconds(), 2.5);
+  EXPECT_EQ(g.layer(1).saved_activation_bytes, 64);
+  EXPECT_EQ(g.layer(1).optimizer_state_bytes, 16);
+  EXPECT_THROW(LayerGraph::uniformChain(0, 1, 1, 1), Error);
+}
+
+}  // namespace
+}  // namespace pipetrain::graph

@@ -1,0 +1,90 @@
+// The simulator against closed forms: equal stage times, free communication.
+#include <gtest/gtest.h>
+
+#include "pipetrain/sim/evaluate.h"
+
+namespace pipetrain::sim {
+namespace {
+
+Report uniform(const std::string& name, int p, int m, double f, double b, double w = 0, int chunks = 1,
+               int minibatches = 1) {
+  plan::ScheduleOptions options;
+  options.name = name;
+  options.chunks = chunks;
+  auto u = uniformScenario(options, p, m, f, b, w);
+  return evaluatePlan(u.graph, u.cluster, u.plan, minibatches).report;
+}
+
+TEST(ClosedForm, GPipeAndOneFOneBIterationAndBubble) {
+  for (const std::string name : {"gpipe", "1f1b"})
+    for (int p : {1, 2, 4, 8})
+      for (int m : {1, 3, 8, 16}) {
+        SCOPED_TRACE(name + " p=" + std::to_string(p) + " m=" + std::to_string(m));
+        const double tf = 1.0, tb = 2.0;
+        const Report r = uniform(name, p, m, tf, tb);
+        EXPECT_NEAR(r.iteration_time, (m + p - 1) * (tf + tb), 1e-9);
+        EXPECT_NEAR(r.bubble_fraction, (p - 1.0) / (m + p - 1), 1e-9);
+        EXPECT_NEAR(r.throughput, m / r.iteration_time, 1e-9);
+      }
+}
+
+TEST(ClosedForm, PeakActivations) {
+  const int p = 4;
+  for (int m : {2, 8}) {
+    const Report one = uniform("1f1b", p, m, 1, 2);
+    const Report gpipe = uniform("gpipe", p, m, 1, 2);
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(one.ranks[r].peak_activations, std::min(p - r, m));
+      EXPECT_EQ(gpipe.ranks[r].peak_activations, m);
+    }
+  }
+}
+
+TEST(ClosedForm, WeightVersions) {
+  const int p = 4, m = 8;
+  const Report pipedream = uniform("pipedream", p, m, 1, 2);
+  for (int r = 0; r < p; ++r) EXPECT_EQ(pipedream.ranks[r].weight_versions, p - r);
+  for (const auto& rank : uniform("2bw", p, m, 1, 2).ranks) EXPECT_EQ(rank.weight_versions, 2);
+  for (const auto& rank : uniform("pipemare", p, m, 1, 2).ranks) EXPECT_EQ(rank.weight_versions, 1);
+}
+
+TEST(ClosedForm, AsynchronousSchedulesHaveNoSteadyStateBubble) {
+  for (const std::string name : {"pipedream", "2bw", "pipemare"}) {
+    const Report r = uniform(name, 4, 8, 1, 2);
+    EXPECT_NEAR(r.iteration_time, 8 * 3.0, 1e-9) << name;
+    EXPECT_NEAR(r.bubble_fraction, 0.0, 1e-9) << name;
+  }
+}
+
+TEST(ClosedForm, ZeroBubbleH1BeatsOneFOneBWhenWeightGradientsCost) {
+  for (int p : {2, 4, 8}) {
+    const int m = 2 * p;
+    const double tf = 1, tb = 2, tw = 1;  // I = 1
+    const Report zb = uniform("zb-h1", p, m, tf, tb, tw);
+    const Report one = uniform("1f1b", p, m, tf, tb);
+    EXPECT_LT(zb.bubble_fraction, one.bubble_fraction) << "p=" << p;
+    // ZB-H1 paper: bubble (p-1)(T_F + T_I - T_W), a third of 1F1B's when all are equal.
+    EXPECT_NEAR(zb.iteration_time, m * (tf + tb) + (p - 1) * (tf + (tb - tw) - tw), 1e-9) << "p=" << p;
+  }
+  // Without a weight-gradient part there is nothing to defer.
+  EXPECT_NEAR(uniform("zb-h1", 4, 8, 1, 2, 0).iteration_time, uniform("1f1b", 4, 8, 1, 2).iteration_time, 1e-9);
+}
+
+TEST(ClosedForm, InterleavedBubbleShrinksByChunks) {
+  for (int v : {2, 4}) {
+    const int p = 4, m = 8;
+    const double ideal = m * 3.0;
+    const Report r = uniform("interleaved", p, m, 1, 2, 0, v);
+    EXPECT_NEAR((r.iteration_time - ideal) / ideal, (p - 1.0) / (v * m), 1e-9) << "v=" << v;
+  }
+}
+
+TEST(ClosedForm, FlushingSchedulesRepeatExactlyPerMinibatch) {
+  const Report one = uniform("1f1b", 4, 8, 1, 2, 0, 1, 1);
+  const Report three = uniform("1f1b", 4, 8, 1, 2, 0, 1, 3);
+  EXPECT_NEAR(one.iteration_time, three.iteration_time, 1e-9);
+  EXPECT_NEAR(three.makespan, 3 * one.makespan, 1e-9);
+}
+
+}  // namespace
+}  // namespace pipetrain::sim

@@ -1,0 +1,77 @@
+// The simulator's handling of communication, contention, replicas and scale.
+#include "pipetrain/sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include "pipetrain/schedule/program_check.h"
+#include "pipetrain/sim/evaluate.h"
+
+namespace pipetrain::sim {
+namespace {
+
+struct Scenario {
+  graph::LayerGraph graph;
+  cluster::ClusterSpec cluster;
+  plan::Plan plan;
+};
+
+// Two one-layer stages on two devices over one link; each layer's output is `bytes`.
+Scenario twoStages(const std::string& schedule, int m, double bytes, double bandwidth, double latency,
+                   int replicas_of_first = 1) {
+  Scenario s{graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, static_cast<int64_t>(bytes), 0),
+             cluster::ClusterSpec::uniform(2 + replicas_of_first - 1, int64_t{1} << 40, bandwidth, latency),
+             plan::Plan{}};
+  s.plan.microbatches = m;
+  s.plan.schedule.name = schedule;
+  plan::Stage first{{"layer0"}, {}};
+  for (int k = 0; k < replicas_of_first; ++k) first.devices.push_back(s.cluster.device(k).name);
+  s.plan.stages = {first, {{"layer1"}, {s.cluster.device(replicas_of_first).name}}};
+  return s;
+}
+
+TEST(Simulator, TransfersAddLatencyAndWireTime) {
+  // F0 on rank 0 [0,1]; activation arrives at 1 + c; F and B on rank 1 take 2;
+  // the gradient arrives back at 3 + 2c; B on rank 0 ends at 4 + 2c.
+  const double bytes = 1000, bandwidth = 500, latency = 0.25;  // c = 2.25
+  Scenario s = twoStages("1f1b", 1, bytes, bandwidth, latency);
+  const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+  EXPECT_NEAR(e.report.makespan, 4 + 2 * 2.25, 1e-9);
+  ASSERT_EQ(e.timeline.transfers.size(), 2u);
+  EXPECT_NEAR(e.timeline.transfers[0].end, 1 + 2.25, 1e-9);
+}
+
+TEST(Simulator, MessagesSharingAPortQueue) {
+  // GPipe, m=2: both activations leave rank 0 at t=1 and t=2, each needs 3 s on the wire.
+  Scenario s = twoStages("gpipe", 2, 3000, 1000, 0);
+  const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+  const auto& rank1 = e.timeline.ranks[1];
+  ASSERT_GE(rank1.size(), 2u);
+  EXPECT_NEAR(rank1[0].start, 4, 1e-9);  // first message 1 -> 4
+  EXPECT_NEAR(rank1[1].start, 7, 1e-9);  // second waits for the port: 4 -> 7
+}
+
+TEST(Simulator, ReplicasMeetAtAllReduce) {
+  Scenario s = twoStages("1f1b", 4, 0, 1e9, 0, 2);
+  s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, 4000);  // params to all-reduce
+  const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+  double end0 = -1, end1 = -2;
+  for (const auto& t : e.timeline.ranks[0])
+    if (t.action.type == schedule::ActionType::ALLREDUCE) end0 = t.end;
+  for (const auto& t : e.timeline.ranks[1])
+    if (t.action.type == schedule::ActionType::ALLREDUCE) end1 = t.end;
+  EXPECT_NEAR(end0, end1, 1e-12);
+  const CostModel costs(s.graph, s.cluster, s.plan);
+  EXPECT_NEAR(costs.allreduceSeconds(0), 2.0 * 1 / 2 * 4000 / 1e9, 1e-15);
+}
+
+TEST(Simulator, LargePipelineSimulates) {
+  plan::ScheduleOptions options;
+  auto u = uniformScenario(options, 64, 1024, 1, 2, 0);
+  const CostModel costs(u.graph, u.cluster, u.plan);
+  const schedule::Program program = programForPlan(u.plan, costs, 1);
+  const trace::Timeline t = simulate(program, costs);
+  EXPECT_NEAR(t.makespan(), (1024 + 63) * 3.0, 1e-6);
+}
+
+}  // namespace
+}  // namespace pipetrain::sim

@@ -1,0 +1,264 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "pipetrain/trace/chrome_trace.h"
+#include "pipetrain/trace/svg_gantt.h"
+#include "pipetrain/trace/timeline.h"
+#include "pipetrain/util/json_io.h"
+
+namespace pipetrain::trace {
+namespace {
+
+using schedule::Action;
+using schedule::ActionType;
+
+Action act(ActionType type, int stage, int mb, int version = -1) {
+  Action a;
+  a.type = type;
+  a.stage = stage;
+  a.microbatch = mb;
+  a.version = version;
+  return a;
+}
+
+Action send(ActionType type, int stage, int mb, int peer) {
+  Action a = act(type, stage, mb);
+  a.peer_stage = peer;
+  return a;
+}
+
+// Two ranks, one micro-batch, then an optimizer step and an all-reduce on rank 0.
+// Times in seconds: F on rank 0 [0, 1ms), message [1, 1.5)ms, F on rank 1 [1.5, 2.5)...
+Timeline twoStages() {
+  Timeline t;
+  t.title = "tiny, 2 stages";
+  t.source = "simulated";
+  t.ranks.resize(2);
+  t.ranks[0] = {{act(ActionType::F, 0, 0, 0), 0.000, 0.001},
+                {act(ActionType::B, 0, 0, 0), 0.0045, 0.0065},
+                {act(ActionType::ALLREDUCE, 0, -1), 0.0065, 0.0070},
+                {act(ActionType::STEP, 0, -1, 1), 0.0070, 0.0072}};
+  t.ranks[1] = {{act(ActionType::F, 1, 0, 0), 0.0015, 0.0025}, {act(ActionType::B, 1, 0, 0), 0.0025, 0.0040}};
+  t.transfers = {{send(ActionType::SEND_F, 0, 0, 1), 0, 1, 0.0010, 0.0015, 4096},
+                 {send(ActionType::SEND_B, 1, 0, 0), 1, 0, 0.0040, 0.0045, 4096}};
+  return t;
+}
+
+std::size_t count(const std::string& haystack, const std::string& needle) {
+  std::size_t n = 0;
+  for (std::size_t pos = haystack.find(needle); pos != std::string::npos;
+       pos = haystack.find(needle, pos + needle.size()))
+    ++n;
+  return n;
+}
+
+// ---- Timeline ----------------------------------------------------------------------
+
+TEST(Timeline, MakespanIsTheLastEndOfActionsAndTransfers) {
+  Timeline t = twoStages();
+  EXPECT_DOUBLE_EQ(t.makespan(), 0.0072);
+  t.transfers.push_back({send(ActionType::SEND_F, 0, 1, 1), 0, 1, 0.007, 0.009, 1});
+  EXPECT_DOUBLE_EQ(t.makespan(), 0.009);  // a late message counts too
+  EXPECT_EQ(Timeline{}.makespan(), 0);
+}
+
+TEST(Timeline, BusyCountsComputeAndStepButNotAllreduce) {
+  const Timeline t = twoStages();
+  EXPECT_NEAR(t.busySeconds(0), 0.001 + 0.002 + 0.0002, 1e-12);
+  EXPECT_NEAR(t.busySeconds(1), 0.001 + 0.0015, 1e-12);
+}
+
+// ---- Chrome trace ------------------------------------------------------------------
+
+TEST(ChromeTrace, HasOneCompleteEventPerActionAndTransfer) {
+  const Timeline t = twoStages();
+  const json_io::Json j = toChromeTrace(t);
+  ASSERT_TRUE(j.at("traceEvents").is_array());
+  EXPECT_EQ(j.at("displayTimeUnit"), "ms");
+  EXPECT_EQ(j.at("otherData").at("title"), "tiny, 2 stages");
+  EXPECT_EQ(j.at("otherData").at("source"), "simulated");
+
+  int complete = 0, flows = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") == "X") ++complete;
+    if (e.at("ph") == "s" || e.at("ph") == "f") ++flows;
+  }
+  EXPECT_EQ(complete, 6 + 2);
+  EXPECT_EQ(flows, 2 * 2);
+}
+
+TEST(ChromeTrace, TimesAreMicrosecondsAndNamesAreTheTextForm) {
+  const json_io::Json j = toChromeTrace(twoStages());
+  bool saw_b = false, saw_send = false;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    if (e.at("name") == "0B0v0") {
+      saw_b = true;
+      EXPECT_EQ(e.at("cat"), "B");
+      EXPECT_DOUBLE_EQ(e.at("ts").get<double>(), 4500);
+      EXPECT_DOUBLE_EQ(e.at("dur").get<double>(), 2000);
+      EXPECT_EQ(e.at("pid"), 0);
+      EXPECT_EQ(e.at("tid"), 0);
+      EXPECT_EQ(e.at("args").at("stage"), 0);
+      EXPECT_EQ(e.at("args").at("microbatch"), 0);
+      EXPECT_EQ(e.at("args").at("version"), 0);
+    }
+    if (e.at("name") == "SEND_F 0>1 mb0") {
+      saw_send = true;
+      EXPECT_EQ(e.at("pid"), 0);
+      EXPECT_EQ(e.at("tid"), 1);  // the sender's comm track
+      EXPECT_DOUBLE_EQ(e.at("ts").get<double>(), 1000);
+      EXPECT_DOUBLE_EQ(e.at("dur").get<double>(), 500);
+      EXPECT_EQ(e.at("args").at("to_rank"), 1);
+      EXPECT_EQ(e.at("args").at("bytes"), 4096);
+    }
+  }
+  EXPECT_TRUE(saw_b);
+  EXPECT_TRUE(saw_send);
+}
+
+TEST(ChromeTrace, NamesEveryRankAndItsTwoTracks) {
+  const json_io::Json j = toChromeTrace(twoStages());
+  int processes = 0, compute = 0, comm = 0;
+  for (const auto& e : j.at("traceEvents")) {
+    if (e.at("ph") != "M") continue;
+    if (e.at("name") == "process_name") {
+      EXPECT_EQ(e.at("args").at("name"), "rank " + std::to_string(e.at("pid").get<int>()));
+      ++processes;
+    }
+    if (e.at("name") == "thread_name") {
+      const std::string n = e.at("args").at("name");
+      if (n == "compute") {
+        EXPECT_EQ(e.at("tid"), 0);
+        ++compute;
+      }
+      if (n == "comm") {
+        EXPECT_EQ(e.at("tid"), 1);
+        ++comm;
+      }
+    }
+  }
+  EXPECT_EQ(processes, 2);
+  EXPECT_EQ(compute, 2);
+  EXPECT_EQ(comm, 2);
+}
+
+TEST(ChromeTrace, WrittenFileParsesBack) {
+  const std::string path = ::testing::TempDir() + "pipetrain_trace_test.json";
+  writeChromeTrace(twoStages(), path);
+  const json_io::Json j = json_io::readFile(path);  // throws if not valid JSON
+  EXPECT_EQ(j, toChromeTrace(twoStages()));
+  std::remove(path.c_str());
+}
+
+// ---- SVG Gantt ---------------------------------------------------------------------
+
+TEST(SvgGantt, HasARowPerRankAndABoxPerAction) {
+  const std::string svg = toSvgGantt(twoStages());
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_EQ(count(svg, "<svg"), 1u);
+  EXPECT_EQ(count(svg, "</svg>"), 1u);
+  EXPECT_EQ(count(svg, "class=\"row\""), 2u);
+  EXPECT_NE(svg.find(">rank 0<"), std::string::npos);
+  EXPECT_NE(svg.find(">rank 1<"), std::string::npos);
+  EXPECT_EQ(count(svg, "class=\"box "), 6u);
+  EXPECT_EQ(count(svg, "class=\"transfer\""), 2u);
+  EXPECT_EQ(count(svg, "<g"), count(svg, "</g>"));
+  EXPECT_NE(svg.find("<title>rank 0: 0B0 v0, 4.5\xE2\x80\x93"
+                     "6.5 ms</title>"),
+            std::string::npos)
+      << svg;
+  EXPECT_NE(svg.find("makespan 7.20 ms"), std::string::npos);
+}
+
+TEST(SvgGantt, AxisPicksAUnitAndRoundTicks) {
+  // 7.2 ms over 1200 px: ticks every whole millisecond, 0 to 7.
+  const std::string ms = toSvgGantt(twoStages());
+  EXPECT_NE(ms.find("time (ms)"), std::string::npos);
+  for (int tick = 0; tick <= 7; ++tick)
+    EXPECT_NE(ms.find(">" + std::to_string(tick) + "</text>"), std::string::npos) << tick;
+  EXPECT_EQ(ms.find(">8</text>"), std::string::npos);
+
+  Timeline fast;
+  fast.ranks = {{{act(ActionType::F, 0, 0), 0, 25e-6}}};
+  const std::string us = toSvgGantt(fast);
+  EXPECT_NE(us.find("time (\xC2\xB5s)"), std::string::npos);
+  EXPECT_NE(us.find(">24</text>"), std::string::npos);  // every 2 µs
+  EXPECT_NE(us.find("makespan 25.0 \xC2\xB5s"), std::string::npos);
+}
+
+TEST(SvgGantt, TransfersCanBeLeftOut) {
+  GanttOptions options;
+  options.show_transfers = false;
+  const std::string svg = toSvgGantt(twoStages(), options);
+  EXPECT_EQ(count(svg, "class=\"transfer\""), 0u);
+  EXPECT_EQ(count(svg, "data-type=\"wire-"), 0u);
+}
+
+TEST(SvgGantt, LegendListsOnlyTheTypesThatOccur) {
+  const std::string svg = toSvgGantt(twoStages());
+  for (const char* present : {"F", "B", "STEP", "ALLREDUCE"})
+    EXPECT_EQ(count(svg, std::string("data-type=\"") + present + "\""), 1u) << present;
+  for (const char* absent : {"I", "W", "SEND_F", "RECV_B"})
+    EXPECT_EQ(count(svg, std::string("data-type=\"") + absent + "\""), 0u) << absent;
+}
+
+TEST(SvgGantt, EscapesTextForXml) {
+  Timeline t = twoStages();
+  t.title = "a<b & \"c\"";
+  t.source = "it's";
+  const std::string svg = toSvgGantt(t);
+  EXPECT_NE(svg.find("a&lt;b &amp; &quot;c&quot;"), std::string::npos);
+  EXPECT_NE(svg.find("it&apos;s"), std::string::npos);
+  EXPECT_EQ(svg.find("a<b"), std::string::npos);
+}
+
+TEST(SvgGantt, LabelsOnlyBoxesWideEnoughForThem) {
+  Timeline t = twoStages();
+  GanttOptions narrow;
+  narrow.width = 100;  // 7.2 ms over 100 px: a 1 ms box is ~14 px, room for "0" only
+  const std::string svg = toSvgGantt(t, narrow);
+  EXPECT_EQ(count(svg, ">step<"), 0u);
+  EXPECT_GT(count(svg, "class=\"mb\""), 0u);
+}
+
+TEST(SvgGantt, InterleavedRanksShowTheStage) {
+  Timeline t;
+  t.ranks = {{{act(ActionType::F, 0, 3), 0, 0.01}, {act(ActionType::F, 2, 3), 0.01, 0.02}}};
+  const std::string svg = toSvgGantt(t);
+  EXPECT_NE(svg.find(">0:3<"), std::string::npos);
+  EXPECT_NE(svg.find(">2:3<"), std::string::npos);
+  EXPECT_NE(svg.find("stages 0,2"), std::string::npos);
+}
+
+TEST(SvgGantt, EmptyAndZeroLengthTimelinesStillDraw) {
+  const std::string empty = toSvgGantt(Timeline{});
+  EXPECT_NE(empty.find("</svg>"), std::string::npos);
+  EXPECT_NE(empty.find("makespan 0 s"), std::string::npos);
+
+  Timeline zero;
+  zero.ranks = {{{act(ActionType::F, 0, 0), 0, 0}}, {}};
+  const std::string svg = toSvgGantt(zero);
+  EXPECT_EQ(count(svg, "class=\"box "), 1u);
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+  EXPECT_EQ(svg.find("inf"), std::string::npos);
+}
+
+TEST(SvgGantt, OutputIsDeterministic) { EXPECT_EQ(toSvgGantt(twoStages()), toSvgGantt(twoStages())); }
+
+TEST(SvgGantt, WritesTheFile) {
+  const std::string path = ::testing::TempDir() + "pipetrain_gantt_test.svg";
+  writeSvgGantt(twoStages(), path);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), toSvgGantt(twoStages()));
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace pipetrain::trace
