@@ -1,7 +1,6 @@
 // `pipetrain schedule`: print a generated schedule, or validate a user's CSV schedule.
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "commands.h"
 #include "pipetrain/schedule/passes.h"
@@ -9,6 +8,7 @@
 #include "pipetrain/schedule/program_memory.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
 namespace {
@@ -21,13 +21,6 @@ struct ScheduleArgs {
   bool memory = false;
 };
 
-std::string readText(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 // Communication is noise when reading a schedule; --with-comm shows it.
 schedule::Program withoutComm(schedule::Program p) {
@@ -43,7 +36,7 @@ schedule::Program withoutComm(schedule::Program p) {
 int run(const ScheduleArgs& args) {
   schedule::Program program;
   if (!args.csv_in.empty()) {
-    program = schedule::programFromCsv(readText(args.csv_in), args.csv_in);
+    program = schedule::programFromCsv(text::readFile(args.csv_in), args.csv_in);
   } else {
     if (args.stages < 1) throw Error("--stages must be at least 1 (or give --csv FILE)");
     const int stages = args.spec.name == "interleaved" ? args.stages * args.spec.chunks : args.stages;

@@ -1,10 +1,8 @@
 // `pipetrain simulate`: predict a schedule's timeline and metrics, from a plan or from
 // the synthetic --uniform shortcut; optionally draw it.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 #include "commands.h"
 #include "pipetrain/schedule/passes.h"
@@ -12,6 +10,7 @@
 #include "pipetrain/trace/chrome_trace.h"
 #include "pipetrain/trace/svg_gantt.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
 namespace {
@@ -27,25 +26,7 @@ struct SimulateArgs {
   bool json = false;
 };
 
-std::string readText(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
-std::string humanBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
-  return buf;
-}
 
 void printReport(const sim::Report& r) {
   std::printf("schedule %s: %d stages, %d micro-batches per mini-batch (%lld samples)\n", r.schedule.c_str(),
@@ -56,7 +37,7 @@ void printReport(const sim::Report& r) {
   for (std::size_t i = 0; i < r.ranks.size(); ++i) {
     const auto& rr = r.ranks[i];
     std::printf("%-5zu %-12s %7.1f%% %12.3g %9d %14s\n", i, rr.device.c_str(), 100 * rr.bubble_fraction,
-                rr.peak_activations, rr.weight_versions, humanBytes(rr.peak_memory_bytes).c_str());
+                rr.peak_activations, rr.weight_versions, text::humanBytes(rr.peak_memory_bytes).c_str());
   }
 }
 
@@ -66,8 +47,8 @@ void checkFits(const sim::Report& r, const std::string& origin) {
     const auto& rr = r.ranks[i];
     if (rr.peak_memory_bytes > rr.memory_capacity_bytes)
       throw Error(origin + ": under " + r.schedule + ", rank " + std::to_string(i) + " needs " +
-                  humanBytes(rr.peak_memory_bytes) + " at its peak, but device '" + rr.device + "' has " +
-                  humanBytes(rr.memory_capacity_bytes) + " (fewer micro-batches in flight, more stages, or a "
+                  text::humanBytes(rr.peak_memory_bytes) + " at its peak, but device '" + rr.device + "' has " +
+                  text::humanBytes(rr.memory_capacity_bytes) + " (fewer micro-batches in flight, more stages, or a "
                   "larger device would help)");
   }
 }
@@ -106,7 +87,7 @@ int run(const SimulateArgs& a) {
   sim::Evaluation e;
   if (!a.csv.empty()) {
     const sim::CostModel costs(graph, cluster, plan);
-    e = sim::evaluateProgram(schedule::programFromCsv(readText(a.csv), a.csv, costs.dag()), costs);
+    e = sim::evaluateProgram(schedule::programFromCsv(text::readFile(a.csv), a.csv, costs.dag()), costs);
   } else {
     e = sim::evaluatePlan(graph, cluster, plan, a.minibatches);
   }

@@ -8,10 +8,14 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0 failed=0
 
-check() {  # check NAME COMMAND...: the command must succeed
+check() {  # check NAME COMMAND...: the command must succeed; its stdout is kept in $tmp/out
   local name=$1; shift
   if "$@" >"$tmp/out" 2>"$tmp/err"; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: $name"; cat "$tmp/out" "$tmp/err" | head -20; fi
+}
+expect() {  # expect NAME TEXT: the last checked command printed TEXT
+  if grep -q -- "$2" "$tmp/out"; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: $1: output lacks '$2'"; head -5 "$tmp/out"; fi
 }
 refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on stderr
   local name=$1 text=$2; shift 2
@@ -21,12 +25,11 @@ refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on 
     failed=$((failed + 1)); echo "FAIL: $name: stderr lacks '$text':"; head -5 "$tmp/err"
   else passed=$((passed + 1)); fi
 }
-has() { grep -q -- "$1" "$tmp/out"; }
 
 # schedule: per-rank text form
 check "schedule 1f1b" "$bin" schedule --schedule 1f1b --stages 4 --microbatches 8
-check "schedule prints every rank" bash -c "[ \$(grep -c '^rank ' '$tmp/out') -eq 4 ]"
-check "schedule text form" has "rank 0: 0F0v0 0F1v0 0F2v0 0F3v0 0B0v0"
+[ "$(grep -c '^rank ' "$tmp/out")" -eq 4 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: one line per rank"; }
+expect "schedule text form" "rank 0: 0F0v0 0F1v0 0F2v0 0F3v0 0B0v0"
 for s in gpipe 1f1b pipedream 2bw pipemare zb-h1; do
   check "schedule $s" "$bin" schedule --schedule "$s" --stages 3 --microbatches 6
 done
@@ -44,9 +47,9 @@ refuses "interleaved m" "divisible" "$bin" schedule --schedule interleaved --sta
 check "simulate uniform json" "$bin" simulate --schedule 1f1b --stages 4 --microbatches 8 --uniform 1,2 --json
 for key in '"iteration_time"' '"throughput"' '"bubble_fraction"' '"ranks"' '"peak_activations"' \
            '"weight_versions"' '"peak_memory_bytes"'; do
-  check "json has $key" has "$key"
+  expect "json has $key" "$key"
 done
-check "1f1b bubble 3/11" has '"bubble_fraction": 0.2727'
+expect "1f1b bubble 3/11" '"bubble_fraction": 0.2727'
 check "simulate trace and svg" "$bin" simulate --schedule zb-h1 --stages 4 --microbatches 8 --uniform 1,2,1 \
   --trace "$tmp/t.json" --svg "$tmp/g.svg"
 check "trace written" test -s "$tmp/t.json"
@@ -57,7 +60,7 @@ refuses "neither input" "either" "$bin" simulate --schedule 1f1b --stages 2
 # simulate: the worked example
 ex="$src/examples/transformer"
 check "simulate example" "$bin" simulate --graph "$ex/graph.json" --cluster "$ex/cluster.json" --plan "$ex/plan.json"
-check "example report" has "iteration time"
+expect "example report" "iteration time"
 sed 's/"layers"/"layerz"/' "$ex/plan.json" >"$tmp/bad_plan.json"
 refuses "malformed plan" "bad_plan.json" "$bin" simulate --graph "$ex/graph.json" --cluster "$ex/cluster.json" --plan "$tmp/bad_plan.json"
 echo '{"format": ' >"$tmp/broken.json"

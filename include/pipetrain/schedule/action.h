@@ -46,6 +46,16 @@ struct Action {
   bool operator!=(const Action& o) const { return !(*this == o); }
 };
 
+// Shorthands for building Programs.
+inline Action computeAction(ActionType type, int stage, int microbatch, int version) {
+  return {type, stage, microbatch, version, -1};
+}
+inline Action commAction(ActionType type, int stage, int microbatch, int peer_stage) {
+  return {type, stage, microbatch, -1, peer_stage};
+}
+inline Action stepAction(int stage, int new_version) { return {ActionType::STEP, stage, -1, new_version, -1}; }
+inline Action allReduceAction(int stage) { return {ActionType::ALLREDUCE, stage, -1, -1, -1}; }
+
 std::string toString(const Action& action);
 // Throws Error("cannot parse action \"...\": ...") on malformed text.
 Action parseAction(const std::string& text);

@@ -9,6 +9,7 @@
 #include <queue>
 
 #include "pipetrain/plan/plan.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::plan {
 namespace {
@@ -18,21 +19,6 @@ using graph::LayerGraph;
 std::string quote(const std::string& s) { return "'" + s + "'"; }
 std::string stageName(int s) { return "stage " + std::to_string(s); }
 
-// "12.3 GiB", "512.0 MiB": one decimal is what a user compares against a data sheet.
-std::string humanBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 6) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[40];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
-  return buf;
-}
 
 class Validator {
  public:
@@ -276,8 +262,8 @@ class Validator {
           who += (i == 0 ? " " : i + 1 == stages.size() ? " and " : ", ") + std::to_string(stages[i]);
         who += " need together ";
       }
-      fail(who + humanBytes(total) + " on device " + quote(cluster_.device(d).name) + " which has " +
-           humanBytes(has));
+      fail(who + text::humanBytes(total) + " on device " + quote(cluster_.device(d).name) + " which has " +
+           text::humanBytes(has));
     }
   }
 

@@ -37,23 +37,6 @@ std::vector<int> heightFromSource(const StageDag& dag) {
   return height;
 }
 
-Action compute(ActionType type, int stage, int mb, int version) {
-  Action a;
-  a.type = type;
-  a.stage = stage;
-  a.microbatch = mb;
-  a.version = version;
-  return a;
-}
-
-Action step(int stage, int new_version) {
-  Action a;
-  a.type = ActionType::STEP;
-  a.stage = stage;
-  a.version = new_version;
-  return a;
-}
-
 // The 1F1B order of `n` micro-batches (first..first+n-1) after `warmup` forwards:
 // F x warmup, then (F, B) pairs, then the remaining B. `true` = forward.
 std::vector<std::pair<bool, int>> oneFOneBOrder(int first, int n, int warmup) {
@@ -82,9 +65,9 @@ using StageGenerator = std::function<std::vector<Action>(const Context&, int sta
 std::vector<Action> gpipe(const Context& c, int s) {
   std::vector<Action> out;
   for (int k = 0; k < c.spec.minibatches; ++k) {
-    for (int j = 0; j < c.m(); ++j) out.push_back(compute(ActionType::F, s, k * c.m() + j, k));
-    for (int j = 0; j < c.m(); ++j) out.push_back(compute(ActionType::B, s, k * c.m() + j, k));
-    out.push_back(step(s, k + 1));
+    for (int j = 0; j < c.m(); ++j) out.push_back(computeAction(ActionType::F, s, k * c.m() + j, k));
+    for (int j = 0; j < c.m(); ++j) out.push_back(computeAction(ActionType::B, s, k * c.m() + j, k));
+    out.push_back(stepAction(s, k + 1));
   }
   return out;
 }
@@ -93,8 +76,8 @@ std::vector<Action> oneFOneB(const Context& c, int s) {
   std::vector<Action> out;
   for (int k = 0; k < c.spec.minibatches; ++k) {
     for (auto [fwd, j] : oneFOneBOrder(k * c.m(), c.m(), c.depth[s]))
-      out.push_back(compute(fwd ? ActionType::F : ActionType::B, s, j, k));
-    out.push_back(step(s, k + 1));
+      out.push_back(computeAction(fwd ? ActionType::F : ActionType::B, s, j, k));
+    out.push_back(stepAction(s, k + 1));
   }
   return out;
 }
@@ -110,16 +93,16 @@ std::vector<Action> zeroBubbleH1(const Context& c, int s) {
     int weights_done = 0, inputs_done = 0;
     for (auto [fwd, j] : oneFOneBOrder(first, c.m(), c.depth[s])) {
       if (fwd) {
-        out.push_back(compute(ActionType::F, s, j, k));
+        out.push_back(computeAction(ActionType::F, s, j, k));
         continue;
       }
-      out.push_back(compute(ActionType::I, s, j, k));
+      out.push_back(computeAction(ActionType::I, s, j, k));
       ++inputs_done;
       const int due = inputs_done == c.m() ? c.m() : inputs_done - defer;
       for (; weights_done < due; ++weights_done)
-        out.push_back(compute(ActionType::W, s, first + weights_done, k));
+        out.push_back(computeAction(ActionType::W, s, first + weights_done, k));
     }
-    out.push_back(step(s, k + 1));
+    out.push_back(stepAction(s, k + 1));
   }
   return out;
 }
@@ -135,11 +118,11 @@ std::vector<Action> asyncStream(const Context& c, int s,
   for (auto [fwd, j] : oneFOneBOrder(0, c.total(), c.depth[s])) {
     if (fwd) {
       read[j] = forward_version(j, current);
-      out.push_back(compute(ActionType::F, s, j, read[j]));
+      out.push_back(computeAction(ActionType::F, s, j, read[j]));
       continue;
     }
-    out.push_back(compute(ActionType::B, s, j, stash ? read[j] : current));
-    if (step_every_microbatch || (j + 1) % c.m() == 0) out.push_back(step(s, ++current));
+    out.push_back(computeAction(ActionType::B, s, j, stash ? read[j] : current));
+    if (step_every_microbatch || (j + 1) % c.m() == 0) out.push_back(stepAction(s, ++current));
   }
   return out;
 }
@@ -175,7 +158,7 @@ std::vector<Action> interleavedRank(const Context& c, int r, int p) {
     const int first = mini * m;
     auto emit = [&](bool forward, int k) {
       auto [stage, mb] = chunkOp(k, forward, first);
-      out.push_back(compute(forward ? ActionType::F : ActionType::B, stage, mb, mini));
+      out.push_back(computeAction(forward ? ActionType::F : ActionType::B, stage, mb, mini));
     };
     for (int k = 0; k < warmup; ++k) emit(true, k);
     for (int k = 0; k < total - warmup; ++k) {
@@ -183,7 +166,7 @@ std::vector<Action> interleavedRank(const Context& c, int r, int p) {
       emit(false, k);
     }
     for (int k = total - warmup; k < total; ++k) emit(false, k);
-    for (int chunk = 0; chunk < v; ++chunk) out.push_back(step(chunk * p + r, mini + 1));
+    for (int chunk = 0; chunk < v; ++chunk) out.push_back(stepAction(chunk * p + r, mini + 1));
   }
   return out;
 }

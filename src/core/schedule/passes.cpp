@@ -7,18 +7,6 @@
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::schedule {
-namespace {
-
-Action comm(ActionType type, int stage, int mb, int peer) {
-  Action a;
-  a.type = type;
-  a.stage = stage;
-  a.microbatch = mb;
-  a.peer_stage = peer;
-  return a;
-}
-
-}  // namespace
 
 Program replicate(const Program& program, const std::vector<int>& copies) {
   if (static_cast<int>(copies.size()) != program.numRanks())
@@ -41,12 +29,7 @@ Program replicate(const Program& program, const std::vector<int>& copies) {
     for (int k = 0; k < c; ++k) {
       std::vector<Action> actions;
       for (const Action& a : program.ranks[r]) {
-        if (a.type == ActionType::STEP && c > 1) {
-          Action reduce;
-          reduce.type = ActionType::ALLREDUCE;
-          reduce.stage = a.stage;
-          actions.push_back(reduce);
-        }
+        if (a.type == ActionType::STEP && c > 1) actions.push_back(allReduceAction(a.stage));
         if (a.microbatch < 0 || a.microbatch % c == k) actions.push_back(a);
       }
       out.ranks.push_back(std::move(actions));
@@ -78,11 +61,11 @@ Program lower(const Program& compute_only) {
       const auto& sinks = forward ? compute_only.stage_succs[a.stage] : compute_only.stage_preds[a.stage];
       for (int q : sources)
         if (compute_only.rankOf(q, j) != r)
-          actions.push_back(comm(forward ? ActionType::RECV_F : ActionType::RECV_B, a.stage, j, q));
+          actions.push_back(commAction(forward ? ActionType::RECV_F : ActionType::RECV_B, a.stage, j, q));
       actions.push_back(a);
       for (int t : sinks)
         if (compute_only.rankOf(t, j) != r)
-          actions.push_back(comm(forward ? ActionType::SEND_F : ActionType::SEND_B, a.stage, j, t));
+          actions.push_back(commAction(forward ? ActionType::SEND_F : ActionType::SEND_B, a.stage, j, t));
     }
     out.ranks[r] = std::move(actions);
   }
@@ -156,13 +139,7 @@ Program programFromCsv(const std::string& csv_text, const std::string& origin, c
     setChain(p);
   }
   for (int r = 0; r < p.numRanks(); ++r)
-    for (int s : p.stagesOfRank(r)) {
-      Action a;
-      a.type = ActionType::STEP;
-      a.stage = s;
-      a.version = 1;
-      p.ranks[r].push_back(a);
-    }
+    for (int s : p.stagesOfRank(r)) p.ranks[r].push_back(stepAction(s, 1));
   return lower(p);
 }
 

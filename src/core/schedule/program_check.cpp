@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "pipetrain/util/error.h"
@@ -29,6 +30,13 @@ bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::S
 class Checker {
  public:
   explicit Checker(const Program& p) : p_(p) {}
+
+  // Messages as dense integers, for hashing. REQUIRES: stages and micro-batch in range.
+  uint64_t keyOf(const MessageKey& m) const {
+    const auto [backward, producer, consumer, mb] = m;
+    const uint64_t n = p_.num_stages;
+    return ((static_cast<uint64_t>(backward) * n + producer) * n + consumer) * p_.totalMicrobatches() + mb;
+  }
 
   void run() {
     checkShape();
@@ -69,8 +77,11 @@ class Checker {
   // Everything that does not depend on timing: ranges, ownership, counts, matching.
   void checkStatic() {
     const int n = p_.num_stages, total = p_.totalMicrobatches();
-    std::map<std::tuple<int, int, int>, int> count;  // (type, stage, mb) -> occurrences
-    std::map<MessageKey, std::pair<int, int>> sends, recvs;  // -> (rank, position)
+    // occurrences of each compute type, indexed [type][stage * total + mb]
+    static_assert(static_cast<int>(ActionType::F) == 0 && static_cast<int>(ActionType::W) == 3,
+                  "compute types come first in ActionType");
+    std::vector<std::vector<int>> count(4, std::vector<int>(static_cast<std::size_t>(n) * total, 0));
+    std::unordered_map<uint64_t, std::pair<int, int>> sends, recvs;  // -> (rank, position)
     for (int r = 0; r < p_.numRanks(); ++r) {
       for (int i = 0; i < static_cast<int>(p_.ranks[r].size()); ++i) {
         const Action& a = p_.ranks[r][i];
@@ -87,7 +98,7 @@ class Checker {
           fail(r, i, "this micro-batch of the stage belongs to rank " + std::to_string(p_.rankOf(a.stage, a.microbatch)));
         if (isCompute(a.type)) {
           if (a.version < 0) fail(r, i, "a compute action must name the weight version it reads");
-          ++count[{static_cast<int>(a.type), a.stage, a.microbatch}];
+          ++count[static_cast<int>(a.type)][static_cast<std::size_t>(a.stage) * total + a.microbatch];
           continue;
         }
         // communication
@@ -98,7 +109,7 @@ class Checker {
         if (std::find(succs.begin(), succs.end(), consumer) == succs.end())
           fail(r, i, "stage " + std::to_string(consumer) + " does not consume stage " + std::to_string(producer));
         auto& table = isSend(a.type) ? sends : recvs;
-        const MessageKey key = messageOf(a);
+        const uint64_t key = keyOf(messageOf(a));
         if (table.count(key)) fail(r, i, "duplicate; the same message also appears on rank " + std::to_string(table[key].first));
         table[key] = {r, i};
         const int peer_rank = p_.rankOf(a.peer_stage, mb);
@@ -106,8 +117,7 @@ class Checker {
       }
     }
     auto occurrences = [&](ActionType t, int s, int j) {
-      auto it = count.find({static_cast<int>(t), s, j});
-      return it == count.end() ? 0 : it->second;
+      return count[static_cast<int>(t)][static_cast<std::size_t>(s) * total + j];
     };
     for (int s = 0; s < n; ++s)
       for (int j = 0; j < total; ++j) {
@@ -136,7 +146,7 @@ class Checker {
     auto idx = [total](int s, int j) { return static_cast<std::size_t>(s) * total + j; };
     std::vector<char> forward(n * static_cast<std::size_t>(total)), input_grad(forward.size()), weight_grad(forward.size());
     std::vector<int> f_version(forward.size(), -1), i_version(forward.size(), -1);
-    std::set<MessageKey> sent, received;
+    std::unordered_set<uint64_t> sent, received;
     std::vector<std::vector<int>> latest(p_.numRanks(), std::vector<int>(n, 0));
     // ALLREDUCE rendezvous: (stage, k-th) -> replicas arrived
     std::map<std::pair<int, int>, int> arrived;
@@ -152,13 +162,14 @@ class Checker {
           const int i = pos[r];
           const Action& a = p_.ranks[r][i];
           if (a.type == ActionType::RECV_F || a.type == ActionType::RECV_B) {
-            if (!sent.count(messageOf(a))) break;
-            received.insert(messageOf(a));
+            const uint64_t key = keyOf(messageOf(a));
+            if (!sent.count(key)) break;
+            received.insert(key);
           } else if (isSend(a.type)) {
             const bool backward = a.type == ActionType::SEND_B;
             const std::size_t k = idx(a.stage, a.microbatch);
             if (!(backward ? input_grad[k] : forward[k])) fail(r, i, "sends a result this rank has not computed yet");
-            sent.insert(messageOf(a));
+            sent.insert(keyOf(messageOf(a)));
           } else if (a.type == ActionType::ALLREDUCE) {
             const int k = reduces_done[r][a.stage];
             const int replicas = static_cast<int>(p_.stage_ranks[a.stage].size());
@@ -193,7 +204,7 @@ class Checker {
   template <typename Index>
   void runCompute(int r, int i, const Action& a, int latest, Index idx, std::vector<char>& forward,
                   std::vector<char>& input_grad, std::vector<char>& weight_grad, std::vector<int>& f_version,
-                  std::vector<int>& i_version, const std::set<MessageKey>& received) {
+                  std::vector<int>& i_version, const std::unordered_set<uint64_t>& received) {
     const int s = a.stage, j = a.microbatch;
     const std::size_t k = idx(s, j);
     if (a.version > latest)
@@ -207,7 +218,7 @@ class Checker {
                          ", which this rank computes only later");
       } else {
         const MessageKey key = backward ? MessageKey{true, s, other, j} : MessageKey{false, other, s, j};
-        if (!received.count(key))
+        if (!received.count(keyOf(key)))
           fail(r, i, std::string("needs the ") + (backward ? "gradient" : "activation") + " of stage " +
                          std::to_string(other) + " from rank " + std::to_string(p_.rankOf(other, j)) +
                          ", but no " + (backward ? "RECV_B" : "RECV_F") + " precedes it");

@@ -1,4 +1,5 @@
 #include "pipetrain/trace/svg_gantt.h"
+#include "pipetrain/util/text.h"
 
 #include <algorithm>
 #include <array>
@@ -33,15 +34,6 @@ std::string plural(std::size_t n, const char* noun) {
 
 std::string num(double v) { return axis::compact(v, 2); }
 
-std::string bytesText(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  return axis::fixed(bytes, u == 0 ? 0 : 2) + " " + units[u];
-}
 
 // The action as written in tooltips: "1B3 v0" (text form with the version set apart).
 std::string actionText(schedule::Action a) {
@@ -283,7 +275,7 @@ class GanttWriter {
               std::to_string(tr.to_rank) + ": " + schedule::name(s.type) + " " + std::to_string(s.stage) +
               "&gt;" + std::to_string(s.peer_stage) + " mb" + std::to_string(s.microbatch) + ", " +
               timeText(tr.start) + "\xE2\x80\x93" + timeText(tr.end) + " " + ticks_.unit.symbol;
-      if (tr.bytes > 0) out_ += ", " + bytesText(tr.bytes);
+      if (tr.bytes > 0) out_ += ", " + text::humanBytes(tr.bytes);
       out_ += "</title></rect>\n";
     }
     out_ += "</g>\n";

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../expect_error.h"
+
 #include <cmath>
 #include <limits>
 #include <set>
@@ -13,16 +15,7 @@ namespace {
 
 using json_io::Json;
 
-template <typename F>
-void expectError(F f, const std::vector<std::string>& words) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning " << words.front();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
-  }
-}
+using testing::expectError;
 
 // Two nodes of four GPUs: NVLink-like inside a node, a NIC per node between them.
 Json twoNodesJson() {

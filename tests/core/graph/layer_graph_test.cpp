@@ -3,22 +3,15 @@
 
 #include <gtest/gtest.h>
 
+#include "../expect_error.h"
+
 namespace pipetrain::graph {
 namespace {
 
 using json_io::Json;
 
 // Runs `f`, which must throw Error, and checks that the message names every key word.
-template <typename F>
-void expectError(F f, const std::vector<std::string>& words) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning " << words.front();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
-  }
-}
+using testing::expectError;
 
 Json layerJson(const std::string& name) {
   return Json{{"name", name},

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../expect_error.h"
+
 namespace pipetrain::plan {
 namespace {
 
@@ -11,16 +13,7 @@ using json_io::Json;
 constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kGiB = int64_t{1} << 30;
 
-template <typename F>
-void expectError(F f, const std::vector<std::string>& words) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one mentioning " << words.front();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
-  }
-}
+using testing::expectError;
 
 // A graph from (name, inputs) pairs; every layer outputs `bytes`.
 graph::LayerGraph dag(const std::vector<std::pair<std::string, std::vector<std::string>>>& spec,

@@ -17,18 +17,7 @@ using schedule::Action;
 using schedule::ActionType;
 
 Action act(ActionType type, int stage, int mb, int version = -1) {
-  Action a;
-  a.type = type;
-  a.stage = stage;
-  a.microbatch = mb;
-  a.version = version;
-  return a;
-}
-
-Action send(ActionType type, int stage, int mb, int peer) {
-  Action a = act(type, stage, mb);
-  a.peer_stage = peer;
-  return a;
+  return schedule::computeAction(type, stage, mb, version);
 }
 
 // Two ranks, one micro-batch, then an optimizer step and an all-reduce on rank 0.
@@ -43,8 +32,8 @@ Timeline twoStages() {
                 {act(ActionType::ALLREDUCE, 0, -1), 0.0065, 0.0070},
                 {act(ActionType::STEP, 0, -1, 1), 0.0070, 0.0072}};
   t.ranks[1] = {{act(ActionType::F, 1, 0, 0), 0.0015, 0.0025}, {act(ActionType::B, 1, 0, 0), 0.0025, 0.0040}};
-  t.transfers = {{send(ActionType::SEND_F, 0, 0, 1), 0, 1, 0.0010, 0.0015, 4096},
-                 {send(ActionType::SEND_B, 1, 0, 0), 1, 0, 0.0040, 0.0045, 4096}};
+  t.transfers = {{schedule::commAction(ActionType::SEND_F, 0, 0, 1), 0, 1, 0.0010, 0.0015, 4096},
+                 {schedule::commAction(ActionType::SEND_B, 1, 0, 0), 1, 0, 0.0040, 0.0045, 4096}};
   return t;
 }
 
@@ -61,7 +50,7 @@ std::size_t count(const std::string& haystack, const std::string& needle) {
 TEST(Timeline, MakespanIsTheLastEndOfActionsAndTransfers) {
   Timeline t = twoStages();
   EXPECT_DOUBLE_EQ(t.makespan(), 0.0072);
-  t.transfers.push_back({send(ActionType::SEND_F, 0, 1, 1), 0, 1, 0.007, 0.009, 1});
+  t.transfers.push_back({schedule::commAction(ActionType::SEND_F, 0, 1, 1), 0, 1, 0.007, 0.009, 1});
   EXPECT_DOUBLE_EQ(t.makespan(), 0.009);  // a late message counts too
   EXPECT_EQ(Timeline{}.makespan(), 0);
 }

@@ -1,0 +1,14 @@
+// Small text helpers shared by readers, error messages and reports.
+#pragma once
+
+#include <string>
+
+namespace pipetrain::text {
+
+// The whole file; throws Error("<path>: cannot open file") when it cannot be read.
+std::string readFile(const std::string& path);
+
+// "12.3 GiB", "512.0 MiB", "900 B": one decimal is what a user compares against a data sheet.
+std::string humanBytes(double bytes);
+
+}  // namespace pipetrain::text

@@ -1,0 +1,34 @@
+#include "pipetrain/util/text.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::text {
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::string humanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[40];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%.0f B", bytes);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace pipetrain::text
