@@ -11,7 +11,8 @@ all: build
 
 # Packages the build and the tests need; see README "Dependencies".
 DEBIAN_PACKAGES := cmake ninja-build g++ libtorch-dev libgloo-dev libopenblas0-pthread \
-  nlohmann-json3-dev libcli11-dev zlib1g-dev googletest libgtest-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev zlib1g-dev googletest libgtest-dev libbenchmark-dev \
+  dataset-fashion-mnist fortunes
 
 $(DEPS_STAMP):
 	@./scripts/install-deps.sh $(DEBIAN_PACKAGES)

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
       pipetrain::cli::addScheduleCommand(app),
       pipetrain::cli::addSimulateCommand(app),
       pipetrain::cli::addInfoCommand(app),
+      pipetrain::cli::addTrainCommand(app, std::vector<std::string>(argv, argv + argc)),
   };
 
   try {

@@ -1,0 +1,14 @@
+// Balanced contiguous split of a chain of layers: the simplest partitioner, used by
+// `pipetrain train` when no plan is given (the planners of the next issue replace it).
+#pragma once
+
+#include <vector>
+
+namespace pipetrain::plan {
+
+// Splits `costs` (one per layer, in order) into `parts` non-empty runs minimising the
+// largest run's sum. Returns the `parts + 1` boundaries: run i is [b[i], b[i+1]).
+// Throws Error when there are fewer layers than parts.
+std::vector<int> balancedChainSplit(const std::vector<double>& costs, int parts);
+
+}  // namespace pipetrain::plan

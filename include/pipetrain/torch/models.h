@@ -1,0 +1,64 @@
+// The model zoo. Every model is a chain of named layers (a ResNet's residual blocks and
+// a transformer's blocks are single layers), so a pipeline stage is simply a run of
+// consecutive layers, and the model's LayerGraph has one node per layer.
+//
+// Building is deterministic: the same name, config and seed give bitwise-identical
+// parameters in every process, which is how each rank builds only its stage and still
+// matches single-process training exactly.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "pipetrain/graph/layer_graph.h"
+
+namespace pipetrain::models {
+
+// What a model consumes and how its loss is taken.
+enum class InputKind { kImage, kFeatures, kTokens };
+
+struct InputSpec {
+  InputKind kind = InputKind::kImage;
+  std::vector<int64_t> sample_shape;  // per sample, e.g. {1, 28, 28}, {784}, {context}
+  int64_t num_classes = 10;           // classes, or the vocabulary for tokens
+};
+
+struct Layer {
+  std::string name;                   // "conv1", "block3", "head"
+  std::string kind;                   // "conv", "linear", "residual", "transformer_block", ...
+  torch::nn::AnyModule module;        // Tensor -> Tensor
+};
+
+struct Model {
+  std::string name;
+  InputSpec input;
+  std::vector<Layer> layers;          // in execution order
+
+  // One node per layer, chain edges, parameter bytes (fp32) and output bytes per sample
+  // measured by a dry forward pass of one sample; times are zero until profiled.
+  graph::LayerGraph layerGraph() const;
+  // Parameters of layers [first, last) in order.
+  std::vector<torch::Tensor> parameters(int first, int last) const;
+};
+
+// Integer options with defaults per model ("layers", "width", "heads", "context",
+// "channels", "image_size", "hidden", "classes", ...). Unknown keys are an Error
+// listing the known ones.
+using ModelConfig = std::map<std::string, int64_t>;
+
+// Known names: fmnist-cnn, mlp, vgg16, resnet50, gpt.
+const std::vector<std::string>& modelNames();
+Model buildModel(const std::string& name, const ModelConfig& config = {}, uint64_t seed = 0);
+
+// Runs layers [first, last) on `input` (the stage forward pass).
+torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tensor input);
+
+// Mean cross-entropy of `output` against `labels` as the model's loss: over classes for
+// images and features ((N, C) vs (N)), over every position for tokens ((N, T, V) vs (N, T)).
+torch::Tensor lossOf(const Model& model, const torch::Tensor& output, const torch::Tensor& labels);
+
+}  // namespace pipetrain::models

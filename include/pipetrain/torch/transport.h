@@ -1,0 +1,61 @@
+// Transport: how ranks exchange tensors. The runtime talks only to this interface, so
+// tests run whole pipelines in one process (InProcessTransport) and real jobs run over
+// c10d's Gloo process group (GlooTransport) with the same executor code.
+//
+// Messages between two ranks are matched by tag; shapes are known to both sides in
+// advance (from the plan), so only the payload travels. Every wait is bounded: a peer
+// that died or stopped answering turns into an Error naming it, never a hang.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace pipetrain::runtime {
+
+// An operation in flight. wait() returns when it is complete, or throws Error.
+class PendingOp {
+ public:
+  virtual ~PendingOp() = default;
+  virtual void wait() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int worldSize() const = 0;
+
+  // Starts sending `tensor` to rank `to`. The tensor must stay alive until wait().
+  virtual std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) = 0;
+  // Starts receiving into `buffer`, which has the message's shape and dtype.
+  virtual std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) = 0;
+  // Sums each tensor in place over the ranks of `group` (sorted, contains rank()).
+  virtual void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) = 0;
+  // Blocks until every rank has arrived.
+  virtual void barrier() = 0;
+};
+
+// N transports for N ranks that live as threads of one process; for fast tests.
+std::vector<std::unique_ptr<Transport>> makeInProcessGroup(int world_size,
+                                                           std::chrono::milliseconds timeout);
+
+// The rendezvous of torchrun: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE.
+struct Rendezvous {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds timeout{60000};
+  // Reads the variables above from the environment; missing or malformed ones are an
+  // Error naming the variable.
+  static Rendezvous fromEnvironment();
+};
+
+// Gloo over TCP, rendezvous through c10d's TCPStore hosted by rank 0.
+std::unique_ptr<Transport> makeGlooTransport(const Rendezvous& rendezvous);
+
+}  // namespace pipetrain::runtime

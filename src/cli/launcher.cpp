@@ -1,0 +1,162 @@
+#include "launcher.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::cli {
+namespace {
+
+// A port nobody listens on right now, for the rendezvous store.
+int freePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    throw Error("cannot find a free local port for the rendezvous");
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;         // read end of the child's stdout
+  std::string pending;  // partial line
+  bool running = true;
+  RankOutput output;
+};
+
+void stopAll(std::vector<Child>& children) {
+  for (auto& c : children)
+    if (c.running) kill(c.pid, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (auto& c : children) {
+    while (c.running) {
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.running = false;
+      } else if (std::chrono::steady_clock::now() > deadline) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &status, 0);
+        c.running = false;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  }
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+}  // namespace
+
+std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int threads_per_rank,
+                                    const std::function<void(int, const std::string&)>& on_line) {
+  const int port = freePort();
+  std::vector<Child> children(nproc);
+  for (int r = 0; r < nproc; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) throw Error("cannot create a pipe for rank " + std::to_string(r));
+    const pid_t pid = fork();
+    if (pid < 0) throw Error("cannot start rank " + std::to_string(r));
+    if (pid == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      close(fds[1]);
+      const std::string threads = std::to_string(threads_per_rank);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("PIPETRAIN_LAUNCHED", "1", 1);
+      // Ranks share the machine's cores: neither LibTorch nor BLAS may take them all.
+      setenv("OMP_NUM_THREADS", threads.c_str(), 1);
+      setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv("/proc/self/exe", args.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    children[r].pid = pid;
+    children[r].out = fds[0];
+    children[r].output.rank = r;
+  }
+
+  int running = nproc;
+  while (running > 0) {
+    std::vector<pollfd> fds;
+    for (auto& c : children)
+      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
+    if (!fds.empty()) poll(fds.data(), fds.size(), 200);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int r = 0; r < nproc; ++r) {
+      Child& c = children[r];
+      if (c.out >= 0) {
+        pollfd p{c.out, POLLIN, 0};
+        while (poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP))) {
+          char buf[4096];
+          const ssize_t n = read(c.out, buf, sizeof buf);
+          if (n <= 0) {
+            close(c.out);
+            c.out = -1;
+            break;
+          }
+          c.pending.append(buf, n);
+          std::size_t nl;
+          while ((nl = c.pending.find('\n')) != std::string::npos) {
+            const std::string line = c.pending.substr(0, nl);
+            c.pending.erase(0, nl + 1);
+            if (line.rfind("RESULT ", 0) == 0) c.output.result_json = line.substr(7);
+            else on_line(r, line);
+          }
+        }
+      }
+      if (!c.running) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.running = false;
+      --running;
+      if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        stopAll(children);
+        throw Error("rank " + std::to_string(r) + " " + describe(status) + "; stopped the other ranks");
+      }
+    }
+  }
+  std::vector<RankOutput> out;
+  for (auto& c : children) {
+    if (c.out >= 0) {  // drain what is left
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(c.out, buf, sizeof buf)) > 0) c.pending.append(buf, n);
+      close(c.out);
+      if (auto pos = c.pending.find("RESULT "); pos != std::string::npos)
+        c.output.result_json = c.pending.substr(pos + 7, c.pending.find('\n', pos) - pos - 7);
+    }
+    out.push_back(c.output);
+  }
+  return out;
+}
+
+}  // namespace pipetrain::cli

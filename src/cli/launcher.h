@@ -1,0 +1,23 @@
+// The local launcher behind `pipetrain train --nproc N`: starts N copies of this
+// program as ranks (with torchrun's environment variables), relays their progress,
+// and ends the whole job, naming the rank, as soon as any rank fails.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace pipetrain::cli {
+
+struct RankOutput {
+  int rank = 0;
+  std::string result_json;  // the rank's RESULT line, empty if it never printed one
+};
+
+// Runs `argv` (this program's arguments) as `nproc` ranks. `on_line(rank, line)` gets
+// every PROGRESS line. Returns the ranks' outputs if all exit cleanly; otherwise throws
+// Error naming the first rank that failed (after stopping the others).
+std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int threads_per_rank,
+                                    const std::function<void(int, const std::string&)>& on_line);
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,197 @@
+// `pipetrain train`: real pipeline training. Without RANK in the environment it is the
+// launcher (starting --nproc ranks of itself); with RANK set it is one rank, whether
+// started by the launcher or by hand / another launcher (torchrun conventions).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "commands.h"
+#include "launcher.h"
+#include "pipetrain/torch/trainer.h"
+#include "pipetrain/trace/chrome_trace.h"
+#include "pipetrain/trace/svg_gantt.h"
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/json_io.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::cli {
+namespace {
+
+using json_io::Json;
+
+struct TrainArgs {
+  runtime::TrainConfig config;
+  std::vector<std::string> model_options;  // key=value
+  int nproc = 2;
+  int timeout_seconds = 60;
+  std::string trace, svg, summary_json;
+  std::vector<std::string> argv;
+};
+
+models::ModelConfig parseModelOptions(const std::vector<std::string>& options) {
+  models::ModelConfig out;
+  for (const auto& o : options) {
+    const auto eq = o.find('=');
+    char* end = nullptr;
+    const long long v = eq == std::string::npos ? 0 : std::strtoll(o.c_str() + eq + 1, &end, 10);
+    if (eq == std::string::npos || !end || *end != '\0' || eq + 1 == o.size())
+      throw Error("--model-option \"" + o + "\": expected KEY=INTEGER, e.g. layers=8");
+    out[o.substr(0, eq)] = v;
+  }
+  return out;
+}
+
+Json resultToJson(const runtime::RankResult& r) {
+  Json actions = Json::array();
+  for (const auto& a : r.last_step) actions.push_back({schedule::toString(a.action), a.start, a.end});
+  return {{"rank", r.rank},           {"stages", r.stages},
+          {"last_stage", r.last_stage}, {"final_loss", r.final_loss},
+          {"test_accuracy", r.test_accuracy}, {"samples", r.samples},
+          {"train_seconds", r.train_seconds}, {"busy_seconds", r.busy_seconds},
+          {"peak_memory_bytes", r.peak_memory_bytes}, {"stage_bounds", r.stage_bounds},
+          {"last_step", actions}};
+}
+
+// One rank: Gloo transport from the environment, progress to stdout.
+int runRank(TrainArgs& a) {
+  runtime::Rendezvous rv = runtime::Rendezvous::fromEnvironment();
+  rv.timeout = std::chrono::seconds(a.timeout_seconds);
+  if (const char* t = std::getenv("OMP_NUM_THREADS"); t && a.config.threads == 0) a.config.threads = std::atoi(t);
+  const bool launched = std::getenv("PIPETRAIN_LAUNCHED") != nullptr;
+  auto transport = runtime::makeGlooTransport(rv);
+  const auto result = runtime::trainRank(a.config, *transport, [&](const runtime::Progress& p) {
+    std::printf("PROGRESS %d %lld %lld %.6f %.3f\n", p.epoch, static_cast<long long>(p.step),
+                static_cast<long long>(p.steps), p.loss, p.samples_per_second);
+    std::fflush(stdout);
+  });
+  if (launched) {
+    std::printf("RESULT %s\n", resultToJson(result).dump().c_str());
+  } else {
+    std::printf("rank %d: stages", result.rank);
+    for (int s : result.stages) std::printf(" %d", s);
+    std::printf(", %lld samples in %.2f s, bubble %.1f%%%s\n", static_cast<long long>(result.samples),
+                result.train_seconds, 100 * (1 - result.busy_seconds / result.train_seconds),
+                result.last_stage ? (", loss " + std::to_string(result.final_loss)).c_str() : "");
+    if (result.test_accuracy >= 0) std::printf("test accuracy %.4f\n", result.test_accuracy);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+void showProgress(const std::string& line, int64_t samples_per_step, bool tty,
+                  std::chrono::steady_clock::time_point& last_plain) {
+  int epoch = 0;
+  long long step = 0, steps = 0;
+  double loss = 0, sps = 0;
+  if (std::sscanf(line.c_str(), "PROGRESS %d %lld %lld %lf %lf", &epoch, &step, &steps, &loss, &sps) != 5) {
+    std::cout << line << "\n";
+    return;
+  }
+  const double eta = sps > 0 ? (steps - step) * samples_per_step / sps : 0;  // this epoch
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "epoch %d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0f s", epoch + 1, step,
+                steps, loss, sps, eta);
+  if (tty) {
+    std::cout << "\r" << buf << "   " << std::flush;
+  } else if (std::chrono::steady_clock::now() - last_plain > std::chrono::seconds(10) || step == steps) {
+    std::cout << buf << "\n";
+    last_plain = std::chrono::steady_clock::now();
+  }
+}
+
+int launch(TrainArgs& a) {
+  runtime::checkConfig(a.config, a.nproc);  // refuse bad numbers before starting anything
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = std::max(1, static_cast<int>(cores) / a.nproc);
+  const bool tty = isatty(STDOUT_FILENO);
+  auto last_plain = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
+  const auto outputs = launchLocal(a.argv, a.nproc, threads, [&](int rank, const std::string& line) {
+    if (rank == a.nproc - 1) showProgress(line, a.config.microbatch_size * a.config.microbatches, tty, last_plain);
+  });
+  if (tty) std::cout << "\n";
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  Json ranks = Json::array();
+  trace::Timeline timeline;
+  timeline.title = a.config.model + ", " + a.config.schedule + ", " + std::to_string(a.nproc) + " ranks, " +
+                   std::to_string(a.config.microbatches) + " micro-batches (last mini-batch)";
+  timeline.source = "measured";
+  double train_seconds = 0, accuracy = -1, loss = 0;
+  int64_t samples = 0;
+  for (const auto& o : outputs) {
+    if (o.result_json.empty()) throw Error("rank " + std::to_string(o.rank) + " ended without reporting a result");
+    const Json r = Json::parse(o.result_json);
+    const double train = r["train_seconds"], busy = r["busy_seconds"];
+    train_seconds = std::max(train_seconds, train);
+    samples = r["samples"];
+    if (r["last_stage"]) {
+      loss = r["final_loss"];
+      accuracy = r["test_accuracy"];
+    }
+    ranks.push_back({{"rank", o.rank}, {"stages", r["stages"]}, {"bubble_fraction", train > 0 ? 1 - busy / train : 0},
+                     {"peak_memory_bytes", r["peak_memory_bytes"]}});
+    std::vector<trace::TimedAction> actions;
+    const double first = r["last_step"].empty() ? 0.0 : r["last_step"][0][1].get<double>();
+    for (const auto& a : r["last_step"])
+      actions.push_back({schedule::parseAction(a[0]), a[1].get<double>() - first, a[2].get<double>() - first});
+    timeline.ranks.push_back(std::move(actions));
+  }
+  Json summary = {{"model", a.config.model}, {"schedule", a.config.schedule}, {"ranks_count", a.nproc},
+                  {"final_loss", loss}, {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
+                  {"wall_seconds", wall}, {"samples", samples}, {"ranks", ranks}};
+  if (accuracy >= 0) summary["test_accuracy"] = accuracy;
+
+  std::printf("trained %s with %s on %d ranks: %lld samples, %.1f samples/s, wall %.1f s\n", a.config.model.c_str(),
+              a.config.schedule.c_str(), a.nproc, static_cast<long long>(samples),
+              summary["throughput"].get<double>(), wall);
+  if (accuracy >= 0) std::printf("test accuracy %.4f, final loss %.4f\n", accuracy, loss);
+  for (const auto& r : ranks)
+    std::printf("rank %d: bubble %.1f%%, peak memory %s\n", r["rank"].get<int>(),
+                100 * r["bubble_fraction"].get<double>(), text::humanBytes(r["peak_memory_bytes"].get<double>()).c_str());
+  if (!a.trace.empty()) trace::writeChromeTrace(timeline, a.trace), std::printf("trace: %s\n", a.trace.c_str());
+  if (!a.svg.empty()) trace::writeSvgGantt(timeline, a.svg), std::printf("gantt: %s\n", a.svg.c_str());
+  if (!a.summary_json.empty()) json_io::writeFile(a.summary_json, summary);
+  return 0;
+}
+
+}  // namespace
+
+Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
+  auto a = std::make_shared<TrainArgs>();
+  a->argv = argv;
+  auto& c = a->config;
+  CLI::App* cmd = app.add_subcommand("train", "Train a model with pipeline parallelism on local or launched ranks");
+  cmd->add_option("--model", c.model, "fmnist-cnn, mlp, vgg16, resnet50, gpt")->capture_default_str();
+  cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)");
+  cmd->add_option("--dataset", c.data.name, "fashion-mnist, fortunes or synthetic")->capture_default_str();
+  cmd->add_option("--nproc", a->nproc, "local ranks to launch (ignored when RANK is set)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--schedule", c.schedule, "gpipe, 1f1b, interleaved, zb-h1")->capture_default_str();
+  cmd->add_option("--chunks", c.chunks, "interleaved: stages per rank")->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches", c.microbatches, "micro-batches per mini-batch")->capture_default_str();
+  cmd->add_option("--microbatch-size", c.microbatch_size, "samples per micro-batch")->capture_default_str();
+  cmd->add_option("--epochs", c.epochs, "epochs")->capture_default_str();
+  cmd->add_option("--max-steps", c.max_steps_per_epoch, "stop each epoch after this many mini-batches");
+  cmd->add_option("--optimizer", c.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
+  cmd->add_option("--lr", c.lr, "learning rate")->capture_default_str();
+  cmd->add_option("--seed", c.seed, "model initialisation and data order")->capture_default_str();
+  cmd->add_option("--stage-bounds", c.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: balanced split)")
+      ->delimiter(',');
+  cmd->add_flag("--no-eval", [a](int64_t) { a->config.evaluate = false; }, "skip test accuracy at epoch ends");
+  cmd->add_option("--timeout", a->timeout_seconds, "seconds before a silent peer ends the job")->capture_default_str();
+  cmd->add_option("--trace", a->trace, "write the last mini-batch's measured Chrome trace");
+  cmd->add_option("--svg", a->svg, "write the last mini-batch's measured Gantt chart");
+  cmd->add_option("--summary-json", a->summary_json, "write the summary as JSON");
+  return {cmd, [a] {
+            a->config.model_config = parseModelOptions(a->model_options);
+            a->config.data.seed = a->config.seed;
+            return std::getenv("RANK") ? runRank(*a) : launch(*a);
+          }};
+}
+
+}  // namespace pipetrain::cli

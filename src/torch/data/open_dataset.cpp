@@ -1,0 +1,42 @@
+// openDataset(): the one entry point, dispatching on the dataset's name, and the
+// helpers every dataset shares.
+#include <sstream>
+
+#include "pipetrain/util/error.h"
+#include "readers.h"
+
+namespace pipetrain::data {
+
+std::string describeInput(const models::InputSpec& input) {
+  std::ostringstream s;
+  switch (input.kind) {
+    case models::InputKind::kImage: s << "image"; break;
+    case models::InputKind::kFeatures: s << "features"; break;
+    case models::InputKind::kTokens: s << "tokens"; break;
+  }
+  s << " (";
+  for (size_t i = 0; i < input.sample_shape.size(); ++i) s << (i ? ", " : "") << input.sample_shape[i];
+  s << "), " << input.num_classes << (input.kind == models::InputKind::kTokens ? " vocabulary" : " classes");
+  return s.str();
+}
+
+void checkIndices(const std::vector<int64_t>& indices, int64_t size, const char* dataset) {
+  for (int64_t i : indices) {
+    if (i < 0 || i >= size) {
+      throw Error(std::string(dataset) + ": sample index " + std::to_string(i) + " is outside [0, " +
+                  std::to_string(size) + ")");
+    }
+  }
+}
+
+std::unique_ptr<Dataset> openDataset(const DataOptions& options, const models::InputSpec& input) {
+  if (options.split != "train" && options.split != "test") {
+    throw Error("data split '" + options.split + "': expected train or test");
+  }
+  if (options.name == "fashion-mnist") return openFashionMnist(options, input);
+  if (options.name == "fortunes") return openFortunes(options, input);
+  if (options.name == "synthetic") return openSynthetic(options, input);
+  throw Error("dataset '" + options.name + "': unknown; known datasets are fashion-mnist, fortunes, synthetic");
+}
+
+}  // namespace pipetrain::data

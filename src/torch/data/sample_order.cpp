@@ -1,0 +1,65 @@
+// The epoch's sample order. Every rank computes it alone, so it must be bit-identical
+// across processes, compilers and standard libraries: std::mt19937_64's output is fixed
+// by the standard, but std::shuffle and std::uniform_int_distribution are not, so the
+// shuffle and the bounded draw are written out here.
+#include <numeric>
+#include <random>
+
+#include "pipetrain/util/error.h"
+#include "readers.h"
+
+namespace pipetrain::data {
+namespace {
+
+// Uniform in [0, bound) without modulo bias: reject the lowest (2^64 mod bound) values
+// so that the accepted range is a whole number of copies of [0, bound).
+uint64_t uniformBelow(std::mt19937_64& rng, uint64_t bound) {
+  const uint64_t threshold = (0 - bound) % bound;  // == 2^64 mod bound
+  for (;;) {
+    const uint64_t r = rng();
+    if (r >= threshold) return r % bound;
+  }
+}
+
+void checkShape(int64_t microbatch_size, int microbatches) {
+  if (microbatch_size < 1 || microbatches < 1) {
+    throw Error("sample order: micro-batch size and micro-batches per mini-batch must be positive, got " +
+                std::to_string(microbatch_size) + " and " + std::to_string(microbatches));
+  }
+}
+
+}  // namespace
+
+SampleOrder::SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch) {
+  if (dataset_size < 0) throw Error("sample order: negative dataset size " + std::to_string(dataset_size));
+  permutation_.resize(static_cast<size_t>(dataset_size));
+  std::iota(permutation_.begin(), permutation_.end(), int64_t{0});
+  // Mixing (seed, epoch) into one word keeps nearby seeds and epochs far apart.
+  std::mt19937_64 rng(mix64(mix64(seed) + static_cast<uint64_t>(epoch)));
+  // Fisher-Yates (Knuth's Algorithm P), from the back.
+  for (size_t i = permutation_.size(); i > 1; --i) {
+    const size_t j = static_cast<size_t>(uniformBelow(rng, i));
+    std::swap(permutation_[i - 1], permutation_[j]);
+  }
+}
+
+int64_t SampleOrder::minibatchesPerEpoch(int64_t microbatch_size, int microbatches) const {
+  checkShape(microbatch_size, microbatches);
+  return static_cast<int64_t>(permutation_.size()) / (microbatch_size * microbatches);
+}
+
+std::vector<int64_t> SampleOrder::microbatch(int64_t minibatch, int microbatch, int64_t microbatch_size,
+                                             int microbatches) const {
+  checkShape(microbatch_size, microbatches);
+  if (minibatch < 0 || minibatch >= minibatchesPerEpoch(microbatch_size, microbatches) || microbatch < 0 ||
+      microbatch >= microbatches) {
+    throw Error("sample order: mini-batch " + std::to_string(minibatch) + ", micro-batch " +
+                std::to_string(microbatch) + " is outside the epoch (" +
+                std::to_string(minibatchesPerEpoch(microbatch_size, microbatches)) + " mini-batches of " +
+                std::to_string(microbatches) + " micro-batches of " + std::to_string(microbatch_size) + ")");
+  }
+  const auto first = permutation_.begin() + (minibatch * microbatches + microbatch) * microbatch_size;
+  return std::vector<int64_t>(first, first + microbatch_size);
+}
+
+}  // namespace pipetrain::data

@@ -1,0 +1,132 @@
+// What every model shares: running a range of layers, the loss, parameters, and the
+// LayerGraph the planner consumes.
+#include <algorithm>
+#include <chrono>
+
+#include "pipetrain/util/error.h"
+#include "zoo.h"
+
+namespace pipetrain::models {
+namespace {
+
+void checkRange(const Model& model, int first, int last) {
+  const int n = static_cast<int>(model.layers.size());
+  if (first < 0 || first > last || last > n) {
+    throw Error("model '" + model.name + "': layer range [" + std::to_string(first) + ", " +
+                std::to_string(last) + ") is not within [0, " + std::to_string(n) + ")");
+  }
+}
+
+// AnyModule::forward is non-const; a copy of the AnyModule shares the module itself
+// (a shallow handle), so calling through it leaves `layer` untouched.
+torch::Tensor runLayer(const Layer& layer, torch::Tensor x) {
+  torch::nn::AnyModule module = layer.module;
+  return module.forward(std::move(x));
+}
+
+// A batch of one sample with constant values: the dry run must not draw from the
+// global generator, or profiling would change what the caller draws next.
+torch::Tensor dryInput(const InputSpec& input) {
+  std::vector<int64_t> shape = {1};
+  shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
+  if (input.kind == InputKind::kTokens) return torch::zeros(shape, torch::kLong);
+  return torch::full(shape, 0.5f);
+}
+
+int64_t paramBytes(const Layer& layer) {
+  int64_t numel = 0;
+  for (const torch::Tensor& p : layer.module.ptr()->parameters()) numel += p.numel();
+  return 4 * numel;  // fp32
+}
+
+// Eval mode for a dry run: batch norm in training mode would update its running
+// statistics (a side effect of merely looking at the model) and refuses a batch of one
+// at 1x1 resolution. Restores each layer's mode on exit, exceptions included.
+class EvalScope {
+ public:
+  explicit EvalScope(const std::vector<Layer>& layers) : layers_(layers) {
+    for (const Layer& layer : layers_) {
+      training_.push_back(layer.module.ptr()->is_training());
+      layer.module.ptr()->eval();
+    }
+  }
+  ~EvalScope() {
+    for (size_t i = 0; i < layers_.size(); ++i) layers_[i].module.ptr()->train(training_[i]);
+  }
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  const std::vector<Layer>& layers_;
+  std::vector<bool> training_;
+};
+
+}  // namespace
+
+torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tensor input) {
+  checkRange(model, first, last);
+  for (int i = first; i < last; ++i) input = runLayer(model.layers[i], std::move(input));
+  return input;
+}
+
+torch::Tensor lossOf(const Model& model, const torch::Tensor& output, const torch::Tensor& labels) {
+  namespace F = torch::nn::functional;
+  if (model.input.kind == InputKind::kTokens) {
+    if (output.dim() != 3 || labels.sizes() != output.sizes().slice(0, 2)) {
+      throw Error("model '" + model.name + "': lossOf wants output (N, T, V) and labels (N, T)");
+    }
+    const int64_t vocab = output.size(2);
+    return F::cross_entropy(output.reshape({-1, vocab}), labels.reshape({-1}));  // (N*T, V) vs (N*T)
+  }
+  if (output.dim() != 2 || labels.dim() != 1 || labels.size(0) != output.size(0)) {
+    throw Error("model '" + model.name + "': lossOf wants output (N, C) and labels (N)");
+  }
+  return F::cross_entropy(output, labels);
+}
+
+std::vector<torch::Tensor> Model::parameters(int first, int last) const {
+  checkRange(*this, first, last);
+  std::vector<torch::Tensor> out;
+  for (int i = first; i < last; ++i) {
+    for (const torch::Tensor& p : layers[i].module.ptr()->parameters()) out.push_back(p);
+  }
+  return out;
+}
+
+graph::LayerGraph Model::layerGraph() const {
+  using Clock = std::chrono::steady_clock;
+  EvalScope eval_scope(layers);
+  torch::NoGradGuard no_grad;
+  torch::Tensor x = dryInput(input);
+  std::vector<graph::Layer> nodes;
+  for (const Layer& layer : layers) {
+    graph::Layer node;
+    node.name = layer.name;
+    node.kind = layer.kind;
+    if (!nodes.empty()) node.inputs = {nodes.back().name};
+    torch::Tensor y = runLayer(layer, x);  // warm-up (allocator, BLAS initialisation)
+    // NOTE(rough-times): the minimum of three forward passes of one sample, and backward
+    // parts guessed as one forward each. Good enough to balance stages before the
+    // profiler measures forward and backward properly at the real micro-batch size.
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto start = Clock::now();
+      y = runLayer(layer, x);
+      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    node.forward_seconds = best;
+    node.backward_input_seconds = best;
+    node.backward_weight_seconds = best;
+    node.output_bytes = y.numel() * static_cast<int64_t>(y.element_size());
+    // A first estimate: autograd keeps each op's inputs, which for a multi-op layer
+    // (a transformer block) is several times its output. The profiler refines this.
+    node.saved_activation_bytes = node.output_bytes;
+    node.param_bytes = paramBytes(layer);
+    node.optimizer_state_bytes = 2 * node.param_bytes;  // Adam's two moments
+    nodes.push_back(std::move(node));
+    x = y;
+  }
+  return graph::LayerGraph(std::move(nodes), 1, "model '" + name + "'");
+}
+
+}  // namespace pipetrain::models

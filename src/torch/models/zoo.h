@@ -1,0 +1,54 @@
+// Internal to the model zoo: the option reader every builder uses and the builders
+// themselves, one per model, registered by name in registry.cpp.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include <torch/torch.h>
+
+#include "pipetrain/torch/models.h"
+
+namespace pipetrain::models::zoo {
+
+// A model's integer options: the caller's config laid over the model's defaults.
+// Construction rejects unknown keys with an Error listing the known ones, so a typo
+// ("widht") never silently falls back to a default.
+class Options {
+ public:
+  Options(std::string model, const ModelConfig& given, ModelConfig defaults);
+
+  int64_t get(const std::string& key) const;
+  // get(key), but an Error naming the key unless value >= min.
+  int64_t atLeast(const std::string& key, int64_t min) const;
+  // An Error naming the model and `message` (e.g. "'width' must be a multiple of 'heads'").
+  [[noreturn]] void fail(const std::string& message) const;
+
+ private:
+  std::string model_;
+  ModelConfig values_;
+};
+
+// A layer whose body is a plain torch::nn::Sequential. AnyModule cannot hold a
+// Sequential directly (its forward() is a template), so this gives it a Tensor -> Tensor
+// forward.
+struct StackImpl : torch::nn::Module {
+  explicit StackImpl(torch::nn::Sequential body) : body(register_module("body", std::move(body))) {}
+  torch::Tensor forward(torch::Tensor x) { return body->forward(x); }
+  torch::nn::Sequential body;
+};
+TORCH_MODULE(Stack);
+
+inline Layer stackLayer(std::string name, std::string kind, torch::nn::Sequential body) {
+  return Layer{std::move(name), std::move(kind), torch::nn::AnyModule(Stack(std::move(body)))};
+}
+
+// Builders. REQUIRES: the caller has seeded the global generator (buildModel does), since
+// parameters are drawn from it in construction order.
+Model buildFmnistCnn(const ModelConfig& config);
+Model buildMlp(const ModelConfig& config);
+Model buildVgg16(const ModelConfig& config);
+Model buildResnet50(const ModelConfig& config);
+Model buildGpt(const ModelConfig& config);
+
+}  // namespace pipetrain::models::zoo

@@ -1,0 +1,134 @@
+// Transport over c10d's ProcessGroupGloo. Rank 0 hosts the TCPStore used for the
+// rendezvous; replica groups get their own process group under a store prefix.
+#include <cstdlib>
+#include <map>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "pipetrain/torch/transport.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::runtime {
+namespace {
+
+int intFromEnv(const char* name, int fallback, bool required) {
+  const char* value = std::getenv(name);
+  if (!value || !*value) {
+    if (required) throw Error(std::string("environment variable ") + name + " is not set");
+    return fallback;
+  }
+  char* end = nullptr;
+  const long v = std::strtol(value, &end, 10);
+  if (*end != '\0' || v < 0 || v > 1 << 30)
+    throw Error(std::string("environment variable ") + name + "=\"" + value + "\" is not a non-negative integer");
+  return static_cast<int>(v);
+}
+
+class GlooOp : public PendingOp {
+ public:
+  GlooOp(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout, std::string what)
+      : work_(std::move(work)), timeout_(timeout), what_(std::move(what)) {}
+  void wait() override {
+    try {
+      work_->wait(timeout_);
+    } catch (const std::exception& e) {
+      // Gloo reports a dead peer as a closed connection and a stuck one as a timeout.
+      throw Error(what_ + " failed: " + e.what());
+    }
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::chrono::milliseconds timeout_;
+  std::string what_;
+};
+
+class GlooTransport : public Transport {
+ public:
+  explicit GlooTransport(const Rendezvous& rv) : rv_(rv) {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(rv.master_port);
+    options.isServer = rv.rank == 0;
+    options.numWorkers = rv.world_size;
+    options.timeout = rv.timeout;
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(rv.master_addr, options);
+    } catch (const std::exception& e) {
+      throw Error("rank " + std::to_string(rv.rank) + ": cannot reach the rendezvous at " + rv.master_addr + ":" +
+                  std::to_string(rv.master_port) + ": " + e.what());
+    }
+    world_ = makeGroup(store_, rv.rank, rv.world_size);
+  }
+
+  int rank() const override { return rv_.rank; }
+  int worldSize() const override { return rv_.world_size; }
+
+  std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override {
+    std::vector<at::Tensor> tensors{tensor.is_contiguous() ? tensor : tensor.contiguous()};
+    return std::make_unique<GlooOp>(world_->send(tensors, to, static_cast<int>(tag)), rv_.timeout,
+                                    "rank " + std::to_string(rv_.rank) + ": send to rank " + std::to_string(to));
+  }
+
+  std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) override {
+    std::vector<at::Tensor> tensors{buffer};
+    return std::make_unique<GlooOp>(world_->recv(tensors, from, static_cast<int>(tag)), rv_.timeout,
+                                    "rank " + std::to_string(rv_.rank) + ": receive from rank " + std::to_string(from));
+  }
+
+  void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
+    if (tensors.empty()) return;
+    auto& pg = groups_[group];
+    if (!pg) {
+      std::string name = "group";
+      int my_index = 0;
+      for (std::size_t i = 0; i < group.size(); ++i) {
+        name += "-" + std::to_string(group[i]);
+        if (group[i] == rv_.rank) my_index = static_cast<int>(i);
+      }
+      pg = makeGroup(c10::make_intrusive<c10d::PrefixStore>(name, store_), my_index, static_cast<int>(group.size()));
+    }
+    std::vector<at::Tensor> list(tensors.begin(), tensors.end());
+    GlooOp(pg->allreduce(list), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": all-reduce").wait();
+  }
+
+  void barrier() override {
+    GlooOp(world_->barrier(), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": barrier").wait();
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> makeGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                       int size) {
+    auto options = c10d::ProcessGroupGloo::Options::create(rv_.timeout);
+    // A single-machine job stays on loopback; otherwise bind this host's own address.
+    const bool local = rv_.master_addr == "127.0.0.1" || rv_.master_addr == "localhost";
+    options->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                     : c10d::ProcessGroupGloo::createDefaultDevice());
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+  }
+
+  Rendezvous rv_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
+  std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroupGloo>> groups_;
+};
+
+}  // namespace
+
+Rendezvous Rendezvous::fromEnvironment() {
+  Rendezvous rv;
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) rv.master_addr = addr;
+  rv.master_port = intFromEnv("MASTER_PORT", rv.master_port, false);
+  rv.rank = intFromEnv("RANK", 0, true);
+  rv.world_size = intFromEnv("WORLD_SIZE", 1, true);
+  if (rv.rank >= rv.world_size)
+    throw Error("RANK=" + std::to_string(rv.rank) + " is not below WORLD_SIZE=" + std::to_string(rv.world_size));
+  return rv;
+}
+
+std::unique_ptr<Transport> makeGlooTransport(const Rendezvous& rendezvous) {
+  return std::make_unique<GlooTransport>(rendezvous);
+}
+
+}  // namespace pipetrain::runtime

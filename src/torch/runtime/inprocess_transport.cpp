@@ -1,0 +1,132 @@
+// Ranks as threads of one process: a shared mailbox keyed by (from, to, tag). Sends
+// copy the tensor, so the sender may reuse it at once; receives copy out.
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "pipetrain/torch/transport.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::runtime {
+namespace {
+
+struct Shared {
+  explicit Shared(int n, std::chrono::milliseconds t) : world_size(n), timeout(t) {}
+  const int world_size;
+  const std::chrono::milliseconds timeout;
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<std::tuple<int, int, uint32_t>, std::vector<torch::Tensor>> mailbox;  // FIFO per key
+  // The k-th all-reduce of a group: contributions by rank, the sum, who has taken it.
+  struct Reduction {
+    std::map<int, std::vector<torch::Tensor>> parts;
+    std::vector<torch::Tensor> sum;
+    bool done = false;
+    std::size_t collected = 0;
+  };
+  std::map<std::pair<std::vector<int>, int>, Reduction> reductions;
+};
+
+class Done : public PendingOp {
+ public:
+  void wait() override {}
+};
+
+class PendingRecv : public PendingOp {
+ public:
+  PendingRecv(std::shared_ptr<Shared> s, torch::Tensor buffer, int from, int to, uint32_t tag)
+      : s_(std::move(s)), buffer_(std::move(buffer)), key_(from, to, tag) {}
+  void wait() override {
+    std::unique_lock<std::mutex> lock(s_->mutex);
+    const bool arrived = s_->changed.wait_for(lock, s_->timeout, [&] {
+      auto it = s_->mailbox.find(key_);
+      return it != s_->mailbox.end() && !it->second.empty();
+    });
+    if (!arrived)
+      throw Error("rank " + std::to_string(std::get<1>(key_)) + ": no message from rank " +
+                  std::to_string(std::get<0>(key_)) + " (tag " + std::to_string(std::get<2>(key_)) + ") within " +
+                  std::to_string(s_->timeout.count()) + " ms");
+    auto& queue = s_->mailbox[key_];
+    torch::Tensor t = queue.front();
+    queue.erase(queue.begin());
+    if (!t.sizes().equals(buffer_.sizes()))
+      throw Error("rank " + std::to_string(std::get<1>(key_)) + ": message from rank " +
+                  std::to_string(std::get<0>(key_)) + " has the wrong shape");
+    buffer_.copy_(t);
+  }
+
+ private:
+  std::shared_ptr<Shared> s_;
+  torch::Tensor buffer_;
+  std::tuple<int, int, uint32_t> key_;
+};
+
+class InProcessTransport : public Transport {
+ public:
+  InProcessTransport(std::shared_ptr<Shared> s, int rank) : s_(std::move(s)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int worldSize() const override { return s_->world_size; }
+
+  std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override {
+    torch::Tensor copy = tensor.detach().clone();
+    {
+      std::lock_guard<std::mutex> lock(s_->mutex);
+      s_->mailbox[{rank_, to, tag}].push_back(copy);
+    }
+    s_->changed.notify_all();
+    return std::make_unique<Done>();
+  }
+
+  std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) override {
+    return std::make_unique<PendingRecv>(s_, std::move(buffer), from, rank_, tag);
+  }
+
+  void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
+    const auto key = std::make_pair(group, reductions_done_[group]++);
+    std::unique_lock<std::mutex> lock(s_->mutex);
+    auto& r = s_->reductions[key];
+    for (const auto& t : tensors) r.parts[rank_].push_back(t.detach().clone());
+    if (r.parts.size() == group.size()) {
+      // Sum in rank order so every rank gets bitwise the same result.
+      r.sum = r.parts.begin()->second;
+      for (auto it = std::next(r.parts.begin()); it != r.parts.end(); ++it)
+        for (std::size_t i = 0; i < r.sum.size(); ++i) r.sum[i] = r.sum[i] + it->second[i];
+      r.done = true;
+      s_->changed.notify_all();
+    }
+    wait(lock, [&] { return r.done; }, "all-reduce");
+    for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(r.sum[i]);
+    if (++r.collected == group.size()) s_->reductions.erase(key);
+  }
+
+  void barrier() override {
+    std::vector<int> all;
+    for (int r = 0; r < s_->world_size; ++r) all.push_back(r);
+    std::vector<torch::Tensor> none;
+    allReduceSum(none, all);
+  }
+
+ private:
+  template <typename Pred>
+  void wait(std::unique_lock<std::mutex>& lock, Pred ready, const char* what) {
+    if (!s_->changed.wait_for(lock, s_->timeout, ready))
+      throw Error("rank " + std::to_string(rank_) + ": " + what + " timed out after " +
+                  std::to_string(s_->timeout.count()) + " ms");
+  }
+
+  std::shared_ptr<Shared> s_;
+  int rank_;
+  std::map<std::vector<int>, int> reductions_done_;  // per group, for matching
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<Transport>> makeInProcessGroup(int world_size, std::chrono::milliseconds timeout) {
+  auto shared = std::make_shared<Shared>(world_size, timeout);
+  std::vector<std::unique_ptr<Transport>> out;
+  for (int r = 0; r < world_size; ++r) out.push_back(std::make_unique<InProcessTransport>(shared, r));
+  return out;
+}
+
+}  // namespace pipetrain::runtime

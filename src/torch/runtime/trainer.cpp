@@ -1,0 +1,217 @@
+#include "pipetrain/torch/trainer.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+
+#include "pipetrain/plan/partition.h"
+#include "pipetrain/schedule/program_check.h"
+#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::runtime {
+namespace {
+
+// Tag for the split rank 0 sends to everyone before training: above every message tag.
+constexpr uint32_t kSplitTag = 0x7ffffff0u;
+
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, std::vector<torch::Tensor> params) {
+  if (c.optimizer == "adam") return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(c.lr));
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(c.lr).momentum(c.momentum));
+}
+
+int64_t peakResidentBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// Rank 0 measures layer costs and splits the chain; the others receive its answer, so a
+// noisy measurement can never give two ranks different splits.
+std::vector<int> agreeOnSplit(const TrainConfig& c, const models::Model& model, int stages, Transport& t) {
+  std::vector<int> bounds = c.stage_bounds;
+  if (bounds.empty() && t.rank() == 0) {
+    const graph::LayerGraph g = model.layerGraph();
+    std::vector<double> costs;
+    for (const auto& l : g.layers()) costs.push_back(l.forward_seconds + l.backwardSeconds());
+    bounds = plan::balancedChainSplit(costs, stages);
+  }
+  if (!c.stage_bounds.empty() || t.worldSize() == 1) return bounds;
+  torch::Tensor wire = torch::zeros({stages + 1}, torch::kLong);
+  if (t.rank() == 0) {
+    for (int i = 0; i <= stages; ++i) wire[i] = bounds[i];
+    for (int r = 1; r < t.worldSize(); ++r) t.send(wire, r, kSplitTag)->wait();
+    return bounds;
+  }
+  t.recv(wire, 0, kSplitTag)->wait();
+  bounds.clear();
+  for (int i = 0; i <= stages; ++i) bounds.push_back(static_cast<int>(wire[i].item<int64_t>()));
+  return bounds;
+}
+
+// Ranks that do not read data still need the dataset's size (for the epoch length):
+// the ranks that hold the dataset contribute its size, the others zero, and the sum is
+// divided by the number of holders.
+int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
+  std::vector<torch::Tensor> v{torch::full({2}, 0, torch::kLong)};
+  if (dataset) {
+    v[0][0] = dataset->size();
+    v[0][1] = 1;
+  }
+  std::vector<int> everyone;
+  for (int r = 0; r < t.worldSize(); ++r) everyone.push_back(r);
+  t.allReduceSum(v, everyone);
+  return v[0][0].item<int64_t>() / v[0][1].item<int64_t>();
+}
+
+// Forward-only pass over the test set, stage by stage in increasing order on every rank
+// (a global order, so no deadlock); the last stage counts correct predictions.
+double evaluate(const TrainConfig& c, models::Model& model, const schedule::Program& program,
+                const std::vector<StageLayers>& stages, const std::vector<std::vector<int64_t>>& shapes,
+                Transport& t) {
+  torch::NoGradGuard no_grad;
+  data::DataOptions options = c.data;
+  options.split = "test";
+  const auto mine = program.stagesOfRank(t.rank());
+  const bool has_first = program.isFirstStage(mine.front());
+  const bool has_last = program.isLastStage(mine.back());
+  std::unique_ptr<data::Dataset> test;
+  if (has_first || has_last) test = data::openDataset(options, model.input);
+  const int64_t b = c.microbatch_size;
+  const int64_t total = agreeOnSize(t, test.get());
+  int64_t correct = 0;
+  for (int64_t start = 0; start < total; start += b) {
+    std::vector<int64_t> idx;
+    for (int64_t i = start; i < start + b; ++i) idx.push_back(std::min(i, total - 1));  // pad the last batch
+    const int slot = static_cast<int>((start / b) % program.microbatches);
+    torch::Tensor x;
+    for (int s : mine) {
+      if (program.isFirstStage(s)) {
+        x = test->get(idx).inputs;
+      } else {
+        const int q = program.stage_preds[s][0];
+        if (program.rankOf(q, 0) != t.rank()) {
+          x = torch::empty(shapes[q]);
+          t.recv(x, program.rankOf(q, 0), messageTag(false, q, s, slot, program.num_stages, program.microbatches))->wait();
+        }
+      }
+      x = models::forwardRange(model, stages[s].first, stages[s].last, x);
+      if (program.isLastStage(s)) {
+        torch::Tensor labels = test->labels(idx);
+        torch::Tensor hits = x.argmax(-1).eq(labels);  // (b) or (b, T)
+        const int64_t valid = std::min<int64_t>(b, total - start);
+        correct += hits.narrow(0, 0, valid).sum().item<int64_t>();
+      } else {
+        const int next = program.stage_succs[s][0];
+        if (program.rankOf(next, 0) != t.rank())
+          t.send(x, program.rankOf(next, 0), messageTag(false, s, next, slot, program.num_stages, program.microbatches))
+              ->wait();
+      }
+    }
+  }
+  if (!has_last) return -1;
+  const int64_t per_sample = model.input.kind == models::InputKind::kTokens ? model.input.sample_shape[0] : 1;
+  return static_cast<double>(correct) / (total * per_sample);
+}
+
+}  // namespace
+
+void checkConfig(const TrainConfig& c, int world_size) {
+  schedule::checkScheduleName(c.schedule);
+  if (schedule::isAsynchronous(c.schedule))
+    throw Error("schedule \"" + c.schedule + "\" is asynchronous; the runtime trains with the synchronous schedules "
+                "(gpipe, 1f1b, interleaved, zb-h1) so far");
+  if (c.microbatches < 1) throw Error("--microbatches must be at least 1");
+  if (c.microbatch_size < 1) throw Error("--microbatch-size must be at least 1");
+  if (c.epochs < 1) throw Error("--epochs must be at least 1");
+  if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
+  if (c.lr <= 0) throw Error("--lr must be positive");
+  const int stages = world_size * (c.schedule == "interleaved" ? c.chunks : 1);
+  if (!c.stage_bounds.empty() && static_cast<int>(c.stage_bounds.size()) != stages + 1)
+    throw Error("the plan has " + std::to_string(c.stage_bounds.size() - 1) + " stages but " +
+                std::to_string(world_size) + " ranks run " + std::to_string(stages));
+  // The schedule must accept these numbers (e.g. interleaved: m divisible by ranks).
+  schedule::ScheduleSpec spec{c.schedule, c.microbatches, 1, c.schedule == "interleaved" ? c.chunks : 1, false};
+  schedule::validate(schedule::buildProgram(spec, schedule::chainDag(stages)));
+}
+
+RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<void(const Progress&)>& on_progress) {
+  checkConfig(c, t.worldSize());
+  if (c.threads > 0) at::set_num_threads(c.threads);
+  const int chunks = c.schedule == "interleaved" ? c.chunks : 1;
+  const int num_stages = t.worldSize() * chunks;
+  models::Model model = models::buildModel(c.model, c.model_config, c.seed);
+  if (!c.stage_bounds.empty() && c.stage_bounds.back() != static_cast<int>(model.layers.size()))
+    throw Error("the plan's stages cover " + std::to_string(c.stage_bounds.back()) + " layers, model \"" + c.model +
+                "\" has " + std::to_string(model.layers.size()));
+
+  schedule::ScheduleSpec spec{c.schedule, c.microbatches, 1, chunks, false};
+  const schedule::Program program = schedule::buildProgram(spec, schedule::chainDag(num_stages));
+  schedule::validate(program);
+
+  RankResult result;
+  result.rank = t.rank();
+  result.stage_bounds = agreeOnSplit(c, model, num_stages, t);
+  std::vector<StageLayers> stages;
+  for (int s = 0; s < num_stages; ++s) stages.push_back({result.stage_bounds[s], result.stage_bounds[s + 1]});
+
+  PipelineExecutor executor(program, t.rank(), model, stages, c.microbatch_size, t,
+                            [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); });
+  result.stages = executor.stagesOfRank();
+  const bool first = program.isFirstStage(result.stages.front());
+  result.last_stage = program.isLastStage(result.stages.back());
+
+  std::unique_ptr<data::Dataset> train;
+  if (first || result.last_stage) train = data::openDataset(c.data, model.input);
+  const int64_t size = agreeOnSize(t, train.get());
+
+  t.barrier();
+  const Clock::time_point origin = Clock::now();
+  for (int epoch = 0; epoch < c.epochs; ++epoch) {
+    const data::SampleOrder order(size, c.seed, epoch);
+    int64_t steps = order.minibatchesPerEpoch(c.microbatch_size, c.microbatches);
+    if (c.max_steps_per_epoch >= 0) steps = std::min(steps, c.max_steps_per_epoch);
+    if (steps == 0) throw Error("the dataset has fewer samples than one mini-batch");
+    for (int64_t k = 0; k < steps; ++k) {
+      auto indices = [&](int j) { return order.microbatch(k, j, c.microbatch_size, c.microbatches); };
+      MicrobatchData feed{[&](int j) { return train->get(indices(j)).inputs; },
+                          [&](int j) { return train->labels(indices(j)); }};
+      const auto start = Clock::now();
+      MinibatchResult r = executor.runMinibatch(feed, origin);
+      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      result.train_seconds += elapsed;
+      for (const auto& a : r.actions) result.busy_seconds += a.end - a.start;
+      result.samples += c.microbatch_size * c.microbatches;
+      if (r.has_loss) result.final_loss = r.loss;
+      result.last_step = std::move(r.actions);
+      if (on_progress)
+        on_progress({epoch, k + 1, steps, result.final_loss, result.samples / std::max(result.train_seconds, 1e-9)});
+    }
+    if (c.evaluate) result.test_accuracy = evaluate(c, model, program, stages, executor.stageOutputShapes(), t);
+  }
+  result.peak_memory_bytes = peakResidentBytes();
+  result.parameters = executor.parameters();
+  return result;
+}
+
+models::Model trainReference(const TrainConfig& c) {
+  models::Model model = models::buildModel(c.model, c.model_config, c.seed);
+  auto optimizer = makeOptimizer(c, model.parameters(0, static_cast<int>(model.layers.size())));
+  auto train = data::openDataset(c.data, model.input);
+  const data::SampleOrder order(train->size(), c.seed, 0);
+  for (int64_t k = 0; k < c.max_steps_per_epoch; ++k) {
+    std::vector<int64_t> idx;
+    for (int j = 0; j < c.microbatches; ++j) {
+      const auto mb = order.microbatch(k, j, c.microbatch_size, c.microbatches);
+      idx.insert(idx.end(), mb.begin(), mb.end());
+    }
+    const data::Batch batch = train->get(idx);
+    optimizer->zero_grad();
+    torch::Tensor out = models::forwardRange(model, 0, static_cast<int>(model.layers.size()), batch.inputs);
+    models::lossOf(model, out, batch.labels).backward();
+    optimizer->step();
+  }
+  return model;
+}
+
+}  // namespace pipetrain::runtime
