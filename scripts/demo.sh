@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make demo`: the worked example. Simulates the 4-stage transformer plan under every
-# schedule, then draws 1F1B and ZB-H1 as Gantt charts and a Perfetto trace.
+# `make demo`: the main job. Simulates the worked example under every schedule, then
+# trains fmnist-cnn on Fashion-MNIST as a 2-stage 1F1B pipeline (two processes over
+# Gloo) and checks the test accuracy.
 set -euo pipefail
 build=${1:-build}
 bin="$build/pipetrain"
@@ -8,6 +9,7 @@ ex=examples/transformer
 out=out/demo
 mkdir -p "$out"
 
+echo "== Simulated: the 12-layer transformer example on 4 GPUs (examples/transformer)"
 "$bin" simulate --graph $ex/graph.json --cluster $ex/cluster.json --plan $ex/plan.json \
   --svg "$out/transformer_1f1b.svg" --trace "$out/transformer_1f1b.trace.json"
 echo
@@ -16,11 +18,23 @@ printf '  %-12s %10s %14s\n' schedule bubble "iteration (s)"
 for s in gpipe 1f1b pipedream 2bw pipemare interleaved zb-h1; do
   extra=""
   [ "$s" = interleaved ] && extra="--chunks 2"
-  json=$("$bin" simulate --schedule $s --stages 4 --microbatches 8 --uniform 1,2,1 $extra --json)
+  json=$("$bin" simulate --schedule $s --stages 4 --microbatches 8 --uniform 1,2,1 $extra --json --svg "$out/$s.svg")
   bubble=$(echo "$json" | grep -m1 '"bubble_fraction"' | sed 's/.*: \([0-9.e-]*\).*/\1/')
   iter=$(echo "$json" | grep -m1 '"iteration_time"' | sed 's/.*: \([0-9.e-]*\).*/\1/')
   printf '  %-12s %10.4f %14.4g\n' "$s" "$bubble" "$iter"
-  "$bin" simulate --schedule $s --stages 4 --microbatches 8 --uniform 1,2,1 $extra --svg "$out/$s.svg" >/dev/null
 done
+
 echo
-echo "Gantt charts: $out/*.svg   Perfetto trace: $out/transformer_1f1b.trace.json"
+echo "== Trained: fmnist-cnn on Fashion-MNIST, 2 stages, 1F1B, 8 micro-batches of 32"
+"$bin" train --model fmnist-cnn --dataset fashion-mnist --nproc 2 --schedule 1f1b \
+  --microbatches 8 --microbatch-size 32 --epochs 2 \
+  --trace "$out/fmnist_1f1b.trace.json" --svg "$out/fmnist_1f1b.svg" --summary-json "$out/fmnist_summary.json"
+accuracy=$(grep -o '"test_accuracy": [0-9.]*' "$out/fmnist_summary.json" | sed 's/.*: //')
+if awk -v a="$accuracy" 'BEGIN { exit !(a >= 0.85) }'; then
+  echo "test accuracy $accuracy >= 0.85: ok"
+else
+  echo "test accuracy $accuracy is below 0.85" >&2
+  exit 1
+fi
+echo
+echo "Pictures: $out/*.svg   Perfetto traces: $out/*.trace.json   Summary: $out/fmnist_summary.json"

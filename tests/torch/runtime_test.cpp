@@ -13,7 +13,7 @@ namespace pipetrain::runtime {
 namespace {
 
 std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks) {
-  auto group = makeInProcessGroup(ranks, std::chrono::seconds(60));
+  auto group = makeInProcessGroup(ranks, std::chrono::seconds(20));
   std::vector<RankResult> results(ranks);
   std::vector<std::exception_ptr> errors(ranks);
   std::vector<std::thread> threads;
@@ -26,8 +26,17 @@ std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks) {
       }
     });
   for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  // Report every rank's error: the first one to fail usually explains the others' timeouts.
+  std::string messages;
+  for (int r = 0; r < ranks; ++r) {
+    if (!errors[r]) continue;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const std::exception& e) {
+      messages += "\n  rank " + std::to_string(r) + ": " + e.what();
+    }
+  }
+  if (!messages.empty()) throw Error("training failed:" + messages);
   return results;
 }
 
@@ -59,7 +68,13 @@ double relativeError(const std::vector<torch::Tensor>& got, const std::vector<to
 }
 
 void expectMatchesReference(const TrainConfig& config, int ranks) {
-  const std::vector<RankResult> results = runInProcess(config, ranks);
+  std::vector<RankResult> results;
+  try {
+    results = runInProcess(config, ranks);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << config.model << " " << config.schedule << " on " << ranks << " ranks: " << e.what();
+    return;
+  }
   models::Model reference = trainReference(config);
   for (const RankResult& r : results) {
     std::vector<torch::Tensor> want;

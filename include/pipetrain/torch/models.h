@@ -33,13 +33,16 @@ struct Layer {
   torch::nn::AnyModule module;        // Tensor -> Tensor
 };
 
+// Copying a Model is shallow: the copy shares the layers' modules and parameters.
 struct Model {
   std::string name;
   InputSpec input;
   std::vector<Layer> layers;          // in execution order
 
   // One node per layer, chain edges, parameter bytes (fp32) and output bytes per sample
-  // measured by a dry forward pass of one sample; times are zero until profiled.
+  // measured by a dry forward pass of one sample (batch_size 1, eval mode, no grad; the
+  // layers' modes, buffers and the global generator are left as they were). Times are a
+  // rough estimate from that pass (backward parts = one forward each) until profiled.
   graph::LayerGraph layerGraph() const;
   // Parameters of layers [first, last) in order.
   std::vector<torch::Tensor> parameters(int first, int last) const;

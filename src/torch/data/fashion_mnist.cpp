@@ -71,9 +71,9 @@ std::unique_ptr<Dataset> openFashionMnist(const DataOptions& options, const Inpu
   if (!fits(input) || input.num_classes != kClasses) {
     throw Error("fashion-mnist serves 28x28 grey images in 10 classes, as image input (1, 28, 28) or "
                 "feature input (784) with 10 classes, but the model takes " + describeInput(input) +
-                ". Use a model built for that input (fmnist-cnn, or mlp with 784 inputs; other image "
-                "models with channels=1, image_size=28, classes=10 where they accept them), "
-                "or the synthetic dataset, which serves any shape.");
+                ". Models that fit: fmnist-cnn and mlp as built, resnet50 with channels=1 and "
+                "image_size=28 (vgg16 needs an image size that is a multiple of 32, so it cannot); "
+                "any of them needs classes=10. Or use the synthetic dataset, which serves any shape.");
   }
   const std::string& dir = options.fashion_mnist_dir;
   if (!fs::is_directory(dir)) throw Error(dir + ": no such directory; " + kInstallHint);

@@ -81,7 +81,7 @@ std::unique_ptr<Dataset> openFortunes(const DataOptions& options, const InputSpe
       input.num_classes != 256) {
     throw Error("fortunes serves byte tokens: the model must take token input (context) with a vocabulary "
                 "of 256, but it takes " + describeInput(input) +
-                ". Use a token model (such as gpt) with a vocabulary of 256, or the synthetic dataset.");
+                ". Use gpt with vocab=256 (its default), or the synthetic dataset.");
   }
   const int64_t context = input.sample_shape[0];
   std::vector<uint8_t> corpus = readCorpus(options.fortunes_dir);

@@ -1,6 +1,7 @@
 // A byte-level, decoder-only transformer (GPT-2 shape, pre-LN), with attention written
 // out in matmuls so every step is visible and runs on LibTorch 1.13.
 #include <cmath>
+#include <limits>
 
 #include "zoo.h"
 

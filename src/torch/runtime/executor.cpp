@@ -120,8 +120,10 @@ struct PipelineExecutor::Impl {
     if (program.isLastStage(s)) return {};
     const int t = program.stage_succs[s][0];
     if (program.rankOf(t, j) == rank) {
-      torch::Tensor g = live.at({t, j}).input_grad;
-      live.erase({t, j});
+      Activation& consumer = live.at({t, j});
+      torch::Tensor g = consumer.input_grad;
+      consumer.input_grad.reset();
+      if (!consumer.output.defined()) live.erase({t, j});  // else its W is still to come
       return g;
     }
     const uint32_t tag = messageTag(true, s, t, j, program.num_stages, program.microbatches);
@@ -175,7 +177,10 @@ struct PipelineExecutor::Impl {
     const int s = a.stage, j = a.microbatch;
     Activation& act = live.at({s, j});
     torch::Tensor payload = a.type == ActionType::SEND_F ? act.output.detach() : act.input_grad;
-    if (a.type == ActionType::SEND_B) live.erase({s, j});
+    if (a.type == ActionType::SEND_B) {
+      act.input_grad.reset();
+      if (!act.output.defined()) live.erase({s, j});  // else W is still to come
+    }
     auto op = transport.send(payload, program.rankOf(a.peer_stage, j), tagOf(a));
     sends.push_back(InFlight{payload, std::move(op)});
   }

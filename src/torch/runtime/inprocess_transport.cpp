@@ -86,7 +86,8 @@ class InProcessTransport : public Transport {
     const auto key = std::make_pair(group, reductions_done_[group]++);
     std::unique_lock<std::mutex> lock(s_->mutex);
     auto& r = s_->reductions[key];
-    for (const auto& t : tensors) r.parts[rank_].push_back(t.detach().clone());
+    auto& mine = r.parts[rank_];  // present even with no tensors (a barrier)
+    for (const auto& t : tensors) mine.push_back(t.detach().clone());
     if (r.parts.size() == group.size()) {
       // Sum in rank order so every rank gets bitwise the same result.
       r.sum = r.parts.begin()->second;

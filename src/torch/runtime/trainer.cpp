@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "pipetrain/plan/partition.h"
 #include "pipetrain/schedule/program_check.h"
@@ -18,6 +19,14 @@ constexpr uint32_t kSplitTag = 0x7ffffff0u;
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, std::vector<torch::Tensor> params) {
   if (c.optimizer == "adam") return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(c.lr));
   return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(c.lr).momentum(c.momentum));
+}
+
+// buildModel seeds LibTorch's global generator and draws from it; ranks that are threads
+// of one process (the in-process transport) must not interleave their draws.
+models::Model buildModelExclusively(const TrainConfig& c) {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  return models::buildModel(c.model, c.model_config, c.seed);
 }
 
 int64_t peakResidentBytes() {
@@ -140,7 +149,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
   if (c.threads > 0) at::set_num_threads(c.threads);
   const int chunks = c.schedule == "interleaved" ? c.chunks : 1;
   const int num_stages = t.worldSize() * chunks;
-  models::Model model = models::buildModel(c.model, c.model_config, c.seed);
+  models::Model model = buildModelExclusively(c);
   if (!c.stage_bounds.empty() && c.stage_bounds.back() != static_cast<int>(model.layers.size()))
     throw Error("the plan's stages cover " + std::to_string(c.stage_bounds.back()) + " layers, model \"" + c.model +
                 "\" has " + std::to_string(model.layers.size()));
@@ -195,7 +204,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
 }
 
 models::Model trainReference(const TrainConfig& c) {
-  models::Model model = models::buildModel(c.model, c.model_config, c.seed);
+  models::Model model = buildModelExclusively(c);
   auto optimizer = makeOptimizer(c, model.parameters(0, static_cast<int>(model.layers.size())));
   auto train = data::openDataset(c.data, model.input);
   const data::SampleOrder order(train->size(), c.seed, 0);
