@@ -26,6 +26,7 @@ using json_io::Json;
 struct TrainArgs {
   runtime::TrainConfig config;
   std::vector<std::string> model_options;  // key=value
+  std::string data_dir;
   int nproc = 2;
   int timeout_seconds = 60;
   std::string trace, svg, summary_json;
@@ -63,7 +64,14 @@ int runRank(TrainArgs& a) {
   if (const char* t = std::getenv("OMP_NUM_THREADS"); t && a.config.threads == 0) a.config.threads = std::atoi(t);
   const bool launched = std::getenv("PIPETRAIN_LAUNCHED") != nullptr;
   auto transport = runtime::makeGlooTransport(rv);
+  // Fault injection for tests: PIPETRAIN_FAULT_RANK=r makes rank r die abruptly after
+  // PIPETRAIN_FAULT_STEPS mini-batches, the way a crashed or killed process would.
+  const char* fault_rank = std::getenv("PIPETRAIN_FAULT_RANK");
+  const bool doomed = fault_rank && std::atoi(fault_rank) == rv.rank;
+  const char* fault_steps = std::getenv("PIPETRAIN_FAULT_STEPS");
+  const int64_t die_after = fault_steps ? std::atoll(fault_steps) : 1;
   const auto result = runtime::trainRank(a.config, *transport, [&](const runtime::Progress& p) {
+    if (doomed && p.step >= die_after) std::_Exit(3);
     std::printf("PROGRESS %d %lld %lld %.6f %.3f\n", p.epoch, static_cast<long long>(p.step),
                 static_cast<long long>(p.steps), p.loss, p.samples_per_second);
     std::fflush(stdout);
@@ -104,7 +112,9 @@ void showProgress(const std::string& line, int64_t samples_per_step, bool tty,
 }
 
 int launch(TrainArgs& a) {
-  runtime::checkConfig(a.config, a.nproc);  // refuse bad numbers before starting anything
+  // Refuse bad numbers, an unknown model or a missing dataset before starting any rank.
+  runtime::checkConfig(a.config, a.nproc);
+  data::openDataset(a.config.data, models::buildModel(a.config.model, a.config.model_config, a.config.seed).input);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = std::max(1, static_cast<int>(cores) / a.nproc);
   const bool tty = isatty(STDOUT_FILENO);
@@ -166,9 +176,13 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   a->argv = argv;
   auto& c = a->config;
   CLI::App* cmd = app.add_subcommand("train", "Train a model with pipeline parallelism on local or launched ranks");
+  // A later --option overrides an earlier one, so scripts can append to a base command.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--model", c.model, "fmnist-cnn, mlp, vgg16, resnet50, gpt")->capture_default_str();
-  cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)");
+  cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--dataset", c.data.name, "fashion-mnist, fortunes or synthetic")->capture_default_str();
+  cmd->add_option("--data-dir", a->data_dir, "where the dataset's files are (default: the Debian package's folder)");
   cmd->add_option("--nproc", a->nproc, "local ranks to launch (ignored when RANK is set)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--schedule", c.schedule, "gpipe, 1f1b, interleaved, zb-h1")->capture_default_str();
@@ -181,7 +195,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--lr", c.lr, "learning rate")->capture_default_str();
   cmd->add_option("--seed", c.seed, "model initialisation and data order")->capture_default_str();
   cmd->add_option("--stage-bounds", c.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: balanced split)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--no-eval", [a](int64_t) { a->config.evaluate = false; }, "skip test accuracy at epoch ends");
   cmd->add_option("--timeout", a->timeout_seconds, "seconds before a silent peer ends the job")->capture_default_str();
   cmd->add_option("--trace", a->trace, "write the last mini-batch's measured Chrome trace");
@@ -190,6 +205,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   return {cmd, [a] {
             a->config.model_config = parseModelOptions(a->model_options);
             a->config.data.seed = a->config.seed;
+            if (!a->data_dir.empty()) a->config.data.fashion_mnist_dir = a->config.data.fortunes_dir = a->data_dir;
             return std::getenv("RANK") ? runRank(*a) : launch(*a);
           }};
 }

@@ -66,5 +66,26 @@ refuses "malformed plan" "bad_plan.json" "$bin" simulate --graph "$ex/graph.json
 echo '{"format": ' >"$tmp/broken.json"
 refuses "broken json" "broken.json" "$bin" simulate --graph "$tmp/broken.json" --cluster "$ex/cluster.json" --plan "$ex/plan.json"
 
+# train: real processes over Gloo
+train=("$bin" train --model mlp --model-option input=16 --model-option width=32 --dataset synthetic
+       --microbatches 4 --microbatch-size 8 --epochs 1 --max-steps 5 --timeout 20)
+check "train 2 ranks" "${train[@]}" --nproc 2 --schedule 1f1b --summary-json "$tmp/summary.json" \
+  --svg "$tmp/train.svg" --trace "$tmp/train.json"
+for key in '"test_accuracy"' '"final_loss"' '"throughput"' '"wall_seconds"' '"bubble_fraction"' '"peak_memory_bytes"'; do
+  check "summary has $key" grep -q -- "$key" "$tmp/summary.json"
+done
+check "measured gantt" grep -q "measured" "$tmp/train.svg"
+check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1
+refuses "async schedule refused" "asynchronous" "${train[@]}" --nproc 2 --schedule pipedream
+refuses "bad plan bounds" "stages" "${train[@]}" --nproc 2 --stage-bounds 0,1,2,5
+refuses "unknown model" "unknown model" "${train[@]}" --nproc 2 --model nope
+refuses "missing dataset dir" "fashion" "$bin" train --model fmnist-cnn --dataset fashion-mnist --nproc 2 --max-steps 1 \
+  --data-dir /nonexistent
+start=$(date +%s)
+refuses "dead rank ends the job" "rank 1" env PIPETRAIN_FAULT_RANK=1 PIPETRAIN_FAULT_STEPS=2 \
+  "${train[@]}" --nproc 3 --max-steps 50
+elapsed=$(( $(date +%s) - start ))
+[ "$elapsed" -lt 60 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: dead rank took ${elapsed}s"; }
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -6,21 +6,28 @@
 #include <exception>
 #include <thread>
 
+#include <unistd.h>
+
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
 namespace {
 
-std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks) {
-  auto group = makeInProcessGroup(ranks, std::chrono::seconds(20));
+// Ranks as threads, over the in-process transport or over real Gloo on loopback.
+std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, bool gloo = false) {
+  std::vector<std::unique_ptr<Transport>> group;
+  if (!gloo) group = makeInProcessGroup(ranks, std::chrono::seconds(20));
+  const int port = 29000 + static_cast<int>(::getpid() % 1000);
   std::vector<RankResult> results(ranks);
   std::vector<std::exception_ptr> errors(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       try {
-        results[r] = trainRank(config, *group[r]);
+        std::unique_ptr<Transport> own;
+        if (gloo) own = makeGlooTransport(Rendezvous{"127.0.0.1", port, r, ranks, std::chrono::seconds(20)});
+        results[r] = trainRank(config, gloo ? *own : *group[r]);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -67,10 +74,10 @@ double relativeError(const std::vector<torch::Tensor>& got, const std::vector<to
   return diff / scale;
 }
 
-void expectMatchesReference(const TrainConfig& config, int ranks) {
+void expectMatchesReference(const TrainConfig& config, int ranks, bool gloo = false) {
   std::vector<RankResult> results;
   try {
-    results = runInProcess(config, ranks);
+    results = runInProcess(config, ranks, gloo);
   } catch (const std::exception& e) {
     ADD_FAILURE() << config.model << " " << config.schedule << " on " << ranks << " ranks: " << e.what();
     return;
@@ -123,6 +130,12 @@ TEST(PipelineTraining, InterleavedMatchesSingleProcess) {
     c.chunks = 2;
     expectMatchesReference(c, 2);
   }
+}
+
+TEST(PipelineTraining, OverGlooTooMatchesSingleProcess) {
+  TrainConfig c = smallConfig("gpt", cases()[2].config);
+  c.schedule = "1f1b";
+  expectMatchesReference(c, 3, /*gloo=*/true);
 }
 
 TEST(PipelineTraining, SgdWithMomentumMatchesToo) {
