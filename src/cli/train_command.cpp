@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <thread>
 
 #include "commands.h"
@@ -106,7 +107,7 @@ void showProgress(const std::string& line, int64_t samples_per_step, bool tty,
   if (tty) {
     std::cout << "\r" << buf << "   " << std::flush;
   } else if (std::chrono::steady_clock::now() - last_plain > std::chrono::seconds(10) || step == steps) {
-    std::cout << buf << "\n";
+    std::cout << buf << std::endl;
     last_plain = std::chrono::steady_clock::now();
   }
 }
@@ -146,11 +147,16 @@ int launch(TrainArgs& a) {
     ranks.push_back({{"rank", o.rank}, {"stages", r["stages"]}, {"bubble_fraction", train > 0 ? 1 - busy / train : 0},
                      {"peak_memory_bytes", r["peak_memory_bytes"]}});
     std::vector<trace::TimedAction> actions;
-    const double first = r["last_step"].empty() ? 0.0 : r["last_step"][0][1].get<double>();
     for (const auto& a : r["last_step"])
-      actions.push_back({schedule::parseAction(a[0]), a[1].get<double>() - first, a[2].get<double>() - first});
+      actions.push_back({schedule::parseAction(a[0]), a[1].get<double>(), a[2].get<double>()});
     timeline.ranks.push_back(std::move(actions));
   }
+  // Ranks timed from a common start (right after a barrier), so one shift aligns them all.
+  double first = std::numeric_limits<double>::infinity();
+  for (const auto& rank : timeline.ranks)
+    if (!rank.empty()) first = std::min(first, rank.front().start);
+  for (auto& rank : timeline.ranks)
+    for (auto& a : rank) a.start -= first, a.end -= first;
   Json summary = {{"model", a.config.model}, {"schedule", a.config.schedule}, {"ranks_count", a.nproc},
                   {"final_loss", loss}, {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
                   {"wall_seconds", wall}, {"samples", samples}, {"ranks", ranks}};
