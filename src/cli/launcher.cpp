@@ -69,7 +69,7 @@ std::string describe(int status) {
 
 }  // namespace
 
-std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int threads_per_rank,
+std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int blas_threads_per_rank,
                                     const std::function<void(int, const std::string&)>& on_line) {
   const int port = freePort();
   std::vector<Child> children(nproc);
@@ -82,15 +82,18 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
       dup2(fds[1], STDOUT_FILENO);
       close(fds[0]);
       close(fds[1]);
-      const std::string threads = std::to_string(threads_per_rank);
+      const std::string threads = std::to_string(blas_threads_per_rank);
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("PIPETRAIN_LAUNCHED", "1", 1);
-      // Ranks share the machine's cores: neither LibTorch nor BLAS may take them all.
-      setenv("OMP_NUM_THREADS", threads.c_str(), 1);
+      // Ranks share the machine's cores: a rank's share goes to BLAS, and LibTorch's own
+      // intra-op pool stays at one thread. Both at two threads nest (OpenMP around a
+      // threaded BLAS) and ran an MLP 3x slower than one thread on this 2-core machine;
+      // BLAS alone at two threads ran it 1.4x faster (see bench/pipeline_throughput.sh).
+      setenv("OMP_NUM_THREADS", "1", 1);
       setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
       std::vector<char*> args;
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

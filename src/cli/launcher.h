@@ -17,7 +17,8 @@ struct RankOutput {
 // Runs `argv` (this program's arguments) as `nproc` ranks. `on_line(rank, line)` gets
 // every PROGRESS line. Returns the ranks' outputs if all exit cleanly; otherwise throws
 // Error naming the first rank that failed (after stopping the others).
-std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int threads_per_rank,
+// `blas_threads_per_rank`: the BLAS threads each rank gets (its share of the cores).
+std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int blas_threads_per_rank,
                                     const std::function<void(int, const std::string&)>& on_line);
 
 }  // namespace pipetrain::cli
