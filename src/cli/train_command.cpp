@@ -50,12 +50,18 @@ models::ModelConfig parseModelOptions(const std::vector<std::string>& options) {
 Json resultToJson(const runtime::RankResult& r) {
   Json actions = Json::array();
   for (const auto& a : r.last_step) actions.push_back({schedule::toString(a.action), a.start, a.end});
-  return {{"rank", r.rank},           {"stages", r.stages},
-          {"last_stage", r.last_stage}, {"final_loss", r.final_loss},
-          {"test_accuracy", r.test_accuracy}, {"samples", r.samples},
-          {"train_seconds", r.train_seconds}, {"busy_seconds", r.busy_seconds},
-          {"peak_memory_bytes", r.peak_memory_bytes}, {"stage_bounds", r.stage_bounds},
-          {"last_step", actions}};
+  return {{"rank", r.rank},
+          {"stages", r.stages},
+          {"last_stage", r.last_stage},
+          {"final_loss", r.final_loss},
+          {"test_accuracy", r.test_accuracy},
+          {"samples", r.samples},
+          {"train_seconds", r.train_seconds},
+          {"busy_seconds", r.busy_seconds},
+          {"wait_seconds", r.wait_seconds},
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"stage_bounds", r.stage_bounds},
+          {"last_step", actions}};  // [text, start, end] per action
 }
 
 // One rank: Gloo transport from the environment, progress to stdout.
@@ -144,7 +150,14 @@ int launch(TrainArgs& a) {
       loss = r["final_loss"];
       accuracy = r["test_accuracy"];
     }
-    ranks.push_back({{"rank", o.rank}, {"stages", r["stages"]}, {"bubble_fraction", train > 0 ? 1 - busy / train : 0},
+    const double wait = r["wait_seconds"];
+    // Time in a step that is neither compute nor waiting for messages: the framework.
+    const double overhead = train > 0 ? std::max(0.0, train - busy - wait) / train : 0;
+    ranks.push_back({{"rank", o.rank},
+                     {"stages", r["stages"]},
+                     {"bubble_fraction", train > 0 ? 1 - busy / train : 0},
+                     {"wait_fraction", train > 0 ? wait / train : 0},
+                     {"overhead_fraction", overhead},
                      {"peak_memory_bytes", r["peak_memory_bytes"]}});
     std::vector<trace::TimedAction> actions;
     for (const auto& a : r["last_step"])
@@ -157,7 +170,7 @@ int launch(TrainArgs& a) {
     if (!rank.empty()) first = std::min(first, rank.front().start);
   for (auto& rank : timeline.ranks)
     for (auto& a : rank) a.start -= first, a.end -= first;
-  Json summary = {{"model", a.config.model}, {"schedule", a.config.schedule}, {"ranks_count", a.nproc},
+  Json summary = {{"model", a.config.model}, {"schedule", a.config.schedule}, {"world_size", a.nproc},
                   {"final_loss", loss}, {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
                   {"wall_seconds", wall}, {"samples", samples}, {"ranks", ranks}};
   if (accuracy >= 0) summary["test_accuracy"] = accuracy;
@@ -167,10 +180,18 @@ int launch(TrainArgs& a) {
               summary["throughput"].get<double>(), wall);
   if (accuracy >= 0) std::printf("test accuracy %.4f, final loss %.4f\n", accuracy, loss);
   for (const auto& r : ranks)
-    std::printf("rank %d: bubble %.1f%%, peak memory %s\n", r["rank"].get<int>(),
-                100 * r["bubble_fraction"].get<double>(), text::humanBytes(r["peak_memory_bytes"].get<double>()).c_str());
-  if (!a.trace.empty()) trace::writeChromeTrace(timeline, a.trace), std::printf("trace: %s\n", a.trace.c_str());
-  if (!a.svg.empty()) trace::writeSvgGantt(timeline, a.svg), std::printf("gantt: %s\n", a.svg.c_str());
+    std::printf("rank %d: bubble %.1f%% (waiting for messages %.1f%%, framework %.1f%%), peak memory %s\n",
+                r["rank"].get<int>(), 100 * r["bubble_fraction"].get<double>(), 100 * r["wait_fraction"].get<double>(),
+                100 * r["overhead_fraction"].get<double>(),
+                text::humanBytes(r["peak_memory_bytes"].get<double>()).c_str());
+  if (!a.trace.empty()) {
+    trace::writeChromeTrace(timeline, a.trace);
+    std::printf("trace: %s\n", a.trace.c_str());
+  }
+  if (!a.svg.empty()) {
+    trace::writeSvgGantt(timeline, a.svg);
+    std::printf("gantt: %s\n", a.svg.c_str());
+  }
   if (!a.summary_json.empty()) json_io::writeFile(a.summary_json, summary);
   return 0;
 }

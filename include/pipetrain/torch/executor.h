@@ -46,6 +46,7 @@ using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(
 struct MinibatchResult {
   double loss = 0;        // mean loss over the mini-batch (last-stage ranks; 0 elsewhere)
   bool has_loss = false;
+  double wait_seconds = 0;  // blocked in receives and in the final wait for sends
   std::vector<trace::TimedAction> actions;  // compute, STEP, ALLREDUCE, waits excluded
   std::vector<trace::Transfer> transfers;   // this rank's sends, issue to completion
 };

@@ -51,6 +51,7 @@ struct RankResult {
   int64_t samples = 0;                   // trained samples
   double train_seconds = 0;              // inside training steps (excludes evaluation)
   double busy_seconds = 0;               // compute inside those steps
+  double wait_seconds = 0;               // blocked on communication inside those steps
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
   std::vector<trace::TimedAction> last_step;  // the final mini-batch, for traces
   std::vector<int> stage_bounds;         // the split every rank used

@@ -251,6 +251,7 @@ MinibatchResult PipelineExecutor::runMinibatch(const MicrobatchData& data, Clock
       case ActionType::RECV_F:
       case ActionType::RECV_B:
         m.arrived[m.tagOf(a)] = m.takeReceived(a);
+        result.wait_seconds += seconds(Clock::now()) - seconds(start);
         continue;  // waiting is idle time, not an action
       case ActionType::SEND_F:
       case ActionType::SEND_B:
@@ -269,8 +270,10 @@ MinibatchResult PipelineExecutor::runMinibatch(const MicrobatchData& data, Clock
     }
     result.actions.push_back({a, seconds(start), seconds(Clock::now())});
   }
+  const auto flush = Clock::now();
   for (auto& s : m.sends) s.op->wait();
   m.sends.clear();
+  result.wait_seconds += seconds(Clock::now()) - seconds(flush);
   if (!m.live.empty() || !m.received.empty() || !m.arrived.empty())
     throw Error("rank " + std::to_string(m.rank) + ": the schedule left " + std::to_string(m.live.size()) +
                 " activations and " + std::to_string(m.received.size() + m.arrived.size()) + " messages unused");
