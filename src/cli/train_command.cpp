@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "launcher.h"
+#include "prediction.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/trace/chrome_trace.h"
 #include "pipetrain/trace/svg_gantt.h"
@@ -61,6 +62,7 @@ Json resultToJson(const runtime::RankResult& r) {
           {"wait_seconds", r.wait_seconds},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"stage_bounds", r.stage_bounds},
+          {"stage_output_bytes", r.stage_output_bytes},
           {"last_step", actions}};  // [text, start, end] per action
 }
 
@@ -170,18 +172,30 @@ int launch(TrainArgs& a) {
     if (!rank.empty()) first = std::min(first, rank.front().start);
   for (auto& rank : timeline.ranks)
     for (auto& a : rank) a.start -= first, a.end -= first;
+  // What the simulator predicts for these measured stage times, next to what happened.
+  const Json any_result = Json::parse(outputs.front().result_json);
+  MeasuredRun measured{a.config.schedule, a.config.schedule == "interleaved" ? a.config.chunks : 1,
+                       a.config.microbatches, a.config.microbatch_size, &timeline,
+                       any_result["stage_output_bytes"].get<std::vector<int64_t>>()};
+  const sim::Report predicted = predictRun(measured);
+  for (std::size_t r = 0; r < ranks.size(); ++r)
+    ranks[r]["predicted_bubble_fraction"] = predicted.ranks[r].bubble_fraction;
+
   Json summary = {{"model", a.config.model}, {"schedule", a.config.schedule}, {"world_size", a.nproc},
                   {"final_loss", loss}, {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
-                  {"wall_seconds", wall}, {"samples", samples}, {"ranks", ranks}};
+                  {"wall_seconds", wall}, {"samples", samples}, {"ranks", ranks},
+                  {"predicted_throughput", predicted.throughput}};
   if (accuracy >= 0) summary["test_accuracy"] = accuracy;
 
   std::printf("trained %s with %s on %d ranks: %lld samples, %.1f samples/s, wall %.1f s\n", a.config.model.c_str(),
               a.config.schedule.c_str(), a.nproc, static_cast<long long>(samples),
               summary["throughput"].get<double>(), wall);
+  std::printf("simulator, from the measured stage times: %.1f samples/s\n", predicted.throughput);
   if (accuracy >= 0) std::printf("test accuracy %.4f, final loss %.4f\n", accuracy, loss);
   for (const auto& r : ranks)
-    std::printf("rank %d: bubble %.1f%% (waiting for messages %.1f%%, framework %.1f%%), peak memory %s\n",
-                r["rank"].get<int>(), 100 * r["bubble_fraction"].get<double>(), 100 * r["wait_fraction"].get<double>(),
+    std::printf("rank %d: bubble %.1f%% (predicted %.1f%%; waiting for messages %.1f%%, framework %.1f%%), peak memory %s\n",
+                r["rank"].get<int>(), 100 * r["bubble_fraction"].get<double>(),
+                100 * r["predicted_bubble_fraction"].get<double>(), 100 * r["wait_fraction"].get<double>(),
                 100 * r["overhead_fraction"].get<double>(),
                 text::humanBytes(r["peak_memory_bytes"].get<double>()).c_str());
   if (!a.trace.empty()) {

@@ -71,7 +71,8 @@ train=("$bin" train --model mlp --model-option input=16 --model-option width=32 
        --microbatches 4 --microbatch-size 8 --epochs 1 --max-steps 5 --timeout 20)
 check "train 2 ranks" "${train[@]}" --nproc 2 --schedule 1f1b --summary-json "$tmp/summary.json" \
   --svg "$tmp/train.svg" --trace "$tmp/train.json"
-for key in '"test_accuracy"' '"final_loss"' '"throughput"' '"wall_seconds"' '"bubble_fraction"' '"peak_memory_bytes"'; do
+for key in '"test_accuracy"' '"final_loss"' '"throughput"' '"wall_seconds"' '"bubble_fraction"' '"peak_memory_bytes"' \
+           '"predicted_bubble_fraction"' '"overhead_fraction"'; do
   check "summary has $key" grep -q -- "$key" "$tmp/summary.json"
 done
 check "measured gantt" grep -q "measured" "$tmp/train.svg"

@@ -55,6 +55,7 @@ struct RankResult {
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
   std::vector<trace::TimedAction> last_step;  // the final mini-batch, for traces
   std::vector<int> stage_bounds;         // the split every rank used
+  std::vector<int64_t> stage_output_bytes;  // per stage, one micro-batch's output
   std::vector<torch::Tensor> parameters; // the trained parameters of this rank's stages
 };
 

@@ -1,5 +1,6 @@
 #include "pipetrain/sim/evaluate.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "pipetrain/schedule/program_check.h"
@@ -56,7 +57,8 @@ void finish(Report& report, const std::vector<double>& busy) {
   for (std::size_t r = 0; r < busy.size(); ++r) {
     RankReport& rr = report.ranks[r];
     rr.busy_seconds = busy[r];
-    rr.bubble_fraction = report.iteration_time > 0 ? 1.0 - busy[r] / report.iteration_time : 0.0;
+    // max(): a rank busy for the whole iteration can come out a rounding error below zero.
+    rr.bubble_fraction = report.iteration_time > 0 ? std::max(0.0, 1.0 - busy[r] / report.iteration_time) : 0.0;
     sum += rr.bubble_fraction;
   }
   report.bubble_fraction = busy.empty() ? 0 : sum / busy.size();

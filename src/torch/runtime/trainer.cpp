@@ -194,6 +194,8 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
   PipelineExecutor executor(program, t.rank(), model, stages, c.microbatch_size, t,
                             [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); });
   result.stages = executor.stagesOfRank();
+  for (const auto& shape : executor.stageOutputShapes())
+    result.stage_output_bytes.push_back(4 * c10::multiply_integers(shape));
   const bool first = program.isFirstStage(result.stages.front());
   result.last_stage = program.isLastStage(result.stages.back());
 

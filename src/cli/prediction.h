@@ -1,0 +1,27 @@
+// The simulator's prediction for a run that just happened: the measured per-stage
+// compute times of the last mini-batch, priced with this machine's loopback Gloo, fed
+// through the same schedule. Side by side with the measured bubbles it separates what
+// the schedule costs from what communication and the framework add.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/sim/evaluate.h"
+#include "pipetrain/trace/timeline.h"
+
+namespace pipetrain::cli {
+
+struct MeasuredRun {
+  std::string schedule;
+  int chunks = 1;
+  int microbatches = 1;
+  int64_t microbatch_size = 1;
+  const trace::Timeline* timeline = nullptr;  // measured, a row per rank
+  std::vector<int64_t> stage_output_bytes;
+};
+
+sim::Report predictRun(const MeasuredRun& run);
+
+}  // namespace pipetrain::cli
