@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "launcher.h"
 #include "prediction.h"
+#include "train_plan.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/trace/chrome_trace.h"
 #include "pipetrain/trace/svg_gantt.h"
@@ -29,6 +30,7 @@ struct TrainArgs {
   runtime::TrainConfig config;
   std::vector<std::string> model_options;  // key=value
   std::string data_dir;
+  std::string plan;
   int nproc = 2;
   int timeout_seconds = 60;
   std::string trace, svg, summary_json;
@@ -235,6 +237,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--optimizer", c.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
   cmd->add_option("--lr", c.lr, "learning rate")->capture_default_str();
   cmd->add_option("--seed", c.seed, "model initialisation and data order")->capture_default_str();
+  cmd->add_option("--plan", a->plan, "plan JSON: stages (by layer name), micro-batching and schedule");
   cmd->add_option("--stage-bounds", c.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: balanced split)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -247,6 +250,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             a->config.model_config = parseModelOptions(a->model_options);
             a->config.data.seed = a->config.seed;
             if (!a->data_dir.empty()) a->config.data.fashion_mnist_dir = a->config.data.fortunes_dir = a->data_dir;
+            const char* world = std::getenv("WORLD_SIZE");
+            if (!a->plan.empty()) applyPlan(a->plan, world ? std::atoi(world) : a->nproc, a->config);
             return std::getenv("RANK") ? runRank(*a) : launch(*a);
           }};
 }

@@ -77,6 +77,12 @@ for key in '"test_accuracy"' '"final_loss"' '"throughput"' '"wall_seconds"' '"bu
 done
 check "measured gantt" grep -q "measured" "$tmp/train.svg"
 check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1
+check "train from a plan" "$bin" train --model mlp --dataset synthetic --plan "$src/examples/train/mlp_plan.json" \
+  --nproc 2 --max-steps 3 --no-eval --timeout 20
+refuses "plan for another model" "does not have" "$bin" train --model gpt --dataset synthetic \
+  --plan "$src/examples/train/mlp_plan.json" --nproc 2 --max-steps 3
+refuses "plan for other ranks" "3 ranks" "$bin" train --model mlp --dataset synthetic \
+  --plan "$src/examples/train/mlp_plan.json" --nproc 3 --max-steps 3
 refuses "async schedule refused" "asynchronous" "${train[@]}" --nproc 2 --schedule pipedream
 refuses "bad plan bounds" "stages" "${train[@]}" --nproc 2 --stage-bounds 0,1,2,5
 refuses "unknown model" "unknown model" "${train[@]}" --nproc 2 --model nope
