@@ -109,6 +109,19 @@ double evaluate(const TrainConfig& c, models::Model& model, const schedule::Prog
   data::DataOptions options = c.data;
   options.split = "test";
   const auto mine = program.stagesOfRank(t.rank());
+  // Inference mode for the rank's layers (BatchNorm uses its running statistics), and
+  // back to training mode on the way out.
+  struct EvalMode {
+    std::vector<torch::nn::AnyModule> modules;
+    ~EvalMode() {
+      for (auto& m : modules) m.ptr()->train();
+    }
+  } eval_mode;
+  for (int s : mine)
+    for (int l = stages[s].first; l < stages[s].last; ++l) {
+      eval_mode.modules.push_back(model.layers[l].module);
+      model.layers[l].module.ptr()->eval();
+    }
   const bool has_first = program.isFirstStage(mine.front());
   const bool has_last = program.isLastStage(mine.back());
   std::unique_ptr<data::Dataset> test;
