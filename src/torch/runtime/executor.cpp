@@ -49,7 +49,8 @@ struct PipelineExecutor::Impl {
     torch::Tensor buffer;
     std::unique_ptr<PendingOp> op;
   };
-  std::map<uint32_t, Posted> received;
+  std::map<uint32_t, Posted> received;                // posted, not yet waited for
+  std::map<uint32_t, torch::Tensor> arrived;          // completed, waiting for their consumer
   struct InFlight {
     torch::Tensor payload;
     std::unique_ptr<PendingOp> op;
@@ -87,8 +88,6 @@ struct PipelineExecutor::Impl {
     return t;
   }
 
-  std::map<uint32_t, torch::Tensor> arrived;  // completed receives waiting for their consumer
-
   void forward(const Action& a, const MicrobatchData& data, MinibatchResult& result) {
     const int s = a.stage, j = a.microbatch;
     torch::Tensor x;
@@ -99,8 +98,9 @@ struct PipelineExecutor::Impl {
       if (program.rankOf(q, j) == rank) {
         x = live.at({q, j}).output.detach();
       } else {
-        x = arrived.at(messageTag(false, q, s, j, program.num_stages, program.microbatches));
-        arrived.erase(messageTag(false, q, s, j, program.num_stages, program.microbatches));
+        const uint32_t tag = messageTag(false, q, s, j, program.num_stages, program.microbatches);
+        x = arrived.at(tag);
+        arrived.erase(tag);
       }
       x.requires_grad_(true);
     }
