@@ -124,7 +124,7 @@ void showProgress(const std::string& line, int64_t samples_per_step, bool tty,
 
 int launch(TrainArgs& a) {
   // Refuse bad numbers, an unknown model or a missing dataset before starting any rank.
-  runtime::checkConfig(a.config, a.nproc);
+  const schedule::Program program = runtime::checkConfig(a.config, a.nproc);
   data::openDataset(a.config.data, models::buildModel(a.config.model, a.config.model_config, a.config.seed).input);
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = std::max(1, static_cast<int>(cores) / a.nproc);
@@ -176,7 +176,7 @@ int launch(TrainArgs& a) {
     for (auto& a : rank) a.start -= first, a.end -= first;
   // What the simulator predicts for these measured stage times, next to what happened.
   const Json any_result = Json::parse(outputs.front().result_json);
-  MeasuredRun measured{a.config.schedule, a.config.schedule == "interleaved" ? a.config.chunks : 1,
+  MeasuredRun measured{a.config.schedule, program.num_stages / a.nproc,
                        a.config.microbatches, a.config.microbatch_size, &timeline,
                        any_result["stage_output_bytes"].get<std::vector<int64_t>>()};
   const sim::Report predicted = predictRun(measured);

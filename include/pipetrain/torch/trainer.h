@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/schedule/program.h"
 #include "pipetrain/torch/data.h"
 #include "pipetrain/torch/executor.h"
 #include "pipetrain/torch/models.h"
@@ -59,9 +60,10 @@ struct RankResult {
   std::vector<torch::Tensor> parameters; // the trained parameters of this rank's stages
 };
 
-// Checks the config against the model, dataset and schedule before any training, with
-// messages that say what to change. Called by trainRank; exposed for the launcher.
-void checkConfig(const TrainConfig& config, int world_size);
+// Checks the config's numbers and schedule before any training, with messages that say
+// what to change, and returns the validated Program every rank runs. Called by
+// trainRank; exposed for the launcher.
+schedule::Program checkConfig(const TrainConfig& config, int world_size);
 
 RankResult trainRank(const TrainConfig& config, Transport& transport,
                      const std::function<void(const Progress&)>& on_progress = {});

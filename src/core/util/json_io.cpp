@@ -4,7 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
+
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::json_io {
 namespace {
@@ -21,12 +22,9 @@ std::string typeName(const Json& j) {
 }  // namespace
 
 Json readFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  const std::string content = text::readFile(path);
   try {
-    return Json::parse(buffer.str());
+    return Json::parse(content);
   } catch (const Json::parse_error& e) {
     throw Error(path + ": not valid JSON (byte " + std::to_string(e.byte) + "): " + e.what());
   }

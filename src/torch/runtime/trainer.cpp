@@ -165,7 +165,7 @@ double evaluate(const TrainConfig& c, models::Model& model, const schedule::Prog
 
 }  // namespace
 
-void checkConfig(const TrainConfig& c, int world_size) {
+schedule::Program checkConfig(const TrainConfig& c, int world_size) {
   schedule::checkScheduleName(c.schedule);
   if (schedule::isAsynchronous(c.schedule))
     throw Error("schedule \"" + c.schedule + "\" is asynchronous; the runtime trains with the synchronous schedules "
@@ -180,23 +180,20 @@ void checkConfig(const TrainConfig& c, int world_size) {
     throw Error("the plan has " + std::to_string(c.stage_bounds.size() - 1) + " stages but " +
                 std::to_string(world_size) + " ranks run " + std::to_string(stages));
   // The schedule must accept these numbers (e.g. interleaved: m divisible by ranks).
-  schedule::ScheduleSpec spec{c.schedule, c.microbatches, 1, c.schedule == "interleaved" ? c.chunks : 1, false};
-  schedule::validate(schedule::buildProgram(spec, schedule::chainDag(stages)));
+  schedule::ScheduleSpec spec{c.schedule, c.microbatches, 1, stages / world_size, false};
+  schedule::Program program = schedule::buildProgram(spec, schedule::chainDag(stages));
+  schedule::validate(program);
+  return program;
 }
 
 RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<void(const Progress&)>& on_progress) {
-  checkConfig(c, t.worldSize());
+  const schedule::Program program = checkConfig(c, t.worldSize());
+  const int num_stages = program.num_stages;
   if (c.threads > 0) at::set_num_threads(c.threads);
-  const int chunks = c.schedule == "interleaved" ? c.chunks : 1;
-  const int num_stages = t.worldSize() * chunks;
   models::Model model = buildModelExclusively(c);
   if (!c.stage_bounds.empty() && c.stage_bounds.back() != static_cast<int>(model.layers.size()))
     throw Error("the plan's stages cover " + std::to_string(c.stage_bounds.back()) + " layers, model \"" + c.model +
                 "\" has " + std::to_string(model.layers.size()));
-
-  schedule::ScheduleSpec spec{c.schedule, c.microbatches, 1, chunks, false};
-  const schedule::Program program = schedule::buildProgram(spec, schedule::chainDag(num_stages));
-  schedule::validate(program);
 
   RankResult result;
   result.rank = t.rank();
