@@ -5,6 +5,7 @@
 #include <functional>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace pipetrain::sim {
@@ -86,10 +87,7 @@ class Simulation {
         return t;
       case ActionType::ALLREDUCE: {
         auto& meeting = meetings_[{a.stage, reduces_seen_[{r, a.stage}]}];
-        if (!meeting.arrived_ranks.count(r)) {
-          meeting.arrived_ranks[r] = t;
-          meeting.latest = std::max(meeting.latest, t);
-        }
+        if (meeting.arrived_ranks.insert(r).second) meeting.latest = std::max(meeting.latest, t);
         const int replicas = static_cast<int>(p_.stage_ranks[a.stage].size());
         if (static_cast<int>(meeting.arrived_ranks.size()) < replicas) {
           meeting.parked.push_back(r);
@@ -169,7 +167,7 @@ class Simulation {
   }
 
   struct Meeting {
-    std::unordered_map<int, double> arrived_ranks;
+    std::unordered_set<int> arrived_ranks;
     std::vector<int> parked;
     double latest = 0;
   };
