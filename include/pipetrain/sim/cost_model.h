@@ -20,6 +20,14 @@
 
 namespace pipetrain::sim {
 
+// The formulas, shared with the planner so that its estimates price exactly what the
+// simulator prices.
+// Ring all-reduce of `bytes` over `n` ranks: 2(n-1) steps, each moving bytes/n over the
+// slowest hop of the ring (`bandwidth`, `latency`).
+double ringAllreduceSeconds(double bytes, int n, double bandwidth, double latency);
+// One message alone on its route.
+double transferSeconds(double bytes, const cluster::Route& route);
+
 struct StageCosts {
   double forward = 0, backward_input = 0, backward_weight = 0;  // seconds at speed 1
   double activation_bytes = 0;  // saved per micro-batch

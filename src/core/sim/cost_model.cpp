@@ -6,6 +6,16 @@
 
 namespace pipetrain::sim {
 
+double ringAllreduceSeconds(double bytes, int n, double bandwidth, double latency) {
+  if (n < 2) return 0;
+  const double steps = 2.0 * (n - 1);
+  return steps * latency + steps / n * bytes / bandwidth;
+}
+
+double transferSeconds(double bytes, const cluster::Route& route) {
+  return bytes / route.bandwidth + route.latency;  // bytes / inf = 0 on the same device
+}
+
 CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan)
     : graph_(graph), cluster_(cluster), plan_(plan) {
   const double scale = static_cast<double>(plan.microbatch_size) / graph.batchSize();
@@ -73,7 +83,6 @@ cluster::Route CostModel::route(int from_rank, int to_rank) const {
 double CostModel::allreduceSeconds(int stage) const {
   const int n = replicas_[stage];
   if (n < 2) return 0;
-  // Ring all-reduce: 2(n-1) steps, each moving bytes/n over the slowest ring link.
   const auto& devices = plan_.stages[stage].devices;
   double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
   for (int i = 0; i < n; ++i) {
@@ -81,8 +90,7 @@ double CostModel::allreduceSeconds(int stage) const {
     bandwidth = std::min(bandwidth, r.bandwidth);
     latency = std::max(latency, r.latency);
   }
-  const double steps = 2.0 * (n - 1);
-  return steps * latency + steps / n * stages_[stage].param_bytes / bandwidth;
+  return ringAllreduceSeconds(stages_[stage].param_bytes, n, bandwidth, latency);
 }
 
 }  // namespace pipetrain::sim

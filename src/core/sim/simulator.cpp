@@ -87,7 +87,10 @@ class Simulation {
         return t;
       case ActionType::ALLREDUCE: {
         auto& meeting = meetings_[{a.stage, reduces_seen_[{r, a.stage}]}];
-        if (meeting.arrived_ranks.insert(r).second) meeting.latest = std::max(meeting.latest, t);
+        if (meeting.arrived_ranks.insert(r).second) {
+          meeting.latest = std::max(meeting.latest, t);
+          meeting.gradients_started = std::max(meeting.gradients_started, gradients_started_[{r, a.stage}]);
+        }
         const int replicas = static_cast<int>(p_.stage_ranks[a.stage].size());
         if (static_cast<int>(meeting.arrived_ranks.size()) < replicas) {
           meeting.parked.push_back(r);
@@ -133,12 +136,19 @@ class Simulation {
         if (a.type == ActionType::F) forward_done_[index(a.stage, a.microbatch)] = end;
         if (a.type == ActionType::B || a.type == ActionType::I)
           input_grad_done_[index(a.stage, a.microbatch)] = end;
+        if (a.type == ActionType::B || a.type == ActionType::W) gradients_started_[{r, a.stage}] = start;
         break;
-      case ActionType::ALLREDUCE:
-        end = start + c_.allreduceSeconds(a.stage);
-        ++reduces_seen_[{r, a.stage}];
+      case ActionType::ALLREDUCE: {
+        // Bucketed all-reduce: gradients stream out while the last backward pass still
+        // runs, so the reduction starts when every replica has begun that pass and only
+        // what outlasts it delays the rank.
+        int& seen = reduces_seen_[{r, a.stage}];
+        const Meeting& meeting = meetings_.at({a.stage, seen});
+        end = std::max(start, meeting.gradients_started + c_.allreduceSeconds(a.stage));
+        ++seen;
         timeline_.ranks[r].push_back({a, start, end});
         break;
+      }
       case ActionType::SEND_F:
       case ActionType::SEND_B:
         send(r, a, start);
@@ -169,7 +179,8 @@ class Simulation {
   struct Meeting {
     std::unordered_set<int> arrived_ranks;
     std::vector<int> parked;
-    double latest = 0;
+    double latest = 0;             // when the last replica arrived
+    double gradients_started = 0;  // when the last replica began its final backward pass
   };
   struct PairHash {
     std::size_t operator()(const std::pair<int, int>& k) const {
@@ -188,6 +199,7 @@ class Simulation {
   std::unordered_map<uint64_t, std::vector<int>> waiters_;
   std::unordered_map<std::pair<int, int>, Meeting, PairHash> meetings_;
   std::unordered_map<std::pair<int, int>, int, PairHash> reduces_seen_;
+  std::unordered_map<std::pair<int, int>, double, PairHash> gradients_started_;  // (rank, stage)
   // (start time, rank), earliest first; ties go to the lower rank for determinism.
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> ready_;
   trace::Timeline timeline_;

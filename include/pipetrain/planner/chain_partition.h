@@ -1,0 +1,119 @@
+// PipeDream's partitioner: a dynamic program that cuts a chain of layers into pipeline
+// stages, gives each stage a block of devices (more than one = data-parallel replicas)
+// and minimises the slowest stage, on a hierarchical and possibly heterogeneous cluster.
+//
+// The search space. Layers are taken in topological order (a DAG is planned over that
+// linearisation; any run of a topological order is a convex stage). Stages tile a
+// prefix of the cluster's devices in order, so a stage's replicas sit next to each
+// other: either inside one group of the innermost level, or as whole groups of level
+// l-1 inside one group of level l (replicas never straddle half a node). Devices left
+// over at the end stay idle.
+//
+// The objective, per mini-batch of m micro-batches of size b, is the largest of
+//  - a stage's time: (m / r) micro-batches of forward + backward on its slowest replica,
+//    plus the part of the replicas' ring all-reduce that outlasts the last backward
+//    pass (the all-reduce overlaps it, as bucketed data parallelism does; PipeDream
+//    added the two);
+//  - a boundary's time: m messages of the activations crossing the cut, priced on the
+//    route between the two stages' adjacent devices (always priced, also within a node).
+// A stage whose replicas cannot hold its weights, gradients, optimizer state and
+// in-flight activations, or whose replica count does not divide m, is not a candidate.
+// The prices are sim::ringAllreduceSeconds and sim::transferSeconds, the simulator's.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/cluster/cluster_spec.h"
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/plan/plan.h"
+
+namespace pipetrain::planner {
+
+struct PartitionOptions {
+  std::string schedule = "1f1b";  // decides weight versions and in-flight activations
+  int64_t microbatch_size = 1;
+  int microbatches = 1;           // per mini-batch
+  int max_devices = 0;            // plan on the first this-many devices; 0 = all
+  // Pipeline depth assumed when sizing in-flight activations (a stage holds up to
+  // min(depth, m) micro-batches under 1F1B-like schedules). partitionChain starts at 1
+  // and deepens it until the plan it finds is no deeper than assumed; 0 = that loop.
+  int assumed_depth = 0;
+  // Chains longer than this are planned over this many blocks of consecutive layers
+  // with equal compute (the DP is quadratic in the chain length).
+  int max_blocks = 128;
+};
+
+// One stage: blocks [first_block, end_block) on devices [first_device, end_device).
+struct StageChoice {
+  int first_block = 0, end_block = 0;
+  int first_device = 0, end_device = 0;
+  int replicas() const { return end_device - first_device; }
+};
+
+// The prices of every candidate stage and boundary; shared by the DP and by tests that
+// search exhaustively.
+class ChainProblem {
+ public:
+  // Throws Error when the options cannot be used (no devices, bad micro-batch numbers).
+  ChainProblem(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const PartitionOptions& options);
+
+  const graph::LayerGraph& graph() const { return graph_; }
+  const cluster::ClusterSpec& cluster() const { return cluster_; }
+  int numBlocks() const { return static_cast<int>(block_start_.size()) - 1; }
+  int numDevices() const { return devices_; }
+  const PartitionOptions& options() const { return options_; }
+  // Layer indices (topological order) of blocks [first, end).
+  std::vector<int> layersOf(int first_block, int end_block) const;
+
+  // Whether devices [first, end) may form one stage's replicas (see the header).
+  bool allowedDevices(int first, int end) const;
+  // Seconds per mini-batch; infinity when the stage does not fit its devices' memory
+  // or its replicas do not divide the micro-batches.
+  double stageSeconds(int first_block, int end_block, int first_device, int end_device) const;
+  // Seconds per mini-batch for the activations crossing the cut before `block`, between
+  // device `device - 1` and device `device`.
+  double boundarySeconds(int block, int device) const;
+  // Bytes one replica of the stage needs at its peak.
+  double stageMemoryBytes(int first_block, int end_block, int replicas) const;
+
+  // The objective of a tiling (the largest stage or boundary time).
+  double objective(const std::vector<StageChoice>& stages) const;
+
+ private:
+  const graph::LayerGraph& graph_;
+  const cluster::ClusterSpec& cluster_;
+  PartitionOptions options_;
+  int devices_ = 0;
+  double scale_ = 1;                      // micro-batch size / profiled batch size
+  std::vector<int> order_;                // layers in topological order
+  std::vector<int> block_start_;          // into order_; numBlocks() + 1 entries
+  // Prefix sums over blocks (per micro-batch, at speed 1).
+  std::vector<double> compute_, backward_, activation_, params_, optimizer_;
+  std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block
+};
+
+struct Partition {
+  std::vector<StageChoice> stages;
+  double objective = 0;                   // seconds per mini-batch of the slowest part
+  int assumed_depth = 0;                  // the depth memory was checked for
+};
+
+// The optimal tiling of the problem, by dynamic programming over (blocks, devices).
+// Throws Error when no tiling fits memory (naming the largest layer's need and the
+// largest device).
+Partition solveChain(const ChainProblem& problem);
+
+// The Plan of a partition (layer and device names, schedule options as given).
+plan::Plan toPlan(const Partition& partition, const ChainProblem& problem, const plan::ScheduleOptions& schedule);
+
+struct ChainPlan {
+  plan::Plan plan;
+  Partition partition;
+};
+// solveChain and toPlan; with options.assumed_depth = 0 the depth is deepened until the
+// plan found is no deeper than assumed.
+ChainPlan partitionChain(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                         const PartitionOptions& options, const plan::ScheduleOptions& schedule);
+
+}  // namespace pipetrain::planner

@@ -1,0 +1,68 @@
+// BaPipe-style joint exploration: for a model, a cluster and a global batch, try every
+// schedule x micro-batch size x pipeline width, let the chain DP (or, for interleaved, a
+// balanced split) partition each, drop what does not fit memory under the schedule's
+// real footprint, score the rest with the simulator, and rank them.
+//
+// The width is how many of the cluster's devices a candidate may use (powers of two up
+// to all of them); within it the DP chooses the stages and their replicas. Scores are
+// the simulator's steady-state throughput, so the ranking includes what the DP's
+// bottleneck objective leaves out: the bubble of the schedule, contention, fill and drain.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/cluster/cluster_spec.h"
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/plan/plan.h"
+#include "pipetrain/sim/evaluate.h"
+#include "pipetrain/util/json_io.h"
+
+namespace pipetrain::planner {
+
+struct ExploreOptions {
+  int64_t global_batch = 0;             // samples per optimizer step
+  std::string schedule = "auto";        // auto = every schedule allowed, or one name
+  bool allow_async = false;             // include pipedream, 2bw, pipemare under auto
+  std::vector<int64_t> microbatch_sizes;  // empty = the powers of two dividing the batch
+  int max_blocks = 128;                 // see PartitionOptions
+};
+
+struct Candidate {
+  plan::Plan plan;
+  sim::Report report;                   // simulated; report.ranks has peak memory per rank
+  double dp_objective = 0;              // the DP's bottleneck (0 for balanced splits)
+};
+
+// A combination that produced no candidate, and why (did not fit, numbers unusable).
+struct Dropped {
+  std::string schedule;
+  int64_t microbatch_size = 0;
+  int devices = 0;
+  std::string reason;
+};
+
+struct Exploration {
+  std::vector<Candidate> ranked;        // fitting candidates, best throughput first
+  std::vector<Dropped> dropped;
+  double search_seconds = 0;
+  bool async_included = false;
+
+  const Candidate& best() const { return ranked.front(); }
+  // One sentence on why ranked[1] lost to ranked[0] ("" with fewer than two).
+  std::string runnerUpLost() const;
+  json_io::Json toJson() const;         // the chosen plan's summary plus the table
+};
+
+// The schedules `options.schedule` stands for.
+std::vector<std::string> schedulesToExplore(const ExploreOptions& options);
+
+// Throws Error when the batch or schedule is unusable, or when nothing fits (listing
+// the reasons of the dropped combinations).
+Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& options);
+
+// Why `loser` is slower than `winner`, in the report's terms (bubble, bottleneck, memory).
+std::string whySlower(const Candidate& winner, const Candidate& loser);
+
+}  // namespace pipetrain::planner

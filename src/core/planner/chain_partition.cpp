@@ -1,0 +1,252 @@
+#include "pipetrain/planner/chain_partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/sim/cost_model.h"
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::planner {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// Runs of `order` with about equal compute: block k ends where the running sum first
+// reaches k / blocks of the total. Every block holds at least one layer.
+std::vector<int> blockStarts(const graph::LayerGraph& g, const std::vector<int>& order, int max_blocks) {
+  const int n = static_cast<int>(order.size());
+  std::vector<int> starts;
+  for (int i = 0; i <= n; ++i) starts.push_back(i);
+  if (n <= max_blocks) return starts;
+  double total = 0;
+  for (int l : order) total += g.layer(l).forward_seconds + g.layer(l).backwardSeconds();
+  starts = {0};
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    sum += g.layer(order[i]).forward_seconds + g.layer(order[i]).backwardSeconds();
+    const int made = static_cast<int>(starts.size());  // blocks begun so far
+    const int layers_left = n - (i + 1);
+    const int blocks_left = max_blocks - made;
+    const bool quota = total > 0 && sum >= total * made / max_blocks;
+    if (i + 1 < n && blocks_left > 0 && (quota || layers_left == blocks_left)) starts.push_back(i + 1);
+  }
+  starts.push_back(n);
+  return starts;
+}
+
+// Weight copies a replica holds besides optimizer state: the versions its schedule
+// keeps, one gradient buffer, and PipeMare's velocity.
+double weightCopies(const std::string& schedule, int inflight) {
+  double versions = 1;
+  if (schedule == "pipedream") versions = inflight;
+  if (schedule == "2bw") versions = 2;
+  return versions + 1 + (schedule == "pipemare" ? 1 : 0);
+}
+
+// Micro-batches of activations the deepest stage holds, for a pipeline `depth` stages
+// deep: all of them under GPipe, else what the 1F1B warm-up admits.
+int inflightMicrobatches(const std::string& schedule, int depth, int microbatches) {
+  if (schedule == "gpipe") return microbatches;
+  return std::max(1, std::min(depth, microbatches));
+}
+
+}  // namespace
+
+ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                           const PartitionOptions& options)
+    : graph_(graph), cluster_(cluster), options_(options) {
+  schedule::checkScheduleName(options.schedule);
+  if (graph.size() == 0) throw Error("planner: the layer graph has no layers");
+  if (options.microbatch_size < 1) throw Error("planner: the micro-batch size must be at least 1");
+  if (options.microbatches < 1) throw Error("planner: the micro-batch count must be at least 1");
+  if (options.max_blocks < 1) throw Error("planner: max_blocks must be at least 1");
+  devices_ = options.max_devices > 0 ? std::min(options.max_devices, cluster.size()) : cluster.size();
+  if (options_.assumed_depth < 1) options_.assumed_depth = 1;
+  scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
+
+  for (int l = 0; l < graph.size(); ++l) order_.push_back(l);  // the graph keeps layers topologically sorted
+  block_start_ = blockStarts(graph, order_, options.max_blocks);
+  const int n = numBlocks();
+  std::vector<int> block_of(graph.size());
+  for (int b = 0; b < n; ++b)
+    for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) block_of[order_[i]] = b;
+
+  for (auto* v : {&compute_, &backward_, &activation_, &params_, &optimizer_}) v->assign(n + 1, 0.0);
+  cut_bytes_.assign(n + 1, 0.0);
+  for (int b = 0; b < n; ++b) {
+    double f = 0, bw = 0, act = 0, par = 0, opt = 0;
+    for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) {
+      const graph::Layer& l = graph.layer(order_[i]);
+      f += l.forward_seconds;
+      bw += l.backwardSeconds();
+      act += l.saved_activation_bytes;
+      par += l.param_bytes;
+      opt += l.optimizer_state_bytes;
+    }
+    compute_[b + 1] = compute_[b] + (f + bw) * scale_;
+    backward_[b + 1] = backward_[b] + bw * scale_;
+    activation_[b + 1] = activation_[b] + act * scale_;
+    params_[b + 1] = params_[b] + par;
+    optimizer_[b + 1] = optimizer_[b] + opt;
+  }
+  // An output crosses every cut between its producer's block and its last consumer's.
+  std::vector<double> delta(n + 1, 0.0);
+  for (int l = 0; l < graph.size(); ++l) {
+    int last = block_of[l];
+    for (int c : graph.successors(l)) last = std::max(last, block_of[c]);
+    if (last == block_of[l]) continue;
+    const double bytes = graph.layer(l).output_bytes * scale_;
+    delta[block_of[l] + 1] += bytes;
+    delta[last + 1] -= bytes;
+  }
+  double running = 0;
+  for (int b = 0; b <= n; ++b) cut_bytes_[b] = running += delta[b];
+}
+
+std::vector<int> ChainProblem::layersOf(int first_block, int end_block) const {
+  return std::vector<int>(order_.begin() + block_start_[first_block], order_.begin() + block_start_[end_block]);
+}
+
+bool ChainProblem::allowedDevices(int first, int end) const {
+  if (first < 0 || end > devices_ || end <= first) return false;
+  const auto& levels = cluster_.levels();
+  if (end - first == 1 || levels.empty()) return end - first == 1;
+  if ((end - 1) / levels[0].group_size == first / levels[0].group_size) return true;
+  // Whole groups of level l - 1 inside one group of level l (the top level holds all).
+  for (std::size_t l = 1; l < levels.size(); ++l) {
+    const int unit = levels[l - 1].group_size;
+    const bool same_group = l + 1 == levels.size() || (end - 1) / levels[l].group_size == first / levels[l].group_size;
+    if (same_group) return first % unit == 0 && end % unit == 0;
+  }
+  return false;
+}
+
+double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replicas) const {
+  const int m = options_.microbatches;
+  const int inflight = inflightMicrobatches(options_.schedule, options_.assumed_depth, m);
+  const int per_replica = (inflight + replicas - 1) / replicas;
+  const double params = params_[end_block] - params_[first_block];
+  return params * weightCopies(options_.schedule, inflight) + (optimizer_[end_block] - optimizer_[first_block]) +
+         (activation_[end_block] - activation_[first_block]) * per_replica;
+}
+
+double ChainProblem::stageSeconds(int i, int j, int d0, int d1) const {
+  const int r = d1 - d0;
+  const int m = options_.microbatches;
+  // Replicas take every r-th micro-batch; PipeDream steps per micro-batch, so its
+  // replicas would update on different ones (schedule::replicate refuses that).
+  if (m % r != 0 || (r > 1 && options_.schedule == "pipedream")) return kInfinity;
+  double speed = kInfinity, memory = kInfinity, bandwidth = kInfinity, latency = 0;
+  for (int d = d0; d < d1; ++d) {
+    speed = std::min(speed, cluster_.device(d).speed);
+    memory = std::min(memory, static_cast<double>(cluster_.device(d).memory_bytes));
+    const auto hop = cluster_.route(d, d + 1 < d1 ? d + 1 : d0);
+    bandwidth = std::min(bandwidth, hop.bandwidth);
+    latency = std::max(latency, r > 1 ? hop.latency : 0.0);
+  }
+  if (stageMemoryBytes(i, j, r) > memory) return kInfinity;
+  const double compute = (compute_[j] - compute_[i]) / speed * (m / r);
+  // The asynchronous schedules that step per micro-batch reduce per micro-batch.
+  const int reductions = options_.schedule == "pipemare" ? m / r : 1;
+  const double allreduce = reductions * sim::ringAllreduceSeconds(params_[j] - params_[i], r, bandwidth, latency);
+  const double last_backward = (backward_[j] - backward_[i]) / speed;
+  return compute + std::max(0.0, allreduce - reductions * last_backward);
+}
+
+double ChainProblem::boundarySeconds(int block, int device) const {
+  if (block == 0 || device == 0) return 0;
+  return options_.microbatches * sim::transferSeconds(cut_bytes_[block], cluster_.route(device - 1, device));
+}
+
+double ChainProblem::objective(const std::vector<StageChoice>& stages) const {
+  double worst = 0;
+  for (const StageChoice& s : stages) {
+    worst = std::max(worst, stageSeconds(s.first_block, s.end_block, s.first_device, s.end_device));
+    worst = std::max(worst, boundarySeconds(s.first_block, s.first_device));
+  }
+  return worst;
+}
+
+Partition solveChain(const ChainProblem& problem) {
+  const int n = problem.numBlocks(), devices = problem.numDevices();
+  // best[j][d]: blocks [0, j) tiling devices [0, d); the last stage begins at (from_block, from_device).
+  std::vector<std::vector<double>> best(n + 1, std::vector<double>(devices + 1, kInfinity));
+  std::vector<std::vector<std::pair<int, int>>> from(n + 1, std::vector<std::pair<int, int>>(devices + 1, {-1, -1}));
+  best[0][0] = 0;
+  for (int d = 1; d <= devices; ++d)
+    for (int d0 = d - 1; d0 >= 0; --d0) {
+      if (!problem.allowedDevices(d0, d)) continue;
+      for (int j = 1; j <= n; ++j)
+        for (int i = j - 1; i >= 0; --i) {
+          if (best[i][d0] == kInfinity) continue;
+          // More layers only make the stage slower and bigger: stop once it cannot win.
+          const double stage = problem.stageSeconds(i, j, d0, d);
+          if (stage >= best[j][d]) break;
+          const double value = std::max({best[i][d0], stage, problem.boundarySeconds(i, d0)});
+          if (value < best[j][d]) {
+            best[j][d] = value;
+            from[j][d] = {i, d0};
+          }
+        }
+    }
+  int end_device = -1;
+  for (int d = 1; d <= devices; ++d)
+    if (best[n][d] < kInfinity && (end_device < 0 || best[n][d] < best[n][end_device])) end_device = d;
+  if (end_device < 0) {
+    double need = 0;
+    for (int b = 0; b < n; ++b) need = std::max(need, problem.stageMemoryBytes(b, b + 1, 1));
+    throw Error("planner: no partition fits memory: a single block of layers needs up to " + text::humanBytes(need) +
+                " under " + problem.options().schedule + " at micro-batch size " +
+                std::to_string(problem.options().microbatch_size) + "; use a smaller micro-batch, a schedule that " +
+                "holds fewer micro-batches, or devices with more memory");
+  }
+  Partition result;
+  result.objective = best[n][end_device];
+  result.assumed_depth = problem.options().assumed_depth;
+  for (int j = n, d = end_device; j > 0;) {
+    const auto [i, d0] = from[j][d];
+    result.stages.push_back({i, j, d0, d});
+    j = i;
+    d = d0;
+  }
+  std::reverse(result.stages.begin(), result.stages.end());
+  return result;
+}
+
+ChainPlan partitionChain(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                         const PartitionOptions& options, const plan::ScheduleOptions& schedule) {
+  PartitionOptions o = options;
+  if (o.assumed_depth > 0) {
+    const ChainProblem problem(graph, cluster, o);
+    const Partition p = solveChain(problem);
+    return {toPlan(p, problem, schedule), p};
+  }
+  // A deeper pipeline holds more micro-batches in flight; re-plan until the depth the
+  // memory check assumed covers the plan found (the depth only grows, up to the devices).
+  for (o.assumed_depth = 1;;) {
+    const ChainProblem problem(graph, cluster, o);
+    const Partition p = solveChain(problem);
+    const int depth = static_cast<int>(p.stages.size());
+    if (depth <= o.assumed_depth) return {toPlan(p, problem, schedule), p};
+    o.assumed_depth = depth;
+  }
+}
+
+plan::Plan toPlan(const Partition& partition, const ChainProblem& problem, const plan::ScheduleOptions& schedule) {
+  plan::Plan plan;
+  plan.microbatch_size = problem.options().microbatch_size;
+  plan.microbatches = problem.options().microbatches;
+  plan.schedule = schedule;
+  for (const StageChoice& s : partition.stages) {
+    plan::Stage stage;
+    for (int l : problem.layersOf(s.first_block, s.end_block)) stage.layers.push_back(problem.graph().layer(l).name);
+    for (int d = s.first_device; d < s.end_device; ++d) stage.devices.push_back(problem.cluster().device(d).name);
+    plan.stages.push_back(std::move(stage));
+  }
+  return plan;
+}
+
+}  // namespace pipetrain::planner

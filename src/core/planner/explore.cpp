@@ -1,0 +1,214 @@
+#include "pipetrain/planner/explore.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "pipetrain/plan/partition.h"
+#include "pipetrain/planner/chain_partition.h"
+#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::planner {
+namespace {
+
+// Mini-batches simulated before the measured one: enough for asynchronous schedules to
+// reach their steady state.
+constexpr int kWarmMinibatches = 2;
+constexpr int kInterleavedChunks = 2;
+
+std::vector<int64_t> microbatchSizes(const ExploreOptions& o) {
+  if (!o.microbatch_sizes.empty()) {
+    for (int64_t b : o.microbatch_sizes)
+      if (b < 1 || o.global_batch % b != 0)
+        throw Error("micro-batch size " + std::to_string(b) + " does not divide the batch of " +
+                    std::to_string(o.global_batch));
+    return o.microbatch_sizes;
+  }
+  std::vector<int64_t> sizes;
+  for (int64_t b = 1; b <= o.global_batch; b *= 2)
+    if (o.global_batch % b == 0) sizes.push_back(b);
+  return sizes;
+}
+
+std::vector<int> widths(int devices) {
+  std::vector<int> w;
+  for (int d = 1; d < devices; d *= 2) w.push_back(d);
+  w.push_back(devices);
+  return w;
+}
+
+// Interleaved 1F1B: `width` ranks, two stages each, layers balanced by compute.
+plan::Plan interleavedPlan(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, int width,
+                           int64_t microbatch_size, int microbatches) {
+  const int stages = width * kInterleavedChunks;
+  std::vector<double> costs;
+  for (const auto& l : graph.layers()) costs.push_back(l.forward_seconds + l.backwardSeconds());
+  const std::vector<int> bounds = plan::balancedChainSplit(costs, stages);
+  plan::Plan p;
+  p.microbatch_size = microbatch_size;
+  p.microbatches = microbatches;
+  p.schedule.name = "interleaved";
+  p.schedule.chunks = kInterleavedChunks;
+  for (int s = 0; s < stages; ++s) {
+    plan::Stage st;
+    for (int l = bounds[s]; l < bounds[s + 1]; ++l) st.layers.push_back(graph.layer(l).name);
+    st.devices.push_back(cluster.device(s % width).name);
+    p.stages.push_back(std::move(st));
+  }
+  return p;
+}
+
+// The rank that misses its memory most, or "" when all fit.
+std::string memoryShortfall(const sim::Report& r) {
+  for (const auto& rank : r.ranks)
+    if (rank.peak_memory_bytes > rank.memory_capacity_bytes)
+      return "needs " + text::humanBytes(static_cast<double>(rank.peak_memory_bytes)) + " on " + rank.device +
+             ", which has " + text::humanBytes(static_cast<double>(rank.memory_capacity_bytes));
+  return "";
+}
+
+std::string planKey(const plan::Plan& p) { return p.toJson().dump(); }
+
+double maxBusy(const sim::Report& r) {
+  double m = 0;
+  for (const auto& rank : r.ranks) m = std::max(m, rank.busy_seconds);
+  return m;
+}
+
+int64_t maxMemory(const sim::Report& r) {
+  int64_t m = 0;
+  for (const auto& rank : r.ranks) m = std::max(m, rank.peak_memory_bytes);
+  return m;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
+  if (o.schedule != "auto") {
+    schedule::checkScheduleName(o.schedule);
+    return {o.schedule};
+  }
+  std::vector<std::string> names;
+  for (const auto& s : schedule::scheduleNames())
+    if (o.allow_async || !schedule::isAsynchronous(s)) names.push_back(s);
+  return names;
+}
+
+std::string whySlower(const Candidate& winner, const Candidate& loser) {
+  const sim::Report &w = winner.report, &l = loser.report;
+  std::string why = fixed(100.0 * (1.0 - l.throughput / w.throughput), 1) + "% lower throughput: ";
+  if (l.bubble_fraction > w.bubble_fraction + 0.02)
+    return why + "more idle time (mean bubble " + fixed(l.bubble_fraction, 3) + " vs " + fixed(w.bubble_fraction, 3) + ")";
+  if (maxBusy(l) * l.samples_per_minibatch > maxBusy(w) * w.samples_per_minibatch * 1.02)
+    return why + "a slower bottleneck rank (" + fixed(maxBusy(l) / l.samples_per_minibatch * 1e3, 3) + " vs " +
+           fixed(maxBusy(w) / w.samples_per_minibatch * 1e3, 3) + " ms busy per sample)";
+  return why + "communication and synchronisation (iteration " + fixed(l.iteration_time * 1e3, 2) + " vs " +
+         fixed(w.iteration_time * 1e3, 2) + " ms per " + std::to_string(l.samples_per_minibatch) + " samples)";
+}
+
+std::string Exploration::runnerUpLost() const { return ranked.size() < 2 ? "" : whySlower(ranked[0], ranked[1]); }
+
+Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  if (o.global_batch < 1) throw Error("the batch size must be at least 1 (got " + std::to_string(o.global_batch) + ")");
+  Exploration result;
+  std::set<std::string> seen;
+  for (const std::string& name : schedulesToExplore(o)) {
+    result.async_included |= schedule::isAsynchronous(name);
+    for (int64_t b : microbatchSizes(o)) {
+      const int m = static_cast<int>(o.global_batch / b);
+      for (int width : widths(cluster.size())) {
+        Dropped drop{name, b, width, ""};
+        try {
+          Candidate c;
+          plan::ScheduleOptions schedule;
+          schedule.name = name;
+          if (name == "interleaved") {
+            if (width < 2 || graph.size() < width * kInterleavedChunks || m % width != 0) continue;
+            c.plan = interleavedPlan(graph, cluster, width, b, m);
+          } else {
+            PartitionOptions po;
+            po.schedule = name;
+            po.microbatch_size = b;
+            po.microbatches = m;
+            po.max_devices = width;
+            po.max_blocks = o.max_blocks;
+            const ChainPlan chain = partitionChain(graph, cluster, po, schedule);
+            c.plan = chain.plan;
+            c.dp_objective = chain.partition.objective;
+          }
+          if (!seen.insert(planKey(c.plan)).second) continue;  // a narrower width found it already
+          // Memory is judged below, from the schedule's footprint rather than validate's estimate.
+          plan::validate(c.plan, graph, cluster, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
+          c.report = sim::evaluatePlan(graph, cluster, c.plan, kWarmMinibatches).report;
+          drop.devices = static_cast<int>(c.report.ranks.size());
+          drop.reason = memoryShortfall(c.report);
+          if (drop.reason.empty()) {
+            result.ranked.push_back(std::move(c));
+            continue;
+          }
+        } catch (const Error& e) {
+          drop.reason = e.what();
+        }
+        result.dropped.push_back(std::move(drop));
+      }
+    }
+  }
+  std::stable_sort(result.ranked.begin(), result.ranked.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.report.throughput != b.report.throughput) return a.report.throughput > b.report.throughput;
+    return maxMemory(a.report) < maxMemory(b.report);  // equal speed: the leaner plan
+  });
+  result.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (result.ranked.empty()) {
+    std::string reasons;
+    for (std::size_t i = 0; i < result.dropped.size() && i < 5; ++i)
+      reasons += "\n  " + result.dropped[i].schedule + ", micro-batch " + std::to_string(result.dropped[i].microbatch_size) +
+                 ": " + result.dropped[i].reason;
+    throw Error("no plan fits this cluster for a batch of " + std::to_string(o.global_batch) + " (" +
+                std::to_string(result.dropped.size()) + " combinations tried), e.g.:" + reasons);
+  }
+  return result;
+}
+
+json_io::Json Exploration::toJson() const {
+  auto candidateJson = [](const Candidate& c) {
+    json_io::Json stages = json_io::Json::array();
+    for (const auto& s : c.plan.stages)
+      stages.push_back({{"layers", s.layers}, {"replicas", s.devices.size()}, {"devices", s.devices}});
+    json_io::Json memory = json_io::Json::object();
+    for (const auto& r : c.report.ranks) memory[r.device] = std::max<int64_t>(memory.value(r.device, int64_t{0}), r.peak_memory_bytes);
+    return json_io::Json{{"schedule", c.plan.schedule.name},
+                         {"chunks", c.plan.schedule.chunks},
+                         {"asynchronous", schedule::isAsynchronous(c.plan.schedule.name)},
+                         {"stages", stages},
+                         {"microbatch_size", c.plan.microbatch_size},
+                         {"microbatches", c.plan.microbatches},
+                         {"predicted_throughput", c.report.throughput},
+                         {"predicted_iteration_seconds", c.report.iteration_time},
+                         {"bubble_fraction", c.report.bubble_fraction},
+                         {"peak_memory_bytes", memory}};
+  };
+  json_io::Json j = candidateJson(best());
+  j["search_seconds"] = search_seconds;
+  j["async_included"] = async_included;
+  j["runner_up_lost"] = runnerUpLost();
+  json_io::Json table = json_io::Json::array();
+  for (const auto& c : ranked) table.push_back(candidateJson(c));
+  j["candidates"] = table;
+  json_io::Json drops = json_io::Json::array();
+  for (const auto& d : dropped)
+    drops.push_back({{"schedule", d.schedule}, {"microbatch_size", d.microbatch_size}, {"devices", d.devices}, {"reason", d.reason}});
+  j["dropped"] = drops;
+  return j;
+}
+
+}  // namespace pipetrain::planner

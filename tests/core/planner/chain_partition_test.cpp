@@ -1,0 +1,167 @@
+#include "pipetrain/planner/chain_partition.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <random>
+
+#include "../expect_error.h"
+#include "pipetrain/sim/evaluate.h"
+
+namespace pipetrain::planner {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// Every tiling of blocks onto a device prefix, the objective of each priced by the
+// problem: the optimum the DP must reach.
+double exhaustiveOptimum(const ChainProblem& problem, int block, int device, std::vector<StageChoice>& stages) {
+  if (block == problem.numBlocks()) return problem.objective(stages);
+  double best = kInfinity;
+  for (int j = block + 1; j <= problem.numBlocks(); ++j)
+    for (int d = device + 1; d <= problem.numDevices(); ++d) {
+      if (!problem.allowedDevices(device, d)) continue;
+      stages.push_back({block, j, device, d});
+      best = std::min(best, exhaustiveOptimum(problem, j, d, stages));
+      stages.pop_back();
+    }
+  return best;
+}
+
+graph::LayerGraph randomChain(std::mt19937& rng, int layers) {
+  std::uniform_real_distribution<double> time(0.5, 4.0);
+  std::uniform_int_distribution<int64_t> bytes(1, 64);
+  std::vector<graph::Layer> v;
+  for (int i = 0; i < layers; ++i) {
+    graph::Layer l;
+    l.name = "l" + std::to_string(i);
+    if (i > 0) l.inputs = {v.back().name};
+    l.forward_seconds = time(rng);
+    l.backward_input_seconds = time(rng);
+    l.backward_weight_seconds = time(rng);
+    l.output_bytes = bytes(rng) * 1000;
+    l.saved_activation_bytes = bytes(rng) * 100;
+    l.param_bytes = bytes(rng) * 1000;
+    l.optimizer_state_bytes = 2 * l.param_bytes;
+    v.push_back(l);
+  }
+  return graph::LayerGraph(v, 1);
+}
+
+// Two nodes of two devices; the second node's devices are slower when `mixed`.
+cluster::ClusterSpec twoLevelCluster(bool mixed, int64_t memory) {
+  std::vector<cluster::Device> d;
+  for (int i = 0; i < 4; ++i) d.push_back({"d" + std::to_string(i), "gpu", mixed && i >= 2 ? 0.5 : 1.0, memory});
+  return cluster::ClusterSpec(d, {{"node", 2, 20000, 0.01}, {"net", 4, 2000, 0.1}}, {});
+}
+
+TEST(ChainPartition, DynamicProgramReachesTheExhaustiveOptimum) {
+  std::mt19937 rng(7);
+  int compared = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int layers = 1 + trial % 12;
+    const auto graph = randomChain(rng, layers);
+    const bool mixed = trial % 2 == 1;
+    // Memory from generous to tight, so that it sometimes decides.
+    const int64_t memory = trial % 3 == 0 ? int64_t{1} << 40 : 150000 + 50000 * (trial % 5);
+    const auto cluster = twoLevelCluster(mixed, memory);
+    for (const std::string schedule : {"1f1b", "gpipe", "pipemare"}) {
+      PartitionOptions o;
+      o.schedule = schedule;
+      o.microbatch_size = 2;
+      o.microbatches = trial % 4 == 0 ? 6 : 4;
+      o.assumed_depth = 1 + trial % 3;
+      const ChainProblem problem(graph, cluster, o);
+      std::vector<StageChoice> scratch;
+      const double optimum = exhaustiveOptimum(problem, 0, 0, scratch);
+      if (optimum == kInfinity) {
+        testing::expectError([&] { solveChain(problem); }, {"no partition fits memory"});
+        continue;
+      }
+      const Partition p = solveChain(problem);
+      EXPECT_NEAR(p.objective, optimum, 1e-9 * optimum) << "trial " << trial << " " << schedule;
+      EXPECT_DOUBLE_EQ(problem.objective(p.stages), p.objective);
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 80);  // the rest fit nowhere, and said so
+}
+
+TEST(ChainPartition, ReplicasStayInsideANodeOrTakeWholeNodes) {
+  const auto cluster = twoLevelCluster(false, 1 << 30);
+  std::mt19937 rng(1);
+  const auto graph = randomChain(rng, 4);
+  const ChainProblem problem(graph, cluster, {});
+  EXPECT_TRUE(problem.allowedDevices(0, 2));
+  EXPECT_TRUE(problem.allowedDevices(0, 4));
+  EXPECT_TRUE(problem.allowedDevices(1, 2));
+  EXPECT_FALSE(problem.allowedDevices(1, 3));  // half of each node
+  EXPECT_FALSE(problem.allowedDevices(1, 4));
+}
+
+TEST(ChainPartition, PlansValidateAndFitTheScheduleFootprint) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto graph = randomChain(rng, 4 + trial % 9);
+    const auto cluster = twoLevelCluster(trial % 2 == 1, 200000 + 40000 * (trial % 4));
+    for (const std::string schedule : {"1f1b", "gpipe", "zb-h1", "2bw"}) {
+      PartitionOptions o;
+      o.schedule = schedule;
+      o.microbatch_size = 2;
+      o.microbatches = 4;
+      plan::ScheduleOptions s;
+      s.name = schedule;
+      ChainPlan result;
+      try {
+        result = partitionChain(graph, cluster, o, s);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("no partition fits memory"), std::string::npos) << e.what();
+        continue;
+      }
+      ASSERT_NO_THROW(plan::validate(result.plan, graph, cluster));
+      const auto report = sim::evaluatePlan(graph, cluster, result.plan, 2).report;
+      for (const auto& rank : report.ranks)
+        EXPECT_LE(rank.peak_memory_bytes, rank.memory_capacity_bytes)
+            << schedule << " trial " << trial << " on " << rank.device;
+    }
+  }
+}
+
+TEST(ChainPartition, PrefersAPipelineWhenWeightsAreExpensiveToReduce) {
+  // Two equal halves; data parallelism would all-reduce 1 GB over a slow network.
+  auto graph = graph::LayerGraph::uniformChain(2, 1, 1, 1, 1000, int64_t{1} << 30);
+  const auto cluster = cluster::ClusterSpec::uniform(2, int64_t{1} << 40, 1e8, 0);
+  PartitionOptions o;
+  o.microbatches = 4;
+  auto p = partitionChain(graph, cluster, o, {}).plan;
+  ASSERT_EQ(p.numStages(), 2);
+  EXPECT_EQ(p.stages[0].devices.size(), 1u);
+
+  // Weightless layers: the two devices replicate one stage instead (no boundary to pay).
+  graph = graph::LayerGraph::uniformChain(2, 1, 1, 1, int64_t{1} << 30, 0);
+  p = partitionChain(graph, cluster, o, {}).plan;
+  ASSERT_EQ(p.numStages(), 1);
+  EXPECT_EQ(p.stages[0].devices.size(), 2u);
+}
+
+TEST(ChainPartition, LongChainsArePlannedOverBlocks) {
+  const auto graph = graph::LayerGraph::uniformChain(1000, 1, 1, 1, 1000, 1000);
+  const auto cluster = cluster::ClusterSpec::uniform(8, int64_t{1} << 40, 1e9, 0);
+  PartitionOptions o;
+  o.microbatches = 8;
+  o.max_blocks = 100;
+  const auto result = partitionChain(graph, cluster, o, {});
+  EXPECT_NO_THROW(plan::validate(result.plan, graph, cluster));
+  int layers = 0;
+  for (const auto& s : result.plan.stages) layers += static_cast<int>(s.layers.size());
+  EXPECT_EQ(layers, 1000);
+}
+
+TEST(ChainPartition, RefusesWhatCannotFit) {
+  const auto graph = graph::LayerGraph::uniformChain(3, 1, 1, 1, 10, 1000);
+  const auto cluster = cluster::ClusterSpec::uniform(2, 100, 1e9, 0);
+  testing::expectError([&] { partitionChain(graph, cluster, {}, {}); }, {"no partition fits memory"});
+}
+
+}  // namespace
+}  // namespace pipetrain::planner

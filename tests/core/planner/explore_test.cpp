@@ -1,0 +1,89 @@
+#include "pipetrain/planner/explore.h"
+
+#include <gtest/gtest.h>
+
+#include "../expect_error.h"
+#include "pipetrain/schedule/schedules.h"
+
+namespace pipetrain::planner {
+namespace {
+
+// Eight equal layers with weights; four devices in two nodes.
+struct TwoNodes {
+  graph::LayerGraph graph = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20);
+  cluster::ClusterSpec cluster{{{"a0", "gpu", 1, 1 << 30}, {"a1", "gpu", 1, 1 << 30},
+                                {"b0", "gpu", 1, 1 << 30}, {"b1", "gpu", 1, 1 << 30}},
+                               {{"node", 2, 1e10, 1e-6}, {"net", 4, 1e8, 1e-5}},
+                               {}};
+};
+
+TEST(Explore, RanksFittingCandidatesBestFirst) {
+  TwoNodes s;
+  ExploreOptions o;
+  o.global_batch = 32;
+  const Exploration e = explore(s.graph, s.cluster, o);
+  ASSERT_GE(e.ranked.size(), 5u);
+  for (std::size_t i = 1; i < e.ranked.size(); ++i)
+    EXPECT_GE(e.ranked[i - 1].report.throughput, e.ranked[i].report.throughput);
+  for (const auto& c : e.ranked) {
+    EXPECT_FALSE(schedule::isAsynchronous(c.plan.schedule.name)) << c.plan.schedule.name;
+    EXPECT_EQ(c.plan.samplesPerMinibatch(), 32);
+    EXPECT_NO_THROW(plan::validate(c.plan, s.graph, s.cluster));
+  }
+  EXPECT_FALSE(e.async_included);
+  EXPECT_NE(e.runnerUpLost().find("lower throughput"), std::string::npos) << e.runnerUpLost();
+  const auto j = e.toJson();
+  for (const char* key : {"schedule", "stages", "microbatch_size", "microbatches", "predicted_throughput",
+                          "peak_memory_bytes", "search_seconds"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_TRUE(j["stages"][0].contains("replicas"));
+}
+
+TEST(Explore, AsynchronousSchedulesOnlyWhenAllowed) {
+  TwoNodes s;
+  ExploreOptions o;
+  o.global_batch = 16;
+  o.allow_async = true;
+  const Exploration e = explore(s.graph, s.cluster, o);
+  bool saw_async = false;
+  for (const auto& c : e.ranked) saw_async |= schedule::isAsynchronous(c.plan.schedule.name);
+  EXPECT_TRUE(saw_async);
+  EXPECT_TRUE(e.async_included);
+}
+
+TEST(Explore, DropsWhatDoesNotFitAndSaysWhy) {
+  TwoNodes s;
+  // 9 MiB per device: a layer's weights, gradient and Adam state take 4 MiB, so only
+  // four stages of two layers hold the model and every narrower width is dropped.
+  std::vector<cluster::Device> d;
+  for (int i = 0; i < 4; ++i) d.push_back({"d" + std::to_string(i), "fpga", 1, 9 << 20});
+  graph::LayerGraph g = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20);
+  std::vector<graph::Layer> layers = g.layers();
+  for (auto& l : layers) l.optimizer_state_bytes = 2 << 20;
+  g = graph::LayerGraph(layers, 1);
+  const cluster::ClusterSpec small(d, {{"ring", 4, 1e9, 1e-6}}, {});
+  ExploreOptions o;
+  o.global_batch = 8;
+  const Exploration e = explore(g, small, o);
+  EXPECT_FALSE(e.dropped.empty());
+  for (const auto& c : e.ranked) EXPECT_GE(c.plan.numStages(), 2);
+  bool memory_reason = false;
+  for (const auto& drop : e.dropped) memory_reason |= drop.reason.find("memory") != std::string::npos;
+  EXPECT_TRUE(memory_reason);
+}
+
+TEST(Explore, RefusesBadRequests) {
+  TwoNodes s;
+  ExploreOptions o;
+  o.global_batch = 0;
+  testing::expectError([&] { explore(s.graph, s.cluster, o); }, {"batch"});
+  o.global_batch = 8;
+  o.schedule = "nonsense";
+  testing::expectError([&] { explore(s.graph, s.cluster, o); }, {"nonsense"});
+  o.schedule = "auto";
+  o.microbatch_sizes = {3};
+  testing::expectError([&] { explore(s.graph, s.cluster, o); }, {"does not divide"});
+}
+
+}  // namespace
+}  // namespace pipetrain::planner
