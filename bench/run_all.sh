@@ -3,5 +3,6 @@
 set -euo pipefail
 build=${1:-build}
 "$build/simulator_bench" --benchmark_counters_tabular=true
+"$build/planner_bench" --benchmark_counters_tabular=true
 bench/pipeline_throughput.sh "$build" mlp
 bench/pipeline_throughput.sh "$build" gpt

@@ -51,6 +51,14 @@ struct StageChoice {
   int replicas() const { return end_device - first_device; }
 };
 
+// What a block of devices offers one stage: its slowest replica, its smallest memory
+// and the slowest hop of the replicas' all-reduce ring.
+struct DeviceBlock {
+  int first = 0, end = 0;
+  double speed = 0, memory_bytes = 0, ring_bandwidth = 0, ring_latency = 0;
+  int replicas() const { return end - first; }
+};
+
 // The prices of every candidate stage and boundary; shared by the DP and by tests that
 // search exhaustively.
 class ChainProblem {
@@ -68,9 +76,13 @@ class ChainProblem {
 
   // Whether devices [first, end) may form one stage's replicas (see the header).
   bool allowedDevices(int first, int end) const;
+  DeviceBlock deviceBlock(int first, int end) const;
   // Seconds per mini-batch; infinity when the stage does not fit its devices' memory
   // or its replicas do not divide the micro-batches.
-  double stageSeconds(int first_block, int end_block, int first_device, int end_device) const;
+  double stageSeconds(int first_block, int end_block, const DeviceBlock& devices) const;
+  double stageSeconds(int first_block, int end_block, int first_device, int end_device) const {
+    return stageSeconds(first_block, end_block, deviceBlock(first_device, end_device));
+  }
   // Seconds per mini-batch for the activations crossing the cut before `block`, between
   // device `device - 1` and device `device`.
   double boundarySeconds(int block, int device) const;

@@ -133,27 +133,33 @@ double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replic
          (activation_[end_block] - activation_[first_block]) * per_replica;
 }
 
-double ChainProblem::stageSeconds(int i, int j, int d0, int d1) const {
-  const int r = d1 - d0;
+DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
+  DeviceBlock b{first, end, kInfinity, kInfinity, kInfinity, 0.0};
+  for (int d = first; d < end; ++d) {
+    b.speed = std::min(b.speed, cluster_.device(d).speed);
+    b.memory_bytes = std::min(b.memory_bytes, static_cast<double>(cluster_.device(d).memory_bytes));
+    if (end - first < 2) continue;
+    const auto hop = cluster_.route(d, d + 1 < end ? d + 1 : first);
+    b.ring_bandwidth = std::min(b.ring_bandwidth, hop.bandwidth);
+    b.ring_latency = std::max(b.ring_latency, hop.latency);
+  }
+  return b;
+}
+
+double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) const {
+  const int r = devices.replicas();
   const int m = options_.microbatches;
   // Replicas take every r-th micro-batch; PipeDream steps per micro-batch, so its
   // replicas would update on different ones (schedule::replicate refuses that).
   if (m % r != 0 || (r > 1 && options_.schedule == "pipedream")) return kInfinity;
-  double speed = kInfinity, memory = kInfinity, bandwidth = kInfinity, latency = 0;
-  for (int d = d0; d < d1; ++d) {
-    speed = std::min(speed, cluster_.device(d).speed);
-    memory = std::min(memory, static_cast<double>(cluster_.device(d).memory_bytes));
-    const auto hop = cluster_.route(d, d + 1 < d1 ? d + 1 : d0);
-    bandwidth = std::min(bandwidth, hop.bandwidth);
-    latency = std::max(latency, r > 1 ? hop.latency : 0.0);
-  }
-  if (stageMemoryBytes(i, j, r) > memory) return kInfinity;
-  const double compute = (compute_[j] - compute_[i]) / speed * (m / r);
-  // The asynchronous schedules that step per micro-batch reduce per micro-batch.
-  const int reductions = options_.schedule == "pipemare" ? m / r : 1;
-  const double allreduce = reductions * sim::ringAllreduceSeconds(params_[j] - params_[i], r, bandwidth, latency);
-  const double last_backward = (backward_[j] - backward_[i]) / speed;
-  return compute + std::max(0.0, allreduce - reductions * last_backward);
+  if (stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
+  const double compute = (compute_[j] - compute_[i]) / devices.speed * (m / r);
+  // One all-reduce per mini-batch (every schedule that may replicate steps once per
+  // mini-batch), overlapping the last backward pass.
+  const double allreduce =
+      sim::ringAllreduceSeconds(params_[j] - params_[i], r, devices.ring_bandwidth, devices.ring_latency);
+  const double last_backward = (backward_[j] - backward_[i]) / devices.speed;
+  return compute + std::max(0.0, allreduce - last_backward);
 }
 
 double ChainProblem::boundarySeconds(int block, int device) const {
@@ -179,11 +185,12 @@ Partition solveChain(const ChainProblem& problem) {
   for (int d = 1; d <= devices; ++d)
     for (int d0 = d - 1; d0 >= 0; --d0) {
       if (!problem.allowedDevices(d0, d)) continue;
+      const DeviceBlock block = problem.deviceBlock(d0, d);
       for (int j = 1; j <= n; ++j)
         for (int i = j - 1; i >= 0; --i) {
           if (best[i][d0] == kInfinity) continue;
           // More layers only make the stage slower and bigger: stop once it cannot win.
-          const double stage = problem.stageSeconds(i, j, d0, d);
+          const double stage = problem.stageSeconds(i, j, block);
           if (stage >= best[j][d]) break;
           const double value = std::max({best[i][d0], stage, problem.boundarySeconds(i, d0)});
           if (value < best[j][d]) {

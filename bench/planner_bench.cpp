@@ -1,0 +1,67 @@
+// Planner search time: the chain DP (PipeDream partitioner with replication) on long
+// chains and large hierarchical clusters, and how it grows with layers and devices.
+// Run: build/planner_bench   (or `make bench`)
+#include <benchmark/benchmark.h>
+
+#include <random>
+
+#include "pipetrain/planner/chain_partition.h"
+
+namespace {
+
+using namespace pipetrain;
+
+// Layers of uneven cost, as real models have.
+graph::LayerGraph randomChain(int layers) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<double> t(1e-4, 1e-3);
+  std::vector<graph::Layer> v;
+  for (int i = 0; i < layers; ++i) {
+    graph::Layer l;
+    l.name = "l" + std::to_string(i);
+    if (i > 0) l.inputs = {v.back().name};
+    l.forward_seconds = t(rng);
+    l.backward_input_seconds = t(rng);
+    l.backward_weight_seconds = t(rng);
+    l.output_bytes = 1 << 20;
+    l.saved_activation_bytes = 1 << 20;
+    l.param_bytes = 4 << 20;
+    l.optimizer_state_bytes = 8 << 20;
+    v.push_back(l);
+  }
+  return graph::LayerGraph(v, 1);
+}
+
+// 8 devices per node (NVLink-like), 8 nodes per rack, racks joined by a slower network.
+cluster::ClusterSpec threeLevels(int devices) {
+  std::vector<cluster::Device> d;
+  for (int i = 0; i < devices; ++i) d.push_back({"gpu" + std::to_string(i), "gpu", 1.0, int64_t{80} << 30});
+  std::vector<cluster::Level> levels{{"node", 8, 300e9, 2e-6}, {"rack", 64, 25e9, 5e-6}};
+  if (devices > 64) levels.push_back({"cluster", devices, 12.5e9, 1e-5});
+  return cluster::ClusterSpec(d, levels, {});
+}
+
+void partition(benchmark::State& state) {
+  const int layers = static_cast<int>(state.range(0)), devices = static_cast<int>(state.range(1));
+  const auto graph = randomChain(layers);
+  const auto cluster = threeLevels(devices);
+  planner::PartitionOptions o;
+  o.microbatch_size = 4;
+  o.microbatches = 64;
+  o.max_blocks = static_cast<int>(state.range(2));
+  int stages = 0;
+  for (auto _ : state) stages = static_cast<int>(planner::partitionChain(graph, cluster, o, {}).plan.numStages());
+  state.counters["stages"] = stages;
+}
+
+// The target: 1000 layers on 1024 devices in three levels, in under a second.
+BENCHMARK(partition)->Args({1000, 1024, 128})->Unit(benchmark::kMillisecond);
+// Growth with devices (chain planned over 128 blocks).
+BENCHMARK(partition)->Args({1000, 64, 128})->Args({1000, 256, 128})->Unit(benchmark::kMillisecond);
+// Growth with layers, every layer its own block (no coarsening).
+BENCHMARK(partition)->Args({32, 1024, 32})->Args({64, 1024, 64})->Args({128, 1024, 128})->Args({256, 1024, 256})
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
