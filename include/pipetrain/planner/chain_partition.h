@@ -35,6 +35,7 @@ struct PartitionOptions {
   int64_t microbatch_size = 1;
   int microbatches = 1;           // per mini-batch
   int max_devices = 0;            // plan on the first this-many devices; 0 = all
+  int max_replicas = 0;           // per stage; 0 = as many as help, 1 = a pure pipeline
   // Pipeline depth assumed when sizing in-flight activations (a stage holds up to
   // min(depth, m) micro-batches under 1F1B-like schedules). partitionChain starts at 1
   // and deepens it until the plan it finds is no deeper than assumed; 0 = that loop.

@@ -4,7 +4,7 @@
 // real footprint, score the rest with the simulator, and rank them.
 //
 // The width is how many of the cluster's devices a candidate may use (powers of two up
-// to all of them); within it the DP chooses the stages and their replicas. Scores are
+// to all of them, or all of them when asked to); within it the DP chooses the stages and their replicas. Scores are
 // the simulator's steady-state throughput, so the ranking includes what the DP's
 // bottleneck objective leaves out: the bubble of the schedule, contention, fill and drain.
 #pragma once
@@ -27,6 +27,8 @@ struct ExploreOptions {
   bool allow_async = false;             // include pipedream, 2bw, pipemare under auto
   std::vector<int64_t> microbatch_sizes;  // empty = the powers of two dividing the batch
   int max_blocks = 128;                 // see PartitionOptions
+  int max_replicas = 0;                 // see PartitionOptions
+  bool use_all_devices = false;         // only plans that occupy every device (a job's ranks)
 };
 
 struct Candidate {

@@ -152,6 +152,7 @@ double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) cons
   // Replicas take every r-th micro-batch; PipeDream steps per micro-batch, so its
   // replicas would update on different ones (schedule::replicate refuses that).
   if (m % r != 0 || (r > 1 && options_.schedule == "pipedream")) return kInfinity;
+  if (options_.max_replicas > 0 && r > options_.max_replicas) return kInfinity;
   if (stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
   const double compute = (compute_[j] - compute_[i]) / devices.speed * (m / r);
   // One all-reduce per mini-batch (every schedule that may replicate steps once per

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -18,6 +19,7 @@ namespace {
 // reach their steady state.
 constexpr int kWarmMinibatches = 2;
 constexpr int kInterleavedChunks = 2;
+const double kTie = std::log(1.001);
 
 std::vector<int64_t> microbatchSizes(const ExploreOptions& o) {
   if (!o.microbatch_sizes.empty()) {
@@ -105,6 +107,9 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
 
 std::string whySlower(const Candidate& winner, const Candidate& loser) {
   const sim::Report &w = winner.report, &l = loser.report;
+  if (l.throughput > w.throughput * 0.999)
+    return "the same predicted throughput, but a peak of " + text::humanBytes(static_cast<double>(maxMemory(l))) +
+           " per device against " + text::humanBytes(static_cast<double>(maxMemory(w)));
   std::string why = fixed(100.0 * (1.0 - l.throughput / w.throughput), 1) + "% lower throughput: ";
   if (l.bubble_fraction > w.bubble_fraction + 0.02)
     return why + "more idle time (mean bubble " + fixed(l.bubble_fraction, 3) + " vs " + fixed(w.bubble_fraction, 3) + ")";
@@ -126,7 +131,7 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
     result.async_included |= schedule::isAsynchronous(name);
     for (int64_t b : microbatchSizes(o)) {
       const int m = static_cast<int>(o.global_batch / b);
-      for (int width : widths(cluster.size())) {
+      for (int width : o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size())) {
         Dropped drop{name, b, width, ""};
         try {
           Candidate c;
@@ -142,6 +147,7 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
             po.microbatches = m;
             po.max_devices = width;
             po.max_blocks = o.max_blocks;
+            po.max_replicas = o.max_replicas;
             const ChainPlan chain = partitionChain(graph, cluster, po, schedule);
             c.plan = chain.plan;
             c.dp_objective = chain.partition.objective;
@@ -152,6 +158,8 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
           c.report = sim::evaluatePlan(graph, cluster, c.plan, kWarmMinibatches).report;
           drop.devices = static_cast<int>(c.report.ranks.size());
           drop.reason = memoryShortfall(c.report);
+          if (o.use_all_devices && drop.devices < cluster.size() && drop.reason.empty())
+            drop.reason = "leaves " + std::to_string(cluster.size() - drop.devices) + " devices idle";
           if (drop.reason.empty()) {
             result.ranked.push_back(std::move(c));
             continue;
@@ -163,9 +171,12 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
       }
     }
   }
-  std::stable_sort(result.ranked.begin(), result.ranked.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.report.throughput != b.report.throughput) return a.report.throughput > b.report.throughput;
-    return maxMemory(a.report) < maxMemory(b.report);  // equal speed: the leaner plan
+  // Throughput within 0.1% is a tie (the simulator's differences that small are rounding),
+  // and among ties the leaner plan wins.
+  auto tier = [](const Candidate& c) { return static_cast<int64_t>(std::floor(std::log(c.report.throughput) / kTie)); };
+  std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](const Candidate& a, const Candidate& b) {
+    if (tier(a) != tier(b)) return tier(a) > tier(b);
+    return maxMemory(a.report) < maxMemory(b.report);
   });
   result.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.ranked.empty()) {
