@@ -72,7 +72,7 @@ class ChainProblem {
   int numBlocks() const { return static_cast<int>(block_start_.size()) - 1; }
   int numDevices() const { return devices_; }
   const PartitionOptions& options() const { return options_; }
-  // Layer indices (topological order) of blocks [first, end).
+  // Layer indices (the graph's topological order) of blocks [first, end).
   std::vector<int> layersOf(int first_block, int end_block) const;
 
   // Whether devices [first, end) may form one stage's replicas (see the header).
@@ -99,8 +99,7 @@ class ChainProblem {
   PartitionOptions options_;
   int devices_ = 0;
   double scale_ = 1;                      // micro-batch size / profiled batch size
-  std::vector<int> order_;                // layers in topological order
-  std::vector<int> block_start_;          // into order_; numBlocks() + 1 entries
+  std::vector<int> block_start_;          // first layer of each block, then the layer count
   // Prefix sums over blocks (per micro-batch, at speed 1).
   std::vector<double> compute_, backward_, activation_, params_, optimizer_;
   std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block

@@ -14,19 +14,19 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// Runs of `order` with about equal compute: block k ends where the running sum first
+// Runs of layers with about equal compute: block k ends where the running sum first
 // reaches k / blocks of the total. Every block holds at least one layer.
-std::vector<int> blockStarts(const graph::LayerGraph& g, const std::vector<int>& order, int max_blocks) {
-  const int n = static_cast<int>(order.size());
+std::vector<int> blockStarts(const graph::LayerGraph& g, int max_blocks) {
+  const int n = g.size();
   std::vector<int> starts;
   for (int i = 0; i <= n; ++i) starts.push_back(i);
   if (n <= max_blocks) return starts;
   double total = 0;
-  for (int l : order) total += g.layer(l).forward_seconds + g.layer(l).backwardSeconds();
+  for (const auto& l : g.layers()) total += l.forward_seconds + l.backwardSeconds();
   starts = {0};
   double sum = 0;
   for (int i = 0; i < n; ++i) {
-    sum += g.layer(order[i]).forward_seconds + g.layer(order[i]).backwardSeconds();
+    sum += g.layer(i).forward_seconds + g.layer(i).backwardSeconds();
     const int made = static_cast<int>(starts.size());  // blocks begun so far
     const int layers_left = n - (i + 1);
     const int blocks_left = max_blocks - made;
@@ -67,19 +67,19 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   if (options_.assumed_depth < 1) options_.assumed_depth = 1;
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
 
-  for (int l = 0; l < graph.size(); ++l) order_.push_back(l);  // the graph keeps layers topologically sorted
-  block_start_ = blockStarts(graph, order_, options.max_blocks);
+  // LayerGraph keeps its layers in topological order: blocks are runs of that order.
+  block_start_ = blockStarts(graph, options.max_blocks);
   const int n = numBlocks();
   std::vector<int> block_of(graph.size());
   for (int b = 0; b < n; ++b)
-    for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) block_of[order_[i]] = b;
+    for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) block_of[i] = b;
 
   for (auto* v : {&compute_, &backward_, &activation_, &params_, &optimizer_}) v->assign(n + 1, 0.0);
   cut_bytes_.assign(n + 1, 0.0);
   for (int b = 0; b < n; ++b) {
     double f = 0, bw = 0, act = 0, par = 0, opt = 0;
     for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) {
-      const graph::Layer& l = graph.layer(order_[i]);
+      const graph::Layer& l = graph.layer(i);
       f += l.forward_seconds;
       bw += l.backwardSeconds();
       act += l.saved_activation_bytes;
@@ -107,7 +107,9 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
 }
 
 std::vector<int> ChainProblem::layersOf(int first_block, int end_block) const {
-  return std::vector<int>(order_.begin() + block_start_[first_block], order_.begin() + block_start_[end_block]);
+  std::vector<int> layers;
+  for (int l = block_start_[first_block]; l < block_start_[end_block]; ++l) layers.push_back(l);
+  return layers;
 }
 
 bool ChainProblem::allowedDevices(int first, int end) const {

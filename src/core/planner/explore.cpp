@@ -107,6 +107,8 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
 
 std::string whySlower(const Candidate& winner, const Candidate& loser) {
   const sim::Report &w = winner.report, &l = loser.report;
+  if (l.throughput > w.throughput * 0.999 && maxMemory(l) <= maxMemory(w))
+    return "a tie: the same predicted throughput and peak memory (listed second)";
   if (l.throughput > w.throughput * 0.999)
     return "the same predicted throughput, but a peak of " + text::humanBytes(static_cast<double>(maxMemory(l))) +
            " per device against " + text::humanBytes(static_cast<double>(maxMemory(w)));

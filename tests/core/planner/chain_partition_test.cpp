@@ -157,6 +157,29 @@ TEST(ChainPartition, LongChainsArePlannedOverBlocks) {
   EXPECT_EQ(layers, 1000);
 }
 
+TEST(ChainPartition, PlansADagOverItsTopologicalOrder) {
+  // A diamond: a feeds b and c, both feed d. A cut after b carries a's and b's outputs.
+  std::vector<graph::Layer> layers(4);
+  const char* names[] = {"a", "b", "c", "d"};
+  for (int i = 0; i < 4; ++i) {
+    layers[i].name = names[i];
+    layers[i].forward_seconds = layers[i].backward_input_seconds = 1;
+    layers[i].output_bytes = 1000 * (i + 1);
+  }
+  layers[1].inputs = layers[2].inputs = {"a"};
+  layers[3].inputs = {"b", "c"};
+  const graph::LayerGraph graph(layers, 1);
+  const auto cluster = cluster::ClusterSpec::uniform(2, int64_t{1} << 40, 1e6, 0);
+  PartitionOptions o;
+  o.microbatches = 2;
+  o.max_replicas = 1;
+  const ChainProblem problem(graph, cluster, o);
+  EXPECT_DOUBLE_EQ(problem.boundarySeconds(2, 1), 2 * (1000 + 2000) / 1e6);
+  const auto result = partitionChain(graph, cluster, o, {});
+  EXPECT_EQ(result.plan.numStages(), 2);
+  EXPECT_NO_THROW(plan::validate(result.plan, graph, cluster));
+}
+
 TEST(ChainPartition, RefusesWhatCannotFit) {
   const auto graph = graph::LayerGraph::uniformChain(3, 1, 1, 1, 10, 1000);
   const auto cluster = cluster::ClusterSpec::uniform(2, 100, 1e9, 0);
