@@ -20,5 +20,7 @@ Command addSimulateCommand(CLI::App& app);
 Command addInfoCommand(CLI::App& app);
 // `argv` is this program's command line, which the launcher re-runs for each rank.
 Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv);
+Command addProfileCommand(CLI::App& app);
+Command addProfileNetworkCommand(CLI::App& app, const std::vector<std::string>& argv);
 
 }  // namespace pipetrain::cli

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
       pipetrain::cli::addSimulateCommand(app),
       pipetrain::cli::addInfoCommand(app),
       pipetrain::cli::addTrainCommand(app, std::vector<std::string>(argv, argv + argc)),
+      pipetrain::cli::addProfileCommand(app),
+      pipetrain::cli::addProfileNetworkCommand(app, std::vector<std::string>(argv, argv + argc)),
   };
 
   try {

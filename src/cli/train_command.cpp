@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "launcher.h"
+#include "options.h"
 #include "prediction.h"
 #include "train_plan.h"
 #include "pipetrain/torch/trainer.h"
@@ -36,19 +37,6 @@ struct TrainArgs {
   std::string trace, svg, summary_json;
   std::vector<std::string> argv;
 };
-
-models::ModelConfig parseModelOptions(const std::vector<std::string>& options) {
-  models::ModelConfig out;
-  for (const auto& o : options) {
-    const auto eq = o.find('=');
-    char* end = nullptr;
-    const long long v = eq == std::string::npos ? 0 : std::strtoll(o.c_str() + eq + 1, &end, 10);
-    if (eq == std::string::npos || !end || *end != '\0' || eq + 1 == o.size())
-      throw Error("--model-option \"" + o + "\": expected KEY=INTEGER, e.g. layers=8");
-    out[o.substr(0, eq)] = v;
-  }
-  return out;
-}
 
 Json resultToJson(const runtime::RankResult& r) {
   Json actions = Json::array();

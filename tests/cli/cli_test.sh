@@ -94,5 +94,26 @@ refuses "dead rank ends the job" "rank 1" env PIPETRAIN_FAULT_RANK=1 PIPETRAIN_F
 elapsed=$(( $(date +%s) - start ))
 [ "$elapsed" -lt 60 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: dead rank took ${elapsed}s"; }
 
+# profile and profile-network: measured files that the simulator accepts
+mlp=(--model mlp --model-option input=16 --model-option width=32)
+check "profile mlp" "$bin" profile "${mlp[@]}" --batch 4 --repeats 1 --out "$tmp/profile.json"
+expect "profile table" "fc3 "
+expect "profile wrote" "wrote"
+check "profile-network 2 ranks" "$bin" profile-network --nproc 2 --sizes 64K,1M --repeats 3 --out "$tmp/cluster.json"
+expect "network latency" "latency"
+host=$(hostname)
+cat >"$tmp/profiled_plan.json" <<EOF
+{"format": "pipetrain.plan", "version": 1, "microbatch_size": 4, "microbatches": 4, "schedule": "1f1b",
+ "stages": [{"layers": ["fc0", "fc1", "fc2"], "devices": ["$host-0"]},
+            {"layers": ["fc3", "head"], "devices": ["$host-1"]}]}
+EOF
+check "simulate profiled graph and cluster" "$bin" simulate --graph "$tmp/profile.json" \
+  --cluster "$tmp/cluster.json" --plan "$tmp/profiled_plan.json"
+expect "profiled simulation" "iteration time"
+refuses "profile bad batch" "batch" "$bin" profile "${mlp[@]}" --batch 0 --out "$tmp/p0.json"
+refuses "profile unknown model" "unknown model" "$bin" profile --model nope --batch 4 --out "$tmp/p1.json"
+refuses "profile unwritable" "/nonexistent/g.json" "$bin" profile "${mlp[@]}" --batch 4 --out /nonexistent/g.json
+refuses "profile-network one rank" "nproc" "$bin" profile-network --nproc 1 --out "$tmp/c1.json"
+
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

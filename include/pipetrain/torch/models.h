@@ -64,4 +64,15 @@ torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tenso
 // images and features ((N, C) vs (N)), over every position for tokens ((N, T, V) vs (N, T)).
 torch::Tensor lossOf(const Model& model, const torch::Tensor& output, const torch::Tensor& labels);
 
+// Byte counting shared by layerGraph() and the profiler (include/pipetrain/torch/profiler.h).
+// Bytes of a tensor's elements at its dtype.
+int64_t tensorBytes(const torch::Tensor& tensor);
+// Bytes of a layer's parameters at their dtype (4 x numel for the zoo's fp32 models).
+int64_t parameterBytes(const Layer& layer);
+
+// A batch of `batch` samples with constant values (zeros for tokens, int64; 0.5
+// otherwise, fp32) on the CPU. Dry runs and profiles use it so that they never draw
+// from the global generator.
+torch::Tensor constantInput(const InputSpec& input, int64_t batch);
+
 }  // namespace pipetrain::models

@@ -12,7 +12,7 @@ constexpr int kVersion = 1;
 Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
                "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
-               "optimizer_state_bytes"});
+               "optimizer_state_bytes", "peak_memory_bytes"});
   Layer l;
   l.name = c.field("name").asString();
   l.kind = c.stringOr("kind", "layer");
@@ -47,6 +47,8 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   // Adam keeps two moments per parameter.
   l.optimizer_state_bytes =
       c.has("optimizer_state_bytes") ? c.field("optimizer_state_bytes").asNonNegativeInt() : 2 * l.param_bytes;
+  // Optional (files written before the profiler measured it have none).
+  if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asNonNegativeInt();
   return l;
 }
 
@@ -71,16 +73,18 @@ json_io::Json LayerGraph::toJson() const {
   j["batch_size"] = batch_size_;
   json_io::Json layers = json_io::Json::array();
   for (const Layer& l : layers_) {
-    layers.push_back({{"name", l.name},
-                      {"kind", l.kind},
-                      {"inputs", l.inputs},
-                      {"forward_seconds", l.forward_seconds},
-                      {"backward_input_seconds", l.backward_input_seconds},
-                      {"backward_weight_seconds", l.backward_weight_seconds},
-                      {"output_bytes", l.output_bytes},
-                      {"saved_activation_bytes", l.saved_activation_bytes},
-                      {"param_bytes", l.param_bytes},
-                      {"optimizer_state_bytes", l.optimizer_state_bytes}});
+    json_io::Json layer = {{"name", l.name},
+                           {"kind", l.kind},
+                           {"inputs", l.inputs},
+                           {"forward_seconds", l.forward_seconds},
+                           {"backward_input_seconds", l.backward_input_seconds},
+                           {"backward_weight_seconds", l.backward_weight_seconds},
+                           {"output_bytes", l.output_bytes},
+                           {"saved_activation_bytes", l.saved_activation_bytes},
+                           {"param_bytes", l.param_bytes},
+                           {"optimizer_state_bytes", l.optimizer_state_bytes}};
+    if (l.peak_memory_bytes >= 0) layer["peak_memory_bytes"] = l.peak_memory_bytes;
+    layers.push_back(std::move(layer));
   }
   j["layers"] = std::move(layers);
   return j;

@@ -24,21 +24,6 @@ torch::Tensor runLayer(const Layer& layer, torch::Tensor x) {
   return module.forward(std::move(x));
 }
 
-// A batch of one sample with constant values: the dry run must not draw from the
-// global generator, or profiling would change what the caller draws next.
-torch::Tensor dryInput(const InputSpec& input) {
-  std::vector<int64_t> shape = {1};
-  shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
-  if (input.kind == InputKind::kTokens) return torch::zeros(shape, torch::kLong);
-  return torch::full(shape, 0.5f);
-}
-
-int64_t paramBytes(const Layer& layer) {
-  int64_t numel = 0;
-  for (const torch::Tensor& p : layer.module.ptr()->parameters()) numel += p.numel();
-  return 4 * numel;  // fp32
-}
-
 // Eval mode for a dry run: batch norm in training mode would update its running
 // statistics (a side effect of merely looking at the model) and refuses a batch of one
 // at 1x1 resolution. Restores each layer's mode on exit, exceptions included.
@@ -62,6 +47,23 @@ class EvalScope {
 };
 
 }  // namespace
+
+int64_t tensorBytes(const torch::Tensor& tensor) {
+  return tensor.numel() * static_cast<int64_t>(tensor.element_size());
+}
+
+int64_t parameterBytes(const Layer& layer) {
+  int64_t bytes = 0;
+  for (const torch::Tensor& p : layer.module.ptr()->parameters()) bytes += tensorBytes(p);
+  return bytes;
+}
+
+torch::Tensor constantInput(const InputSpec& input, int64_t batch) {
+  std::vector<int64_t> shape = {batch};
+  shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
+  if (input.kind == InputKind::kTokens) return torch::zeros(shape, torch::kLong);
+  return torch::full(shape, 0.5f);
+}
 
 torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tensor input) {
   checkRange(model, first, last);
@@ -97,7 +99,7 @@ graph::LayerGraph Model::layerGraph() const {
   using Clock = std::chrono::steady_clock;
   EvalScope eval_scope(layers);
   torch::NoGradGuard no_grad;
-  torch::Tensor x = dryInput(input);
+  torch::Tensor x = constantInput(input, 1);  // one sample
   std::vector<graph::Layer> nodes;
   for (const Layer& layer : layers) {
     graph::Layer node;
@@ -117,11 +119,11 @@ graph::LayerGraph Model::layerGraph() const {
     node.forward_seconds = best;
     node.backward_input_seconds = best;
     node.backward_weight_seconds = best;
-    node.output_bytes = y.numel() * static_cast<int64_t>(y.element_size());
+    node.output_bytes = tensorBytes(y);
     // A first estimate: autograd keeps each op's inputs, which for a multi-op layer
     // (a transformer block) is several times its output. The profiler refines this.
     node.saved_activation_bytes = node.output_bytes;
-    node.param_bytes = paramBytes(layer);
+    node.param_bytes = parameterBytes(layer);
     node.optimizer_state_bytes = 2 * node.param_bytes;  // Adam's two moments
     nodes.push_back(std::move(node));
     x = y;

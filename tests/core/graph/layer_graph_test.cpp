@@ -85,6 +85,21 @@ TEST(LayerGraph, JsonRoundTripIsExplicitAndLossless) {
   EXPECT_EQ(back.layer(1).optimizer_state_bytes, 0);
 }
 
+TEST(LayerGraph, PeakMemoryIsOptionalAndWrittenOnlyWhenMeasured) {
+  Json measured = layerJson("b");
+  measured["peak_memory_bytes"] = 4096;
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), measured}), "g.json");
+  EXPECT_EQ(g.layer(0).peak_memory_bytes, -1);  // older files: not measured
+  EXPECT_EQ(g.layer(1).peak_memory_bytes, 4096);
+  const Json written = g.toJson();
+  EXPECT_FALSE(written["layers"][0].contains("peak_memory_bytes"));
+  EXPECT_EQ(written["layers"][1]["peak_memory_bytes"], 4096);
+  EXPECT_EQ(LayerGraph::fromJson(written, "written").toJson(), written);
+  measured["peak_memory_bytes"] = -5;
+  expectError([&] { LayerGraph::fromJson(graphJson({measured}), "g.json"); },
+              {"g.json", "layers[0].peak_memory_bytes"});
+}
+
 TEST(LayerGraph, SortsTopologicallyKeepingTheGivenOrderWherePossible) {
   // Listed: a, c, b, d with c reading b; the only move needed is b before c.
   const LayerGraph g = LayerGraph::fromJson(

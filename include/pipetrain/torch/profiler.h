@@ -1,0 +1,101 @@
+// The profiler: measures what the planner and the simulator need to know about a model
+// and a cluster, on the machine at hand.
+//
+//  - profileModel() runs every layer of a model at a given batch size and returns a
+//    LayerGraph: forward, input-gradient (I) and weight-gradient (W) seconds (medians
+//    of several timed runs after warm-up), output, saved-activation, parameter and
+//    optimizer-state bytes, and the allocator's measured peak per layer.
+//  - profileNetwork() measures latency and bandwidth between ranks over a Transport;
+//    clusterFromNetwork() turns that into a ClusterSpec.
+//
+// What is measured and how, and what is not measured on CPU: docs/profiling.md.
+// Not thread-safe: profileModel() briefly changes LibTorch's intra-op thread count
+// (memory pass) and must not run while other threads use the same model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/cluster/cluster_spec.h"
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/torch/models.h"
+#include "pipetrain/torch/transport.h"
+
+namespace pipetrain::profiler {
+
+// ===== Layers ==========================================================================
+
+struct ProfileOptions {
+  int warmup = 2;                  // untimed runs per layer first (allocator, BLAS, caches)
+  int repeats = 5;                 // timed runs per layer; the median is reported
+  std::string optimizer = "adam";  // state per parameter: adam 2 x params, sgd (momentum) 1 x
+};
+
+// Profiles every layer of `model` on one batch of `batch` samples, in training mode, on
+// the device of the model's parameters. Inputs are constants (the global generator is
+// not touched); each layer's input is the previous layer's output.
+// Returns a chain LayerGraph with batch_size = batch, one node per model layer, named
+// and kinded as the model's layers.
+// Leaves the model as it was: each layer's train/eval mode, its buffers (batch-norm
+// running statistics) and its parameters' gradients (gradients are taken with
+// torch::autograd::grad and never accumulated into .grad).
+// Throws Error for batch < 1, warmup < 0, repeats < 1 or an unknown optimizer.
+graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const ProfileOptions& options = {});
+
+// Optimizer state bytes for `param_bytes` of parameters: "adam" 2x, "sgd" 1x (momentum).
+// Throws Error naming the known optimizers otherwise.
+int64_t optimizerStateBytes(const std::string& optimizer, int64_t param_bytes);
+
+// ===== Network =========================================================================
+
+struct NetworkOptions {
+  std::vector<int64_t> sizes = {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20};  // bytes
+  int64_t latency_bytes = 4;       // the small message of the ping-pong
+  int warmup = 2;                  // untimed round trips per measurement first ...
+  double warmup_seconds = 0.2;     // ... and for the latency, for at least this long
+  int repeats = 10;                // timed round trips per measurement; the median is used
+};
+
+// Where a rank runs.
+struct RankHost {
+  std::string host;                // gethostname()
+  int local_rank = 0;              // LOCAL_RANK, the rank's index on its host
+  int64_t physical_memory_bytes = 0;  // the whole machine's (sysconf)
+};
+
+// This process's RankHost with the given local rank.
+RankHost thisHost(int local_rank);
+
+// Rank 0 against one other rank.
+struct PairMeasurement {
+  int peer = 0;
+  double latency_seconds = 0;      // half the median round trip of a small message
+  std::vector<double> bandwidth;   // bytes/s per NetworkOptions::sizes entry
+};
+
+struct NetworkProfile {
+  std::vector<RankHost> ranks;     // indexed by rank
+  std::vector<int64_t> sizes;      // the bandwidth message sizes
+  std::vector<PairMeasurement> pairs;  // rank 0 against ranks 1 .. world-1, in order
+};
+
+// Collective: every rank of `transport` calls it with its own RankHost. Rank 0 measures
+// against every other rank in turn (the others wait for their turn) and returns the
+// whole profile; the other ranks return a profile holding only `ranks`.
+// REQUIRES: world size >= 2 (Error otherwise), options.sizes non-empty and positive.
+NetworkProfile profileNetwork(runtime::Transport& transport, const RankHost& self,
+                              const NetworkOptions& options = {});
+
+// A ClusterSpec from a profile: one "cpu" device per rank named "<host>-<local rank>"
+// (grouped by host, in order of first appearance, then local rank), speed 1, memory =
+// the host's physical memory divided among its ranks. Levels: with every rank on one
+// host, one level "host" over all of them; with several hosts holding the same number
+// k >= 2 of ranks, "host" (group k, the same-host measurements) and "network" (all, the
+// cross-host ones); otherwise one level "network" with the slowest (cross-host)
+// figures. A level's bandwidth is the median over its pairs of the bandwidth at the
+// largest message size, its latency the median latency.
+// REQUIRES: a profile from rank 0 (pairs for every other rank).
+cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& profile);
+
+}  // namespace pipetrain::profiler

@@ -1,0 +1,47 @@
+#include "options.h"
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::cli {
+
+models::ModelConfig parseModelOptions(const std::vector<std::string>& options) {
+  models::ModelConfig out;
+  for (const auto& o : options) {
+    const auto eq = o.find('=');
+    char* end = nullptr;
+    const long long v = eq == std::string::npos ? 0 : std::strtoll(o.c_str() + eq + 1, &end, 10);
+    if (eq == std::string::npos || !end || *end != '\0' || eq + 1 == o.size())
+      throw Error("--model-option \"" + o + "\": expected KEY=INTEGER, e.g. layers=8");
+    out[o.substr(0, eq)] = v;
+  }
+  return out;
+}
+
+int64_t parseByteSize(const std::string& text, const std::string& option) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  std::string suffix = end ? end : "";
+  int shift = 0;
+  if (!suffix.empty()) {
+    const char unit = static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0])));
+    shift = unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : -1;
+    if (suffix.size() > 1 && suffix.substr(1) != "iB" && suffix.substr(1) != "B") shift = -1;
+  }
+  if (end == text.c_str() || shift < 0 || v < 1 || v > (int64_t{1} << (40 - shift)))
+    throw Error(option + " \"" + text + "\": expected a positive size in bytes such as 65536, 64K, 16M or 1G");
+  return static_cast<int64_t>(v) << shift;
+}
+
+void checkWritable(const std::string& path, const std::string& option) {
+  const std::string probe = path + ".tmp";  // json_io::writeFile writes there first
+  const bool ok = static_cast<bool>(std::ofstream(probe));
+  std::remove(probe.c_str());
+  if (!ok) throw Error(option + " " + path + ": cannot write there (does the folder exist?)");
+}
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,23 @@
+// Option parsing shared by the commands.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/torch/models.h"
+
+namespace pipetrain::cli {
+
+// --model-option values, KEY=INTEGER each ("layers=8"); Error on anything else.
+models::ModelConfig parseModelOptions(const std::vector<std::string>& options);
+
+// A byte count: "1048576", "64K", "16M", "1G" or with "iB" ("16MiB"); the suffixes are
+// binary (K = 1024). Error naming `option` on anything else or on a size < 1.
+int64_t parseByteSize(const std::string& text, const std::string& option);
+
+// Fails early, before any long measurement, when `path` cannot be written: an Error
+// naming `option` and the path. Leaves no file behind.
+void checkWritable(const std::string& path, const std::string& option);
+
+}  // namespace pipetrain::cli

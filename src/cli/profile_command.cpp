@@ -1,0 +1,115 @@
+// `pipetrain profile`: measure a model's per-layer costs at a batch size and write them
+// as a LayerGraph for `simulate --graph` and the planners (docs/profiling.md).
+#include <dlfcn.h>
+
+#include <cstdio>
+
+#include "commands.h"
+#include "options.h"
+#include "pipetrain/torch/profiler.h"
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/json_io.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::cli {
+namespace {
+
+struct ProfileArgs {
+  std::string model;
+  std::vector<std::string> model_options;
+  int64_t batch = 0;
+  profiler::ProfileOptions options;
+  int threads = 0;  // 0 = leave LibTorch's and BLAS's defaults
+  std::string out;
+};
+
+// OpenBLAS reads OPENBLAS_NUM_THREADS when it loads, before main(); these calls reach it
+// afterwards, when OpenBLAS is the BLAS LibTorch loaded (Debian's libopenblas0-pthread).
+using SetThreads = void (*)(int);
+using GetThreads = int (*)();
+
+int blasThreads() {
+  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get ? get() : 0;
+}
+
+// The threads of a rank that `train --nproc` gives `threads` cores (launcher.cpp): BLAS
+// gets them and LibTorch's intra-op pool one, so profiled costs match the ranks' own.
+// Without OpenBLAS, LibTorch's pool gets them.
+void useThreadsOfARank(int threads) {
+  auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (set) {
+    set(threads);
+    at::set_num_threads(1);
+  } else {
+    at::set_num_threads(threads);
+  }
+}
+
+std::string ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", 1e3 * seconds);
+  return buf;
+}
+
+void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
+  std::printf("profile of %s at batch %lld: medians of %d runs after %d warm-up runs; "
+              "%d LibTorch intra-op threads, %d BLAS threads\n",
+              a.model.c_str(), static_cast<long long>(a.batch), a.options.repeats, a.options.warmup,
+              at::get_num_threads(), blasThreads());
+  std::printf("%-14s %-18s %9s %9s %9s %12s %12s %12s\n", "layer", "kind", "F ms", "I ms", "W ms", "activation",
+              "params", "peak memory");
+  double f = 0, i = 0, w = 0;
+  int64_t act = 0, params = 0;
+  for (const graph::Layer& l : g.layers()) {
+    std::printf("%-14s %-18s %9s %9s %9s %12s %12s %12s\n", l.name.c_str(), l.kind.c_str(),
+                ms(l.forward_seconds).c_str(), ms(l.backward_input_seconds).c_str(),
+                ms(l.backward_weight_seconds).c_str(), text::humanBytes(l.saved_activation_bytes).c_str(),
+                text::humanBytes(l.param_bytes).c_str(),
+                l.peak_memory_bytes >= 0 ? text::humanBytes(l.peak_memory_bytes).c_str() : "-");
+    f += l.forward_seconds;
+    i += l.backward_input_seconds;
+    w += l.backward_weight_seconds;
+    act += l.saved_activation_bytes;
+    params += l.param_bytes;
+  }
+  std::printf("%-14s %-18s %9s %9s %9s %12s %12s\n", "total", "", ms(f).c_str(), ms(i).c_str(), ms(w).c_str(),
+              text::humanBytes(act).c_str(), text::humanBytes(params).c_str());
+}
+
+int run(ProfileArgs& a) {
+  if (a.batch < 1) throw Error("--batch must be at least 1, not " + std::to_string(a.batch));
+  if (a.threads < 0) throw Error("--threads must be at least 1");
+  const models::ModelConfig config = parseModelOptions(a.model_options);
+  profiler::optimizerStateBytes(a.options.optimizer, 0);  // known optimizer?
+  checkWritable(a.out, "--out");
+  const models::Model model = models::buildModel(a.model, config);
+  if (a.threads > 0) useThreadsOfARank(a.threads);
+  const graph::LayerGraph g = profiler::profileModel(model, a.batch, a.options);
+  printTable(a, g);
+  json_io::writeFile(a.out, g.toJson());
+  std::printf("wrote %s\n", a.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command addProfileCommand(CLI::App& app) {
+  auto a = std::make_shared<ProfileArgs>();
+  CLI::App* cmd = app.add_subcommand("profile", "Measure a model's per-layer times and memory; write a layer graph");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cmd->add_option("--model", a->model, "fmnist-cnn, mlp, vgg16, resnet50, gpt")->required();
+  cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--batch", a->batch, "samples per measured batch (e.g. the micro-batch size)")->required();
+  cmd->add_option("--warmup", a->options.warmup, "untimed runs per layer first")->capture_default_str();
+  cmd->add_option("--repeats", a->options.repeats, "timed runs per layer (the median is kept)")->capture_default_str();
+  cmd->add_option("--optimizer", a->options.optimizer, "adam or sgd (momentum): optimizer state per parameter")
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads,
+                  "profile as a `train --nproc` rank with this many cores: BLAS threads (LibTorch's pool gets 1)");
+  cmd->add_option("--out", a->out, "the layer graph JSON to write")->required();
+  return {cmd, [a] { return run(*a); }};
+}
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,128 @@
+// `pipetrain profile-network`: latency and bandwidth between ranks over the real Gloo
+// transport, written as a ClusterSpec (docs/profiling.md#network). Like `train`: without
+// RANK in the environment it launches --nproc local ranks of itself; with RANK set it is
+// one rank (torchrun conventions, LOCAL_RANK naming its device on the host).
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "commands.h"
+#include "launcher.h"
+#include "options.h"
+#include "pipetrain/torch/profiler.h"
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/json_io.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::cli {
+namespace {
+
+struct NetworkArgs {
+  int nproc = 2;
+  std::vector<std::string> sizes = {"1M", "4M", "16M"};
+  int repeats = 10;
+  int timeout_seconds = 60;
+  std::string out;
+  std::vector<std::string> argv;
+};
+
+std::string rate(double bytes_per_second) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GB/s", bytes_per_second / 1e9);
+  return buf;
+}
+
+std::string micros(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
+  return buf;
+}
+
+void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec& c) {
+  auto device = [&](int r) { return p.ranks[r].host + "-" + std::to_string(p.ranks[r].local_rank); };
+  for (const auto& m : p.pairs) {
+    std::printf("rank 0 (%s) <-> rank %d (%s): latency %s; bandwidth", device(0).c_str(), m.peer,
+                device(m.peer).c_str(), micros(m.latency_seconds).c_str());
+    for (std::size_t i = 0; i < p.sizes.size(); ++i)
+      std::printf("%s %s %s", i ? "," : "", text::humanBytes(p.sizes[i]).c_str(), rate(m.bandwidth[i]).c_str());
+    std::printf("\n");
+  }
+  std::printf("cluster: %d devices of %s each;", c.size(), text::humanBytes(c.device(0).memory_bytes).c_str());
+  for (const auto& l : c.levels())
+    std::printf(" level '%s' (groups of %d) %s, %s;", l.name.c_str(), l.group_size, rate(l.bandwidth).c_str(),
+                micros(l.latency).c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+profiler::NetworkOptions networkOptions(const NetworkArgs& a) {
+  profiler::NetworkOptions o;
+  o.sizes.clear();
+  for (const auto& s : a.sizes) o.sizes.push_back(parseByteSize(s, "--sizes"));
+  if (o.sizes.empty()) throw Error("--sizes: give at least one message size");
+  if (a.repeats < 1) throw Error("--repeats must be at least 1");
+  o.repeats = a.repeats;
+  return o;
+}
+
+// One rank. Rank 0 prints what it measured; launched by `profile-network`, it hands the
+// cluster to the launcher (a RESULT line), which writes it; started by hand, it writes it.
+int runRank(const NetworkArgs& a) {
+  const profiler::NetworkOptions options = networkOptions(a);
+  runtime::Rendezvous rv = runtime::Rendezvous::fromEnvironment();
+  rv.timeout = std::chrono::seconds(a.timeout_seconds);
+  const char* local = std::getenv("LOCAL_RANK");
+  const int local_rank = local && *local ? std::atoi(local) : rv.rank;
+  auto transport = runtime::makeGlooTransport(rv);
+  const profiler::NetworkProfile p = profiler::profileNetwork(*transport, profiler::thisHost(local_rank), options);
+  if (rv.rank != 0) return 0;
+  const cluster::ClusterSpec c = profiler::clusterFromNetwork(p);
+  printProfile(p, c);
+  if (std::getenv("PIPETRAIN_LAUNCHED")) {
+    std::printf("RESULT %s\n", c.toJson().dump().c_str());
+  } else {
+    json_io::writeFile(a.out, c.toJson());
+    std::printf("wrote %s\n", a.out.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+int launch(const NetworkArgs& a) {
+  if (a.nproc < 2) throw Error("--nproc must be at least 2: latency and bandwidth are measured between ranks");
+  networkOptions(a);  // bad sizes fail before any rank starts
+  checkWritable(a.out, "--out");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = std::max(1, static_cast<int>(cores) / a.nproc);
+  const auto outputs = launchLocal(a.argv, a.nproc, threads, [](int rank, const std::string& line) {
+    if (rank == 0) std::printf("%s\n", line.c_str());
+  });
+  if (outputs.empty() || outputs[0].result_json.empty()) throw Error("rank 0 ended without reporting its measurements");
+  const cluster::ClusterSpec c =
+      cluster::ClusterSpec::fromJson(json_io::Json::parse(outputs[0].result_json), "rank 0's cluster");
+  json_io::writeFile(a.out, c.toJson());
+  std::printf("wrote %s\n", a.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+Command addProfileNetworkCommand(CLI::App& app, const std::vector<std::string>& argv) {
+  auto a = std::make_shared<NetworkArgs>();
+  a->argv = argv;
+  CLI::App* cmd = app.add_subcommand("profile-network",
+                                     "Measure latency and bandwidth between ranks over Gloo; write a cluster spec");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  cmd->add_option("--nproc", a->nproc, "local ranks to launch (ignored when RANK is set)")->capture_default_str();
+  cmd->add_option("--sizes", a->sizes, "bandwidth message sizes, e.g. 1M,4M,16M (binary K/M/G)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->capture_default_str();
+  cmd->add_option("--repeats", a->repeats, "timed round trips per measurement (the median is kept)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", a->timeout_seconds, "seconds before a silent peer ends the job")->capture_default_str();
+  cmd->add_option("--out", a->out, "the cluster JSON to write")->required();
+  return {cmd, [a] { return std::getenv("RANK") ? runRank(*a) : launch(*a); }};
+}
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,205 @@
+// profileNetwork() and clusterFromNetwork(): latency and bandwidth between ranks over
+// the real transport, and the ClusterSpec they imply (docs/profiling.md#network).
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "pipetrain/torch/profiler.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::profiler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Tags of the profile's messages (one pair of ranks talks at a time, so they repeat).
+constexpr uint32_t kHostTag = 0x7fff0100u, kInfoTag = 0x7fff0101u, kPingTag = 0x7fff0102u,
+                   kPongTag = 0x7fff0103u, kDataTag = 0x7fff0104u, kAckTag = 0x7fff0105u;
+constexpr int64_t kHostBytes = 256;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// ----- who runs where: every rank tells rank 0 -------------------------------------------
+
+void sendHost(runtime::Transport& t, const RankHost& self) {
+  torch::Tensor name = torch::zeros({kHostBytes}, torch::kUInt8);
+  std::memcpy(name.data_ptr(), self.host.data(), std::min<std::size_t>(self.host.size(), kHostBytes - 1));
+  torch::Tensor info = torch::tensor({static_cast<int64_t>(self.local_rank), self.physical_memory_bytes}, torch::kLong);
+  auto a = t.send(name, 0, kHostTag);
+  auto b = t.send(info, 0, kInfoTag);
+  a->wait();
+  b->wait();
+}
+
+RankHost receiveHost(runtime::Transport& t, int from) {
+  torch::Tensor name = torch::zeros({kHostBytes}, torch::kUInt8);
+  torch::Tensor info = torch::zeros({2}, torch::kLong);
+  t.recv(name, from, kHostTag)->wait();
+  t.recv(info, from, kInfoTag)->wait();
+  RankHost h;
+  h.host = std::string(static_cast<const char*>(name.data_ptr()));  // zero-terminated
+  h.local_rank = static_cast<int>(info[0].item<int64_t>());
+  h.physical_memory_bytes = info[1].item<int64_t>();
+  return h;
+}
+
+// ----- rank 0 against one peer ------------------------------------------------------------
+
+// Rank 0's side. Latency: half the median round trip of a small message. Bandwidth for
+// size S: the median time of S bytes there and a small acknowledgement back, less one
+// small round trip (the two latencies it contains), gives S / bandwidth.
+//
+// NOTE(warm-up by time): right after start-up, round trips over loopback took 2-4 ms
+// for the first ~10 ms and 50-70 us afterwards (2-core VM), so warm-up pings go on for
+// warmup_seconds, not for a fixed count. The peer cannot know how many pings that is:
+// the first byte of each ping says whether another one follows.
+PairMeasurement measurePeer(runtime::Transport& t, int peer, const NetworkOptions& o, torch::Tensor& data) {
+  torch::Tensor ping = torch::ones({o.latency_bytes}, torch::kUInt8);  // ping[0]: 1 = more follow
+  torch::Tensor small = torch::zeros({o.latency_bytes}, torch::kUInt8);
+  PairMeasurement m;
+  m.peer = peer;
+  auto pingPong = [&](bool last) {
+    ping[0] = last ? 0 : 1;
+    const auto start = Clock::now();
+    t.send(ping, peer, kPingTag)->wait();
+    t.recv(small, peer, kPongTag)->wait();
+    return secondsSince(start);
+  };
+  const auto warmup_start = Clock::now();
+  for (int i = 0; i < o.warmup || secondsSince(warmup_start) < o.warmup_seconds; ++i) pingPong(false);
+  std::vector<double> round_trips;
+  for (int i = 0; i < o.repeats; ++i) round_trips.push_back(pingPong(i + 1 == o.repeats));
+  const double round_trip = median(round_trips);
+  m.latency_seconds = round_trip / 2;
+  for (int64_t size : o.sizes) {
+    const torch::Tensor message = data.narrow(0, 0, size);
+    std::vector<double> times;
+    for (int i = 0; i < o.warmup + o.repeats; ++i) {
+      const auto start = Clock::now();
+      t.send(message, peer, kDataTag)->wait();
+      t.recv(small, peer, kAckTag)->wait();
+      if (i >= o.warmup) times.push_back(secondsSince(start));
+    }
+    const double time = median(times);
+    // Where the transfer hides inside the latency's noise, credit the whole time.
+    const double transfer = time - round_trip > 0.05 * time ? time - round_trip : time;
+    m.bandwidth.push_back(static_cast<double>(size) / transfer);
+  }
+  return m;
+}
+
+// The peer's side: answer every ping and every message, in the same order.
+void answerRankZero(runtime::Transport& t, const NetworkOptions& o, torch::Tensor& data) {
+  torch::Tensor small = torch::zeros({o.latency_bytes}, torch::kUInt8);
+  for (bool more = true; more;) {
+    t.recv(small, 0, kPingTag)->wait();
+    more = small[0].item<uint8_t>() != 0;
+    t.send(small, 0, kPongTag)->wait();
+  }
+  for (int64_t size : o.sizes) {
+    torch::Tensor message = data.narrow(0, 0, size);
+    for (int i = 0; i < o.warmup + o.repeats; ++i) {
+      t.recv(message, 0, kDataTag)->wait();
+      t.send(small, 0, kAckTag)->wait();
+    }
+  }
+}
+
+}  // namespace
+
+RankHost thisHost(int local_rank) {
+  RankHost h;
+  char name[kHostBytes] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || !name[0]) std::strcpy(name, "localhost");
+  h.host = name;
+  h.local_rank = local_rank;
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  h.physical_memory_bytes = pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
+  return h;
+}
+
+NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const NetworkOptions& o) {
+  const int world = t.worldSize();
+  if (world < 2) throw Error("profile-network: needs at least 2 ranks to measure between, this job has 1");
+  if (o.sizes.empty()) throw Error("profile-network: no message sizes to measure bandwidth with");
+  for (int64_t s : o.sizes)
+    if (s < 1) throw Error("profile-network: message sizes must be positive, not " + std::to_string(s));
+  if (o.latency_bytes < 1 || o.repeats < 1 || o.warmup < 0 || !(o.warmup_seconds >= 0))
+    throw Error("profile-network: needs a positive small-message size, repeats >= 1 and warm-up >= 0");
+
+  NetworkProfile p;
+  p.sizes = o.sizes;
+  torch::Tensor data = torch::zeros({*std::max_element(o.sizes.begin(), o.sizes.end())}, torch::kUInt8);
+  if (t.rank() == 0) {
+    p.ranks.push_back(self);
+    for (int r = 1; r < world; ++r) p.ranks.push_back(receiveHost(t, r));
+    for (int r = 1; r < world; ++r) p.pairs.push_back(measurePeer(t, r, o, data));
+  } else {
+    sendHost(t, self);
+    answerRankZero(t, o, data);
+  }
+  t.barrier();  // nobody leaves (and closes its connections) while rank 0 still measures
+  return p;
+}
+
+cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
+  const int world = static_cast<int>(p.ranks.size());
+  if (world < 2 || static_cast<int>(p.pairs.size()) != world - 1)
+    throw Error("network profile: expected rank 0's measurements against " + std::to_string(world - 1) +
+                " other ranks, found " + std::to_string(p.pairs.size()));
+  // Devices grouped by host (in order of first appearance), then by local rank, so that
+  // a host's devices form one level-0 group.
+  std::vector<std::string> hosts;
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (int r = 0; r < world; ++r) {
+    const std::string& h = p.ranks[r].host;
+    if (!ranks_of.count(h)) hosts.push_back(h);
+    ranks_of[h].push_back(r);
+  }
+  std::vector<cluster::Device> devices;
+  for (const std::string& h : hosts) {
+    auto& rs = ranks_of[h];
+    std::stable_sort(rs.begin(), rs.end(), [&](int a, int b) { return p.ranks[a].local_rank < p.ranks[b].local_rank; });
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      const RankHost& rh = p.ranks[rs[i]];
+      if (i > 0 && p.ranks[rs[i - 1]].local_rank == rh.local_rank)
+        throw Error("network profile: ranks " + std::to_string(rs[i - 1]) + " and " + std::to_string(rs[i]) +
+                    " both say they are local rank " + std::to_string(rh.local_rank) + " on host '" + h +
+                    "' (set LOCAL_RANK per rank)");
+      devices.push_back({h + "-" + std::to_string(rh.local_rank), "cpu", 1.0,
+                         rh.physical_memory_bytes / static_cast<int64_t>(rs.size())});
+    }
+  }
+
+  // Rank 0's pairs split into same-host and cross-host tiers.
+  std::vector<double> same_bw, same_lat, cross_bw, cross_lat;
+  for (const PairMeasurement& m : p.pairs) {
+    const bool same = p.ranks[m.peer].host == p.ranks[0].host;
+    (same ? same_bw : cross_bw).push_back(m.bandwidth.back());  // the largest message
+    (same ? same_lat : cross_lat).push_back(m.latency_seconds);
+  }
+  std::vector<cluster::Level> levels;
+  if (hosts.size() == 1) {
+    levels.push_back({"host", world, median(same_bw), median(same_lat)});
+  } else {
+    const std::size_t k = ranks_of[hosts[0]].size();
+    bool even = k >= 2;
+    for (const auto& h : hosts) even = even && ranks_of[h].size() == k;
+    if (even) levels.push_back({"host", static_cast<int>(k), median(same_bw), median(same_lat)});
+    levels.push_back({"network", world, median(cross_bw), median(cross_lat)});
+  }
+  return cluster::ClusterSpec(std::move(devices), std::move(levels), {}, "measured network");
+}
+
+}  // namespace pipetrain::profiler

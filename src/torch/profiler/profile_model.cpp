@@ -1,0 +1,210 @@
+// profileModel(): per-layer forward, input-gradient and weight-gradient times and
+// memory, measured at the real batch size. What is measured and why: docs/profiling.md.
+#include <algorithm>
+#include <chrono>
+
+#include "memory_probe.h"
+#include "pipetrain/torch/profiler.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::profiler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+torch::Device deviceOf(const models::Model& model) {
+  for (const models::Layer& layer : model.layers)
+    for (const torch::Tensor& p : layer.module.ptr()->parameters()) return p.device();
+  return torch::kCPU;
+}
+
+// Timed work on a GPU is asynchronous: wait for it before reading the clock.
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
+}
+
+// Training mode for the duration of the profile, and the model as it was afterwards:
+// each layer's mode, and its buffers (batch norm's running statistics move with every
+// forward pass in training mode). Exceptions included.
+class ModelStateGuard {
+ public:
+  explicit ModelStateGuard(const models::Model& model) : layers_(model.layers) {
+    torch::NoGradGuard no_grad;
+    for (const models::Layer& layer : layers_) {
+      training_.push_back(layer.module.ptr()->is_training());
+      for (const torch::Tensor& b : layer.module.ptr()->buffers()) buffers_.emplace_back(b, b.clone());
+      layer.module.ptr()->train(true);
+    }
+  }
+  ~ModelStateGuard() {
+    torch::NoGradGuard no_grad;
+    for (auto& [buffer, saved] : buffers_) buffer.copy_(saved);
+    for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].module.ptr()->train(training_[i]);
+  }
+  ModelStateGuard(const ModelStateGuard&) = delete;
+  ModelStateGuard& operator=(const ModelStateGuard&) = delete;
+
+ private:
+  const std::vector<models::Layer>& layers_;
+  std::vector<bool> training_;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;  // (buffer, its value before)
+};
+
+// One layer set up for timing: its input and what its backward pass differentiates.
+struct LayerRun {
+  const models::Model& model;
+  int index;
+  torch::Tensor input;               // requires grad unless it is the model input
+  std::vector<torch::Tensor> params; // the layer's trainable parameters
+  bool input_grad = false;
+
+  torch::Tensor forward() const { return models::forwardRange(model, index, index + 1, input); }
+
+  // Gradients of `output` (seeded with ones) w.r.t. the input only (`input_only`) or
+  // w.r.t. the input and the parameters. torch::autograd::grad returns the gradients
+  // instead of accumulating them into .grad, so the model's gradients stay untouched.
+  std::vector<torch::Tensor> backward(const torch::Tensor& output, const torch::Tensor& seed, bool input_only,
+                                      bool retain_graph) const {
+    std::vector<torch::Tensor> wrt;
+    if (input_grad) wrt.push_back(input);
+    if (!input_only) wrt.insert(wrt.end(), params.begin(), params.end());
+    if (wrt.empty() || !output.requires_grad()) return {};
+    return torch::autograd::grad({output}, wrt, {seed}, retain_graph, /*create_graph=*/false,
+                                 /*allow_unused=*/true);
+  }
+};
+
+double secondsSince(Clock::time_point start, const torch::Device& device) {
+  synchronize(device);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct Timings {
+  double forward = 0, input = 0, weight = 0;
+  torch::Tensor output;  // of the last forward pass, detached
+};
+
+// Times forward, input-only backward and full backward, `warmup` untimed runs then
+// `repeats` timed ones, and returns the medians.
+//
+// NOTE(weight-gradient): W is the median full backward (input and parameters) minus the
+// median input-only backward, clamped at zero, not a parameters-only backward timed on
+// its own. Inside a multi-op layer the weight gradient of an early op needs the
+// activation gradients of every later op; a parameters-only backward recomputes that
+// chain, which the input-only backward has already paid for. A split schedule (ZB-H1)
+// runs the chain in I and only the weight products in W, and a non-split schedule runs
+// B = I + W, so full - I is what W adds and I + W stays the whole backward pass.
+// (pipetrain's executor currently re-traverses the layer's graph in its W action, so
+// for a transformer block its W actions take longer than this W.)
+Timings timeLayer(const LayerRun& run, const torch::Device& device, const ProfileOptions& o) {
+  std::vector<double> forward, input, full;
+  Timings t;
+  for (int rep = 0; rep < o.warmup + o.repeats; ++rep) {
+    const bool timed = rep >= o.warmup;
+    synchronize(device);
+    auto start = Clock::now();
+    torch::Tensor y = run.forward();
+    const double f = secondsSince(start, device);
+    const torch::Tensor seed = torch::ones_like(y);
+    double i = 0;
+    if (run.input_grad) {
+      start = Clock::now();
+      run.backward(y, seed, /*input_only=*/true, /*retain_graph=*/true);
+      i = secondsSince(start, device);
+    }
+    start = Clock::now();
+    run.backward(y, seed, /*input_only=*/false, /*retain_graph=*/false);
+    const double b = secondsSince(start, device);
+    if (timed) {
+      forward.push_back(f);
+      input.push_back(i);
+      full.push_back(b);
+    }
+    t.output = y.detach();
+  }
+  t.forward = median(forward);
+  t.input = median(input);
+  t.weight = run.params.empty() ? 0.0 : std::max(0.0, median(full) - t.input);
+  return t;
+}
+
+struct Memory {
+  int64_t saved = -1;  // held after the forward pass: the output and what autograd keeps
+  int64_t peak = -1;   // the most held at once during forward and backward
+};
+
+// One more forward and full backward under a MemoryProbe. Counts only what the layer
+// allocates (its input and parameters existed before), so a layer's figures do not
+// include its input: that is the previous layer's output, counted there.
+Memory measureMemory(const LayerRun& run, const torch::Device& device) {
+  MemoryProbe probe(device);
+  if (!probe.measures()) return {};
+  Memory m;
+  {  // Tensors made under the probe are freed under it too, so its books balance.
+    torch::Tensor y = run.forward();
+    synchronize(device);
+    m.saved = probe.current();
+    const std::vector<torch::Tensor> grads = run.backward(y, torch::ones_like(y), /*input_only=*/false,
+                                                          /*retain_graph=*/false);
+    synchronize(device);
+    m.peak = probe.peak();
+  }
+  return m;
+}
+
+}  // namespace
+
+int64_t optimizerStateBytes(const std::string& optimizer, int64_t param_bytes) {
+  if (optimizer == "adam") return 2 * param_bytes;  // first and second moments
+  if (optimizer == "sgd") return param_bytes;       // the momentum buffer
+  throw Error("unknown optimizer '" + optimizer + "' (known: adam, sgd)");
+}
+
+graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const ProfileOptions& o) {
+  if (batch < 1) throw Error("profile: the batch size must be at least 1, not " + std::to_string(batch));
+  if (o.warmup < 0) throw Error("profile: warm-up runs must be 0 or more, not " + std::to_string(o.warmup));
+  if (o.repeats < 1) throw Error("profile: repeats must be at least 1, not " + std::to_string(o.repeats));
+  optimizerStateBytes(o.optimizer, 0);  // an unknown optimizer fails before any work
+
+  ModelStateGuard state(model);
+  const torch::Device device = deviceOf(model);
+  torch::Tensor x = models::constantInput(model.input, batch).to(device);  // (batch, sample...)
+  std::vector<graph::Layer> nodes;
+  for (int l = 0; l < static_cast<int>(model.layers.size()); ++l) {
+    const models::Layer& layer = model.layers[l];
+    LayerRun run{model, l, x.detach(), {}, false};
+    // The model input needs no gradient (the first stage has nobody to send one to), so
+    // the first layer has no I part; every later layer's input does.
+    run.input_grad = l > 0 && x.is_floating_point();
+    if (run.input_grad) run.input.requires_grad_(true);
+    for (const torch::Tensor& p : layer.module.ptr()->parameters())
+      if (p.requires_grad()) run.params.push_back(p);
+
+    const Timings t = timeLayer(run, device, o);
+    const Memory m = measureMemory(run, device);
+    graph::Layer node;
+    node.name = layer.name;
+    node.kind = layer.kind;
+    if (!nodes.empty()) node.inputs = {nodes.back().name};
+    node.forward_seconds = t.forward;
+    node.backward_input_seconds = t.input;
+    node.backward_weight_seconds = t.weight;
+    node.output_bytes = models::tensorBytes(t.output);
+    node.saved_activation_bytes = m.saved >= 0 ? m.saved : node.output_bytes;
+    node.param_bytes = models::parameterBytes(layer);
+    node.optimizer_state_bytes = optimizerStateBytes(o.optimizer, node.param_bytes);
+    node.peak_memory_bytes = m.peak;
+    nodes.push_back(std::move(node));
+    x = t.output;
+  }
+  return graph::LayerGraph(std::move(nodes), batch, "profile of model '" + model.name + "'");
+}
+
+}  // namespace pipetrain::profiler

@@ -1,0 +1,234 @@
+// The profiler: per-layer profiles that agree with the model (one node per layer,
+// parameter and output bytes, I + W against a timed full backward), leave the model and
+// the global generator alone, and round-trip through the LayerGraph JSON; the network
+// profile over the in-process transport and the cluster it implies.
+#include "pipetrain/torch/profiler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <map>
+#include <thread>
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::profiler {
+namespace {
+
+models::Model smallMlp() {
+  return models::buildModel("mlp", {{"input", 128}, {"layers", 3}, {"width", 128}, {"classes", 10}}, 3);
+}
+
+int64_t numel(const models::Layer& layer) {
+  int64_t n = 0;
+  for (const auto& p : layer.module.ptr()->parameters()) n += p.numel();
+  return n;
+}
+
+TEST(Profiler, ProfilesEveryLayerOfAnMlp) {
+  const models::Model model = smallMlp();
+  const int64_t batch = 16;
+  const graph::LayerGraph g = profileModel(model, batch, {1, 3, "adam"});
+  ASSERT_EQ(g.size(), static_cast<int>(model.layers.size()));
+  EXPECT_EQ(g.batchSize(), batch);
+  EXPECT_TRUE(g.isChain());
+  for (int i = 0; i < g.size(); ++i) {
+    const graph::Layer& l = g.layer(i);
+    const models::Layer& m = model.layers[i];
+    SCOPED_TRACE(l.name);
+    EXPECT_EQ(l.name, m.name);
+    EXPECT_EQ(l.kind, m.kind);
+    EXPECT_GT(l.forward_seconds, 0);
+    EXPECT_GT(l.backwardSeconds(), 0);
+    // The model input needs no gradient: the first layer has no I part.
+    if (i == 0) EXPECT_EQ(l.backward_input_seconds, 0);
+    else EXPECT_GT(l.backward_input_seconds, 0);
+    EXPECT_EQ(l.param_bytes, 4 * numel(m));
+    EXPECT_EQ(l.optimizer_state_bytes, 2 * l.param_bytes);
+    const int64_t width = i + 1 == g.size() ? 10 : 128;
+    EXPECT_EQ(l.output_bytes, 4 * batch * width);
+    // Linear + ReLU keeps its output (ReLU's backward reads it); the head, a bare
+    // Linear, keeps nothing it made, but its output is still held after the forward.
+    EXPECT_GE(l.saved_activation_bytes, l.output_bytes);
+    EXPECT_LE(l.saved_activation_bytes, 4 * l.output_bytes);
+    // The peak holds at least the output and the parameters' gradients.
+    EXPECT_GE(l.peak_memory_bytes, l.output_bytes + l.param_bytes);
+  }
+}
+
+TEST(Profiler, SgdKeepsOneMomentumPerParameter) {
+  const models::Model model = smallMlp();
+  const graph::LayerGraph g = profileModel(model, 2, {0, 1, "sgd"});
+  for (const graph::Layer& l : g.layers()) EXPECT_EQ(l.optimizer_state_bytes, l.param_bytes);
+  EXPECT_EQ(optimizerStateBytes("adam", 10), 20);
+  EXPECT_THROW(optimizerStateBytes("rmsprop", 10), Error);
+}
+
+TEST(Profiler, InputPlusWeightIsCloseToATimedFullBackward) {
+  const models::Model model =
+      models::buildModel("mlp", {{"input", 256}, {"layers", 3}, {"width", 512}, {"classes", 10}}, 3);
+  const int64_t batch = 64;
+  const graph::LayerGraph g = profileModel(model, batch, {2, 7, "adam"});
+  double profiled = 0;
+  for (const graph::Layer& l : g.layers()) profiled += l.backwardSeconds();
+
+  // The whole model's backward pass, timed here: the median of seven.
+  const int n = static_cast<int>(model.layers.size());
+  const torch::Tensor x = models::constantInput(model.input, batch);
+  const std::vector<torch::Tensor> params = model.parameters(0, n);
+  std::vector<double> times;
+  for (int rep = 0; rep < 9; ++rep) {
+    const torch::Tensor y = models::forwardRange(model, 0, n, x);
+    const auto start = std::chrono::steady_clock::now();
+    torch::autograd::grad({y}, params, {torch::ones_like(y)});
+    if (rep >= 2) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(times.begin(), times.end());
+  const double full = times[times.size() / 2];
+  EXPECT_GT(profiled, full / 3) << "profiled I+W " << profiled << " s, timed backward " << full << " s";
+  EXPECT_LT(profiled, full * 3) << "profiled I+W " << profiled << " s, timed backward " << full << " s";
+}
+
+TEST(Profiler, LeavesModesGradientsBuffersAndTheGeneratorAlone) {
+  // ResNet with batch norm: running statistics would move in training mode.
+  const models::Model model = models::buildModel("resnet50", {{"width", 4}, {"image_size", 32}}, 1);
+  model.layers[0].module.ptr()->eval();  // a mix of modes
+  std::vector<torch::Tensor> before;
+  for (const auto& layer : model.layers)
+    for (const auto& b : layer.module.ptr()->buffers()) before.push_back(b.clone());
+  const auto params = model.parameters(0, static_cast<int>(model.layers.size()));
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : params) weights.push_back(p.detach().clone());
+
+  torch::manual_seed(42);
+  const graph::LayerGraph g = profileModel(model, 2, {1, 1, "adam"});
+  const torch::Tensor drawn = torch::rand({4});
+  torch::manual_seed(42);
+  EXPECT_TRUE(torch::equal(drawn, torch::rand({4}))) << "profiling drew from the global generator";
+
+  EXPECT_EQ(g.size(), 18);
+  EXPECT_FALSE(model.layers[0].module.ptr()->is_training());
+  for (std::size_t i = 1; i < model.layers.size(); ++i) EXPECT_TRUE(model.layers[i].module.ptr()->is_training());
+  std::size_t k = 0;
+  for (const auto& layer : model.layers)
+    for (const auto& b : layer.module.ptr()->buffers()) EXPECT_TRUE(torch::equal(b, before[k++]));
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    EXPECT_FALSE(params[i].grad().defined());
+    EXPECT_TRUE(torch::equal(params[i], weights[i]));
+  }
+}
+
+TEST(Profiler, TokenInputsAndJsonRoundTrip) {
+  const models::Model gpt =
+      models::buildModel("gpt", {{"layers", 2}, {"width", 16}, {"heads", 2}, {"context", 8}, {"vocab", 32}}, 0);
+  const graph::LayerGraph g = profileModel(gpt, 4, {1, 2, "adam"});
+  ASSERT_EQ(g.size(), 4);
+  EXPECT_EQ(g.layer(0).name, "embed");
+  EXPECT_EQ(g.layer(0).backward_input_seconds, 0);  // token ids have no gradient
+  EXPECT_GT(g.layer(0).backward_weight_seconds, 0);
+  EXPECT_EQ(g.layer(3).output_bytes, 4 * 4 * 8 * 32);  // (N, T, V) logits
+  // A transformer block keeps far more than its output for the backward pass.
+  EXPECT_GT(g.layer(1).saved_activation_bytes, 3 * g.layer(1).output_bytes);
+
+  const json_io::Json j = g.toJson();
+  const graph::LayerGraph back = graph::LayerGraph::fromJson(j, "profile.json");
+  EXPECT_EQ(back.toJson(), j);
+  EXPECT_EQ(back.layer(1).peak_memory_bytes, g.layer(1).peak_memory_bytes);
+}
+
+TEST(Profiler, RefusesBadArguments) {
+  const models::Model model = smallMlp();
+  EXPECT_THROW(profileModel(model, 0), Error);
+  EXPECT_THROW(profileModel(model, 4, {2, 0, "adam"}), Error);
+  EXPECT_THROW(profileModel(model, 4, {-1, 1, "adam"}), Error);
+  EXPECT_THROW(profileModel(model, 4, {2, 1, "adagrad"}), Error);
+}
+
+// ----- network ----------------------------------------------------------------------------
+
+TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
+  const int world = 3;
+  auto group = runtime::makeInProcessGroup(world, std::chrono::seconds(20));
+  NetworkOptions o;
+  o.sizes = {1024, 64 * 1024};
+  o.repeats = 3;
+  o.warmup_seconds = 0;
+  std::vector<NetworkProfile> profiles(world);
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        profiles[r] = profileNetwork(*group[r], RankHost{"node", r, int64_t{3} << 30}, o);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+
+  const NetworkProfile& p = profiles[0];
+  ASSERT_EQ(p.ranks.size(), 3u);
+  EXPECT_EQ(p.ranks[2].local_rank, 2);
+  ASSERT_EQ(p.pairs.size(), 2u);
+  for (const auto& m : p.pairs) {
+    EXPECT_GT(m.latency_seconds, 0);
+    ASSERT_EQ(m.bandwidth.size(), 2u);
+    for (double bw : m.bandwidth) EXPECT_GT(bw, 0);
+  }
+  EXPECT_TRUE(profiles[1].pairs.empty());
+
+  const cluster::ClusterSpec c = clusterFromNetwork(p);
+  ASSERT_EQ(c.size(), 3);
+  EXPECT_EQ(c.device(1).name, "node-1");
+  EXPECT_EQ(c.device(0).memory_bytes, int64_t{1} << 30);  // 3 GiB shared by three ranks
+  ASSERT_EQ(c.levels().size(), 1u);
+  EXPECT_EQ(c.levels()[0].group_size, 3);
+  // Readable back as a cluster file.
+  EXPECT_EQ(cluster::ClusterSpec::fromJson(c.toJson(), "cluster.json").toJson(), c.toJson());
+
+  auto single = runtime::makeInProcessGroup(1, std::chrono::seconds(1));
+  EXPECT_THROW(profileNetwork(*single[0], RankHost{"node", 0, 1}, o), Error);
+}
+
+NetworkProfile twoHosts(std::vector<std::string> hosts) {
+  NetworkProfile p;
+  p.sizes = {1 << 20};
+  std::map<std::string, int> local;
+  for (const auto& h : hosts) p.ranks.push_back({h, local[h]++, int64_t{8} << 30});
+  for (int r = 1; r < static_cast<int>(hosts.size()); ++r) {
+    const bool same = hosts[r] == hosts[0];
+    p.pairs.push_back({r, same ? 10e-6 : 100e-6, {same ? 20e9 : 1e9}});
+  }
+  return p;
+}
+
+TEST(ProfileNetwork, HostsBecomeLevels) {
+  // Two hosts of two ranks, ranks interleaved: devices grouped by host, two tiers.
+  cluster::ClusterSpec c = clusterFromNetwork(twoHosts({"a", "b", "a", "b"}));
+  ASSERT_EQ(c.size(), 4);
+  EXPECT_EQ(c.device(1).name, "a-1");
+  EXPECT_EQ(c.device(2).name, "b-0");
+  EXPECT_EQ(c.device(0).memory_bytes, int64_t{4} << 30);
+  ASSERT_EQ(c.levels().size(), 2u);
+  EXPECT_EQ(c.levels()[0].group_size, 2);
+  EXPECT_DOUBLE_EQ(c.levels()[0].bandwidth, 20e9);
+  EXPECT_DOUBLE_EQ(c.levels()[1].latency, 100e-6);
+  EXPECT_DOUBLE_EQ(c.route(0, 1).bandwidth, 20e9);
+  EXPECT_DOUBLE_EQ(c.route(0, 3).bandwidth, 1e9);
+
+  // Uneven hosts: one level with the slower, cross-host figures.
+  c = clusterFromNetwork(twoHosts({"a", "a", "b"}));
+  ASSERT_EQ(c.levels().size(), 1u);
+  EXPECT_DOUBLE_EQ(c.levels()[0].bandwidth, 1e9);
+
+  NetworkProfile twice = twoHosts({"a", "a"});
+  twice.ranks[1].local_rank = 0;
+  EXPECT_THROW(clusterFromNetwork(twice), Error);
+}
+
+}  // namespace
+}  // namespace pipetrain::profiler
