@@ -25,8 +25,15 @@ for s in gpipe 1f1b pipedream 2bw pipemare interleaved zb-h1; do
 done
 
 echo
+echo "== Planned: the same transformer on a 4-node GPU cluster (schedule, stages, replicas, micro-batch)"
+"$bin" plan --graph $ex/graph.json --cluster examples/clusters/gpu-cluster-4-nodes.json --batch 64 --top 5 \
+  --out "$out/transformer_planned.json"
+
+echo
 echo "== Trained: fmnist-cnn on Fashion-MNIST, 2 stages, 1F1B, 8 micro-batches of 32"
-"$bin" train --model fmnist-cnn --dataset fashion-mnist --nproc 2 --schedule 1f1b \
+# The planner splits the model after profiling it; --no-replication keeps it a two-stage
+# pipeline (on two CPU ranks it would otherwise often prefer two data-parallel replicas).
+"$bin" train --model fmnist-cnn --dataset fashion-mnist --nproc 2 --schedule 1f1b --no-replication \
   --microbatches 8 --microbatch-size 32 --epochs 2 \
   --trace "$out/fmnist_1f1b.trace.json" --svg "$out/fmnist_1f1b.svg" --summary-json "$out/fmnist_summary.json"
 accuracy=$(grep -o '"test_accuracy": [0-9.]*' "$out/fmnist_summary.json" | sed 's/.*: //')

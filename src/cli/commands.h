@@ -18,6 +18,7 @@ struct Command {
 Command addScheduleCommand(CLI::App& app);
 Command addSimulateCommand(CLI::App& app);
 Command addInfoCommand(CLI::App& app);
+Command addPlanCommand(CLI::App& app);
 // `argv` is this program's command line, which the launcher re-runs for each rank.
 Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv);
 Command addProfileCommand(CLI::App& app);

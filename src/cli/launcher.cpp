@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 
@@ -61,6 +62,21 @@ void stopAll(std::vector<Child>& children) {
   }
 }
 
+// In a forked child: become `argv` (this program) with a rank's thread settings.
+[[noreturn]] void execAsRank(const std::vector<std::string>& argv, int blas_threads) {
+  // Ranks share the machine's cores: a rank's share goes to BLAS, and LibTorch's own
+  // intra-op pool stays at one thread. Both at two threads nest (OpenMP around a
+  // threaded BLAS) and ran an MLP 3x slower than one thread on this 2-core machine;
+  // BLAS alone at two threads ran it 1.4x faster (see bench/pipeline_throughput.sh).
+  setenv("OMP_NUM_THREADS", "1", 1);
+  setenv("OPENBLAS_NUM_THREADS", std::to_string(blas_threads).c_str(), 1);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv("/proc/self/exe", args.data());
+  _exit(127);
+}
+
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
@@ -68,6 +84,16 @@ std::string describe(int status) {
 }
 
 }  // namespace
+
+void runLikeARank(const std::vector<std::string>& argv, int blas_threads) {
+  const pid_t pid = fork();
+  if (pid < 0) throw Error("cannot start `" + argv[1] + "`");
+  if (pid == 0) execAsRank(argv, blas_threads);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error("`" + argv[1] + "` " + describe(status));
+}
 
 std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int blas_threads_per_rank,
                                     const std::function<void(int, const std::string&)>& on_line) {
@@ -82,24 +108,13 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
       dup2(fds[1], STDOUT_FILENO);
       close(fds[0]);
       close(fds[1]);
-      const std::string threads = std::to_string(blas_threads_per_rank);
       setenv("MASTER_ADDR", "127.0.0.1", 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("PIPETRAIN_LAUNCHED", "1", 1);
-      // Ranks share the machine's cores: a rank's share goes to BLAS, and LibTorch's own
-      // intra-op pool stays at one thread. Both at two threads nest (OpenMP around a
-      // threaded BLAS) and ran an MLP 3x slower than one thread on this 2-core machine;
-      // BLAS alone at two threads ran it 1.4x faster (see bench/pipeline_throughput.sh).
-      setenv("OMP_NUM_THREADS", "1", 1);
-      setenv("OPENBLAS_NUM_THREADS", threads.c_str(), 1);
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv("/proc/self/exe", args.data());
-      _exit(127);
+      execAsRank(argv, blas_threads_per_rank);
     }
     close(fds[1]);
     children[r].pid = pid;

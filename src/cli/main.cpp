@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
       pipetrain::cli::addScheduleCommand(app),
       pipetrain::cli::addSimulateCommand(app),
       pipetrain::cli::addInfoCommand(app),
+      pipetrain::cli::addPlanCommand(app),
       pipetrain::cli::addTrainCommand(app, std::vector<std::string>(argv, argv + argc)),
       pipetrain::cli::addProfileCommand(app),
       pipetrain::cli::addProfileNetworkCommand(app, std::vector<std::string>(argv, argv + argc)),

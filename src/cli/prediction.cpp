@@ -14,6 +14,10 @@ constexpr double kLoopbackLatency = 50e-6;
 
 }  // namespace
 
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes) {
+  return cluster::ClusterSpec::uniform(ranks, memory_bytes, kLoopbackBandwidth, kLoopbackLatency);
+}
+
 sim::Report predictRun(const MeasuredRun& run) {
   const int ranks = run.timeline->numRanks();
   const int stages = static_cast<int>(run.stage_output_bytes.size());
@@ -40,17 +44,23 @@ sim::Report predictRun(const MeasuredRun& run) {
     l.backward_input_seconds = split_i + split_w > 0 ? split_i : mean(s, schedule::ActionType::B);
     l.backward_weight_seconds = split_w;
     l.output_bytes = l.saved_activation_bytes = run.stage_output_bytes[s];
+    if (s < static_cast<int>(run.stage_param_bytes.size())) l.param_bytes = run.stage_param_bytes[s];
     layers.push_back(l);
   }
   const graph::LayerGraph graph(layers, run.microbatch_size, "measured run");
   const cluster::ClusterSpec cluster =
-      cluster::ClusterSpec::uniform(ranks, std::numeric_limits<int64_t>::max(), kLoopbackBandwidth, kLoopbackLatency);
+      localCluster(ranks, std::numeric_limits<int64_t>::max());
   plan::Plan plan;
   plan.microbatch_size = run.microbatch_size;
   plan.microbatches = run.microbatches;
   plan.schedule.name = run.schedule;
   plan.schedule.chunks = run.chunks;
-  for (int s = 0; s < stages; ++s) plan.stages.push_back({{layers[s].name}, {cluster.device(s % ranks).name}});
+  for (int s = 0, next = 0; s < stages; ++s) {
+    plan::Stage stage{{layers[s].name}, {}};
+    const int replicas = run.stage_replicas.empty() ? 1 : run.stage_replicas[s];
+    for (int k = 0; k < replicas; ++k) stage.devices.push_back(cluster.device(next++ % ranks).name);
+    plan.stages.push_back(std::move(stage));
+  }
   return sim::evaluatePlan(graph, cluster, plan).report;
 }
 

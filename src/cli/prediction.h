@@ -13,6 +13,10 @@
 
 namespace pipetrain::cli {
 
+// This machine's ranks as a cluster: `ranks` CPU devices that share loopback Gloo
+// (bandwidth and latency as measured on these machines, docs/runtime.md), each with `memory_bytes`.
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes);
+
 struct MeasuredRun {
   std::string schedule;
   int chunks = 1;
@@ -20,6 +24,8 @@ struct MeasuredRun {
   int64_t microbatch_size = 1;
   const trace::Timeline* timeline = nullptr;  // measured, a row per rank
   std::vector<int64_t> stage_output_bytes;
+  std::vector<int64_t> stage_param_bytes;     // what replicas all-reduce
+  std::vector<int> stage_replicas;            // empty = one rank per stage
 };
 
 sim::Report predictRun(const MeasuredRun& run);

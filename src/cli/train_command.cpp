@@ -10,6 +10,7 @@
 #include <limits>
 #include <thread>
 
+#include "auto_plan.h"
 #include "commands.h"
 #include "launcher.h"
 #include "options.h"
@@ -32,6 +33,9 @@ struct TrainArgs {
   std::vector<std::string> model_options;  // key=value
   std::string data_dir;
   std::string plan;
+  std::string plan_out;
+  bool no_replication = false;
+  int cores = 0;  // for all local ranks together; 0 = the machine's
   int nproc = 2;
   int timeout_seconds = 60;
   std::string trace, svg, summary_json;
@@ -52,6 +56,7 @@ Json resultToJson(const runtime::RankResult& r) {
           {"wait_seconds", r.wait_seconds},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"stage_bounds", r.stage_bounds},
+          {"stage_param_bytes", r.stage_param_bytes},
           {"stage_output_bytes", r.stage_output_bytes},
           {"last_step", actions}};  // [text, start, end] per action
 }
@@ -110,12 +115,21 @@ void showProgress(const std::string& line, int64_t samples_per_step, bool tty,
   }
 }
 
-int launch(TrainArgs& a) {
-  // Refuse bad numbers, an unknown model or a missing dataset before starting any rank.
-  const schedule::Program program = runtime::checkConfig(a.config, a.nproc);
+int blasThreadsPerRank(const TrainArgs& a) {
+  const int cores = a.cores > 0 ? a.cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / a.nproc);
+}
+
+// Refuses bad numbers, an unknown model or a missing dataset before any long work.
+schedule::Program checkBeforeLaunch(const TrainArgs& a) {
+  schedule::Program program = runtime::checkConfig(a.config, a.nproc);
   data::openDataset(a.config.data, models::buildModel(a.config.model, a.config.model_config, a.config.seed).input);
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = std::max(1, static_cast<int>(cores) / a.nproc);
+  return program;
+}
+
+int launch(TrainArgs& a) {
+  const schedule::Program program = checkBeforeLaunch(a);
+  const int threads = blasThreadsPerRank(a);
   const bool tty = isatty(STDOUT_FILENO);
   auto last_plain = std::chrono::steady_clock::now();
   const auto start = std::chrono::steady_clock::now();
@@ -164,9 +178,10 @@ int launch(TrainArgs& a) {
     for (auto& a : rank) a.start -= first, a.end -= first;
   // What the simulator predicts for these measured stage times, next to what happened.
   const Json any_result = Json::parse(outputs.front().result_json);
-  MeasuredRun measured{a.config.schedule, program.num_stages / a.nproc,
+  MeasuredRun measured{a.config.schedule, a.config.schedule == "interleaved" ? a.config.chunks : 1,
                        a.config.microbatches, a.config.microbatch_size, &timeline,
-                       any_result["stage_output_bytes"].get<std::vector<int64_t>>()};
+                       any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
+                       any_result["stage_param_bytes"].get<std::vector<int64_t>>(), a.config.stage_replicas};
   const sim::Report predicted = predictRun(measured);
   for (std::size_t r = 0; r < ranks.size(); ++r)
     ranks[r]["predicted_bubble_fraction"] = predicted.ranks[r].bubble_fraction;
@@ -174,7 +189,8 @@ int launch(TrainArgs& a) {
   Json summary = {{"model", a.config.model}, {"schedule", a.config.schedule}, {"world_size", a.nproc},
                   {"final_loss", loss}, {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
                   {"wall_seconds", wall}, {"samples", samples}, {"ranks", ranks},
-                  {"predicted_throughput", predicted.throughput}};
+                  {"predicted_throughput", predicted.throughput}, {"plan", a.plan},
+                  {"stage_replicas", a.config.stage_replicas}};
   if (accuracy >= 0) summary["test_accuracy"] = accuracy;
 
   std::printf("trained %s with %s on %d ranks: %lld samples, %.1f samples/s, wall %.1f s\n", a.config.model.c_str(),
@@ -216,7 +232,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--data-dir", a->data_dir, "where the dataset's files are (default: the Debian package's folder)");
   cmd->add_option("--nproc", a->nproc, "local ranks to launch (ignored when RANK is set)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--schedule", c.schedule, "gpipe, 1f1b, interleaved, zb-h1")->capture_default_str();
+  cmd->add_option("--schedule", c.schedule,
+                  "gpipe, 1f1b, interleaved, zb-h1 (default: the planner's choice; 1f1b with --stage-bounds)");
   cmd->add_option("--chunks", c.chunks, "interleaved: stages per rank")->check(CLI::PositiveNumber);
   cmd->add_option("--microbatches", c.microbatches, "micro-batches per mini-batch")->capture_default_str();
   cmd->add_option("--microbatch-size", c.microbatch_size, "samples per micro-batch")->capture_default_str();
@@ -226,7 +243,11 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--lr", c.lr, "learning rate")->capture_default_str();
   cmd->add_option("--seed", c.seed, "model initialisation and data order")->capture_default_str();
   cmd->add_option("--plan", a->plan, "plan JSON: stages (by layer name), micro-batching and schedule");
-  cmd->add_option("--stage-bounds", c.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: balanced split)")
+  cmd->add_option("--cores", a->cores, "cores the local ranks share (default: all); each rank gets cores / nproc")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--plan-out", a->plan_out, "without --plan: where to write the plan the planner chooses");
+  cmd->add_flag("--no-replication", a->no_replication, "without --plan: plan a pure pipeline, no replicated stages");
+  cmd->add_option("--stage-bounds", c.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--no-eval", [a](int64_t) { a->config.evaluate = false; }, "skip test accuracy at epoch ends");
@@ -234,11 +255,22 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--trace", a->trace, "write the last mini-batch's measured Chrome trace");
   cmd->add_option("--svg", a->svg, "write the last mini-batch's measured Gantt chart");
   cmd->add_option("--summary-json", a->summary_json, "write the summary as JSON");
-  return {cmd, [a] {
+  return {cmd, [a, cmd] {
             a->config.model_config = parseModelOptions(a->model_options);
             a->config.data.seed = a->config.seed;
             if (!a->data_dir.empty()) a->config.data.fashion_mnist_dir = a->config.data.fortunes_dir = a->data_dir;
             const char* world = std::getenv("WORLD_SIZE");
+            // Local ranks without a plan: the launcher plans once and hands every rank the
+            // file. Ranks started by hand without one use rank 0's balanced split.
+            if (a->plan.empty() && a->config.stage_bounds.empty() && !std::getenv("RANK")) {
+              checkBeforeLaunch(*a);
+              AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options,
+                                      cmd->count("--schedule") == 0, !a->no_replication, a->plan_out};
+              if (request.out.empty()) request.out = "/tmp/pipetrain-plan-" + std::to_string(::getpid()) + ".json";
+              planLocalRun(a->config, request);
+              a->plan = request.out;
+              a->argv.insert(a->argv.end(), {"--plan", a->plan});
+            }
             if (!a->plan.empty()) applyPlan(a->plan, world ? std::atoi(world) : a->nproc, a->config);
             return std::getenv("RANK") ? runRank(*a) : launch(*a);
           }};

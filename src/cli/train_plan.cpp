@@ -28,11 +28,10 @@ void applyPlan(const std::string& path, int world_size, runtime::TrainConfig& co
   plan::validate(p, graph, cluster, path);
 
   std::vector<int> bounds{0};
+  config.stage_replicas.clear();
   for (int s = 0; s < p.numStages(); ++s) {
     const auto& stage = p.stages[s];
-    if (stage.devices.size() > 1)
-      throw Error(path + ": stage " + std::to_string(s) + " has " + std::to_string(stage.devices.size()) +
-                  " replicas; the runtime does not train replicated stages yet");
+    if (p.schedule.name != "interleaved") config.stage_replicas.push_back(static_cast<int>(stage.devices.size()));
     for (std::size_t i = 0; i < stage.layers.size(); ++i)
       if (graph.indexOf(stage.layers[i]) != bounds.back() + static_cast<int>(i))
         throw Error(path + ": stage " + std::to_string(s) + " must be the next run of model '" + config.model +

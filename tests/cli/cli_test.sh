@@ -76,6 +76,9 @@ for key in '"test_accuracy"' '"final_loss"' '"throughput"' '"wall_seconds"' '"bu
   check "summary has $key" grep -q -- "$key" "$tmp/summary.json"
 done
 check "measured gantt" grep -q "measured" "$tmp/train.svg"
+check "train plans itself" "${train[@]}" --nproc 2 --schedule 1f1b --no-replication --plan-out "$tmp/auto.json"
+expect "planner table" "chosen: 1f1b, 2 stages"
+check "the plan it trained" grep -q '"pipetrain.plan"' "$tmp/auto.json"
 check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1
 check "train from a plan" "$bin" train --model mlp --dataset synthetic --plan "$src/examples/train/mlp_plan.json" \
   --nproc 2 --max-steps 3 --no-eval --timeout 20
@@ -114,6 +117,33 @@ refuses "profile bad batch" "batch" "$bin" profile "${mlp[@]}" --batch 0 --out "
 refuses "profile unknown model" "unknown model" "$bin" profile --model nope --batch 4 --out "$tmp/p1.json"
 refuses "profile unwritable" "/nonexistent/g.json" "$bin" profile "${mlp[@]}" --batch 4 --out /nonexistent/g.json
 refuses "profile-network one rank" "nproc" "$bin" profile-network --nproc 1 --out "$tmp/c1.json"
+
+# plan: the planner and the exploration table
+graph=$src/examples/transformer/graph.json
+cluster4=$src/examples/clusters/gpu-cluster-4-nodes.json
+check "plan" "$bin" plan --graph "$graph" --cluster "$cluster4" --batch 64 --out "$tmp/planned.json"
+expect "plan table" "samples/s"
+expect "plan runner-up" "runner-up lost"
+expect "plan sync only" "--allow-async adds them"
+check "simulate the chosen plan" "$bin" simulate --graph "$graph" --cluster "$cluster4" --plan "$tmp/planned.json"
+check "plan json" "$bin" plan --graph "$graph" --cluster "$cluster4" --batch 64 --json
+for key in schedule stages layers replicas devices microbatch_size microbatches predicted_throughput \
+    peak_memory_bytes search_seconds; do
+  expect "plan json $key" "\"$key\""
+done
+check "plan with async" "$bin" plan --graph "$graph" --cluster "$src/examples/clusters/fpga-ring.json" --batch 64 \
+  --allow-async
+expect "async marked" "asynchronous: trains with stale weights"
+check "plan one schedule" "$bin" plan --graph "$graph" --cluster "$cluster4" --batch 64 --schedule gpipe --json
+expect "plan fixed schedule" '"schedule": "gpipe"'
+refuses "plan micro-batch" "does not divide" "$bin" plan --graph "$graph" --cluster "$cluster4" --batch 64 \
+  --microbatch-sizes 3
+cat >"$tmp/tiny.json" <<EOF
+{"format": "pipetrain.cluster", "version": 1,
+ "devices": [{"count": 2, "name_prefix": "d", "memory_bytes": 1000}],
+ "levels": [{"name": "n", "group_size": 2, "bandwidth": 1e9, "latency": 0}]}
+EOF
+refuses "plan cannot fit" "no plan fits" "$bin" plan --graph "$graph" --cluster "$tmp/tiny.json" --batch 8
 
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

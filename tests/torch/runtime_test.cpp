@@ -145,6 +145,40 @@ TEST(PipelineTraining, SgdWithMomentumMatchesToo) {
   expectMatchesReference(c, 3);
 }
 
+TEST(PipelineTraining, ReplicatedStagesMatchSingleProcess) {
+  // Data parallelism alone, and pipelines whose first or last stage is replicated.
+  const std::vector<std::pair<std::vector<int>, std::string>> layouts = {
+      {{2}, "1f1b"}, {{2, 1}, "1f1b"}, {{1, 2}, "zb-h1"}, {{2, 1}, "gpipe"}};
+  for (const Case& m : {cases()[0], cases()[2]})
+    for (const auto& [replicas, schedule] : layouts) {
+      SCOPED_TRACE(m.model + " " + schedule + " replicas of stage 0: " + std::to_string(replicas[0]));
+      TrainConfig c = smallConfig(m.model, m.config);
+      c.schedule = schedule;
+      c.stage_replicas = replicas;
+      int ranks = 0;
+      for (int r : replicas) ranks += r;
+      expectMatchesReference(c, ranks);
+    }
+}
+
+TEST(PipelineTraining, ReplicatedOverGlooToo) {
+  TrainConfig c = smallConfig("mlp", cases()[0].config);
+  c.stage_replicas = {2, 1};
+  expectMatchesReference(c, 3, /*gloo=*/true);
+}
+
+TEST(PipelineTraining, ReplicatedLastStageCountsEveryTestSample) {
+  TrainConfig c = smallConfig("mlp", cases()[0].config);
+  c.stage_replicas = {1, 2};
+  c.evaluate = true;
+  const auto replicated = runInProcess(c, 3);
+  c.stage_replicas = {};
+  const auto single = runInProcess(c, 2);
+  EXPECT_GE(single[1].test_accuracy, 0.0);
+  EXPECT_NEAR(replicated[1].test_accuracy, single[1].test_accuracy, 1e-6);
+  EXPECT_NEAR(replicated[2].test_accuracy, single[1].test_accuracy, 1e-6);
+}
+
 TEST(PipelineTraining, RefusesWhatItCannotRun) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
   c.schedule = "pipedream";
@@ -156,6 +190,11 @@ TEST(PipelineTraining, RefusesWhatItCannotRun) {
   c = smallConfig("mlp", cases()[0].config);
   c.stage_bounds = {0, 2, 4, 5};
   EXPECT_THROW(checkConfig(c, 2), Error);  // three stages on two ranks
+  c = smallConfig("mlp", cases()[0].config);
+  c.stage_replicas = {2, 2};
+  EXPECT_THROW(checkConfig(c, 3), Error);  // four replicas on three ranks
+  c.microbatches = 3;
+  EXPECT_THROW(checkConfig(c, 4), Error);  // two replicas cannot share three micro-batches
 }
 
 }  // namespace

@@ -32,6 +32,10 @@ struct TrainConfig {
   double momentum = 0.9;
   uint64_t seed = 0;                     // model initialisation and data order
   std::vector<int> stage_bounds;         // layer boundaries (stages + 1); empty = balanced split
+  // Data-parallel replicas per stage (empty = one each; then stages = ranks). Replica k
+  // of a stage takes micro-batches k, k + r, ...; the replicas all-reduce gradients
+  // before each optimizer step.
+  std::vector<int> stage_replicas;
   bool evaluate = true;                  // test accuracy at every epoch end
   int threads = 0;                       // intra-op threads; 0 = leave LibTorch's default
 };
@@ -57,6 +61,7 @@ struct RankResult {
   std::vector<trace::TimedAction> last_step;  // the final mini-batch, for traces
   std::vector<int> stage_bounds;         // the split every rank used
   std::vector<int64_t> stage_output_bytes;  // per stage, one micro-batch's output
+  std::vector<int64_t> stage_param_bytes;   // per stage
   std::vector<torch::Tensor> parameters; // the trained parameters of this rank's stages
 };
 

@@ -89,8 +89,17 @@ class GlooTransport : public Transport {
       }
       pg = makeGroup(c10::make_intrusive<c10d::PrefixStore>(name, store_), my_index, static_cast<int>(group.size()));
     }
-    std::vector<at::Tensor> list(tensors.begin(), tensors.end());
+    // Gloo reduces a list of same-shaped tensors (one per local device), so a stage's
+    // gradients travel as one flat buffer: also one message instead of one per tensor.
+    std::vector<at::Tensor> flat;
+    for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
+    std::vector<at::Tensor> list{torch::cat(flat)};
     GlooOp(pg->allreduce(list), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": all-reduce").wait();
+    int64_t offset = 0;
+    for (auto& t : tensors) {
+      t.copy_(list[0].narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
   }
 
   void barrier() override {

@@ -85,6 +85,12 @@ std::vector<int> agreeOnSplit(const TrainConfig& c, models::Model& model, int st
   return bounds;
 }
 
+std::vector<int> allRanks(const Transport& t) {
+  std::vector<int> ranks;
+  for (int r = 0; r < t.worldSize(); ++r) ranks.push_back(r);
+  return ranks;
+}
+
 // Ranks that do not read data still need the dataset's size (for the epoch length):
 // the ranks that hold the dataset contribute its size, the others zero, and the sum is
 // divided by the number of holders.
@@ -94,9 +100,7 @@ int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
     v[0][0] = dataset->size();
     v[0][1] = 1;
   }
-  std::vector<int> everyone;
-  for (int r = 0; r < t.worldSize(); ++r) everyone.push_back(r);
-  t.allReduceSum(v, everyone);
+  t.allReduceSum(v, allRanks(t));
   return v[0][0].item<int64_t>() / v[0][1].item<int64_t>();
 }
 
@@ -132,16 +136,19 @@ double evaluate(const TrainConfig& c, models::Model& model, const schedule::Prog
   for (int64_t start = 0; start < total; start += b) {
     std::vector<int64_t> idx;
     for (int64_t i = start; i < start + b; ++i) idx.push_back(std::min(i, total - 1));  // pad the last batch
+    // The test batch travels like micro-batch `slot`: through that slot's replicas.
     const int slot = static_cast<int>((start / b) % program.microbatches);
     torch::Tensor x;
     for (int s : mine) {
+      if (program.rankOf(s, slot) != t.rank()) continue;
       if (program.isFirstStage(s)) {
         x = test->get(idx).inputs;
       } else {
         const int q = program.stage_preds[s][0];
-        if (program.rankOf(q, 0) != t.rank()) {
+        if (program.rankOf(q, slot) != t.rank()) {
           x = torch::empty(shapes[q]);
-          t.recv(x, program.rankOf(q, 0), messageTag(false, q, s, slot, program.num_stages, program.microbatches))->wait();
+          t.recv(x, program.rankOf(q, slot), messageTag(false, q, s, slot, program.num_stages, program.microbatches))
+              ->wait();
         }
       }
       x = models::forwardRange(model, stages[s].first, stages[s].last, x);
@@ -152,12 +159,17 @@ double evaluate(const TrainConfig& c, models::Model& model, const schedule::Prog
         correct += hits.narrow(0, 0, valid).sum().item<int64_t>();
       } else {
         const int next = program.stage_succs[s][0];
-        if (program.rankOf(next, 0) != t.rank())
-          t.send(x, program.rankOf(next, 0), messageTag(false, s, next, slot, program.num_stages, program.microbatches))
+        if (program.rankOf(next, slot) != t.rank())
+          t.send(x, program.rankOf(next, slot),
+                 messageTag(false, s, next, slot, program.num_stages, program.microbatches))
               ->wait();
       }
     }
   }
+  // Replicas of the last stage each counted their own slots.
+  std::vector<torch::Tensor> hits{torch::full({1}, correct, torch::kLong)};
+  t.allReduceSum(hits, allRanks(t));
+  correct = hits[0].item<int64_t>();
   if (!has_last) return -1;
   const int64_t per_sample = model.input.kind == models::InputKind::kTokens ? model.input.sample_shape[0] : 1;
   return static_cast<double>(correct) / (total * per_sample);
@@ -175,13 +187,26 @@ schedule::Program checkConfig(const TrainConfig& c, int world_size) {
   if (c.epochs < 1) throw Error("--epochs must be at least 1");
   if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
   if (c.lr <= 0) throw Error("--lr must be positive");
-  const int stages = world_size * (c.schedule == "interleaved" ? c.chunks : 1);
+  int stages = world_size * (c.schedule == "interleaved" ? c.chunks : 1);
+  if (!c.stage_replicas.empty()) {
+    int ranks = 0;
+    for (int r : c.stage_replicas) {
+      if (r < 1) throw Error("every stage needs at least one replica");
+      ranks += r;
+    }
+    if (ranks != world_size)
+      throw Error("the plan's stages have " + std::to_string(ranks) + " replicas in all, but the job has " +
+                  std::to_string(world_size) + " ranks");
+    if (c.schedule == "interleaved") throw Error("interleaved stages cannot have replicas");
+    stages = static_cast<int>(c.stage_replicas.size());
+  }
   if (!c.stage_bounds.empty() && static_cast<int>(c.stage_bounds.size()) != stages + 1)
     throw Error("the plan has " + std::to_string(c.stage_bounds.size() - 1) + " stages but " +
                 std::to_string(world_size) + " ranks run " + std::to_string(stages));
   // The schedule must accept these numbers (e.g. interleaved: m divisible by ranks).
-  schedule::ScheduleSpec spec{c.schedule, c.microbatches, 1, stages / world_size, false};
-  schedule::Program program = schedule::buildProgram(spec, schedule::chainDag(stages));
+  const int chunks = c.schedule == "interleaved" ? c.chunks : 1;
+  schedule::ScheduleSpec spec{c.schedule, c.microbatches, 1, chunks, false};
+  schedule::Program program = schedule::buildProgram(spec, schedule::chainDag(stages), c.stage_replicas);
   schedule::validate(program);
   return program;
 }
@@ -206,6 +231,11 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
   result.stages = executor.stagesOfRank();
   for (const auto& shape : executor.stageOutputShapes())
     result.stage_output_bytes.push_back(4 * c10::multiply_integers(shape));
+  for (const auto& stage : stages) {
+    int64_t bytes = 0;
+    for (const auto& p : model.parameters(stage.first, stage.last)) bytes += p.numel() * p.element_size();
+    result.stage_param_bytes.push_back(bytes);
+  }
   const bool first = program.isFirstStage(result.stages.front());
   result.last_stage = program.isLastStage(result.stages.back());
 

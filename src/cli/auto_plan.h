@@ -1,0 +1,25 @@
+// `pipetrain train` without --plan or --stage-bounds on local ranks: profile the model
+// at the run's micro-batch size as a rank would run it, plan it for this machine's
+// ranks with the planner (every rank used), print the ranked table, write the plan.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/torch/trainer.h"
+
+namespace pipetrain::cli {
+
+struct AutoPlanRequest {
+  int ranks = 1;
+  int blas_threads = 1;                   // each rank's share of the cores
+  std::vector<std::string> model_options; // as given on the command line (KEY=VALUE)
+  bool choose_schedule = true;            // false: keep config.schedule
+  bool allow_replication = true;
+  std::string out;                        // where the plan is written
+};
+
+// Throws Error when profiling fails or no plan fits (with the planner's reasons).
+void planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request);
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,57 @@
+// `pipetrain plan`: find a plan for a profiled model on a cluster (schedule, stages,
+// replicas, micro-batches), print the ranked alternatives and write the best.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "plan_table.h"
+#include "pipetrain/planner/explore.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::cli {
+namespace {
+
+struct PlanArgs {
+  std::string graph, cluster, out;
+  planner::ExploreOptions explore;
+  int top = 10;
+  bool json = false;
+};
+
+int run(const PlanArgs& a) {
+  const auto graph = graph::LayerGraph::load(a.graph);
+  const auto cluster = cluster::ClusterSpec::load(a.cluster);
+  const planner::Exploration e = planner::explore(graph, cluster, a.explore);
+  if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());
+  if (a.json) {
+    std::cout << e.toJson().dump(2) << "\n";
+    return 0;
+  }
+  printExploration(e, a.top);
+  if (!a.out.empty()) std::cout << "plan: " << a.out << "\n";
+  return 0;
+}
+
+}  // namespace
+
+Command addPlanCommand(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  CLI::App* cmd = app.add_subcommand("plan", "Choose schedule, stages, replicas and micro-batches for a model on a cluster");
+  cmd->add_option("--graph", a->graph, "layer graph JSON (from `pipetrain profile`)")->required();
+  cmd->add_option("--cluster", a->cluster, "cluster spec JSON")->required();
+  cmd->add_option("--batch", a->explore.global_batch, "samples per optimizer step")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", a->explore.schedule, "auto (explore all) or one schedule name")->capture_default_str();
+  cmd->add_flag("--allow-async", a->explore.allow_async,
+                "let auto consider asynchronous schedules (pipedream, 2bw, pipemare), which change training semantics");
+  cmd->add_option("--microbatch-sizes", a->explore.microbatch_sizes,
+                  "micro-batch sizes to try (default: powers of two dividing --batch)")->delimiter(',');
+  cmd->add_option("--max-blocks", a->explore.max_blocks, "plan longer chains over this many blocks of layers")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--out", a->out, "write the chosen plan JSON here");
+  cmd->add_option("--top", a->top, "rows of the ranked table")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_flag("--json", a->json, "print the choice and the table as one JSON object");
+  return {cmd, [a] { return run(*a); }};
+}
+
+}  // namespace pipetrain::cli
