@@ -3,12 +3,12 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <limits>
 #include <mutex>
 
 #include "pipetrain/plan/partition.h"
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/schedules.h"
+#include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -36,42 +36,21 @@ int64_t peakResidentBytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-// Forward plus backward seconds of each layer on one micro-batch (the fastest of three
-// runs after a warm-up): what the balanced split balances. Costs at batch size 1 were
-// too far from the real ones (a 39% bubble on the first of two CNN stages).
-// Leaves the parameters' gradients empty and the model in training mode.
-std::vector<double> measureLayerCosts(models::Model& model, int64_t microbatch_size) {
-  std::vector<int64_t> shape{microbatch_size};
-  for (int64_t d : model.input.sample_shape) shape.push_back(d);
-  // Constant inputs: drawing random ones would advance LibTorch's global generator, which
-  // other ranks (as threads) may be using to build their models.
-  torch::Tensor x = model.input.kind == models::InputKind::kTokens ? torch::zeros(shape, torch::kLong)
-                                                                    : torch::full(shape, 0.5);
-  std::vector<double> costs;
-  const int n = static_cast<int>(model.layers.size());
-  for (int l = 0; l < n; ++l) {
-    if (x.is_floating_point()) x = x.detach().requires_grad_(true);
-    double best = std::numeric_limits<double>::infinity();
-    torch::Tensor y;
-    for (int rep = 0; rep < 4; ++rep) {
-      const auto start = Clock::now();
-      y = models::forwardRange(model, l, l + 1, x);
-      y.backward(torch::ones_like(y));
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      if (rep > 0) best = std::min(best, seconds);
-    }
-    costs.push_back(best);
-    x = y.detach();
-  }
-  for (auto& p : model.parameters(0, n)) p.mutable_grad().reset();
-  return costs;
-}
-
 // Rank 0 measures layer costs and splits the chain; the others receive its answer, so a
 // noisy measurement can never give two ranks different splits.
 std::vector<int> agreeOnSplit(const TrainConfig& c, models::Model& model, int stages, Transport& t) {
   std::vector<int> bounds = c.stage_bounds;
-  if (bounds.empty() && t.rank() == 0) bounds = plan::balancedChainSplit(measureLayerCosts(model, c.microbatch_size), stages);
+  if (bounds.empty() && t.rank() == 0) {
+    // Costs at the real micro-batch size: at batch size 1 they were too far from the
+    // real ones (a 39% bubble on the first of two CNN stages).
+    profiler::ProfileOptions quick;
+    quick.warmup = 1;
+    quick.repeats = 3;
+    const graph::LayerGraph profile = profiler::profileModel(model, c.microbatch_size, quick);
+    std::vector<double> costs;
+    for (const auto& l : profile.layers()) costs.push_back(l.forward_seconds + l.backwardSeconds());
+    bounds = plan::balancedChainSplit(costs, stages);
+  }
   if (!c.stage_bounds.empty() || t.worldSize() == 1) return bounds;
   torch::Tensor wire = torch::zeros({stages + 1}, torch::kLong);
   if (t.rank() == 0) {
