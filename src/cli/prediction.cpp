@@ -43,6 +43,7 @@ sim::Report predictRun(const MeasuredRun& run) {
     const double split_i = mean(s, schedule::ActionType::I), split_w = mean(s, schedule::ActionType::W);
     l.backward_input_seconds = split_i + split_w > 0 ? split_i : mean(s, schedule::ActionType::B);
     l.backward_weight_seconds = split_w;
+    l.optimizer_seconds = mean(s, schedule::ActionType::STEP);
     l.output_bytes = l.saved_activation_bytes = run.stage_output_bytes[s];
     if (s < static_cast<int>(run.stage_param_bytes.size())) l.param_bytes = run.stage_param_bytes[s];
     layers.push_back(l);

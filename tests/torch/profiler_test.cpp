@@ -47,6 +47,7 @@ TEST(Profiler, ProfilesEveryLayerOfAnMlp) {
     else EXPECT_GT(l.backward_input_seconds, 0);
     EXPECT_EQ(l.param_bytes, 4 * numel(m));
     EXPECT_EQ(l.optimizer_state_bytes, 2 * l.param_bytes);
+    EXPECT_GT(l.optimizer_seconds, 0);  // every mlp layer has weights to step
     const int64_t width = i + 1 == g.size() ? 10 : 128;
     EXPECT_EQ(l.output_bytes, 4 * batch * width);
     // Linear + ReLU keeps its output (ReLU's backward reads it); the head, a bare

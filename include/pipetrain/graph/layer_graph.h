@@ -26,6 +26,7 @@ struct Layer {
   int64_t saved_activation_bytes = 0;  // kept from forward until backward finishes
   int64_t param_bytes = 0;
   int64_t optimizer_state_bytes = 0;   // e.g. Adam's two moments = 2 x param_bytes
+  double optimizer_seconds = 0;        // one optimizer step over the layer's weights
   // Measured by the profiler: the most memory the layer's forward and backward pass held
   // at once beyond what existed before it ran (docs/profiling.md). Informational; -1 =
   // not measured, and then absent from the JSON form.

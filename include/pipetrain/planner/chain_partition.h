@@ -10,8 +10,8 @@
 // over at the end stay idle.
 //
 // The objective, per mini-batch of m micro-batches of size b, is the largest of
-//  - a stage's time: (m / r) micro-batches of forward + backward on its slowest replica,
-//    plus the part of the replicas' ring all-reduce that outlasts the last backward
+//  - a stage's time: (m / r) micro-batches of forward + backward and the optimizer step
+//    on its slowest replica, plus the part of the replicas' ring all-reduce that outlasts the last backward
 //    pass (the all-reduce overlaps it, as bucketed data parallelism does; PipeDream
 //    added the two);
 //  - a boundary's time: m messages of the activations crossing the cut, priced on the
@@ -101,7 +101,7 @@ class ChainProblem {
   double scale_ = 1;                      // micro-batch size / profiled batch size
   std::vector<int> block_start_;          // first layer of each block, then the layer count
   // Prefix sums over blocks (per micro-batch, at speed 1).
-  std::vector<double> compute_, backward_, activation_, params_, optimizer_;
+  std::vector<double> compute_, backward_, step_, activation_, params_, optimizer_;
   std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block
 };
 

@@ -30,6 +30,7 @@ double transferSeconds(double bytes, const cluster::Route& route);
 
 struct StageCosts {
   double forward = 0, backward_input = 0, backward_weight = 0;  // seconds at speed 1
+  double optimizer_step = 0;    // seconds at speed 1, once per STEP
   double activation_bytes = 0;  // saved per micro-batch
   double param_bytes = 0;
   double optimizer_bytes = 0;
@@ -48,7 +49,7 @@ class CostModel {
   int deviceOfRank(int rank) const { return rank_device_[rank]; }
   const StageCosts& stage(int s) const { return stages_[s]; }
 
-  // F, B, I, W on `rank`; STEP and communication cost no compute time.
+  // F, B, I, W and STEP on `rank`; communication costs no compute time.
   double computeSeconds(const schedule::Action& action, int rank) const;
   // Bytes of the message a SEND_F or SEND_B action puts on the wire.
   double messageBytes(const schedule::Action& send) const;

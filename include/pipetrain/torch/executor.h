@@ -48,7 +48,6 @@ struct MinibatchResult {
   bool has_loss = false;
   double wait_seconds = 0;  // blocked in receives and in the final wait for sends
   std::vector<trace::TimedAction> actions;  // compute, STEP, ALLREDUCE, waits excluded
-  std::vector<trace::Transfer> transfers;   // this rank's sends, issue to completion
 };
 
 class PipelineExecutor {

@@ -4,7 +4,8 @@
 //  - profileModel() runs every layer of a model at a given batch size and returns a
 //    LayerGraph: forward, input-gradient (I) and weight-gradient (W) seconds (medians
 //    of several timed runs after warm-up), output, saved-activation, parameter and
-//    optimizer-state bytes, and the allocator's measured peak per layer.
+//    optimizer-state bytes, one optimizer step's time, and the allocator's measured peak
+//    per layer.
 //  - profileNetwork() measures latency and bandwidth between ranks over a Transport;
 //    clusterFromNetwork() turns that into a ClusterSpec.
 //
@@ -29,7 +30,7 @@ namespace pipetrain::profiler {
 struct ProfileOptions {
   int warmup = 2;                  // untimed runs per layer first (allocator, BLAS, caches)
   int repeats = 5;                 // timed runs per layer; the median is reported
-  std::string optimizer = "adam";  // state per parameter: adam 2 x params, sgd (momentum) 1 x
+  std::string optimizer = "adam";  // adam or sgd (momentum): its state per parameter and step time
 };
 
 // Profiles every layer of `model` on one batch of `batch` samples, in training mode, on

@@ -12,7 +12,7 @@ constexpr int kVersion = 1;
 Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
                "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
-               "optimizer_state_bytes", "peak_memory_bytes"});
+               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes"});
   Layer l;
   l.name = c.field("name").asString();
   l.kind = c.stringOr("kind", "layer");
@@ -47,6 +47,7 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   // Adam keeps two moments per parameter.
   l.optimizer_state_bytes =
       c.has("optimizer_state_bytes") ? c.field("optimizer_state_bytes").asNonNegativeInt() : 2 * l.param_bytes;
+  l.optimizer_seconds = c.has("optimizer_seconds") ? c.field("optimizer_seconds").asNonNegative() : 0.0;
   // Optional (files written before the profiler measured it have none).
   if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asNonNegativeInt();
   return l;
@@ -83,6 +84,7 @@ json_io::Json LayerGraph::toJson() const {
                            {"saved_activation_bytes", l.saved_activation_bytes},
                            {"param_bytes", l.param_bytes},
                            {"optimizer_state_bytes", l.optimizer_state_bytes}};
+    if (l.optimizer_seconds > 0) layer["optimizer_seconds"] = l.optimizer_seconds;
     if (l.peak_memory_bytes >= 0) layer["peak_memory_bytes"] = l.peak_memory_bytes;
     layers.push_back(std::move(layer));
   }

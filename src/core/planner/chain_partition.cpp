@@ -74,20 +74,22 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   for (int b = 0; b < n; ++b)
     for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) block_of[i] = b;
 
-  for (auto* v : {&compute_, &backward_, &activation_, &params_, &optimizer_}) v->assign(n + 1, 0.0);
+  for (auto* v : {&compute_, &backward_, &step_, &activation_, &params_, &optimizer_}) v->assign(n + 1, 0.0);
   cut_bytes_.assign(n + 1, 0.0);
   for (int b = 0; b < n; ++b) {
-    double f = 0, bw = 0, act = 0, par = 0, opt = 0;
+    double f = 0, bw = 0, step = 0, act = 0, par = 0, opt = 0;
     for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) {
       const graph::Layer& l = graph.layer(i);
       f += l.forward_seconds;
       bw += l.backwardSeconds();
+      step += l.optimizer_seconds;
       act += l.saved_activation_bytes;
       par += l.param_bytes;
       opt += l.optimizer_state_bytes;
     }
     compute_[b + 1] = compute_[b] + (f + bw) * scale_;
     backward_[b + 1] = backward_[b] + bw * scale_;
+    step_[b + 1] = step_[b] + step;
     activation_[b + 1] = activation_[b] + act * scale_;
     params_[b + 1] = params_[b] + par;
     optimizer_[b + 1] = optimizer_[b] + opt;
@@ -156,7 +158,10 @@ double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) cons
   if (m % r != 0 || (r > 1 && options_.schedule == "pipedream")) return kInfinity;
   if (options_.max_replicas > 0 && r > options_.max_replicas) return kInfinity;
   if (stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
-  const double compute = (compute_[j] - compute_[i]) / devices.speed * (m / r);
+  // Every replica steps its whole share of the weights; PipeDream steps per micro-batch.
+  const int steps = options_.schedule == "pipedream" ? m : 1;
+  const double compute =
+      ((compute_[j] - compute_[i]) * (m / r) + (step_[j] - step_[i]) * steps) / devices.speed;
   // One all-reduce per mini-batch (every schedule that may replicate steps once per
   // mini-batch), overlapping the last backward pass.
   const double allreduce =

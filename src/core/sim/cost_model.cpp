@@ -33,6 +33,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.forward += l.forward_seconds * scale;
       c.backward_input += l.backward_input_seconds * scale;
       c.backward_weight += l.backward_weight_seconds * scale;
+      c.optimizer_step += l.optimizer_seconds;  // per step, whatever the micro-batch
       c.activation_bytes += l.saved_activation_bytes * scale;
       c.param_bytes += l.param_bytes;
       c.optimizer_bytes += l.optimizer_state_bytes;
@@ -60,6 +61,7 @@ double CostModel::computeSeconds(const schedule::Action& a, int rank) const {
     case ActionType::B: t = c.backward_input + c.backward_weight; break;
     case ActionType::I: t = c.backward_input; break;
     case ActionType::W: t = c.backward_weight; break;
+    case ActionType::STEP: t = c.optimizer_step; break;
     default: return 0;
   }
   return t / cluster_.device(rank_device_[rank]).speed;

@@ -85,6 +85,17 @@ TEST(LayerGraph, JsonRoundTripIsExplicitAndLossless) {
   EXPECT_EQ(back.layer(1).optimizer_state_bytes, 0);
 }
 
+TEST(LayerGraph, OptimizerSecondsAreOptional) {
+  Json stepped = layerJson("b");
+  stepped["optimizer_seconds"] = 0.25;
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), stepped}), "g.json");
+  EXPECT_EQ(g.layer(0).optimizer_seconds, 0.0);
+  EXPECT_EQ(g.layer(1).optimizer_seconds, 0.25);
+  const Json written = g.toJson();
+  EXPECT_FALSE(written["layers"][0].contains("optimizer_seconds"));
+  EXPECT_EQ(LayerGraph::fromJson(written, "written").layer(1).optimizer_seconds, 0.25);
+}
+
 TEST(LayerGraph, PeakMemoryIsOptionalAndWrittenOnlyWhenMeasured) {
   Json measured = layerJson("b");
   measured["peak_memory_bytes"] = 4096;

@@ -39,6 +39,7 @@ graph::LayerGraph randomChain(std::mt19937& rng, int layers) {
     l.forward_seconds = time(rng);
     l.backward_input_seconds = time(rng);
     l.backward_weight_seconds = time(rng);
+    l.optimizer_seconds = time(rng) / 4;
     l.output_bytes = bytes(rng) * 1000;
     l.saved_activation_bytes = bytes(rng) * 100;
     l.param_bytes = bytes(rng) * 1000;

@@ -64,6 +64,41 @@ TEST(Simulator, ReplicasMeetAtAllReduce) {
   EXPECT_NEAR(costs.allreduceSeconds(0), 2.0 * 1 / 2 * 4000 / 1e9, 1e-15);
 }
 
+// When the last replica began its last backward pass of the mini-batch, on stage 0.
+double lastBackwardStart(const Evaluation& e) {
+  double start = 0;
+  for (int r : {0, 1})
+    for (const auto& t : e.timeline.ranks[r])
+      if (t.action.type == schedule::ActionType::B) start = std::max(start, t.start);
+  return start;
+}
+
+TEST(Simulator, AllReduceOverlapsTheLastBackwardPass) {
+  Scenario s = twoStages("1f1b", 4, 0, 1000, 0, 2);
+  // Two replicas: the ring moves 2(n-1)/n = 1 x the weights; 3000 bytes take 3 s,
+  // longer than a backward pass (1 s), so 2 s of it show.
+  s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, 3000);
+  Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+  for (const auto& t : e.timeline.ranks[0])
+    if (t.action.type == schedule::ActionType::ALLREDUCE) EXPECT_NEAR(t.end, lastBackwardStart(e) + 3, 1e-9);
+  // 500 bytes take 0.5 s, hidden by the backward pass: the all-reduce costs nothing.
+  s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, 500);
+  e = evaluatePlan(s.graph, s.cluster, s.plan);
+  for (const auto& t : e.timeline.ranks[0])
+    if (t.action.type == schedule::ActionType::ALLREDUCE) EXPECT_NEAR(t.end, t.start, 1e-12);
+}
+
+TEST(Simulator, OptimizerStepsTakeTheirProfiledTime) {
+  Scenario s = twoStages("gpipe", 2, 0, 1e9, 0);
+  std::vector<graph::Layer> layers = s.graph.layers();
+  layers[1].optimizer_seconds = 0.5;
+  s.graph = graph::LayerGraph(layers, 1);
+  const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+  for (int r : {0, 1})
+    for (const auto& t : e.timeline.ranks[r])
+      if (t.action.type == schedule::ActionType::STEP) EXPECT_NEAR(t.end - t.start, r == 1 ? 0.5 : 0.0, 1e-12);
+}
+
 TEST(Simulator, LargePipelineSimulates) {
   plan::ScheduleOptions options;
   auto u = uniformScenario(options, 64, 1024, 1, 2, 0);
