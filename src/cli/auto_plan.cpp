@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <vector>
 
 #include "launcher.h"
 #include "plan_table.h"
@@ -10,21 +11,57 @@
 #include "pipetrain/planner/explore.h"
 
 namespace pipetrain::cli {
+namespace {
+
+// The layer times averaged over the profiles `path`, `path.1`, ... (sizes agree), which
+// are then removed but the first, rewritten with the means.
+graph::LayerGraph meanProfile(const std::string& path, int count) {
+  const graph::LayerGraph first = graph::LayerGraph::load(path);
+  std::vector<graph::Layer> layers = first.layers();
+  for (int r = 1; r < count; ++r) {
+    const std::string other = path + "." + std::to_string(r);
+    const graph::LayerGraph g = graph::LayerGraph::load(other);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      layers[l].forward_seconds += g.layer(l).forward_seconds;
+      layers[l].backward_input_seconds += g.layer(l).backward_input_seconds;
+      layers[l].backward_weight_seconds += g.layer(l).backward_weight_seconds;
+      layers[l].optimizer_seconds += g.layer(l).optimizer_seconds;
+    }
+    std::remove(other.c_str());
+  }
+  for (auto& l : layers) {
+    l.forward_seconds /= count;
+    l.backward_input_seconds /= count;
+    l.backward_weight_seconds /= count;
+    l.optimizer_seconds /= count;
+  }
+  graph::LayerGraph mean(layers, first.batchSize(), path);
+  json_io::writeFile(path, mean.toJson());
+  return mean;
+}
+
+}  // namespace
 
 void planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request) {
-  // `pipetrain profile` in a child with a rank's thread settings: this process's BLAS
-  // already runs on every core, and times measured so would not be the ranks' times.
+  // `pipetrain profile` as the ranks will run: one process per rank with a rank's thread
+  // settings, all at once. Profiled alone, a layer ran up to 1.5x faster than it then
+  // did beside another rank on the same machine (shared cores, caches and memory).
   const std::string graph_path = request.out + ".profile.json";
-  std::vector<std::string> profile{"pipetrain", "profile", "--model", config.model,
-                                   "--batch", std::to_string(config.microbatch_size),
-                                   "--optimizer", config.optimizer, "--warmup", "1", "--repeats", "3",
-                                   "--out", graph_path};
-  for (const auto& o : request.model_options) profile.insert(profile.end(), {"--model-option", o});
-  std::printf("profiling %s at micro-batch %lld with %d BLAS thread(s), as each rank runs:\n", config.model.c_str(),
-              static_cast<long long>(config.microbatch_size), request.blas_threads);
+  std::vector<std::vector<std::string>> profiles;
+  for (int r = 0; r < request.ranks; ++r) {
+    std::vector<std::string> argv{"pipetrain", "profile", "--model", config.model,
+                                  "--batch", std::to_string(config.microbatch_size),
+                                  "--optimizer", config.optimizer, "--warmup", "1", "--repeats", "3",
+                                  "--out", r == 0 ? graph_path : graph_path + "." + std::to_string(r)};
+    for (const auto& o : request.model_options) argv.insert(argv.end(), {"--model-option", o});
+    profiles.push_back(std::move(argv));
+  }
+  std::printf("profiling %s at micro-batch %lld in %d processes at once, %d BLAS thread(s) each, as the ranks run\n",
+              config.model.c_str(), static_cast<long long>(config.microbatch_size), request.ranks,
+              request.blas_threads);
   std::fflush(stdout);
-  runLikeARank(profile, request.blas_threads);
-  const graph::LayerGraph graph = graph::LayerGraph::load(graph_path);
+  runLikeRanks(profiles, request.blas_threads);
+  const graph::LayerGraph graph = meanProfile(graph_path, request.ranks);
 
   const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / request.ranks;
   planner::ExploreOptions o;

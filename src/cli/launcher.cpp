@@ -85,14 +85,23 @@ std::string describe(int status) {
 
 }  // namespace
 
-void runLikeARank(const std::vector<std::string>& argv, int blas_threads) {
-  const pid_t pid = fork();
-  if (pid < 0) throw Error("cannot start `" + argv[1] + "`");
-  if (pid == 0) execAsRank(argv, blas_threads);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int blas_threads) {
+  std::vector<pid_t> pids;
+  for (const auto& argv : commands) {
+    const pid_t pid = fork();
+    if (pid < 0) throw Error("cannot start `" + argv[1] + "`");
+    if (pid == 0) execAsRank(argv, blas_threads);
+    pids.push_back(pid);
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw Error("`" + argv[1] + "` " + describe(status));
+  std::string failure;
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    while (waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {
+    }
+    if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failure.empty())
+      failure = "`" + commands[i][1] + "` " + describe(status);
+  }
+  if (!failure.empty()) throw Error(failure);
 }
 
 std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int blas_threads_per_rank,

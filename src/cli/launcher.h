@@ -21,9 +21,9 @@ struct RankOutput {
 std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int blas_threads_per_rank,
                                     const std::function<void(int, const std::string&)>& on_line);
 
-// Runs `argv` (this program's arguments) once, with the thread settings of a rank that
-// has `blas_threads`, and waits for it. Throws Error if it fails (its messages went to
-// this process's stderr).
-void runLikeARank(const std::vector<std::string>& argv, int blas_threads);
+// Runs each command line (this program's arguments) as a process with the thread
+// settings of a rank that has `blas_threads`, all at once, and waits for them all.
+// Throws Error if any fails (its messages went to this process's stderr).
+void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int blas_threads);
 
 }  // namespace pipetrain::cli

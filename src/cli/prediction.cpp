@@ -8,8 +8,12 @@
 namespace pipetrain::cli {
 namespace {
 
-// Gloo over loopback on these machines (design notes): ~50 us latency, ~3 GB/s.
-constexpr double kLoopbackBandwidth = 3e9;
+// Gloo over loopback on these machines. Point to point it moves 3-5 GB/s with ~20-50 us
+// latency (docs/profiling.md), but its all-reduce of a 32 MiB stage took 56 ms (0.6 GB/s
+// of ring traffic): it sums on the cores that also train. The links are priced at the
+// all-reduce rate, the one that decides between replicas and stages; activations
+// (KiB to a few MiB per micro-batch) are then overpriced by milliseconds at most.
+constexpr double kLoopbackBandwidth = 0.6e9;
 constexpr double kLoopbackLatency = 50e-6;
 
 }  // namespace

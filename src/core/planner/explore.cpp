@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <cstdio>
 #include <set>
 
@@ -134,42 +136,62 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
     for (int64_t b : microbatchSizes(o)) {
       const int m = static_cast<int>(o.global_batch / b);
       for (int width : o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size())) {
-        Dropped drop{name, b, width, ""};
-        try {
-          Candidate c;
-          plan::ScheduleOptions schedule;
-          schedule.name = name;
-          if (name == "interleaved") {
-            if (width < 2 || graph.size() < width * kInterleavedChunks || m % width != 0) continue;
-            c.plan = interleavedPlan(graph, cluster, width, b, m);
-          } else {
-            PartitionOptions po;
-            po.schedule = name;
-            po.microbatch_size = b;
-            po.microbatches = m;
-            po.max_devices = width;
-            po.max_blocks = o.max_blocks;
-            po.max_replicas = o.max_replicas;
-            const ChainPlan chain = partitionChain(graph, cluster, po, schedule);
-            c.plan = chain.plan;
-            c.dp_objective = chain.partition.objective;
+        // Simulates one proposal and keeps it, or records why not.
+        auto consider = [&](const std::function<std::optional<Candidate>()>& propose) {
+          Dropped drop{name, b, width, ""};
+          try {
+            std::optional<Candidate> proposed = propose();
+            if (!proposed) return;
+            Candidate c = std::move(*proposed);
+            if (!seen.insert(planKey(c.plan)).second) return;  // proposed already
+            // Memory is judged below, from the schedule's footprint rather than validate's estimate.
+            plan::validate(c.plan, graph, cluster, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
+            c.report = sim::evaluatePlan(graph, cluster, c.plan, kWarmMinibatches).report;
+            drop.devices = static_cast<int>(c.report.ranks.size());
+            drop.reason = memoryShortfall(c.report);
+            if (o.use_all_devices && drop.devices < cluster.size() && drop.reason.empty())
+              drop.reason = "leaves " + std::to_string(cluster.size() - drop.devices) + " devices idle";
+            if (drop.reason.empty()) {
+              result.ranked.push_back(std::move(c));
+              return;
+            }
+          } catch (const Error& e) {
+            drop.reason = e.what();
           }
-          if (!seen.insert(planKey(c.plan)).second) continue;  // a narrower width found it already
-          // Memory is judged below, from the schedule's footprint rather than validate's estimate.
-          plan::validate(c.plan, graph, cluster, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
-          c.report = sim::evaluatePlan(graph, cluster, c.plan, kWarmMinibatches).report;
-          drop.devices = static_cast<int>(c.report.ranks.size());
-          drop.reason = memoryShortfall(c.report);
-          if (o.use_all_devices && drop.devices < cluster.size() && drop.reason.empty())
-            drop.reason = "leaves " + std::to_string(cluster.size() - drop.devices) + " devices idle";
-          if (drop.reason.empty()) {
-            result.ranked.push_back(std::move(c));
-            continue;
-          }
-        } catch (const Error& e) {
-          drop.reason = e.what();
+          result.dropped.push_back(std::move(drop));
+        };
+        plan::ScheduleOptions schedule;
+        schedule.name = name;
+        if (name == "interleaved") {
+          if (width < 2 || graph.size() < width * kInterleavedChunks || m % width != 0) continue;
+          consider([&]() -> std::optional<Candidate> { return Candidate{interleavedPlan(graph, cluster, width, b, m), {}, 0}; });
+          continue;
         }
-        result.dropped.push_back(std::move(drop));
+        PartitionOptions po;
+        po.schedule = name;
+        po.microbatch_size = b;
+        po.microbatches = m;
+        po.max_devices = width;
+        po.max_blocks = o.max_blocks;
+        // The DP's bottleneck objective does not see the schedule's bubble, so the best
+        // pure pipeline and pure data parallelism are proposed beside its optimum and the
+        // simulator decides.
+        for (int max_replicas : o.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o.max_replicas, 1}) {
+          po.max_replicas = max_replicas;
+          consider([&]() -> std::optional<Candidate> {
+            const ChainPlan chain = partitionChain(graph, cluster, po, schedule);
+            return Candidate{chain.plan, {}, chain.partition.objective};
+          });
+        }
+        const bool data_parallel = o.max_replicas != 1 && width > 1 && m % width == 0 && name != "pipedream";
+        if (data_parallel)
+          consider([&]() -> std::optional<Candidate> {
+            po.max_replicas = o.max_replicas;
+            const ChainProblem problem(graph, cluster, po);
+            if (!problem.allowedDevices(0, width)) return std::nullopt;
+            const Partition all{{{0, problem.numBlocks(), 0, width}}, 0, 1};
+            return Candidate{toPlan(all, problem, schedule), {}, problem.objective(all.stages)};
+          });
       }
     }
   }
