@@ -25,9 +25,10 @@ for s in gpipe 1f1b pipedream 2bw pipemare interleaved zb-h1; do
 done
 
 echo
-echo "== Planned: the same transformer on a 4-node GPU cluster (schedule, stages, replicas, micro-batch)"
-"$bin" plan --graph $ex/graph.json --cluster examples/clusters/gpu-cluster-4-nodes.json --batch 64 --top 5 \
-  --out "$out/transformer_planned.json"
+echo "== Planned: a profiled GPT (examples/graphs/gpt.json) on a 4-node GPU cluster: schedule, stages,"
+echo "   replicas and micro-batch chosen together, scored by the simulator"
+"$bin" plan --graph examples/graphs/gpt.json --cluster examples/clusters/gpu-cluster-4-nodes.json --batch 256 \
+  --top 5 --out "$out/gpt_planned.json"
 
 echo
 echo "== Trained: fmnist-cnn on Fashion-MNIST, 2 stages, 1F1B, 8 micro-batches of 32"

@@ -1,7 +1,8 @@
 // BaPipe-style joint exploration: for a model, a cluster and a global batch, try every
-// schedule x micro-batch size x pipeline width, let the chain DP (or, for interleaved, a
-// balanced split) partition each, drop what does not fit memory under the schedule's
-// real footprint, score the rest with the simulator, and rank them.
+// schedule x micro-batch size x pipeline width; for each, propose the chain DP's optimum,
+// the DP's best pure pipeline and pure data parallelism (for interleaved, a balanced
+// split); drop what does not fit memory under the schedule's real footprint, score the
+// rest with the simulator, and rank them.
 //
 // The width is how many of the cluster's devices a candidate may use (powers of two up
 // to all of them, or all of them when asked to); within it the DP chooses the stages and their replicas. Scores are
