@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <thread>
@@ -266,7 +267,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               checkBeforeLaunch(*a);
               AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options,
                                       cmd->count("--schedule") == 0, !a->no_replication, a->plan_out};
-              if (request.out.empty()) request.out = "/tmp/pipetrain-plan-" + std::to_string(::getpid()) + ".json";
+              if (request.out.empty())
+                request.out = (std::filesystem::temp_directory_path() /
+                               ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
               planLocalRun(a->config, request);
               a->plan = request.out;
               a->argv.insert(a->argv.end(), {"--plan", a->plan});
