@@ -109,7 +109,7 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
 
 std::string whySlower(const Candidate& winner, const Candidate& loser) {
   const sim::Report &w = winner.report, &l = loser.report;
-  if (l.throughput > w.throughput * 0.999 && maxMemory(l) <= maxMemory(w))
+  if (l.throughput > w.throughput * 0.999 && maxMemory(l) <= maxMemory(w) * 1.01)
     return "a tie: the same predicted throughput and peak memory (listed second)";
   if (l.throughput > w.throughput * 0.999)
     return "the same predicted throughput, but a peak of " + text::humanBytes(static_cast<double>(maxMemory(l))) +
@@ -126,74 +126,98 @@ std::string whySlower(const Candidate& winner, const Candidate& loser) {
 
 std::string Exploration::runnerUpLost() const { return ranked.size() < 2 ? "" : whySlower(ranked[0], ranked[1]); }
 
+namespace {
+
+// One exploration's state: what was proposed (to simulate each plan once), what was kept
+// and what was dropped.
+class Explorer {
+ public:
+  Explorer(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o,
+           Exploration& result)
+      : graph_(graph), cluster_(cluster), o_(o), result_(result) {}
+
+  // Every proposal for one schedule, micro-batch size and width.
+  void explore(const std::string& name, int64_t b, int width) {
+    const int m = static_cast<int>(o_.global_batch / b);
+    plan::ScheduleOptions schedule;
+    schedule.name = name;
+    if (name == "interleaved") {
+      if (width < 2 || graph_.size() < width * kInterleavedChunks || m % width != 0) return;
+      consider(name, b, width, [&]() -> std::optional<Candidate> {
+        return Candidate{interleavedPlan(graph_, cluster_, width, b, m), {}, 0};
+      });
+      return;
+    }
+    PartitionOptions po;
+    po.schedule = name;
+    po.microbatch_size = b;
+    po.microbatches = m;
+    po.max_devices = width;
+    po.max_blocks = o_.max_blocks;
+    // The DP's bottleneck objective does not see the schedule's bubble, so the best pure
+    // pipeline and pure data parallelism are proposed beside its optimum and the
+    // simulator decides.
+    for (int max_replicas : o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1}) {
+      po.max_replicas = max_replicas;
+      consider(name, b, width, [&]() -> std::optional<Candidate> {
+        const ChainPlan chain = partitionChain(graph_, cluster_, po, schedule);
+        return Candidate{chain.plan, {}, chain.partition.objective};
+      });
+    }
+    if (o_.max_replicas == 1 || width < 2 || m % width != 0 || name == "pipedream") return;
+    po.max_replicas = o_.max_replicas;
+    consider(name, b, width, [&]() -> std::optional<Candidate> {
+      const ChainProblem problem(graph_, cluster_, po);
+      if (!problem.allowedDevices(0, width)) return std::nullopt;
+      const Partition all{{{0, problem.numBlocks(), 0, width}}, 0, 1};
+      return Candidate{toPlan(all, problem, schedule), {}, problem.objective(all.stages)};
+    });
+  }
+
+ private:
+  // Simulates a proposal once and keeps it, or records why not.
+  void consider(const std::string& name, int64_t b, int width, const std::function<std::optional<Candidate>()>& propose) {
+    Dropped drop{name, b, width, ""};
+    try {
+      std::optional<Candidate> proposed = propose();
+      if (!proposed || !seen_.insert(planKey(proposed->plan)).second) return;
+      Candidate& c = *proposed;
+      // Memory is judged below, from the schedule's footprint rather than validate's estimate.
+      plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
+      c.report = sim::evaluatePlan(graph_, cluster_, c.plan, kWarmMinibatches).report;
+      drop.devices = static_cast<int>(c.report.ranks.size());
+      drop.reason = memoryShortfall(c.report);
+      if (o_.use_all_devices && drop.devices < cluster_.size() && drop.reason.empty())
+        drop.reason = "leaves " + std::to_string(cluster_.size() - drop.devices) + " devices idle";
+      if (drop.reason.empty()) {
+        result_.ranked.push_back(std::move(c));
+        return;
+      }
+    } catch (const Error& e) {
+      drop.reason = e.what();
+    }
+    result_.dropped.push_back(std::move(drop));
+  }
+
+  const graph::LayerGraph& graph_;
+  const cluster::ClusterSpec& cluster_;
+  const ExploreOptions& o_;
+  Exploration& result_;
+  std::set<std::string> seen_;  // plans proposed so far, as JSON
+};
+
+}  // namespace
+
 Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   if (o.global_batch < 1) throw Error("the batch size must be at least 1 (got " + std::to_string(o.global_batch) + ")");
   Exploration result;
-  std::set<std::string> seen;
+  Explorer explorer(graph, cluster, o, result);
   for (const std::string& name : schedulesToExplore(o)) {
     result.async_included |= schedule::isAsynchronous(name);
-    for (int64_t b : microbatchSizes(o)) {
-      const int m = static_cast<int>(o.global_batch / b);
-      for (int width : o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size())) {
-        // Simulates one proposal and keeps it, or records why not.
-        auto consider = [&](const std::function<std::optional<Candidate>()>& propose) {
-          Dropped drop{name, b, width, ""};
-          try {
-            std::optional<Candidate> proposed = propose();
-            if (!proposed) return;
-            Candidate c = std::move(*proposed);
-            if (!seen.insert(planKey(c.plan)).second) return;  // proposed already
-            // Memory is judged below, from the schedule's footprint rather than validate's estimate.
-            plan::validate(c.plan, graph, cluster, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
-            c.report = sim::evaluatePlan(graph, cluster, c.plan, kWarmMinibatches).report;
-            drop.devices = static_cast<int>(c.report.ranks.size());
-            drop.reason = memoryShortfall(c.report);
-            if (o.use_all_devices && drop.devices < cluster.size() && drop.reason.empty())
-              drop.reason = "leaves " + std::to_string(cluster.size() - drop.devices) + " devices idle";
-            if (drop.reason.empty()) {
-              result.ranked.push_back(std::move(c));
-              return;
-            }
-          } catch (const Error& e) {
-            drop.reason = e.what();
-          }
-          result.dropped.push_back(std::move(drop));
-        };
-        plan::ScheduleOptions schedule;
-        schedule.name = name;
-        if (name == "interleaved") {
-          if (width < 2 || graph.size() < width * kInterleavedChunks || m % width != 0) continue;
-          consider([&]() -> std::optional<Candidate> { return Candidate{interleavedPlan(graph, cluster, width, b, m), {}, 0}; });
-          continue;
-        }
-        PartitionOptions po;
-        po.schedule = name;
-        po.microbatch_size = b;
-        po.microbatches = m;
-        po.max_devices = width;
-        po.max_blocks = o.max_blocks;
-        // The DP's bottleneck objective does not see the schedule's bubble, so the best
-        // pure pipeline and pure data parallelism are proposed beside its optimum and the
-        // simulator decides.
-        for (int max_replicas : o.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o.max_replicas, 1}) {
-          po.max_replicas = max_replicas;
-          consider([&]() -> std::optional<Candidate> {
-            const ChainPlan chain = partitionChain(graph, cluster, po, schedule);
-            return Candidate{chain.plan, {}, chain.partition.objective};
-          });
-        }
-        const bool data_parallel = o.max_replicas != 1 && width > 1 && m % width == 0 && name != "pipedream";
-        if (data_parallel)
-          consider([&]() -> std::optional<Candidate> {
-            po.max_replicas = o.max_replicas;
-            const ChainProblem problem(graph, cluster, po);
-            if (!problem.allowedDevices(0, width)) return std::nullopt;
-            const Partition all{{{0, problem.numBlocks(), 0, width}}, 0, 1};
-            return Candidate{toPlan(all, problem, schedule), {}, problem.objective(all.stages)};
-          });
-      }
-    }
+    for (int64_t b : microbatchSizes(o))
+      for (int width : o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size()))
+        explorer.explore(name, b, width);
   }
   // Throughput within 0.1% is a tie (the simulator's differences that small are rounding),
   // and among ties the leaner plan wins.
