@@ -159,10 +159,11 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
   return m;
 }
 
-// One optimizer step over copies of the layer's weights (the model's own stay as they
-// are) with constant gradients, as the trainer's optimizers step them (Adam, or SGD with
-// momentum): the median of `repeats` steps after `warmup`. Elementwise work over every
-// weight, so it is a real share of the step time for weight-heavy layers on a CPU.
+// One optimizer step and the clearing of gradients after it, as the executor's STEP does,
+// over copies of the layer's weights (the model's own stay as they are), with the
+// trainer's optimizers (Adam, or SGD with momentum): the median of `repeats` steps after
+// `warmup`. Elementwise work over every weight, so a real share of the step time for
+// weight-heavy layers on a CPU.
 double timeOptimizerStep(const std::vector<torch::Tensor>& params, const torch::Device& device,
                          const ProfileOptions& o) {
   if (params.empty()) return 0;
@@ -182,6 +183,7 @@ double timeOptimizerStep(const std::vector<torch::Tensor>& params, const torch::
     synchronize(device);
     const auto start = Clock::now();
     optimizer->step();
+    optimizer->zero_grad();  // the executor's STEP clears the gradients too
     synchronize(device);
     if (i >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
