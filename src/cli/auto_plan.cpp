@@ -9,6 +9,7 @@
 #include "plan_table.h"
 #include "prediction.h"
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
 namespace {
@@ -43,6 +44,11 @@ graph::LayerGraph meanProfile(const std::string& path, int count) {
 }  // namespace
 
 void planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request) {
+  const int layers = static_cast<int>(models::buildModel(config.model, config.model_config, config.seed).layers.size());
+  if (!request.allow_replication && request.ranks > layers)
+    throw Error("--no-replication: model '" + config.model + "' has " + std::to_string(layers) +
+                " layers, too few for a pipeline over " + std::to_string(request.ranks) +
+                " ranks; use fewer ranks (--nproc) or allow replicated stages");
   // `pipetrain profile` as the ranks will run: one process per rank with a rank's thread
   // settings, all at once. Profiled alone, a layer ran up to 1.5x faster than it then
   // did beside another rank on the same machine (shared cores, caches and memory).

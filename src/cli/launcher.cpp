@@ -90,7 +90,12 @@ void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int bla
   for (const auto& argv : commands) {
     const pid_t pid = fork();
     if (pid < 0) throw Error("cannot start `" + argv[1] + "`");
-    if (pid == 0) execAsRank(argv, blas_threads);
+    if (pid == 0) {
+      // Their reports would interleave; errors still reach stderr.
+      const int null = open("/dev/null", O_WRONLY);
+      if (null >= 0) dup2(null, STDOUT_FILENO);
+      execAsRank(argv, blas_threads);
+    }
     pids.push_back(pid);
   }
   std::string failure;

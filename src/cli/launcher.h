@@ -22,7 +22,8 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
                                     const std::function<void(int, const std::string&)>& on_line);
 
 // Runs each command line (this program's arguments) as a process with the thread
-// settings of a rank that has `blas_threads`, all at once, and waits for them all.
+// settings of a rank that has `blas_threads`, all at once, and waits for them all. Their
+// standard output is discarded.
 // Throws Error if any fails (its messages went to this process's stderr).
 void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int blas_threads);
 

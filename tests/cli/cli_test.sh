@@ -79,6 +79,7 @@ check "measured gantt" grep -q "measured" "$tmp/train.svg"
 check "train plans itself" "${train[@]}" --nproc 2 --schedule 1f1b --no-replication --plan-out "$tmp/auto.json"
 expect "planner table" "chosen: 1f1b, 2 stages"
 check "the plan it trained" grep -q '"pipetrain.plan"' "$tmp/auto.json"
+refuses "pipeline longer than the model" "too few" "${train[@]}" --nproc 9 --no-replication
 check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1
 check "train from a plan" "$bin" train --model mlp --dataset synthetic --plan "$src/examples/train/mlp_plan.json" \
   --nproc 2 --max-steps 3 --no-eval --timeout 20
