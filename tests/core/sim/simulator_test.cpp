@@ -80,12 +80,16 @@ TEST(Simulator, AllReduceOverlapsTheLastBackwardPass) {
   s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, 3000);
   Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
   for (const auto& t : e.timeline.ranks[0])
-    if (t.action.type == schedule::ActionType::ALLREDUCE) EXPECT_NEAR(t.end, lastBackwardStart(e) + 3, 1e-9);
+    if (t.action.type == schedule::ActionType::ALLREDUCE) {
+      EXPECT_NEAR(t.end, lastBackwardStart(e) + 3, 1e-9);
+    }
   // 500 bytes take 0.5 s, hidden by the backward pass: the all-reduce costs nothing.
   s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, 500);
   e = evaluatePlan(s.graph, s.cluster, s.plan);
   for (const auto& t : e.timeline.ranks[0])
-    if (t.action.type == schedule::ActionType::ALLREDUCE) EXPECT_NEAR(t.end, t.start, 1e-12);
+    if (t.action.type == schedule::ActionType::ALLREDUCE) {
+      EXPECT_NEAR(t.end, t.start, 1e-12);
+    }
 }
 
 TEST(Simulator, OptimizerStepsTakeTheirProfiledTime) {
@@ -96,7 +100,9 @@ TEST(Simulator, OptimizerStepsTakeTheirProfiledTime) {
   const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
   for (int r : {0, 1})
     for (const auto& t : e.timeline.ranks[r])
-      if (t.action.type == schedule::ActionType::STEP) EXPECT_NEAR(t.end - t.start, r == 1 ? 0.5 : 0.0, 1e-12);
+      if (t.action.type == schedule::ActionType::STEP) {
+        EXPECT_NEAR(t.end - t.start, r == 1 ? 0.5 : 0.0, 1e-12);
+      }
 }
 
 TEST(Simulator, LargePipelineSimulates) {
