@@ -27,14 +27,12 @@ void printExploration(const planner::Exploration& e, int top) {
   const int rows = std::min<int>(top, static_cast<int>(e.ranked.size()));
   for (int i = 0; i < rows; ++i) {
     const auto& c = e.ranked[i];
-    int64_t peak = 0;
-    for (const auto& r : c.report.ranks) peak = std::max(peak, r.peak_memory_bytes);
     std::string schedule = c.plan.schedule.name;
     if (schedule::isAsynchronous(schedule)) schedule += "*";
     std::printf("%-4d %-12s %-7d %-14s %6lld %5d %14.6g %11.4g %6.1f%% %12s\n", i + 1, schedule.c_str(),
                 c.plan.numStages(), stageShape(c.plan).c_str(), static_cast<long long>(c.plan.microbatch_size),
                 c.plan.microbatches, c.report.throughput, c.report.iteration_time * 1e3, 100 * c.report.bubble_fraction,
-                text::humanBytes(static_cast<double>(peak)).c_str());
+                text::humanBytes(static_cast<double>(c.report.peakMemoryBytes())).c_str());
   }
   std::printf("%zu candidates ranked, %zu combinations dropped, searched in %.3f s\n", e.ranked.size(),
               e.dropped.size(), e.search_seconds);

@@ -42,6 +42,7 @@ struct Report {
   double makespan = 0;           // of the simulated Program
   std::vector<RankReport> ranks;
 
+  int64_t peakMemoryBytes() const;  // the largest rank's
   json_io::Json toJson() const;
 };
 

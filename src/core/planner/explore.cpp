@@ -76,15 +76,15 @@ std::string memoryShortfall(const sim::Report& r) {
 
 std::string planKey(const plan::Plan& p) { return p.toJson().dump(); }
 
+int devicesUsed(const plan::Plan& p) {
+  std::set<std::string> devices;
+  for (const auto& s : p.stages) devices.insert(s.devices.begin(), s.devices.end());
+  return static_cast<int>(devices.size());
+}
+
 double maxBusy(const sim::Report& r) {
   double m = 0;
   for (const auto& rank : r.ranks) m = std::max(m, rank.busy_seconds);
-  return m;
-}
-
-int64_t maxMemory(const sim::Report& r) {
-  int64_t m = 0;
-  for (const auto& rank : r.ranks) m = std::max(m, rank.peak_memory_bytes);
   return m;
 }
 
@@ -109,11 +109,11 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
 
 std::string whySlower(const Candidate& winner, const Candidate& loser) {
   const sim::Report &w = winner.report, &l = loser.report;
-  if (l.throughput > w.throughput * 0.999 && maxMemory(l) <= maxMemory(w) * 1.01)
+  if (l.throughput > w.throughput * 0.999 && l.peakMemoryBytes() <= w.peakMemoryBytes() * 1.01)
     return "a tie: the same predicted throughput and peak memory (listed second)";
   if (l.throughput > w.throughput * 0.999)
-    return "the same predicted throughput, but a peak of " + text::humanBytes(static_cast<double>(maxMemory(l))) +
-           " per device against " + text::humanBytes(static_cast<double>(maxMemory(w)));
+    return "the same predicted throughput, but a peak of " + text::humanBytes(static_cast<double>(l.peakMemoryBytes())) +
+           " per device against " + text::humanBytes(static_cast<double>(w.peakMemoryBytes()));
   std::string why = fixed(100.0 * (1.0 - l.throughput / w.throughput), 1) + "% lower throughput: ";
   if (l.bubble_fraction > w.bubble_fraction + 0.02)
     return why + "more idle time (mean bubble " + fixed(l.bubble_fraction, 3) + " vs " + fixed(w.bubble_fraction, 3) + ")";
@@ -182,13 +182,16 @@ class Explorer {
       std::optional<Candidate> proposed = propose();
       if (!proposed || !seen_.insert(planKey(proposed->plan)).second) return;
       Candidate& c = *proposed;
+      drop.devices = devicesUsed(c.plan);
+      if (o_.use_all_devices && drop.devices < cluster_.size()) {
+        drop.reason = "leaves " + std::to_string(cluster_.size() - drop.devices) + " devices idle";
+        result_.dropped.push_back(std::move(drop));
+        return;
+      }
       // Memory is judged below, from the schedule's footprint rather than validate's estimate.
       plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
       c.report = sim::evaluatePlan(graph_, cluster_, c.plan, kWarmMinibatches).report;
-      drop.devices = static_cast<int>(c.report.ranks.size());
       drop.reason = memoryShortfall(c.report);
-      if (o_.use_all_devices && drop.devices < cluster_.size() && drop.reason.empty())
-        drop.reason = "leaves " + std::to_string(cluster_.size() - drop.devices) + " devices idle";
       if (drop.reason.empty()) {
         result_.ranked.push_back(std::move(c));
         return;
@@ -224,7 +227,7 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   auto tier = [](const Candidate& c) { return static_cast<int64_t>(std::floor(std::log(c.report.throughput) / kTie)); };
   std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](const Candidate& a, const Candidate& b) {
     if (tier(a) != tier(b)) return tier(a) > tier(b);
-    return maxMemory(a.report) < maxMemory(b.report);
+    return a.report.peakMemoryBytes() < b.report.peakMemoryBytes();
   });
   result.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.ranked.empty()) {

@@ -76,6 +76,12 @@ Report emptyReport(const schedule::Program& program, const CostModel& costs) {
 
 }  // namespace
 
+int64_t Report::peakMemoryBytes() const {
+  int64_t peak = 0;
+  for (const RankReport& r : ranks) peak = std::max(peak, r.peak_memory_bytes);
+  return peak;
+}
+
 json_io::Json Report::toJson() const {
   json_io::Json ranks_json = json_io::Json::array();
   for (std::size_t r = 0; r < ranks.size(); ++r) {
