@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "pipetrain/schedule/program_check.h"
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/sim/simulator.h"
 
@@ -19,7 +20,7 @@ void simulateSchedule(benchmark::State& state, const std::string& name) {
   u.graph = graph::LayerGraph::uniformChain(p, 1e-3, 1e-3, name == "zb-h1" ? 1e-3 : 0.0, 1 << 20, 1 << 20);
   u.cluster = cluster::ClusterSpec::uniform(p, int64_t{1} << 40, 10e9, 5e-6);
   const sim::CostModel costs(u.graph, u.cluster, u.plan);
-  const schedule::Program program = sim::programForPlan(u.plan, costs, 1);
+  const schedule::Program program = plan::programForPlan(u.plan, costs.dag(), 1);
   std::size_t actions = 0;
   for (const auto& rank : program.ranks) actions += rank.size();
   for (auto _ : state) benchmark::DoNotOptimize(sim::simulate(program, costs).makespan());

@@ -43,7 +43,7 @@ graph::LayerGraph meanProfile(const std::string& path, int count) {
 
 }  // namespace
 
-void planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request) {
+plan::Plan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request) {
   const int layers = static_cast<int>(models::buildModel(config.model, config.model_config, config.seed).layers.size());
   if (!request.allow_replication && request.ranks > layers)
     throw Error("--no-replication: model '" + config.model + "' has " + std::to_string(layers) +
@@ -56,14 +56,14 @@ void planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& req
   std::vector<std::vector<std::string>> profiles;
   for (int r = 0; r < request.ranks; ++r) {
     std::vector<std::string> argv{"pipetrain", "profile", "--model", config.model,
-                                  "--batch", std::to_string(config.microbatch_size),
+                                  "--batch", std::to_string(request.args.microbatch_size),
                                   "--optimizer", config.optimizer, "--warmup", "1", "--repeats", "3",
                                   "--out", r == 0 ? graph_path : graph_path + "." + std::to_string(r)};
     for (const auto& o : request.model_options) argv.insert(argv.end(), {"--model-option", o});
     profiles.push_back(std::move(argv));
   }
   std::printf("profiling %s at micro-batch %lld in %d processes at once, %d BLAS thread(s) each, as the ranks run\n",
-              config.model.c_str(), static_cast<long long>(config.microbatch_size), request.ranks,
+              config.model.c_str(), static_cast<long long>(request.args.microbatch_size), request.ranks,
               request.blas_threads);
   std::fflush(stdout);
   runLikeRanks(profiles, request.blas_threads);
@@ -71,17 +71,21 @@ void planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& req
 
   const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / request.ranks;
   planner::ExploreOptions o;
-  o.global_batch = config.microbatch_size * config.microbatches;
-  o.microbatch_sizes = {config.microbatch_size};
-  o.schedule = request.choose_schedule ? "auto" : config.schedule;
+  o.global_batch = request.args.microbatch_size * request.args.microbatches;
+  o.microbatch_sizes = {request.args.microbatch_size};
+  o.schedule = request.args.schedule.name.empty() ? "auto" : request.args.schedule.name;
   o.max_replicas = request.allow_replication ? 0 : 1;
+  o.allow_async = request.allow_async;
   o.use_all_devices = true;
   const planner::Exploration e = planner::explore(graph, localCluster(request.ranks, memory), o);
   std::printf("planned for %d local ranks:\n", request.ranks);
   printExploration(e, 5);
-  json_io::writeFile(request.out, e.best().plan.toJson());
+  plan::Plan chosen = e.best().plan;
+  applyScheduleOptions(request.args.schedule, chosen);
+  json_io::writeFile(request.out, chosen.toJson());
   std::printf("plan: %s (profile: %s)\n", request.out.c_str(), graph_path.c_str());
   std::fflush(stdout);
+  return chosen;
 }
 
 }  // namespace pipetrain::cli

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "train_plan.h"
 #include "pipetrain/torch/trainer.h"
 
 namespace pipetrain::cli {
@@ -14,12 +15,15 @@ struct AutoPlanRequest {
   int ranks = 1;
   int blas_threads = 1;                   // each rank's share of the cores
   std::vector<std::string> model_options; // as given on the command line (KEY=VALUE)
-  bool choose_schedule = true;            // false: keep config.schedule
+  PlanArgs args;                          // micro-batching; schedule name "" = the planner chooses
   bool allow_replication = true;
+  bool allow_async = false;               // the planner may choose pipedream, 2bw, pipemare
   std::string out;                        // where the plan is written
 };
 
-// Throws Error when profiling fails or no plan fits (with the planner's reasons).
-void planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request);
+// Returns the chosen plan, with the requested schedule options applied, also written to
+// `request.out`. Throws Error when profiling fails or no plan fits (with the planner's
+// reasons).
+plan::Plan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request);
 
 }  // namespace pipetrain::cli

@@ -2,7 +2,9 @@
 
 #include <limits>
 #include <map>
+#include <set>
 
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
@@ -18,13 +20,22 @@ constexpr double kLoopbackLatency = 50e-6;
 
 }  // namespace
 
+cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes) {
+  std::vector<cluster::Device> devices;
+  for (const auto& name : device_names) devices.push_back({name, "cpu", 1.0, memory_bytes});
+  const int n = static_cast<int>(devices.size());
+  return cluster::ClusterSpec(std::move(devices), {{"loopback", n, kLoopbackBandwidth, kLoopbackLatency}}, {},
+                              "this machine's ranks");
+}
+
 cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes) {
-  return cluster::ClusterSpec::uniform(ranks, memory_bytes, kLoopbackBandwidth, kLoopbackLatency);
+  std::vector<std::string> names;
+  for (int r = 0; r < ranks; ++r) names.push_back("dev" + std::to_string(r));
+  return localCluster(names, memory_bytes);
 }
 
 sim::Report predictRun(const MeasuredRun& run) {
-  const int ranks = run.timeline->numRanks();
-  const int stages = static_cast<int>(run.stage_output_bytes.size());
+  const plan::Plan& plan = *run.plan;
   // Mean measured seconds per (stage, action type).
   std::map<std::pair<int, schedule::ActionType>, std::pair<double, int>> sums;
   for (const auto& rank : run.timeline->ranks)
@@ -37,35 +48,32 @@ sim::Report predictRun(const MeasuredRun& run) {
     auto it = sums.find({s, t});
     return it == sums.end() ? 0.0 : it->second.first / it->second.second;
   };
+  // The plan's own layers; each stage's measured costs sit on its last layer (whose
+  // output is what crosses to the next stage), the others cost nothing.
   std::vector<graph::Layer> layers;
-  for (int s = 0; s < stages; ++s) {
-    graph::Layer l;
-    l.name = "stage" + std::to_string(s);
-    l.kind = "stage";
-    if (s > 0) l.inputs = {"stage" + std::to_string(s - 1)};
-    l.forward_seconds = mean(s, schedule::ActionType::F);
-    const double split_i = mean(s, schedule::ActionType::I), split_w = mean(s, schedule::ActionType::W);
-    l.backward_input_seconds = split_i + split_w > 0 ? split_i : mean(s, schedule::ActionType::B);
-    l.backward_weight_seconds = split_w;
-    l.optimizer_seconds = mean(s, schedule::ActionType::STEP);
-    l.output_bytes = l.saved_activation_bytes = run.stage_output_bytes[s];
-    if (s < static_cast<int>(run.stage_param_bytes.size())) l.param_bytes = run.stage_param_bytes[s];
-    layers.push_back(l);
-  }
-  const graph::LayerGraph graph(layers, run.microbatch_size, "measured run");
-  const cluster::ClusterSpec cluster =
-      localCluster(ranks, std::numeric_limits<int64_t>::max());
-  plan::Plan plan;
-  plan.microbatch_size = run.microbatch_size;
-  plan.microbatches = run.microbatches;
-  plan.schedule.name = run.schedule;
-  plan.schedule.chunks = run.chunks;
-  for (int s = 0, next = 0; s < stages; ++s) {
-    plan::Stage stage{{layers[s].name}, {}};
-    const int replicas = run.stage_replicas.empty() ? 1 : run.stage_replicas[s];
-    for (int k = 0; k < replicas; ++k) stage.devices.push_back(cluster.device(next++ % ranks).name);
-    plan.stages.push_back(std::move(stage));
-  }
+  for (int s = 0; s < plan.numStages(); ++s)
+    for (std::size_t i = 0; i < plan.stages[s].layers.size(); ++i) {
+      graph::Layer l;
+      l.name = plan.stages[s].layers[i];
+      l.kind = "measured";
+      if (!layers.empty()) l.inputs = {layers.back().name};
+      if (i + 1 == plan.stages[s].layers.size()) {
+        l.forward_seconds = mean(s, schedule::ActionType::F);
+        const double split_i = mean(s, schedule::ActionType::I), split_w = mean(s, schedule::ActionType::W);
+        l.backward_input_seconds = split_i + split_w > 0 ? split_i : mean(s, schedule::ActionType::B);
+        l.backward_weight_seconds = split_w;
+        l.optimizer_seconds = mean(s, schedule::ActionType::STEP);
+        l.output_bytes = l.saved_activation_bytes = run.stage_output_bytes.at(s);
+        l.param_bytes = run.stage_param_bytes.at(s);
+      }
+      layers.push_back(l);
+    }
+  const graph::LayerGraph graph(layers, plan.microbatch_size, "measured run");
+  std::vector<std::string> devices;
+  std::set<std::string> seen;
+  for (const auto& d : plan::rankDevices(plan))
+    if (seen.insert(d).second) devices.push_back(d);
+  const cluster::ClusterSpec cluster = localCluster(devices, std::numeric_limits<int64_t>::max());
   return sim::evaluatePlan(graph, cluster, plan).report;
 }
 

@@ -17,6 +17,8 @@
 #include "options.h"
 #include "prediction.h"
 #include "train_plan.h"
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/trace/chrome_trace.h"
 #include "pipetrain/trace/svg_gantt.h"
@@ -31,17 +33,31 @@ using json_io::Json;
 
 struct TrainArgs {
   runtime::TrainConfig config;
+  PlanArgs plan_args;
   std::vector<std::string> model_options;  // key=value
   std::string data_dir;
   std::string plan;
   std::string plan_out;
   bool no_replication = false;
+  bool allow_async = false;
   int cores = 0;  // for all local ranks together; 0 = the machine's
   int nproc = 2;
   int timeout_seconds = 60;
   std::string trace, svg, summary_json;
   std::vector<std::string> argv;
 };
+
+Json historyJson(const std::vector<runtime::EvalPoint>& history) {
+  Json out = Json::array();
+  for (const auto& e : history)
+    out.push_back({{"epoch", e.epoch},
+                   {"samples", e.samples},
+                   {"train_seconds", e.train_seconds},
+                   {"wall_seconds", e.wall_seconds},
+                   {"test_accuracy", e.test_accuracy},
+                   {"test_loss", e.test_loss}});
+  return out;
+}
 
 Json resultToJson(const runtime::RankResult& r) {
   Json actions = Json::array();
@@ -55,8 +71,11 @@ Json resultToJson(const runtime::RankResult& r) {
           {"train_seconds", r.train_seconds},
           {"busy_seconds", r.busy_seconds},
           {"wait_seconds", r.wait_seconds},
+          {"test_loss", r.test_loss},
+          {"history", historyJson(r.history)},
           {"peak_memory_bytes", r.peak_memory_bytes},
-          {"stage_bounds", r.stage_bounds},
+          {"weight_versions", r.weight_versions},
+          {"weight_bytes", r.weight_bytes},
           {"stage_param_bytes", r.stage_param_bytes},
           {"stage_output_bytes", r.stage_output_bytes},
           {"last_step", actions}};  // [text, start, end] per action
@@ -121,32 +140,33 @@ int blasThreadsPerRank(const TrainArgs& a) {
   return std::max(1, cores / a.nproc);
 }
 
-// Refuses bad numbers, an unknown model or a missing dataset before any long work.
-schedule::Program checkBeforeLaunch(const TrainArgs& a) {
-  schedule::Program program = runtime::checkConfig(a.config, a.nproc);
+// Refuses an unknown model or a missing dataset before any long work.
+void checkModelAndData(const TrainArgs& a) {
   data::openDataset(a.config.data, models::buildModel(a.config.model, a.config.model_config, a.config.seed).input);
-  return program;
 }
 
 int launch(TrainArgs& a) {
-  const schedule::Program program = checkBeforeLaunch(a);
+  runtime::checkConfig(a.config, a.nproc);  // the plan against the model and the job
   const int threads = blasThreadsPerRank(a);
   const bool tty = isatty(STDOUT_FILENO);
   auto last_plain = std::chrono::steady_clock::now();
   const auto start = std::chrono::steady_clock::now();
   const auto outputs = launchLocal(a.argv, a.nproc, threads, [&](int rank, const std::string& line) {
-    if (rank == a.nproc - 1) showProgress(line, a.config.microbatch_size * a.config.microbatches, tty, last_plain);
+    if (rank == a.nproc - 1) showProgress(line, a.config.plan.samplesPerMinibatch(), tty, last_plain);
   });
   if (tty) std::cout << "\n";
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   Json ranks = Json::array();
   trace::Timeline timeline;
-  timeline.title = a.config.model + ", " + a.config.schedule + ", " + std::to_string(a.nproc) + " ranks, " +
-                   std::to_string(a.config.microbatches) + " micro-batches (last mini-batch)";
+  const plan::Plan& plan = a.config.plan;
+  const std::string& schedule_name = plan.schedule.name;
+  timeline.title = a.config.model + ", " + schedule_name + ", " + std::to_string(a.nproc) + " ranks, " +
+                   std::to_string(plan.microbatches) + " micro-batches (last mini-batch)";
   timeline.source = "measured";
-  double train_seconds = 0, accuracy = -1, loss = 0;
+  double train_seconds = 0, accuracy = -1, loss = 0, test_loss = -1;
   int64_t samples = 0;
+  Json history = Json::array();
   for (const auto& o : outputs) {
     if (o.result_json.empty()) throw Error("rank " + std::to_string(o.rank) + " ended without reporting a result");
     const Json r = Json::parse(o.result_json);
@@ -156,6 +176,8 @@ int launch(TrainArgs& a) {
     if (r["last_stage"]) {
       loss = r["final_loss"];
       accuracy = r["test_accuracy"];
+      test_loss = r["test_loss"];
+      if (history.empty()) history = r["history"];
     }
     const double wait = r["wait_seconds"];
     // Time in a step that is neither compute nor waiting for messages: the framework.
@@ -165,7 +187,9 @@ int launch(TrainArgs& a) {
                      {"bubble_fraction", train > 0 ? 1 - busy / train : 0},
                      {"wait_fraction", train > 0 ? wait / train : 0},
                      {"overhead_fraction", overhead},
-                     {"peak_memory_bytes", r["peak_memory_bytes"]}});
+                     {"peak_memory_bytes", r["peak_memory_bytes"]},
+                     {"weight_versions", r["weight_versions"]},
+                     {"weight_bytes", r["weight_bytes"]}});
     std::vector<trace::TimedAction> actions;
     for (const auto& a : r["last_step"])
       actions.push_back({schedule::parseAction(a[0]), a[1].get<double>(), a[2].get<double>()});
@@ -179,31 +203,40 @@ int launch(TrainArgs& a) {
     for (auto& a : rank) a.start -= first, a.end -= first;
   // What the simulator predicts for these measured stage times, next to what happened.
   const Json any_result = Json::parse(outputs.front().result_json);
-  MeasuredRun measured{a.config.schedule, a.config.schedule == "interleaved" ? a.config.chunks : 1,
-                       a.config.microbatches, a.config.microbatch_size, &timeline,
-                       any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
-                       any_result["stage_param_bytes"].get<std::vector<int64_t>>(), a.config.stage_replicas};
+  MeasuredRun measured{&plan, &timeline, any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
+                       any_result["stage_param_bytes"].get<std::vector<int64_t>>()};
   const sim::Report predicted = predictRun(measured);
-  for (std::size_t r = 0; r < ranks.size(); ++r)
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
     ranks[r]["predicted_bubble_fraction"] = predicted.ranks[r].bubble_fraction;
+    ranks[r]["predicted_weight_versions"] = predicted.ranks[r].weight_versions;
+  }
+  const bool asynchronous = schedule::traits(schedule_name).asynchronous;
 
-  Json summary = {{"model", a.config.model}, {"schedule", a.config.schedule}, {"world_size", a.nproc},
-                  {"final_loss", loss}, {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
-                  {"wall_seconds", wall}, {"samples", samples}, {"ranks", ranks},
-                  {"predicted_throughput", predicted.throughput}, {"plan", a.plan},
-                  {"stage_replicas", a.config.stage_replicas}};
+  Json summary = {{"format", "pipetrain.train-summary"}, {"version", 1},
+                  {"model", a.config.model}, {"schedule", schedule_name}, {"asynchronous", asynchronous},
+                  {"world_size", a.nproc}, {"final_loss", loss},
+                  {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
+                  {"wall_seconds", wall}, {"samples", samples}, {"ranks", ranks}, {"history", history},
+                  {"predicted_throughput", predicted.throughput}, {"plan_file", a.plan}, {"plan", plan.toJson()}};
   if (accuracy >= 0) summary["test_accuracy"] = accuracy;
+  if (test_loss >= 0) summary["test_loss"] = test_loss;
 
   std::printf("trained %s with %s on %d ranks: %lld samples, %.1f samples/s, wall %.1f s\n", a.config.model.c_str(),
-              a.config.schedule.c_str(), a.nproc, static_cast<long long>(samples),
+              schedule_name.c_str(), a.nproc, static_cast<long long>(samples),
               summary["throughput"].get<double>(), wall);
+  if (asynchronous)
+    std::printf("note: %s is asynchronous (%s): its updates use stale weights, so it is not synchronous SGD "
+                "and converges differently\n",
+                schedule_name.c_str(), schedule::traits(schedule_name).summary);
   std::printf("simulator, from the measured stage times: %.1f samples/s\n", predicted.throughput);
-  if (accuracy >= 0) std::printf("test accuracy %.4f, final loss %.4f\n", accuracy, loss);
+  if (accuracy >= 0) std::printf("test accuracy %.4f, test loss %.4f, final training loss %.4f\n", accuracy, test_loss, loss);
   for (const auto& r : ranks)
-    std::printf("rank %d: bubble %.1f%% (predicted %.1f%%; waiting for messages %.1f%%, framework %.1f%%), peak memory %s\n",
+    std::printf("rank %d: bubble %.1f%% (predicted %.1f%%; waiting for messages %.1f%%, framework %.1f%%), "
+                "weights %s in %d version(s) (predicted %d), peak memory %s\n",
                 r["rank"].get<int>(), 100 * r["bubble_fraction"].get<double>(),
                 100 * r["predicted_bubble_fraction"].get<double>(), 100 * r["wait_fraction"].get<double>(),
-                100 * r["overhead_fraction"].get<double>(),
+                100 * r["overhead_fraction"].get<double>(), text::humanBytes(r["weight_bytes"].get<double>()).c_str(),
+                r["weight_versions"].get<int>(), r["predicted_weight_versions"].get<int>(),
                 text::humanBytes(r["peak_memory_bytes"].get<double>()).c_str());
   if (!a.trace.empty()) {
     trace::writeChromeTrace(timeline, a.trace);
@@ -233,11 +266,26 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--data-dir", a->data_dir, "where the dataset's files are (default: the Debian package's folder)");
   cmd->add_option("--nproc", a->nproc, "local ranks to launch (ignored when RANK is set)")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--schedule", c.schedule,
-                  "gpipe, 1f1b, interleaved, zb-h1 (default: the planner's choice; 1f1b with --stage-bounds)");
-  cmd->add_option("--chunks", c.chunks, "interleaved: stages per rank")->check(CLI::PositiveNumber);
-  cmd->add_option("--microbatches", c.microbatches, "micro-batches per mini-batch")->capture_default_str();
-  cmd->add_option("--microbatch-size", c.microbatch_size, "samples per micro-batch")->capture_default_str();
+  auto& pa = a->plan_args;
+  cmd->add_option("--schedule", pa.schedule.name,
+                  "gpipe, 1f1b, interleaved, zb-h1, pipedream, 2bw, pipemare, or auto (default: the planner's "
+                  "choice; 1f1b with --stage-bounds or --data-parallel)");
+  cmd->add_flag("--allow-async", a->allow_async, "without --plan: the planner may choose pipedream, 2bw or pipemare");
+  cmd->add_option("--chunks", pa.schedule.chunks, "interleaved: stages per rank")->check(CLI::PositiveNumber);
+  cmd->add_flag("--vertical-sync", pa.schedule.vertical_sync,
+                "pipedream: every stage uses the weight version the input stage used for a micro-batch");
+  cmd->add_option("--pipemare-t1", pa.schedule.pipemare_lr_warmup,
+                  "pipemare: learning-rate rescheduling, each stage from lr/delay up to lr (true/false)")
+      ->capture_default_str();
+  cmd->add_option("--pipemare-warmup", pa.schedule.pipemare_warmup_steps, "pipemare: T1's warm-up steps K")
+      ->capture_default_str();
+  cmd->add_option("--pipemare-t2", pa.schedule.pipemare_correction,
+                  "pipemare: discrepancy correction of the backward pass's weights (true/false)")
+      ->capture_default_str();
+  cmd->add_option("--pipemare-decay", pa.schedule.pipemare_decay, "pipemare: T2's decay D (gamma = D^(1/delay))")
+      ->capture_default_str();
+  cmd->add_option("--microbatches", pa.microbatches, "micro-batches per mini-batch")->capture_default_str();
+  cmd->add_option("--microbatch-size", pa.microbatch_size, "samples per micro-batch")->capture_default_str();
   cmd->add_option("--epochs", c.epochs, "epochs")->capture_default_str();
   cmd->add_option("--max-steps", c.max_steps_per_epoch, "stop each epoch after this many mini-batches");
   cmd->add_option("--optimizer", c.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
@@ -248,9 +296,10 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--plan-out", a->plan_out, "without --plan: where to write the plan the planner chooses");
   cmd->add_flag("--no-replication", a->no_replication, "without --plan: plan a pure pipeline, no replicated stages");
-  cmd->add_option("--stage-bounds", c.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)")
+  cmd->add_option("--stage-bounds", pa.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--data-parallel", pa.data_parallel, "one stage replicated on every rank (plain data parallelism)");
   cmd->add_flag("--no-eval", [a](int64_t) { a->config.evaluate = false; }, "skip test accuracy at epoch ends");
   cmd->add_option("--timeout", a->timeout_seconds, "seconds before a silent peer ends the job")->capture_default_str();
   cmd->add_option("--trace", a->trace, "write the last mini-batch's measured Chrome trace");
@@ -260,22 +309,44 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             a->config.model_config = parseModelOptions(a->model_options);
             a->config.data.seed = a->config.seed;
             if (!a->data_dir.empty()) a->config.data.fashion_mnist_dir = a->config.data.fortunes_dir = a->data_dir;
+            if (a->plan_args.schedule.name == "auto") a->plan_args.schedule.name.clear();
+            const bool is_rank = std::getenv("RANK") != nullptr;
             const char* world = std::getenv("WORLD_SIZE");
-            // Local ranks without a plan: the launcher plans once and hands every rank the
-            // file. Ranks started by hand without one use rank 0's balanced split.
-            if (a->plan.empty() && a->config.stage_bounds.empty() && !std::getenv("RANK")) {
-              checkBeforeLaunch(*a);
-              AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options,
-                                      cmd->count("--schedule") == 0, !a->no_replication, a->plan_out};
-              if (request.out.empty())
-                request.out = (std::filesystem::temp_directory_path() /
-                               ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
-              planLocalRun(a->config, request);
-              a->plan = request.out;
+            const int world_size = is_rank && world ? std::atoi(world) : a->nproc;
+            const bool hand_made = !a->plan_args.stage_bounds.empty() || a->plan_args.data_parallel;
+            if (!a->plan.empty()) {
+              // A plan file decides stages, micro-batching and schedule; the launcher's own
+              // choice reaches its ranks this way too, beside the options that led to it.
+              if (!is_rank && (hand_made || cmd->count("--schedule") || cmd->count("--microbatches") ||
+                               cmd->count("--microbatch-size") || cmd->count("--chunks")))
+                throw Error("--plan " + a->plan + " decides the stages, micro-batching and schedule; drop "
+                            "--schedule, --chunks, --microbatches, --microbatch-size, --stage-bounds and "
+                            "--data-parallel, or edit the plan");
+              a->config.plan = plan::Plan::load(a->plan);
+            } else if (hand_made) {
+              a->config.plan = planFromArgs(a->config, a->plan_args, world_size);
+            } else if (is_rank) {
+              throw Error("ranks started by hand need a plan: --plan FILE (from `pipetrain plan` or "
+                          "`pipetrain train --plan-out`), --stage-bounds or --data-parallel");
+            } else {
+              checkModelAndData(*a);
+              AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options, a->plan_args,
+                                      !a->no_replication, a->allow_async, a->plan_out};
+              a->config.plan = planLocalRun(a->config, request);
+            }
+            if (!is_rank) {
+              // Every rank trains exactly the plan the launcher holds: it goes to them as a file.
+              if (a->plan.empty() || !a->plan_out.empty()) {
+                std::string out = a->plan_out;
+                if (out.empty())
+                  out = (std::filesystem::temp_directory_path() /
+                         ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
+                json_io::writeFile(out, a->config.plan.toJson());
+                a->plan = out;
+              }
               a->argv.insert(a->argv.end(), {"--plan", a->plan});
             }
-            if (!a->plan.empty()) applyPlan(a->plan, world ? std::atoi(world) : a->nproc, a->config);
-            return std::getenv("RANK") ? runRank(*a) : launch(*a);
+            return is_rank ? runRank(*a) : launch(*a);
           }};
 }
 

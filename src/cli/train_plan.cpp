@@ -1,48 +1,40 @@
 #include "train_plan.h"
 
-#include <limits>
-#include <set>
-
-#include "pipetrain/plan/plan.h"
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
 
-void applyPlan(const std::string& path, int world_size, runtime::TrainConfig& config) {
-  const plan::Plan p = plan::Plan::load(path);
+plan::Plan planFromArgs(const runtime::TrainConfig& config, const PlanArgs& args, int world_size) {
   const models::Model model = models::buildModel(config.model, config.model_config, config.seed);
-  const graph::LayerGraph graph = model.layerGraph();
-
-  // The plan's devices are the ranks; memory is the runtime's to report, not to check here.
-  std::vector<cluster::Device> devices;
-  std::set<std::string> seen;
-  for (const auto& stage : p.stages)
-    for (const auto& d : stage.devices)
-      if (seen.insert(d).second) devices.push_back({d, "cpu", 1.0, std::numeric_limits<int64_t>::max()});
-  if (static_cast<int>(devices.size()) != world_size)
-    throw Error(path + ": the plan uses " + std::to_string(devices.size()) + " devices, but the job has " +
-                std::to_string(world_size) + " ranks (--nproc or WORLD_SIZE)");
-  const cluster::ClusterSpec cluster(devices, {{"network", static_cast<int>(devices.size()),
-                                                std::numeric_limits<double>::infinity(), 0.0}},
-                                     {}, path);
-  plan::validate(p, graph, cluster, path);
-
-  std::vector<int> bounds{0};
-  config.stage_replicas.clear();
-  for (int s = 0; s < p.numStages(); ++s) {
-    const auto& stage = p.stages[s];
-    if (p.schedule.name != "interleaved") config.stage_replicas.push_back(static_cast<int>(stage.devices.size()));
-    for (std::size_t i = 0; i < stage.layers.size(); ++i)
-      if (graph.indexOf(stage.layers[i]) != bounds.back() + static_cast<int>(i))
-        throw Error(path + ": stage " + std::to_string(s) + " must be the next run of model '" + config.model +
-                    "' layers in order; layer '" + stage.layers[i] + "' is out of place");
-    bounds.push_back(bounds.back() + static_cast<int>(stage.layers.size()));
+  std::vector<std::string> layers;
+  for (const auto& l : model.layers) layers.push_back(l.name);
+  plan::ScheduleOptions schedule = args.schedule;
+  if (schedule.name.empty()) schedule.name = "1f1b";
+  if (args.data_parallel) {
+    if (!args.stage_bounds.empty()) throw Error("--data-parallel and --stage-bounds describe different plans; give one");
+    return plan::chainPlan(layers, {0, static_cast<int>(layers.size())}, {world_size}, schedule, args.microbatch_size,
+                           args.microbatches);
   }
-  config.stage_bounds = bounds;
-  config.schedule = p.schedule.name;
-  config.chunks = p.schedule.chunks;
-  config.microbatches = p.microbatches;
-  config.microbatch_size = p.microbatch_size;
+  if (args.stage_bounds.size() < 2) throw Error("--stage-bounds needs at least two boundaries (e.g. 0,4,8)");
+  const int stages = static_cast<int>(args.stage_bounds.size()) - 1;
+  const int ranks = schedule::traits(schedule.name).multi_chunk ? stages / std::max(1, schedule.chunks) : stages;
+  if (ranks != world_size)
+    throw Error("--stage-bounds gives " + std::to_string(stages) + " stages, which need " + std::to_string(ranks) +
+                " ranks under " + schedule.name + ", but the job has " + std::to_string(world_size));
+  return plan::chainPlan(layers, args.stage_bounds, {}, schedule, args.microbatch_size, args.microbatches);
+}
+
+void applyScheduleOptions(const plan::ScheduleOptions& given, plan::Plan& plan) {
+  if (!given.name.empty() && given.name != plan.schedule.name) return;
+  const std::string name = plan.schedule.name;
+  const int chunks = plan.schedule.chunks;
+  plan.schedule = given;
+  plan.schedule.name = name;
+  plan.schedule.chunks = chunks;
+  // Vertical sync belongs to a schedule that steps per micro-batch; the planner may have
+  // chosen another when none was named.
+  if (schedule::traits(name).step_rule != schedule::StepRule::kPerMicrobatch) plan.schedule.vertical_sync = false;
 }
 
 }  // namespace pipetrain::cli

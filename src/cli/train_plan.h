@@ -1,17 +1,37 @@
-// `pipetrain train --plan plan.json`: a plan file decides the stages, micro-batching and
-// schedule of a training run instead of the command line's balanced split.
+// Where a training run's Plan comes from. Every path ends in one plan::Plan that the
+// launcher writes to a file and every rank loads: a plan file (`--plan`), hand-given
+// stage bounds (`--stage-bounds`), plain data parallelism (`--data-parallel`), or the
+// planner's choice for the local ranks (auto_plan.h).
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "pipetrain/plan/plan.h"
 #include "pipetrain/torch/trainer.h"
 
 namespace pipetrain::cli {
 
-// Reads `path`, checks it against the model (every layer in exactly one stage, stages
-// that are consecutive runs of the model's layers, a rank per replica or the interleaved
-// layout, as many ranks as `world_size`) and writes the plan's choices into `config`.
-// Throws Error naming the file and what does not match.
-void applyPlan(const std::string& path, int world_size, runtime::TrainConfig& config);
+struct PlanArgs {
+  plan::ScheduleOptions schedule = [] {
+    plan::ScheduleOptions none;
+    none.name.clear();  // "" = not given
+    return none;
+  }();
+  int microbatches = 8;
+  int64_t microbatch_size = 32;
+  std::vector<int> stage_bounds;   // layer boundaries, stages + 1
+  bool data_parallel = false;      // one stage on every rank
+};
+
+// The plan that --stage-bounds or --data-parallel describe for `world_size` ranks (1f1b
+// unless a schedule is given). Throws Error when the numbers do not fit the model or
+// the job.
+plan::Plan planFromArgs(const runtime::TrainConfig& config, const PlanArgs& args, int world_size);
+
+// The plan the launcher chose, for the ranks: PlanArgs' schedule options (vertical sync,
+// PipeMare's) laid over the chosen plan's schedule when it is the one they name, or when
+// no schedule was named.
+void applyScheduleOptions(const plan::ScheduleOptions& given, plan::Plan& plan);
 
 }  // namespace pipetrain::cli

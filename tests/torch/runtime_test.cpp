@@ -4,10 +4,17 @@
 #include <gtest/gtest.h>
 
 #include <exception>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <thread>
 
 #include <unistd.h>
 
+#include "pipetrain/plan/partition.h"
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/program_memory.h"
+#include "pipetrain/schedule/staleness.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
 
@@ -15,7 +22,8 @@ namespace pipetrain::runtime {
 namespace {
 
 // Ranks as threads, over the in-process transport or over real Gloo on loopback.
-std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, bool gloo = false) {
+std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, bool gloo = false,
+                                     const PipelineExecutor::WeightProbe& probe = {}) {
   std::vector<std::unique_ptr<Transport>> group;
   if (!gloo) group = makeInProcessGroup(ranks, std::chrono::seconds(20));
   const int port = 29000 + static_cast<int>(::getpid() % 1000);
@@ -27,7 +35,7 @@ std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, bool 
       try {
         std::unique_ptr<Transport> own;
         if (gloo) own = makeGlooTransport(Rendezvous{"127.0.0.1", port, r, ranks, std::chrono::seconds(20)});
-        results[r] = trainRank(config, gloo ? *own : *group[r]);
+        results[r] = trainRank(config, gloo ? *own : *group[r], {}, probe);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -53,8 +61,8 @@ TrainConfig smallConfig(const std::string& model, models::ModelConfig model_conf
   c.model_config = std::move(model_config);
   c.data.name = "synthetic";
   c.data.synthetic_size = 256;
-  c.microbatches = 4;
-  c.microbatch_size = 4;
+  c.plan.microbatches = 4;
+  c.plan.microbatch_size = 4;
   c.max_steps_per_epoch = 3;
   c.evaluate = false;
   c.threads = 1;
@@ -62,6 +70,23 @@ TrainConfig smallConfig(const std::string& model, models::ModelConfig model_conf
   c.lr = 1e-3;
   return c;
 }
+
+// The plan: `replicas.size()` stages (times `chunks`) of about equal layer counts, stage
+// s on replicas[s] ranks.
+void usePlan(TrainConfig& c, const std::string& schedule, std::vector<int> replicas, int chunks = 1) {
+  const models::Model model = models::buildModel(c.model, c.model_config, c.seed);
+  std::vector<std::string> names;
+  for (const auto& l : model.layers) names.push_back(l.name);
+  const int stages = static_cast<int>(replicas.size()) * chunks;
+  plan::ScheduleOptions options = c.plan.schedule;
+  options.name = schedule;
+  options.chunks = chunks;
+  const auto bounds = plan::balancedChainSplit(std::vector<double>(names.size(), 1.0), stages);
+  c.plan = plan::chainPlan(names, bounds, chunks > 1 ? std::vector<int>{} : replicas, options, c.plan.microbatch_size,
+                           c.plan.microbatches);
+}
+
+int rankCount(const TrainConfig& c) { return static_cast<int>(plan::rankDevices(c.plan).size()); }
 
 // Largest |a - b| relative to the largest |b| over all parameters of the rank.
 double relativeError(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want) {
@@ -74,23 +99,32 @@ double relativeError(const std::vector<torch::Tensor>& got, const std::vector<to
   return diff / scale;
 }
 
-void expectMatchesReference(const TrainConfig& config, int ranks, bool gloo = false) {
+// The reference's parameters of the stages a rank ran.
+std::vector<torch::Tensor> stageParameters(const TrainConfig& config, const models::Model& reference,
+                                           const RankResult& r) {
+  const auto stages = stageLayers(config.plan, reference);
+  std::vector<torch::Tensor> want;
+  for (int s : r.stages) {
+    auto p = reference.parameters(stages[s].first, stages[s].last);
+    want.insert(want.end(), p.begin(), p.end());
+  }
+  return want;
+}
+
+void expectMatchesReference(const TrainConfig& config, bool gloo = false) {
+  const int ranks = rankCount(config);
+  const std::string& schedule = config.plan.schedule.name;
   std::vector<RankResult> results;
   try {
     results = runInProcess(config, ranks, gloo);
   } catch (const std::exception& e) {
-    ADD_FAILURE() << config.model << " " << config.schedule << " on " << ranks << " ranks: " << e.what();
+    ADD_FAILURE() << config.model << " " << schedule << " on " << ranks << " ranks: " << e.what();
     return;
   }
   models::Model reference = trainReference(config);
-  for (const RankResult& r : results) {
-    std::vector<torch::Tensor> want;
-    for (int s : r.stages) {
-      auto p = reference.parameters(r.stage_bounds[s], r.stage_bounds[s + 1]);
-      want.insert(want.end(), p.begin(), p.end());
-    }
-    EXPECT_LT(relativeError(r.parameters, want), 1e-5) << config.model << " " << config.schedule << " rank " << r.rank;
-  }
+  for (const RankResult& r : results)
+    EXPECT_LT(relativeError(r.parameters, stageParameters(config, reference, r)), 1e-5)
+        << config.model << " " << schedule << " rank " << r.rank;
   // Training moved the weights: the comparison is not trivially true.
   models::Model initial = models::buildModel(config.model, config.model_config, config.seed);
   const int n = static_cast<int>(initial.layers.size());
@@ -117,8 +151,8 @@ TEST(PipelineTraining, SynchronousSchedulesMatchSingleProcess) {
       for (int ranks : {2, 3}) {
         SCOPED_TRACE(m.model + " " + schedule + " ranks=" + std::to_string(ranks));
         TrainConfig c = smallConfig(m.model, m.config);
-        c.schedule = schedule;
-        expectMatchesReference(c, ranks);
+        usePlan(c, schedule, std::vector<int>(ranks, 1));
+        expectMatchesReference(c);
       }
 }
 
@@ -126,23 +160,23 @@ TEST(PipelineTraining, InterleavedMatchesSingleProcess) {
   for (const Case& m : cases()) {
     SCOPED_TRACE(m.model);
     TrainConfig c = smallConfig(m.model, m.config);
-    c.schedule = "interleaved";
-    c.chunks = 2;
-    expectMatchesReference(c, 2);
+    usePlan(c, "interleaved", {1, 1}, 2);
+    expectMatchesReference(c);
   }
 }
 
 TEST(PipelineTraining, OverGlooTooMatchesSingleProcess) {
   TrainConfig c = smallConfig("gpt", cases()[2].config);
-  c.schedule = "1f1b";
-  expectMatchesReference(c, 3, /*gloo=*/true);
+  usePlan(c, "1f1b", {1, 1, 1});
+  expectMatchesReference(c, /*gloo=*/true);
 }
 
 TEST(PipelineTraining, SgdWithMomentumMatchesToo) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
   c.optimizer = "sgd";
   c.lr = 0.05;
-  expectMatchesReference(c, 3);
+  usePlan(c, "1f1b", {1, 1, 1});
+  expectMatchesReference(c);
 }
 
 TEST(PipelineTraining, ReplicatedStagesMatchSingleProcess) {
@@ -153,26 +187,23 @@ TEST(PipelineTraining, ReplicatedStagesMatchSingleProcess) {
     for (const auto& [replicas, schedule] : layouts) {
       SCOPED_TRACE(m.model + " " + schedule + " replicas of stage 0: " + std::to_string(replicas[0]));
       TrainConfig c = smallConfig(m.model, m.config);
-      c.schedule = schedule;
-      c.stage_replicas = replicas;
-      int ranks = 0;
-      for (int r : replicas) ranks += r;
-      expectMatchesReference(c, ranks);
+      usePlan(c, schedule, replicas);
+      expectMatchesReference(c);
     }
 }
 
 TEST(PipelineTraining, ReplicatedOverGlooToo) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
-  c.stage_replicas = {2, 1};
-  expectMatchesReference(c, 3, /*gloo=*/true);
+  usePlan(c, "1f1b", {2, 1});
+  expectMatchesReference(c, /*gloo=*/true);
 }
 
 TEST(PipelineTraining, ReplicatedLastStageCountsEveryTestSample) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
-  c.stage_replicas = {1, 2};
   c.evaluate = true;
+  usePlan(c, "1f1b", {1, 2});
   const auto replicated = runInProcess(c, 3);
-  c.stage_replicas = {};
+  usePlan(c, "1f1b", {1, 1});
   const auto single = runInProcess(c, 2);
   EXPECT_GE(single[1].test_accuracy, 0.0);
   EXPECT_NEAR(replicated[1].test_accuracy, single[1].test_accuracy, 1e-6);
@@ -181,20 +212,208 @@ TEST(PipelineTraining, ReplicatedLastStageCountsEveryTestSample) {
 
 TEST(PipelineTraining, RefusesWhatItCannotRun) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
-  c.schedule = "pipedream";
-  EXPECT_THROW(checkConfig(c, 2), Error);
-  c.schedule = "interleaved";
-  c.chunks = 2;
-  c.microbatches = 3;
+  usePlan(c, "interleaved", {1, 1}, 2);
+  c.plan.microbatches = 3;
   EXPECT_THROW(checkConfig(c, 2), Error);  // m must be a multiple of the ranks
   c = smallConfig("mlp", cases()[0].config);
-  c.stage_bounds = {0, 2, 4, 5};
+  usePlan(c, "1f1b", {1, 1, 1});
   EXPECT_THROW(checkConfig(c, 2), Error);  // three stages on two ranks
-  c = smallConfig("mlp", cases()[0].config);
-  c.stage_replicas = {2, 2};
+  usePlan(c, "1f1b", {2, 2});
   EXPECT_THROW(checkConfig(c, 3), Error);  // four replicas on three ranks
-  c.microbatches = 3;
+  c.plan.microbatches = 3;
   EXPECT_THROW(checkConfig(c, 4), Error);  // two replicas cannot share three micro-batches
+  c = smallConfig("mlp", cases()[0].config);
+  usePlan(c, "1f1b", {1, 1});
+  std::swap(c.plan.stages[0].layers[0], c.plan.stages[1].layers[0]);
+  EXPECT_THROW(checkConfig(c, 2), Error);  // stages must be runs of the model's layers
+}
+
+// --- asynchronous schedules --------------------------------------------------------
+
+// Trains `config` pipelined and compares every rank with the single-process reference
+// that replays the Program's staleness rule.
+void expectMatchesStalenessReference(const TrainConfig& config, bool gloo = false) {
+  const std::string label = config.model + " " + config.plan.schedule.name +
+                            (config.plan.schedule.vertical_sync ? " (vertical sync)" : "") + " on " +
+                            std::to_string(config.plan.numStages()) + " stages";
+  std::vector<RankResult> results;
+  try {
+    results = runInProcess(config, rankCount(config), gloo);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << label << ": " << e.what();
+    return;
+  }
+  const models::Model reference = trainStalenessReference(config);
+  for (const RankResult& r : results)
+    EXPECT_LT(relativeError(r.parameters, stageParameters(config, reference, r)), 1e-5) << label << " rank " << r.rank;
+}
+
+TrainConfig asyncConfig(const std::string& schedule, int stages) {
+  TrainConfig c = smallConfig("mlp", {{"input", 16}, {"layers", 6}, {"width", 32}});
+  c.plan.schedule.pipemare_lr_warmup = false;
+  c.plan.schedule.pipemare_correction = false;
+  usePlan(c, schedule, std::vector<int>(stages, 1));
+  return c;
+}
+
+TEST(AsynchronousTraining, MatchesTheReferenceOfItsStalenessRule) {
+  for (int stages : {2, 3, 4})
+    for (const std::string schedule : {"pipedream", "2bw", "pipemare"}) {
+      TrainConfig c = asyncConfig(schedule, stages);
+      expectMatchesStalenessReference(c);
+    }
+  for (int stages : {2, 3, 4}) {
+    TrainConfig c = asyncConfig("pipedream", stages);
+    c.plan.schedule.vertical_sync = true;
+    usePlan(c, "pipedream", std::vector<int>(stages, 1));
+    expectMatchesStalenessReference(c);
+  }
+}
+
+TEST(AsynchronousTraining, StalenessIsRealNotSynchronousSgd) {
+  // The async reference differs from synchronous training, so matching it says something.
+  TrainConfig c = asyncConfig("2bw", 3);
+  const models::Model stale = trainStalenessReference(c);
+  const models::Model sync = trainReference(c);
+  const int n = static_cast<int>(sync.layers.size());
+  EXPECT_GT(relativeError(stale.parameters(0, n), sync.parameters(0, n)), 1e-5);
+  // ... and for a flushing schedule the staleness reference is synchronous training.
+  usePlan(c, "1f1b", {1, 1, 1});
+  EXPECT_LT(relativeError(trainStalenessReference(c).parameters(0, n), sync.parameters(0, n)), 1e-5);
+}
+
+TEST(AsynchronousTraining, OverGlooAndWithReplicas) {
+  TrainConfig c = asyncConfig("pipedream", 3);
+  expectMatchesStalenessReference(c, /*gloo=*/true);
+  // PipeDream's 1F1B-RR: a replicated input stage, both replicas stepping every round.
+  for (const std::string schedule : {"pipedream", "2bw"}) {
+    c = asyncConfig(schedule, 2);
+    usePlan(c, schedule, {2, 1});
+    expectMatchesStalenessReference(c);
+  }
+  c = asyncConfig("pipedream", 2);
+  c.plan.schedule.vertical_sync = true;
+  usePlan(c, "pipedream", {2, 1});
+  expectMatchesStalenessReference(c);
+}
+
+// A fingerprint of the weights an action read.
+double fingerprint(const std::vector<torch::Tensor>& params) {
+  double sum = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) sum += (i + 1) * params[i].sum().item<double>();
+  return sum;
+}
+
+struct ProbeLog {
+  std::mutex mutex;
+  std::map<std::tuple<int, int, int>, double> seen;  // (type, stage, micro-batch) -> fingerprint
+  PipelineExecutor::WeightProbe probe() {
+    return [this](const schedule::Action& a, const std::vector<torch::Tensor>& params) {
+      std::lock_guard<std::mutex> lock(mutex);
+      seen[{static_cast<int>(a.type), a.stage, a.microbatch}] = fingerprint(params);
+    };
+  }
+  double at(schedule::ActionType t, int s, int j) const { return seen.at({static_cast<int>(t), s, j}); }
+};
+
+TEST(AsynchronousTraining, EveryBackwardReadsItsForwardsWeights) {
+  for (const bool vertical : {false, true}) {
+    TrainConfig c = asyncConfig("pipedream", 3);
+    c.plan.schedule.vertical_sync = vertical;
+    usePlan(c, "pipedream", {1, 1, 1});
+    ProbeLog log;
+    runInProcess(c, 3, false, log.probe());
+    const int total = c.plan.microbatches * static_cast<int>(c.max_steps_per_epoch);
+    int stale = 0;
+    for (int s = 0; s < 3; ++s)
+      for (int j = 0; j < total; ++j) {
+        const double f = log.at(schedule::ActionType::F, s, j);
+        EXPECT_EQ(log.at(schedule::ActionType::B, s, j), f) << "stage " << s << " micro-batch " << j;
+        if (j > 0 && f != log.at(schedule::ActionType::F, s, j - 1)) ++stale;
+      }
+    EXPECT_GT(stale, 0) << "the weights changed between forwards, so stashing was exercised";
+  }
+  // Without stashing (PipeMare, no correction) a backward reads newer weights than its forward.
+  TrainConfig c = asyncConfig("pipemare", 2);
+  ProbeLog log;
+  runInProcess(c, 2, false, log.probe());
+  int newer = 0;
+  for (int j = 0; j < 12; ++j)
+    newer += log.at(schedule::ActionType::B, 0, j) != log.at(schedule::ActionType::F, 0, j);
+  EXPECT_GT(newer, 0);
+}
+
+TEST(AsynchronousTraining, WeightVersionsHeldEqualTheProgramsAccounting) {
+  for (const std::string schedule : {"pipedream", "2bw", "pipemare", "1f1b"})
+    for (const bool vertical : {false, true}) {
+      if (vertical && schedule != "pipedream") continue;
+      TrainConfig c = asyncConfig(schedule, 4);
+      c.plan.schedule.vertical_sync = vertical;
+      usePlan(c, schedule, {1, 1, 1, 1});
+      const auto results = runInProcess(c, 4);
+      const schedule::Program program =
+          plan::programForPlan(c.plan, schedule::chainDag(4), static_cast<int>(c.max_steps_per_epoch));
+      const auto footprint = schedule::accountMemory(program);
+      for (const RankResult& r : results)
+        EXPECT_EQ(r.weight_versions, footprint[r.rank].weight_versions) << schedule << " vs=" << vertical << " rank " << r.rank;
+    }
+}
+
+TEST(AsynchronousTraining, PipeMareT1MatchesTheReferenceAndT2TheFormula) {
+  TrainConfig c = asyncConfig("pipemare", 3);
+  c.plan.schedule.pipemare_lr_warmup = true;
+  c.plan.schedule.pipemare_warmup_steps = 2;
+  usePlan(c, "pipemare", {1, 1, 1});
+  expectMatchesStalenessReference(c);
+
+  // T2: a backward pass reads u = w - tau * delta, delta the moving average of the
+  // stage's updates with decay gamma = D^(1/delay).
+  c.plan.schedule.pipemare_correction = true;
+  c.plan.schedule.pipemare_decay = 0.5;
+  usePlan(c, "pipemare", {1, 1, 1});
+  struct Seen {
+    std::vector<torch::Tensor> weights;
+    schedule::Action action;
+  };
+  std::mutex mutex;
+  std::vector<Seen> stage0;
+  runInProcess(c, 3, false, [&](const schedule::Action& a, const std::vector<torch::Tensor>& params) {
+    if (a.stage != 0) return;
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<torch::Tensor> copy;
+    for (const auto& p : params) copy.push_back(p.detach().clone());
+    stage0.push_back({copy, a});
+  });
+  const schedule::Program program =
+      plan::programForPlan(c.plan, schedule::chainDag(3), static_cast<int>(c.max_steps_per_epoch));
+  const double gamma = schedule::correctionDecay(0.5, schedule::stageDelays(program)[0]);
+  // Every forward reads the current weights: the versions w_v in order, and delta_v.
+  std::map<int, std::vector<torch::Tensor>> w, delta;
+  std::map<int, int> forward_version;
+  int checked = 0;
+  for (const Seen& e : stage0) {
+    const int v = e.action.version;
+    if (e.action.type == schedule::ActionType::F) {
+      forward_version[e.action.microbatch] = v;
+      if (w.count(v)) continue;
+      w[v] = e.weights;
+      if (v == 0) {
+        for (const auto& t : e.weights) delta[0].push_back(torch::zeros_like(t));
+      } else {
+        ASSERT_TRUE(w.count(v - 1)) << "version " << v - 1 << " was never read";
+        for (std::size_t i = 0; i < e.weights.size(); ++i)
+          delta[v].push_back(gamma * delta[v - 1][i] + (1 - gamma) * (w[v][i] - w[v - 1][i]));
+      }
+      continue;
+    }
+    const int tau = v - forward_version.at(e.action.microbatch);
+    if (tau == 0 || !w.count(v)) continue;
+    std::vector<torch::Tensor> expected;
+    for (std::size_t i = 0; i < e.weights.size(); ++i) expected.push_back(w[v][i] - tau * delta[v][i]);
+    EXPECT_LT(relativeError(e.weights, expected), 1e-5) << "backward of micro-batch " << e.action.microbatch;
+    ++checked;
+  }
+  EXPECT_GT(checked, 3);
 }
 
 }  // namespace

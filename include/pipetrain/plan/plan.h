@@ -14,6 +14,7 @@
 
 #include "pipetrain/cluster/cluster_spec.h"
 #include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/json_io.h"
 
 namespace pipetrain::plan {
@@ -27,7 +28,13 @@ struct ScheduleOptions {
   std::string name = "1f1b";   // see schedule::scheduleNames()
   int chunks = 1;              // interleaved: stages per rank
   bool vertical_sync = false;  // pipedream: every stage uses the input stage's version
-  bool pipemare_correction = true;  // pipemare T2 (adds a velocity buffer)
+  // PipeMare (docs/async.md): T1 scales stage i's learning rate by tau_i^-(1 - min(k/K, 1))
+  // over the first K = pipemare_warmup_steps steps; T2 runs each backward pass on
+  // w - tau * delta, delta the velocity averaged with decay D^(1/tau).
+  bool pipemare_lr_warmup = true;      // T1
+  int pipemare_warmup_steps = 200;     // K
+  bool pipemare_correction = true;     // T2 (adds a velocity buffer)
+  double pipemare_decay = 0.1;         // D
 };
 
 struct Plan {

@@ -43,6 +43,8 @@ struct PartitionOptions {
   // Chains longer than this are planned over this many blocks of consecutive layers
   // with equal compute (the DP is quadratic in the chain length).
   int max_blocks = 128;
+  // Weight-sized buffers beyond versions and gradients (plan::extraWeightBuffers).
+  int extra_weight_buffers = 0;
 };
 
 // One stage: blocks [first_block, end_block) on devices [first_device, end_device).
@@ -99,6 +101,7 @@ class ChainProblem {
   PartitionOptions options_;
   int devices_ = 0;
   double scale_ = 1;                      // micro-batch size / profiled batch size
+  int extra_weight_buffers_ = 0;
   std::vector<int> block_start_;          // first layer of each block, then the layer count
   // Prefix sums over blocks (per micro-batch, at speed 1).
   std::vector<double> compute_, backward_, step_, activation_, params_, optimizer_;

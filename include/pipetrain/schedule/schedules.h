@@ -1,7 +1,8 @@
-// Schedule generators: each writes a compute-only Program (F/B/I/W and STEP, with the
-// weight version every action reads) for a DAG of stages, one rank per stage (or, for
-// interleaved, one rank per `chunks` stages). Replication and communication are added
-// by separate passes (replicate.h, lower.h); buildProgram() runs the whole chain.
+// Schedule generators: each writes a compute-only Program (F/B/I/W, ALLREDUCE and STEP,
+// with the weight version every action reads) for a DAG of stages, one rank per stage
+// replica (or, for interleaved, one rank per `chunks` stages). Lowering to
+// communication is a separate pass (passes.h); buildProgram() runs both. The properties
+// of each schedule are in schedule_traits.h.
 //
 // Schedules (p stages, m micro-batches per mini-batch, K mini-batches):
 //   gpipe       all F, all B, flush, STEP                       versions: 1
@@ -14,12 +15,18 @@
 //   zb-h1       zero-bubble H1: backward split into I and W; stage s defers its W
 //               passes by s (its distance from the input), which fills the drain
 //               bubble without holding more than p micro-batches of activations
+//
+// Replicated stages (c replicas): micro-batch j runs on replica j mod c, and every
+// replica runs its own copy of the stage's order over its own micro-batches (its own
+// warm-up and steady state, as PipeDream's 1F1B-RR does); an ALLREDUCE precedes every
+// STEP, so the replicas step on the summed gradients of the same micro-batches.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "pipetrain/schedule/program.h"
+#include "pipetrain/schedule/schedule_traits.h"
 
 namespace pipetrain::schedule {
 
@@ -39,19 +46,13 @@ struct StageDag {
 };
 StageDag chainDag(int stages);
 
-const std::vector<std::string>& scheduleNames();
-// True for schedules whose training semantics differ from synchronous SGD.
-bool isAsynchronous(const std::string& name);
-// Throws Error listing the known names.
-void checkScheduleName(const std::string& name);
+// Compute-only Program. `replicas[s]` = ranks running stage s (empty = one each); ranks
+// are numbered stage by stage, replica by replica. Throws Error when the schedule cannot
+// use these numbers (e.g. interleaved needs micro-batches divisible by the ranks; 2bw
+// needs m >= p; a stage's replicas must divide m).
+Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vector<int>& replicas = {});
 
-// Compute-only Program. Throws Error when the schedule cannot use these numbers
-// (e.g. interleaved needs micro-batches divisible by the ranks; 2bw needs m >= p).
-Program generate(const ScheduleSpec& spec, const StageDag& dag);
-
-// generate + replicate + lower: a Program ready to validate and execute.
-// `replicas[s]` = how many ranks run stage s (empty = one each).
-Program buildProgram(const ScheduleSpec& spec, const StageDag& dag,
-                     const std::vector<int>& replicas = {});
+// generate + lower: a Program ready to validate and execute.
+Program buildProgram(const ScheduleSpec& spec, const StageDag& dag, const std::vector<int>& replicas = {});
 
 }  // namespace pipetrain::schedule

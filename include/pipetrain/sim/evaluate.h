@@ -52,9 +52,6 @@ struct Evaluation {
   Report report;
 };
 
-// The Program a plan asks for (generated, replicated and lowered), over `minibatches`.
-schedule::Program programForPlan(const plan::Plan& plan, const CostModel& costs, int minibatches);
-
 // REQUIRES: plan::validate(plan, graph, cluster) passed. Throws Error if the schedule
 // cannot use the plan's numbers.
 Evaluation evaluatePlan(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,

@@ -4,7 +4,23 @@
 // F runs the stage's layers; B backpropagates; I computes only the input gradient and
 // W, later, the weight gradients (the zero-bubble split, both through autograd); SEND
 // and RECV move activations and gradients through the Transport; ALLREDUCE sums a
-// replicated stage's gradients; STEP runs the stage's optimizer.
+// replicated stage's gradients; STEP runs the stage's optimizer and creates the next
+// weight version.
+//
+// Weight versions: every compute action runs on exactly the version the Program names.
+// The current version lives in the parameters; a version that a later action still
+// reads is stashed (a copy of the weights only, never of optimizer state) at the STEP
+// that replaces it and freed at its retirement (schedule::retirements). An action that
+// reads a stashed version swaps it into the parameters' storage for its duration. The
+// optimizer updates the parameters through aliases that autograd does not track, so a
+// backward pass after a STEP reads whatever the storage holds at that moment: the
+// stashed version when the Program stashes, the current weights when it does not
+// (BackwardWeights::kLatest, PipeMare), optionally corrected (T2).
+//
+// Gradient scale: a micro-batch's loss is divided by the number of micro-batches whose
+// gradients the last stage's next STEP combines, and any stage whose STEP combines a
+// different number rescales before stepping, so every STEP applies the mean gradient
+// of exactly the micro-batches it combines (a mini-batch, or one round of replicas).
 //
 // Receives are posted a few actions ahead of the action that needs them, so messages
 // arrive while the rank computes. Message shapes come from a dry run of the model at
@@ -13,7 +29,6 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -34,39 +49,79 @@ struct StageLayers {
   int last = 0;
 };
 
-// Per-micro-batch data for one mini-batch: micro-batch j's inputs (first stage only)
-// and labels (last stage only), each for micro-batch_size samples.
+// Data for the Program's micro-batches (indices 0 .. totalMicrobatches - 1): inputs
+// (first stage only) and labels (last stage only), each for micro-batch_size samples.
+// `valid_samples(j)`, when set, says how many leading samples of j count (evaluation
+// pads its last batch); unset, all do.
 struct MicrobatchData {
   std::function<torch::Tensor(int)> inputs;
   std::function<torch::Tensor(int)> labels;
+  std::function<int64_t(int)> valid_samples;
 };
 
 using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
 
-struct MinibatchResult {
-  double loss = 0;        // mean loss over the mini-batch (last-stage ranks; 0 elsewhere)
-  bool has_loss = false;
-  double wait_seconds = 0;  // blocked in receives and in the final wait for sends
-  std::vector<trace::TimedAction> actions;  // compute, STEP, ALLREDUCE, waits excluded
+// Corrections for Programs whose backward passes read the latest weights
+// (BackwardWeights::kLatest): PipeMare's T1 and T2 (schedule/staleness.h). Ignored for
+// stashing Programs.
+struct LatestWeightCorrections {
+  bool lr_warmup = false;       // T1
+  int64_t warmup_steps = 0;     // K
+  bool discrepancy = false;     // T2
+  double decay = 0.1;           // D
+};
+
+struct RunResult {
+  double wait_seconds = 0;                  // blocked in receives and in the final wait for sends
+  std::vector<trace::TimedAction> actions;  // compute, STEP, ALLREDUCE; waits excluded
+};
+
+struct EvalResult {
+  double loss_sum = 0;    // sum of per-position losses over the valid samples (last stage)
+  int64_t correct = 0;    // correct predictions (positions, for token models)
+  int64_t positions = 0;  // predictions made
+};
+
+// What this rank's weights cost: per stage, the peak number of versions held at once
+// (measured), and the weight-sized buffers the corrections keep.
+struct StageWeights {
+  int stage = 0;
+  int peak_versions = 1;
+  int extra_buffers = 0;
+  int64_t param_bytes = 0;
 };
 
 class PipelineExecutor {
  public:
-  // REQUIRES: program validated, program.minibatches == 1, every stage has at most one
-  // predecessor (chains; graph stages come with the GraphPipe work), stages.size() ==
+  // REQUIRES: program validated, every stage has at most one predecessor and successor
+  // (chains; graph stages come with the GraphPipe work), stages.size() ==
   // program.num_stages. The model must be built identically on every rank.
   PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                    std::vector<StageLayers> stages, int64_t microbatch_size, Transport& transport,
-                   const OptimizerFactory& make_optimizer);
+                   const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {});
   ~PipelineExecutor();
 
-  MinibatchResult runMinibatch(const MicrobatchData& data, Clock::time_point origin);
+  // Runs the Program once. `on_minibatch(k, loss)` is called on ranks of the last stage
+  // when the losses of all of mini-batch k's micro-batches that this rank runs are known
+  // (their mean).
+  RunResult run(const MicrobatchData& data, Clock::time_point origin,
+                const std::function<void(int, double)>& on_minibatch = {});
+
+  // Runs a forward-only Program (schedule::forwardOnly) without gradients; the last stage
+  // scores its outputs against the labels.
+  EvalResult evaluate(const schedule::Program& forward_only, const MicrobatchData& data);
+
+  // Called before every compute action with the parameters exactly as that action reads
+  // them (tests prove weight stashing with it).
+  using WeightProbe = std::function<void(const schedule::Action&, const std::vector<torch::Tensor>&)>;
+  void setWeightProbe(WeightProbe probe);
 
   // Output shape (with the batch dimension) of each stage for one micro-batch.
   const std::vector<std::vector<int64_t>>& stageOutputShapes() const { return output_shapes_; }
   std::vector<int> stagesOfRank() const { return my_stages_; }
-  // Parameters of the stages this rank runs.
+  // Parameters of the stages this rank runs (their current version).
   std::vector<torch::Tensor> parameters() const;
+  std::vector<StageWeights> weights() const;
 
  private:
   struct Impl;

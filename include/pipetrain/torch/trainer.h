@@ -1,7 +1,11 @@
 // Training on one rank: the epoch loop around PipelineExecutor. Every rank runs
 // trainRank() with the same config; the data order, the model's initial weights and the
-// stage split agree across ranks without further coordination (the split is decided by
-// rank 0 and sent to the others).
+// plan agree across ranks without further coordination.
+//
+// Each epoch is one Program (plan::programForPlan over the epoch's mini-batches): a
+// flushing schedule repeats its mini-batch, an asynchronous one streams through the
+// whole epoch without a flush and drains once at its end. Evaluation after each epoch
+// runs the plan's forward-only Program with the same executor.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/plan/plan.h"
 #include "pipetrain/schedule/program.h"
 #include "pipetrain/torch/data.h"
 #include "pipetrain/torch/executor.h"
@@ -21,22 +26,16 @@ struct TrainConfig {
   std::string model = "fmnist-cnn";
   models::ModelConfig model_config;
   data::DataOptions data;                // name, paths, seed for synthetic data
-  std::string schedule = "1f1b";         // synchronous schedules only
-  int chunks = 1;                        // interleaved: stages per rank
-  int microbatches = 8;                  // per mini-batch
-  int64_t microbatch_size = 32;
+  // Stages (runs of the model's layers, by name), their replicas (one rank per device, in
+  // plan::rankDevices order), micro-batching and schedule.
+  plan::Plan plan;
   int epochs = 1;
   int64_t max_steps_per_epoch = -1;      // -1 = the whole epoch
   std::string optimizer = "adam";        // adam | sgd (with momentum)
   double lr = 1e-3;
   double momentum = 0.9;
   uint64_t seed = 0;                     // model initialisation and data order
-  std::vector<int> stage_bounds;         // layer boundaries (stages + 1); empty = balanced split
-  // Data-parallel replicas per stage (empty = one each; then stages = ranks). Replica k
-  // of a stage takes micro-batches k, k + r, ...; the replicas all-reduce gradients
-  // before each optimizer step.
-  std::vector<int> stage_replicas;
-  bool evaluate = true;                  // test accuracy at every epoch end
+  bool evaluate = true;                  // test accuracy and loss at every epoch end
   int threads = 0;                       // intra-op threads; 0 = leave LibTorch's default
 };
 
@@ -47,35 +46,65 @@ struct Progress {
   double samples_per_second = 0;
 };
 
+// One evaluation, after an epoch.
+struct EvalPoint {
+  int epoch = 0;                         // 1-based
+  int64_t samples = 0;                   // trained so far
+  double train_seconds = 0;              // inside training steps so far
+  double wall_seconds = 0;               // since training began, evaluations included
+  double test_accuracy = -1;
+  double test_loss = -1;
+};
+
 struct RankResult {
   int rank = 0;
   std::vector<int> stages;
   bool last_stage = false;
   double final_loss = 0;
   double test_accuracy = -1;             // -1 when not evaluated (or not a last stage)
+  double test_loss = -1;
+  std::vector<EvalPoint> history;        // last-stage ranks, when evaluating
   int64_t samples = 0;                   // trained samples
   double train_seconds = 0;              // inside training steps (excludes evaluation)
   double busy_seconds = 0;               // compute inside those steps
   double wait_seconds = 0;               // blocked on communication inside those steps
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
+  int weight_versions = 1;               // peak versions of any of the rank's stages (measured)
+  int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
   std::vector<trace::TimedAction> last_step;  // the final mini-batch, for traces
-  std::vector<int> stage_bounds;         // the split every rank used
   std::vector<int64_t> stage_output_bytes;  // per stage, one micro-batch's output
   std::vector<int64_t> stage_param_bytes;   // per stage
   std::vector<torch::Tensor> parameters; // the trained parameters of this rank's stages
 };
 
-// Checks the config's numbers and schedule before any training, with messages that say
-// what to change, and returns the validated Program every rank runs. Called by
-// trainRank; exposed for the launcher.
+// Checks the config's numbers and its plan against the model and the job's size before
+// any training, with messages that say what to change, and returns the validated
+// one-mini-batch Program. Called by trainRank; exposed for the launcher.
 schedule::Program checkConfig(const TrainConfig& config, int world_size);
 
-RankResult trainRank(const TrainConfig& config, Transport& transport,
-                     const std::function<void(const Progress&)>& on_progress = {});
+// The model's layers [first, last) that each stage of the plan runs. Throws Error when
+// a stage is not the next run of the model's layers in order.
+std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model& model);
 
-// The same training in one process, without pipelining: the reference the pipelined
+// What a plan's schedule options mean to the executor.
+LatestWeightCorrections correctionsOf(const plan::ScheduleOptions& schedule);
+
+// `probe`, when set, is handed to the executor (PipelineExecutor::setWeightProbe).
+RankResult trainRank(const TrainConfig& config, Transport& transport,
+                     const std::function<void(const Progress&)>& on_progress = {},
+                     const PipelineExecutor::WeightProbe& probe = {});
+
+// The same training in one process, without pipelining: the reference the synchronous
 // schedules must match. Returns the model after config.max_steps_per_epoch optimizer
 // steps of epoch 0.
 models::Model trainReference(const TrainConfig& config);
+
+// The single-process reference of any schedule's staleness rule: epoch 0's Program
+// (config.max_steps_per_epoch mini-batches) replayed micro-batch by micro-batch in one
+// process, each forward and backward pass of each stage at exactly the weight version
+// the Program names (the current one where it reads the latest), each stage stepping
+// when its Program steps, on the mean gradient of the micro-batches that STEP combines.
+// PipeMare's T1 applies as the executor applies it; T2 is the executor's alone.
+models::Model trainStalenessReference(const TrainConfig& config);
 
 }  // namespace pipetrain::runtime

@@ -26,11 +26,15 @@ ScheduleOptions readSchedule(const json_io::JsonCursor& c) {
     s.name = c.asString();
     return s;
   }
-  c.allowOnly({"name", "chunks", "vertical_sync", "pipemare_correction"});
+  c.allowOnly({"name", "chunks", "vertical_sync", "pipemare_lr_warmup", "pipemare_warmup_steps",
+               "pipemare_correction", "pipemare_decay"});
   s.name = c.field("name").asString();
   if (c.has("chunks")) s.chunks = readInt(c.field("chunks"));
   s.vertical_sync = c.boolOr("vertical_sync", s.vertical_sync);
+  s.pipemare_lr_warmup = c.boolOr("pipemare_lr_warmup", s.pipemare_lr_warmup);
+  if (c.has("pipemare_warmup_steps")) s.pipemare_warmup_steps = readInt(c.field("pipemare_warmup_steps"));
   s.pipemare_correction = c.boolOr("pipemare_correction", s.pipemare_correction);
+  if (c.has("pipemare_decay")) s.pipemare_decay = c.field("pipemare_decay").asNumber();
   return s;
 }
 
@@ -62,7 +66,10 @@ json_io::Json Plan::toJson() const {
   j["schedule"] = {{"name", schedule.name},
                    {"chunks", schedule.chunks},
                    {"vertical_sync", schedule.vertical_sync},
-                   {"pipemare_correction", schedule.pipemare_correction}};
+                   {"pipemare_lr_warmup", schedule.pipemare_lr_warmup},
+                   {"pipemare_warmup_steps", schedule.pipemare_warmup_steps},
+                   {"pipemare_correction", schedule.pipemare_correction},
+                   {"pipemare_decay", schedule.pipemare_decay}};
   json_io::Json stages_json = json_io::Json::array();
   for (const Stage& s : stages) stages_json.push_back({{"layers", s.layers}, {"devices", s.devices}});
   j["stages"] = std::move(stages_json);

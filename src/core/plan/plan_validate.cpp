@@ -38,16 +38,27 @@ class Validator {
  private:
   [[noreturn]] void fail(const std::string& message) const { throw Error(origin_ + ": " + message); }
 
-  bool interleaved() const { return plan_.schedule.name == "interleaved" && plan_.schedule.chunks > 1; }
+  bool interleaved() const { return schedule::traits(plan_.schedule.name).multi_chunk && plan_.schedule.chunks > 1; }
 
   void checkNumbers() const {
+    try {
+      schedule::checkScheduleName(plan_.schedule.name);
+    } catch (const Error& e) {
+      fail(std::string("schedule: ") + e.what());
+    }
+    if (plan_.schedule.pipemare_warmup_steps < 0)
+      fail("schedule.pipemare_warmup_steps must not be negative (found " +
+           std::to_string(plan_.schedule.pipemare_warmup_steps) + ")");
+    if (!(plan_.schedule.pipemare_decay > 0 && plan_.schedule.pipemare_decay < 1))
+      fail("schedule.pipemare_decay must lie strictly between 0 and 1 (found " +
+           std::to_string(plan_.schedule.pipemare_decay) + ")");
     if (plan_.microbatch_size < 1)
       fail("microbatch_size must be at least 1 (found " + std::to_string(plan_.microbatch_size) + ")");
     if (plan_.microbatches < 1)
       fail("microbatches must be at least 1 (found " + std::to_string(plan_.microbatches) + ")");
     if (plan_.schedule.chunks < 1)
       fail("schedule.chunks must be at least 1 (found " + std::to_string(plan_.schedule.chunks) + ")");
-    if (plan_.schedule.chunks > 1 && plan_.schedule.name != "interleaved")
+    if (plan_.schedule.chunks > 1 && !schedule::traits(plan_.schedule.name).multi_chunk)
       fail("schedule.chunks = " + std::to_string(plan_.schedule.chunks) +
            " only applies to the interleaved schedule, not '" + plan_.schedule.name + "'");
     if (plan_.stages.empty()) fail("the plan has no stages");

@@ -4,7 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/sim/cost_model.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
@@ -37,22 +38,6 @@ std::vector<int> blockStarts(const graph::LayerGraph& g, int max_blocks) {
   return starts;
 }
 
-// Weight copies a replica holds besides optimizer state: the versions its schedule
-// keeps, one gradient buffer, and PipeMare's velocity.
-double weightCopies(const std::string& schedule, int inflight) {
-  double versions = 1;
-  if (schedule == "pipedream") versions = inflight;
-  if (schedule == "2bw") versions = 2;
-  return versions + 1 + (schedule == "pipemare" ? 1 : 0);
-}
-
-// Micro-batches of activations the deepest stage holds, for a pipeline `depth` stages
-// deep: all of them under GPipe, else what the 1F1B warm-up admits.
-int inflightMicrobatches(const std::string& schedule, int depth, int microbatches) {
-  if (schedule == "gpipe") return microbatches;
-  return std::max(1, std::min(depth, microbatches));
-}
-
 }  // namespace
 
 ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
@@ -65,6 +50,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   if (options.max_blocks < 1) throw Error("planner: max_blocks must be at least 1");
   devices_ = options.max_devices > 0 ? std::min(options.max_devices, cluster.size()) : cluster.size();
   if (options_.assumed_depth < 1) options_.assumed_depth = 1;
+  extra_weight_buffers_ = options.extra_weight_buffers;
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
 
   // LayerGraph keeps its layers in topological order: blocks are runs of that order.
@@ -129,12 +115,13 @@ bool ChainProblem::allowedDevices(int first, int end) const {
 }
 
 double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replicas) const {
-  const int m = options_.microbatches;
-  const int inflight = inflightMicrobatches(options_.schedule, options_.assumed_depth, m);
-  const int per_replica = (inflight + replicas - 1) / replicas;
+  // Every replica runs the stage's order over its own m / replicas micro-batches.
+  const schedule::ScheduleKind kind = schedule::scheduleKind(options_.schedule);
+  const int inflight =
+      schedule::inflightMicrobatchesBound(kind, options_.assumed_depth, options_.microbatches / replicas);
   const double params = params_[end_block] - params_[first_block];
-  return params * weightCopies(options_.schedule, inflight) + (optimizer_[end_block] - optimizer_[first_block]) +
-         (activation_[end_block] - activation_[first_block]) * per_replica;
+  return params * schedule::weightCopiesBound(kind, inflight, extra_weight_buffers_) +
+         (optimizer_[end_block] - optimizer_[first_block]) + (activation_[end_block] - activation_[first_block]) * inflight;
 }
 
 DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
@@ -153,21 +140,21 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
 double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) const {
   const int r = devices.replicas();
   const int m = options_.microbatches;
-  // Replicas take every r-th micro-batch; PipeDream steps per micro-batch, so its
-  // replicas would update on different ones (schedule::replicate refuses that).
-  if (m % r != 0 || (r > 1 && options_.schedule == "pipedream")) return kInfinity;
+  // Replicas take every r-th micro-batch.
+  if (m % r != 0 || (r > 1 && !schedule::traits(options_.schedule).replicable)) return kInfinity;
   if (options_.max_replicas > 0 && r > options_.max_replicas) return kInfinity;
   if (stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
-  // Every replica steps its whole share of the weights; PipeDream steps per micro-batch.
-  const int steps = options_.schedule == "pipedream" ? m : 1;
+  // Every replica steps its whole share of the weights once per mini-batch, or after
+  // each of its micro-batches under PipeDream (1F1B-RR: replicas all-reduce every round).
+  const bool per_microbatch = schedule::traits(options_.schedule).step_rule == schedule::StepRule::kPerMicrobatch;
+  const int steps = per_microbatch ? m / r : 1;
   const double compute =
       ((compute_[j] - compute_[i]) * (m / r) + (step_[j] - step_[i]) * steps) / devices.speed;
-  // One all-reduce per mini-batch (every schedule that may replicate steps once per
-  // mini-batch), overlapping the last backward pass.
+  // Each all-reduce overlaps the backward pass before it.
   const double allreduce =
       sim::ringAllreduceSeconds(params_[j] - params_[i], r, devices.ring_bandwidth, devices.ring_latency);
   const double last_backward = (backward_[j] - backward_[i]) / devices.speed;
-  return compute + std::max(0.0, allreduce - last_backward);
+  return compute + steps * std::max(0.0, allreduce - last_backward);
 }
 
 double ChainProblem::boundarySeconds(int block, int device) const {
@@ -234,6 +221,7 @@ Partition solveChain(const ChainProblem& problem) {
 ChainPlan partitionChain(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                          const PartitionOptions& options, const plan::ScheduleOptions& schedule) {
   PartitionOptions o = options;
+  o.extra_weight_buffers = plan::extraWeightBuffers(schedule);
   if (o.assumed_depth > 0) {
     const ChainProblem problem(graph, cluster, o);
     const Partition p = solveChain(problem);

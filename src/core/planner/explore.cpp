@@ -10,6 +10,7 @@
 
 #include "pipetrain/plan/partition.h"
 #include "pipetrain/planner/chain_partition.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
@@ -45,7 +46,7 @@ std::vector<int> widths(int devices) {
 }
 
 // Interleaved 1F1B: `width` ranks, two stages each, layers balanced by compute.
-plan::Plan interleavedPlan(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, int width,
+plan::Plan interleavedPlan(const std::string& name, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, int width,
                            int64_t microbatch_size, int microbatches) {
   const int stages = width * kInterleavedChunks;
   std::vector<double> costs;
@@ -54,7 +55,7 @@ plan::Plan interleavedPlan(const graph::LayerGraph& graph, const cluster::Cluste
   plan::Plan p;
   p.microbatch_size = microbatch_size;
   p.microbatches = microbatches;
-  p.schedule.name = "interleaved";
+  p.schedule.name = name;
   p.schedule.chunks = kInterleavedChunks;
   for (int s = 0; s < stages; ++s) {
     plan::Stage st;
@@ -141,10 +142,10 @@ class Explorer {
     const int m = static_cast<int>(o_.global_batch / b);
     plan::ScheduleOptions schedule;
     schedule.name = name;
-    if (name == "interleaved") {
+    if (schedule::traits(name).multi_chunk) {
       if (width < 2 || graph_.size() < width * kInterleavedChunks || m % width != 0) return;
       consider(name, b, width, [&]() -> std::optional<Candidate> {
-        return Candidate{interleavedPlan(graph_, cluster_, width, b, m), {}, 0};
+        return Candidate{interleavedPlan(name, graph_, cluster_, width, b, m), {}, 0};
       });
       return;
     }
@@ -164,7 +165,7 @@ class Explorer {
         return Candidate{chain.plan, {}, chain.partition.objective};
       });
     }
-    if (o_.max_replicas == 1 || width < 2 || m % width != 0 || name == "pipedream") return;
+    if (o_.max_replicas == 1 || width < 2 || m % width != 0 || !schedule::traits(name).replicable) return;
     po.max_replicas = o_.max_replicas;
     consider(name, b, width, [&]() -> std::optional<Candidate> {
       const ChainProblem problem(graph_, cluster_, po);

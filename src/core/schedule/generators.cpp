@@ -1,4 +1,4 @@
-// The seven schedule generators. Each one decides, per stage (or per rank when
+// The seven schedule generators. Each one decides, per stage replica (or per rank when
 // interleaved), the order of compute actions, which weight version each reads, and
 // where STEP creates a new version; nothing downstream knows which schedule it was.
 #include <algorithm>
@@ -37,19 +37,26 @@ std::vector<int> heightFromSource(const StageDag& dag) {
   return height;
 }
 
-// The 1F1B order of `n` micro-batches (first..first+n-1) after `warmup` forwards:
-// F x warmup, then (F, B) pairs, then the remaining B. `true` = forward.
-std::vector<std::pair<bool, int>> oneFOneBOrder(int first, int n, int warmup) {
+// The 1F1B order of `mbs` after `warmup` forwards: F x warmup, then (F, B) pairs, then
+// the remaining B. `true` = forward.
+std::vector<std::pair<bool, int>> oneFOneBOrder(const std::vector<int>& mbs, int warmup) {
+  const int n = static_cast<int>(mbs.size());
   warmup = std::min(warmup, n);
   std::vector<std::pair<bool, int>> order;
-  for (int i = 0; i < warmup; ++i) order.push_back({true, first + i});
+  for (int i = 0; i < warmup; ++i) order.push_back({true, mbs[i]});
   for (int i = 0; i < n - warmup; ++i) {
-    order.push_back({true, first + warmup + i});
-    order.push_back({false, first + i});
+    order.push_back({true, mbs[warmup + i]});
+    order.push_back({false, mbs[i]});
   }
-  for (int i = n - warmup; i < n; ++i) order.push_back({false, first + i});
+  for (int i = n - warmup; i < n; ++i) order.push_back({false, mbs[i]});
   return order;
 }
+
+// Replica `index` of `count` of a stage runs the micro-batches j with j % count == index.
+struct Replica {
+  int index = 0;
+  int count = 1;
+};
 
 struct Context {
   const ScheduleSpec& spec;
@@ -58,87 +65,107 @@ struct Context {
   std::vector<int> height;  // from source
   int m() const { return spec.microbatches; }
   int total() const { return spec.microbatches * spec.minibatches; }
+  // The micro-batches of [first, first + n) that replica `r` runs, in order.
+  std::vector<int> own(int first, int n, Replica r) const {
+    std::vector<int> mbs;
+    for (int j = first; j < first + n; ++j)
+      if (j % r.count == r.index) mbs.push_back(j);
+    return mbs;
+  }
 };
 
-using StageGenerator = std::function<std::vector<Action>(const Context&, int stage)>;
+// Replicas sum their gradients before every step.
+void emitStep(std::vector<Action>& out, int stage, int new_version, Replica r) {
+  if (r.count > 1) out.push_back(allReduceAction(stage));
+  out.push_back(stepAction(stage, new_version));
+}
 
-std::vector<Action> gpipe(const Context& c, int s) {
+std::vector<Action> gpipe(const Context& c, int s, Replica r) {
   std::vector<Action> out;
   for (int k = 0; k < c.spec.minibatches; ++k) {
-    for (int j = 0; j < c.m(); ++j) out.push_back(computeAction(ActionType::F, s, k * c.m() + j, k));
-    for (int j = 0; j < c.m(); ++j) out.push_back(computeAction(ActionType::B, s, k * c.m() + j, k));
-    out.push_back(stepAction(s, k + 1));
+    const auto mbs = c.own(k * c.m(), c.m(), r);
+    for (int j : mbs) out.push_back(computeAction(ActionType::F, s, j, k));
+    for (int j : mbs) out.push_back(computeAction(ActionType::B, s, j, k));
+    emitStep(out, s, k + 1, r);
   }
   return out;
 }
 
-std::vector<Action> oneFOneB(const Context& c, int s) {
+std::vector<Action> oneFOneB(const Context& c, int s, Replica r) {
   std::vector<Action> out;
   for (int k = 0; k < c.spec.minibatches; ++k) {
-    for (auto [fwd, j] : oneFOneBOrder(k * c.m(), c.m(), c.depth[s]))
+    for (auto [fwd, j] : oneFOneBOrder(c.own(k * c.m(), c.m(), r), c.depth[s]))
       out.push_back(computeAction(fwd ? ActionType::F : ActionType::B, s, j, k));
-    out.push_back(stepAction(s, k + 1));
+    emitStep(out, s, k + 1, r);
   }
   return out;
 }
 
-// ZB-H1: 1F1B with B split into I and W, where stage s runs W of micro-batch j only
-// after I of micro-batch j + s. The deferred W passes land in the drain, where 1F1B
+// ZB-H1: 1F1B with B split into I and W, where stage s runs W of its i-th micro-batch
+// only after I of its (i + s)-th. The deferred W passes land in the drain, where 1F1B
 // would idle waiting for gradients; activations held stay at p for every stage.
-std::vector<Action> zeroBubbleH1(const Context& c, int s) {
+std::vector<Action> zeroBubbleH1(const Context& c, int s, Replica r) {
   std::vector<Action> out;
   const int defer = c.height[s];
   for (int k = 0; k < c.spec.minibatches; ++k) {
-    const int first = k * c.m();
+    const auto mbs = c.own(k * c.m(), c.m(), r);
+    const int n = static_cast<int>(mbs.size());
     int weights_done = 0, inputs_done = 0;
-    for (auto [fwd, j] : oneFOneBOrder(first, c.m(), c.depth[s])) {
+    for (auto [fwd, j] : oneFOneBOrder(mbs, c.depth[s])) {
       if (fwd) {
         out.push_back(computeAction(ActionType::F, s, j, k));
         continue;
       }
       out.push_back(computeAction(ActionType::I, s, j, k));
       ++inputs_done;
-      const int due = inputs_done == c.m() ? c.m() : inputs_done - defer;
+      const int due = inputs_done == n ? n : inputs_done - defer;
       for (; weights_done < due; ++weights_done)
-        out.push_back(computeAction(ActionType::W, s, first + weights_done, k));
+        out.push_back(computeAction(ActionType::W, s, mbs[weights_done], k));
     }
-    out.push_back(stepAction(s, k + 1));
+    emitStep(out, s, k + 1, r);
   }
   return out;
 }
 
 // The asynchronous schedules share one never-flushing 1F1B stream of all micro-batches
-// and differ only in versions and steps.
-std::vector<Action> asyncStream(const Context& c, int s,
-                                const std::function<int(int mb, int current)>& forward_version,
-                                bool stash, bool step_every_microbatch) {
+// and differ only in versions and steps. Every replica keeps the warm-up depth of its
+// stage in its own micro-batches, so replicas never starve each other.
+std::vector<Action> asyncStream(const Context& c, int s, Replica r,
+                                const std::function<int(int mb, int current)>& forward_version) {
+  const ScheduleTraits& t = traits(c.spec.name);
+  const bool stash = t.backward_weights == BackwardWeights::kStashed;
   std::vector<Action> out;
   std::vector<int> read(c.total(), 0);
   int current = 0;
-  for (auto [fwd, j] : oneFOneBOrder(0, c.total(), c.depth[s])) {
+  for (auto [fwd, j] : oneFOneBOrder(c.own(0, c.total(), r), c.depth[s])) {
     if (fwd) {
       read[j] = forward_version(j, current);
       out.push_back(computeAction(ActionType::F, s, j, read[j]));
       continue;
     }
     out.push_back(computeAction(ActionType::B, s, j, stash ? read[j] : current));
-    if (step_every_microbatch || (j + 1) % c.m() == 0) out.push_back(stepAction(s, ++current));
+    // Per mini-batch: after the replica's last micro-batch of j's mini-batch.
+    const bool last_of_minibatch = j % c.m() + r.count >= c.m();
+    if (t.step_rule == StepRule::kPerMicrobatch || last_of_minibatch) emitStep(out, s, ++current, r);
   }
   return out;
 }
 
-std::vector<Action> pipedream(const Context& c, int s) {
-  return asyncStream(c, s, [](int, int current) { return current; }, true, true);
-}
-
-std::vector<Action> twoBW(const Context& c, int s) {
-  // Mini-batch k reads version k-1: W(t+1) = W(t) - lr * grad f(W(t-1)).
+std::vector<Action> stageReplica(const Context& c, int s, Replica r) {
   const int m = c.m();
-  return asyncStream(c, s, [m](int j, int) { return std::max(0, j / m - 1); }, true, false);
-}
-
-std::vector<Action> pipemare(const Context& c, int s) {
-  return asyncStream(c, s, [](int, int current) { return current; }, false, false);
+  switch (scheduleKind(c.spec.name)) {
+    case ScheduleKind::kGpipe: return gpipe(c, s, r);
+    case ScheduleKind::k1F1B: return oneFOneB(c, s, r);
+    case ScheduleKind::kZbH1: return zeroBubbleH1(c, s, r);
+    case ScheduleKind::kPipeDream:
+    case ScheduleKind::kPipeMare: return asyncStream(c, s, r, [](int, int current) { return current; });
+    case ScheduleKind::k2BW:
+      // Mini-batch k reads version k-1: W(t+1) = W(t) - lr * grad f(W(t-1)).
+      return asyncStream(c, s, r, [m](int j, int) { return std::max(0, j / m - 1); });
+    case ScheduleKind::kInterleaved:
+    case ScheduleKind::kCount: break;
+  }
+  throw Error("internal: " + c.spec.name + " has no per-stage generator");
 }
 
 // Megatron-LM's interleaved 1F1B: rank r holds stages r, r+p, ..., r+(v-1)p.
@@ -171,81 +198,98 @@ std::vector<Action> interleavedRank(const Context& c, int r, int p) {
   return out;
 }
 
-void checkSpec(const ScheduleSpec& spec, const StageDag& dag, const std::vector<int>& depth) {
-  checkScheduleName(spec.name);
+void checkSpec(const ScheduleSpec& spec, const StageDag& dag, const std::vector<int>& depth,
+               const std::vector<int>& replicas) {
+  const ScheduleTraits& t = traits(spec.name);
   if (dag.size() < 1) throw Error("a pipeline needs at least one stage");
   if (spec.microbatches < 1) throw Error("micro-batches per mini-batch must be at least 1");
   if (spec.minibatches < 1) throw Error("mini-batches must be at least 1");
   if (spec.chunks < 1) throw Error("chunks must be at least 1");
-  if (spec.name != "interleaved" && spec.chunks != 1)
+  if (!t.multi_chunk && spec.chunks != 1)
     throw Error("--chunks applies to the interleaved schedule only (got " + spec.name + ")");
+  if (spec.vertical_sync && t.step_rule != StepRule::kPerMicrobatch)
+    throw Error("vertical sync applies to the pipedream schedule only (got " + spec.name + ")");
+  if (static_cast<int>(replicas.size()) != dag.size())
+    throw Error("replica counts given for " + std::to_string(replicas.size()) + " stages, but the pipeline has " +
+                std::to_string(dag.size()));
+  for (int s = 0; s < dag.size(); ++s) {
+    const int c = replicas[s];
+    if (c < 1) throw Error("stage " + std::to_string(s) + " needs at least one replica");
+    if (c > 1 && !t.replicable) throw Error(spec.name + " stages cannot have replicas (stage " + std::to_string(s) + ")");
+    if (spec.microbatches % c != 0)
+      throw Error("a stage with " + std::to_string(c) + " replicas needs micro-batches per mini-batch divisible by " +
+                  std::to_string(c) + ", got " + std::to_string(spec.microbatches));
+  }
   const int p = 1 + *std::max_element(depth.begin(), depth.end());
-  if (spec.name == "2bw" && spec.microbatches < p)
-    throw Error("2bw needs at least as many micro-batches per mini-batch as pipeline stages (" +
+  if (t.fixed_weight_versions == 2 && spec.microbatches < p)
+    throw Error(spec.name + " needs at least as many micro-batches per mini-batch as pipeline stages (" +
                 std::to_string(p) + "), got " + std::to_string(spec.microbatches) +
                 ": with fewer, a mini-batch would read a version that does not exist yet");
-  if (spec.name == "interleaved") {
+  if (t.multi_chunk) {
     if (dag.size() % spec.chunks != 0)
-      throw Error("interleaved: " + std::to_string(dag.size()) + " stages cannot be split into " +
+      throw Error(spec.name + ": " + std::to_string(dag.size()) + " stages cannot be split into " +
                   std::to_string(spec.chunks) + " chunks per rank");
     const int ranks = dag.size() / spec.chunks;
     if (spec.microbatches % ranks != 0)
-      throw Error("interleaved needs micro-batches divisible by the number of ranks (" +
-                  std::to_string(ranks) + "), got " + std::to_string(spec.microbatches));
+      throw Error(spec.name + " needs micro-batches divisible by the number of ranks (" + std::to_string(ranks) +
+                  "), got " + std::to_string(spec.microbatches));
     for (int s = 0; s < dag.size(); ++s)
       if (dag.preds[s].size() > 1 || dag.succs[s].size() > 1)
-        throw Error("interleaved needs a chain of stages; stage " + std::to_string(s) + " branches");
+        throw Error(spec.name + " needs a chain of stages; stage " + std::to_string(s) + " branches");
   }
+}
+
+// Vertical sync: micro-batch j reads, on every stage, the newest version that reflects
+// no more micro-batches than the version the input stage read for it. Stages downstream
+// have stepped further by then, so they stash the older version; memory accounting sees
+// that. A stage with c replicas steps once per c micro-batches, so its version v
+// reflects v * c of them.
+void applyVerticalSync(Program& program, const std::vector<int>& replicas) {
+  std::vector<int> sources;
+  for (int s = 0; s < program.num_stages; ++s)
+    if (program.isFirstStage(s)) sources.push_back(s);
+  if (sources.size() != 1) throw Error("vertical sync needs a pipeline with one input stage");
+  const int input = sources[0];
+  std::vector<int> input_version(program.totalMicrobatches(), 0);
+  for (int rank : program.stage_ranks[input])
+    for (const Action& a : program.ranks[rank])
+      if (a.type == ActionType::F) input_version[a.microbatch] = a.version;
+  for (int r = 0; r < program.numRanks(); ++r)
+    for (Action& a : program.ranks[r])
+      if (isCompute(a.type) && a.stage != input)
+        a.version = input_version[a.microbatch] * replicas[input] / replicas[a.stage];
 }
 
 }  // namespace
 
-Program generate(const ScheduleSpec& spec, const StageDag& dag) {
+Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vector<int>& replicas_given) {
   Context c{spec, dag, depthToSink(dag), heightFromSource(dag)};
-  checkSpec(spec, dag, c.depth);
+  const std::vector<int> replicas = replicas_given.empty() ? std::vector<int>(dag.size(), 1) : replicas_given;
+  checkSpec(spec, dag, c.depth, replicas);
+  const ScheduleTraits& t = traits(spec.name);
 
   Program program;
   program.schedule = spec.name;
   program.num_stages = dag.size();
   program.microbatches = spec.microbatches;
   program.minibatches = spec.minibatches;
-  program.backward_weights = spec.name == "pipemare" ? BackwardWeights::kLatest : BackwardWeights::kStashed;
+  program.backward_weights = t.backward_weights;
   program.stage_preds = dag.preds;
   program.stage_succs = dag.succs;
+  program.stage_ranks.resize(dag.size());
 
-  if (spec.name == "interleaved") {
+  if (t.multi_chunk) {
     const int p = dag.size() / spec.chunks;
-    program.stage_ranks.resize(dag.size());
     for (int s = 0; s < dag.size(); ++s) program.stage_ranks[s] = {s % p};
     for (int r = 0; r < p; ++r) program.ranks.push_back(interleavedRank(c, r, p));
     return program;
   }
-
-  StageGenerator generator;
-  if (spec.name == "gpipe") generator = gpipe;
-  else if (spec.name == "1f1b") generator = oneFOneB;
-  else if (spec.name == "zb-h1") generator = zeroBubbleH1;
-  else if (spec.name == "pipedream") generator = pipedream;
-  else if (spec.name == "2bw") generator = twoBW;
-  else generator = pipemare;
-
-  for (int s = 0; s < dag.size(); ++s) {
-    program.stage_ranks.push_back({s});
-    program.ranks.push_back(generator(c, s));
-  }
-  if (spec.name == "pipedream" && spec.vertical_sync) {
-    // Vertical sync: micro-batch j reads, on every stage, the version the input stage
-    // read for it. Stages downstream have stepped further by then, so they stash the
-    // older version; memory accounting sees that.
-    std::vector<int> input_version(c.total(), 0);
-    for (const Action& a : program.ranks[0])
-      if (a.type == ActionType::F) input_version[a.microbatch] = a.version;
-    for (int s = 1; s < dag.size(); ++s)
-      for (Action& a : program.ranks[s])
-        if (isCompute(a.type)) a.version = input_version[a.microbatch];
-  } else if (spec.vertical_sync) {
-    throw Error("vertical sync applies to the pipedream schedule only (got " + spec.name + ")");
-  }
+  for (int s = 0; s < dag.size(); ++s)
+    for (int k = 0; k < replicas[s]; ++k) {
+      program.stage_ranks[s].push_back(program.numRanks());
+      program.ranks.push_back(stageReplica(c, s, Replica{k, replicas[s]}));
+    }
+  if (spec.vertical_sync) applyVerticalSync(program, replicas);
   return program;
 }
 

@@ -8,41 +8,6 @@
 
 namespace pipetrain::schedule {
 
-Program replicate(const Program& program, const std::vector<int>& copies) {
-  if (static_cast<int>(copies.size()) != program.numRanks())
-    throw Error("replicate: " + std::to_string(copies.size()) + " replica counts for " +
-                std::to_string(program.numRanks()) + " ranks");
-  Program out = program;
-  out.ranks.clear();
-  std::vector<int> first_new_rank(program.numRanks());
-  for (int r = 0; r < program.numRanks(); ++r) {
-    const int c = copies[r];
-    if (c < 1) throw Error("replicate: rank " + std::to_string(r) + " needs at least one replica");
-    if (c > 1 && program.schedule == "pipedream")
-      throw Error("pipedream steps after every micro-batch, so its replicas would each step on a "
-                  "different micro-batch; replicated stages need a schedule that steps per "
-                  "mini-batch (1f1b, gpipe, zb-h1, interleaved, 2bw, pipemare)");
-    if (program.microbatches % c != 0)
-      throw Error("a stage with " + std::to_string(c) + " replicas needs micro-batches per mini-batch divisible by " +
-                  std::to_string(c) + ", got " + std::to_string(program.microbatches));
-    first_new_rank[r] = out.numRanks();
-    for (int k = 0; k < c; ++k) {
-      std::vector<Action> actions;
-      for (const Action& a : program.ranks[r]) {
-        if (a.type == ActionType::STEP && c > 1) actions.push_back(allReduceAction(a.stage));
-        if (a.microbatch < 0 || a.microbatch % c == k) actions.push_back(a);
-      }
-      out.ranks.push_back(std::move(actions));
-    }
-  }
-  for (int s = 0; s < program.num_stages; ++s) {
-    const int base = program.stage_ranks[s][0];
-    out.stage_ranks[s].clear();
-    for (int k = 0; k < copies[base]; ++k) out.stage_ranks[s].push_back(first_new_rank[base] + k);
-  }
-  return out;
-}
-
 Program lower(const Program& compute_only) {
   Program out = compute_only;
   for (int r = 0; r < compute_only.numRanks(); ++r) {
@@ -68,6 +33,23 @@ Program lower(const Program& compute_only) {
           actions.push_back(commAction(forward ? ActionType::SEND_F : ActionType::SEND_B, a.stage, j, t));
     }
     out.ranks[r] = std::move(actions);
+  }
+  return out;
+}
+
+Program forwardOnly(const Program& program) {
+  Program out = program;
+  out.schedule = program.schedule + " (forward only)";
+  out.minibatches = 1;
+  out.microbatches = program.totalMicrobatches();
+  for (auto& actions : out.ranks) {
+    std::vector<Action> kept;
+    for (Action a : actions) {
+      if (a.type != ActionType::F && a.type != ActionType::SEND_F && a.type != ActionType::RECV_F) continue;
+      if (a.type == ActionType::F) a.version = 0;
+      kept.push_back(a);
+    }
+    actions = std::move(kept);
   }
   return out;
 }

@@ -4,6 +4,8 @@
 #include <cassert>
 #include <limits>
 
+#include "pipetrain/plan/plan_program.h"
+
 namespace pipetrain::sim {
 
 double ringAllreduceSeconds(double bytes, int n, double bandwidth, double latency) {
@@ -39,17 +41,9 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.optimizer_bytes += l.optimizer_state_bytes;
     }
     stages_.push_back(c);
-    replicas_.push_back(static_cast<int>(st.devices.size()));
   }
-  // Rank numbering mirrors schedule::generate + replicate: interleaved ranks are the
-  // devices of the first p stages; otherwise each stage's replicas in order.
-  if (plan.schedule.name == "interleaved" && plan.schedule.chunks > 1) {
-    const int p = plan.numStages() / plan.schedule.chunks;
-    for (int s = 0; s < p; ++s) rank_device_.push_back(cluster.indexOf(plan.stages[s].devices[0]));
-  } else {
-    for (const plan::Stage& st : plan.stages)
-      for (const std::string& d : st.devices) rank_device_.push_back(cluster.indexOf(d));
-  }
+  replicas_ = plan::stageReplicas(plan);
+  for (const std::string& d : plan::rankDevices(plan)) rank_device_.push_back(cluster.indexOf(d));
 }
 
 double CostModel::computeSeconds(const schedule::Action& a, int rank) const {

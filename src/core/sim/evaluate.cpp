@@ -3,23 +3,15 @@
 #include <algorithm>
 #include <limits>
 
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/program_check.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/program_memory.h"
 #include "pipetrain/sim/simulator.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::sim {
 namespace {
-
-schedule::ScheduleSpec specOf(const plan::Plan& plan, int minibatches) {
-  schedule::ScheduleSpec spec;
-  spec.name = plan.schedule.name;
-  spec.microbatches = plan.microbatches;
-  spec.minibatches = minibatches;
-  spec.chunks = plan.schedule.chunks;
-  spec.vertical_sync = plan.schedule.vertical_sync;
-  return spec;
-}
 
 std::vector<double> busyPerRank(const trace::Timeline& t) {
   std::vector<double> busy;
@@ -32,7 +24,7 @@ void fillMemory(Report& report, const schedule::Program& program, const CostMode
   std::vector<double> act_bytes;
   for (int s = 0; s < program.num_stages; ++s) act_bytes.push_back(costs.stage(s).activation_bytes);
   const auto footprint = schedule::accountMemory(program, act_bytes);
-  const bool velocity_buffer = program.schedule == "pipemare" && costs.plan().schedule.pipemare_correction;
+  const int extra_buffers = plan::extraWeightBuffers(costs.plan().schedule);
   for (int r = 0; r < program.numRanks(); ++r) {
     RankReport& rr = report.ranks[r];
     const cluster::Device& device = costs.cluster().device(costs.deviceOfRank(r));
@@ -43,8 +35,8 @@ void fillMemory(Report& report, const schedule::Program& program, const CostMode
     double bytes = footprint[r].peak_activation_bytes;
     for (const auto& st : footprint[r].stages) {
       const StageCosts& c = costs.stage(st.stage);
-      // weights x versions, one gradient buffer, optimizer state, PipeMare's velocity
-      bytes += c.param_bytes * (st.weight_versions + 1 + (velocity_buffer ? 1 : 0)) + c.optimizer_bytes;
+      // weights x versions, one gradient buffer, optimizer state, the schedule's extra buffers
+      bytes += c.param_bytes * (st.weight_versions + 1 + extra_buffers) + c.optimizer_bytes;
     }
     rr.peak_memory_bytes = static_cast<int64_t>(bytes);
   }
@@ -106,24 +98,16 @@ json_io::Json Report::toJson() const {
           {"ranks", ranks_json}};
 }
 
-schedule::Program programForPlan(const plan::Plan& plan, const CostModel& costs, int minibatches) {
-  const bool interleaved = plan.schedule.name == "interleaved" && plan.schedule.chunks > 1;
-  schedule::Program program =
-      schedule::buildProgram(specOf(plan, minibatches), costs.dag(), interleaved ? std::vector<int>{} : costs.replicas());
-  schedule::validate(program);
-  return program;
-}
-
 Evaluation evaluatePlan(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                         const plan::Plan& plan, int minibatches) {
   if (minibatches < 1) throw Error("mini-batches to simulate must be at least 1");
   const CostModel costs(graph, cluster, plan);
   Evaluation e;
-  e.program = programForPlan(plan, costs, minibatches);
+  e.program = plan::programForPlan(plan, costs.dag(), minibatches);
   e.timeline = simulate(e.program, costs);
   e.timeline.title = plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages, " +
                      std::to_string(plan.microbatches) + " micro-batches";
-  const schedule::Program longer = programForPlan(plan, costs, minibatches + 1);
+  const schedule::Program longer = plan::programForPlan(plan, costs.dag(), minibatches + 1);
   const trace::Timeline longer_timeline = simulate(longer, costs);
 
   e.report = emptyReport(e.program, costs);
@@ -158,7 +142,7 @@ UniformScenario uniformScenario(const plan::ScheduleOptions& schedule, int ranks
   if (ranks < 1) throw Error("--stages must be at least 1");
   if (forward < 0 || backward < 0 || weight < 0 || weight > backward)
     throw Error("--uniform F,B[,W]: times must be non-negative and W (the weight-gradient part of B) at most B");
-  const int v = schedule.name == "interleaved" ? schedule.chunks : 1;
+  const int v = schedule::traits(schedule.name).multi_chunk ? schedule.chunks : 1;
   const int stages = ranks * v;
   // Each of a rank's v chunks does 1/v of its work, so per-rank totals stay F and B.
   UniformScenario u{graph::LayerGraph::uniformChain(stages, forward / v, (backward - weight) / v, weight / v),

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 
+#include "pipetrain/schedule/program_memory.h"
+#include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -33,6 +36,28 @@ struct Activation {
   torch::Tensor input_grad;   // to send to (or be read by) the producer stage
 };
 
+// Exchanges the contents of two tensors of one shape through their `.data()` views,
+// which autograd's version counters do not see: a backward pass then reads whatever
+// the parameters' storage holds when it runs.
+void swapContents(const torch::Tensor& a, const torch::Tensor& b) {
+  torch::Tensor x = a.data(), y = b.data();
+  if (x.device().is_cpu() && x.is_contiguous() && y.is_contiguous() && x.dtype() == y.dtype()) {
+    auto* p = static_cast<char*>(x.data_ptr());
+    std::swap_ranges(p, p + x.nbytes(), static_cast<char*>(y.data_ptr()));
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  const torch::Tensor t = x.clone();
+  x.copy_(y);
+  y.copy_(t);
+}
+
+std::vector<torch::Tensor> cloneAll(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : tensors) out.push_back(t.detach().clone());
+  return out;
+}
+
 }  // namespace
 
 struct PipelineExecutor::Impl {
@@ -41,46 +66,123 @@ struct PipelineExecutor::Impl {
   models::Model& model;
   std::vector<StageLayers> stages;
   Transport& transport;
-  std::map<int, std::unique_ptr<torch::optim::Optimizer>> optimizers;
+  LatestWeightCorrections corrections;
+  bool latest = false;  // backward passes read the current weights
   std::vector<std::vector<int64_t>> shapes;
+  WeightProbe probe;
 
+  // Per stage of this rank.
+  std::map<int, std::vector<torch::Tensor>> params;   // the model's parameters
+  std::map<int, std::vector<torch::Tensor>> aliases;  // the same storage, untracked: what optimizers update
+  std::map<int, std::unique_ptr<torch::optim::Optimizer>> optimizers;
+  std::map<int, double> base_lr;
+  std::map<int, int> version;                                   // current, counted within one run
+  std::map<int, std::map<int, std::vector<torch::Tensor>>> stash;  // older versions still read
+  std::map<int, int> peak_versions;
+  std::map<int, int64_t> steps_taken;                           // over the whole training (T1's k)
+  std::map<int, std::vector<torch::Tensor>> velocity;           // T2's delta
+  std::map<int, std::vector<torch::Tensor>> corrected;          // T2's w - tau * delta
+
+  // Derived once from the Program.
+  std::vector<schedule::Retirement> retirements;  // this rank's, by position
+  std::vector<char> stash_at_step;                // per position: the STEP's old version is read later
+  std::map<std::pair<int, int>, double> grad_factor;  // (stage, version created) -> rescale before STEP
+  std::vector<double> loss_scale;                 // per micro-batch, at the last stage
+  std::map<std::pair<int, int>, int> forward_version;  // (stage, micro-batch) on this rank
+  std::vector<int> stage_delay;
+  std::map<int, int> last_stage_forwards;         // per mini-batch, on this rank
+
+  // Per run.
   std::map<std::pair<int, int>, Activation> live;  // (stage, micro-batch)
   struct Posted {
     torch::Tensor buffer;
     std::unique_ptr<PendingOp> op;
   };
-  std::map<uint32_t, Posted> received;                // posted, not yet waited for
-  std::map<uint32_t, torch::Tensor> arrived;          // completed, waiting for their consumer
+  std::map<uint32_t, Posted> received;        // posted, not yet waited for
+  std::map<uint32_t, torch::Tensor> arrived;  // completed, waiting for their consumer
   struct InFlight {
     torch::Tensor payload;
     std::unique_ptr<PendingOp> op;
   };
   std::deque<InFlight> sends;
+  std::map<int, std::pair<double, int>> minibatch_loss;  // sum, count
 
-  Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, Transport& t)
-      : program(p), rank(r), model(m), stages(std::move(s)), transport(t) {}
+  Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, Transport& t,
+       const LatestWeightCorrections& c)
+      : program(p), rank(r), model(m), stages(std::move(s)), transport(t), corrections(c),
+        latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
 
-  uint32_t tagOf(const Action& a) const {
+  // What the executor needs to know of the Program before running it.
+  void deriveFacts() {
+    const auto& actions = program.ranks[rank];
+    retirements = schedule::retirements(program)[rank];
+    std::map<std::pair<int, int>, int> retired_at;
+    for (const auto& r : retirements) retired_at[{r.stage, r.version}] = r.position;
+    stash_at_step.assign(actions.size(), 0);
+    for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+      const Action& a = actions[i];
+      if (a.type == ActionType::STEP) {
+        auto it = retired_at.find({a.stage, a.version - 1});
+        stash_at_step[i] = it != retired_at.end() && it->second > i;
+      }
+      if (a.type == ActionType::F) forward_version[{a.stage, a.microbatch}] = a.version;
+    }
+
+    // Which STEP combines each micro-batch's gradients, and how many it combines (over
+    // all replicas of the stage).
+    const int total = program.totalMicrobatches();
+    std::vector<std::vector<int>> step_of(program.num_stages, std::vector<int>(total, -1));
+    std::map<std::pair<int, int>, int> combined;
+    for (const auto& rank_actions : program.ranks) {
+      std::map<int, std::vector<int>> pending;
+      for (const Action& a : rank_actions) {
+        if (a.type == ActionType::B || a.type == ActionType::W) pending[a.stage].push_back(a.microbatch);
+        if (a.type != ActionType::STEP) continue;
+        for (int j : pending[a.stage]) step_of[a.stage][j] = a.version;
+        combined[{a.stage, a.version}] += static_cast<int>(pending[a.stage].size());
+        pending[a.stage].clear();
+      }
+    }
+    int last = program.num_stages - 1;
+    while (!program.isLastStage(last)) --last;
+    loss_scale.assign(total, 1.0);
+    for (int j = 0; j < total; ++j)
+      if (step_of[last][j] >= 0) loss_scale[j] = 1.0 / combined.at({last, step_of[last][j]});
+    for (int s = 0; s < program.num_stages; ++s)
+      for (int j = 0; j < total; ++j) {
+        if (step_of[s][j] < 0) continue;
+        const double factor = 1.0 / (loss_scale[j] * combined.at({s, step_of[s][j]}));
+        auto [it, inserted] = grad_factor.insert({{s, step_of[s][j]}, factor});
+        if (!inserted && std::abs(it->second - factor) > 1e-12 * factor)
+          throw Error("the Program's STEP v" + std::to_string(step_of[s][j]) + " of stage " + std::to_string(s) +
+                      " combines micro-batches whose losses are scaled differently");
+      }
+    stage_delay = schedule::stageDelays(program);
+    for (const Action& a : actions)
+      if (a.type == ActionType::F && program.isLastStage(a.stage)) ++last_stage_forwards[a.microbatch / program.microbatches];
+  }
+
+  uint32_t tagOf(const schedule::Program& p, const Action& a) const {
     const bool backward = a.type == ActionType::SEND_B || a.type == ActionType::RECV_B;
     const bool sends = a.type == ActionType::SEND_F || a.type == ActionType::SEND_B;
     // producer/consumer of the edge the message crosses
     const int producer = backward == sends ? a.peer_stage : a.stage;
     const int consumer = backward == sends ? a.stage : a.peer_stage;
-    return messageTag(backward, producer, consumer, a.microbatch, program.num_stages, program.microbatches);
+    return messageTag(backward, producer, consumer, a.microbatch, p.num_stages, p.totalMicrobatches());
   }
 
-  void postReceive(const Action& a) {
-    const uint32_t tag = tagOf(a);
+  void postReceive(const schedule::Program& p, const Action& a) {
+    const uint32_t tag = tagOf(p, a);
     if (received.count(tag)) return;
     // A gradient has the shape of the activation it belongs to: the producer's output.
     const int producer = a.type == ActionType::RECV_F ? a.peer_stage : a.stage;
     torch::Tensor buffer = torch::empty(shapes[producer]);
-    auto op = transport.recv(buffer, program.rankOf(a.peer_stage, a.microbatch), tag);
+    auto op = transport.recv(buffer, p.rankOf(a.peer_stage, a.microbatch), tag);
     received[tag] = Posted{buffer, std::move(op)};
   }
 
-  torch::Tensor takeReceived(const Action& recv_action) {
-    auto it = received.find(tagOf(recv_action));
+  torch::Tensor takeReceived(const schedule::Program& p, const Action& recv_action) {
+    auto it = received.find(tagOf(p, recv_action));
     if (it == received.end()) throw Error("internal: receive not posted for " + schedule::toString(recv_action));
     it->second.op->wait();
     torch::Tensor t = it->second.buffer;
@@ -88,31 +190,87 @@ struct PipelineExecutor::Impl {
     return t;
   }
 
-  void forward(const Action& a, const MicrobatchData& data, MinibatchResult& result) {
-    const int s = a.stage, j = a.microbatch;
-    torch::Tensor x;
-    if (program.isFirstStage(s)) {
-      x = data.inputs(j);
-    } else {
-      const int q = program.stage_preds[s][0];
-      if (program.rankOf(q, j) == rank) {
-        x = live.at({q, j}).output.detach();
-      } else {
-        const uint32_t tag = messageTag(false, q, s, j, program.num_stages, program.microbatches);
-        x = arrived.at(tag);
-        arrived.erase(tag);
+  // Runs `compute` with the stage's parameters holding the weights action `a` reads.
+  void withWeights(const Action& a, const std::function<void()>& compute) {
+    const int s = a.stage;
+    std::vector<torch::Tensor>* swapped = nullptr;
+    if (a.version != version[s]) {
+      auto it = stash[s].find(a.version);
+      if (it == stash[s].end())
+        throw Error("rank " + std::to_string(rank) + ": " + schedule::toString(a) + " reads weight version " +
+                    std::to_string(a.version) + " of stage " + std::to_string(s) + ", which is neither current (v" +
+                    std::to_string(version[s]) + ") nor stashed");
+      swapped = &it->second;
+    } else if (latest && corrections.discrepancy && (a.type == ActionType::B || a.type == ActionType::I)) {
+      // T2: the backward pass runs on w - tau * delta, an estimate of the weights its
+      // forward pass read tau steps ago.
+      const int tau = version[s] - forward_version.at({s, a.microbatch});
+      if (tau > 0) {
+        torch::NoGradGuard no_grad;
+        auto& u = corrected[s];
+        if (u.empty()) u = cloneAll(params[s]);
+        for (std::size_t i = 0; i < u.size(); ++i) torch::sub_out(u[i], params[s][i].data(), velocity[s][i], tau);
+        swapped = &u;
       }
-      x.requires_grad_(true);
     }
-    torch::Tensor y = models::forwardRange(model, stages[s].first, stages[s].last, x);
-    if (program.isLastStage(s)) {
-      // Each micro-batch's mean loss scaled by 1/m: the gradients then sum to those of the
-      // whole mini-batch's mean loss, as in single-process training.
-      y = models::lossOf(model, y, data.labels(j)) / program.microbatches;
-      result.loss += y.item<double>();
-      result.has_loss = true;
+    if (swapped)
+      for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(params[s][i], (*swapped)[i]);
+    if (probe) probe(a, params[s]);
+    compute();
+    if (swapped)
+      for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(params[s][i], (*swapped)[i]);
+  }
+
+  torch::Tensor takeInput(const schedule::Program& p, const Action& a, const MicrobatchData& data, bool training) {
+    const int s = a.stage, j = a.microbatch;
+    if (p.isFirstStage(s)) return data.inputs(j);
+    const int q = p.stage_preds[s][0];
+    torch::Tensor x;
+    if (p.rankOf(q, j) == rank) {
+      x = live.at({q, j}).output.detach();
+      if (!training) live.erase({q, j});
+    } else {
+      const uint32_t tag = messageTag(false, q, s, j, p.num_stages, p.totalMicrobatches());
+      x = arrived.at(tag);
+      arrived.erase(tag);
+    }
+    if (training) x.requires_grad_(true);
+    return x;
+  }
+
+  void forward(const schedule::Program& p, const Action& a, const MicrobatchData& data,
+               const std::function<void(int, double)>& on_minibatch) {
+    const int s = a.stage, j = a.microbatch;
+    torch::Tensor x = takeInput(p, a, data, true);
+    torch::Tensor y;
+    withWeights(a, [&] { y = models::forwardRange(model, stages[s].first, stages[s].last, x); });
+    if (p.isLastStage(s)) {
+      torch::Tensor loss = models::lossOf(model, y, data.labels(j));
+      const int k = j / p.microbatches;
+      auto& [sum, count] = minibatch_loss[k];
+      sum += loss.item<double>();
+      if (++count == last_stage_forwards[k]) {
+        if (on_minibatch) on_minibatch(k, sum / count);
+        minibatch_loss.erase(k);
+      }
+      y = loss * loss_scale[j];
     }
     live[{s, j}] = Activation{x, y, {}, {}};
+  }
+
+  void evalForward(const schedule::Program& p, const Action& a, const MicrobatchData& data, EvalResult& result) {
+    const int s = a.stage, j = a.microbatch;
+    torch::Tensor y = models::forwardRange(model, stages[s].first, stages[s].last, takeInput(p, a, data, false));
+    if (!p.isLastStage(s)) {
+      live[{s, j}] = Activation{{}, y, {}, {}};
+      return;
+    }
+    const int64_t valid = data.valid_samples ? data.valid_samples(j) : y.size(0);
+    if (valid <= 0) return;
+    const torch::Tensor out = y.narrow(0, 0, valid), labels = data.labels(j).narrow(0, 0, valid);
+    result.loss_sum += models::lossOf(model, out, labels).item<double>() * labels.numel();
+    result.correct += out.argmax(-1).eq(labels).sum().item<int64_t>();
+    result.positions += labels.numel();
   }
 
   torch::Tensor outputGrad(const Action& a) {
@@ -126,7 +284,7 @@ struct PipelineExecutor::Impl {
       if (!consumer.output.defined()) live.erase({t, j});  // else its W is still to come
       return g;
     }
-    const uint32_t tag = messageTag(true, s, t, j, program.num_stages, program.microbatches);
+    const uint32_t tag = messageTag(true, s, t, j, program.num_stages, program.totalMicrobatches());
     torch::Tensor g = arrived.at(tag);
     arrived.erase(tag);
     return g;
@@ -136,26 +294,29 @@ struct PipelineExecutor::Impl {
     Activation& act = live.at({a.stage, a.microbatch});
     const torch::Tensor grad = outputGrad(a);
     const bool needs_input_grad = act.input.requires_grad();
-    if (a.type == ActionType::B) {
-      if (grad.defined()) act.output.backward(grad);
-      else act.output.backward();
-      if (needs_input_grad) act.input_grad = act.input.grad();
-      act.output.reset();
-    } else {  // I: input gradient now, keep the graph for W
-      act.output_grad = grad.defined() ? grad : torch::ones_like(act.output);
-      if (needs_input_grad)
-        act.input_grad = torch::autograd::grad({act.output}, {act.input}, {act.output_grad},
-                                               /*retain_graph=*/true)[0];
-    }
+    withWeights(a, [&] {
+      if (a.type == ActionType::B) {
+        if (grad.defined()) act.output.backward(grad);
+        else act.output.backward();
+        if (needs_input_grad) act.input_grad = act.input.grad();
+        act.output.reset();
+      } else {  // I: input gradient now, keep the graph for W
+        act.output_grad = grad.defined() ? grad : torch::ones_like(act.output);
+        if (needs_input_grad)
+          act.input_grad = torch::autograd::grad({act.output}, {act.input}, {act.output_grad},
+                                                 /*retain_graph=*/true)[0];
+      }
+    });
     finishIfDone(a.stage, a.microbatch);
   }
 
   void weightBackward(const Action& a) {
     Activation& act = live.at({a.stage, a.microbatch});
-    const auto params = model.parameters(stages[a.stage].first, stages[a.stage].last);
-    if (!params.empty())
-      torch::autograd::backward({act.output}, {act.output_grad}, /*retain_graph=*/false,
-                                /*create_graph=*/false, params);
+    if (!params[a.stage].empty())
+      withWeights(a, [&] {
+        torch::autograd::backward({act.output}, {act.output_grad}, /*retain_graph=*/false,
+                                  /*create_graph=*/false, params[a.stage]);
+      });
     act.output.reset();
     act.output_grad.reset();
     finishIfDone(a.stage, a.microbatch);
@@ -173,33 +334,127 @@ struct PipelineExecutor::Impl {
     live.erase({s, j});
   }
 
-  void send(const Action& a) {
+  void send(const schedule::Program& p, const Action& a, bool training) {
     const int s = a.stage, j = a.microbatch;
     Activation& act = live.at({s, j});
     torch::Tensor payload = a.type == ActionType::SEND_F ? act.output.detach() : act.input_grad;
     if (a.type == ActionType::SEND_B) {
       act.input_grad.reset();
       if (!act.output.defined()) live.erase({s, j});  // else W is still to come
+    } else if (!training) {
+      live.erase({s, j});
     }
-    auto op = transport.send(payload, program.rankOf(a.peer_stage, j), tagOf(a));
+    auto op = transport.send(payload, p.rankOf(a.peer_stage, j), tagOf(p, a));
     sends.push_back(InFlight{payload, std::move(op)});
   }
 
   void allReduce(int s) {
     std::vector<torch::Tensor> grads;
-    for (auto& p : model.parameters(stages[s].first, stages[s].last)) {
+    for (auto& p : params[s]) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       grads.push_back(p.grad());
     }
     transport.allReduceSum(grads, program.stage_ranks[s]);
   }
+
+  // Creates the stage's next version: stashes the old one if a later action reads it,
+  // rescales the gradients to the mean of the micro-batches combined, applies T1's rate
+  // and T2's velocity, steps through the untracked aliases and clears the gradients.
+  void step(const Action& a, int position) {
+    const int s = a.stage;
+    torch::NoGradGuard no_grad;
+    if (stash_at_step[position]) {
+      stash[s][version[s]] = cloneAll(params[s]);
+      peak_versions[s] = std::max(peak_versions[s], 1 + static_cast<int>(stash[s].size()));
+    }
+    const double factor = grad_factor.at({s, a.version});
+    auto& opt = *optimizers.at(s);
+    if (latest && corrections.lr_warmup)
+      opt.param_groups()[0].options().set_lr(
+          base_lr[s] * schedule::learningRateScale(stage_delay[s], steps_taken[s], corrections.warmup_steps));
+    const bool correct = latest && corrections.discrepancy;
+    const double gamma = schedule::correctionDecay(corrections.decay, stage_delay[s]);
+    auto& delta = velocity[s];
+    if (correct && delta.empty())
+      for (const auto& p : params[s]) delta.push_back(torch::zeros_like(p.detach()));
+    for (std::size_t i = 0; i < params[s].size(); ++i) {
+      torch::Tensor g = params[s][i].grad();
+      if (g.defined() && factor != 1.0) g.mul_(factor);
+      aliases[s][i].mutable_grad() = g;
+      if (correct) delta[i].mul_(gamma).sub_(params[s][i].data(), 1 - gamma);  // - (1 - gamma) w_t
+    }
+    opt.step();
+    for (std::size_t i = 0; i < params[s].size(); ++i) {
+      if (correct) delta[i].add_(params[s][i].data(), 1 - gamma);  // + (1 - gamma) w_{t+1}
+      if (params[s][i].grad().defined()) params[s][i].mutable_grad().zero_();
+      aliases[s][i].mutable_grad().reset();
+    }
+    version[s] = a.version;
+    ++steps_taken[s];
+  }
+
+  // Runs `p` (the training Program, or a forward-only one when `eval` is given).
+  RunResult execute(const schedule::Program& p, const MicrobatchData& data, Clock::time_point origin,
+                    const std::function<void(int, double)>& on_minibatch, EvalResult* eval) {
+    const auto& actions = p.ranks[rank];
+    for (auto& [s, v] : version) {
+      v = 0;  // the Program's version 0 is the weights as they are now
+      if (!stash[s].empty()) throw Error("internal: stashed versions left from the last run");
+    }
+    RunResult result;
+    auto seconds = [origin](Clock::time_point t) { return std::chrono::duration<double>(t - origin).count(); };
+    std::size_t next_retirement = 0;
+    int posted = 0;
+    for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+      for (; posted < static_cast<int>(actions.size()) && posted <= i + kReceiveLookahead; ++posted) {
+        const Action& ahead = actions[posted];
+        if (ahead.type == ActionType::RECV_F || ahead.type == ActionType::RECV_B) postReceive(p, ahead);
+      }
+      const Action& a = actions[i];
+      const auto start = Clock::now();
+      switch (a.type) {
+        case ActionType::RECV_F:
+        case ActionType::RECV_B:
+          arrived[tagOf(p, a)] = takeReceived(p, a);
+          result.wait_seconds += seconds(Clock::now()) - seconds(start);
+          continue;  // waiting is idle time, not an action
+        case ActionType::SEND_F:
+        case ActionType::SEND_B:
+          send(p, a, eval == nullptr);
+          continue;
+        case ActionType::F:
+          if (eval) evalForward(p, a, data, *eval);
+          else forward(p, a, data, on_minibatch);
+          break;
+        case ActionType::B:
+        case ActionType::I: backward(a); break;
+        case ActionType::W: weightBackward(a); break;
+        case ActionType::ALLREDUCE: allReduce(a.stage); break;
+        case ActionType::STEP: step(a, i); break;
+        default: break;
+      }
+      if (!eval) {
+        // A stashed version is dropped once nothing later reads it (the accounting's rule).
+        for (; next_retirement < retirements.size() && retirements[next_retirement].position <= i; ++next_retirement)
+          stash[retirements[next_retirement].stage].erase(retirements[next_retirement].version);
+        result.actions.push_back({a, seconds(start), seconds(Clock::now())});
+      }
+    }
+    const auto flush = Clock::now();
+    for (auto& s : sends) s.op->wait();
+    sends.clear();
+    result.wait_seconds += seconds(Clock::now()) - seconds(flush);
+    if (!live.empty() || !received.empty() || !arrived.empty())
+      throw Error("rank " + std::to_string(rank) + ": the schedule left " + std::to_string(live.size()) +
+                  " activations and " + std::to_string(received.size() + arrived.size()) + " messages unused");
+    return result;
+  }
 };
 
 PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                                    std::vector<StageLayers> stages, int64_t microbatch_size, Transport& transport,
-                                   const OptimizerFactory& make_optimizer)
-    : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), transport)) {
-  if (program.minibatches != 1) throw Error("the runtime runs one mini-batch per Program");
+                                   const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections)
+    : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), transport, corrections)) {
   if (static_cast<int>(impl_->stages.size()) != program.num_stages)
     throw Error("the plan has " + std::to_string(impl_->stages.size()) + " stages, the schedule " +
                 std::to_string(program.num_stages));
@@ -219,65 +474,53 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
       output_shapes_.push_back(x.sizes().vec());
     }
   }
-  impl_->shapes = output_shapes_;
+  Impl& m = *impl_;
+  m.shapes = output_shapes_;
   my_stages_ = program.stagesOfRank(rank);
-  for (int s : my_stages_)
-    impl_->optimizers[s] = make_optimizer(model.parameters(impl_->stages[s].first, impl_->stages[s].last));
+  for (int s : my_stages_) {
+    m.params[s] = model.parameters(m.stages[s].first, m.stages[s].last);
+    for (const auto& p : m.params[s]) m.aliases[s].push_back(p.data().set_requires_grad(true));
+    m.optimizers[s] = make_optimizer(m.aliases[s]);
+    m.base_lr[s] = m.optimizers[s]->param_groups().empty() ? 0.0 : m.optimizers[s]->param_groups()[0].options().get_lr();
+    m.version[s] = 0;
+    m.peak_versions[s] = 1;
+  }
+  m.deriveFacts();
 }
 
 PipelineExecutor::~PipelineExecutor() = default;
 
+RunResult PipelineExecutor::run(const MicrobatchData& data, Clock::time_point origin,
+                                const std::function<void(int, double)>& on_minibatch) {
+  return impl_->execute(impl_->program, data, origin, on_minibatch, nullptr);
+}
+
+EvalResult PipelineExecutor::evaluate(const schedule::Program& forward_only, const MicrobatchData& data) {
+  torch::NoGradGuard no_grad;
+  EvalResult result;
+  impl_->execute(forward_only, data, Clock::now(), {}, &result);
+  return result;
+}
+
+void PipelineExecutor::setWeightProbe(WeightProbe probe) { impl_->probe = std::move(probe); }
+
 std::vector<torch::Tensor> PipelineExecutor::parameters() const {
   std::vector<torch::Tensor> out;
-  for (int s : my_stages_)
-    for (auto& p : impl_->model.parameters(impl_->stages[s].first, impl_->stages[s].last)) out.push_back(p);
+  for (int s : my_stages_) out.insert(out.end(), impl_->params[s].begin(), impl_->params[s].end());
   return out;
 }
 
-MinibatchResult PipelineExecutor::runMinibatch(const MicrobatchData& data, Clock::time_point origin) {
-  Impl& m = *impl_;
-  const auto& actions = m.program.ranks[m.rank];
-  MinibatchResult result;
-  auto seconds = [origin](Clock::time_point t) { return std::chrono::duration<double>(t - origin).count(); };
-  int posted = 0;
-  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
-    for (; posted < static_cast<int>(actions.size()) && posted <= i + kReceiveLookahead; ++posted) {
-      const Action& ahead = actions[posted];
-      if (ahead.type == ActionType::RECV_F || ahead.type == ActionType::RECV_B) m.postReceive(ahead);
-    }
-    const Action& a = actions[i];
-    const auto start = Clock::now();
-    switch (a.type) {
-      case ActionType::RECV_F:
-      case ActionType::RECV_B:
-        m.arrived[m.tagOf(a)] = m.takeReceived(a);
-        result.wait_seconds += seconds(Clock::now()) - seconds(start);
-        continue;  // waiting is idle time, not an action
-      case ActionType::SEND_F:
-      case ActionType::SEND_B:
-        m.send(a);
-        continue;
-      case ActionType::F: m.forward(a, data, result); break;
-      case ActionType::B:
-      case ActionType::I: m.backward(a); break;
-      case ActionType::W: m.weightBackward(a); break;
-      case ActionType::ALLREDUCE: m.allReduce(a.stage); break;
-      case ActionType::STEP:
-        m.optimizers.at(a.stage)->step();
-        m.optimizers.at(a.stage)->zero_grad();
-        break;
-      default: break;
-    }
-    result.actions.push_back({a, seconds(start), seconds(Clock::now())});
+std::vector<StageWeights> PipelineExecutor::weights() const {
+  std::vector<StageWeights> out;
+  for (int s : my_stages_) {
+    StageWeights w;
+    w.stage = s;
+    w.peak_versions = impl_->peak_versions[s];
+    w.extra_buffers = static_cast<int>(!impl_->velocity[s].empty()) + static_cast<int>(!impl_->corrected[s].empty());
+    for (const auto& p : impl_->params[s]) w.param_bytes += p.numel() * p.element_size();
+    out.push_back(w);
   }
-  const auto flush = Clock::now();
-  for (auto& s : m.sends) s.op->wait();
-  m.sends.clear();
-  result.wait_seconds += seconds(Clock::now()) - seconds(flush);
-  if (!m.live.empty() || !m.received.empty() || !m.arrived.empty())
-    throw Error("rank " + std::to_string(m.rank) + ": the schedule left " + std::to_string(m.live.size()) +
-                " activations and " + std::to_string(m.received.size() + m.arrived.size()) + " messages unused");
-  return result;
+  return out;
 }
 
 }  // namespace pipetrain::runtime

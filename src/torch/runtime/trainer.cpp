@@ -3,19 +3,17 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <mutex>
 
-#include "pipetrain/plan/partition.h"
-#include "pipetrain/schedule/program_check.h"
-#include "pipetrain/schedule/schedules.h"
-#include "pipetrain/torch/profiler.h"
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
 namespace {
-
-// Tag for the split rank 0 sends to everyone before training: above every message tag.
-constexpr uint32_t kSplitTag = 0x7ffffff0u;
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, std::vector<torch::Tensor> params) {
   if (c.optimizer == "adam") return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(c.lr));
@@ -36,32 +34,10 @@ int64_t peakResidentBytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-// Rank 0 measures layer costs and splits the chain; the others receive its answer, so a
-// noisy measurement can never give two ranks different splits.
-std::vector<int> agreeOnSplit(const TrainConfig& c, models::Model& model, int stages, Transport& t) {
-  std::vector<int> bounds = c.stage_bounds;
-  if (bounds.empty() && t.rank() == 0) {
-    // Costs at the real micro-batch size: at batch size 1 they were too far from the
-    // real ones (a 39% bubble on the first of two CNN stages).
-    profiler::ProfileOptions quick;
-    quick.warmup = 1;
-    quick.repeats = 3;
-    const graph::LayerGraph profile = profiler::profileModel(model, c.microbatch_size, quick);
-    std::vector<double> costs;
-    for (const auto& l : profile.layers()) costs.push_back(l.forward_seconds + l.backwardSeconds());
-    bounds = plan::balancedChainSplit(costs, stages);
-  }
-  if (!c.stage_bounds.empty() || t.worldSize() == 1) return bounds;
-  torch::Tensor wire = torch::zeros({stages + 1}, torch::kLong);
-  if (t.rank() == 0) {
-    for (int i = 0; i <= stages; ++i) wire[i] = bounds[i];
-    for (int r = 1; r < t.worldSize(); ++r) t.send(wire, r, kSplitTag)->wait();
-    return bounds;
-  }
-  t.recv(wire, 0, kSplitTag)->wait();
-  bounds.clear();
-  for (int i = 0; i <= stages; ++i) bounds.push_back(static_cast<int>(wire[i].item<int64_t>()));
-  return bounds;
+std::vector<torch::Tensor> cloneTensors(const std::vector<torch::Tensor>& tensors) {
+  std::vector<torch::Tensor> out;
+  for (const auto& t : tensors) out.push_back(t.detach().clone());
+  return out;
 }
 
 std::vector<int> allRanks(const Transport& t) {
@@ -83,131 +59,157 @@ int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
   return v[0][0].item<int64_t>() / v[0][1].item<int64_t>();
 }
 
-// Forward-only pass over the test set, stage by stage in increasing order on every rank
-// (a global order, so no deadlock); the last stage counts correct predictions.
-double evaluate(const TrainConfig& c, models::Model& model, const schedule::Program& program,
-                const std::vector<StageLayers>& stages, const std::vector<std::vector<int64_t>>& shapes,
-                Transport& t) {
-  torch::NoGradGuard no_grad;
+// The plan against the model and the job: every layer in one stage, stages that are runs
+// of the model's layers in order, one rank per device. Memory is the runtime's to
+// report, not to check here. Returns the validated one-mini-batch Program.
+schedule::Program checkPlan(const TrainConfig& c, int world_size, const models::Model& model) {
+  const plan::Plan& p = c.plan;
+  const std::vector<std::string> ranks = plan::rankDevices(p);
+  std::vector<cluster::Device> devices;
+  for (const auto& name : ranks) {
+    const bool seen = std::any_of(devices.begin(), devices.end(), [&](const cluster::Device& d) { return d.name == name; });
+    if (!seen) devices.push_back({name, "cpu", 1.0, std::numeric_limits<int64_t>::max()});
+  }
+  if (static_cast<int>(devices.size()) != world_size)
+    throw Error("the plan uses " + std::to_string(devices.size()) + " devices, but the job has " +
+                std::to_string(world_size) + " ranks (--nproc or WORLD_SIZE)");
+  const int n = static_cast<int>(devices.size());
+  const cluster::ClusterSpec cluster(devices, {{"network", n, std::numeric_limits<double>::infinity(), 0.0}}, {},
+                                     "the job's ranks");
+  const graph::LayerGraph graph = model.layerGraph();
+  plan::validate(p, graph, cluster, "plan");
+  stageLayers(p, model);
+  return plan::programForPlan(p, plan::stageDag(p, graph), 1);
+}
+
+// Inference mode for some layers (BatchNorm uses its running statistics), and back to
+// training mode on the way out.
+struct EvalMode {
+  std::vector<torch::nn::AnyModule> modules;
+  EvalMode(models::Model& model, const std::vector<StageLayers>& stages, const std::vector<int>& mine) {
+    for (int s : mine)
+      for (int l = stages[s].first; l < stages[s].last; ++l) {
+        modules.push_back(model.layers[l].module);
+        model.layers[l].module.ptr()->eval();
+      }
+  }
+  ~EvalMode() {
+    for (auto& m : modules) m.ptr()->train();
+  }
+};
+
+// Test accuracy and mean loss: the test set in rounds of m micro-batches, each round the
+// plan's forward-only Program (test batches travel through the same stages and replicas
+// as training's). Returns {accuracy, loss} on last-stage ranks, {-1, -1} elsewhere.
+std::pair<double, double> evaluate(const TrainConfig& c, models::Model& model, PipelineExecutor& executor,
+                                   const schedule::Program& forward_only, const std::vector<StageLayers>& stages,
+                                   Transport& t) {
   data::DataOptions options = c.data;
   options.split = "test";
-  const auto mine = program.stagesOfRank(t.rank());
-  // Inference mode for the rank's layers (BatchNorm uses its running statistics), and
-  // back to training mode on the way out.
-  struct EvalMode {
-    std::vector<torch::nn::AnyModule> modules;
-    ~EvalMode() {
-      for (auto& m : modules) m.ptr()->train();
-    }
-  } eval_mode;
-  for (int s : mine)
-    for (int l = stages[s].first; l < stages[s].last; ++l) {
-      eval_mode.modules.push_back(model.layers[l].module);
-      model.layers[l].module.ptr()->eval();
-    }
-  const bool has_first = program.isFirstStage(mine.front());
-  const bool has_last = program.isLastStage(mine.back());
+  const auto mine = executor.stagesOfRank();
+  EvalMode eval_mode(model, stages, mine);
+  const bool has_first = forward_only.isFirstStage(mine.front());
+  const bool has_last = forward_only.isLastStage(mine.back());
   std::unique_ptr<data::Dataset> test;
   if (has_first || has_last) test = data::openDataset(options, model.input);
-  const int64_t b = c.microbatch_size;
+  const int64_t b = c.plan.microbatch_size, m = forward_only.microbatches;
   const int64_t total = agreeOnSize(t, test.get());
-  int64_t correct = 0;
-  for (int64_t start = 0; start < total; start += b) {
-    std::vector<int64_t> idx;
-    for (int64_t i = start; i < start + b; ++i) idx.push_back(std::min(i, total - 1));  // pad the last batch
-    // The test batch travels like micro-batch `slot`: through that slot's replicas.
-    const int slot = static_cast<int>((start / b) % program.microbatches);
-    torch::Tensor x;
-    for (int s : mine) {
-      if (program.rankOf(s, slot) != t.rank()) continue;
-      if (program.isFirstStage(s)) {
-        x = test->get(idx).inputs;
-      } else {
-        const int q = program.stage_preds[s][0];
-        if (program.rankOf(q, slot) != t.rank()) {
-          x = torch::empty(shapes[q]);
-          t.recv(x, program.rankOf(q, slot), messageTag(false, q, s, slot, program.num_stages, program.microbatches))
-              ->wait();
-        }
-      }
-      x = models::forwardRange(model, stages[s].first, stages[s].last, x);
-      if (program.isLastStage(s)) {
-        torch::Tensor labels = test->labels(idx);
-        torch::Tensor hits = x.argmax(-1).eq(labels);  // (b) or (b, T)
-        const int64_t valid = std::min<int64_t>(b, total - start);
-        correct += hits.narrow(0, 0, valid).sum().item<int64_t>();
-      } else {
-        const int next = program.stage_succs[s][0];
-        if (program.rankOf(next, slot) != t.rank())
-          t.send(x, program.rankOf(next, slot),
-                 messageTag(false, s, next, slot, program.num_stages, program.microbatches))
-              ->wait();
-      }
-    }
+  EvalResult sum;
+  for (int64_t round = 0; round * m * b < total; ++round) {
+    auto indices = [&](int j) {
+      std::vector<int64_t> idx;
+      const int64_t start = (round * m + j) * b;
+      for (int64_t i = start; i < start + b; ++i) idx.push_back(std::min(i, total - 1));  // pad the last batch
+      return idx;
+    };
+    MicrobatchData feed{[&](int j) { return test->get(indices(j)).inputs; },
+                        [&](int j) { return test->labels(indices(j)); },
+                        [&](int j) { return std::clamp<int64_t>(total - (round * m + j) * b, 0, b); }};
+    const EvalResult r = executor.evaluate(forward_only, feed);
+    sum.loss_sum += r.loss_sum;
+    sum.correct += r.correct;
+    sum.positions += r.positions;
   }
-  // Replicas of the last stage each counted their own slots.
-  std::vector<torch::Tensor> hits{torch::full({1}, correct, torch::kLong)};
-  t.allReduceSum(hits, allRanks(t));
-  correct = hits[0].item<int64_t>();
-  if (!has_last) return -1;
-  const int64_t per_sample = model.input.kind == models::InputKind::kTokens ? model.input.sample_shape[0] : 1;
-  return static_cast<double>(correct) / (total * per_sample);
+  // Replicas of the last stage each scored their own micro-batches.
+  std::vector<torch::Tensor> totals{torch::tensor({sum.loss_sum, static_cast<double>(sum.correct),
+                                                   static_cast<double>(sum.positions)},
+                                                  torch::kDouble)};
+  t.allReduceSum(totals, allRanks(t));
+  if (!has_last) return {-1, -1};
+  const double positions = totals[0][2].item<double>();
+  return {totals[0][1].item<double>() / positions, totals[0][0].item<double>() / positions};
+}
+
+// The actions of the run's final mini-batch: from the first action that touches one of
+// its micro-batches to the end.
+std::vector<trace::TimedAction> finalMinibatch(std::vector<trace::TimedAction> actions, int first_microbatch) {
+  auto it = std::find_if(actions.begin(), actions.end(),
+                         [&](const trace::TimedAction& a) { return a.action.microbatch >= first_microbatch; });
+  return {it, actions.end()};
 }
 
 }  // namespace
 
+std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model& model) {
+  std::vector<StageLayers> out;
+  int next = 0;
+  for (int s = 0; s < plan.numStages(); ++s) {
+    const auto& layers = plan.stages[s].layers;
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      if (next + static_cast<int>(i) >= static_cast<int>(model.layers.size()) ||
+          model.layers[next + i].name != layers[i])
+        throw Error("plan: stage " + std::to_string(s) + " must be the next run of the model's layers in order; layer '" +
+                    layers[i] + "' is out of place");
+    out.push_back({next, next + static_cast<int>(layers.size())});
+    next = out.back().last;
+  }
+  if (next != static_cast<int>(model.layers.size()))
+    throw Error("plan: the stages cover " + std::to_string(next) + " of the model's " +
+                std::to_string(model.layers.size()) + " layers");
+  return out;
+}
+
+LatestWeightCorrections correctionsOf(const plan::ScheduleOptions& s) {
+  return {s.pipemare_lr_warmup, s.pipemare_warmup_steps, s.pipemare_correction, s.pipemare_decay};
+}
+
 schedule::Program checkConfig(const TrainConfig& c, int world_size) {
-  schedule::checkScheduleName(c.schedule);
-  if (schedule::isAsynchronous(c.schedule))
-    throw Error("schedule \"" + c.schedule + "\" is asynchronous; the runtime trains with the synchronous schedules "
-                "(gpipe, 1f1b, interleaved, zb-h1) so far");
-  if (c.microbatches < 1) throw Error("--microbatches must be at least 1");
-  if (c.microbatch_size < 1) throw Error("--microbatch-size must be at least 1");
   if (c.epochs < 1) throw Error("--epochs must be at least 1");
   if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
   if (c.lr <= 0) throw Error("--lr must be positive");
-  int stages = world_size * (c.schedule == "interleaved" ? c.chunks : 1);
-  if (!c.stage_replicas.empty()) {
-    int ranks = 0;
-    for (int r : c.stage_replicas) {
-      if (r < 1) throw Error("every stage needs at least one replica");
-      ranks += r;
-    }
-    if (ranks != world_size)
-      throw Error("the plan's stages have " + std::to_string(ranks) + " replicas in all, but the job has " +
-                  std::to_string(world_size) + " ranks");
-    if (c.schedule == "interleaved") throw Error("interleaved stages cannot have replicas");
-    stages = static_cast<int>(c.stage_replicas.size());
-  }
-  if (!c.stage_bounds.empty() && static_cast<int>(c.stage_bounds.size()) != stages + 1)
-    throw Error("the plan has " + std::to_string(c.stage_bounds.size() - 1) + " stages but " +
-                std::to_string(world_size) + " ranks run " + std::to_string(stages));
-  // The schedule must accept these numbers (e.g. interleaved: m divisible by ranks).
-  const int chunks = c.schedule == "interleaved" ? c.chunks : 1;
-  schedule::ScheduleSpec spec{c.schedule, c.microbatches, 1, chunks, false};
-  schedule::Program program = schedule::buildProgram(spec, schedule::chainDag(stages), c.stage_replicas);
-  schedule::validate(program);
-  return program;
+  return checkPlan(c, world_size, buildModelExclusively(c));
 }
 
-RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<void(const Progress&)>& on_progress) {
-  const schedule::Program program = checkConfig(c, t.worldSize());
-  const int num_stages = program.num_stages;
+RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<void(const Progress&)>& on_progress,
+                     const PipelineExecutor::WeightProbe& probe) {
   if (c.threads > 0) at::set_num_threads(c.threads);
+  checkConfig(c, t.worldSize());
   models::Model model = buildModelExclusively(c);
-  if (!c.stage_bounds.empty() && c.stage_bounds.back() != static_cast<int>(model.layers.size()))
-    throw Error("the plan's stages cover " + std::to_string(c.stage_bounds.back()) + " layers, model \"" + c.model +
-                "\" has " + std::to_string(model.layers.size()));
+  const std::vector<StageLayers> stages = stageLayers(c.plan, model);
+  const schedule::StageDag dag = schedule::chainDag(c.plan.numStages());
+  const schedule::Program one = plan::programForPlan(c.plan, dag, 1);
+  const std::vector<int> mine = one.stagesOfRank(t.rank());
 
   RankResult result;
   result.rank = t.rank();
-  result.stage_bounds = agreeOnSplit(c, model, num_stages, t);
-  std::vector<StageLayers> stages;
-  for (int s = 0; s < num_stages; ++s) stages.push_back({result.stage_bounds[s], result.stage_bounds[s + 1]});
+  result.stages = mine;
+  const bool first = one.isFirstStage(mine.front());
+  result.last_stage = one.isLastStage(mine.back());
+  std::unique_ptr<data::Dataset> train;
+  if (first || result.last_stage) train = data::openDataset(c.data, model.input);
+  const int64_t size = agreeOnSize(t, train.get());
+  const int64_t b = c.plan.microbatch_size;
+  const int m = c.plan.microbatches;
+  int64_t steps = data::SampleOrder(size, c.seed, 0).minibatchesPerEpoch(b, m);
+  if (c.max_steps_per_epoch >= 0) steps = std::min(steps, c.max_steps_per_epoch);
+  if (steps == 0) throw Error("the dataset has fewer samples than one mini-batch");
 
-  PipelineExecutor executor(program, t.rank(), model, stages, c.microbatch_size, t,
-                            [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); });
-  result.stages = executor.stagesOfRank();
+  const schedule::Program program = plan::programForPlan(c.plan, dag, static_cast<int>(steps));
+  const schedule::Program forward_only = schedule::forwardOnly(one);
+  PipelineExecutor executor(program, t.rank(), model, stages, b, t,
+                            [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); },
+                            correctionsOf(c.plan.schedule));
+  if (probe) executor.setWeightProbe(probe);
   for (const auto& shape : executor.stageOutputShapes())
     result.stage_output_bytes.push_back(4 * c10::multiply_integers(shape));
   for (const auto& stage : stages) {
@@ -215,40 +217,42 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     for (const auto& p : model.parameters(stage.first, stage.last)) bytes += p.numel() * p.element_size();
     result.stage_param_bytes.push_back(bytes);
   }
-  const bool first = program.isFirstStage(result.stages.front());
-  result.last_stage = program.isLastStage(result.stages.back());
-
-  std::unique_ptr<data::Dataset> train;
-  if (first || result.last_stage) train = data::openDataset(c.data, model.input);
-  const int64_t size = agreeOnSize(t, train.get());
 
   t.barrier();
   const Clock::time_point origin = Clock::now();
+  auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
     const data::SampleOrder order(size, c.seed, epoch);
-    int64_t steps = order.minibatchesPerEpoch(c.microbatch_size, c.microbatches);
-    if (c.max_steps_per_epoch >= 0) steps = std::min(steps, c.max_steps_per_epoch);
-    if (steps == 0) throw Error("the dataset has fewer samples than one mini-batch");
-    for (int64_t k = 0; k < steps; ++k) {
-      auto indices = [&](int j) { return order.microbatch(k, j, c.microbatch_size, c.microbatches); };
-      MicrobatchData feed{[&](int j) { return train->get(indices(j)).inputs; },
-                          [&](int j) { return train->labels(indices(j)); }};
-      const auto start = Clock::now();
-      MinibatchResult r = executor.runMinibatch(feed, origin);
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      result.train_seconds += elapsed;
-      for (const auto& a : r.actions) result.busy_seconds += a.end - a.start;
-      result.wait_seconds += r.wait_seconds;
-      result.samples += c.microbatch_size * c.microbatches;
-      if (r.has_loss) result.final_loss = r.loss;
-      result.last_step = std::move(r.actions);
+    auto indices = [&](int j) { return order.microbatch(j / m, j % m, b, m); };
+    MicrobatchData feed{[&](int j) { return train->get(indices(j)).inputs; },
+                        [&](int j) { return train->labels(indices(j)); }, {}};
+    const auto start = Clock::now();
+    const double seconds_before = result.train_seconds;
+    RunResult r = executor.run(feed, origin, [&](int k, double loss) {
+      result.final_loss = loss;
       if (on_progress)
-        on_progress({epoch, k + 1, steps, result.final_loss, result.samples / std::max(result.train_seconds, 1e-9)});
-    }
-    if (c.evaluate) result.test_accuracy = evaluate(c, model, program, stages, executor.stageOutputShapes(), t);
+        on_progress({epoch, k + 1, steps, loss,
+                     (result.samples + (k + 1) * m * b) / std::max(seconds_before + since(start), 1e-9)});
+    });
+    result.train_seconds += since(start);
+    for (const auto& a : r.actions) result.busy_seconds += a.end - a.start;
+    result.wait_seconds += r.wait_seconds;
+    result.samples += steps * m * b;
+    result.last_step = finalMinibatch(std::move(r.actions), static_cast<int>((steps - 1) * m));
+    if (!c.evaluate) continue;
+    const auto [accuracy, loss] = evaluate(c, model, executor, forward_only, stages, t);
+    result.test_accuracy = accuracy;
+    result.test_loss = loss;
+    if (result.last_stage)
+      result.history.push_back({epoch + 1, result.samples, result.train_seconds, since(origin), accuracy, loss});
   }
   result.peak_memory_bytes = peakResidentBytes();
   result.parameters = executor.parameters();
+  result.weight_bytes = 0;
+  for (const StageWeights& w : executor.weights()) {
+    result.weight_versions = std::max(result.weight_versions, w.peak_versions);
+    result.weight_bytes += w.param_bytes * (w.peak_versions + w.extra_buffers);
+  }
   return result;
 }
 
@@ -257,10 +261,12 @@ models::Model trainReference(const TrainConfig& c) {
   auto optimizer = makeOptimizer(c, model.parameters(0, static_cast<int>(model.layers.size())));
   auto train = data::openDataset(c.data, model.input);
   const data::SampleOrder order(train->size(), c.seed, 0);
+  const int64_t b = c.plan.microbatch_size;
+  const int m = c.plan.microbatches;
   for (int64_t k = 0; k < c.max_steps_per_epoch; ++k) {
     std::vector<int64_t> idx;
-    for (int j = 0; j < c.microbatches; ++j) {
-      const auto mb = order.microbatch(k, j, c.microbatch_size, c.microbatches);
+    for (int j = 0; j < m; ++j) {
+      const auto mb = order.microbatch(k, j, b, m);
       idx.insert(idx.end(), mb.begin(), mb.end());
     }
     const data::Batch batch = train->get(idx);
@@ -269,6 +275,81 @@ models::Model trainReference(const TrainConfig& c) {
     models::lossOf(model, out, batch.labels).backward();
     optimizer->step();
   }
+  return model;
+}
+
+models::Model trainStalenessReference(const TrainConfig& c) {
+  using schedule::Action;
+  using schedule::ActionType;
+  models::Model model = buildModelExclusively(c);
+  const std::vector<StageLayers> stages = stageLayers(c.plan, model);
+  const int ns = c.plan.numStages();
+  const schedule::Program program =
+      plan::programForPlan(c.plan, schedule::chainDag(ns), static_cast<int>(c.max_steps_per_epoch));
+  const int total = program.totalMicrobatches(), m = program.microbatches;
+
+  // Per stage and micro-batch: the versions its F and B read, the STEP that combines its
+  // gradient; per STEP, how many micro-batches it combines.
+  std::vector<std::vector<int>> read_f(ns, std::vector<int>(total, 0)), read_b = read_f,
+                                step_of(ns, std::vector<int>(total, -1));
+  std::vector<std::map<int, int>> combined(ns);
+  for (const auto& actions : program.ranks) {
+    std::map<int, std::vector<int>> pending;
+    for (const Action& a : actions) {
+      if (a.type == ActionType::F) read_f[a.stage][a.microbatch] = a.version;
+      if (a.type == ActionType::B || a.type == ActionType::I) read_b[a.stage][a.microbatch] = a.version;
+      if (a.type == ActionType::B || a.type == ActionType::W) pending[a.stage].push_back(a.microbatch);
+      if (a.type != ActionType::STEP) continue;
+      for (int j : pending[a.stage]) step_of[a.stage][j] = a.version;
+      combined[a.stage][a.version] += static_cast<int>(pending[a.stage].size());
+      pending[a.stage].clear();
+    }
+  }
+  const bool latest = program.backward_weights == schedule::BackwardWeights::kLatest;
+  const LatestWeightCorrections corrections = correctionsOf(c.plan.schedule);
+  const std::vector<int> delays = schedule::stageDelays(program);
+
+  std::vector<std::vector<torch::Tensor>> params(ns);
+  std::vector<std::vector<std::vector<torch::Tensor>>> versions(ns);
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+  std::vector<std::map<int, int>> arrived(ns);
+  for (int s = 0; s < ns; ++s) {
+    params[s] = model.parameters(stages[s].first, stages[s].last);
+    versions[s].push_back(cloneTensors(params[s]));
+    optimizers.push_back(makeOptimizer(c, params[s]));
+  }
+  auto load = [&](int s, int v) {
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params[s].size(); ++i) params[s][i].data().copy_(versions[s].at(v)[i]);
+  };
+
+  auto train = data::openDataset(c.data, model.input);
+  const data::SampleOrder order(train->size(), c.seed, 0);
+  for (int j = 0; j < total; ++j) {
+    const data::Batch batch = train->get(order.microbatch(j / m, j % m, c.plan.microbatch_size, m));
+    for (int s = 0; s < ns; ++s) load(s, read_f[s][j]);
+    torch::Tensor out = models::forwardRange(model, 0, static_cast<int>(model.layers.size()), batch.inputs);
+    const double scale = 1.0 / combined[ns - 1].at(step_of[ns - 1][j]);
+    torch::Tensor loss = models::lossOf(model, out, batch.labels) * scale;
+    for (int s = 0; s < ns; ++s) load(s, read_b[s][j]);
+    loss.backward();
+    for (int s = 0; s < ns; ++s) {
+      const int v = step_of[s][j];
+      if (++arrived[s][v] < combined[s].at(v)) continue;
+      load(s, static_cast<int>(versions[s].size()) - 1);
+      const double factor = 1.0 / (scale * combined[s].at(v));
+      torch::NoGradGuard no_grad;
+      for (auto& p : params[s])
+        if (p.grad().defined() && factor != 1.0) p.grad().mul_(factor);
+      if (latest && corrections.lr_warmup)
+        optimizers[s]->param_groups()[0].options().set_lr(
+            c.lr * schedule::learningRateScale(delays[s], v - 1, corrections.warmup_steps));
+      optimizers[s]->step();
+      optimizers[s]->zero_grad();
+      versions[s].push_back(cloneTensors(params[s]));
+    }
+  }
+  for (int s = 0; s < ns; ++s) load(s, static_cast<int>(versions[s].size()) - 1);
   return model;
 }
 

@@ -139,19 +139,43 @@ TEST(Schedules, BadNumbersAreRefusedClearly) {
   }
 }
 
-TEST(Schedules, ReplicationSplitsMicrobatchesAndAllReducesBeforeStep) {
+TEST(Schedules, ReplicasRunTheirOwnWarmupAndAllReduceBeforeStep) {
   ScheduleSpec spec;
   spec.name = "1f1b";
   spec.microbatches = 4;
   const Program p = buildProgram(spec, chainDag(2), {2, 1});
   ASSERT_EQ(p.numRanks(), 3);
   EXPECT_EQ(p.stage_ranks[0], (std::vector<int>{0, 1}));
-  EXPECT_EQ(computeText(p, 0), "0F0 0B0 0F2 0B2");
-  EXPECT_EQ(computeText(p, 1), "0F1 0B1 0F3 0B3");
+  // Each replica of stage 0 keeps the stage's warm-up depth (1) in its own micro-batches;
+  // filtering the unreplicated order would have left it none.
+  EXPECT_EQ(computeText(p, 0), "0F0 0F2 0B0 0B2");
+  EXPECT_EQ(computeText(p, 1), "0F1 0F3 0B1 0B3");
   EXPECT_EQ(toString(p.ranks[0][p.ranks[0].size() - 2]), "0ALLREDUCE");
   validate(p);
+}
+
+TEST(Schedules, PipeDreamReplicasStepTogetherAfterEveryRound) {
+  // 1F1B-RR: replica k of stage 0 takes micro-batches k, k + 2, ...; after each backward
+  // pass both replicas all-reduce and step, so round i combines micro-batches 2i, 2i + 1.
+  ScheduleSpec spec;
   spec.name = "pipedream";
-  EXPECT_THROW(buildProgram(spec, chainDag(2), {2, 1}), Error);
+  spec.microbatches = 4;
+  spec.minibatches = 2;
+  const Program p = buildProgram(spec, chainDag(2), {2, 1});
+  validate(p);
+  std::string rank0;
+  for (const Action& a : p.ranks[0])
+    if (!isComm(a.type)) rank0 += (rank0.empty() ? "" : " ") + toString(a);
+  EXPECT_EQ(rank0,
+            "0F0v0 0F2v0 0B0v0 0ALLREDUCE 0STEPv1 0F4v1 0B2v0 0ALLREDUCE 0STEPv2 0F6v2 0B4v1 0ALLREDUCE 0STEPv3 "
+            "0B6v2 0ALLREDUCE 0STEPv4");
+  spec.vertical_sync = true;
+  const Program vs = buildProgram(spec, chainDag(2), {2, 1});
+  validate(vs);
+  // Stage 1 steps once per micro-batch, stage 0 once per two: micro-batch 4 read stage
+  // 0's version 1 (two micro-batches in), so it reads stage 1's version 2.
+  for (const Action& a : vs.ranks[2])
+    if (a.type == ActionType::F && a.microbatch == 4) EXPECT_EQ(a.version, 2);
 }
 
 TEST(Schedules, LoweringPairsEverySendWithAReceive) {

@@ -79,6 +79,42 @@ TEST(ClosedForm, InterleavedBubbleShrinksByChunks) {
   }
 }
 
+// p equal stages, each on `replicas` devices: every replica group is a pipeline over
+// m / replicas micro-batches, so the closed forms hold with m' = m / replicas.
+Report replicated(const std::string& name, int p, int m, int replicas) {
+  plan::ScheduleOptions options;
+  options.name = name;
+  auto u = uniformScenario(options, p * replicas, m, 1, 2, 0);
+  u.graph = graph::LayerGraph::uniformChain(p, 1, 2, 0);
+  u.plan.stages.clear();
+  for (int s = 0; s < p; ++s) {
+    plan::Stage st{{u.graph.layer(s).name}, {}};
+    for (int k = 0; k < replicas; ++k) st.devices.push_back(u.cluster.device(s * replicas + k).name);
+    u.plan.stages.push_back(st);
+  }
+  return evaluatePlan(u.graph, u.cluster, u.plan, 2).report;
+}
+
+TEST(ClosedForm, ReplicatedStagesDivideTheMicrobatches) {
+  const int p = 4, m = 16;
+  for (int c : {1, 2, 4}) {
+    SCOPED_TRACE("replicas " + std::to_string(c));
+    const int own = m / c;
+    for (const std::string name : {"gpipe", "1f1b"}) {
+      const Report r = replicated(name, p, m, c);
+      EXPECT_NEAR(r.iteration_time, (own + p - 1) * 3.0, 1e-9) << name;
+      EXPECT_NEAR(r.bubble_fraction, (p - 1.0) / (own + p - 1), 1e-9) << name;
+    }
+    for (const std::string name : {"pipedream", "2bw", "pipemare"}) {
+      const Report r = replicated(name, p, m, c);
+      EXPECT_NEAR(r.iteration_time, own * 3.0, 1e-9) << name;
+      EXPECT_NEAR(r.bubble_fraction, 0.0, 1e-9) << name;
+    }
+    const Report pipedream = replicated("pipedream", p, m, c);
+    for (int r = 0; r < p * c; ++r) EXPECT_EQ(pipedream.ranks[r].weight_versions, p - r / c) << "rank " << r;
+  }
+}
+
 TEST(ClosedForm, FlushingSchedulesRepeatExactlyPerMinibatch) {
   const Report one = uniform("1f1b", 4, 8, 1, 2, 0, 1, 1);
   const Report three = uniform("1f1b", 4, 8, 1, 2, 0, 1, 3);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "pipetrain/schedule/program_check.h"
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/sim/evaluate.h"
 
 namespace pipetrain::sim {
@@ -109,7 +110,7 @@ TEST(Simulator, LargePipelineSimulates) {
   plan::ScheduleOptions options;
   auto u = uniformScenario(options, 64, 1024, 1, 2, 0);
   const CostModel costs(u.graph, u.cluster, u.plan);
-  const schedule::Program program = programForPlan(u.plan, costs, 1);
+  const schedule::Program program = plan::programForPlan(u.plan, costs.dag(), 1);
   const trace::Timeline t = simulate(program, costs);
   EXPECT_NEAR(t.makespan(), (1024 + 63) * 3.0, 1e-6);
 }

@@ -1,0 +1,45 @@
+// The one path from a Plan to the Program it means. The simulator, the planner's
+// scoring, the launcher's checks and every training rank call programForPlan(); nothing
+// else builds a Program from a plan's fields.
+//
+// Ranks are numbered as the Program numbers them: stage by stage, replica by replica;
+// under a multi-chunk schedule (interleaved) rank r is the device of stage r.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/plan/plan.h"
+#include "pipetrain/schedule/program.h"
+#include "pipetrain/schedule/schedules.h"
+
+namespace pipetrain::plan {
+
+// The devices of the Program's ranks, in rank order (names from the plan).
+std::vector<std::string> rankDevices(const Plan& plan);
+
+// Data-parallel replicas per stage (1 each under a multi-chunk schedule).
+std::vector<int> stageReplicas(const Plan& plan);
+
+// The stage DAG of a plan over a graph. REQUIRES: validate(plan, graph, ...) passed.
+schedule::StageDag stageDag(const Plan& plan, const graph::LayerGraph& graph);
+
+// Generated, lowered and validated: the Program a plan means over `minibatches`
+// mini-batches. Throws Error if the schedule cannot use the plan's numbers.
+schedule::Program programForPlan(const Plan& plan, const schedule::StageDag& dag, int minibatches = 1);
+
+// Weight-sized buffers a rank holds per stage beyond the Program's versions, one
+// gradient buffer and optimizer state: PipeMare's discrepancy correction keeps the
+// velocity and builds the corrected weights of each backward pass in a second buffer.
+int extraWeightBuffers(const ScheduleOptions& options);
+
+// A chain plan over `layers` (in model order): stage s holds layers [bounds[s],
+// bounds[s+1]) and runs on `replicas[s]` devices (empty = one each), named `dev0`,
+// `dev1`, ... in rank order; under a multi-chunk schedule stage s runs on dev(s mod
+// stages/chunks). Throws Error on bounds that do not cover the layers in order.
+Plan chainPlan(const std::vector<std::string>& layers, const std::vector<int>& bounds,
+               const std::vector<int>& replicas, const ScheduleOptions& schedule, int64_t microbatch_size,
+               int microbatches);
+
+}  // namespace pipetrain::plan

@@ -1,0 +1,58 @@
+// What each schedule is, in one table: every property of a schedule that code outside
+// the generators needs (asynchronous or not, chunks, split backward, which weights a
+// backward pass reads, when STEP happens, whether stages may be replicated, and the
+// bounds the planner's memory model uses) is read from here, never from a string
+// comparison elsewhere. The exact footprint of a concrete Program is
+// schedule/program_memory.h; the bounds below are what a planner may assume before a
+// Program exists.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/schedule/program.h"
+
+namespace pipetrain::schedule {
+
+enum class ScheduleKind : uint8_t { kGpipe, k1F1B, kPipeDream, k2BW, kPipeMare, kInterleaved, kZbH1, kCount };
+constexpr int kNumSchedules = static_cast<int>(ScheduleKind::kCount);
+
+// When a stage steps its optimizer.
+enum class StepRule : uint8_t {
+  kPerMinibatch,   // after the gradients of a whole mini-batch (accumulated over m micro-batches)
+  kPerMicrobatch,  // after every backward pass (PipeDream): a replicated stage steps after
+                   // each round of one micro-batch per replica
+};
+
+struct ScheduleTraits {
+  ScheduleKind kind;
+  const char* name;
+  const char* summary;           // one line for help texts and docs
+  bool asynchronous;             // never flushes: training semantics differ from synchronous SGD
+  bool multi_chunk;              // a rank runs several stages (interleaved 1F1B)
+  bool split_backward;           // backward runs as I then W (zero bubble)
+  BackwardWeights backward_weights;
+  StepRule step_rule;
+  bool replicable;               // stages may have data-parallel replicas
+  bool all_forwards_first;       // GPipe: every micro-batch of a mini-batch is in flight at once
+  int fixed_weight_versions;     // versions a stage holds when fixed (1, or 2 for 2BW); 0 = grows
+                                 // with the micro-batches in flight (PipeDream's stash)
+};
+
+const ScheduleTraits& traits(ScheduleKind kind);
+// Throws Error listing the known names.
+const ScheduleTraits& traits(const std::string& name);
+ScheduleKind scheduleKind(const std::string& name);
+inline bool isAsynchronous(const std::string& name) { return traits(name).asynchronous; }
+const std::vector<std::string>& scheduleNames();
+void checkScheduleName(const std::string& name);
+
+// Planner bounds, derived from the table (the Program's accounting is exact):
+// micro-batches of activations the deepest stage of a `depth`-stage pipeline holds, and
+// weight copies besides optimizer state (versions, one gradient buffer, plus
+// `extra_weight_buffers`, e.g. PipeMare's velocity for discrepancy correction).
+int inflightMicrobatchesBound(ScheduleKind kind, int depth, int microbatches);
+double weightCopiesBound(ScheduleKind kind, int inflight, int extra_weight_buffers);
+
+}  // namespace pipetrain::schedule

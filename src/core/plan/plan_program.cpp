@@ -1,0 +1,88 @@
+#include "pipetrain/plan/plan_program.h"
+
+#include "pipetrain/schedule/program_check.h"
+#include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::plan {
+namespace {
+
+bool multiChunk(const Plan& plan) {
+  return schedule::traits(plan.schedule.name).multi_chunk && plan.schedule.chunks > 1;
+}
+
+}  // namespace
+
+std::vector<std::string> rankDevices(const Plan& plan) {
+  std::vector<std::string> devices;
+  if (multiChunk(plan)) {
+    const int p = plan.numStages() / plan.schedule.chunks;
+    for (int s = 0; s < p; ++s) devices.push_back(plan.stages[s].devices.at(0));
+    return devices;
+  }
+  for (const Stage& st : plan.stages) devices.insert(devices.end(), st.devices.begin(), st.devices.end());
+  return devices;
+}
+
+std::vector<int> stageReplicas(const Plan& plan) {
+  std::vector<int> replicas;
+  for (const Stage& st : plan.stages) replicas.push_back(multiChunk(plan) ? 1 : static_cast<int>(st.devices.size()));
+  return replicas;
+}
+
+schedule::StageDag stageDag(const Plan& plan, const graph::LayerGraph& graph) {
+  const StageGraph sg = stageGraph(plan, graph);
+  return schedule::StageDag{sg.preds, sg.succs};
+}
+
+schedule::Program programForPlan(const Plan& plan, const schedule::StageDag& dag, int minibatches) {
+  schedule::ScheduleSpec spec;
+  spec.name = plan.schedule.name;
+  spec.microbatches = plan.microbatches;
+  spec.minibatches = minibatches;
+  spec.chunks = plan.schedule.chunks;
+  spec.vertical_sync = plan.schedule.vertical_sync;
+  schedule::Program program = schedule::buildProgram(spec, dag, stageReplicas(plan));
+  schedule::validate(program);
+  return program;
+}
+
+int extraWeightBuffers(const ScheduleOptions& options) {
+  const bool latest = schedule::traits(options.name).backward_weights == schedule::BackwardWeights::kLatest;
+  return latest && options.pipemare_correction ? 2 : 0;
+}
+
+Plan chainPlan(const std::vector<std::string>& layers, const std::vector<int>& bounds,
+               const std::vector<int>& replicas, const ScheduleOptions& schedule, int64_t microbatch_size,
+               int microbatches) {
+  const int stages = static_cast<int>(bounds.size()) - 1;
+  if (stages < 1 || bounds.front() != 0 || bounds.back() != static_cast<int>(layers.size()))
+    throw Error("stage bounds must run from 0 to the model's " + std::to_string(layers.size()) + " layers");
+  if (!replicas.empty() && static_cast<int>(replicas.size()) != stages)
+    throw Error(std::to_string(replicas.size()) + " replica counts for " + std::to_string(stages) + " stages");
+  const bool chunked = schedule::traits(schedule.name).multi_chunk && schedule.chunks > 1;
+  if (chunked && stages % schedule.chunks != 0)
+    throw Error(std::to_string(stages) + " stages cannot be split into " + std::to_string(schedule.chunks) +
+                " chunks per rank");
+  Plan plan;
+  plan.microbatch_size = microbatch_size;
+  plan.microbatches = microbatches;
+  plan.schedule = schedule;
+  int next_device = 0;
+  for (int s = 0; s < stages; ++s) {
+    if (bounds[s + 1] <= bounds[s])
+      throw Error("stage bounds must increase: stage " + std::to_string(s) + " would have no layers");
+    Stage st;
+    st.layers.assign(layers.begin() + bounds[s], layers.begin() + bounds[s + 1]);
+    if (chunked) {
+      st.devices.push_back("dev" + std::to_string(s % (stages / schedule.chunks)));
+    } else {
+      for (int k = 0; k < (replicas.empty() ? 1 : replicas[s]); ++k)
+        st.devices.push_back("dev" + std::to_string(next_device++));
+    }
+    plan.stages.push_back(std::move(st));
+  }
+  return plan;
+}
+
+}  // namespace pipetrain::plan
