@@ -314,6 +314,11 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             const char* world = std::getenv("WORLD_SIZE");
             const int world_size = is_rank && world ? std::atoi(world) : a->nproc;
             const bool hand_made = !a->plan_args.stage_bounds.empty() || a->plan_args.data_parallel;
+            // Every rank trains exactly the plan the launcher holds: it goes to them as a file.
+            std::string out = a->plan_out;
+            if (out.empty() && !is_rank)
+              out = (std::filesystem::temp_directory_path() /
+                     ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
             if (!a->plan.empty()) {
               // A plan file decides stages, micro-batching and schedule; the launcher's own
               // choice reaches its ranks this way too, beside the options that led to it.
@@ -323,27 +328,21 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                             "--schedule, --chunks, --microbatches, --microbatch-size, --stage-bounds and "
                             "--data-parallel, or edit the plan");
               a->config.plan = plan::Plan::load(a->plan);
+              if (!is_rank && !a->plan_out.empty()) json_io::writeFile(out, a->config.plan.toJson());
             } else if (hand_made) {
               a->config.plan = planFromArgs(a->config, a->plan_args, world_size);
+              if (!is_rank) json_io::writeFile(out, a->config.plan.toJson());
             } else if (is_rank) {
               throw Error("ranks started by hand need a plan: --plan FILE (from `pipetrain plan` or "
                           "`pipetrain train --plan-out`), --stage-bounds or --data-parallel");
             } else {
               checkModelAndData(*a);
               AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options, a->plan_args,
-                                      !a->no_replication, a->allow_async, a->plan_out};
+                                      !a->no_replication, a->allow_async, out};
               a->config.plan = planLocalRun(a->config, request);
             }
             if (!is_rank) {
-              // Every rank trains exactly the plan the launcher holds: it goes to them as a file.
-              if (a->plan.empty() || !a->plan_out.empty()) {
-                std::string out = a->plan_out;
-                if (out.empty())
-                  out = (std::filesystem::temp_directory_path() /
-                         ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
-                json_io::writeFile(out, a->config.plan.toJson());
-                a->plan = out;
-              }
+              if (a->plan.empty() || !a->plan_out.empty()) a->plan = out;
               a->argv.insert(a->argv.end(), {"--plan", a->plan});
             }
             return is_rank ? runRank(*a) : launch(*a);

@@ -87,7 +87,29 @@ refuses "plan for another model" "does not have" "$bin" train --model gpt --data
   --plan "$src/examples/train/mlp_plan.json" --nproc 2 --max-steps 3
 refuses "plan for other ranks" "3 ranks" "$bin" train --model mlp --dataset synthetic \
   --plan "$src/examples/train/mlp_plan.json" --nproc 3 --max-steps 3
-refuses "async schedule refused" "asynchronous" "${train[@]}" --nproc 2 --schedule pipedream
+# asynchronous schedules train from the command line and from a plan file
+check "train pipedream" "${train[@]}" --nproc 2 --schedule pipedream --no-replication --summary-json "$tmp/async.json"
+expect "async semantics said" "is asynchronous"
+for key in '"asynchronous": true' '"history"' '"weight_versions": 2' '"weight_bytes"' '"test_loss"'; do
+  check "async summary has $key" grep -q -- "$key" "$tmp/async.json"
+done
+check "train pipedream vertical sync" "${train[@]}" --nproc 3 --schedule pipedream --vertical-sync --stage-bounds 0,2,4,5
+check "train pipemare T1 T2" "${train[@]}" --nproc 2 --schedule pipemare --pipemare-t1 true --pipemare-t2 true \
+  --pipemare-warmup 3 --pipemare-decay 0.2 --stage-bounds 0,3,5
+check "train pipedream replicated" "${train[@]}" --nproc 2 --schedule pipedream --data-parallel
+sed 's/"schedule": "1f1b"/"schedule": {"name": "2bw"}/' "$src/examples/train/mlp_plan.json" >"$tmp/2bw_plan.json"
+check "train 2bw from a plan" "$bin" train --model mlp --dataset synthetic --plan "$tmp/2bw_plan.json" \
+  --nproc 2 --max-steps 3 --no-eval --timeout 20
+check "train data parallel" "${train[@]}" --nproc 2 --data-parallel --plan-out "$tmp/dp.json"
+check "data-parallel plan written" grep -q '"dev1"' "$tmp/dp.json"
+refuses "plan and schedule flags" "decides" "$bin" train --model mlp --dataset synthetic \
+  --plan "$src/examples/train/mlp_plan.json" --nproc 2 --schedule gpipe
+refuses "vertical sync elsewhere" "vertical sync" "${train[@]}" --nproc 2 --schedule 2bw --vertical-sync \
+  --stage-bounds 0,3,5
+refuses "bad pipemare decay" "pipemare_decay" "${train[@]}" --nproc 2 --schedule pipemare --pipemare-decay 1.5 \
+  --stage-bounds 0,3,5
+refuses "rank without a plan" "need a plan" env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
+  "${train[@]}"
 refuses "bad plan bounds" "stages" "${train[@]}" --nproc 2 --stage-bounds 0,1,2,5
 refuses "unknown model" "unknown model" "${train[@]}" --nproc 2 --model nope
 refuses "missing dataset dir" "fashion" "$bin" train --model fmnist-cnn --dataset fashion-mnist --nproc 2 --max-steps 1 \

@@ -101,9 +101,9 @@ class PipelineExecutor {
                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {});
   ~PipelineExecutor();
 
-  // Runs the Program once. `on_minibatch(k, loss)` is called on ranks of the last stage
-  // when the losses of all of mini-batch k's micro-batches that this rank runs are known
-  // (their mean).
+  // Runs the Program once. `on_minibatch(k, loss)` is called after this rank's last
+  // action of mini-batch k, with the mean loss of the micro-batches of k it ran through
+  // the last stage (NaN on ranks without the last stage).
   RunResult run(const MicrobatchData& data, Clock::time_point origin,
                 const std::function<void(int, double)>& on_minibatch = {});
 

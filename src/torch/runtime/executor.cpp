@@ -1,6 +1,7 @@
 #include "pipetrain/torch/executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <map>
 
@@ -90,7 +91,7 @@ struct PipelineExecutor::Impl {
   std::vector<double> loss_scale;                 // per micro-batch, at the last stage
   std::map<std::pair<int, int>, int> forward_version;  // (stage, micro-batch) on this rank
   std::vector<int> stage_delay;
-  std::map<int, int> last_stage_forwards;         // per mini-batch, on this rank
+  std::map<int, int> minibatch_done_at;           // position -> the mini-batch this rank is done with there
 
   // Per run.
   std::map<std::pair<int, int>, Activation> live;  // (stage, micro-batch)
@@ -158,8 +159,10 @@ struct PipelineExecutor::Impl {
                       " combines micro-batches whose losses are scaled differently");
       }
     stage_delay = schedule::stageDelays(program);
-    for (const Action& a : actions)
-      if (a.type == ActionType::F && program.isLastStage(a.stage)) ++last_stage_forwards[a.microbatch / program.microbatches];
+    std::map<int, int> last_position;
+    for (int i = 0; i < static_cast<int>(actions.size()); ++i)
+      if (actions[i].microbatch >= 0) last_position[actions[i].microbatch / program.microbatches] = i;
+    for (const auto& [k, i] : last_position) minibatch_done_at[i] = k;
   }
 
   uint32_t tagOf(const schedule::Program& p, const Action& a) const {
@@ -238,21 +241,16 @@ struct PipelineExecutor::Impl {
     return x;
   }
 
-  void forward(const schedule::Program& p, const Action& a, const MicrobatchData& data,
-               const std::function<void(int, double)>& on_minibatch) {
+  void forward(const schedule::Program& p, const Action& a, const MicrobatchData& data) {
     const int s = a.stage, j = a.microbatch;
     torch::Tensor x = takeInput(p, a, data, true);
     torch::Tensor y;
     withWeights(a, [&] { y = models::forwardRange(model, stages[s].first, stages[s].last, x); });
     if (p.isLastStage(s)) {
       torch::Tensor loss = models::lossOf(model, y, data.labels(j));
-      const int k = j / p.microbatches;
-      auto& [sum, count] = minibatch_loss[k];
+      auto& [sum, count] = minibatch_loss[j / p.microbatches];
       sum += loss.item<double>();
-      if (++count == last_stage_forwards[k]) {
-        if (on_minibatch) on_minibatch(k, sum / count);
-        minibatch_loss.erase(k);
-      }
+      ++count;
       y = loss * loss_scale[j];
     }
     live[{s, j}] = Activation{x, y, {}, {}};
@@ -412,19 +410,22 @@ struct PipelineExecutor::Impl {
       }
       const Action& a = actions[i];
       const auto start = Clock::now();
+      bool compute = true;  // waiting and sending are not actions of the timeline
       switch (a.type) {
         case ActionType::RECV_F:
         case ActionType::RECV_B:
           arrived[tagOf(p, a)] = takeReceived(p, a);
           result.wait_seconds += seconds(Clock::now()) - seconds(start);
-          continue;  // waiting is idle time, not an action
+          compute = false;
+          break;
         case ActionType::SEND_F:
         case ActionType::SEND_B:
           send(p, a, eval == nullptr);
-          continue;
+          compute = false;
+          break;
         case ActionType::F:
           if (eval) evalForward(p, a, data, *eval);
-          else forward(p, a, data, on_minibatch);
+          else forward(p, a, data);
           break;
         case ActionType::B:
         case ActionType::I: backward(a); break;
@@ -433,11 +434,16 @@ struct PipelineExecutor::Impl {
         case ActionType::STEP: step(a, i); break;
         default: break;
       }
-      if (!eval) {
-        // A stashed version is dropped once nothing later reads it (the accounting's rule).
-        for (; next_retirement < retirements.size() && retirements[next_retirement].position <= i; ++next_retirement)
-          stash[retirements[next_retirement].stage].erase(retirements[next_retirement].version);
-        result.actions.push_back({a, seconds(start), seconds(Clock::now())});
+      if (eval) continue;
+      // A stashed version is dropped once nothing later reads it (the accounting's rule).
+      for (; next_retirement < retirements.size() && retirements[next_retirement].position <= i; ++next_retirement)
+        stash[retirements[next_retirement].stage].erase(retirements[next_retirement].version);
+      if (compute) result.actions.push_back({a, seconds(start), seconds(Clock::now())});
+      auto done = minibatch_done_at.find(i);
+      if (done != minibatch_done_at.end() && on_minibatch) {
+        auto loss = minibatch_loss.find(done->second);
+        on_minibatch(done->second, loss == minibatch_loss.end() ? std::nan("") : loss->second.first / loss->second.second);
+        if (loss != minibatch_loss.end()) minibatch_loss.erase(loss);
       }
     }
     const auto flush = Clock::now();

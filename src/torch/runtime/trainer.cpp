@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -229,9 +230,9 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     const auto start = Clock::now();
     const double seconds_before = result.train_seconds;
     RunResult r = executor.run(feed, origin, [&](int k, double loss) {
-      result.final_loss = loss;
+      if (!std::isnan(loss)) result.final_loss = loss;
       if (on_progress)
-        on_progress({epoch, k + 1, steps, loss,
+        on_progress({epoch, k + 1, steps, result.final_loss,
                      (result.samples + (k + 1) * m * b) / std::max(seconds_before + since(start), 1e-9)});
     });
     result.train_seconds += since(start);
