@@ -87,8 +87,7 @@ struct PipelineExecutor::Impl {
   // Derived once from the Program.
   std::vector<schedule::Retirement> retirements;  // this rank's, by position
   std::vector<char> stash_at_step;                // per position: the STEP's old version is read later
-  std::map<std::pair<int, int>, double> grad_factor;  // (stage, version created) -> rescale before STEP
-  std::vector<double> loss_scale;                 // per micro-batch, at the last stage
+  schedule::StepCombination steps;                // loss scale and gradient factors
   std::map<std::pair<int, int>, int> forward_version;  // (stage, micro-batch) on this rank
   std::vector<int> stage_delay;
   std::map<int, int> minibatch_done_at;           // position -> the mini-batch this rank is done with there
@@ -129,35 +128,7 @@ struct PipelineExecutor::Impl {
       if (a.type == ActionType::F) forward_version[{a.stage, a.microbatch}] = a.version;
     }
 
-    // Which STEP combines each micro-batch's gradients, and how many it combines (over
-    // all replicas of the stage).
-    const int total = program.totalMicrobatches();
-    std::vector<std::vector<int>> step_of(program.num_stages, std::vector<int>(total, -1));
-    std::map<std::pair<int, int>, int> combined;
-    for (const auto& rank_actions : program.ranks) {
-      std::map<int, std::vector<int>> pending;
-      for (const Action& a : rank_actions) {
-        if (a.type == ActionType::B || a.type == ActionType::W) pending[a.stage].push_back(a.microbatch);
-        if (a.type != ActionType::STEP) continue;
-        for (int j : pending[a.stage]) step_of[a.stage][j] = a.version;
-        combined[{a.stage, a.version}] += static_cast<int>(pending[a.stage].size());
-        pending[a.stage].clear();
-      }
-    }
-    int last = program.num_stages - 1;
-    while (!program.isLastStage(last)) --last;
-    loss_scale.assign(total, 1.0);
-    for (int j = 0; j < total; ++j)
-      if (step_of[last][j] >= 0) loss_scale[j] = 1.0 / combined.at({last, step_of[last][j]});
-    for (int s = 0; s < program.num_stages; ++s)
-      for (int j = 0; j < total; ++j) {
-        if (step_of[s][j] < 0) continue;
-        const double factor = 1.0 / (loss_scale[j] * combined.at({s, step_of[s][j]}));
-        auto [it, inserted] = grad_factor.insert({{s, step_of[s][j]}, factor});
-        if (!inserted && std::abs(it->second - factor) > 1e-12 * factor)
-          throw Error("the Program's STEP v" + std::to_string(step_of[s][j]) + " of stage " + std::to_string(s) +
-                      " combines micro-batches whose losses are scaled differently");
-      }
+    steps = schedule::stepCombination(program);
     stage_delay = schedule::stageDelays(program);
     std::map<int, int> last_position;
     for (int i = 0; i < static_cast<int>(actions.size()); ++i)
@@ -251,7 +222,7 @@ struct PipelineExecutor::Impl {
       auto& [sum, count] = minibatch_loss[j / p.microbatches];
       sum += loss.item<double>();
       ++count;
-      y = loss * loss_scale[j];
+      y = loss * steps.loss_scale[j];
     }
     live[{s, j}] = Activation{x, y, {}, {}};
   }
@@ -365,7 +336,7 @@ struct PipelineExecutor::Impl {
       stash[s][version[s]] = cloneAll(params[s]);
       peak_versions[s] = std::max(peak_versions[s], 1 + static_cast<int>(stash[s].size()));
     }
-    const double factor = grad_factor.at({s, a.version});
+    const double factor = steps.gradient_factor[s].at(a.version);
     auto& opt = *optimizers.at(s);
     if (latest && corrections.lr_warmup)
       opt.param_groups()[0].options().set_lr(

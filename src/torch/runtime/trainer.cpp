@@ -289,23 +289,14 @@ models::Model trainStalenessReference(const TrainConfig& c) {
       plan::programForPlan(c.plan, schedule::chainDag(ns), static_cast<int>(c.max_steps_per_epoch));
   const int total = program.totalMicrobatches(), m = program.microbatches;
 
-  // Per stage and micro-batch: the versions its F and B read, the STEP that combines its
-  // gradient; per STEP, how many micro-batches it combines.
-  std::vector<std::vector<int>> read_f(ns, std::vector<int>(total, 0)), read_b = read_f,
-                                step_of(ns, std::vector<int>(total, -1));
-  std::vector<std::map<int, int>> combined(ns);
-  for (const auto& actions : program.ranks) {
-    std::map<int, std::vector<int>> pending;
+  // Per stage and micro-batch: the versions its F and B read.
+  std::vector<std::vector<int>> read_f(ns, std::vector<int>(total, 0)), read_b = read_f;
+  for (const auto& actions : program.ranks)
     for (const Action& a : actions) {
       if (a.type == ActionType::F) read_f[a.stage][a.microbatch] = a.version;
       if (a.type == ActionType::B || a.type == ActionType::I) read_b[a.stage][a.microbatch] = a.version;
-      if (a.type == ActionType::B || a.type == ActionType::W) pending[a.stage].push_back(a.microbatch);
-      if (a.type != ActionType::STEP) continue;
-      for (int j : pending[a.stage]) step_of[a.stage][j] = a.version;
-      combined[a.stage][a.version] += static_cast<int>(pending[a.stage].size());
-      pending[a.stage].clear();
     }
-  }
+  const schedule::StepCombination steps = schedule::stepCombination(program);
   const bool latest = program.backward_weights == schedule::BackwardWeights::kLatest;
   const LatestWeightCorrections corrections = correctionsOf(c.plan.schedule);
   const std::vector<int> delays = schedule::stageDelays(program);
@@ -330,15 +321,14 @@ models::Model trainStalenessReference(const TrainConfig& c) {
     const data::Batch batch = train->get(order.microbatch(j / m, j % m, c.plan.microbatch_size, m));
     for (int s = 0; s < ns; ++s) load(s, read_f[s][j]);
     torch::Tensor out = models::forwardRange(model, 0, static_cast<int>(model.layers.size()), batch.inputs);
-    const double scale = 1.0 / combined[ns - 1].at(step_of[ns - 1][j]);
-    torch::Tensor loss = models::lossOf(model, out, batch.labels) * scale;
+    torch::Tensor loss = models::lossOf(model, out, batch.labels) * steps.loss_scale[j];
     for (int s = 0; s < ns; ++s) load(s, read_b[s][j]);
     loss.backward();
     for (int s = 0; s < ns; ++s) {
-      const int v = step_of[s][j];
-      if (++arrived[s][v] < combined[s].at(v)) continue;
+      const int v = steps.step_of[s][j];
+      if (++arrived[s][v] < steps.combined[s].at(v)) continue;
       load(s, static_cast<int>(versions[s].size()) - 1);
-      const double factor = 1.0 / (scale * combined[s].at(v));
+      const double factor = steps.gradient_factor[s].at(v);
       torch::NoGradGuard no_grad;
       for (auto& p : params[s])
         if (p.grad().defined() && factor != 1.0) p.grad().mul_(factor);
