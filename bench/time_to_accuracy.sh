@@ -6,8 +6,8 @@
 # test accuracy (fmnist) or validation loss (gpt) against wall-clock time.
 # Usage: bench/time_to_accuracy.sh [build-dir] [fmnist|gpt] [seeds, e.g. "1 2 3"]
 # Environment: TARGET (fmnist: test accuracy, default 0.85; gpt: validation loss,
-# default 2.0), EPOCHS and STEPS (evaluate every STEPS mini-batches, EPOCHS times;
-# defaults 12 and 40), OPTIMIZER (adam), LR (1e-3), CONFIGS (space-separated subset of
+# default 2.5), EPOCHS and STEPS (evaluate every STEPS mini-batches, EPOCHS times;
+# defaults 8 and 30: 61,440 samples, about one epoch of either dataset), OPTIMIZER (adam), LR (1e-3), CONFIGS (space-separated subset of
 # the names below), RUN_TIMEOUT (seconds per run, default none).
 # Writes out/bench/time_to_accuracy/<task>/: <config>_seed<N>.json (summaries; a failed
 # run gets {"failed": true, ...}), <config>_seed<N>.log, report.md, report.svg.
@@ -21,10 +21,10 @@ all_configs=(single dp2 gpipe 1f1b zb-h1 interleaved pipedream pipedream-vs 2bw 
 
 case "$task" in
   fmnist) model=(--model fmnist-cnn --dataset fashion-mnist)
-          target=${TARGET:-0.85} epochs=${EPOCHS:-12} steps=${STEPS:-40} ;;
-  gpt) model=(--model gpt --model-option layers=4 --model-option width=128 --model-option heads=4
-              --model-option context=64 --dataset fortunes)
-       target=${TARGET:-2.0} epochs=${EPOCHS:-12} steps=${STEPS:-40} ;;
+          target=${TARGET:-0.85} epochs=${EPOCHS:-8} steps=${STEPS:-30} ;;
+  gpt) model=(--model gpt --model-option layers=4 --model-option width=64 --model-option heads=4
+              --model-option context=32 --dataset fortunes)
+       target=${TARGET:-2.5} epochs=${EPOCHS:-8} steps=${STEPS:-30} ;;
   *) echo "unknown task '$task' (fmnist or gpt)" >&2; exit 2 ;;
 esac
 for exe in "$bin" "$report"; do

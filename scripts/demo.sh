@@ -45,4 +45,9 @@ else
   exit 1
 fi
 echo
+echo "== Trained asynchronously: the same model under PipeDream (no flush, a step after every"
+echo "   backward pass, weight stashing), 60 mini-batches; the report shows the versions each rank held"
+"$bin" train --model fmnist-cnn --dataset fashion-mnist --nproc 2 --schedule pipedream --no-replication \
+  --microbatches 8 --microbatch-size 32 --epochs 1 --max-steps 60 --summary-json "$out/fmnist_pipedream_summary.json"
+echo
 echo "Pictures: $out/*.svg   Perfetto traces: $out/*.trace.json   Summary: $out/fmnist_summary.json"
