@@ -314,6 +314,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             const char* world = std::getenv("WORLD_SIZE");
             const int world_size = is_rank && world ? std::atoi(world) : a->nproc;
             const bool hand_made = !a->plan_args.stage_bounds.empty() || a->plan_args.data_parallel;
+            if (!is_rank) checkModelAndData(*a);
             // Every rank trains exactly the plan the launcher holds: it goes to them as a file.
             std::string out = a->plan_out;
             if (out.empty() && !is_rank)
@@ -336,7 +337,6 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               throw Error("ranks started by hand need a plan: --plan FILE (from `pipetrain plan` or "
                           "`pipetrain train --plan-out`), --stage-bounds or --data-parallel");
             } else {
-              checkModelAndData(*a);
               AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options, a->plan_args,
                                       !a->no_replication, a->allow_async, out};
               a->config.plan = planLocalRun(a->config, request);

@@ -108,6 +108,10 @@ refuses "vertical sync elsewhere" "vertical sync" "${train[@]}" --nproc 2 --sche
   --stage-bounds 0,3,5
 refuses "bad pipemare decay" "pipemare_decay" "${train[@]}" --nproc 2 --schedule pipemare --pipemare-decay 1.5 \
   --stage-bounds 0,3,5
+check "the planner may pick an async schedule" "${train[@]}" --nproc 2 --schedule auto --allow-async --no-replication
+expect "async candidates ranked" "asynchronous: trains with stale weights"
+refuses "missing dataset, hand-given plan" "fashion" "$bin" train --model fmnist-cnn --dataset fashion-mnist \
+  --nproc 2 --stage-bounds 0,2,4 --max-steps 1 --data-dir /nonexistent
 refuses "rank without a plan" "need a plan" env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 \
   "${train[@]}"
 refuses "bad plan bounds" "stages" "${train[@]}" --nproc 2 --stage-bounds 0,1,2,5
