@@ -228,6 +228,18 @@ TEST(PipelineTraining, RefusesWhatItCannotRun) {
   EXPECT_THROW(checkConfig(c, 2), Error);  // stages must be runs of the model's layers
 }
 
+TEST(PipelineTraining, OutgoingMessagesAreReleasedWithinAnEpoch) {
+  // An epoch is one Program: payloads of delivered sends must not pile up to its end
+  // (they once grew a rank by megabytes per mini-batch).
+  for (const std::string schedule : {"1f1b", "pipedream"}) {
+    TrainConfig c = smallConfig("mlp", cases()[0].config);
+    c.max_steps_per_epoch = 40;
+    usePlan(c, schedule, {1, 1, 1});
+    for (const RankResult& r : runInProcess(c, 3))
+      EXPECT_LE(r.max_sends_held, 2 * c.plan.microbatches) << schedule << " rank " << r.rank << " of 160 sends";
+  }
+}
+
 // --- asynchronous schedules --------------------------------------------------------
 
 // Trains `config` pipelined and compares every rank with the single-process reference

@@ -74,6 +74,7 @@ struct LatestWeightCorrections {
 struct RunResult {
   double wait_seconds = 0;                  // blocked in receives and in the final wait for sends
   std::vector<trace::TimedAction> actions;  // compute, STEP, ALLREDUCE; waits excluded
+  int max_sends_held = 0;                   // payloads kept for sends not yet known delivered
 };
 
 struct EvalResult {

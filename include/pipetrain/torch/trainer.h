@@ -71,6 +71,7 @@ struct RankResult {
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
   int weight_versions = 1;               // peak versions of any of the rank's stages (measured)
   int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
+  int max_sends_held = 0;                // outgoing messages kept alive at once (executor.h)
   std::vector<trace::TimedAction> last_step;  // the final mini-batch, for traces
   std::vector<int64_t> stage_output_bytes;  // per stage, one micro-batch's output
   std::vector<int64_t> stage_param_bytes;   // per stage

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
+#include <cstdint>
+#include <tuple>
 #include <map>
 
 #include "pipetrain/schedule/program_memory.h"
@@ -91,6 +92,7 @@ struct PipelineExecutor::Impl {
   std::map<std::pair<int, int>, int> forward_version;  // (stage, micro-batch) on this rank
   std::vector<int> stage_delay;
   std::map<int, int> minibatch_done_at;           // position -> the mini-batch this rank is done with there
+  std::map<int, std::vector<int>> sends_delivered_at;  // RECV position -> positions of SENDs known received by then
 
   // Per run.
   std::map<std::pair<int, int>, Activation> live;  // (stage, micro-batch)
@@ -104,7 +106,8 @@ struct PipelineExecutor::Impl {
     torch::Tensor payload;
     std::unique_ptr<PendingOp> op;
   };
-  std::deque<InFlight> sends;
+  std::map<int, InFlight> sends;  // by position in the Program
+  int max_sends_held = 0;
   std::map<int, std::pair<double, int>> minibatch_loss;  // sum, count
 
   Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, Transport& t,
@@ -134,6 +137,44 @@ struct PipelineExecutor::Impl {
     for (int i = 0; i < static_cast<int>(actions.size()); ++i)
       if (actions[i].microbatch >= 0) last_position[actions[i].microbatch / program.microbatches] = i;
     for (const auto& [k, i] : last_position) minibatch_done_at[i] = k;
+    findDeliveredSends();
+  }
+
+  // NOTE(send-release): a send's payload must live until the transport has delivered it,
+  // and Gloo only says so when waited on. Waiting blindly could deadlock (the peer may be
+  // waiting for us), and keeping every payload of an epoch-long Program grew ranks by
+  // megabytes per mini-batch. So a send is waited for once this rank has received from
+  // the same peer a message the peer sent after receiving ours: by then it was delivered.
+  void findDeliveredSends() {
+    struct Ends {
+      int sender = -1, send_pos = -1, receiver = -1, recv_pos = -1;
+    };
+    std::map<std::tuple<int, int, uint32_t>, Ends> messages;  // (from, to, tag)
+    for (int r = 0; r < program.numRanks(); ++r)
+      for (int i = 0; i < static_cast<int>(program.ranks[r].size()); ++i) {
+        const Action& a = program.ranks[r][i];
+        const bool send = a.type == ActionType::SEND_F || a.type == ActionType::SEND_B;
+        const bool recv = a.type == ActionType::RECV_F || a.type == ActionType::RECV_B;
+        if (!send && !recv) continue;
+        const int peer = program.rankOf(a.peer_stage, a.microbatch);
+        Ends& e = messages[{send ? r : peer, send ? peer : r, tagOf(program, a)}];
+        if (send) e.sender = r, e.send_pos = i, e.receiver = peer;
+        else e.recv_pos = i;
+      }
+    std::map<int, std::vector<std::pair<int, int>>> from_peer;  // peer -> (my RECV position, its SEND position)
+    for (const auto& [key, e] : messages)
+      if (e.receiver == rank) from_peer[e.sender].push_back({e.recv_pos, e.send_pos});
+    for (auto& [peer, list] : from_peer) std::sort(list.begin(), list.end());
+    for (const auto& [key, e] : messages) {
+      if (e.sender != rank) continue;
+      const auto& list = from_peer[e.receiver];
+      for (auto it = std::upper_bound(list.begin(), list.end(), std::make_pair(e.send_pos, INT32_MAX));
+           it != list.end(); ++it)
+        if (it->second > e.recv_pos) {
+          sends_delivered_at[it->first].push_back(e.send_pos);
+          break;
+        }
+    }
   }
 
   uint32_t tagOf(const schedule::Program& p, const Action& a) const {
@@ -142,7 +183,11 @@ struct PipelineExecutor::Impl {
     // producer/consumer of the edge the message crosses
     const int producer = backward == sends ? a.peer_stage : a.stage;
     const int consumer = backward == sends ? a.stage : a.peer_stage;
-    return messageTag(backward, producer, consumer, a.microbatch, p.num_stages, p.totalMicrobatches());
+    return edgeTag(p, backward, producer, consumer, a.microbatch);
+  }
+
+  static uint32_t edgeTag(const schedule::Program& p, bool backward, int producer, int consumer, int microbatch) {
+    return messageTag(backward, producer, consumer, microbatch, p.num_stages, p.totalMicrobatches());
   }
 
   void postReceive(const schedule::Program& p, const Action& a) {
@@ -204,7 +249,7 @@ struct PipelineExecutor::Impl {
       x = live.at({q, j}).output.detach();
       if (!training) live.erase({q, j});
     } else {
-      const uint32_t tag = messageTag(false, q, s, j, p.num_stages, p.totalMicrobatches());
+      const uint32_t tag = edgeTag(p, false, q, s, j);
       x = arrived.at(tag);
       arrived.erase(tag);
     }
@@ -253,7 +298,7 @@ struct PipelineExecutor::Impl {
       if (!consumer.output.defined()) live.erase({t, j});  // else its W is still to come
       return g;
     }
-    const uint32_t tag = messageTag(true, s, t, j, program.num_stages, program.totalMicrobatches());
+    const uint32_t tag = edgeTag(program, true, s, t, j);
     torch::Tensor g = arrived.at(tag);
     arrived.erase(tag);
     return g;
@@ -303,7 +348,7 @@ struct PipelineExecutor::Impl {
     live.erase({s, j});
   }
 
-  void send(const schedule::Program& p, const Action& a, bool training) {
+  void send(const schedule::Program& p, const Action& a, int position, bool training) {
     const int s = a.stage, j = a.microbatch;
     Activation& act = live.at({s, j});
     torch::Tensor payload = a.type == ActionType::SEND_F ? act.output.detach() : act.input_grad;
@@ -314,7 +359,20 @@ struct PipelineExecutor::Impl {
       live.erase({s, j});
     }
     auto op = transport.send(payload, p.rankOf(a.peer_stage, j), tagOf(p, a));
-    sends.push_back(InFlight{payload, std::move(op)});
+    sends[position] = InFlight{payload, std::move(op)};
+    max_sends_held = std::max(max_sends_held, static_cast<int>(sends.size()));
+  }
+
+  // NOTE(send-release) above: these sends have certainly been delivered.
+  void releaseDeliveredSends(int recv_position) {
+    auto it = sends_delivered_at.find(recv_position);
+    if (it == sends_delivered_at.end()) return;
+    for (int position : it->second) {
+      auto send = sends.find(position);
+      if (send == sends.end()) continue;
+      send->second.op->wait();
+      sends.erase(send);
+    }
   }
 
   void allReduce(int s) {
@@ -387,11 +445,12 @@ struct PipelineExecutor::Impl {
         case ActionType::RECV_B:
           arrived[tagOf(p, a)] = takeReceived(p, a);
           result.wait_seconds += seconds(Clock::now()) - seconds(start);
+          if (!eval) releaseDeliveredSends(i);
           compute = false;
           break;
         case ActionType::SEND_F:
         case ActionType::SEND_B:
-          send(p, a, eval == nullptr);
+          send(p, a, i, eval == nullptr);
           compute = false;
           break;
         case ActionType::F:
@@ -418,8 +477,10 @@ struct PipelineExecutor::Impl {
       }
     }
     const auto flush = Clock::now();
-    for (auto& s : sends) s.op->wait();
+    for (auto& [position, s] : sends) s.op->wait();
     sends.clear();
+    result.max_sends_held = max_sends_held;
+    max_sends_held = 0;
     result.wait_seconds += seconds(Clock::now()) - seconds(flush);
     if (!live.empty() || !received.empty() || !arrived.empty())
       throw Error("rank " + std::to_string(rank) + ": the schedule left " + std::to_string(live.size()) +

@@ -238,6 +238,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     result.train_seconds += since(start);
     for (const auto& a : r.actions) result.busy_seconds += a.end - a.start;
     result.wait_seconds += r.wait_seconds;
+    result.max_sends_held = std::max(result.max_sends_held, r.max_sends_held);
     result.samples += steps * m * b;
     result.last_step = finalMinibatch(std::move(r.actions), static_cast<int>((steps - 1) * m));
     if (!c.evaluate) continue;
