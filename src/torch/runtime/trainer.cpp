@@ -60,10 +60,16 @@ int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
   return v[0][0].item<int64_t>() / v[0][1].item<int64_t>();
 }
 
+void checkNumbers(const TrainConfig& c) {
+  if (c.epochs < 1) throw Error("--epochs must be at least 1");
+  if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
+  if (c.lr <= 0) throw Error("--lr must be positive");
+}
+
 // The plan against the model and the job: every layer in one stage, stages that are runs
 // of the model's layers in order, one rank per device. Memory is the runtime's to
-// report, not to check here. Returns the validated one-mini-batch Program.
-schedule::Program checkPlan(const TrainConfig& c, int world_size, const models::Model& model) {
+// report, not to check here. Returns the plan's stage DAG.
+schedule::StageDag checkPlan(const TrainConfig& c, int world_size, const models::Model& model) {
   const plan::Plan& p = c.plan;
   const std::vector<std::string> ranks = plan::rankDevices(p);
   std::vector<cluster::Device> devices;
@@ -80,7 +86,7 @@ schedule::Program checkPlan(const TrainConfig& c, int world_size, const models::
   const graph::LayerGraph graph = model.layerGraph();
   plan::validate(p, graph, cluster, "plan");
   stageLayers(p, model);
-  return plan::programForPlan(p, plan::stageDag(p, graph), 1);
+  return plan::stageDag(p, graph);
 }
 
 // Inference mode for some layers (BatchNorm uses its running statistics), and back to
@@ -175,19 +181,17 @@ LatestWeightCorrections correctionsOf(const plan::ScheduleOptions& s) {
 }
 
 schedule::Program checkConfig(const TrainConfig& c, int world_size) {
-  if (c.epochs < 1) throw Error("--epochs must be at least 1");
-  if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
-  if (c.lr <= 0) throw Error("--lr must be positive");
-  return checkPlan(c, world_size, buildModelExclusively(c));
+  checkNumbers(c);
+  return plan::programForPlan(c.plan, checkPlan(c, world_size, buildModelExclusively(c)), 1);
 }
 
 RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<void(const Progress&)>& on_progress,
                      const PipelineExecutor::WeightProbe& probe) {
   if (c.threads > 0) at::set_num_threads(c.threads);
-  checkConfig(c, t.worldSize());
+  checkNumbers(c);
   models::Model model = buildModelExclusively(c);
+  const schedule::StageDag dag = checkPlan(c, t.worldSize(), model);
   const std::vector<StageLayers> stages = stageLayers(c.plan, model);
-  const schedule::StageDag dag = schedule::chainDag(c.plan.numStages());
   const schedule::Program one = plan::programForPlan(c.plan, dag, 1);
   const std::vector<int> mine = one.stagesOfRank(t.rank());
 
