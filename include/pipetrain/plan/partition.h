@@ -1,5 +1,5 @@
-// Balanced contiguous split of a chain of layers: the simplest partitioner, used by
-// `pipetrain train` when no plan is given (the planners of the next issue replace it).
+// Balanced contiguous split of a chain of layers: the simplest partitioner (the
+// exploration's interleaved plans use it; the DP planner is chain_partition.h).
 #pragma once
 
 #include <vector>

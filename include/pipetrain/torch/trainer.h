@@ -80,7 +80,7 @@ struct RankResult {
 
 // Checks the config's numbers and its plan against the model and the job's size before
 // any training, with messages that say what to change, and returns the validated
-// one-mini-batch Program. Called by trainRank; exposed for the launcher.
+// one-mini-batch Program: the launcher's check (trainRank makes the same checks).
 schedule::Program checkConfig(const TrainConfig& config, int world_size);
 
 // The model's layers [first, last) that each stage of the plan runs. Throws Error when
