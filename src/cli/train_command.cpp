@@ -323,11 +323,13 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             if (!a->plan.empty()) {
               // A plan file decides stages, micro-batching and schedule; the launcher's own
               // choice reaches its ranks this way too, beside the options that led to it.
-              if (!is_rank && (hand_made || cmd->count("--schedule") || cmd->count("--microbatches") ||
-                               cmd->count("--microbatch-size") || cmd->count("--chunks")))
-                throw Error("--plan " + a->plan + " decides the stages, micro-batching and schedule; drop "
-                            "--schedule, --chunks, --microbatches, --microbatch-size, --stage-bounds and "
-                            "--data-parallel, or edit the plan");
+              const std::vector<std::string> decided = {
+                  "--schedule", "--chunks", "--microbatches", "--microbatch-size", "--stage-bounds", "--data-parallel",
+                  "--vertical-sync", "--pipemare-t1", "--pipemare-warmup", "--pipemare-t2", "--pipemare-decay"};
+              for (const auto& flag : decided)
+                if (!is_rank && cmd->count(flag))
+                  throw Error("--plan " + a->plan + " decides the stages, micro-batching and schedule (with its " +
+                              "options); drop " + flag + " or edit the plan");
               a->config.plan = plan::Plan::load(a->plan);
               if (!is_rank && !a->plan_out.empty()) json_io::writeFile(out, a->config.plan.toJson());
             } else if (hand_made) {

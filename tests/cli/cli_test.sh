@@ -104,6 +104,8 @@ check "train data parallel" "${train[@]}" --nproc 2 --data-parallel --plan-out "
 check "data-parallel plan written" grep -q '"dev1"' "$tmp/dp.json"
 refuses "plan and schedule flags" "decides" "$bin" train --model mlp --dataset synthetic \
   --plan "$src/examples/train/mlp_plan.json" --nproc 2 --schedule gpipe
+refuses "plan and schedule options" "--vertical-sync" "$bin" train --model mlp --dataset synthetic \
+  --plan "$src/examples/train/mlp_plan.json" --nproc 2 --vertical-sync
 refuses "vertical sync elsewhere" "vertical sync" "${train[@]}" --nproc 2 --schedule 2bw --vertical-sync \
   --stage-bounds 0,3,5
 refuses "bad pipemare decay" "pipemare_decay" "${train[@]}" --nproc 2 --schedule pipemare --pipemare-decay 1.5 \
