@@ -39,7 +39,7 @@ int run(const ScheduleArgs& args) {
     program = schedule::programFromCsv(text::readFile(args.csv_in), args.csv_in);
   } else {
     if (args.stages < 1) throw Error("--stages must be at least 1 (or give --csv FILE)");
-    const int stages = schedule::traits(args.spec.name).multi_chunk ? args.stages * args.spec.chunks : args.stages;
+    const int stages = args.stages * schedule::stagesPerRank(schedule::traits(args.spec.name), args.spec.chunks);
     program = schedule::buildProgram(args.spec, schedule::chainDag(stages));
   }
   schedule::validate(program);

@@ -22,6 +22,7 @@ struct SimulateArgs {
   int microbatches = 8;
   int minibatches = 1;
   std::vector<double> uniform;
+  double overlap_factor = 0;  // 0 = the profile's
   std::string csv, trace, svg;
   bool json = false;
 };
@@ -83,6 +84,7 @@ int run(const SimulateArgs& a) {
     plan = std::move(u.plan);
     origin = "--uniform";
   }
+  if (a.overlap_factor != 0) graph.setOverlapFactor(a.overlap_factor);
 
   sim::Evaluation e;
   if (!a.csv.empty()) {
@@ -123,6 +125,9 @@ Command addSimulateCommand(CLI::App& app) {
                   "free communication")->delimiter(',');
   cmd->add_option("--minibatches", a->minibatches, "mini-batches in the simulated program (and the trace)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--overlap-factor", a->overlap_factor,
+                  "time of an overlapped forward+backward pair (dualpipev) as a share of the two in sequence, "
+                  "0.5..1 (default: the graph's overlap_factor, else 1)");
   cmd->add_option("--csv", a->csv, "simulate this per-rank CSV schedule instead of a generated one");
   cmd->add_option("--trace", a->trace, "write a Chrome trace (Perfetto) JSON");
   cmd->add_option("--svg", a->svg, "write an SVG Gantt chart");

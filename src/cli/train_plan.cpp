@@ -18,7 +18,7 @@ plan::Plan planFromArgs(const runtime::TrainConfig& config, const PlanArgs& args
   }
   if (args.stage_bounds.size() < 2) throw Error("--stage-bounds needs at least two boundaries (e.g. 0,4,8)");
   const int stages = static_cast<int>(args.stage_bounds.size()) - 1;
-  const int ranks = schedule::traits(schedule.name).multi_chunk ? stages / std::max(1, schedule.chunks) : stages;
+  const int ranks = stages / schedule::stagesPerRank(schedule::traits(schedule.name), std::max(1, schedule.chunks));
   if (ranks != world_size)
     throw Error("--stage-bounds gives " + std::to_string(stages) + " stages, which need " + std::to_string(ranks) +
                 " ranks under " + schedule.name + ", but the job has " + std::to_string(world_size));

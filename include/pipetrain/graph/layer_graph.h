@@ -63,9 +63,17 @@ class LayerGraph {
   const std::vector<int>& successors(int index) const { return succs_[index]; }
   bool isChain() const;
 
+  // How long an overlapped forward+backward pair (DualPipe's F&B, two micro-batches
+  // computed together) takes, as a share of the two run one after the other: 1 when the
+  // device gains nothing (the default; a profile may measure less), 0.5 at best.
+  double overlapFactor() const { return overlap_factor_; }
+  // Throws Error outside [0.5, 1].
+  void setOverlapFactor(double factor);
+
  private:
   std::vector<Layer> layers_;
   int64_t batch_size_ = 1;
+  double overlap_factor_ = 1.0;
   std::unordered_map<std::string, int> index_;
   std::vector<std::vector<int>> preds_;
   std::vector<std::vector<int>> succs_;

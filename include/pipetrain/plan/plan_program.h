@@ -3,7 +3,7 @@
 // else builds a Program from a plan's fields.
 //
 // Ranks are numbered as the Program numbers them: stage by stage, replica by replica;
-// under a multi-chunk schedule (interleaved) rank r is the device of stage r.
+// when a rank runs several stages (interleaved, V) rank r is the device of stage r.
 #pragma once
 
 #include <string>
@@ -19,7 +19,7 @@ namespace pipetrain::plan {
 // The devices of the Program's ranks, in rank order (names from the plan).
 std::vector<std::string> rankDevices(const Plan& plan);
 
-// Data-parallel replicas per stage (1 each under a multi-chunk schedule).
+// Data-parallel replicas per stage (1 each when a rank runs several stages).
 std::vector<int> stageReplicas(const Plan& plan);
 
 // The stage DAG of a plan over a graph. REQUIRES: validate(plan, graph, ...) passed.
@@ -36,8 +36,8 @@ int extraWeightBuffers(const ScheduleOptions& options);
 
 // A chain plan over `layers` (in model order): stage s holds layers [bounds[s],
 // bounds[s+1]) and runs on `replicas[s]` devices (empty = one each), named `dev0`,
-// `dev1`, ... in rank order; under a multi-chunk schedule stage s runs on dev(s mod
-// stages/chunks). Throws Error on bounds that do not cover the layers in order.
+// `dev1`, ... in rank order; when a rank runs several stages, stage s runs on the device
+// its schedule's placement gives (schedule_traits.h). Throws Error on bounds that do not cover the layers in order.
 Plan chainPlan(const std::vector<std::string>& layers, const std::vector<int>& bounds,
                const std::vector<int>& replicas, const ScheduleOptions& schedule, int64_t microbatch_size,
                int microbatches);

@@ -15,7 +15,19 @@
 
 namespace pipetrain::schedule {
 
-enum class ScheduleKind : uint8_t { kGpipe, k1F1B, kPipeDream, k2BW, kPipeMare, kInterleaved, kZbH1, kCount };
+enum class ScheduleKind : uint8_t {
+  kGpipe,
+  k1F1B,
+  kPipeDream,
+  k2BW,
+  kPipeMare,
+  kInterleaved,
+  kZbH1,
+  kZbH2,
+  kZbV,
+  kDualPipeV,
+  kCount
+};
 constexpr int kNumSchedules = static_cast<int>(ScheduleKind::kCount);
 
 // When a stage steps its optimizer.
@@ -25,19 +37,30 @@ enum class StepRule : uint8_t {
                    // each round of one micro-batch per replica
 };
 
+// Which stages a rank runs.
+enum class Placement : uint8_t {
+  kOnePerRank,  // one stage (replica) per rank
+  kLooped,      // rank r of p runs stages r, r+p, ..., `chunks` of them (Megatron's interleaved)
+  kV,           // rank r of p runs stages r and 2p-1-r: the V of ZB-V and DualPipeV, so the
+                // first and last stages share rank 0 and the turn (p-1 -> p) needs no transfer
+};
+
 struct ScheduleTraits {
   ScheduleKind kind;
   const char* name;
   const char* summary;           // one line for help texts and docs
   bool asynchronous;             // never flushes: training semantics differ from synchronous SGD
-  bool multi_chunk;              // a rank runs several stages (interleaved 1F1B)
+  Placement placement;
   bool split_backward;           // backward runs as I then W (zero bubble)
   BackwardWeights backward_weights;
   StepRule step_rule;
   bool replicable;               // stages may have data-parallel replicas
   bool all_forwards_first;       // GPipe: every micro-batch of a mini-batch is in flight at once
+  bool doubled_warmup;           // ZB-H2: up to 2p-1 micro-batches in flight on a p-stage path
   int fixed_weight_versions;     // versions a stage holds when fixed (1, or 2 for 2BW); 0 = grows
                                  // with the micro-batches in flight (PipeDream's stash)
+  bool overlaps_forward_backward;  // pairs a forward with a backward in one action (DualPipe)
+  int min_microbatches_per_rank;   // m >= this x pipeline ranks, or the schedule cannot be built
 };
 
 const ScheduleTraits& traits(ScheduleKind kind);
@@ -47,6 +70,13 @@ ScheduleKind scheduleKind(const std::string& name);
 inline bool isAsynchronous(const std::string& name) { return traits(name).asynchronous; }
 const std::vector<std::string>& scheduleNames();
 void checkScheduleName(const std::string& name);
+
+// Stages each rank runs: `chunks` (the user's choice) when looped, 2 in a V, else 1.
+int stagesPerRank(const ScheduleTraits& t, int chunks);
+inline bool multiStage(const ScheduleTraits& t) { return t.placement != Placement::kOnePerRank; }
+// The rank of `stage` when `ranks` ranks share the stages under `placement`.
+// REQUIRES: multiStage placement; 0 <= stage < ranks * stagesPerRank.
+int placedRank(Placement placement, int stage, int ranks);
 
 // Planner bounds, derived from the table (the Program's accounting is exact):
 // micro-batches of activations the deepest stage of a `depth`-stage pipeline holds, and

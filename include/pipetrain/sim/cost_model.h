@@ -56,6 +56,8 @@ class CostModel {
   cluster::Route route(int from_rank, int to_rank) const;
   // Ring all-reduce of stage s's gradients over its replicas.
   double allreduceSeconds(int stage) const;
+  // An overlapped F&B pair takes this share of F + B (the profile's overlap factor).
+  double overlapFactor() const { return graph_.overlapFactor(); }
 
  private:
   const graph::LayerGraph& graph_;

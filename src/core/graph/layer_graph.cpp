@@ -140,4 +140,11 @@ LayerGraph LayerGraph::uniformChain(int n, double forward_seconds, double backwa
   return LayerGraph(std::move(layers), 1, "uniform chain");
 }
 
+void LayerGraph::setOverlapFactor(double factor) {
+  if (!(factor >= 0.5 && factor <= 1.0))
+    throw Error("overlap_factor must lie between 0.5 (forward and backward fully overlapped) and 1 (no gain), got " +
+                std::to_string(factor));
+  overlap_factor_ = factor;
+}
+
 }  // namespace pipetrain::graph

@@ -58,13 +58,21 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
 LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origin) {
   const json_io::JsonCursor root(j, origin);
   json_io::checkHeader(root, kFormat, kVersion);
-  root.allowOnly({"format", "version", "batch_size", "layers"});
+  root.allowOnly({"format", "version", "batch_size", "overlap_factor", "layers"});
   const int64_t batch_size = root.field("batch_size").asInt();
   if (batch_size < 1) root.field("batch_size").fail("must be at least 1");
   std::vector<Layer> layers;
   for (const auto& item : root.field("layers").asArray())
     layers.push_back(readLayer(item, layers.empty() ? std::string() : layers.back().name));
-  return LayerGraph(std::move(layers), batch_size, origin);
+  LayerGraph graph(std::move(layers), batch_size, origin);
+  if (root.has("overlap_factor")) {
+    try {
+      graph.setOverlapFactor(root.field("overlap_factor").asNumber());
+    } catch (const Error& e) {
+      root.field("overlap_factor").fail(e.what());
+    }
+  }
+  return graph;
 }
 
 LayerGraph LayerGraph::load(const std::string& path) { return fromJson(json_io::readFile(path), path); }
@@ -72,6 +80,7 @@ LayerGraph LayerGraph::load(const std::string& path) { return fromJson(json_io::
 json_io::Json LayerGraph::toJson() const {
   json_io::Json j = json_io::header(kFormat, kVersion);
   j["batch_size"] = batch_size_;
+  if (overlap_factor_ != 1.0) j["overlap_factor"] = overlap_factor_;
   json_io::Json layers = json_io::Json::array();
   for (const Layer& l : layers_) {
     json_io::Json layer = {{"name", l.name},

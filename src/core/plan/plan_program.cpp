@@ -7,17 +7,19 @@
 namespace pipetrain::plan {
 namespace {
 
-bool multiChunk(const Plan& plan) {
-  return schedule::traits(plan.schedule.name).multi_chunk && plan.schedule.chunks > 1;
+int stagesPerRank(const Plan& plan) {
+  return schedule::stagesPerRank(schedule::traits(plan.schedule.name), plan.schedule.chunks);
 }
 
 }  // namespace
 
 std::vector<std::string> rankDevices(const Plan& plan) {
   std::vector<std::string> devices;
-  if (multiChunk(plan)) {
-    const int p = plan.numStages() / plan.schedule.chunks;
-    for (int s = 0; s < p; ++s) devices.push_back(plan.stages[s].devices.at(0));
+  const schedule::ScheduleTraits& t = schedule::traits(plan.schedule.name);
+  if (schedule::multiStage(t)) {
+    const int p = plan.numStages() / stagesPerRank(plan);
+    devices.resize(p);
+    for (int s = 0; s < plan.numStages(); ++s) devices[schedule::placedRank(t.placement, s, p)] = plan.stages[s].devices.at(0);
     return devices;
   }
   for (const Stage& st : plan.stages) devices.insert(devices.end(), st.devices.begin(), st.devices.end());
@@ -26,7 +28,7 @@ std::vector<std::string> rankDevices(const Plan& plan) {
 
 std::vector<int> stageReplicas(const Plan& plan) {
   std::vector<int> replicas;
-  for (const Stage& st : plan.stages) replicas.push_back(multiChunk(plan) ? 1 : static_cast<int>(st.devices.size()));
+  for (const Stage& st : plan.stages) replicas.push_back(stagesPerRank(plan) > 1 ? 1 : static_cast<int>(st.devices.size()));
   return replicas;
 }
 
@@ -60,10 +62,11 @@ Plan chainPlan(const std::vector<std::string>& layers, const std::vector<int>& b
     throw Error("stage bounds must run from 0 to the model's " + std::to_string(layers.size()) + " layers");
   if (!replicas.empty() && static_cast<int>(replicas.size()) != stages)
     throw Error(std::to_string(replicas.size()) + " replica counts for " + std::to_string(stages) + " stages");
-  const bool chunked = schedule::traits(schedule.name).multi_chunk && schedule.chunks > 1;
-  if (chunked && stages % schedule.chunks != 0)
-    throw Error(std::to_string(stages) + " stages cannot be split into " + std::to_string(schedule.chunks) +
-                " chunks per rank");
+  const schedule::ScheduleTraits& t = schedule::traits(schedule.name);
+  const int per_rank = schedule::stagesPerRank(t, schedule.chunks);
+  if (stages % per_rank != 0)
+    throw Error(std::to_string(stages) + " stages cannot be split into " + std::to_string(per_rank) +
+                " stages per rank under " + schedule.name);
   Plan plan;
   plan.microbatch_size = microbatch_size;
   plan.microbatches = microbatches;
@@ -74,8 +77,8 @@ Plan chainPlan(const std::vector<std::string>& layers, const std::vector<int>& b
       throw Error("stage bounds must increase: stage " + std::to_string(s) + " would have no layers");
     Stage st;
     st.layers.assign(layers.begin() + bounds[s], layers.begin() + bounds[s + 1]);
-    if (chunked) {
-      st.devices.push_back("dev" + std::to_string(s % (stages / schedule.chunks)));
+    if (per_rank > 1) {
+      st.devices.push_back("dev" + std::to_string(schedule::placedRank(t.placement, s, stages / per_rank)));
     } else {
       for (int k = 0; k < (replicas.empty() ? 1 : replicas[s]); ++k)
         st.devices.push_back("dev" + std::to_string(next_device++));

@@ -38,7 +38,8 @@ class Validator {
  private:
   [[noreturn]] void fail(const std::string& message) const { throw Error(origin_ + ": " + message); }
 
-  bool interleaved() const { return schedule::traits(plan_.schedule.name).multi_chunk && plan_.schedule.chunks > 1; }
+  const schedule::ScheduleTraits& traits() const { return schedule::traits(plan_.schedule.name); }
+  int stagesPerRank() const { return schedule::stagesPerRank(traits(), plan_.schedule.chunks); }
 
   void checkNumbers() const {
     try {
@@ -58,7 +59,7 @@ class Validator {
       fail("microbatches must be at least 1 (found " + std::to_string(plan_.microbatches) + ")");
     if (plan_.schedule.chunks < 1)
       fail("schedule.chunks must be at least 1 (found " + std::to_string(plan_.schedule.chunks) + ")");
-    if (plan_.schedule.chunks > 1 && !schedule::traits(plan_.schedule.name).multi_chunk)
+    if (plan_.schedule.chunks > 1 && traits().placement != schedule::Placement::kLooped)
       fail("schedule.chunks = " + std::to_string(plan_.schedule.chunks) +
            " only applies to the interleaved schedule, not '" + plan_.schedule.name + "'");
     if (plan_.stages.empty()) fail("the plan has no stages");
@@ -101,24 +102,28 @@ class Validator {
         device_stages_[d].push_back(s);
       }
     }
-    if (interleaved()) {
-      checkInterleavedLayout();
+    if (stagesPerRank() > 1) {
+      checkSharedLayout();
       return;
     }
     for (int d = 0; d < cluster_.size(); ++d)
       if (device_stages_[d].size() > 1)
         fail("device " + quote(cluster_.device(d).name) + " is used by " + stageName(device_stages_[d][0]) +
              " and " + stageName(device_stages_[d][1]) +
-             " (one device runs one stage, except under the interleaved schedule)");
+             " (one device runs one stage, except under the interleaved, zb-v and dualpipev schedules)");
   }
 
-  // Interleaved: rank r runs stages r, r+p, r+2p, ... so the layout is fixed.
-  void checkInterleavedLayout() const {
-    const int v = plan_.schedule.chunks, n = plan_.numStages();
-    const std::string layout =
-        "under the interleaved schedule with " + std::to_string(v) + " chunks, the plan needs p*" +
-        std::to_string(v) + " stages, each on exactly one device, with stage s on the same device as stage s mod p "
-        "and p distinct devices for stages 0..p-1";
+  // When a rank runs several stages, the schedule's placement fixes the layout.
+  void checkSharedLayout() const {
+    const int v = stagesPerRank(), n = plan_.numStages();
+    const schedule::Placement placement = traits().placement;
+    const std::string rule = placement == schedule::Placement::kV
+                                 ? "stage s on the same device as stage 2p-1-s"
+                                 : "stage s on the same device as stage s mod p";
+    const std::string layout = "under the " + plan_.schedule.name + " schedule a device runs " + std::to_string(v) +
+                               " stages, so the plan needs p*" + std::to_string(v) +
+                               " stages, each on exactly one device, with " + rule +
+                               " and p distinct devices for stages 0..p-1";
     if (n % v != 0) fail(layout + "; this plan has " + std::to_string(n) + " stages, not a multiple of " +
                          std::to_string(v));
     const int p = n / v;
@@ -130,10 +135,12 @@ class Validator {
         if (plan_.stages[s].devices[0] == plan_.stages[t].devices[0])
           fail(layout + "; " + stageName(t) + " and " + stageName(s) + " both use device " +
                quote(plan_.stages[s].devices[0]));
-    for (int s = p; s < n; ++s)
-      if (plan_.stages[s].devices[0] != plan_.stages[s % p].devices[0])
+    for (int s = p; s < n; ++s) {
+      const int first = schedule::placedRank(placement, s, p);
+      if (plan_.stages[s].devices[0] != plan_.stages[first].devices[0])
         fail(layout + "; " + stageName(s) + " uses device " + quote(plan_.stages[s].devices[0]) + " but " +
-             stageName(s % p) + " uses " + quote(plan_.stages[s % p].devices[0]));
+             stageName(first) + " uses " + quote(plan_.stages[first].devices[0]));
+    }
   }
 
   // A stage is convex when no path leaves it and comes back. Search forward from the

@@ -45,10 +45,14 @@ std::vector<int> widths(int devices) {
   return w;
 }
 
-// Interleaved 1F1B: `width` ranks, two stages each, layers balanced by compute.
-plan::Plan interleavedPlan(const std::string& name, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, int width,
-                           int64_t microbatch_size, int microbatches) {
-  const int stages = width * kInterleavedChunks;
+// A schedule whose ranks run several stages (interleaved 1F1B with two chunks, the V
+// schedules): `width` ranks, layers balanced by compute, stages placed as the schedule
+// places them.
+plan::Plan multiStagePlan(const std::string& name, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                          int width, int64_t microbatch_size, int microbatches) {
+  const schedule::ScheduleTraits& t = schedule::traits(name);
+  const int chunks = t.placement == schedule::Placement::kLooped ? kInterleavedChunks : 1;
+  const int stages = width * schedule::stagesPerRank(t, chunks);
   std::vector<double> costs;
   for (const auto& l : graph.layers()) costs.push_back(l.forward_seconds + l.backwardSeconds());
   const std::vector<int> bounds = plan::balancedChainSplit(costs, stages);
@@ -56,11 +60,11 @@ plan::Plan interleavedPlan(const std::string& name, const graph::LayerGraph& gra
   p.microbatch_size = microbatch_size;
   p.microbatches = microbatches;
   p.schedule.name = name;
-  p.schedule.chunks = kInterleavedChunks;
+  p.schedule.chunks = chunks;
   for (int s = 0; s < stages; ++s) {
     plan::Stage st;
     for (int l = bounds[s]; l < bounds[s + 1]; ++l) st.layers.push_back(graph.layer(l).name);
-    st.devices.push_back(cluster.device(s % width).name);
+    st.devices.push_back(cluster.device(schedule::placedRank(t.placement, s, width)).name);
     p.stages.push_back(std::move(st));
   }
   return p;
@@ -142,10 +146,13 @@ class Explorer {
     const int m = static_cast<int>(o_.global_batch / b);
     plan::ScheduleOptions schedule;
     schedule.name = name;
-    if (schedule::traits(name).multi_chunk) {
-      if (width < 2 || graph_.size() < width * kInterleavedChunks || m % width != 0) return;
+    const schedule::ScheduleTraits& t = schedule::traits(name);
+    if (schedule::multiStage(t)) {
+      const int per_rank = schedule::stagesPerRank(t, kInterleavedChunks);
+      if (width < 2 || graph_.size() < width * per_rank || m % width != 0 || m < t.min_microbatches_per_rank * width)
+        return;
       consider(name, b, width, [&]() -> std::optional<Candidate> {
-        return Candidate{interleavedPlan(name, graph_, cluster_, width, b, m), {}, 0};
+        return Candidate{multiStagePlan(name, graph_, cluster_, width, b, m), {}, 0};
       });
       return;
     }

@@ -100,4 +100,37 @@ Action parseAction(const std::string& text) {
   return a;
 }
 
+namespace {
+constexpr const char* kOverlapSuffix = ")OVERLAP_F_B";
+}  // namespace
+
+std::vector<std::string> toStrings(const std::vector<Action>& actions) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (actions[i].overlap_next && i + 1 < actions.size()) {
+      out.push_back("(" + toString(actions[i]) + ";" + toString(actions[i + 1]) + kOverlapSuffix);
+      ++i;
+      continue;
+    }
+    out.push_back(toString(actions[i]));
+  }
+  return out;
+}
+
+std::vector<Action> parseActions(const std::string& text) {
+  if (text.empty() || text[0] != '(') return {parseAction(text)};
+  const std::string suffix = kOverlapSuffix;
+  const std::size_t semicolon = text.find(';');
+  if (text.size() <= suffix.size() || text.compare(text.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+      semicolon == std::string::npos)
+    throw Error("cannot parse action \"" + text + "\": an overlapped pair is written (0F3;1B2)OVERLAP_F_B");
+  Action forward = parseAction(text.substr(1, semicolon - 1));
+  Action backward = parseAction(text.substr(semicolon + 1, text.size() - suffix.size() - semicolon - 1));
+  if (forward.type != ActionType::F || backward.type != ActionType::B)
+    throw Error("cannot parse action \"" + text + "\": an overlapped pair is a forward then a full backward, e.g. "
+                "(0F3;1B2)OVERLAP_F_B");
+  forward.overlap_next = true;
+  return {forward, backward};
+}
+
 }  // namespace pipetrain::schedule

@@ -1,9 +1,10 @@
-// The seven schedule generators. Each one decides, per stage replica (or per rank when
-// interleaved), the order of compute actions, which weight version each reads, and
+// The schedule generators. Each one decides, per stage replica (or per rank when a rank
+// runs several stages), the order of compute actions, which weight version each reads, and
 // where STEP creates a new version; nothing downstream knows which schedule it was.
 #include <algorithm>
 #include <functional>
 
+#include "generator_parts.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
 
@@ -163,6 +164,9 @@ std::vector<Action> stageReplica(const Context& c, int s, Replica r) {
       // Mini-batch k reads version k-1: W(t+1) = W(t) - lr * grad f(W(t-1)).
       return asyncStream(c, s, r, [m](int j, int) { return std::max(0, j / m - 1); });
     case ScheduleKind::kInterleaved:
+    case ScheduleKind::kZbH2:
+    case ScheduleKind::kZbV:
+    case ScheduleKind::kDualPipeV:
     case ScheduleKind::kCount: break;
   }
   throw Error("internal: " + c.spec.name + " has no per-stage generator");
@@ -205,7 +209,7 @@ void checkSpec(const ScheduleSpec& spec, const StageDag& dag, const std::vector<
   if (spec.microbatches < 1) throw Error("micro-batches per mini-batch must be at least 1");
   if (spec.minibatches < 1) throw Error("mini-batches must be at least 1");
   if (spec.chunks < 1) throw Error("chunks must be at least 1");
-  if (!t.multi_chunk && spec.chunks != 1)
+  if (t.placement != Placement::kLooped && spec.chunks != 1)
     throw Error("--chunks applies to the interleaved schedule only (got " + spec.name + ")");
   if (spec.vertical_sync && t.step_rule != StepRule::kPerMicrobatch)
     throw Error("vertical sync applies to the pipedream schedule only (got " + spec.name + ")");
@@ -220,18 +224,20 @@ void checkSpec(const ScheduleSpec& spec, const StageDag& dag, const std::vector<
       throw Error("a stage with " + std::to_string(c) + " replicas needs micro-batches per mini-batch divisible by " +
                   std::to_string(c) + ", got " + std::to_string(spec.microbatches));
   }
-  const int p = 1 + *std::max_element(depth.begin(), depth.end());
-  if (t.fixed_weight_versions == 2 && spec.microbatches < p)
-    throw Error(spec.name + " needs at least as many micro-batches per mini-batch as pipeline stages (" +
-                std::to_string(p) + "), got " + std::to_string(spec.microbatches) +
-                ": with fewer, a mini-batch would read a version that does not exist yet");
-  if (t.multi_chunk) {
-    if (dag.size() % spec.chunks != 0)
+  const int per_rank = stagesPerRank(t, spec.chunks);
+  const int p = multiStage(t) ? dag.size() / per_rank : 1 + *std::max_element(depth.begin(), depth.end());
+  if (t.min_microbatches_per_rank > 0 && spec.microbatches < t.min_microbatches_per_rank * p)
+    throw Error(spec.name + " needs at least " + std::to_string(t.min_microbatches_per_rank * p) +
+                " micro-batches per mini-batch on " + std::to_string(p) + " pipeline ranks, got " +
+                std::to_string(spec.microbatches) +
+                (t.fixed_weight_versions == 2 ? ": with fewer, a mini-batch would read a version that does not exist yet"
+                                              : ""));
+  if (multiStage(t)) {
+    if (dag.size() % per_rank != 0)
       throw Error(spec.name + ": " + std::to_string(dag.size()) + " stages cannot be split into " +
-                  std::to_string(spec.chunks) + " chunks per rank");
-    const int ranks = dag.size() / spec.chunks;
-    if (spec.microbatches % ranks != 0)
-      throw Error(spec.name + " needs micro-batches divisible by the number of ranks (" + std::to_string(ranks) +
+                  std::to_string(per_rank) + " stages per rank");
+    if (t.placement == Placement::kLooped && spec.microbatches % p != 0)
+      throw Error(spec.name + " needs micro-batches divisible by the number of ranks (" + std::to_string(p) +
                   "), got " + std::to_string(spec.microbatches));
     for (int s = 0; s < dag.size(); ++s)
       if (dag.preds[s].size() > 1 || dag.succs[s].size() > 1)
@@ -278,17 +284,40 @@ Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vecto
   program.stage_succs = dag.succs;
   program.stage_ranks.resize(dag.size());
 
-  if (t.multi_chunk) {
-    const int p = dag.size() / spec.chunks;
-    for (int s = 0; s < dag.size(); ++s) program.stage_ranks[s] = {s % p};
-    for (int r = 0; r < p; ++r) program.ranks.push_back(interleavedRank(c, r, p));
-    return program;
+  if (multiStage(t)) {
+    const int p = dag.size() / stagesPerRank(t, spec.chunks);
+    for (int s = 0; s < dag.size(); ++s) program.stage_ranks[s] = {placedRank(t.placement, s, p)};
+    program.ranks.resize(p);
+  } else {
+    int next_rank = 0;
+    for (int s = 0; s < dag.size(); ++s)
+      for (int k = 0; k < replicas[s]; ++k) program.stage_ranks[s].push_back(next_rank++);
+    program.ranks.resize(next_rank);
+  }
+  switch (t.kind) {
+    case ScheduleKind::kInterleaved:
+      for (int r = 0; r < program.numRanks(); ++r) program.ranks[r] = interleavedRank(c, r, program.numRanks());
+      return program;
+    case ScheduleKind::kDualPipeV:
+      for (int r = 0; r < program.numRanks(); ++r)
+        program.ranks[r] = detail::dualPipeVRank(r, program.numRanks(), spec.microbatches, spec.minibatches);
+      return program;
+    case ScheduleKind::kZbH2: {
+      // Up to 2p-1 micro-batches in flight on a p-stage path: enough forward passes to
+      // cover the first stage's wait for its first gradient (the ZB paper's ZB-H2).
+      const int p = 1 + *std::max_element(c.depth.begin(), c.depth.end());
+      program.ranks = detail::zeroBubbleListSchedule(program, 2 * p - 1);
+      return program;
+    }
+    case ScheduleKind::kZbV:
+      // 2p chunk activations, each half a rank's layers: 1F1B's p micro-batches.
+      program.ranks = detail::zeroBubbleListSchedule(program, 2 * program.numRanks());
+      return program;
+    default: break;
   }
   for (int s = 0; s < dag.size(); ++s)
-    for (int k = 0; k < replicas[s]; ++k) {
-      program.stage_ranks[s].push_back(program.numRanks());
-      program.ranks.push_back(stageReplica(c, s, Replica{k, replicas[s]}));
-    }
+    for (int k = 0; k < replicas[s]; ++k)
+      program.ranks[program.stage_ranks[s][k]] = stageReplica(c, s, Replica{k, replicas[s]});
   if (spec.vertical_sync) applyVerticalSync(program, replicas);
   return program;
 }

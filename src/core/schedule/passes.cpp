@@ -11,26 +11,36 @@ namespace pipetrain::schedule {
 Program lower(const Program& compute_only) {
   Program out = compute_only;
   for (int r = 0; r < compute_only.numRanks(); ++r) {
-    std::vector<Action> actions;
-    for (const Action& a : compute_only.ranks[r]) {
-      if (isComm(a.type)) throw Error("lower: rank " + std::to_string(r) + " already has communication (" + toString(a) + ")");
+    // Data comes from predecessors in the forward direction, successors backwards.
+    auto carriesData = [](const Action& a) {
+      return a.type == ActionType::F || a.type == ActionType::B || a.type == ActionType::I;
+    };
+    auto addRecvs = [&](const Action& a, std::vector<Action>& out_actions) {
+      if (!carriesData(a)) return;
       const bool forward = a.type == ActionType::F;
-      const bool input_backward = a.type == ActionType::B || a.type == ActionType::I;
-      if (!forward && !input_backward) {
-        actions.push_back(a);
-        continue;
-      }
-      const int j = a.microbatch;
-      // Data comes from predecessors in the forward direction, successors backwards.
-      const auto& sources = forward ? compute_only.stage_preds[a.stage] : compute_only.stage_succs[a.stage];
-      const auto& sinks = forward ? compute_only.stage_succs[a.stage] : compute_only.stage_preds[a.stage];
-      for (int q : sources)
-        if (compute_only.rankOf(q, j) != r)
-          actions.push_back(commAction(forward ? ActionType::RECV_F : ActionType::RECV_B, a.stage, j, q));
-      actions.push_back(a);
-      for (int t : sinks)
-        if (compute_only.rankOf(t, j) != r)
-          actions.push_back(commAction(forward ? ActionType::SEND_F : ActionType::SEND_B, a.stage, j, t));
+      for (int q : forward ? compute_only.stage_preds[a.stage] : compute_only.stage_succs[a.stage])
+        if (compute_only.rankOf(q, a.microbatch) != r)
+          out_actions.push_back(commAction(forward ? ActionType::RECV_F : ActionType::RECV_B, a.stage, a.microbatch, q));
+    };
+    auto addSends = [&](const Action& a, std::vector<Action>& out_actions) {
+      if (!carriesData(a)) return;
+      const bool forward = a.type == ActionType::F;
+      for (int t : forward ? compute_only.stage_succs[a.stage] : compute_only.stage_preds[a.stage])
+        if (compute_only.rankOf(t, a.microbatch) != r)
+          out_actions.push_back(commAction(forward ? ActionType::SEND_F : ActionType::SEND_B, a.stage, a.microbatch, t));
+    };
+    const auto& in = compute_only.ranks[r];
+    std::vector<Action> actions;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      if (isComm(in[i].type))
+        throw Error("lower: rank " + std::to_string(r) + " already has communication (" + toString(in[i]) + ")");
+      // An overlapped pair starts when the inputs of both halves are here and sends both
+      // results after it: the receives go before the pair, the sends after it.
+      const std::size_t n = in[i].overlap_next && i + 1 < in.size() ? 2 : 1;
+      for (std::size_t k = i; k < i + n; ++k) addRecvs(in[k], actions);
+      for (std::size_t k = i; k < i + n; ++k) actions.push_back(in[k]);
+      for (std::size_t k = i; k < i + n; ++k) addSends(in[k], actions);
+      i += n - 1;
     }
     out.ranks[r] = std::move(actions);
   }
@@ -46,7 +56,10 @@ Program forwardOnly(const Program& program) {
     std::vector<Action> kept;
     for (Action a : actions) {
       if (a.type != ActionType::F && a.type != ActionType::SEND_F && a.type != ActionType::RECV_F) continue;
-      if (a.type == ActionType::F) a.version = 0;
+      if (a.type == ActionType::F) {
+        a.version = 0;
+        a.overlap_next = false;  // its backward half is gone
+      }
       kept.push_back(a);
     }
     actions = std::move(kept);
@@ -72,18 +85,20 @@ Program programFromCsv(const std::string& csv_text, const std::string& origin, c
       cell.erase(0, cell.find_first_not_of(" \t"));
       cell.erase(cell.find_last_not_of(" \t") + 1);
       if (cell.empty()) continue;  // PyTorch's CSVs leave idle slots empty
-      Action a;
+      std::vector<Action> parsed;
       try {
-        a = parseAction(cell);
+        parsed = parseActions(cell);
       } catch (const Error& e) {
         throw Error(origin + ": line " + std::to_string(line_no) + ", column " + std::to_string(column) + ": " + e.what());
       }
-      if (!isCompute(a.type))
-        throw Error(origin + ": line " + std::to_string(line_no) + ", column " + std::to_string(column) +
-                    ": only compute actions (F, B, I, W) belong in a schedule CSV; communication is added "
-                    "automatically, found " + cell);
-      a.version = 0;
-      row.push_back(a);
+      for (Action& a : parsed) {
+        if (!isCompute(a.type))
+          throw Error(origin + ": line " + std::to_string(line_no) + ", column " + std::to_string(column) +
+                      ": only compute actions (F, B, I, W) belong in a schedule CSV; communication is added "
+                      "automatically, found " + cell);
+        a.version = 0;
+        row.push_back(a);
+      }
     }
     rows.push_back(std::move(row));
   }

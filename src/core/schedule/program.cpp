@@ -32,7 +32,7 @@ std::string toText(const Program& program) {
   std::string out;
   for (int r = 0; r < program.numRanks(); ++r) {
     out += "rank " + std::to_string(r) + ":";
-    for (const Action& a : program.ranks[r]) out += " " + toString(a);
+    for (const std::string& text : toStrings(program.ranks[r])) out += " " + text;
     out += "\n";
   }
   return out;
@@ -41,12 +41,15 @@ std::string toText(const Program& program) {
 std::string toCsv(const Program& program) {
   std::string out;
   for (const auto& actions : program.ranks) {
-    bool first = true;
-    for (const Action& a : actions) {
+    std::vector<Action> compute;
+    for (Action a : actions) {
       if (!isCompute(a.type)) continue;
-      Action plain = a;
-      plain.version = -1;  // versions are the generator's business, not the user's
-      out += (first ? "" : ",") + toString(plain);
+      a.version = -1;  // versions are the generator's business, not the user's
+      compute.push_back(a);
+    }
+    bool first = true;
+    for (const std::string& text : toStrings(compute)) {
+      out += (first ? "" : ",") + text;
       first = false;
     }
     out += "\n";

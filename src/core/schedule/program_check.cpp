@@ -86,6 +86,11 @@ class Checker {
       for (int i = 0; i < static_cast<int>(p_.ranks[r].size()); ++i) {
         const Action& a = p_.ranks[r][i];
         if (a.stage < 0 || a.stage >= n) fail(r, i, "stage out of range (the pipeline has " + std::to_string(n) + ")");
+        if (a.overlap_next) {
+          const bool pair = a.type == ActionType::F && i + 1 < static_cast<int>(p_.ranks[r].size()) &&
+                            p_.ranks[r][i + 1].type == ActionType::B;
+          if (!pair) fail(r, i, "only a forward pass directly followed by a full backward (B) can be overlapped");
+        }
         const auto& owners = p_.stage_ranks[a.stage];
         if (a.type == ActionType::STEP || a.type == ActionType::ALLREDUCE) {
           if (std::find(owners.begin(), owners.end(), r) == owners.end()) fail(r, i, "this rank does not run the stage");

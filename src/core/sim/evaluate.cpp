@@ -142,7 +142,8 @@ UniformScenario uniformScenario(const plan::ScheduleOptions& schedule, int ranks
   if (ranks < 1) throw Error("--stages must be at least 1");
   if (forward < 0 || backward < 0 || weight < 0 || weight > backward)
     throw Error("--uniform F,B[,W]: times must be non-negative and W (the weight-gradient part of B) at most B");
-  const int v = schedule::traits(schedule.name).multi_chunk ? schedule.chunks : 1;
+  const schedule::ScheduleTraits& t = schedule::traits(schedule.name);
+  const int v = schedule::stagesPerRank(t, schedule.chunks);
   const int stages = ranks * v;
   // Each of a rank's v chunks does 1/v of its work, so per-rank totals stay F and B.
   UniformScenario u{graph::LayerGraph::uniformChain(stages, forward / v, (backward - weight) / v, weight / v),
@@ -153,7 +154,8 @@ UniformScenario uniformScenario(const plan::ScheduleOptions& schedule, int ranks
   u.plan.microbatches = microbatches;
   u.plan.schedule = schedule;
   for (int s = 0; s < stages; ++s)
-    u.plan.stages.push_back({{u.graph.layer(s).name}, {u.cluster.device(s % ranks).name}});
+    u.plan.stages.push_back(
+        {{u.graph.layer(s).name}, {u.cluster.device(v > 1 ? schedule::placedRank(t.placement, s, ranks) : s).name}});
   return u;
 }
 

@@ -122,8 +122,11 @@ class Simulation {
   }
 
   void execute(int r, double start) {
-    const Action& a = p_.ranks[r][pos_[r]];
+    const auto& actions = p_.ranks[r];
+    const std::size_t at = pos_[r];
+    const Action& a = actions[at];
     ++pos_[r];
+    const bool overlapped = a.overlap_next || schedule::overlapsPrevious(actions, at);
     double end = start;
     switch (a.type) {
       case ActionType::F:
@@ -131,7 +134,7 @@ class Simulation {
       case ActionType::I:
       case ActionType::W:
       case ActionType::STEP:
-        end = start + c_.computeSeconds(a, r);
+        end = start + c_.computeSeconds(a, r) * (overlapped ? c_.overlapFactor() : 1.0);
         timeline_.ranks[r].push_back({a, start, end});
         if (a.type == ActionType::F) forward_done_[index(a.stage, a.microbatch)] = end;
         if (a.type == ActionType::B || a.type == ActionType::I)

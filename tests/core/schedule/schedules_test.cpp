@@ -18,7 +18,7 @@ Program build(const std::string& name, int p, int m, int chunks = 1, int minibat
   spec.minibatches = minibatches;
   spec.chunks = chunks;
   spec.vertical_sync = vsync;
-  return buildProgram(spec, chainDag(p * chunks));
+  return buildProgram(spec, chainDag(p * stagesPerRank(traits(name), chunks)));
 }
 
 // The compute actions of one rank as text, e.g. "0F0 0F1 0B0".
@@ -34,9 +34,11 @@ TEST(Schedules, EveryScheduleValidatesOverManyShapes) {
     for (int p : {1, 2, 3, 4, 8})
       for (int m : {1, 2, 4, 8, 16})
         for (int k : {1, 3}) {
-          const int chunks = name == "interleaved" ? 2 : 1;
-          if (name == "interleaved" && m % p != 0) continue;
-          if (name == "2bw" && m < p) continue;
+          const ScheduleTraits& t = traits(name);
+          const bool looped = t.placement == Placement::kLooped;
+          const int chunks = looped ? 2 : 1;
+          if (looped && m % p != 0) continue;
+          if (m < t.min_microbatches_per_rank * p) continue;
           SCOPED_TRACE(name + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " k=" + std::to_string(k));
           EXPECT_NO_THROW(validate(build(name, p, m, chunks, k)));
         }
