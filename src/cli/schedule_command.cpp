@@ -7,6 +7,7 @@
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/program_memory.h"
 #include "pipetrain/schedule/schedules.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
 
@@ -62,9 +63,9 @@ int run(const ScheduleArgs& args) {
 Command addScheduleCommand(CLI::App& app) {
   auto args = std::make_shared<ScheduleArgs>();
   CLI::App* cmd = app.add_subcommand("schedule", "Print a schedule's per-rank actions, or validate a CSV schedule");
-  cmd->add_option("--schedule", args->spec.name, "gpipe, 1f1b, pipedream, 2bw, pipemare, interleaved, zb-h1")
+  cmd->add_option("--schedule", args->spec.name, schedule::scheduleNameList())
       ->capture_default_str();
-  cmd->add_option("--stages", args->stages, "pipeline ranks P (interleaved: ranks, each with --chunks stages)")
+  cmd->add_option("--stages", args->stages, "pipeline ranks P (interleaved: each runs --chunks stages; zb-v, dualpipev: two)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--microbatches", args->spec.microbatches, "micro-batches per mini-batch M")
       ->check(CLI::PositiveNumber)->capture_default_str();

@@ -268,8 +268,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   auto& pa = a->plan_args;
   cmd->add_option("--schedule", pa.schedule.name,
-                  "gpipe, 1f1b, interleaved, zb-h1, pipedream, 2bw, pipemare, or auto (default: the planner's "
-                  "choice; 1f1b with --stage-bounds or --data-parallel)");
+                  schedule::scheduleNameList() +
+                      ", or auto (default: the planner's choice; 1f1b with --stage-bounds or --data-parallel)");
   cmd->add_flag("--allow-async", a->allow_async, "without --plan: the planner may choose pipedream, 2bw or pipemare");
   cmd->add_option("--chunks", pa.schedule.chunks, "interleaved: stages per rank")->check(CLI::PositiveNumber);
   cmd->add_flag("--vertical-sync", pa.schedule.vertical_sync,

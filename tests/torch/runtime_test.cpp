@@ -14,6 +14,7 @@
 #include "pipetrain/plan/partition.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/program_memory.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/staleness.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
@@ -71,18 +72,19 @@ TrainConfig smallConfig(const std::string& model, models::ModelConfig model_conf
   return c;
 }
 
-// The plan: `replicas.size()` stages (times `chunks`) of about equal layer counts, stage
-// s on replicas[s] ranks.
+// The plan: `replicas.size()` ranks' stages (times `chunks` when looped, two in a V) of
+// about equal layer counts, stage s on replicas[s] ranks.
 void usePlan(TrainConfig& c, const std::string& schedule, std::vector<int> replicas, int chunks = 1) {
   const models::Model model = models::buildModel(c.model, c.model_config, c.seed);
   std::vector<std::string> names;
   for (const auto& l : model.layers) names.push_back(l.name);
-  const int stages = static_cast<int>(replicas.size()) * chunks;
+  const int per_rank = schedule::stagesPerRank(schedule::traits(schedule), chunks);
+  const int stages = static_cast<int>(replicas.size()) * per_rank;
   plan::ScheduleOptions options = c.plan.schedule;
   options.name = schedule;
   options.chunks = chunks;
   const auto bounds = plan::balancedChainSplit(std::vector<double>(names.size(), 1.0), stages);
-  c.plan = plan::chainPlan(names, bounds, chunks > 1 ? std::vector<int>{} : replicas, options, c.plan.microbatch_size,
+  c.plan = plan::chainPlan(names, bounds, per_rank > 1 ? std::vector<int>{} : replicas, options, c.plan.microbatch_size,
                            c.plan.microbatches);
 }
 
@@ -165,9 +167,30 @@ TEST(PipelineTraining, InterleavedMatchesSingleProcess) {
   }
 }
 
+TEST(PipelineTraining, NewestSchedulesMatchSingleProcess) {
+  // ZB-H2 (deferred weight passes), and the V schedules: two stages per rank, the turn of
+  // the V local to the last rank, DualPipeV's overlapped forward+backward pairs.
+  std::vector<Case> models = cases();
+  models.push_back({"mlp", {{"input", 16}, {"layers", 6}, {"width", 32}}});  // six stages on three ranks
+  for (const Case& m : models)
+    for (const std::string schedule : {"zb-h2", "zb-v", "dualpipev"})
+      for (int ranks : {2, 3}) {
+        const int stages = ranks * schedule::stagesPerRank(schedule::traits(schedule), 1);
+        if (models::buildModel(m.model, m.config, 0).layers.size() < static_cast<std::size_t>(stages)) continue;
+        SCOPED_TRACE(m.model + " " + schedule + " ranks=" + std::to_string(ranks));
+        TrainConfig c = smallConfig(m.model, m.config);
+        c.plan.microbatches = 2 * ranks;  // DualPipeV's least
+        usePlan(c, schedule, std::vector<int>(ranks, 1));
+        expectMatchesReference(c);
+      }
+}
+
 TEST(PipelineTraining, OverGlooTooMatchesSingleProcess) {
   TrainConfig c = smallConfig("gpt", cases()[2].config);
   usePlan(c, "1f1b", {1, 1, 1});
+  expectMatchesReference(c, /*gloo=*/true);
+  c.plan.microbatches = 4;
+  usePlan(c, "dualpipev", {1, 1});
   expectMatchesReference(c, /*gloo=*/true);
 }
 

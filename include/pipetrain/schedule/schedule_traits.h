@@ -69,6 +69,8 @@ const ScheduleTraits& traits(const std::string& name);
 ScheduleKind scheduleKind(const std::string& name);
 inline bool isAsynchronous(const std::string& name) { return traits(name).asynchronous; }
 const std::vector<std::string>& scheduleNames();
+// "gpipe, 1f1b, ..." for help texts.
+std::string scheduleNameList();
 void checkScheduleName(const std::string& name);
 
 // Stages each rank runs: `chunks` (the user's choice) when looped, 2 in a V, else 1.

@@ -310,8 +310,8 @@ Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vecto
       return program;
     }
     case ScheduleKind::kZbV:
-      // 2p chunk activations, each half a rank's layers: 1F1B's p micro-batches.
-      program.ranks = detail::zeroBubbleListSchedule(program, 2 * program.numRanks());
+      for (int r = 0; r < program.numRanks(); ++r)
+        program.ranks[r] = detail::zeroBubbleVRank(r, program.numRanks(), spec.microbatches, spec.minibatches);
       return program;
     default: break;
   }

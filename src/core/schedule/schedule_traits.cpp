@@ -57,9 +57,7 @@ const ScheduleTraits& traits(ScheduleKind kind) { return kTable.at(static_cast<i
 const ScheduleTraits& traits(const std::string& name) {
   for (const ScheduleTraits& t : kTable)
     if (name == t.name) return t;
-  std::string list;
-  for (const ScheduleTraits& t : kTable) list += (list.empty() ? "" : ", ") + std::string(t.name);
-  throw Error("unknown schedule \"" + name + "\" (known: " + list + ")");
+  throw Error("unknown schedule \"" + name + "\" (known: " + scheduleNameList() + ")");
 }
 
 ScheduleKind scheduleKind(const std::string& name) { return traits(name).kind; }
@@ -71,6 +69,12 @@ const std::vector<std::string>& scheduleNames() {
     return out;
   }();
   return names;
+}
+
+std::string scheduleNameList() {
+  std::string list;
+  for (const ScheduleTraits& t : kTable) list += (list.empty() ? "" : ", ") + std::string(t.name);
+  return list;
 }
 
 void checkScheduleName(const std::string& name) { traits(name); }

@@ -1,7 +1,15 @@
-// DeepSeek's DualPipeV (the V-shaped, "cut-in-half" DualPipe), per rank. Rank r runs
-// stage r (the "down" chunk) and stage 2p-1-r (the "up" chunk). Its list has DeepSeek's
-// eight phases; the counts make every phase line up with its neighbours' so that, with
-// equal chunk times, a rank rarely waits:
+// The V schedules, per rank. Rank r of p runs stage r (the "down" chunk) and stage
+// 2p-1-r (the "up" chunk), so a micro-batch goes down the ranks and back up, and the
+// turn at rank p-1 needs no transfer.
+//
+// ZB-V (the zero-bubble paper's V schedule; PyTorch's ScheduleZBVZeroBubble has the
+// same phases): with equal F, I and W it keeps every rank busy in the steady state while
+// holding 2p chunks' activations, which is 1F1B's p micro-batches:
+//   2(p-r)-1 x F down;  r x (F up, F down);  p-r x (F up, I up, W up)
+//   until every forward ran: (F down while any is left, I down, W down, F up, I up, W up)
+//   r x (I down, I up);  p-r x (I down, W down);  the deferred W passes, up chunk first
+//
+// DualPipeV (DeepSeek's "cut-in-half" DualPipe), in DeepSeek's eight phases:
 //   1  2(p-r-1) x F down                          fill the V from the top
 //   2  (r+1)    x F down, F up
 //   3  (p-r-1)  x B up (I then W), F up           split so the gradient leaves early
@@ -11,6 +19,7 @@
 //                                                 only and defers W (zero bubble)
 //   7  (p-r-1)  x deferred W, I down (W deferred)
 //   8  the deferred W passes
+#include <algorithm>
 #include <deque>
 
 #include "generator_parts.h"
@@ -18,11 +27,14 @@
 namespace pipetrain::schedule::detail {
 namespace {
 
+// One rank's list for one mini-batch, built phase by phase.
 class RankList {
  public:
   RankList(int rank, int ranks, int first_mb, int version)
       : stage_{rank, 2 * ranks - 1 - rank}, next_f_{first_mb, first_mb}, next_b_{first_mb, first_mb},
         version_(version) {}
+
+  int forwardsDone(int chunk, int first_mb) const { return next_f_[chunk] - first_mb; }
 
   void forward(int chunk) { out_.push_back(computeAction(ActionType::F, stage_[chunk], next_f_[chunk]++, version_)); }
   // A whole backward, or with `zero_bubble` its I pass now and its W pass deferred.
@@ -35,9 +47,11 @@ class RankList {
     out_.push_back(computeAction(ActionType::I, s, j, version_));
     deferred_.push_back(computeAction(ActionType::W, s, j, version_));
   }
+  // I then W at once: the input gradient leaves before the weight pass runs.
   void splitBackward(int chunk) {
-    backward(chunk, true);
-    weight();
+    const int s = stage_[chunk], j = next_b_[chunk]++;
+    out_.push_back(computeAction(ActionType::I, s, j, version_));
+    out_.push_back(computeAction(ActionType::W, s, j, version_));
   }
   // F of `forward_chunk` computed together with the whole B of the other chunk.
   void overlapped(int forward_chunk) {
@@ -45,10 +59,18 @@ class RankList {
     out_.back().overlap_next = true;
     backward(1 - forward_chunk, false);
   }
-  void weight() {
-    if (deferred_.empty()) return;
-    out_.push_back(deferred_.front());
-    deferred_.pop_front();
+  // The oldest deferred W pass (of `chunk`, or of either when -1).
+  void weight(int chunk = -1) {
+    for (auto it = deferred_.begin(); it != deferred_.end(); ++it)
+      if (chunk < 0 || it->stage == stage_[chunk]) {
+        out_.push_back(*it);
+        deferred_.erase(it);
+        return;
+      }
+  }
+  void weights(int chunk) {
+    while (std::any_of(deferred_.begin(), deferred_.end(), [&](const Action& a) { return a.stage == stage_[chunk]; }))
+      weight(chunk);
   }
   std::vector<Action> finish() {
     while (!deferred_.empty()) weight();
@@ -67,6 +89,44 @@ class RankList {
 constexpr int kDown = 0, kUp = 1;
 
 }  // namespace
+
+std::vector<Action> zeroBubbleVRank(int r, int p, int m, int minibatches) {
+  // Fewer micro-batches than the warm-up wants: plan 2p-1 and drop the ones that do not
+  // exist, which keeps the order of the rest (and so its dependencies) intact.
+  const int n = std::max(m, 2 * p - 1);
+  std::vector<Action> out;
+  for (int k = 0; k < minibatches; ++k) {
+    const int first = k * m;
+    RankList l(r, p, first, k);
+    for (int i = 0; i < 2 * (p - r) - 1; ++i) l.forward(kDown);
+    for (int i = 0; i < r; ++i) {
+      l.forward(kUp);
+      l.forward(kDown);
+    }
+    for (int i = 0; i < p - r; ++i) {
+      l.forward(kUp);
+      l.splitBackward(kUp);
+    }
+    while (l.forwardsDone(kUp, first) < l.forwardsDone(kDown, first) || l.forwardsDone(kDown, first) < n) {
+      if (l.forwardsDone(kDown, first) < n) l.forward(kDown);
+      l.splitBackward(kDown);
+      l.forward(kUp);
+      l.splitBackward(kUp);
+    }
+    for (int i = 0; i < r; ++i) {
+      l.backward(kDown, true);
+      l.backward(kUp, true);
+    }
+    for (int i = 0; i < p - r; ++i) {
+      l.backward(kDown, true);
+      l.weight(kDown);
+    }
+    l.weights(kUp);
+    for (const Action& a : l.finish())
+      if (a.type == ActionType::STEP || a.microbatch < first + m) out.push_back(a);
+  }
+  return out;
+}
 
 std::vector<Action> dualPipeVRank(int r, int p, int m, int minibatches) {
   std::vector<Action> out;
