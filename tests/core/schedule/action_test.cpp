@@ -14,6 +14,20 @@ TEST(Action, TextFormRoundTrips) {
   }
 }
 
+TEST(Action, OverlappedPairsUsePyTorchsForm) {
+  const std::vector<Action> pair = parseActions("(0F3;1B2)OVERLAP_F_B");
+  ASSERT_EQ(pair.size(), 2u);
+  EXPECT_TRUE(pair[0].overlap_next);
+  EXPECT_EQ(toString(pair[0]), "0F3");
+  EXPECT_EQ(toString(pair[1]), "1B2");
+  std::vector<Action> list = {parseAction("0F0"), pair[0], pair[1], parseAction("1W2")};
+  EXPECT_EQ(toStrings(list), (std::vector<std::string>{"0F0", "(0F3;1B2)OVERLAP_F_B", "1W2"}));
+  EXPECT_EQ(parseActions("2I4").size(), 1u);
+  for (const char* text : {"(0F3;1W2)OVERLAP_F_B", "(0B3;1B2)OVERLAP_F_B", "(0F3;1B2)", "(0F31B2)OVERLAP_F_B",
+                           "(0F3;1Bx)OVERLAP_F_B"})
+    EXPECT_THROW(parseActions(text), Error) << text;
+}
+
 TEST(Action, PyTorchFormWithoutPeerMeansTheNeighbour) {
   EXPECT_EQ(parseAction("2SEND_F1").peer_stage, 3);
   EXPECT_EQ(parseAction("2RECV_F1").peer_stage, 1);

@@ -36,6 +36,28 @@ TEST(ProgramCheck, AcceptsAValidUserCsv) {
   EXPECT_EQ(errorOfCsv("0F0,0F1,,0B0,0B1\n,1F0,1B0,1F1,1B1\n"), "");
 }
 
+TEST(ProgramCheck, OverlappedPairsRoundTripThroughCsv) {
+  // DualPipeV as PyTorch writes it: pairs as (0F3;1B2)OVERLAP_F_B, stages 0 and 3 on rank 0.
+  ScheduleSpec spec;
+  spec.name = "dualpipev";
+  spec.microbatches = 4;
+  const Program generated = buildProgram(spec, chainDag(4));
+  const std::string csv = toCsv(generated);
+  EXPECT_TRUE(contains(csv, ")OVERLAP_F_B")) << csv;
+  EXPECT_EQ(errorOfCsv(csv), "");
+  const Program read = programFromCsv(csv, "dualpipev.csv");
+  EXPECT_EQ(toCsv(read), csv);
+  EXPECT_EQ(read.stage_ranks[0], read.stage_ranks[3]);
+}
+
+TEST(ProgramCheck, AnOverlappedForwardNeedsABackwardBehindIt) {
+  Program p = programFromCsv("0F0,0B0\n", "user.csv");
+  p.ranks[0][0].overlap_next = true;
+  EXPECT_EQ(errorOf(p), "");
+  p.ranks[0][1].overlap_next = true;  // B with the flag
+  EXPECT_TRUE(contains(errorOf(p), "only a forward pass directly followed by a full backward"));
+}
+
 TEST(ProgramCheck, DetectsDeadlockAndNamesTheBlockedRanks) {
   // Rank 1 wants micro-batch 1 first, rank 0 will not send it before B0 returns.
   const std::string e = errorOfCsv("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");

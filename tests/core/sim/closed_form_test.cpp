@@ -79,6 +79,60 @@ TEST(ClosedForm, InterleavedBubbleShrinksByChunks) {
   }
 }
 
+TEST(ClosedForm, ZeroBubbleH2HasNoBubbleAtTwicePMinusOneActivations) {
+  // The ZB paper: with T_F = T_I = T_W and m >= 2p-1, ZB-H2 has no bubble, holding up to
+  // 2p-1 micro-batches of activations (1F1B's first stage holds p).
+  for (int p : {2, 3, 4, 8})
+    for (int m : {2 * p - 1, 2 * p, 4 * p}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const Report r = uniform("zb-h2", p, m, 1, 2, 1);
+      EXPECT_NEAR(r.iteration_time, m * 3.0, 1e-9);
+      EXPECT_NEAR(r.bubble_fraction, 0.0, 1e-9);
+      EXPECT_EQ(r.ranks[0].peak_activations, 2 * p - 1);
+      for (const auto& rank : r.ranks) EXPECT_LE(rank.peak_activations, 2 * p - 1);
+    }
+}
+
+TEST(ClosedForm, ZeroBubbleVHasNoBubbleAtOneFOneBActivations) {
+  // The ZB paper's ZB-V: two stages per rank in a V; with T_F = T_I = T_W no bubble, at
+  // the activation memory of 1F1B's first stage (p micro-batches of a rank's layers).
+  for (int p : {2, 3, 4, 8})
+    for (int m : {2 * p, 4 * p}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const Report r = uniform("zb-v", p, m, 1, 2, 1);
+      EXPECT_NEAR(r.iteration_time, m * 3.0, 1e-9);
+      EXPECT_NEAR(r.bubble_fraction, 0.0, 1e-9);
+      const Report one = uniform("1f1b", p, m, 1, 2);
+      for (const auto& rank : r.ranks) EXPECT_EQ(rank.peak_activations, one.ranks[0].peak_activations);
+    }
+}
+
+TEST(ClosedForm, DualPipeVBubbleIsDeepSeeksOverItsStages) {
+  // DeepSeek publishes DualPipe's bubble as (PP/2 - 1)(F&B + B - 3W) in chunk times.
+  // DualPipeV is DualPipe cut in half: on p ranks it runs PP = 2p stages, and with a pair
+  // taking all of F + B ours pays exactly (2p/2 - 1)(F&B + B - 3W). Activations: p + 1/2
+  // micro-batches of a rank's layers (DeepSeek: p + 1).
+  auto dualPipeV = [](int p, int m, double overlap_factor) {
+    plan::ScheduleOptions options;
+    options.name = "dualpipev";
+    auto u = uniformScenario(options, p, m, 1, 2, 1);
+    u.graph.setOverlapFactor(overlap_factor);
+    return evaluatePlan(u.graph, u.cluster, u.plan).report;
+  };
+  const double f = 0.5, b = 1.0, w = 0.5;  // per chunk: half of a rank's F = 1, B = 2, W = 1
+  for (int p : {2, 3, 4, 8})
+    for (int m : {2 * p, 4 * p}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const Report r = dualPipeV(p, m, 1.0);
+      EXPECT_NEAR(r.iteration_time, m * 3.0 + (p - 1) * ((f + b) + b - 3 * w), 1e-9);
+      for (const auto& rank : r.ranks) EXPECT_EQ(rank.peak_activations, p + 0.5);
+      // Overlap the device can exploit shortens every pair, and so the iteration.
+      const Report overlapped = dualPipeV(p, m, 0.8);
+      EXPECT_LT(overlapped.iteration_time, r.iteration_time - 1e-9);
+      for (const auto& rank : overlapped.ranks) EXPECT_LE(rank.busy_seconds, overlapped.iteration_time + 1e-9);
+    }
+}
+
 // p equal stages, each on `replicas` devices: every replica group is a pipeline over
 // m / replicas micro-batches, so the closed forms hold with m' = m / replicas.
 Report replicated(const std::string& name, int p, int m, int replicas) {
