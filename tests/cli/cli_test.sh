@@ -30,9 +30,17 @@ refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on 
 check "schedule 1f1b" "$bin" schedule --schedule 1f1b --stages 4 --microbatches 8
 [ "$(grep -c '^rank ' "$tmp/out")" -eq 4 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: one line per rank"; }
 expect "schedule text form" "rank 0: 0F0v0 0F1v0 0F2v0 0F3v0 0B0v0"
-for s in gpipe 1f1b pipedream 2bw pipemare zb-h1; do
+for s in gpipe 1f1b pipedream 2bw pipemare zb-h1 zb-h2 zb-v dualpipev; do
   check "schedule $s" "$bin" schedule --schedule "$s" --stages 3 --microbatches 6
 done
+check "dualpipev csv export" "$bin" schedule --schedule dualpipev --stages 2 --microbatches 4 --write-csv "$tmp/dpv.csv"
+check "overlapped pairs in PyTorch's form" grep -q "OVERLAP_F_B" "$tmp/dpv.csv"
+check "dualpipev csv import" "$bin" schedule --csv "$tmp/dpv.csv"
+refuses "dualpipev m" "at least 6 micro-batches" "$bin" schedule --schedule dualpipev --stages 3 --microbatches 5
+check "simulate overlap factor" "$bin" simulate --schedule dualpipev --stages 2 --microbatches 4 --uniform 1,2,1 \
+  --overlap-factor 0.8
+refuses "overlap factor range" "overlap_factor" "$bin" simulate --schedule dualpipev --stages 2 --microbatches 4 \
+  --uniform 1,2,1 --overlap-factor 0.2
 check "schedule interleaved" "$bin" schedule --schedule interleaved --stages 2 --microbatches 4 --chunks 2
 check "schedule csv export" "$bin" schedule --schedule zb-h1 --stages 3 --microbatches 6 --write-csv "$tmp/zb.csv"
 check "schedule csv import" "$bin" schedule --csv "$tmp/zb.csv"
@@ -81,6 +89,9 @@ expect "planner table" "chosen: 1f1b, 2 stages"
 check "the plan it trained" grep -q '"pipetrain.plan"' "$tmp/auto.json"
 refuses "pipeline longer than the model" "too few" "${train[@]}" --nproc 9 --no-replication
 check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1
+check "train zb-v 2 ranks" "${train[@]}" --nproc 2 --schedule zb-v --no-replication
+expect "zb-v plan: 4 stages on 2 ranks" "chosen: zb-v, 4 stages"
+check "train dualpipev 2 ranks" "${train[@]}" --nproc 2 --schedule dualpipev --stage-bounds 0,1,2,4,5
 check "train from a plan" "$bin" train --model mlp --dataset synthetic --plan "$src/examples/train/mlp_plan.json" \
   --nproc 2 --max-steps 3 --no-eval --timeout 20
 refuses "plan for another model" "does not have" "$bin" train --model gpt --dataset synthetic \

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "pipetrain/plan/plan_program.h"
+
 #include "../expect_error.h"
 
 namespace pipetrain::plan {
@@ -210,6 +212,25 @@ TEST(Validate, InterleavedLayout) {
   wrong = p;
   wrong.schedule.chunks = 4;
   expectError([&] { validate(wrong, g, c, "plan.json"); }, {"plan.json", "interleaved", "6 stages"});
+}
+
+TEST(Validate, VLayout) {
+  // zb-v and dualpipev: device r runs stages r and 2p-1-r.
+  const auto g = graph::LayerGraph::uniformChain(6, 1, 1, 1);
+  const auto& c = bigCluster();
+  Plan p = planOf({{"layer0"}, {"layer1"}, {"layer2"}, {"layer3"}, {"layer4"}, {"layer5"}});
+  p.schedule.name = "zb-v";
+  for (int s = 0; s < 6; ++s) p.stages[s].devices = {"dev" + std::to_string(s < 3 ? s : 5 - s)};
+  validate(p, g, c, "plan.json");
+  EXPECT_EQ(rankDevices(p), (std::vector<std::string>{"dev0", "dev1", "dev2"}));
+
+  Plan wrong = p;
+  wrong.stages[4].devices = {"dev2"};  // the looped layout, not the V
+  expectError([&] { validate(wrong, g, c, "plan.json"); },
+              {"plan.json", "zb-v", "stage 2p-1-s", "stage 4", "'dev2'", "stage 1", "'dev1'"});
+  wrong = p;
+  wrong.schedule.chunks = 2;
+  expectError([&] { validate(wrong, g, c, "plan.json"); }, {"plan.json", "chunks", "interleaved"});
 }
 
 TEST(Validate, MemoryEstimateAndGivenFigures) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "../expect_error.h"
 #include "pipetrain/schedule/schedules.h"
 
@@ -37,6 +39,17 @@ TEST(Explore, RanksFittingCandidatesBestFirst) {
                           "peak_memory_bytes", "search_seconds"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_TRUE(j["stages"][0].contains("replicas"));
+}
+
+TEST(Explore, EverySynchronousScheduleIsAProposal) {
+  // Including the V schedules, whose plans put two stages on each device.
+  TwoNodes s;
+  ExploreOptions o;
+  o.global_batch = 32;
+  std::set<std::string> seen;
+  for (const auto& c : explore(s.graph, s.cluster, o).ranked) seen.insert(c.plan.schedule.name);
+  for (const std::string& name : schedule::scheduleNames())
+    if (!schedule::isAsynchronous(name)) EXPECT_TRUE(seen.count(name)) << name;
 }
 
 TEST(Explore, AsynchronousSchedulesOnlyWhenAllowed) {
