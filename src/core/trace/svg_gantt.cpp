@@ -19,7 +19,8 @@ using schedule::ActionType;
 using schedule::kNumActionTypes;
 using svg::darken;
 using svg::inkOn;
-using svg::kActivationWire, svg::kFont, svg::kGradientWire, svg::kGrid, svg::kIdle, svg::kInk, svg::kMuted;
+using svg::kActivationWire, svg::kFont, svg::kGradientWire, svg::kGrid, svg::kIdle, svg::kInk, svg::kMuted,
+    svg::kPairOutline;
 using svg::styleOf;
 using svg::textWidth;
 using svg::TypeStyle;
@@ -227,8 +228,12 @@ class GanttWriter {
     const double y = rowTop(r) + pad;
     const double h = row_h_ - 2 * pad;
     out_ += "<g class=\"rank\" data-rank=\"" + std::to_string(r) + "\">\n";
-    for (const TimedAction& ta : t_.ranks[static_cast<std::size_t>(r)]) {
+    const auto& actions = t_.ranks[static_cast<std::size_t>(r)];
+    std::vector<std::pair<double, double>> pairs;  // overlapped F&B: from F's start to B's end
+    for (std::size_t i = 0; i < actions.size(); ++i) {
+      const TimedAction& ta = actions[i];
       const schedule::Action& a = ta.action;
+      if (a.overlap_next && i + 1 < actions.size()) pairs.push_back({ta.start, actions[i + 1].end});
       const TypeStyle& style = styleOf(a.type);
       // Interleaved ranks hold several stages: a later stage is a darker shade of the
       // same colour, so chunks stay distinguishable without a second legend.
@@ -256,6 +261,11 @@ class GanttWriter {
                 xmlEscape(label) + "</text>";
       out_ += "</g>\n";
     }
+    // One outline around each overlapped pair, so it reads as the single action it is.
+    for (const auto& [start, end] : pairs)
+      out_ += "<rect class=\"pair\" x=\"" + num(xOf(start) - 0.5) + "\" y=\"" + num(y - 1.5) + "\" width=\"" +
+              num(xOf(end) - xOf(start) + 1) + "\" height=\"" + num(h + 3) + "\" rx=\"3\" fill=\"none\" stroke=\"" +
+              kPairOutline + "\" stroke-width=\"1.5\"/>\n";
     out_ += "</g>\n";
   }
 
@@ -331,6 +341,10 @@ class GanttWriter {
       if (gradients) legend_.push_back({"wire-gradient", kGradientWire, "", "gradient transfer", true});
     }
     legend_.push_back({"idle", kIdle, "", "idle (bubble)"});
+    bool overlapped = false;
+    for (const auto& rank : t_.ranks)
+      for (const TimedAction& a : rank) overlapped = overlapped || a.action.overlap_next;
+    if (overlapped) legend_.push_back({"pair", kPairOutline, "", "outlined = forward and backward overlapped"});
     bool interleaved = false;
     for (const auto& s : stages_) interleaved = interleaved || s.size() > 1;
     if (interleaved)
@@ -362,6 +376,9 @@ class GanttWriter {
       if (item.thin)
         out_ += "<rect x=\"" + num(item.x) + "\" y=\"" + num(y + 3) + "\" width=\"14\" height=\"" +
                 num(std::max(3.0, lane_h_)) + "\" fill=\"" + item.fill + "\"/>";
+      else if (item.key == "pair")
+        out_ += "<rect x=\"" + num(item.x) + "\" y=\"" + num(y) + "\" width=\"14\" height=\"10\" rx=\"2\" fill=\"none\" stroke=\"" +
+                item.fill + "\" stroke-width=\"1.5\"/>";
       else
         out_ += "<rect x=\"" + num(item.x) + "\" y=\"" + num(y) +
                 "\" width=\"14\" height=\"10\" rx=\"2\" fill=\"" + item.fill + "\"" +

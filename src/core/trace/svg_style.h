@@ -20,6 +20,7 @@ inline constexpr const char* kMuted = "#6b7280";
 inline constexpr const char* kIdle = "#eef1f5";
 inline constexpr const char* kGrid = "#d5dae1";
 inline constexpr const char* kActivationWire = "#9dbbd9";
+inline constexpr const char* kPairOutline = "#d9822b";  // overlapped F&B pairs
 inline constexpr const char* kGradientWire = "#9fcd93";
 
 // Estimated advance of `s` (UTF-8) at `font_size` px. There is no font engine here,

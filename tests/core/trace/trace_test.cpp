@@ -224,6 +224,17 @@ TEST(SvgGantt, InterleavedRanksShowTheStage) {
   EXPECT_NE(svg.find("stages 0,2"), std::string::npos);
 }
 
+TEST(SvgGantt, OverlappedPairsAreOutlinedOnce) {
+  Timeline t;
+  Action f = act(ActionType::F, 0, 3);
+  f.overlap_next = true;
+  t.ranks = {{{f, 0, 0.01}, {act(ActionType::B, 1, 2), 0.01, 0.03}, {act(ActionType::F, 0, 4), 0.03, 0.04}}};
+  const std::string svg = toSvgGantt(t);
+  EXPECT_EQ(count(svg, "class=\"pair\""), 1u);
+  EXPECT_NE(svg.find("forward and backward overlapped"), std::string::npos);
+  EXPECT_EQ(toSvgGantt(twoStages()).find("overlapped"), std::string::npos);
+}
+
 TEST(SvgGantt, EmptyAndZeroLengthTimelinesStillDraw) {
   const std::string empty = toSvgGantt(Timeline{});
   EXPECT_NE(empty.find("</svg>"), std::string::npos);
