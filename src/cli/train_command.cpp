@@ -61,7 +61,13 @@ Json historyJson(const std::vector<runtime::EvalPoint>& history) {
 
 Json resultToJson(const runtime::RankResult& r) {
   Json actions = Json::array();
-  for (const auto& a : r.last_step) actions.push_back({schedule::toString(a.action), a.start, a.end});
+  // [text, start, end], and `true` after the F of an overlapped pair (one action's text
+  // cannot say it).
+  for (const auto& a : r.last_step) {
+    Json entry = {schedule::toString(a.action), a.start, a.end};
+    if (a.action.overlap_next) entry.push_back(true);
+    actions.push_back(std::move(entry));
+  }
   return {{"rank", r.rank},
           {"stages", r.stages},
           {"last_stage", r.last_stage},
@@ -191,8 +197,10 @@ int launch(TrainArgs& a) {
                      {"weight_versions", r["weight_versions"]},
                      {"weight_bytes", r["weight_bytes"]}});
     std::vector<trace::TimedAction> actions;
-    for (const auto& a : r["last_step"])
+    for (const auto& a : r["last_step"]) {
       actions.push_back({schedule::parseAction(a[0]), a[1].get<double>(), a[2].get<double>()});
+      actions.back().action.overlap_next = a.size() > 3 && a[3].get<bool>();
+    }
     timeline.ranks.push_back(std::move(actions));
   }
   // Ranks timed from a common start (right after a barrier), so one shift aligns them all.
