@@ -35,6 +35,9 @@ class Transport {
   virtual std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) = 0;
   // Sums each tensor in place over the ranks of `group` (sorted, contains rank()).
   virtual void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) = 0;
+  // Starts summing one contiguous tensor in place over `group`; it must stay alive until
+  // wait(). Every rank of the group starts its reductions in the same order.
+  virtual std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) = 0;
   // Blocks until every rank has arrived.
   virtual void barrier() = 0;
 };

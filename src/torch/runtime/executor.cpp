@@ -6,6 +6,7 @@
 #include <tuple>
 #include <map>
 
+#include "gradient_buckets.h"
 #include "pipetrain/schedule/program_memory.h"
 #include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/error.h"
@@ -29,6 +30,11 @@ namespace {
 // How many actions ahead receives are posted: enough to cover a rank's warm-up
 // forwards without holding every buffer of a long mini-batch at once.
 constexpr int kReceiveLookahead = 8;
+
+// Gradient bucket size for replicated stages: small enough that the first buckets are
+// reduced early in the backward pass, large enough that a message's fixed cost is small
+// (bench/ddp_comparison.sh).
+constexpr int64_t kBucketBytes = 4 << 20;
 
 // What one (stage, micro-batch) keeps between its forward and backward passes.
 struct Activation {
@@ -84,6 +90,7 @@ struct PipelineExecutor::Impl {
   std::map<int, int64_t> steps_taken;                           // over the whole training (T1's k)
   std::map<int, std::vector<torch::Tensor>> velocity;           // T2's delta
   std::map<int, std::vector<torch::Tensor>> corrected;          // T2's w - tau * delta
+  std::map<int, std::unique_ptr<GradientBuckets>> buckets;      // replicated stages
 
   // Derived once from the Program.
   std::vector<schedule::Retirement> retirements;  // this rank's, by position
@@ -93,6 +100,7 @@ struct PipelineExecutor::Impl {
   std::vector<int> stage_delay;
   std::map<int, int> minibatch_done_at;           // position -> the mini-batch this rank is done with there
   std::map<int, std::vector<int>> sends_delivered_at;  // RECV position -> positions of SENDs known received by then
+  std::map<int, int> completes_gradients_at;  // position of a stage's last B or W before its ALLREDUCE -> stage
 
   // Per run.
   std::map<std::pair<int, int>, Activation> live;  // (stage, micro-batch)
@@ -129,6 +137,12 @@ struct PipelineExecutor::Impl {
         stash_at_step[i] = it != retired_at.end() && it->second > i;
       }
       if (a.type == ActionType::F) forward_version[{a.stage, a.microbatch}] = a.version;
+      if (a.type == ActionType::ALLREDUCE)
+        for (int k = i - 1; k >= 0; --k)
+          if (actions[k].stage == a.stage && (actions[k].type == ActionType::B || actions[k].type == ActionType::W)) {
+            completes_gradients_at[k] = a.stage;
+            break;
+          }
     }
 
     steps = schedule::stepCombination(program);
@@ -375,13 +389,14 @@ struct PipelineExecutor::Impl {
     }
   }
 
-  void allReduce(int s) {
-    std::vector<torch::Tensor> grads;
-    for (auto& p : params[s]) {
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      grads.push_back(p.grad());
-    }
-    transport.allReduceSum(grads, program.stage_ranks[s]);
+  // The buckets of the pass that completed the gradients are mostly reduced already.
+  void allReduce(int s) { buckets.at(s)->finish(); }
+
+  // Before the backward pass that completes a replicated stage's gradients: reduce each
+  // bucket as soon as that pass has finished it.
+  void armBuckets(int position) {
+    auto it = completes_gradients_at.find(position);
+    if (it != completes_gradients_at.end()) buckets.at(it->second)->arm();
   }
 
   // Creates the stage's next version: stashes the old one if a later action reads it,
@@ -458,8 +473,14 @@ struct PipelineExecutor::Impl {
           else forward(p, a, data);
           break;
         case ActionType::B:
-        case ActionType::I: backward(a); break;
-        case ActionType::W: weightBackward(a); break;
+        case ActionType::I:
+          if (!eval) armBuckets(i);
+          backward(a);
+          break;
+        case ActionType::W:
+          armBuckets(i);
+          weightBackward(a);
+          break;
         case ActionType::ALLREDUCE: allReduce(a.stage); break;
         case ActionType::STEP: step(a, i); break;
         default: break;
@@ -522,6 +543,8 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
     m.base_lr[s] = m.optimizers[s]->param_groups().empty() ? 0.0 : m.optimizers[s]->param_groups()[0].options().get_lr();
     m.version[s] = 0;
     m.peak_versions[s] = 1;
+    if (program.stage_ranks[s].size() > 1)
+      m.buckets[s] = std::make_unique<GradientBuckets>(m.params[s], program.stage_ranks[s], transport, kBucketBytes);
   }
   m.deriveFacts();
 }

@@ -79,6 +79,32 @@ class GlooTransport : public Transport {
 
   void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
     if (tensors.empty()) return;
+    // Gloo reduces a list of same-shaped tensors (one per local device), so the tensors
+    // travel as one flat buffer: also one message instead of one per tensor.
+    std::vector<at::Tensor> flat;
+    for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
+    const torch::Tensor all = torch::cat(flat);
+    startAllReduceSum(all, group)->wait();
+    int64_t offset = 0;
+    for (auto& t : tensors) {
+      t.copy_(all.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+
+  std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) override {
+    std::vector<at::Tensor> list{flat};
+    return std::make_unique<GlooOp>(groupOf(group).allreduce(list), rv_.timeout,
+                                    "rank " + std::to_string(rv_.rank) + ": all-reduce");
+  }
+
+  void barrier() override {
+    GlooOp(world_->barrier(), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": barrier").wait();
+  }
+
+ private:
+  // The process group of `group`, made the first time it is used.
+  c10d::ProcessGroupGloo& groupOf(const std::vector<int>& group) {
     auto& pg = groups_[group];
     if (!pg) {
       std::string name = "group";
@@ -89,24 +115,9 @@ class GlooTransport : public Transport {
       }
       pg = makeGroup(c10::make_intrusive<c10d::PrefixStore>(name, store_), my_index, static_cast<int>(group.size()));
     }
-    // Gloo reduces a list of same-shaped tensors (one per local device), so a stage's
-    // gradients travel as one flat buffer: also one message instead of one per tensor.
-    std::vector<at::Tensor> flat;
-    for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
-    std::vector<at::Tensor> list{torch::cat(flat)};
-    GlooOp(pg->allreduce(list), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": all-reduce").wait();
-    int64_t offset = 0;
-    for (auto& t : tensors) {
-      t.copy_(list[0].narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
-    }
+    return *pg;
   }
 
-  void barrier() override {
-    GlooOp(world_->barrier(), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": barrier").wait();
-  }
-
- private:
   c10::intrusive_ptr<c10d::ProcessGroupGloo> makeGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                        int size) {
     auto options = c10d::ProcessGroupGloo::Options::create(rv_.timeout);

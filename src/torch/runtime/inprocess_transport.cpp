@@ -101,6 +101,14 @@ class InProcessTransport : public Transport {
     if (++r.collected == group.size()) s_->reductions.erase(key);
   }
 
+  // Ranks are threads here, so the reduction happens at once: each thread blocks until
+  // the group's other threads start the same reduction.
+  std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) override {
+    std::vector<torch::Tensor> one{flat};
+    allReduceSum(one, group);
+    return std::make_unique<Done>();
+  }
+
   void barrier() override {
     std::vector<int> all;
     for (int r = 0; r < s_->world_size; ++r) all.push_back(r);
