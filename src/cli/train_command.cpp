@@ -294,6 +294,10 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->capture_default_str();
   cmd->add_option("--microbatches", pa.microbatches, "micro-batches per mini-batch")->capture_default_str();
   cmd->add_option("--microbatch-size", pa.microbatch_size, "samples per micro-batch")->capture_default_str();
+  cmd->add_option("--batch", pa.batch,
+                  "samples per optimizer step, instead of --microbatches and --microbatch-size: the planner also "
+                  "chooses how to split them (micro-batch sizes: powers of two dividing it)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--epochs", c.epochs, "epochs")->capture_default_str();
   cmd->add_option("--max-steps", c.max_steps_per_epoch, "stop each epoch after this many mini-batches");
   cmd->add_option("--optimizer", c.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
@@ -322,6 +326,12 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             const char* world = std::getenv("WORLD_SIZE");
             const int world_size = is_rank && world ? std::atoi(world) : a->nproc;
             const bool hand_made = !a->plan_args.stage_bounds.empty() || a->plan_args.data_parallel;
+            if (!is_rank && cmd->count("--batch")) {
+              for (const char* flag : {"--microbatches", "--microbatch-size", "--plan", "--stage-bounds", "--data-parallel"})
+                if (cmd->count(flag))
+                  throw Error(std::string("--batch leaves the micro-batching to the planner; drop ") + flag +
+                              " (or drop --batch and give --microbatches and --microbatch-size)");
+            }
             if (!is_rank) checkModelAndData(*a);
             // Every rank trains exactly the plan the launcher holds: it goes to them as a file.
             std::string out = a->plan_out;

@@ -20,6 +20,7 @@ struct PlanArgs {
   }();
   int microbatches = 8;
   int64_t microbatch_size = 32;
+  int64_t batch = 0;               // > 0: samples per step, micro-batching the planner's choice
   std::vector<int> stage_bounds;   // layer boundaries, stages + 1
   bool data_parallel = false;      // one stage on every rank
 };

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# pipetrain against the peer a user would pick instead: PyTorch's DDP (Debian's
+# python3-torch, Gloo, 2 processes, 1 thread each; bench/ddp_peer.py) on the same MLP
+# (input 1024, 8 x 1024, 10 classes), global batch 256, SGD, beside pipetrain's data
+# parallelism (1 stage x 2 replicas, micro-batches 2 x 128), a 2-stage 1F1B pipeline
+# (8 x 32) and the plan pipetrain chooses for 2 ranks. The configurations alternate,
+# REPEATS rounds; prints each one's median samples/s, its range and the ratio to DDP.
+# Usage: bench/ddp_comparison.sh [build-dir] [repeats] [steps]
+set -euo pipefail
+build=${1:-build}
+repeats=${2:-5}
+steps=${3:-30}
+bin="$build/pipetrain"
+python=/usr/bin/python3
+here=$(cd "$(dirname "$0")" && pwd)
+if ! "$python" -c "import torch" 2>/dev/null; then
+  echo "needs Debian's python3-torch (apt-get install python3-torch)" >&2
+  exit 2
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+model=(--model mlp --model-option layers=8 --model-option width=1024 --model-option input=1024 --dataset synthetic
+       --epochs 1 --max-steps "$steps" --no-eval --optimizer sgd --lr 0.01 --nproc 2)
+pipetrain() {  # pipetrain ARGS...: samples/s of one run
+  "$bin" train "${model[@]}" "$@" --summary-json "$out/s.json" >"$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
+  grep -o '"throughput": [0-9.e+-]*' "$out/s.json" | head -1 | sed 's/.*: //'
+}
+names=("DDP (PyTorch 1.13)" "pipetrain data parallel" "pipetrain 2-stage 1f1b" "pipetrain's plan")
+run() {  # run INDEX
+  case $1 in
+    0) "$python" "$here/ddp_peer.py" --nproc 2 --batch 256 --steps "$steps" | sed 's/samples\/s //' ;;
+    1) pipetrain --data-parallel --microbatches 2 --microbatch-size 128 ;;
+    2) pipetrain --schedule 1f1b --stage-bounds 0,5,9 --microbatches 8 --microbatch-size 32 ;;
+    3) pipetrain --schedule auto --microbatches 8 --microbatch-size 32 --plan-out "$out/chosen.json" ;;
+  esac
+}
+for ((r = 0; r < repeats; ++r)); do
+  for i in 0 1 2 3; do run "$i" >>"$out/$i"; done
+done
+
+median() { sort -g "$1" | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.1f %.1f %.1f", m, v[1], v[NR] }'; }
+read -r ddp _ _ <<<"$(median "$out/0")"
+printf '%-28s %10s %20s %8s\n' "mlp 8x1024, batch 256" "samples/s" "range" "vs DDP"
+for i in 0 1 2 3; do
+  read -r m lo hi <<<"$(median "$out/$i")"
+  printf '%-28s %10.1f %20s %8.2f\n' "${names[$i]}" "$m" "$lo-$hi" "$(awk -v a="$m" -v b="$ddp" 'BEGIN { print a / b }')"
+done
+echo "(median of $repeats alternating runs, $steps steps each; the chosen plan: $(grep -o '"name": "[^"]*"' "$out/chosen.json" | head -1), $(grep -c '"layers"' "$out/chosen.json") stage(s))"
