@@ -3,7 +3,8 @@
 # python3-torch, Gloo, 2 processes, 1 thread each; bench/ddp_peer.py) on the same MLP
 # (input 1024, 8 x 1024, 10 classes), global batch 256, SGD, beside pipetrain's data
 # parallelism (1 stage x 2 replicas, micro-batches 2 x 128), a 2-stage 1F1B pipeline
-# (8 x 32) and the plan pipetrain chooses for 2 ranks. The configurations alternate,
+# (8 x 32) and the plan pipetrain chooses for 2 ranks (`--batch 256`: schedule, stages,
+# replicas and micro-batching). The configurations alternate,
 # REPEATS rounds; prints each one's median samples/s, its range and the ratio to DDP.
 # Usage: bench/ddp_comparison.sh [build-dir] [repeats] [steps]
 set -euo pipefail
@@ -32,7 +33,7 @@ run() {  # run INDEX
     0) "$python" "$here/ddp_peer.py" --nproc 2 --batch 256 --steps "$steps" | sed 's/samples\/s //' ;;
     1) pipetrain --data-parallel --microbatches 2 --microbatch-size 128 ;;
     2) pipetrain --schedule 1f1b --stage-bounds 0,5,9 --microbatches 8 --microbatch-size 32 ;;
-    3) pipetrain --schedule auto --microbatches 8 --microbatch-size 32 --plan-out "$out/chosen.json" ;;
+    3) pipetrain --batch 256 --plan-out "$out/chosen.json" ;;
   esac
 }
 for ((r = 0; r < repeats; ++r)); do
@@ -46,4 +47,7 @@ for i in 0 1 2 3; do
   read -r m lo hi <<<"$(median "$out/$i")"
   printf '%-28s %10.1f %20s %8.2f\n' "${names[$i]}" "$m" "$lo-$hi" "$(awk -v a="$m" -v b="$ddp" 'BEGIN { print a / b }')"
 done
-echo "(median of $repeats alternating runs, $steps steps each; the chosen plan: $(grep -o '"name": "[^"]*"' "$out/chosen.json" | head -1), $(grep -c '"layers"' "$out/chosen.json") stage(s))"
+chosen=$(tr -d ' \n' <"$out/chosen.json")
+field() { grep -o "\"$1\":[^,}]*" <<<"$chosen" | head -1 | sed 's/.*://; s/"//g'; }
+echo "(median of $repeats alternating runs, $steps steps each; the last plan chosen: $(field name)," \
+  "$(grep -o '"layers"' <<<"$chosen" | wc -l) stage(s), micro-batch $(field microbatch_size) x $(field microbatches))"

@@ -89,6 +89,10 @@ expect "planner table" "chosen: 1f1b, 2 stages"
 check "the plan it trained" grep -q '"pipetrain.plan"' "$tmp/auto.json"
 refuses "pipeline longer than the model" "too few" "${train[@]}" --nproc 9 --no-replication
 check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1
+check "train --batch: the planner splits it" "$bin" train --model mlp --model-option input=16 --model-option width=32 \
+  --dataset synthetic --batch 64 --nproc 2 --max-steps 3 --no-eval --timeout 20 --plan-out "$tmp/batch.json"
+check "the plan keeps the batch" grep -q '"microbatches"' "$tmp/batch.json"
+refuses "--batch with micro-batching" "--batch leaves the micro-batching" "${train[@]}" --nproc 2 --batch 64
 check "train zb-v 2 ranks" "${train[@]}" --nproc 2 --schedule zb-v --no-replication
 expect "zb-v plan: 4 stages on 2 ranks" "chosen: zb-v, 4 stages"
 check "train dualpipev 2 ranks" "${train[@]}" --nproc 2 --schedule dualpipev --stage-bounds 0,1,2,4,5

@@ -101,8 +101,9 @@ struct Timings {
 // chain, which the input-only backward has already paid for. A split schedule (ZB-H1)
 // runs the chain in I and only the weight products in W, and a non-split schedule runs
 // B = I + W, so full - I is what W adds and I + W stays the whole backward pass.
-// (pipetrain's executor currently re-traverses the layer's graph in its W action, so
-// for a transformer block its W actions take longer than this W.)
+// (pipetrain's executor runs W layer by layer from the layer output gradients its I kept,
+// so within a multi-op layer such as a transformer block it still re-traverses the
+// layer's own operations: its W takes longer than this W there.)
 Timings timeLayer(const LayerRun& run, const torch::Device& device, const ProfileOptions& o) {
   std::vector<double> forward, input, full;
   Timings t;
