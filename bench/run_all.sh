@@ -6,3 +6,4 @@ build=${1:-build}
 "$build/planner_bench" --benchmark_counters_tabular=true
 bench/pipeline_throughput.sh "$build" mlp
 bench/pipeline_throughput.sh "$build" gpt
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then bench/ddp_comparison.sh "$build"; fi
