@@ -42,6 +42,7 @@ void printExploration(const planner::Exploration& e, int top) {
     std::printf("asynchronous schedules (pipedream, 2bw, pipemare) not considered; --allow-async adds them\n");
   if (e.ranked.size() > 1) std::printf("runner-up lost: %s\n", e.runnerUpLost().c_str());
   const auto& best = e.best();
+  if (const std::string note = e.idleDevicesNote(); !note.empty()) std::printf("warning: %s\n", note.c_str());
   std::printf("chosen: %s, %d stages (%s), micro-batch %lld x %d, predicted %.6g samples/s\n",
               best.plan.schedule.name.c_str(), best.plan.numStages(), stageShape(best.plan).c_str(),
               static_cast<long long>(best.plan.microbatch_size), best.plan.microbatches, best.report.throughput);

@@ -51,10 +51,16 @@ struct Exploration {
   std::vector<Dropped> dropped;
   double search_seconds = 0;
   bool async_included = false;
+  int cluster_devices = 0;              // of the cluster explored
+  int graph_layers = 0;                 // of the model explored
 
   const Candidate& best() const { return ranked.front(); }
   // One sentence on why ranked[1] lost to ranked[0] ("" with fewer than two).
   std::string runnerUpLost() const;
+  // When the best plan leaves devices idle: how many, and the nearest micro-batch count
+  // that p stages x r replicas could split over every device (r must divide it); ""
+  // when every device is used.
+  std::string idleDevicesNote() const;
   json_io::Json toJson() const;         // the chosen plan's summary plus the table
 };
 

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <cstdio>
 #include <set>
 
 #include "pipetrain/plan/partition.h"
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/planner/chain_partition.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
@@ -131,6 +133,40 @@ std::string whySlower(const Candidate& winner, const Candidate& loser) {
 
 std::string Exploration::runnerUpLost() const { return ranked.size() < 2 ? "" : whySlower(ranked[0], ranked[1]); }
 
+std::string Exploration::idleDevicesNote() const {
+  if (ranked.empty()) return "";
+  auto devicesOf = [](const Candidate& c) { return static_cast<int>(plan::rankDevices(c.plan).size()); };
+  const plan::Plan& p = best().plan;
+  const int used = devicesOf(best());
+  if (used >= cluster_devices) return "";
+  std::string note = "the chosen plan uses " + std::to_string(used) + " of the cluster's " +
+                     std::to_string(cluster_devices) + " devices";
+  for (std::size_t i = 1; i < ranked.size(); ++i)
+    if (devicesOf(ranked[i]) == cluster_devices)
+      return note + "; the best plan on all of them (#" + std::to_string(i + 1) + ") was predicted slower";
+  // No candidate used them all. A plan of s stages x r replicas does when s * r = D and
+  // r divides the micro-batches m: find the nearest such m.
+  const int m = p.microbatches;
+  int best_m = 0, best_stages = 0;
+  for (int stages = 1; stages <= std::min(cluster_devices, graph_layers); ++stages) {
+    if (cluster_devices % stages != 0) continue;
+    const int r = cluster_devices / stages;
+    const int down = m / r * r, up = down + r;
+    for (int candidate : {down, up})
+      if (candidate >= r && (best_m == 0 || std::abs(candidate - m) < std::abs(best_m - m))) {
+        best_m = candidate;
+        best_stages = stages;
+      }
+  }
+  note += ": " + std::to_string(cluster_devices - used) + " sit idle, and no plan could use them all, since a stage's "
+          "replicas must divide the " + std::to_string(m) + " micro-batches of a mini-batch";
+  if (best_m > 0)
+    note += "; " + std::to_string(best_m) + " micro-batches (a batch of " + std::to_string(best_m * p.microbatch_size) +
+            ") would let " + std::to_string(best_stages) + " stage(s) x " +
+            std::to_string(cluster_devices / best_stages) + " replicas use every device";
+  return note;
+}
+
 namespace {
 
 // One exploration's state: what was proposed (to simulate each plan once), what was kept
@@ -223,6 +259,8 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   const auto start = std::chrono::steady_clock::now();
   if (o.global_batch < 1) throw Error("the batch size must be at least 1 (got " + std::to_string(o.global_batch) + ")");
   Exploration result;
+  result.cluster_devices = cluster.size();
+  result.graph_layers = graph.size();
   Explorer explorer(graph, cluster, o, result);
   for (const std::string& name : schedulesToExplore(o)) {
     result.async_included |= schedule::isAsynchronous(name);
@@ -271,6 +309,7 @@ json_io::Json Exploration::toJson() const {
   j["search_seconds"] = search_seconds;
   j["async_included"] = async_included;
   j["runner_up_lost"] = runnerUpLost();
+  j["idle_devices_note"] = idleDevicesNote();
   json_io::Json table = json_io::Json::array();
   for (const auto& c : ranked) table.push_back(candidateJson(c));
   j["candidates"] = table;

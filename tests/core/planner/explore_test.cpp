@@ -5,6 +5,7 @@
 #include <set>
 
 #include "../expect_error.h"
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedules.h"
 
 namespace pipetrain::planner {
@@ -50,6 +51,27 @@ TEST(Explore, EverySynchronousScheduleIsAProposal) {
   for (const auto& c : explore(s.graph, s.cluster, o).ranked) seen.insert(c.plan.schedule.name);
   for (const std::string& name : schedule::scheduleNames())
     if (!schedule::isAsynchronous(name)) EXPECT_TRUE(seen.count(name)) << name;
+}
+
+TEST(Explore, SaysWhenDevicesSitIdleAndWhatWouldUseThem) {
+  // One layer, four devices, three micro-batches: only replicas can share the work, and
+  // they must divide 3, so no plan uses all four; 4 micro-batches would.
+  TwoNodes s;
+  s.graph = graph::LayerGraph::uniformChain(1, 1e-3, 1e-3, 1e-3, 4000, 1 << 20);
+  ExploreOptions o;
+  o.global_batch = 3;
+  o.microbatch_sizes = {1};
+  const Exploration e = explore(s.graph, s.cluster, o);
+  const std::string note = e.idleDevicesNote();
+  EXPECT_NE(note.find("no plan could use them all"), std::string::npos) << note;
+  EXPECT_NE(note.find("4 micro-batches (a batch of 4) would let 1 stage(s) x 4 replicas"), std::string::npos) << note;
+  // With four, a plan on all four exists: leaving devices idle is then the planner's choice.
+  o.global_batch = 4;
+  const Exploration four = explore(s.graph, s.cluster, o);
+  if (static_cast<int>(plan::rankDevices(four.best().plan).size()) < 4)
+    EXPECT_NE(four.idleDevicesNote().find("was predicted slower"), std::string::npos) << four.idleDevicesNote();
+  else
+    EXPECT_EQ(four.idleDevicesNote(), "");
 }
 
 TEST(Explore, AsynchronousSchedulesOnlyWhenAllowed) {
