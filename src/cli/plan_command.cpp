@@ -48,6 +48,8 @@ Command addPlanCommand(CLI::App& app) {
                   "micro-batch sizes to try (default: powers of two dividing --batch)")->delimiter(',');
   cmd->add_option("--max-blocks", a->explore.max_blocks, "plan longer chains over this many blocks of layers")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_flag("--exhaustive", [a](int64_t) { a->explore.prune = false; },
+                "simulate every proposal, also those whose compute bound cannot beat the best (slower, same choice)");
   cmd->add_option("--out", a->out, "write the chosen plan JSON here");
   cmd->add_option("--top", a->top, "rows of the ranked table")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--json", a->json, "print the choice and the table as one JSON object");

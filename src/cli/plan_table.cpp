@@ -34,8 +34,8 @@ void printExploration(const planner::Exploration& e, int top) {
                 c.plan.microbatches, c.report.throughput, c.report.iteration_time * 1e3, 100 * c.report.bubble_fraction,
                 text::humanBytes(static_cast<double>(c.report.peakMemoryBytes())).c_str());
   }
-  std::printf("%zu candidates ranked, %zu combinations dropped, searched in %.3f s\n", e.ranked.size(),
-              e.dropped.size(), e.search_seconds);
+  std::printf("%zu candidates ranked, %d pruned by their compute bound, %zu combinations dropped, searched in %.3f s\n",
+              e.ranked.size(), e.pruned, e.dropped.size(), e.search_seconds);
   if (e.async_included)
     std::printf("* asynchronous: trains with stale weights, not synchronous SGD\n");
   else

@@ -30,6 +30,7 @@ struct ExploreOptions {
   int max_blocks = 128;                 // see PartitionOptions
   int max_replicas = 0;                 // see PartitionOptions
   bool use_all_devices = false;         // only plans that occupy every device (a job's ranks)
+  bool prune = true;                    // skip proposals whose compute bound cannot win (false: simulate all)
 };
 
 struct Candidate {
@@ -49,6 +50,7 @@ struct Dropped {
 struct Exploration {
   std::vector<Candidate> ranked;        // fitting candidates, best throughput first
   std::vector<Dropped> dropped;
+  int pruned = 0;                       // proposals left unsimulated: their compute bound could not win
   double search_seconds = 0;
   bool async_included = false;
   int cluster_devices = 0;              // of the cluster explored

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
+#include <map>
 #include <optional>
 #include <cstdio>
 #include <set>
@@ -23,6 +25,8 @@ namespace {
 // Mini-batches simulated before the measured one: enough for asynchronous schedules to
 // reach their steady state.
 constexpr int kWarmMinibatches = 2;
+// Proposals simulated before any is pruned by its compute bound.
+constexpr int kAlwaysSimulated = 5;
 constexpr int kInterleavedChunks = 2;
 const double kTie = std::log(1.001);
 
@@ -218,8 +222,66 @@ class Explorer {
     });
   }
 
+  // Simulates the proposals, most promising first, until no other can win: a plan's
+  // throughput is at most its compute bound (no rank computes faster than its share),
+  // so once the best simulated plan beats every remaining bound beyond a tie, the rest
+  // are pruned unsimulated. The first kAlwaysSimulated are simulated regardless, so
+  // the ranked table has rows to compare.
+  void evaluateProposals() {
+    std::stable_sort(proposals_.begin(), proposals_.end(),
+                     [](const Proposal& a, const Proposal& b) { return a.bound > b.bound; });
+    double best = 0;
+    int simulated = 0;
+    for (Proposal& p : proposals_) {
+      if (o_.prune && simulated >= kAlwaysSimulated && p.bound < best * std::exp(-2 * kTie)) {
+        ++result_.pruned;
+        continue;
+      }
+      ++simulated;
+      try {
+        p.candidate.report = sim::evaluatePlan(graph_, cluster_, p.candidate.plan, kWarmMinibatches).report;
+        p.drop.reason = memoryShortfall(p.candidate.report);
+      } catch (const Error& e) {
+        p.drop.reason = e.what();
+      }
+      if (!p.drop.reason.empty()) {
+        result_.dropped.push_back(std::move(p.drop));
+        continue;
+      }
+      best = std::max(best, p.candidate.report.throughput);
+      result_.ranked.push_back(std::move(p.candidate));
+    }
+    proposals_.clear();
+  }
+
  private:
-  // Simulates a proposal once and keeps it, or records why not.
+  struct Proposal {
+    Candidate candidate;
+    Dropped drop;
+    double bound = 0;  // samples/s no simulation of the plan can exceed
+  };
+
+  // Samples per second if every rank only computed: the mini-batch over the busiest
+  // device's compute (its stages' forward and backward passes over its share of the
+  // micro-batches, and their optimizer steps).
+  double computeBound(const plan::Plan& plan) const {
+    const sim::CostModel costs(graph_, cluster_, plan);
+    std::map<std::string, double> busy;
+    for (int s = 0; s < plan.numStages(); ++s) {
+      const sim::StageCosts& c = costs.stage(s);
+      const auto& devices = plan.stages[s].devices;
+      const double share = static_cast<double>(plan.microbatches) / static_cast<double>(costs.replicas()[s]);
+      for (const std::string& d : devices)
+        busy[d] += (share * (c.forward + c.backward_input + c.backward_weight) + c.optimizer_step) /
+                   cluster_.device(cluster_.indexOf(d)).speed;
+    }
+    double slowest = 0;
+    for (const auto& [device, seconds] : busy) slowest = std::max(slowest, seconds);
+    return slowest > 0 ? static_cast<double>(plan.samplesPerMinibatch()) / slowest
+                       : std::numeric_limits<double>::infinity();
+  }
+
+  // Checks a proposal once and queues it for evaluateProposals(), or records why not.
   void consider(const std::string& name, int64_t b, int width, const std::function<std::optional<Candidate>()>& propose) {
     Dropped drop{name, b, width, ""};
     try {
@@ -232,14 +294,11 @@ class Explorer {
         result_.dropped.push_back(std::move(drop));
         return;
       }
-      // Memory is judged below, from the schedule's footprint rather than validate's estimate.
+      // Memory is judged later, from the schedule's footprint rather than validate's estimate.
       plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
-      c.report = sim::evaluatePlan(graph_, cluster_, c.plan, kWarmMinibatches).report;
-      drop.reason = memoryShortfall(c.report);
-      if (drop.reason.empty()) {
-        result_.ranked.push_back(std::move(c));
-        return;
-      }
+      const double bound = computeBound(c.plan);
+      proposals_.push_back({std::move(c), drop, bound});
+      return;
     } catch (const Error& e) {
       drop.reason = e.what();
     }
@@ -251,6 +310,7 @@ class Explorer {
   const ExploreOptions& o_;
   Exploration& result_;
   std::set<std::string> seen_;  // plans proposed so far, as JSON
+  std::vector<Proposal> proposals_;
 };
 
 }  // namespace
@@ -268,6 +328,7 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
       for (int width : o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size()))
         explorer.explore(name, b, width);
   }
+  explorer.evaluateProposals();
   // Throughput within 0.1% is a tie (the simulator's differences that small are rounding),
   // and among ties the leaner plan wins.
   auto tier = [](const Candidate& c) { return static_cast<int64_t>(std::floor(std::log(c.report.throughput) / kTie)); };
@@ -307,6 +368,7 @@ json_io::Json Exploration::toJson() const {
   };
   json_io::Json j = candidateJson(best());
   j["search_seconds"] = search_seconds;
+  j["pruned"] = pruned;
   j["async_included"] = async_included;
   j["runner_up_lost"] = runnerUpLost();
   j["idle_devices_note"] = idleDevicesNote();

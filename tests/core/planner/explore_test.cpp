@@ -42,6 +42,27 @@ TEST(Explore, RanksFittingCandidatesBestFirst) {
   EXPECT_TRUE(j["stages"][0].contains("replicas"));
 }
 
+TEST(Explore, PruningByTheComputeBoundKeepsTheExhaustiveChoice) {
+  // No plan beats its compute bound, so pruning proposals whose bound cannot reach the
+  // best simulated throughput must leave the winner as the exhaustive search finds it.
+  TwoNodes s;
+  for (int64_t batch : {16, 32, 64}) {
+    ExploreOptions o;
+    o.global_batch = batch;
+    const Exploration pruned = explore(s.graph, s.cluster, o);
+    o.prune = false;
+    const Exploration all = explore(s.graph, s.cluster, o);
+    EXPECT_EQ(all.pruned, 0);
+    EXPECT_GT(pruned.pruned, 0) << batch;
+    EXPECT_EQ(pruned.best().plan.toJson(), all.best().plan.toJson()) << batch;
+    for (const auto& c : all.ranked) {
+      double busiest = 0;
+      for (const auto& r : c.report.ranks) busiest = std::max(busiest, r.busy_seconds);
+      EXPECT_LE(c.report.throughput, c.plan.samplesPerMinibatch() / busiest * (1 + 1e-9)) << c.plan.schedule.name;
+    }
+  }
+}
+
 TEST(Explore, EverySynchronousScheduleIsAProposal) {
   // Including the V schedules, whose plans put two stages on each device.
   TwoNodes s;
