@@ -40,6 +40,31 @@ std::vector<int> blockStarts(const graph::LayerGraph& g, int max_blocks) {
 
 }  // namespace
 
+namespace {
+
+// table[k][i] = the min (or max) of values[i .. i + 2^k).
+std::vector<std::vector<double>> sparseTable(std::vector<double> values, bool maximum) {
+  std::vector<std::vector<double>> table{std::move(values)};
+  for (std::size_t width = 1; 2 * width <= table[0].size(); width *= 2) {
+    const auto& prev = table.back();
+    std::vector<double> next(prev.size() - width);
+    for (std::size_t i = 0; i < next.size(); ++i)
+      next[i] = maximum ? std::max(prev[i], prev[i + width]) : std::min(prev[i], prev[i + width]);
+    table.push_back(std::move(next));
+  }
+  return table;
+}
+
+// Over [first, end), which must be non-empty.
+double rangeOf(const std::vector<std::vector<double>>& table, int first, int end, bool maximum) {
+  int k = 0;
+  while ((2 << k) <= end - first) ++k;
+  const double a = table[k][first], b = table[k][end - (1 << k)];
+  return maximum ? std::max(a, b) : std::min(a, b);
+}
+
+}  // namespace
+
 ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                            const PartitionOptions& options)
     : graph_(graph), cluster_(cluster), options_(options) {
@@ -52,6 +77,23 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   if (options_.assumed_depth < 1) options_.assumed_depth = 1;
   extra_weight_buffers_ = options.extra_weight_buffers;
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
+
+  std::vector<double> speed, memory, hop_bandwidth, hop_latency;
+  for (int d = 0; d < devices_; ++d) {
+    speed.push_back(cluster.device(d).speed);
+    memory.push_back(static_cast<double>(cluster.device(d).memory_bytes));
+    if (d + 1 < devices_) {
+      const auto hop = cluster.route(d, d + 1);
+      hop_bandwidth.push_back(hop.bandwidth);
+      hop_latency.push_back(hop.latency);
+    }
+  }
+  min_speed_ = sparseTable(std::move(speed), false);
+  min_memory_ = sparseTable(std::move(memory), false);
+  if (devices_ > 1) {
+    min_hop_bandwidth_ = sparseTable(std::move(hop_bandwidth), false);
+    max_hop_latency_ = sparseTable(std::move(hop_latency), true);
+  }
 
   // LayerGraph keeps its layers in topological order: blocks are runs of that order.
   block_start_ = blockStarts(graph, options.max_blocks);
@@ -124,16 +166,16 @@ double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replic
          (optimizer_[end_block] - optimizer_[first_block]) + (activation_[end_block] - activation_[first_block]) * inflight;
 }
 
+
 DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   DeviceBlock b{first, end, kInfinity, kInfinity, kInfinity, 0.0};
-  for (int d = first; d < end; ++d) {
-    b.speed = std::min(b.speed, cluster_.device(d).speed);
-    b.memory_bytes = std::min(b.memory_bytes, static_cast<double>(cluster_.device(d).memory_bytes));
-    if (end - first < 2) continue;
-    const auto hop = cluster_.route(d, d + 1 < end ? d + 1 : first);
-    b.ring_bandwidth = std::min(b.ring_bandwidth, hop.bandwidth);
-    b.ring_latency = std::max(b.ring_latency, hop.latency);
-  }
+  b.speed = rangeOf(min_speed_, first, end, false);
+  b.memory_bytes = rangeOf(min_memory_, first, end, false);
+  if (end - first < 2) return b;
+  // The ring: hops d -> d + 1 inside the block, and the last device back to the first.
+  const auto wrap = cluster_.route(end - 1, first);
+  b.ring_bandwidth = std::min(rangeOf(min_hop_bandwidth_, first, end - 1, false), wrap.bandwidth);
+  b.ring_latency = std::max(rangeOf(max_hop_latency_, first, end - 1, true), wrap.latency);
   return b;
 }
 
