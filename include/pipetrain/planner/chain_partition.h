@@ -27,6 +27,7 @@
 #include "pipetrain/cluster/cluster_spec.h"
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/plan/plan.h"
+#include "pipetrain/schedule/schedule_traits.h"
 
 namespace pipetrain::planner {
 
@@ -99,6 +100,7 @@ class ChainProblem {
   const graph::LayerGraph& graph_;
   const cluster::ClusterSpec& cluster_;
   PartitionOptions options_;
+  const schedule::ScheduleTraits* traits_ = nullptr;  // of options_.schedule, looked up once
   int devices_ = 0;
   double scale_ = 1;                      // micro-batch size / profiled batch size
   int extra_weight_buffers_ = 0;

@@ -68,6 +68,9 @@ class CostModel {
   std::vector<StageCosts> stages_;
   std::vector<int> replicas_;
   std::vector<int> rank_device_;
+  std::vector<double> allreduce_seconds_;  // per stage, priced once: the simulator asks per STEP
+
+  double ringAllreduceOf(int stage) const;
 };
 
 }  // namespace pipetrain::sim

@@ -68,7 +68,7 @@ double rangeOf(const std::vector<std::vector<double>>& table, int first, int end
 ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                            const PartitionOptions& options)
     : graph_(graph), cluster_(cluster), options_(options) {
-  schedule::checkScheduleName(options.schedule);
+  traits_ = &schedule::traits(options.schedule);  // throws on an unknown name
   if (graph.size() == 0) throw Error("planner: the layer graph has no layers");
   if (options.microbatch_size < 1) throw Error("planner: the micro-batch size must be at least 1");
   if (options.microbatches < 1) throw Error("planner: the micro-batch count must be at least 1");
@@ -183,12 +183,12 @@ double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) cons
   const int r = devices.replicas();
   const int m = options_.microbatches;
   // Replicas take every r-th micro-batch.
-  if (m % r != 0 || (r > 1 && !schedule::traits(options_.schedule).replicable)) return kInfinity;
+  if (m % r != 0 || (r > 1 && !traits_->replicable)) return kInfinity;
   if (options_.max_replicas > 0 && r > options_.max_replicas) return kInfinity;
   if (stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
   // Every replica steps its whole share of the weights once per mini-batch, or after
   // each of its micro-batches under PipeDream (1F1B-RR: replicas all-reduce every round).
-  const bool per_microbatch = schedule::traits(options_.schedule).step_rule == schedule::StepRule::kPerMicrobatch;
+  const bool per_microbatch = traits_->step_rule == schedule::StepRule::kPerMicrobatch;
   const int steps = per_microbatch ? m / r : 1;
   const double compute =
       ((compute_[j] - compute_[i]) * (m / r) + (step_[j] - step_[i]) * steps) / devices.speed;

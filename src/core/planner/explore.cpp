@@ -85,7 +85,17 @@ std::string memoryShortfall(const sim::Report& r) {
   return "";
 }
 
-std::string planKey(const plan::Plan& p) { return p.toJson().dump(); }
+// Everything that tells two proposals apart (the explorer sets no other schedule option),
+// written directly: a JSON dump of a 1024-device plan cost more than its simulation.
+std::string planKey(const plan::Plan& p) {
+  std::string key = p.schedule.name + "/" + std::to_string(p.schedule.chunks) + "/" +
+                    std::to_string(p.microbatch_size) + "/" + std::to_string(p.microbatches);
+  for (const plan::Stage& s : p.stages) {
+    key += "|" + s.layers.front() + "+" + std::to_string(s.layers.size()) + ":";
+    for (const std::string& d : s.devices) key += d + ",";
+  }
+  return key;
+}
 
 int devicesUsed(const plan::Plan& p) {
   std::set<std::string> devices;
@@ -266,17 +276,23 @@ class Explorer {
   // micro-batches, and their optimizer steps).
   double computeBound(const plan::Plan& plan) const {
     const sim::CostModel costs(graph_, cluster_, plan);
-    std::map<std::string, double> busy;
+    // The rank of a stage's k-th replica, as the Program numbers ranks (plan_program.h).
+    const schedule::ScheduleTraits& t = schedule::traits(plan.schedule.name);
+    const int ranks = costs.numRanks();
+    std::vector<double> busy(ranks, 0.0);
+    int next_rank = 0;
     for (int s = 0; s < plan.numStages(); ++s) {
       const sim::StageCosts& c = costs.stage(s);
-      const auto& devices = plan.stages[s].devices;
-      const double share = static_cast<double>(plan.microbatches) / static_cast<double>(costs.replicas()[s]);
-      for (const std::string& d : devices)
-        busy[d] += (share * (c.forward + c.backward_input + c.backward_weight) + c.optimizer_step) /
-                   cluster_.device(cluster_.indexOf(d)).speed;
+      const int replicas = costs.replicas()[s];
+      const double share = static_cast<double>(plan.microbatches) / replicas;
+      for (int k = 0; k < replicas; ++k) {
+        const int r = schedule::multiStage(t) ? schedule::placedRank(t.placement, s, ranks) : next_rank++;
+        busy[r] += (share * (c.forward + c.backward_input + c.backward_weight) + c.optimizer_step) /
+                   cluster_.device(costs.deviceOfRank(r)).speed;
+      }
     }
     double slowest = 0;
-    for (const auto& [device, seconds] : busy) slowest = std::max(slowest, seconds);
+    for (double seconds : busy) slowest = std::max(slowest, seconds);
     return slowest > 0 ? static_cast<double>(plan.samplesPerMinibatch()) / slowest
                        : std::numeric_limits<double>::infinity();
   }

@@ -44,6 +44,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
   }
   replicas_ = plan::stageReplicas(plan);
   for (const std::string& d : plan::rankDevices(plan)) rank_device_.push_back(cluster.indexOf(d));
+  for (int s = 0; s < plan.numStages(); ++s) allreduce_seconds_.push_back(ringAllreduceOf(s));
 }
 
 double CostModel::computeSeconds(const schedule::Action& a, int rank) const {
@@ -76,7 +77,9 @@ cluster::Route CostModel::route(int from_rank, int to_rank) const {
   return cluster_.route(rank_device_[from_rank], rank_device_[to_rank]);
 }
 
-double CostModel::allreduceSeconds(int stage) const {
+double CostModel::allreduceSeconds(int stage) const { return allreduce_seconds_[stage]; }
+
+double CostModel::ringAllreduceOf(int stage) const {
   const int n = replicas_[stage];
   if (n < 2) return 0;
   const auto& devices = plan_.stages[stage].devices;
