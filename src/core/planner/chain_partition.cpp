@@ -156,9 +156,32 @@ bool ChainProblem::allowedDevices(int first, int end) const {
   return false;
 }
 
+std::vector<int> ChainProblem::allowedStarts(int end) const {
+  std::vector<int> candidates{end - 1};
+  const auto& levels = cluster_.levels();
+  if (!levels.empty()) {
+    // Inside the level-0 group of the last device, or whole groups of level l - 1 inside
+    // one group of level l: the only shapes allowedDevices() accepts.
+    const int g0 = levels[0].group_size;
+    for (int d0 = (end - 1) / g0 * g0; d0 < end - 1; ++d0) candidates.push_back(d0);
+    for (std::size_t l = 1; l < levels.size(); ++l) {
+      const int unit = levels[l - 1].group_size;
+      if (end % unit != 0) continue;
+      const int group_start = l + 1 == levels.size() ? 0 : (end - 1) / levels[l].group_size * levels[l].group_size;
+      for (int d0 = group_start; d0 <= end - unit; d0 += unit) candidates.push_back(d0);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(), std::greater<int>());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  std::vector<int> starts;
+  for (int d0 : candidates)
+    if (allowedDevices(d0, end)) starts.push_back(d0);
+  return starts;
+}
+
 double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replicas) const {
   // Every replica runs the stage's order over its own m / replicas micro-batches.
-  const schedule::ScheduleKind kind = schedule::scheduleKind(options_.schedule);
+  const schedule::ScheduleKind kind = traits_->kind;
   const int inflight =
       schedule::inflightMicrobatchesBound(kind, options_.assumed_depth, options_.microbatches / replicas);
   const double params = params_[end_block] - params_[first_block];
@@ -220,8 +243,7 @@ Partition solveChain(const ChainProblem& problem) {
   std::vector<std::vector<std::pair<int, int>>> from(n + 1, std::vector<std::pair<int, int>>(devices + 1, {-1, -1}));
   best[0][0] = 0;
   for (int d = 1; d <= devices; ++d)
-    for (int d0 = d - 1; d0 >= 0; --d0) {
-      if (!problem.allowedDevices(d0, d)) continue;
+    for (int d0 : problem.allowedStarts(d)) {
       const DeviceBlock block = problem.deviceBlock(d0, d);
       for (int j = 1; j <= n; ++j)
         for (int i = j - 1; i >= 0; --i) {

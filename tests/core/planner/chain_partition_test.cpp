@@ -187,5 +187,29 @@ TEST(ChainPartition, RefusesWhatCannotFit) {
   testing::expectError([&] { partitionChain(graph, cluster, {}, {}); }, {"no partition fits memory"});
 }
 
+TEST(ChainProblem, AllowedStartsAreExactlyTheAllowedBlocks) {
+  // Three levels (4 per node, 4 nodes per rack, 2 racks) and none: the enumeration of
+  // first devices equals trying every one.
+  std::vector<cluster::Device> d;
+  for (int i = 0; i < 32; ++i) d.push_back({"d" + std::to_string(i), "gpu", 1, int64_t{1} << 30});
+  for (const auto& levels : std::vector<std::vector<cluster::Level>>{
+           {{"node", 4, 1e10, 1e-6}, {"rack", 16, 1e9, 1e-5}, {"net", 32, 1e8, 1e-4}}, {}}) {
+    std::vector<cluster::Link> links;
+    if (levels.empty())
+      for (int i = 0; i + 1 < 32; ++i) links.push_back({"d" + std::to_string(i), "d" + std::to_string(i + 1), 1e9, 0});
+    const cluster::ClusterSpec cluster(d, levels, links);
+    const auto graph = graph::LayerGraph::uniformChain(4, 1, 1, 1);
+    PartitionOptions o;
+    o.microbatches = 4;
+    const ChainProblem problem(graph, cluster, o);
+    for (int end = 1; end <= 32; ++end) {
+      std::vector<int> brute;
+      for (int d0 = end - 1; d0 >= 0; --d0)
+        if (problem.allowedDevices(d0, end)) brute.push_back(d0);
+      EXPECT_EQ(problem.allowedStarts(end), brute) << "end " << end << ", " << levels.size() << " levels";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pipetrain::planner
