@@ -1,11 +1,16 @@
 // Planner search time: the chain DP (PipeDream partitioner with replication) on long
-// chains and large hierarchical clusters, and how it grows with layers and devices.
+// chains and large hierarchical clusters, and how it grows with layers and devices; and
+// the whole exploration (`plan --schedule auto`: every schedule x micro-batch size x
+// width, scored by the simulator) against devices, with its peak resident memory.
 // Run: build/planner_bench   (or `make bench`)
 #include <benchmark/benchmark.h>
+
+#include <sys/resource.h>
 
 #include <random>
 
 #include "pipetrain/planner/chain_partition.h"
+#include "pipetrain/planner/explore.h"
 
 namespace {
 
@@ -61,6 +66,22 @@ BENCHMARK(partition)->Args({1000, 64, 128})->Args({1000, 256, 128})->Unit(benchm
 // Growth with layers, every layer its own block (no coarsening).
 BENCHMARK(partition)->Args({32, 1024, 32})->Args({64, 1024, 64})->Args({128, 1024, 128})->Args({256, 1024, 256})
     ->Unit(benchmark::kMillisecond);
+
+// `plan --schedule auto` for a 64-layer chain at batch 1024 (micro-batch sizes 1 ... 1024).
+void exploration(benchmark::State& state) {
+  const auto graph = randomChain(64);
+  const auto cluster = threeLevels(static_cast<int>(state.range(0)));
+  planner::ExploreOptions o;
+  o.global_batch = 1024;
+  planner::Exploration e;
+  for (auto _ : state) e = planner::explore(graph, cluster, o);
+  state.counters["simulated"] = static_cast<double>(e.ranked.size());
+  state.counters["pruned"] = e.pruned;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  state.counters["peak_rss_MiB"] = usage.ru_maxrss / 1024.0;  // of the process so far
+}
+BENCHMARK(exploration)->Arg(4)->Arg(32)->Arg(256)->Arg(1024)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
