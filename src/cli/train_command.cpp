@@ -296,7 +296,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--microbatch-size", pa.microbatch_size, "samples per micro-batch")->capture_default_str();
   cmd->add_option("--batch", pa.batch,
                   "samples per optimizer step, instead of --microbatches and --microbatch-size: the planner also "
-                  "chooses how to split them (micro-batch sizes: powers of two dividing it)")
+                  "chooses how to split them (micro-batch sizes: powers of two dividing it, from the profiled one up)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--epochs", c.epochs, "epochs")->capture_default_str();
   cmd->add_option("--max-steps", c.max_steps_per_epoch, "stop each epoch after this many mini-batches");

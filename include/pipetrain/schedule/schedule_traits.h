@@ -59,7 +59,6 @@ struct ScheduleTraits {
   bool doubled_warmup;           // ZB-H2: up to 2p-1 micro-batches in flight on a p-stage path
   int fixed_weight_versions;     // versions a stage holds when fixed (1, or 2 for 2BW); 0 = grows
                                  // with the micro-batches in flight (PipeDream's stash)
-  bool overlaps_forward_backward;  // pairs a forward with a backward in one action (DualPipe)
   int min_microbatches_per_rank;   // m >= this x pipeline ranks, or the schedule cannot be built
 };
 

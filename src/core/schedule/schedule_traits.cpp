@@ -19,28 +19,28 @@ constexpr auto kLooped = Placement::kLooped;
 constexpr auto kV = Placement::kV;
 
 // kind, name, summary, async, placement, split_backward, backward weights, step, replicable,
-// all forwards first, doubled warm-up, fixed weight versions, overlaps F&B, min micro-batches per rank
+// all forwards first, doubled warm-up, fixed weight versions, min micro-batches per rank
 constexpr std::array<ScheduleTraits, kNumSchedules> kTable = {{
     {K::kGpipe, "gpipe", "all forwards, all backwards, flush", false, kOne, false, kStashed, kMini, true, true, false,
-     1, false, 0},
+     1, 0},
     {K::k1F1B, "1f1b", "PipeDream-Flush / DAPPLE: warm-up, one forward one backward, drain", false, kOne, false,
-     kStashed, kMini, true, false, false, 1, false, 0},
+     kStashed, kMini, true, false, false, 1, 0},
     {K::kPipeDream, "pipedream", "asynchronous 1F1B, a step after every backward, weight stashing", true, kOne, false,
-     kStashed, kMicro, true, false, false, 0, false, 0},
+     kStashed, kMicro, true, false, false, 0, 0},
     {K::k2BW, "2bw", "asynchronous 1F1B, two weight versions, a step per mini-batch", true, kOne, false, kStashed,
-     kMini, true, false, false, 2, false, 1},
+     kMini, true, false, false, 2, 1},
     {K::kPipeMare, "pipemare", "asynchronous 1F1B, one weight copy: backward reads the current weights", true, kOne,
-     false, kLatest, kMini, true, false, false, 1, false, 0},
+     false, kLatest, kMini, true, false, false, 1, 0},
     {K::kInterleaved, "interleaved", "Megatron's interleaved 1F1B, several stages per rank", false, kLooped, false,
-     kStashed, kMini, false, false, false, 1, false, 1},
+     kStashed, kMini, false, false, false, 1, 1},
     {K::kZbH1, "zb-h1", "zero bubble H1: backward split into input and weight passes", false, kOne, true, kStashed,
-     kMini, true, false, false, 1, false, 0},
+     kMini, true, false, false, 1, 0},
     {K::kZbH2, "zb-h2", "zero bubble H2: up to 2p-1 micro-batches in flight, weight passes fill every bubble", false,
-     kOne, true, kStashed, kMini, true, false, true, 1, false, 0},
+     kOne, true, kStashed, kMini, true, false, true, 1, 0},
     {K::kZbV, "zb-v", "zero bubble V: two stages per rank in a V, 1F1B's activation memory", false, kV, true, kStashed,
-     kMini, false, false, false, 1, false, 0},
+     kMini, false, false, false, 1, 0},
     {K::kDualPipeV, "dualpipev", "DeepSeek's DualPipeV: a V of two stages per rank, forward and backward overlapped",
-     false, kV, true, kStashed, kMini, false, false, false, 1, true, 2},
+     false, kV, true, kStashed, kMini, false, false, false, 1, 2},
 }};
 
 constexpr bool tableInEnumOrder() {
