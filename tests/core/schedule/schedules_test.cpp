@@ -44,6 +44,24 @@ TEST(Schedules, EveryScheduleValidatesOverManyShapes) {
         }
 }
 
+TEST(Schedules, ZeroBubbleH2OnReplicasAndBranches) {
+  // The list scheduler plays any layout: replicated stages (each replica its own lane,
+  // an ALLREDUCE before each STEP) and a stage DAG with two branches.
+  ScheduleSpec spec;
+  spec.name = "zb-h2";
+  spec.microbatches = 8;
+  spec.minibatches = 2;
+  const Program replicated = buildProgram(spec, chainDag(3), {2, 1, 2});
+  validate(replicated);
+  int reduces = 0;
+  for (const Action& a : replicated.ranks[0]) reduces += a.type == ActionType::ALLREDUCE;
+  EXPECT_EQ(reduces, 2);
+  StageDag dag;
+  dag.preds = {{}, {0}, {0}, {1, 2}};
+  dag.succs = {{1, 2}, {3}, {3}, {}};
+  validate(buildProgram(spec, dag));
+}
+
 TEST(Schedules, OneFOneBOrderMatchesPipeDreamFlush) {
   const Program p = build("1f1b", 4, 6);
   EXPECT_EQ(computeText(p, 0), "0F0 0F1 0F2 0F3 0B0 0F4 0B1 0F5 0B2 0B3 0B4 0B5");
