@@ -31,10 +31,10 @@ namespace {
 class RankList {
  public:
   RankList(int rank, int ranks, int first_mb, int version)
-      : stage_{rank, 2 * ranks - 1 - rank}, next_f_{first_mb, first_mb}, next_b_{first_mb, first_mb},
-        version_(version) {}
+      : stage_{rank, 2 * ranks - 1 - rank}, first_(first_mb), next_f_{first_mb, first_mb},
+        next_b_{first_mb, first_mb}, version_(version) {}
 
-  int forwardsDone(int chunk, int first_mb) const { return next_f_[chunk] - first_mb; }
+  int forwardsDone(int chunk) const { return next_f_[chunk] - first_; }
 
   void forward(int chunk) { out_.push_back(computeAction(ActionType::F, stage_[chunk], next_f_[chunk]++, version_)); }
   // A whole backward, or with `zero_bubble` its I pass now and its W pass deferred.
@@ -80,6 +80,7 @@ class RankList {
 
  private:
   int stage_[2];
+  int first_;  // the mini-batch's first micro-batch
   int next_f_[2], next_b_[2];
   int version_;
   std::deque<Action> deferred_;
@@ -107,8 +108,8 @@ std::vector<Action> zeroBubbleVRank(int r, int p, int m, int minibatches) {
       l.forward(kUp);
       l.splitBackward(kUp);
     }
-    while (l.forwardsDone(kUp, first) < l.forwardsDone(kDown, first) || l.forwardsDone(kDown, first) < n) {
-      if (l.forwardsDone(kDown, first) < n) l.forward(kDown);
+    while (l.forwardsDone(kUp) < l.forwardsDone(kDown) || l.forwardsDone(kDown) < n) {
+      if (l.forwardsDone(kDown) < n) l.forward(kDown);
       l.splitBackward(kDown);
       l.forward(kUp);
       l.splitBackward(kUp);
