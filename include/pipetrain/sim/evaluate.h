@@ -1,10 +1,12 @@
 // From a plan to numbers: build the Program, validate it, simulate it, and report the
 // metrics users compare (iteration time, throughput, bubbles, memory per rank).
 //
-// Iteration time is the steady-state time per mini-batch: the plan is simulated for K
-// and K+1 mini-batches and the difference taken. For flushing schedules that is one
+// Iteration time is the steady-state time per mini-batch, one definition for `plan`,
+// `simulate` and the runtime's prediction: the plan is simulated for 1 and for 5
+// mini-batches and the difference divided by 4. For flushing schedules that is one
 // flushed mini-batch; for asynchronous ones it leaves out the one-time fill and drain,
-// which is what their users pay per mini-batch in a long run.
+// which is what their users pay per mini-batch in a long run, and averages the
+// mini-batch-to-mini-batch swing of their stream.
 #pragma once
 
 #include <cstdint>
@@ -52,8 +54,9 @@ struct Evaluation {
   Report report;
 };
 
-// REQUIRES: plan::validate(plan, graph, cluster) passed. Throws Error if the schedule
-// cannot use the plan's numbers.
+// `minibatches` sets only the Program and timeline returned (the trace); the report is
+// the same for every value. REQUIRES: plan::validate(plan, graph, cluster) passed.
+// Throws Error if the schedule cannot use the plan's numbers.
 Evaluation evaluatePlan(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                         const plan::Plan& plan, int minibatches = 1);
 

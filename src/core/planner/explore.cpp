@@ -24,7 +24,6 @@ namespace {
 
 // Mini-batches simulated before the measured one: enough for asynchronous schedules to
 // reach their steady state.
-constexpr int kWarmMinibatches = 2;
 // Proposals simulated before any is pruned by its compute bound.
 constexpr int kAlwaysSimulated = 5;
 constexpr int kInterleavedChunks = 2;
@@ -249,7 +248,7 @@ class Explorer {
       }
       ++simulated;
       try {
-        p.candidate.report = sim::evaluatePlan(graph_, cluster_, p.candidate.plan, kWarmMinibatches).report;
+        p.candidate.report = sim::evaluatePlan(graph_, cluster_, p.candidate.plan).report;
         p.drop.reason = memoryShortfall(p.candidate.report);
       } catch (const Error& e) {
         p.drop.reason = e.what();
