@@ -11,23 +11,16 @@ namespace pipetrain::schedule {
 Program lower(const Program& compute_only) {
   Program out = compute_only;
   for (int r = 0; r < compute_only.numRanks(); ++r) {
-    // Data comes from predecessors in the forward direction, successors backwards.
-    auto carriesData = [](const Action& a) {
-      return a.type == ActionType::F || a.type == ActionType::B || a.type == ActionType::I;
-    };
-    auto addRecvs = [&](const Action& a, std::vector<Action>& out_actions) {
-      if (!carriesData(a)) return;
+    // The receives before (or sends after) an action that consumes or makes data:
+    // activations come from predecessors and go to successors, gradients the other way.
+    auto addComm = [&](const Action& a, bool receives, std::vector<Action>& out_actions) {
       const bool forward = a.type == ActionType::F;
-      for (int q : forward ? compute_only.stage_preds[a.stage] : compute_only.stage_succs[a.stage])
-        if (compute_only.rankOf(q, a.microbatch) != r)
-          out_actions.push_back(commAction(forward ? ActionType::RECV_F : ActionType::RECV_B, a.stage, a.microbatch, q));
-    };
-    auto addSends = [&](const Action& a, std::vector<Action>& out_actions) {
-      if (!carriesData(a)) return;
-      const bool forward = a.type == ActionType::F;
-      for (int t : forward ? compute_only.stage_succs[a.stage] : compute_only.stage_preds[a.stage])
-        if (compute_only.rankOf(t, a.microbatch) != r)
-          out_actions.push_back(commAction(forward ? ActionType::SEND_F : ActionType::SEND_B, a.stage, a.microbatch, t));
+      if (!forward && a.type != ActionType::B && a.type != ActionType::I) return;
+      const ActionType type = receives ? (forward ? ActionType::RECV_F : ActionType::RECV_B)
+                                       : (forward ? ActionType::SEND_F : ActionType::SEND_B);
+      const bool predecessors = forward == receives;
+      for (int q : predecessors ? compute_only.stage_preds[a.stage] : compute_only.stage_succs[a.stage])
+        if (compute_only.rankOf(q, a.microbatch) != r) out_actions.push_back(commAction(type, a.stage, a.microbatch, q));
     };
     const auto& in = compute_only.ranks[r];
     std::vector<Action> actions;
@@ -37,9 +30,9 @@ Program lower(const Program& compute_only) {
       // An overlapped pair starts when the inputs of both halves are here and sends both
       // results after it: the receives go before the pair, the sends after it.
       const std::size_t n = in[i].overlap_next && i + 1 < in.size() ? 2 : 1;
-      for (std::size_t k = i; k < i + n; ++k) addRecvs(in[k], actions);
+      for (std::size_t k = i; k < i + n; ++k) addComm(in[k], /*receives=*/true, actions);
       for (std::size_t k = i; k < i + n; ++k) actions.push_back(in[k]);
-      for (std::size_t k = i; k < i + n; ++k) addSends(in[k], actions);
+      for (std::size_t k = i; k < i + n; ++k) addComm(in[k], /*receives=*/false, actions);
       i += n - 1;
     }
     out.ranks[r] = std::move(actions);
