@@ -16,6 +16,9 @@
 
 namespace pipetrain::plan {
 
+// The ranks of each stage's replicas (one rank per stage when a rank runs several).
+std::vector<std::vector<int>> stageRanks(const Plan& plan);
+
 // The devices of the Program's ranks, in rank order (names from the plan).
 std::vector<std::string> rankDevices(const Plan& plan);
 

@@ -13,22 +13,35 @@ int stagesPerRank(const Plan& plan) {
 
 }  // namespace
 
+std::vector<std::vector<int>> stageRanks(const Plan& plan) {
+  std::vector<std::vector<int>> ranks(plan.numStages());
+  if (stagesPerRank(plan) > 1) {
+    const schedule::ScheduleTraits& t = schedule::traits(plan.schedule.name);
+    const int p = plan.numStages() / stagesPerRank(plan);
+    for (int s = 0; s < plan.numStages(); ++s) ranks[s] = {schedule::placedRank(t.placement, s, p)};
+    return ranks;
+  }
+  int next = 0;
+  for (int s = 0; s < plan.numStages(); ++s)
+    for (std::size_t k = 0; k < plan.stages[s].devices.size(); ++k) ranks[s].push_back(next++);
+  return ranks;
+}
+
 std::vector<std::string> rankDevices(const Plan& plan) {
   std::vector<std::string> devices;
-  const schedule::ScheduleTraits& t = schedule::traits(plan.schedule.name);
-  if (schedule::multiStage(t)) {
-    const int p = plan.numStages() / stagesPerRank(plan);
-    devices.resize(p);
-    for (int s = 0; s < plan.numStages(); ++s) devices[schedule::placedRank(t.placement, s, p)] = plan.stages[s].devices.at(0);
-    return devices;
-  }
-  for (const Stage& st : plan.stages) devices.insert(devices.end(), st.devices.begin(), st.devices.end());
+  const auto ranks = stageRanks(plan);
+  for (int s = 0; s < plan.numStages(); ++s)
+    for (std::size_t k = 0; k < ranks[s].size(); ++k) {
+      const int r = ranks[s][k];
+      if (r >= static_cast<int>(devices.size())) devices.resize(r + 1);
+      devices[r] = plan.stages[s].devices.at(k);
+    }
   return devices;
 }
 
 std::vector<int> stageReplicas(const Plan& plan) {
   std::vector<int> replicas;
-  for (const Stage& st : plan.stages) replicas.push_back(stagesPerRank(plan) > 1 ? 1 : static_cast<int>(st.devices.size()));
+  for (const auto& ranks : stageRanks(plan)) replicas.push_back(static_cast<int>(ranks.size()));
   return replicas;
 }
 

@@ -96,11 +96,8 @@ std::string planKey(const plan::Plan& p) {
   return key;
 }
 
-int devicesUsed(const plan::Plan& p) {
-  std::set<std::string> devices;
-  for (const auto& s : p.stages) devices.insert(s.devices.begin(), s.devices.end());
-  return static_cast<int>(devices.size());
-}
+// A device runs one rank (several stages under interleaved and V schedules).
+int devicesUsed(const plan::Plan& p) { return static_cast<int>(plan::rankDevices(p).size()); }
 
 double maxBusy(const sim::Report& r) {
   double m = 0;
@@ -148,14 +145,13 @@ std::string Exploration::runnerUpLost() const { return ranked.size() < 2 ? "" : 
 
 std::string Exploration::idleDevicesNote() const {
   if (ranked.empty()) return "";
-  auto devicesOf = [](const Candidate& c) { return static_cast<int>(plan::rankDevices(c.plan).size()); };
   const plan::Plan& p = best().plan;
-  const int used = devicesOf(best());
+  const int used = devicesUsed(p);
   if (used >= cluster_devices) return "";
   std::string note = "the chosen plan uses " + std::to_string(used) + " of the cluster's " +
                      std::to_string(cluster_devices) + " devices";
   for (std::size_t i = 1; i < ranked.size(); ++i)
-    if (devicesOf(ranked[i]) == cluster_devices)
+    if (devicesUsed(ranked[i].plan) == cluster_devices)
       return note + "; the best plan on all of them (#" + std::to_string(i + 1) + ") was predicted slower";
   // No candidate used them all. A plan of s stages x r replicas does when s * r = D and
   // r divides the micro-batches m: find the nearest such m.
@@ -275,20 +271,14 @@ class Explorer {
   // micro-batches, and their optimizer steps).
   double computeBound(const plan::Plan& plan) const {
     const sim::CostModel costs(graph_, cluster_, plan);
-    // The rank of a stage's k-th replica, as the Program numbers ranks (plan_program.h).
-    const schedule::ScheduleTraits& t = schedule::traits(plan.schedule.name);
-    const int ranks = costs.numRanks();
-    std::vector<double> busy(ranks, 0.0);
-    int next_rank = 0;
+    const auto stage_ranks = plan::stageRanks(plan);
+    std::vector<double> busy(costs.numRanks(), 0.0);
     for (int s = 0; s < plan.numStages(); ++s) {
       const sim::StageCosts& c = costs.stage(s);
-      const int replicas = costs.replicas()[s];
-      const double share = static_cast<double>(plan.microbatches) / replicas;
-      for (int k = 0; k < replicas; ++k) {
-        const int r = schedule::multiStage(t) ? schedule::placedRank(t.placement, s, ranks) : next_rank++;
+      const double share = static_cast<double>(plan.microbatches) / static_cast<double>(stage_ranks[s].size());
+      for (int r : stage_ranks[s])
         busy[r] += (share * (c.forward + c.backward_input + c.backward_weight) + c.optimizer_step) /
                    cluster_.device(costs.deviceOfRank(r)).speed;
-      }
     }
     double slowest = 0;
     for (double seconds : busy) slowest = std::max(slowest, seconds);
@@ -324,7 +314,7 @@ class Explorer {
   const cluster::ClusterSpec& cluster_;
   const ExploreOptions& o_;
   Exploration& result_;
-  std::set<std::string> seen_;  // plans proposed so far, as JSON
+  std::set<std::string> seen_;  // plans proposed so far, by planKey()
   std::vector<Proposal> proposals_;
 };
 
