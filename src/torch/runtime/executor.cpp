@@ -86,6 +86,7 @@ struct PipelineExecutor::Impl {
 
   // Per stage of this rank.
   std::map<int, std::vector<torch::Tensor>> params;   // the model's parameters
+  std::map<int, std::vector<torch::Tensor>> layer_params;  // the same, per model layer (split W)
   std::map<int, std::vector<torch::Tensor>> aliases;  // the same storage, untracked: what optimizers update
   std::map<int, std::unique_ptr<torch::optim::Optimizer>> optimizers;
   std::map<int, double> base_lr;
@@ -373,7 +374,7 @@ struct PipelineExecutor::Impl {
       // in layer order for four 1024-wide layers at micro-batch 32.
       for (int l = stages[s].last - 1; l >= stages[s].first; --l) {
         const std::size_t k = l - stages[s].first;
-        const std::vector<torch::Tensor> weights = model.parameters(l, l + 1);
+        const std::vector<torch::Tensor>& weights = layer_params.at(l);
         if (weights.empty() || !act.layer_grads[k].defined()) continue;
         torch::autograd::backward({act.layer_outputs[k]}, {act.layer_grads[k]}, /*retain_graph=*/true,
                                   /*create_graph=*/false, weights);
@@ -574,6 +575,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   my_stages_ = program.stagesOfRank(rank);
   for (int s : my_stages_) {
     m.params[s] = model.parameters(m.stages[s].first, m.stages[s].last);
+    for (int l = m.stages[s].first; l < m.stages[s].last; ++l) m.layer_params[l] = model.parameters(l, l + 1);
     for (const auto& p : m.params[s]) m.aliases[s].push_back(p.data().set_requires_grad(true));
     m.optimizers[s] = make_optimizer(m.aliases[s]);
     m.base_lr[s] = m.optimizers[s]->param_groups().empty() ? 0.0 : m.optimizers[s]->param_groups()[0].options().get_lr();
