@@ -12,9 +12,10 @@ all: build
 # Packages the build and the tests need; see README "Dependencies".
 DEBIAN_PACKAGES := cmake ninja-build g++ libtorch-dev libgloo-dev libopenblas0-pthread \
   nlohmann-json3-dev libcli11-dev zlib1g-dev googletest libgtest-dev libbenchmark-dev \
-  dataset-fashion-mnist fortunes
+  dataset-fashion-mnist fortunes python3-torch chromium
 
-$(DEPS_STAMP):
+# Re-run when the package list above changes.
+$(DEPS_STAMP): Makefile
 	@./scripts/install-deps.sh $(DEBIAN_PACKAGES)
 	@mkdir -p $(BUILD_DIR) && touch $@
 

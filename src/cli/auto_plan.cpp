@@ -8,6 +8,7 @@
 #include "launcher.h"
 #include "plan_table.h"
 #include "prediction.h"
+#include "report_pages.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/util/error.h"
 
@@ -43,8 +44,8 @@ graph::LayerGraph meanProfile(const std::string& path, int count) {
 
 }  // namespace
 
-plan::Plan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request) {
-  const int layers = static_cast<int>(models::buildModel(config.model, config.model_config, config.seed).layers.size());
+LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request) {
+  const int layers = static_cast<int>(runtime::openModel(config).layers.size());
   if (!request.allow_replication && request.ranks > layers)
     throw Error("--no-replication: model '" + config.model + "' has " + std::to_string(layers) +
                 " layers, too few for a pipeline over " + std::to_string(request.ranks) +
@@ -65,10 +66,14 @@ plan::Plan planLocalRun(const runtime::TrainConfig& config, const AutoPlanReques
     for (profiled = 1; profiled < 32 && global_batch % (2 * profiled) == 0;) profiled *= 2;
   std::vector<std::vector<std::string>> profiles;
   for (int r = 0; r < request.ranks; ++r) {
-    std::vector<std::string> argv{"pipetrain", "profile", "--model", config.model,
-                                  "--batch", std::to_string(profiled),
+    std::vector<std::string> argv{"pipetrain", "profile", "--batch", std::to_string(profiled),
                                   "--optimizer", config.optimizer, "--warmup", "3", "--repeats", "5",
                                   "--out", r == 0 ? graph_path : graph_path + "." + std::to_string(r)};
+    if (config.model_file.empty()) {
+      argv.insert(argv.end(), {"--model", config.model});
+    } else {
+      argv.insert(argv.end(), {"--model-file", config.model_file, "--data-file", config.data.file});
+    }
     for (const auto& o : request.model_options) argv.insert(argv.end(), {"--model-option", o});
     profiles.push_back(std::move(argv));
   }
@@ -102,7 +107,9 @@ plan::Plan planLocalRun(const runtime::TrainConfig& config, const AutoPlanReques
   json_io::writeFile(request.out, chosen.toJson());
   std::printf("plan: %s (profile: %s)\n", request.out.c_str(), graph_path.c_str());
   std::fflush(stdout);
-  return chosen;
+  json_io::Json planner = tableToJson(explorationTable(e, 10));
+  planner["notes"] = explorationNotes(e);
+  return {chosen, planner};
 }
 
 }  // namespace pipetrain::cli

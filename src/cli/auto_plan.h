@@ -21,9 +21,13 @@ struct AutoPlanRequest {
   std::string out;                        // where the plan is written
 };
 
-// Returns the chosen plan, with the requested schedule options applied, also written to
-// `request.out`. Throws Error when profiling fails or no plan fits (with the planner's
-// reasons).
-plan::Plan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request);
+struct LocalPlan {
+  plan::Plan plan;             // with the requested schedule options applied
+  json_io::Json planner;       // the ranked table and its notes, for the report (report_pages.h)
+};
+
+// Returns the chosen plan, also written to `request.out`. Throws Error when profiling
+// fails or no plan fits (with the planner's reasons).
+LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request);
 
 }  // namespace pipetrain::cli

@@ -22,6 +22,7 @@ Command addPlanCommand(CLI::App& app);
 // `argv` is this program's command line, which the launcher re-runs for each rank.
 Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv);
 Command addProfileCommand(CLI::App& app);
+Command addReportCommand(CLI::App& app);
 Command addProfileNetworkCommand(CLI::App& app, const std::vector<std::string>& argv);
 
 }  // namespace pipetrain::cli

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "plan_table.h"
+#include "report_pages.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/util/error.h"
 
@@ -13,7 +14,7 @@ namespace pipetrain::cli {
 namespace {
 
 struct PlanArgs {
-  std::string graph, cluster, out;
+  std::string graph, cluster, out, report;
   planner::ExploreOptions explore;
   int top = 10;
   bool json = false;
@@ -24,12 +25,15 @@ int run(const PlanArgs& a) {
   const auto cluster = cluster::ClusterSpec::load(a.cluster);
   const planner::Exploration e = planner::explore(graph, cluster, a.explore);
   if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());
+  if (!a.report.empty())
+    report::writeHtml(pageForExploration(e, graph, cluster, "Plan for " + a.graph + " on " + a.cluster), a.report);
   if (a.json) {
     std::cout << e.toJson().dump(2) << "\n";
     return 0;
   }
   printExploration(e, a.top);
   if (!a.out.empty()) std::cout << "plan: " << a.out << "\n";
+  if (!a.report.empty()) std::cout << "report: " << a.report << "\n";
   return 0;
 }
 
@@ -51,6 +55,7 @@ Command addPlanCommand(CLI::App& app) {
   cmd->add_flag("--exhaustive", [a](int64_t) { a->explore.prune = false; },
                 "simulate every proposal, also those whose compute bound cannot beat the best (slower, same choice)");
   cmd->add_option("--out", a->out, "write the chosen plan JSON here");
+  cmd->add_option("--report", a->report, "write an HTML report (the plan, the ranking, the predicted Gantt chart)");
   cmd->add_option("--top", a->top, "rows of the ranked table")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--json", a->json, "print the choice and the table as one JSON object");
   return {cmd, [a] { return run(*a); }};

@@ -7,6 +7,15 @@
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
+namespace {
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+}  // namespace
 
 std::string stageShape(const plan::Plan& plan) {
   std::string out;
@@ -21,31 +30,65 @@ std::string stageShape(const plan::Plan& plan) {
   return out;
 }
 
-void printExploration(const planner::Exploration& e, int top) {
-  std::printf("%-4s %-12s %-7s %-14s %6s %5s %14s %11s %7s %12s\n", "rank", "schedule", "stages", "stages x repl",
-              "mb", "m", "samples/s", "iter ms", "bubble", "peak mem");
+report::Table explorationTable(const planner::Exploration& e, int top) {
+  report::Table t;
+  t.caption = "The planner's ranking (predicted, steady state)";
+  t.header = {"rank", "schedule", "stages", "stages x repl", "mb", "m", "samples/s", "iter ms", "bubble", "peak mem"};
+  t.highlighted_row = 0;
   const int rows = std::min<int>(top, static_cast<int>(e.ranked.size()));
   for (int i = 0; i < rows; ++i) {
     const auto& c = e.ranked[i];
     std::string schedule = c.plan.schedule.name;
     if (schedule::isAsynchronous(schedule)) schedule += "*";
-    std::printf("%-4d %-12s %-7d %-14s %6lld %5d %14.6g %11.4g %6.1f%% %12s\n", i + 1, schedule.c_str(),
-                c.plan.numStages(), stageShape(c.plan).c_str(), static_cast<long long>(c.plan.microbatch_size),
-                c.plan.microbatches, c.report.throughput, c.report.iteration_time * 1e3, 100 * c.report.bubble_fraction,
-                text::humanBytes(static_cast<double>(c.report.peakMemoryBytes())).c_str());
+    t.rows.push_back({std::to_string(i + 1), schedule, std::to_string(c.plan.numStages()), stageShape(c.plan),
+                      std::to_string(c.plan.microbatch_size), std::to_string(c.plan.microbatches),
+                      fmt("%.6g", c.report.throughput), fmt("%.4g", c.report.iteration_time * 1e3),
+                      fmt("%.1f%%", 100 * c.report.bubble_fraction),
+                      text::humanBytes(static_cast<double>(c.report.peakMemoryBytes()))});
   }
-  std::printf("%zu candidates ranked, %d pruned by their compute bound, %zu combinations dropped, searched in %.3f s\n",
-              e.ranked.size(), e.pruned, e.dropped.size(), e.search_seconds);
-  if (e.async_included)
-    std::printf("* asynchronous: trains with stale weights, not synchronous SGD\n");
-  else
-    std::printf("asynchronous schedules (pipedream, 2bw, pipemare) not considered; --allow-async adds them\n");
-  if (e.ranked.size() > 1) std::printf("runner-up lost: %s\n", e.runnerUpLost().c_str());
+  return t;
+}
+
+std::vector<std::string> explorationNotes(const planner::Exploration& e) {
+  std::vector<std::string> notes;
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%zu candidates ranked, %d pruned by their compute bound, %zu combinations dropped, searched in %.3f s",
+                e.ranked.size(), e.pruned, e.dropped.size(), e.search_seconds);
+  notes.push_back(buf);
+  notes.push_back(e.async_included
+                      ? "* asynchronous: trains with stale weights, not synchronous SGD"
+                      : "asynchronous schedules (pipedream, 2bw, pipemare) not considered; --allow-async adds them");
+  if (e.ranked.size() > 1) notes.push_back("runner-up lost: " + e.runnerUpLost());
+  if (const std::string note = e.idleDevicesNote(); !note.empty()) notes.push_back("warning: " + note);
   const auto& best = e.best();
-  if (const std::string note = e.idleDevicesNote(); !note.empty()) std::printf("warning: %s\n", note.c_str());
-  std::printf("chosen: %s, %d stages (%s), micro-batch %lld x %d, predicted %.6g samples/s\n",
-              best.plan.schedule.name.c_str(), best.plan.numStages(), stageShape(best.plan).c_str(),
-              static_cast<long long>(best.plan.microbatch_size), best.plan.microbatches, best.report.throughput);
+  std::snprintf(buf, sizeof buf, "chosen: %s, %d stages (%s), micro-batch %lld x %d, predicted %.6g samples/s",
+                best.plan.schedule.name.c_str(), best.plan.numStages(), stageShape(best.plan).c_str(),
+                static_cast<long long>(best.plan.microbatch_size), best.plan.microbatches, best.report.throughput);
+  notes.push_back(buf);
+  return notes;
+}
+
+void printExploration(const planner::Exploration& e, int top) {
+  const report::Table t = explorationTable(e, top);
+  std::vector<std::size_t> width(t.header.size());
+  for (std::size_t c = 0; c < t.header.size(); ++c) {
+    width[c] = t.header[c].size();
+    for (const auto& row : t.rows) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      // Text columns (schedule, shape) left-aligned, numbers right-aligned.
+      const bool left = c == 1 || c == 3;
+      const std::string pad(width[c] - cells[c].size(), ' ');
+      out += (c ? "  " : "") + (left ? cells[c] + pad : pad + cells[c]);
+    }
+    std::printf("%s\n", out.c_str());
+  };
+  line(t.header);
+  for (const auto& row : t.rows) line(row);
+  for (const auto& note : explorationNotes(e)) std::printf("%s\n", note.c_str());
 }
 
 }  // namespace pipetrain::cli

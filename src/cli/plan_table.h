@@ -1,14 +1,21 @@
-// The ranked table of an exploration, as `plan` and `train` (without a plan) print it.
+// The ranked table of an exploration, as `plan` and `train` (without a plan) print it
+// and as the report shows it: one table, built once.
 #pragma once
 
 #include <string>
 
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/report/report.h"
 
 namespace pipetrain::cli {
 
-// "2x[1] + 1x[2]" style: stages with their replica counts, run-length encoded.
+// "2x1+1x2" style: stages with their replica counts, run-length encoded.
 std::string stageShape(const plan::Plan& plan);
+
+// The best `top` candidates, the chosen one highlighted.
+report::Table explorationTable(const planner::Exploration& e, int top);
+// The sentences printed under the table (counts, the runner-up, warnings, the choice).
+std::vector<std::string> explorationNotes(const planner::Exploration& e);
 
 void printExploration(const planner::Exploration& e, int top);
 

@@ -33,7 +33,7 @@ cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes) {
   return localCluster(names, memory_bytes);
 }
 
-sim::Report predictRun(const MeasuredRun& run) {
+sim::Evaluation predictRun(const MeasuredRun& run) {
   const plan::Plan& plan = *run.plan;
   // Mean measured seconds per (stage, action type).
   std::map<std::pair<int, schedule::ActionType>, std::pair<double, int>> sums;
@@ -70,7 +70,7 @@ sim::Report predictRun(const MeasuredRun& run) {
   const graph::LayerGraph graph(layers, plan.microbatch_size, "measured run");
   // The plan was validated before it ran, so its ranks' devices are distinct.
   const cluster::ClusterSpec cluster = localCluster(plan::rankDevices(plan), std::numeric_limits<int64_t>::max());
-  return sim::evaluatePlan(graph, cluster, plan).report;
+  return sim::evaluatePlan(graph, cluster, plan);
 }
 
 }  // namespace pipetrain::cli

@@ -28,6 +28,7 @@ struct MeasuredRun {
   std::vector<int64_t> stage_param_bytes;     // what replicas all-reduce
 };
 
-sim::Report predictRun(const MeasuredRun& run);
+// The report and the predicted timeline of one mini-batch.
+sim::Evaluation predictRun(const MeasuredRun& run);
 
 }  // namespace pipetrain::cli

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "options.h"
 #include "pipetrain/torch/profiler.h"
+#include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/json_io.h"
 #include "pipetrain/util/text.h"
@@ -16,6 +17,8 @@ namespace {
 
 struct ProfileArgs {
   std::string model;
+  std::string model_file;
+  data::DataOptions data;  // only `file`: the input shape of a --model-file model
   std::vector<std::string> model_options;
   int64_t batch = 0;
   profiler::ProfileOptions options;
@@ -55,7 +58,7 @@ std::string ms(double seconds) {
 void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
   std::printf("profile of %s at batch %lld: medians of %d runs after %d warm-up runs; "
               "%d LibTorch intra-op threads, %d BLAS threads\n",
-              a.model.c_str(), static_cast<long long>(a.batch), a.options.repeats, a.options.warmup,
+              (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batch), a.options.repeats, a.options.warmup,
               at::get_num_threads(), blasThreads());
   std::printf("%-14s %-18s %9s %9s %9s %9s %12s %12s %12s\n", "layer", "kind", "F ms", "I ms", "W ms", "step ms",
               "activation", "params", "peak memory");
@@ -84,7 +87,7 @@ int run(ProfileArgs& a) {
   const models::ModelConfig config = parseModelOptions(a.model_options);
   profiler::optimizerStateBytes(a.options.optimizer, 0);  // known optimizer?
   checkWritable(a.out, "--out");
-  const models::Model model = models::buildModel(a.model, config);
+  const models::Model model = runtime::openModel(a.model, config, 0, a.model_file, a.data);
   if (a.threads > 0) useThreadsOfARank(a.threads);
   const graph::LayerGraph g = profiler::profileModel(model, a.batch, a.options);
   printTable(a, g);
@@ -99,7 +102,10 @@ Command addProfileCommand(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
   CLI::App* cmd = app.add_subcommand("profile", "Measure a model's per-layer times and memory; write a layer graph");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option("--model", a->model, "fmnist-cnn, mlp, vgg16, resnet50, gpt")->required();
+  auto* zoo = cmd->add_option("--model", a->model, "fmnist-cnn, mlp, vgg16, resnet50, gpt");
+  auto* file = cmd->add_option("--model-file", a->model_file, "your own TorchScript model (docs/byo.md)");
+  zoo->excludes(file);
+  cmd->add_option("--data-file", a->data.file, "with --model-file: the data it trains on (its input shape)");
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--batch", a->batch, "samples per measured batch (e.g. the micro-batch size)")->required();
@@ -110,7 +116,10 @@ Command addProfileCommand(CLI::App& app) {
   cmd->add_option("--threads", a->threads,
                   "profile as a `train --nproc` rank with this many cores: BLAS threads (LibTorch's pool gets 1)");
   cmd->add_option("--out", a->out, "the layer graph JSON to write")->required();
-  return {cmd, [a] { return run(*a); }};
+  return {cmd, [a, zoo, file] {
+            if (!*zoo && !*file) throw Error("profile needs --model NAME or --model-file FILE");
+            return run(*a);
+          }};
 }
 
 }  // namespace pipetrain::cli

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "report_pages.h"
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/trace/chrome_trace.h"
@@ -23,7 +24,7 @@ struct SimulateArgs {
   int minibatches = 1;
   std::vector<double> uniform;
   double overlap_factor = 0;  // 0 = the profile's
-  std::string csv, trace, svg;
+  std::string csv, trace, svg, report;
   bool json = false;
 };
 
@@ -97,12 +98,14 @@ int run(const SimulateArgs& a) {
 
   if (!a.trace.empty()) trace::writeChromeTrace(e.timeline, a.trace);
   if (!a.svg.empty()) trace::writeSvgGantt(e.timeline, a.svg);
+  if (!a.report.empty()) report::writeHtml(pageForSimulation(e, plan, "Simulation of " + origin), a.report);
   if (a.json) {
     std::cout << e.report.toJson().dump(2) << "\n";
   } else {
     printReport(e.report);
     if (!a.trace.empty()) std::cout << "trace: " << a.trace << " (open in https://ui.perfetto.dev)\n";
     if (!a.svg.empty()) std::cout << "gantt: " << a.svg << "\n";
+    if (!a.report.empty()) std::cout << "report: " << a.report << "\n";
   }
   return 0;
 }
@@ -131,6 +134,7 @@ Command addSimulateCommand(CLI::App& app) {
   cmd->add_option("--csv", a->csv, "simulate this per-rank CSV schedule instead of a generated one");
   cmd->add_option("--trace", a->trace, "write a Chrome trace (Perfetto) JSON");
   cmd->add_option("--svg", a->svg, "write an SVG Gantt chart");
+  cmd->add_option("--report", a->report, "write an HTML report (the plan, the Gantt chart, per-rank bars)");
   cmd->add_flag("--json", a->json, "print the report as one JSON object");
   return {cmd, [a] { return run(*a); }};
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <thread>
@@ -16,12 +17,14 @@
 #include "launcher.h"
 #include "options.h"
 #include "prediction.h"
+#include "report_pages.h"
 #include "train_plan.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/trace/chrome_trace.h"
 #include "pipetrain/trace/svg_gantt.h"
+#include "pipetrain/trace/timeline_json.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/json_io.h"
 #include "pipetrain/util/text.h"
@@ -43,7 +46,8 @@ struct TrainArgs {
   int cores = 0;  // for all local ranks together; 0 = the machine's
   int nproc = 2;
   int timeout_seconds = 60;
-  std::string trace, svg, summary_json;
+  std::string trace, svg, summary_json, log_jsonl, report_dir;
+  json_io::Json planner;  // the planner's ranked table, when it chose the plan
   std::vector<std::string> argv;
 };
 
@@ -60,14 +64,6 @@ Json historyJson(const std::vector<runtime::EvalPoint>& history) {
 }
 
 Json resultToJson(const runtime::RankResult& r) {
-  Json actions = Json::array();
-  // [text, start, end], and `true` after the F of an overlapped pair (one action's text
-  // cannot say it).
-  for (const auto& a : r.last_step) {
-    Json entry = {schedule::toString(a.action), a.start, a.end};
-    if (a.action.overlap_next) entry.push_back(true);
-    actions.push_back(std::move(entry));
-  }
   return {{"rank", r.rank},
           {"stages", r.stages},
           {"last_stage", r.last_stage},
@@ -84,8 +80,36 @@ Json resultToJson(const runtime::RankResult& r) {
           {"weight_bytes", r.weight_bytes},
           {"stage_param_bytes", r.stage_param_bytes},
           {"stage_output_bytes", r.stage_output_bytes},
-          {"last_step", actions}};  // [text, start, end] per action
+          {"last_step", trace::actionsToJson(r.last_step)}};
 }
+
+// --log-jsonl: the reporting rank's JSON line per mini-batch ("step") and per evaluation
+// ("eval"), flushed as they happen so a user can follow the file (docs/report.md).
+class MetricsLog {
+ public:
+  explicit MetricsLog(std::string path) : path_(std::move(path)) {}
+  void write(const runtime::Progress& p) {
+    if (path_.empty()) return;
+    if (!out_.is_open()) {
+      out_.open(path_, std::ios::trunc);
+      if (!out_) throw Error("--log-jsonl " + path_ + ": cannot write the file");
+    }
+    Json line;
+    if (p.eval) {
+      line = {{"event", "eval"}, {"epoch", p.eval->epoch}, {"samples", p.eval->samples},
+              {"wall_seconds", p.eval->wall_seconds}, {"train_seconds", p.eval->train_seconds},
+              {"test_accuracy", p.eval->test_accuracy}, {"test_loss", p.eval->test_loss}};
+    } else {
+      line = {{"event", "step"}, {"epoch", p.epoch + 1}, {"step", p.step}, {"steps", p.steps}, {"loss", p.loss},
+              {"samples_per_second", p.samples_per_second}, {"wall_seconds", p.wall_seconds}};
+    }
+    out_ << line.dump() << "\n" << std::flush;
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
 
 // One rank: Gloo transport from the environment, progress to stdout.
 int runRank(TrainArgs& a) {
@@ -100,8 +124,11 @@ int runRank(TrainArgs& a) {
   const bool doomed = fault_rank && std::atoi(fault_rank) == rv.rank;
   const char* fault_steps = std::getenv("PIPETRAIN_FAULT_STEPS");
   const int64_t die_after = fault_steps ? std::atoll(fault_steps) : 1;
+  MetricsLog log(a.log_jsonl);
   const auto result = runtime::trainRank(a.config, *transport, [&](const runtime::Progress& p) {
     if (doomed && p.step >= die_after) std::_Exit(3);
+    if (p.reports) log.write(p);
+    if (p.eval) return;
     std::printf("PROGRESS %d %lld %lld %.6f %.3f\n", p.epoch, static_cast<long long>(p.step),
                 static_cast<long long>(p.steps), p.loss, p.samples_per_second);
     std::fflush(stdout);
@@ -147,8 +174,27 @@ int blasThreadsPerRank(const TrainArgs& a) {
 }
 
 // Refuses an unknown model or a missing dataset before any long work.
-void checkModelAndData(const TrainArgs& a) {
-  data::openDataset(a.config.data, models::buildModel(a.config.model, a.config.model_config, a.config.seed).input);
+void checkModelAndData(const TrainArgs& a) { data::openDataset(a.config.data, runtime::openModel(a.config).input); }
+
+// --report DIR keeps the summary and the metrics log beside the page (unless they are
+// asked for elsewhere); the ranks learn where the log goes from their command line.
+void prepareOutputs(TrainArgs& a) {
+  if (!a.report_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.report_dir, ec);
+    if (ec) throw Error("--report " + a.report_dir + ": cannot create the folder (" + ec.message() + ")");
+    const std::filesystem::path dir(a.report_dir);
+    if (a.summary_json.empty()) a.summary_json = (dir / "summary.json").string();
+    if (a.log_jsonl.empty()) {
+      a.log_jsonl = (dir / "metrics.jsonl").string();
+      a.argv.insert(a.argv.end(), {"--log-jsonl", a.log_jsonl});
+    }
+  }
+  // The reporting rank appends; a log from an earlier run must not mix in.
+  if (!a.log_jsonl.empty()) {
+    std::ofstream truncate(a.log_jsonl, std::ios::trunc);
+    if (!truncate) throw Error("--log-jsonl " + a.log_jsonl + ": cannot write the file");
+  }
 }
 
 int launch(TrainArgs& a) {
@@ -196,12 +242,7 @@ int launch(TrainArgs& a) {
                      {"peak_memory_bytes", r["peak_memory_bytes"]},
                      {"weight_versions", r["weight_versions"]},
                      {"weight_bytes", r["weight_bytes"]}});
-    std::vector<trace::TimedAction> actions;
-    for (const auto& a : r["last_step"]) {
-      actions.push_back({schedule::parseAction(a[0]), a[1].get<double>(), a[2].get<double>()});
-      actions.back().action.overlap_next = a.size() > 3 && a[3].get<bool>();
-    }
-    timeline.ranks.push_back(std::move(actions));
+    timeline.ranks.push_back(trace::actionsFromJson(r["last_step"], "rank " + std::to_string(o.rank)));
   }
   // Ranks timed from a common start (right after a barrier), so one shift aligns them all.
   double first = std::numeric_limits<double>::infinity();
@@ -213,10 +254,13 @@ int launch(TrainArgs& a) {
   const Json any_result = Json::parse(outputs.front().result_json);
   MeasuredRun measured{&plan, &timeline, any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_param_bytes"].get<std::vector<int64_t>>()};
-  const sim::Report predicted = predictRun(measured);
+  sim::Evaluation prediction = predictRun(measured);
+  const sim::Report& predicted = prediction.report;
+  prediction.timeline.title = "predicted: " + timeline.title;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     ranks[r]["predicted_bubble_fraction"] = predicted.ranks[r].bubble_fraction;
     ranks[r]["predicted_weight_versions"] = predicted.ranks[r].weight_versions;
+    ranks[r]["predicted_peak_memory_bytes"] = predicted.ranks[r].peak_memory_bytes;
   }
   const bool asynchronous = schedule::traits(schedule_name).asynchronous;
 
@@ -225,7 +269,10 @@ int launch(TrainArgs& a) {
                   {"world_size", a.nproc}, {"final_loss", loss},
                   {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
                   {"wall_seconds", wall}, {"samples", samples}, {"ranks", ranks}, {"history", history},
-                  {"predicted_throughput", predicted.throughput}, {"plan_file", a.plan}, {"plan", plan.toJson()}};
+                  {"predicted_throughput", predicted.throughput}, {"plan_file", a.plan}, {"plan", plan.toJson()},
+                  {"measured_timeline", trace::timelineToJson(timeline)},
+                  {"predicted_timeline", trace::timelineToJson(prediction.timeline)}};
+  if (!a.planner.is_null()) summary["planner"] = a.planner;
   if (accuracy >= 0) summary["test_accuracy"] = accuracy;
   if (test_loss >= 0) summary["test_loss"] = test_loss;
 
@@ -255,6 +302,11 @@ int launch(TrainArgs& a) {
     std::printf("gantt: %s\n", a.svg.c_str());
   }
   if (!a.summary_json.empty()) json_io::writeFile(a.summary_json, summary);
+  if (!a.report_dir.empty()) {
+    const std::string page = (std::filesystem::path(a.report_dir) / "report.html").string();
+    report::writeHtml(pageForRun(summary, readJsonLines(a.log_jsonl), a.summary_json), page);
+    std::printf("report: %s\n", page.c_str());
+  }
   return 0;
 }
 
@@ -268,6 +320,11 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   // A later --option overrides an earlier one, so scripts can append to a base command.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--model", c.model, "fmnist-cnn, mlp, vgg16, resnet50, gpt")->capture_default_str();
+  cmd->add_option("--model-file", c.model_file,
+                  "your own model: a TorchScript file saved from Python (docs/byo.md); needs --data-file");
+  cmd->add_option("--data-file", c.data.file,
+                  "your own data: a torch.save file of {\"inputs\", \"labels\"[, \"test_inputs\", \"test_labels\"]}");
+  cmd->add_option("--export", c.export_path, "with --model-file: write the trained model as TorchScript here");
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--dataset", c.data.name, "fashion-mnist, fortunes or synthetic")->capture_default_str();
@@ -317,9 +374,22 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--trace", a->trace, "write the last mini-batch's measured Chrome trace");
   cmd->add_option("--svg", a->svg, "write the last mini-batch's measured Gantt chart");
   cmd->add_option("--summary-json", a->summary_json, "write the summary as JSON");
+  cmd->add_option("--log-jsonl", a->log_jsonl, "write a JSON line per mini-batch and per evaluation (docs/report.md)");
+  cmd->add_option("--report", a->report_dir, "write report.html (plan, predicted and measured Gantt, per-rank costs, "
+                                             "loss and accuracy) into this folder");
   return {cmd, [a, cmd] {
             a->config.model_config = parseModelOptions(a->model_options);
             a->config.data.seed = a->config.seed;
+            if (!a->config.model_file.empty()) {
+              if (cmd->count("--model") || cmd->count("--model-option"))
+                throw Error("--model-file is the model; drop --model and --model-option");
+              a->config.model = std::filesystem::path(a->config.model_file).stem().string();
+            }
+            if (!a->config.export_path.empty() && a->config.model_file.empty())
+              throw Error("--export writes a TorchScript model; it needs --model-file (the zoo's models have no "
+                          "TorchScript form)");
+            if (!a->config.data.file.empty() && (cmd->count("--dataset") || cmd->count("--data-dir")))
+              throw Error("--data-file is the data; drop --dataset and --data-dir");
             if (!a->data_dir.empty()) a->config.data.fashion_mnist_dir = a->config.data.fortunes_dir = a->data_dir;
             if (a->plan_args.schedule.name == "auto") a->plan_args.schedule.name.clear();
             const bool is_rank = std::getenv("RANK") != nullptr;
@@ -332,7 +402,10 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                   throw Error(std::string("--batch leaves the micro-batching to the planner; drop ") + flag +
                               " (or drop --batch and give --microbatches and --microbatch-size)");
             }
-            if (!is_rank) checkModelAndData(*a);
+            if (!is_rank) {
+              checkModelAndData(*a);
+              prepareOutputs(*a);
+            }
             // Every rank trains exactly the plan the launcher holds: it goes to them as a file.
             std::string out = a->plan_out;
             if (out.empty() && !is_rank)
@@ -359,7 +432,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             } else {
               AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options, a->plan_args,
                                       !a->no_replication, a->allow_async, out};
-              a->config.plan = planLocalRun(a->config, request);
+              LocalPlan local = planLocalRun(a->config, request);
+              a->config.plan = std::move(local.plan);
+              a->planner = std::move(local.planner);
             }
             if (!is_rank) {
               if (a->plan.empty() || !a->plan_out.empty()) a->plan = out;

@@ -6,7 +6,7 @@
 namespace pipetrain::cli {
 
 plan::Plan planFromArgs(const runtime::TrainConfig& config, const PlanArgs& args, int world_size) {
-  const models::Model model = models::buildModel(config.model, config.model_config, config.seed);
+  const models::Model model = runtime::openModel(config);
   std::vector<std::string> layers;
   for (const auto& l : model.layers) layers.push_back(l.name);
   plan::ScheduleOptions schedule = args.schedule;

@@ -31,6 +31,8 @@ class Dataset {
 
 struct DataOptions {
   std::string name = "synthetic";  // fashion-mnist | fortunes | synthetic
+  // The user's tensors (a torch.save file, see inputSpecOfFile); when set, `name` is unused.
+  std::string file;
   std::string split = "train";     // train | test
   // Where the Debian packages put the files; overridable for tests.
   std::string fashion_mnist_dir = "/usr/share/datasets/fashion-mnist";
@@ -45,6 +47,16 @@ struct DataOptions {
 // or a shape the dataset cannot serve is an Error saying which and how to fix it
 // (e.g. "apt-get install dataset-fashion-mnist").
 std::unique_ptr<Dataset> openDataset(const DataOptions& options, const models::InputSpec& input);
+
+// The user's data: a file written by Python's torch.save holding a dict of tensors,
+//   {"inputs": X, "labels": Y}                       (every tenth sample held out for tests)
+//   {"inputs": X, "labels": Y, "test_inputs": Xt, "test_labels": Yt}
+// X is (N, ...) float (float64 is read as float32) or integer (token or index inputs,
+// read as int64); Y is (N) or (N, T) integer class labels (cross-entropy) or float targets
+// (mean squared error). Returns the InputSpec the file serves: its sample shape, kind,
+// loss and class count (the largest label + 1) or targets per sample. A file that is not
+// such a dict, or whose tensors disagree, is an Error naming the file and the key.
+models::InputSpec inputSpecOfFile(const std::string& path);
 
 // Sample order for an epoch: a permutation of [0, size) from (seed, epoch), identical in
 // every process. Mini-batch k, micro-batch j of size b covers positions

@@ -1,10 +1,12 @@
-// The model zoo. Every model is a chain of named layers (a ResNet's residual blocks and
-// a transformer's blocks are single layers), so a pipeline stage is simply a run of
-// consecutive layers, and the model's LayerGraph has one node per layer.
+// Models: the zoo's, and the user's own from a TorchScript file. Every model runs as a
+// chain of named layers (a ResNet's residual blocks and a transformer's blocks are single
+// layers; a TorchScript DAG carries the tensors its later layers still need across each
+// layer), so a pipeline stage is simply a run of consecutive layers, and the model's
+// LayerGraph has one node per layer.
 //
-// Building is deterministic: the same name, config and seed give bitwise-identical
-// parameters in every process, which is how each rank builds only its stage and still
-// matches single-process training exactly.
+// Building is deterministic: the same name, config and seed (or the same file) give
+// bitwise-identical parameters in every process, which is how each rank builds only its
+// stage and still matches single-process training exactly.
 #pragma once
 
 #include <cstdint>
@@ -16,15 +18,23 @@
 
 #include "pipetrain/graph/layer_graph.h"
 
+namespace torch::jit {
+struct Module;
+}
+
 namespace pipetrain::models {
 
 // What a model consumes and how its loss is taken.
 enum class InputKind { kImage, kFeatures, kTokens };
+// Cross-entropy against int64 class labels; mean squared error against float targets
+// (a user's regression data).
+enum class LossKind { kCrossEntropy, kMeanSquaredError };
 
 struct InputSpec {
   InputKind kind = InputKind::kImage;
   std::vector<int64_t> sample_shape;  // per sample, e.g. {1, 28, 28}, {784}, {context}
-  int64_t num_classes = 10;           // classes, or the vocabulary for tokens
+  int64_t num_classes = 10;           // classes, or the vocabulary for tokens; targets per sample for MSE
+  LossKind loss = LossKind::kCrossEntropy;
 };
 
 struct Layer {
@@ -38,6 +48,9 @@ struct Model {
   std::string name;
   InputSpec input;
   std::vector<Layer> layers;          // in execution order
+  // A model loaded from TorchScript: the file's module, whose parameters and buffers the
+  // layers share (so saving it saves the trained weights). Null for the zoo's models.
+  std::shared_ptr<torch::jit::Module> script;
 
   // One node per layer, chain edges, parameter bytes (fp32) and output bytes per sample
   // measured by a dry forward pass of one sample (batch_size 1, eval mode, no grad; the
@@ -57,12 +70,27 @@ using ModelConfig = std::map<std::string, int64_t>;
 const std::vector<std::string>& modelNames();
 Model buildModel(const std::string& name, const ModelConfig& config = {}, uint64_t seed = 0);
 
+// The user's model: a TorchScript module saved from Python (torch.jit.script or trace).
+// Its top-level children are the layers, run in the order they were registered: a
+// scripted nn.Sequential, or any module whose forward calls its children in order. A
+// module with an attribute `pipetrain_inputs: Dict[str, List[str]]` naming each child's
+// inputs ("input" is the model's input) is a DAG of layers; its children's order must be
+// topological, and the last child's output is the model's. The load runs the module
+// both whole and layer by layer on one sample of `input` and refuses it, naming the
+// file and the first layer at fault, unless the two agree and the output fits the loss.
+Model loadScriptedModel(const std::string& path, const InputSpec& input);
+// Writes `model` (from loadScriptedModel) back as a TorchScript file with its current
+// weights, loadable in Python by torch.jit.load.
+void saveScriptedModel(const Model& model, const std::string& path);
+
 // Runs layers [first, last) on `input` (the stage forward pass).
 torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tensor input);
 
-// Mean cross-entropy of `output` against `labels` as the model's loss: over classes for
-// images and features ((N, C) vs (N)), over every position for tokens ((N, T, V) vs (N, T)).
+// The model's loss, a mean: cross-entropy over classes ((N, C) vs (N)) or over every
+// position ((N, T, V) vs (N, T)); or the squared error over every target (MSE).
 torch::Tensor lossOf(const Model& model, const torch::Tensor& output, const torch::Tensor& labels);
+// Correct predictions in a batch (positions, for sequences); 0 under MSE, which has none.
+int64_t correctPredictions(const Model& model, const torch::Tensor& output, const torch::Tensor& labels);
 
 // Byte counting shared by layerGraph() and the profiler (include/pipetrain/torch/profiler.h).
 // Bytes of a tensor's elements at its dtype.

@@ -25,7 +25,8 @@ namespace pipetrain::runtime {
 struct TrainConfig {
   std::string model = "fmnist-cnn";
   models::ModelConfig model_config;
-  data::DataOptions data;                // name, paths, seed for synthetic data
+  std::string model_file;                // a TorchScript model instead of the zoo's (needs data.file)
+  data::DataOptions data;                // name, paths, seed for synthetic data, or the user's file
   // Stages (runs of the model's layers, by name), their replicas (one rank per device, in
   // plan::rankDevices order), micro-batching and schedule.
   plan::Plan plan;
@@ -37,13 +38,7 @@ struct TrainConfig {
   uint64_t seed = 0;                     // model initialisation and data order
   bool evaluate = true;                  // test accuracy and loss at every epoch end
   int threads = 0;                       // intra-op threads; 0 = leave LibTorch's default
-};
-
-struct Progress {
-  int epoch = 0;
-  int64_t step = 0, steps = 0;           // within the epoch
-  double loss = 0;                       // last mini-batch (last-stage ranks)
-  double samples_per_second = 0;
+  std::string export_path;               // model_file only: rank 0 writes the trained TorchScript here
 };
 
 // One evaluation, after an epoch.
@@ -52,8 +47,21 @@ struct EvalPoint {
   int64_t samples = 0;                   // trained so far
   double train_seconds = 0;              // inside training steps so far
   double wall_seconds = 0;               // since training began, evaluations included
-  double test_accuracy = -1;
+  double test_accuracy = -1;             // -1 under a loss without classes (MSE)
   double test_loss = -1;
+};
+
+// Reported after every mini-batch, and once more after each evaluation (with `eval`).
+struct Progress {
+  int epoch = 0;
+  int64_t step = 0, steps = 0;           // within the epoch
+  double loss = 0;                       // last mini-batch (last-stage ranks)
+  double samples_per_second = 0;
+  double wall_seconds = 0;               // since training began
+  // The one rank whose loss and evaluations are the run's: the last stage's, for the
+  // first micro-batch.
+  bool reports = false;
+  const EvalPoint* eval = nullptr;
 };
 
 struct RankResult {
@@ -77,6 +85,13 @@ struct RankResult {
   std::vector<int64_t> stage_param_bytes;   // per stage
   std::vector<torch::Tensor> parameters; // the trained parameters of this rank's stages
 };
+
+// The model a run names: the zoo's `name` built from `config` and `seed`, or the
+// TorchScript file `model_file` (its input shape and loss read off the data file, which
+// it then needs). Every model a run uses comes from here.
+models::Model openModel(const std::string& name, const models::ModelConfig& config, uint64_t seed,
+                        const std::string& model_file, const data::DataOptions& data);
+models::Model openModel(const TrainConfig& config);
 
 // Checks the config's numbers and its plan against the model and the job's size before
 // any training, with messages that say what to change, and returns the validated

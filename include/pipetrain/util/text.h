@@ -11,4 +11,8 @@ std::string readFile(const std::string& path);
 // "12.3 GiB", "512.0 MiB", "900 B": one decimal is what a user compares against a data sheet.
 std::string humanBytes(double bytes);
 
+// Escapes the five XML specials (so also safe in HTML text and attributes); control
+// characters, which XML 1.0 forbids even escaped, become spaces.
+std::string xmlEscape(const std::string& s);
+
 }  // namespace pipetrain::text

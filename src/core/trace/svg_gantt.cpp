@@ -24,7 +24,7 @@ using svg::kActivationWire, svg::kFont, svg::kGradientWire, svg::kGrid, svg::kId
 using svg::styleOf;
 using svg::textWidth;
 using svg::TypeStyle;
-using svg::xmlEscape;
+using text::xmlEscape;
 
 constexpr double kPad = 16;
 constexpr double kBusyColumn = 52;  // right of the plot: per-rank utilisation

@@ -33,8 +33,4 @@ std::string darken(const std::string& hex, double amount);
 // Label ink readable on `fill` ("#rrggbb"): dark on light fills, white on dark ones.
 const char* inkOn(const std::string& fill);
 
-// Escapes the five XML specials; control characters, which XML 1.0 forbids even
-// escaped, become spaces.
-std::string xmlEscape(const std::string& s);
-
 }  // namespace pipetrain::trace::svg

@@ -16,7 +16,9 @@ std::string describeInput(const models::InputSpec& input) {
   }
   s << " (";
   for (size_t i = 0; i < input.sample_shape.size(); ++i) s << (i ? ", " : "") << input.sample_shape[i];
-  s << "), " << input.num_classes << (input.kind == models::InputKind::kTokens ? " vocabulary" : " classes");
+  s << "), " << input.num_classes;
+  if (input.loss == models::LossKind::kMeanSquaredError) s << " float targets";
+  else s << (input.kind == models::InputKind::kTokens ? " vocabulary" : " classes");
   return s.str();
 }
 
@@ -33,6 +35,7 @@ std::unique_ptr<Dataset> openDataset(const DataOptions& options, const models::I
   if (options.split != "train" && options.split != "test") {
     throw Error("data split '" + options.split + "': expected train or test");
   }
+  if (!options.file.empty()) return openTensorFile(options, input);
   if (options.name == "fashion-mnist") return openFashionMnist(options, input);
   if (options.name == "fortunes") return openFortunes(options, input);
   if (options.name == "synthetic") return openSynthetic(options, input);

@@ -73,17 +73,30 @@ torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tenso
 
 torch::Tensor lossOf(const Model& model, const torch::Tensor& output, const torch::Tensor& labels) {
   namespace F = torch::nn::functional;
-  if (model.input.kind == InputKind::kTokens) {
-    if (output.dim() != 3 || labels.sizes() != output.sizes().slice(0, 2)) {
+  if (model.input.loss == LossKind::kMeanSquaredError) {
+    if (output.numel() != labels.numel() || output.size(0) != labels.size(0)) {
+      throw Error("model '" + model.name + "': lossOf wants an output of the targets' shape " +
+                  c10::str(labels.sizes()) + ", got " + c10::str(output.sizes()));
+    }
+    return F::mse_loss(output, labels.reshape(output.sizes()));
+  }
+  if (output.dim() == 3) {
+    if (labels.sizes() != output.sizes().slice(0, 2)) {
       throw Error("model '" + model.name + "': lossOf wants output (N, T, V) and labels (N, T)");
     }
     const int64_t vocab = output.size(2);
     return F::cross_entropy(output.reshape({-1, vocab}), labels.reshape({-1}));  // (N*T, V) vs (N*T)
   }
   if (output.dim() != 2 || labels.dim() != 1 || labels.size(0) != output.size(0)) {
-    throw Error("model '" + model.name + "': lossOf wants output (N, C) and labels (N)");
+    throw Error("model '" + model.name + "': lossOf wants output (N, C) and labels (N), got " +
+                c10::str(output.sizes()) + " and " + c10::str(labels.sizes()));
   }
   return F::cross_entropy(output, labels);
+}
+
+int64_t correctPredictions(const Model& model, const torch::Tensor& output, const torch::Tensor& labels) {
+  if (model.input.loss == LossKind::kMeanSquaredError) return 0;
+  return output.argmax(-1).eq(labels).sum().item<int64_t>();
 }
 
 std::vector<torch::Tensor> Model::parameters(int first, int last) const {

@@ -316,7 +316,7 @@ struct PipelineExecutor::Impl {
     if (valid <= 0) return;
     const torch::Tensor out = y.narrow(0, 0, valid), labels = data.labels(j).narrow(0, 0, valid);
     result.loss_sum += models::lossOf(model, out, labels).item<double>() * labels.numel();
-    result.correct += out.argmax(-1).eq(labels).sum().item<int64_t>();
+    result.correct += models::correctPredictions(model, out, labels);
     result.positions += labels.numel();
   }
 
@@ -561,10 +561,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   // Message shapes from a dry run of one micro-batch through the whole model.
   {
     torch::NoGradGuard no_grad;
-    std::vector<int64_t> shape{microbatch_size};
-    for (int64_t d : model.input.sample_shape) shape.push_back(d);
-    torch::Tensor x = model.input.kind == models::InputKind::kTokens ? torch::zeros(shape, torch::kLong)
-                                                                      : torch::zeros(shape);
+    torch::Tensor x = models::constantInput(model.input, microbatch_size);
     for (const StageLayers& st : impl_->stages) {
       x = models::forwardRange(model, st.first, st.last, x);
       output_shapes_.push_back(x.sizes().vec());

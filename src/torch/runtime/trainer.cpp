@@ -26,7 +26,7 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, std
 models::Model buildModelExclusively(const TrainConfig& c) {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  return models::buildModel(c.model, c.model_config, c.seed);
+  return openModel(c);
 }
 
 int64_t peakResidentBytes() {
@@ -62,6 +62,8 @@ int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
 
 void checkNumbers(const TrainConfig& c) {
   if (c.epochs < 1) throw Error("--epochs must be at least 1");
+  if (!c.export_path.empty() && c.model_file.empty())
+    throw Error("--export writes the trained model back into its TorchScript file's form; it needs --model-file");
   if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
   if (c.lr <= 0) throw Error("--lr must be positive");
 }
@@ -144,7 +146,29 @@ std::pair<double, double> evaluate(const TrainConfig& c, models::Model& model, P
   t.allReduceSum(totals, allRanks(t));
   if (!has_last) return {-1, -1};
   const double positions = totals[0][2].item<double>();
-  return {totals[0][1].item<double>() / positions, totals[0][0].item<double>() / positions};
+  const double accuracy = model.input.loss == models::LossKind::kMeanSquaredError ? -1 : totals[0][1].item<double>() / positions;
+  return {accuracy, totals[0][0].item<double>() / positions};
+}
+
+// Every layer's trained parameters and buffers onto every rank: each stage's rank for
+// micro-batch 0 contributes its layers' tensors, the other ranks zeros, summed over all.
+void gatherModel(models::Model& model, const std::vector<StageLayers>& stages, const schedule::Program& program,
+                 Transport& t) {
+  std::vector<torch::Tensor> targets, sums;
+  for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
+    const bool owner = program.rankOf(s, 0) == t.rank();
+    for (int l = stages[s].first; l < stages[s].last; ++l) {
+      const auto& module = *model.layers[l].module.ptr();
+      for (const auto& group : {module.parameters(), module.buffers()})
+        for (const torch::Tensor& tensor : group) {
+          targets.push_back(tensor);
+          sums.push_back(owner ? tensor.detach().clone() : torch::zeros_like(tensor));
+        }
+    }
+  }
+  t.allReduceSum(sums, allRanks(t));
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < targets.size(); ++i) targets[i].copy_(sums[i]);
 }
 
 // The actions of the run's final mini-batch: from the first action that touches one of
@@ -156,6 +180,17 @@ std::vector<trace::TimedAction> finalMinibatch(std::vector<trace::TimedAction> a
 }
 
 }  // namespace
+
+models::Model openModel(const std::string& name, const models::ModelConfig& config, uint64_t seed,
+                        const std::string& model_file, const data::DataOptions& data) {
+  if (model_file.empty()) return models::buildModel(name, config, seed);
+  if (data.file.empty())
+    throw Error("--model-file " + model_file + " needs --data-file: the model's input shape and loss come from the data");
+  if (!config.empty()) throw Error("--model-option sizes the zoo's models; a --model-file model is sized in Python");
+  return models::loadScriptedModel(model_file, data::inputSpecOfFile(data.file));
+}
+
+models::Model openModel(const TrainConfig& c) { return openModel(c.model, c.model_config, c.seed, c.model_file, c.data); }
 
 std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model& model) {
   std::vector<StageLayers> out;
@@ -200,6 +235,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
   result.stages = mine;
   const bool first = one.isFirstStage(mine.front());
   result.last_stage = one.isLastStage(mine.back());
+  const bool reports = result.last_stage && one.rankOf(one.num_stages - 1, 0) == t.rank();
   std::unique_ptr<data::Dataset> train;
   if (first || result.last_stage) train = data::openDataset(c.data, model.input);
   const int64_t size = agreeOnSize(t, train.get());
@@ -237,7 +273,8 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
       if (!std::isnan(loss)) result.final_loss = loss;
       if (on_progress)
         on_progress({epoch, k + 1, steps, result.final_loss,
-                     (result.samples + (k + 1) * m * b) / std::max(seconds_before + since(start), 1e-9)});
+                     (result.samples + (k + 1) * m * b) / std::max(seconds_before + since(start), 1e-9),
+                     since(origin), reports});
     });
     result.train_seconds += since(start);
     for (const auto& a : r.actions) result.busy_seconds += a.end - a.start;
@@ -249,8 +286,15 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     const auto [accuracy, loss] = evaluate(c, model, executor, forward_only, stages, t);
     result.test_accuracy = accuracy;
     result.test_loss = loss;
-    if (result.last_stage)
-      result.history.push_back({epoch + 1, result.samples, result.train_seconds, since(origin), accuracy, loss});
+    if (!result.last_stage) continue;
+    result.history.push_back({epoch + 1, result.samples, result.train_seconds, since(origin), accuracy, loss});
+    if (on_progress)
+      on_progress({epoch, steps, steps, result.final_loss, result.samples / std::max(result.train_seconds, 1e-9),
+                   since(origin), reports, &result.history.back()});
+  }
+  if (!c.export_path.empty()) {
+    gatherModel(model, stages, one, t);
+    if (t.rank() == 0) models::saveScriptedModel(model, c.export_path);
   }
   result.peak_memory_bytes = peakResidentBytes();
   result.parameters = executor.parameters();

@@ -1,0 +1,225 @@
+#include "report_pages.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "plan_table.h"
+#include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/trace/timeline_json.h"
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::cli {
+namespace {
+
+using json_io::Json;
+using json_io::JsonCursor;
+using report::BarChart;
+using report::LineChart;
+using report::Unit;
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::vector<std::string> rankNames(std::size_t n) {
+  std::vector<std::string> out;
+  for (std::size_t r = 0; r < n; ++r) out.push_back("rank " + std::to_string(r));
+  return out;
+}
+
+std::string layerSpan(const std::vector<std::string>& layers) {
+  if (layers.size() == 1) return layers.front();
+  return layers.front() + " .. " + layers.back() + " (" + std::to_string(layers.size()) + " layers)";
+}
+
+double numberOr(const JsonCursor& c, const std::string& key) { return c.has(key) ? c.field(key).asNumber() : NAN; }
+
+}  // namespace
+
+report::Table planStagesTable(const plan::Plan& plan) {
+  report::Table t;
+  t.caption = plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages, micro-batch " +
+              std::to_string(plan.microbatch_size) + " x " + std::to_string(plan.microbatches);
+  t.header = {"stage", "layers", "replicas", "devices"};
+  for (int s = 0; s < plan.numStages(); ++s) {
+    std::string devices;
+    for (const auto& d : plan.stages[s].devices) devices += (devices.empty() ? "" : ", ") + d;
+    t.rows.push_back({std::to_string(s), layerSpan(plan.stages[s].layers),
+                      std::to_string(plan.stages[s].devices.size()), devices});
+  }
+  return t;
+}
+
+std::vector<BarChart> predictedRankBars(const sim::Report& r) {
+  BarChart idle{"idle", "Idle share of each rank's step (predicted)", Unit::kFraction, rankNames(r.ranks.size()), {}};
+  BarChart memory{"memory", "Peak memory per rank (predicted)", Unit::kBytes, idle.categories, {}};
+  BarChart::Series bubble{"bubble", {}}, peak{"peak memory", {}}, capacity{"device memory", {}};
+  for (const auto& rank : r.ranks) {
+    bubble.values.push_back(rank.bubble_fraction);
+    peak.values.push_back(static_cast<double>(rank.peak_memory_bytes));
+    capacity.values.push_back(static_cast<double>(rank.memory_capacity_bytes));
+  }
+  idle.series = {bubble};
+  memory.series = {peak, capacity};
+  return {idle, memory};
+}
+
+report::Page pageForExploration(const planner::Exploration& e, const graph::LayerGraph& graph,
+                                const cluster::ClusterSpec& cluster, const std::string& title) {
+  const auto& best = e.best();
+  report::Page page;
+  page.title = title;
+  page.facts = {{"chosen", best.plan.schedule.name + ", " + std::to_string(best.plan.numStages()) + " stages (" +
+                               stageShape(best.plan) + ")"},
+                {"predicted throughput", fmt("%.6g samples/s", best.report.throughput)},
+                {"iteration", fmt("%.4g ms", 1e3 * best.report.iteration_time)},
+                {"mean bubble", fmt("%.1f%%", 100 * best.report.bubble_fraction)},
+                {"peak memory", text::humanBytes(static_cast<double>(best.report.peakMemoryBytes()))}};
+  page.notes = explorationNotes(e);
+  page.tables = {planStagesTable(best.plan), explorationTable(e, 20)};
+  page.timelines = {sim::evaluatePlan(graph, cluster, best.plan).timeline};
+  page.bars = predictedRankBars(best.report);
+  return page;
+}
+
+report::Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan, const std::string& title) {
+  report::Page page;
+  page.title = title;
+  page.facts = {{"schedule", e.report.schedule},
+                {"stages", std::to_string(e.report.stages)},
+                {"micro-batches", std::to_string(e.report.microbatches)},
+                {"predicted throughput", fmt("%.6g samples/s", e.report.throughput)},
+                {"iteration", fmt("%.4g ms", 1e3 * e.report.iteration_time)},
+                {"mean bubble", fmt("%.1f%%", 100 * e.report.bubble_fraction)}};
+  page.tables = {planStagesTable(plan)};
+  page.timelines = {e.timeline};
+  page.bars = predictedRankBars(e.report);
+  return page;
+}
+
+report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, const std::string& origin) {
+  const JsonCursor s(summary, origin);
+  const std::string model = s.field("model").asString(), schedule = s.field("schedule").asString();
+  const int64_t world = s.field("world_size").asInt();
+  report::Page page;
+  page.title = model + " with " + schedule + " on " + std::to_string(world) + " ranks";
+  const double measured = s.field("throughput").asNumber(), predicted = s.field("predicted_throughput").asNumber();
+  page.facts = {{"model", model},
+                {"schedule", schedule},
+                {"ranks", std::to_string(world)},
+                {"samples trained", std::to_string(s.field("samples").asInt())},
+                {"throughput", fmt("%.1f samples/s measured", measured) + fmt(", %.1f predicted", predicted)},
+                {"wall time", fmt("%.1f s", s.field("wall_seconds").asNumber())},
+                {"final training loss", fmt("%.4f", s.field("final_loss").asNumber())}};
+  if (s.has("test_accuracy")) page.facts.push_back({"test accuracy", fmt("%.4f", s.field("test_accuracy").asNumber())});
+  if (s.has("test_loss")) page.facts.push_back({"test loss", fmt("%.4f", s.field("test_loss").asNumber())});
+  if (predicted > 0)
+    page.notes.push_back(fmt("The run reached %.0f%% of the simulator's prediction from its own measured stage times; ",
+                             100 * measured / predicted) +
+                         "the gap is what the per-rank bars below call waiting for messages and framework time.");
+  if (s.boolOr("asynchronous", false))
+    page.notes.push_back(schedule + " is asynchronous: its updates use stale weights, so it is not synchronous SGD.");
+
+  const plan::Plan plan = plan::Plan::fromJson(s.field("plan").node(), origin + ": plan");
+  page.tables.push_back(planStagesTable(plan));
+  if (s.has("planner")) {
+    page.tables.push_back(tableFromJson(s.field("planner").node(), origin + ": planner"));
+    if (s.field("planner").has("notes"))
+      for (const auto& note : s.field("planner").field("notes").asStringArray()) page.notes.push_back(note);
+  }
+  if (s.has("predicted_timeline"))
+    page.timelines.push_back(trace::timelineFromJson(s.field("predicted_timeline").node(), origin));
+  if (s.has("measured_timeline"))
+    page.timelines.push_back(trace::timelineFromJson(s.field("measured_timeline").node(), origin));
+
+  const auto ranks = s.field("ranks").asArray();
+  BarChart idle{"idle", "Where each rank's step went, besides compute (share of the step)", Unit::kFraction,
+                rankNames(ranks.size()), {}};
+  BarChart memory{"memory", "Memory per rank", Unit::kBytes, idle.categories, {}};
+  BarChart::Series bubble{"idle, measured", {}}, bubble_predicted{"idle, predicted", {}},
+      wait{"waiting for messages", {}}, framework{"framework", {}};
+  BarChart::Series peak{"peak resident, measured", {}}, peak_predicted{"peak, predicted", {}},
+      weights{"weight copies", {}};
+  for (const auto& r : ranks) {
+    bubble.values.push_back(r.field("bubble_fraction").asNumber());
+    bubble_predicted.values.push_back(numberOr(r, "predicted_bubble_fraction"));
+    wait.values.push_back(numberOr(r, "wait_fraction"));
+    framework.values.push_back(numberOr(r, "overhead_fraction"));
+    peak.values.push_back(r.field("peak_memory_bytes").asNumber());
+    peak_predicted.values.push_back(numberOr(r, "predicted_peak_memory_bytes"));
+    weights.values.push_back(numberOr(r, "weight_bytes"));
+  }
+  idle.series = {bubble, bubble_predicted, wait, framework};
+  memory.series = {peak, peak_predicted, weights};
+  page.bars = {idle, memory};
+
+  LineChart loss{"loss", "Training loss", "seconds since training began", "loss", {}};
+  LineChart accuracy{"accuracy", "Test accuracy", "seconds since training began", "accuracy", {}};
+  LineChart::Series train_loss{"training loss (each mini-batch)", {}, false}, test_loss{"test loss", {}, true},
+      test_accuracy{"test accuracy", {}, true};
+  for (std::size_t i = 0; i < metrics.size(); ++i) {
+    const JsonCursor m(metrics[i], origin + " metrics", "line " + std::to_string(i + 1));
+    const std::string event = m.field("event").asString();
+    const double t = m.field("wall_seconds").asNumber();
+    if (event == "step") {
+      train_loss.points.push_back({t, m.field("loss").asNumber()});
+    } else if (event == "eval") {
+      if (m.field("test_loss").asNumber() >= 0) test_loss.points.push_back({t, m.field("test_loss").asNumber()});
+      if (m.field("test_accuracy").asNumber() >= 0)
+        test_accuracy.points.push_back({t, m.field("test_accuracy").asNumber()});
+    }
+  }
+  if (metrics.empty())  // no log: the evaluations the summary keeps
+    for (const auto& e : s.field("history").asArray()) {
+      const double t = e.field("wall_seconds").asNumber();
+      if (e.field("test_loss").asNumber() >= 0) test_loss.points.push_back({t, e.field("test_loss").asNumber()});
+      if (e.field("test_accuracy").asNumber() >= 0)
+        test_accuracy.points.push_back({t, e.field("test_accuracy").asNumber()});
+    }
+  loss.series = {train_loss, test_loss};
+  accuracy.series = {test_accuracy};
+  if (!train_loss.points.empty() || !test_loss.points.empty()) page.lines.push_back(loss);
+  if (!test_accuracy.points.empty()) page.lines.push_back(accuracy);
+  return page;
+}
+
+Json tableToJson(const report::Table& t) {
+  return {{"caption", t.caption}, {"header", t.header}, {"rows", t.rows}, {"highlighted_row", t.highlighted_row}};
+}
+
+report::Table tableFromJson(const Json& json, const std::string& origin) {
+  const JsonCursor c(json, origin);
+  report::Table t;
+  t.caption = c.stringOr("caption", "");
+  t.header = c.field("header").asStringArray();
+  for (const auto& row : c.field("rows").asArray()) {
+    t.rows.push_back(row.asStringArray());
+    if (t.rows.back().size() != t.header.size())
+      throw Error(row.where() + ": " + std::to_string(t.rows.back().size()) + " cells under " +
+                  std::to_string(t.header.size()) + " columns");
+  }
+  t.highlighted_row = static_cast<int>(c.intOr("highlighted_row", -1));
+  return t;
+}
+
+std::vector<Json> readJsonLines(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open file");
+  std::vector<Json> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      out.push_back(Json::parse(line));
+    } catch (const Json::parse_error& e) {
+      throw Error(path + ": line " + std::to_string(n) + " is not JSON (" + e.what() + ")");
+    }
+  }
+  return out;
+}
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,35 @@
+// The report page (include/pipetrain/report/report.h) filled from what each command
+// knows: a train summary and its metrics log, a planner exploration, a simulation.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/planner/explore.h"
+#include "pipetrain/report/report.h"
+#include "pipetrain/sim/evaluate.h"
+#include "pipetrain/util/json_io.h"
+
+namespace pipetrain::cli {
+
+// A plan's stages: layers, replicas and the devices that run them.
+report::Table planStagesTable(const plan::Plan& plan);
+
+// The simulator's per-rank idle share and memory as bars.
+std::vector<report::BarChart> predictedRankBars(const sim::Report& report);
+
+report::Page pageForExploration(const planner::Exploration& e, const graph::LayerGraph& graph,
+                                const cluster::ClusterSpec& cluster, const std::string& title);
+report::Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan, const std::string& title);
+
+// From `train --summary-json` and `--log-jsonl` (docs/report.md).
+report::Page pageForRun(const json_io::Json& summary, const std::vector<json_io::Json>& metrics,
+                        const std::string& origin);
+
+json_io::Json tableToJson(const report::Table& table);
+report::Table tableFromJson(const json_io::Json& json, const std::string& origin);
+
+// One JSON value per non-empty line; an Error names the file and the line.
+std::vector<json_io::Json> readJsonLines(const std::string& path);
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,311 @@
+// The user's own model, from a TorchScript file: its top-level children become the
+// layers. A chain passes each child's output to the next child. A DAG (declared by
+// `pipetrain_inputs`) runs as the same chain of layers, each layer carrying across its
+// boundary every tensor a later layer still reads; several such tensors travel as one
+// fp32 pack (N, total) that the next layer splits again, so stages, messages and
+// autograd see one tensor per boundary, as they do for the zoo's models.
+#include <torch/script.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "pipetrain/util/error.h"
+#include "zoo.h"
+
+namespace pipetrain::models {
+namespace {
+
+constexpr const char* kInputName = "input";
+constexpr const char* kInputsAttribute = "pipetrain_inputs";
+
+// Value 0 is the model's input, value i + 1 the output of child i.
+struct Wiring {
+  std::vector<std::vector<int>> reads;        // per child: the values it takes, in order
+  std::vector<std::vector<int>> carried;      // carried[i]: the values entering child i
+  std::vector<std::vector<int64_t>> shapes;   // per value: one sample's shape
+  std::vector<c10::ScalarType> dtypes;        // per value
+
+  int layers() const { return static_cast<int>(reads.size()); }
+  // Whether the tensor entering child i (i == layers(): leaving the last) is a pack. The
+  // model's input and output travel as they are; so does a single fp32 value, which is
+  // every boundary of a chain.
+  bool packed(int i) const {
+    if (i == 0 || i == layers()) return false;
+    return carried[i].size() != 1 || dtypes[carried[i][0]] != torch::kFloat;
+  }
+  int64_t sampleNumel(int value) const { return c10::multiply_integers(shapes[value]); }
+};
+
+std::vector<torch::Tensor> unpack(const Wiring& w, int i, const torch::Tensor& x) {
+  if (!w.packed(i)) return {x};
+  std::vector<torch::Tensor> out;
+  int64_t offset = 0;
+  for (int v : w.carried[i]) {
+    std::vector<int64_t> shape{x.size(0)};
+    shape.insert(shape.end(), w.shapes[v].begin(), w.shapes[v].end());
+    const int64_t numel = w.sampleNumel(v);
+    out.push_back(x.narrow(1, offset, numel).reshape(shape).to(w.dtypes[v]));
+    offset += numel;
+  }
+  return out;
+}
+
+torch::Tensor pack(const Wiring& w, int i, const std::vector<torch::Tensor>& values) {
+  if (!w.packed(i)) return values.front();
+  std::vector<torch::Tensor> flat;
+  for (const auto& v : values) flat.push_back(v.reshape({v.size(0), -1}).to(torch::kFloat));
+  return torch::cat(flat, 1);
+}
+
+// The TorchScript interpreter's errors carry both tracebacks; the last line says what
+// went wrong ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x5 and 16x64)").
+std::string lastLine(std::string message) {
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  return message.substr(message.rfind('\n') + 1);  // npos + 1 == 0: the whole message
+}
+
+std::string childKind(const torch::jit::Module& child) {
+  const auto name = child.type()->name();
+  return name ? name->name() : "module";
+}
+
+// One child as a layer: Tensor -> Tensor over the carried representation. Its
+// parameters and buffers are registered here as the very tensors the TorchScript module
+// holds, so the optimizer's in-place updates are the module's weights.
+class ScriptedLayerImpl : public torch::nn::Module {
+ public:
+  ScriptedLayerImpl(torch::jit::Module child, std::shared_ptr<const Wiring> wiring, int index)
+      : child_(std::move(child)), wiring_(std::move(wiring)), index_(index) {
+    auto local = [](std::string name) {
+      std::replace(name.begin(), name.end(), '.', '_');  // registered names may not hold dots
+      return name;
+    };
+    for (const auto& p : child_.named_parameters(/*recurse=*/true))
+      register_parameter(local(p.name), p.value, p.value.requires_grad());
+    for (const auto& b : child_.named_buffers(/*recurse=*/true)) register_buffer(local(b.name), b.value);
+  }
+
+  torch::Tensor forward(torch::Tensor x) {
+    const Wiring& w = *wiring_;
+    const std::vector<torch::Tensor> in = unpack(w, index_, x);
+    auto value = [&](int v) {
+      const auto& carried = w.carried[index_];
+      return in[std::find(carried.begin(), carried.end(), v) - carried.begin()];
+    };
+    std::vector<c10::IValue> args;
+    for (int v : w.reads[index_]) args.emplace_back(value(v));
+    const torch::Tensor y = child_.forward(std::move(args)).toTensor();
+    std::vector<torch::Tensor> out;
+    for (int v : w.carried[index_ + 1]) out.push_back(v == index_ + 1 ? y : value(v));
+    return pack(w, index_ + 1, out);
+  }
+
+  void train(bool on) override {
+    torch::nn::Module::train(on);
+    child_.train(on);
+  }
+
+ private:
+  torch::jit::Module child_;
+  std::shared_ptr<const Wiring> wiring_;
+  int index_;
+};
+TORCH_MODULE(ScriptedLayer);
+
+class Loader {
+ public:
+  Loader(std::string path, const InputSpec& input) : path_(std::move(path)), input_(input) {}
+
+  Model load() {
+    if (!std::filesystem::is_regular_file(path_)) fail("no such file");
+    try {
+      root_ = torch::jit::load(path_, torch::kCPU);
+    } catch (const std::exception& e) {
+      fail(std::string("not a TorchScript file saved by torch.jit.save or ScriptModule.save (") +
+           lastLine(e.what()) + ")");
+    }
+    for (const auto& child : root_.named_children()) {
+      names_.push_back(child.name);
+      children_.push_back(child.value);
+    }
+    if (children_.empty()) fail("the module has no child modules, so nothing to place on stages");
+    auto wiring = std::make_shared<Wiring>(wire());
+    measure(*wiring);
+    checkAgainstWhole();
+
+    Model model;
+    model.name = std::filesystem::path(path_).stem().string();
+    model.input = input_;
+    for (int i = 0; i < wiring->layers(); ++i)
+      model.layers.push_back(
+          Layer{names_[i], childKind(children_[i]), torch::nn::AnyModule(ScriptedLayer(children_[i], wiring, i))});
+    model.script = std::make_shared<torch::jit::Module>(root_);
+    return model;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const { throw Error("model file '" + path_ + "': " + what); }
+
+  // Which values each child reads: `pipetrain_inputs`, or the previous child's output.
+  Wiring wire() const {
+    const int n = static_cast<int>(children_.size());
+    Wiring w;
+    if (!root_.hasattr(kInputsAttribute)) {
+      for (int i = 0; i < n; ++i) w.reads.push_back({i});
+    } else {
+      const c10::IValue attr = root_.attr(kInputsAttribute);
+      if (!attr.isGenericDict()) fail(std::string(kInputsAttribute) + " must be a Dict[str, List[str]]");
+      std::map<std::string, std::vector<std::string>> declared;
+      for (const auto& entry : attr.toGenericDict()) {
+        if (!entry.key().isString() || !entry.value().isList())
+          fail(std::string(kInputsAttribute) + " must be a Dict[str, List[str]]");
+        auto& list = declared[entry.key().toStringRef()];
+        for (const auto& name : entry.value().toListRef()) {
+          if (!name.isString()) fail(std::string(kInputsAttribute) + " must be a Dict[str, List[str]]");
+          list.push_back(name.toStringRef());
+        }
+      }
+      for (const auto& [child, unused] : declared)
+        if (std::find(names_.begin(), names_.end(), child) == names_.end())
+          fail(std::string(kInputsAttribute) + " names '" + child + "', which is not a child module");
+      for (int i = 0; i < n; ++i) {
+        auto it = declared.find(names_[i]);
+        if (it == declared.end() || it->second.empty())
+          fail(std::string(kInputsAttribute) + " gives no inputs for child '" + names_[i] + "'");
+        std::vector<int> reads;
+        for (const auto& source : it->second) {
+          if (source == kInputName) {
+            reads.push_back(0);
+            continue;
+          }
+          const auto at = std::find(names_.begin(), names_.begin() + i, source);
+          if (at == names_.begin() + i)
+            fail("child '" + names_[i] + "' reads '" + source +
+                 "', which is neither 'input' nor a child registered before it (children run in the order "
+                 "they are registered, which must be a topological order)");
+          reads.push_back(static_cast<int>(at - names_.begin()) + 1);
+        }
+        w.reads.push_back(std::move(reads));
+      }
+      // Every child but the last must feed a later one; a dead branch would train nothing.
+      for (int i = 0; i + 1 < n; ++i) {
+        bool read = false;
+        for (int j = i + 1; j < n; ++j) read = read || std::count(w.reads[j].begin(), w.reads[j].end(), i + 1);
+        if (!read) fail("the output of child '" + names_[i] + "' is read by no later child");
+      }
+    }
+    // A value is carried into child i if child i or a later one reads it.
+    w.carried.resize(n + 1);
+    for (int i = 0; i < n; ++i)
+      for (int v = 0; v <= i; ++v) {
+        bool needed = false;
+        for (int j = i; j < n; ++j) needed = needed || std::count(w.reads[j].begin(), w.reads[j].end(), v);
+        if (needed) w.carried[i].push_back(v);
+      }
+    w.carried[n] = {n};
+    return w;
+  }
+
+  // One sample through the children in order (eval mode, no grad): every value's shape
+  // and dtype, and a clear error for a child its inputs do not fit.
+  void measure(Wiring& w) {
+    torch::NoGradGuard no_grad;
+    const bool training = root_.is_training();
+    root_.eval();
+    values_ = {constantInput(input_, 1)};
+    for (int i = 0; i < w.layers(); ++i) {
+      std::vector<c10::IValue> args;
+      for (int v : w.reads[i]) args.emplace_back(values_[v]);
+      c10::IValue y;
+      try {
+        y = children_[i].forward(args);
+      } catch (const std::exception& e) {  // the interpreter throws std::runtime_error
+        root_.train(training);
+        fail("child '" + names_[i] + "' fails on its inputs (one sample of " + describeShape(w.reads[i]) +
+             "): " + lastLine(e.what()));
+      }
+      if (!y.isTensor()) fail("child '" + names_[i] + "' returns a " + y.tagKind() + ", not one tensor");
+      values_.push_back(y.toTensor());
+    }
+    root_.train(training);
+    for (const auto& v : values_) {
+      if (v.dim() == 0 || v.size(0) != 1) fail("a child's output has no batch dimension first");
+      w.shapes.push_back(v.sizes().slice(1).vec());
+      w.dtypes.push_back(v.scalar_type());
+    }
+  }
+
+  std::string describeShape(const std::vector<int>& reads) const {
+    std::string out;
+    for (int v : reads) out += (out.empty() ? "" : ", ") + c10::str(values_[v].sizes());
+    return out;
+  }
+
+  // The module's own forward must agree with its children run as declared, and its
+  // output must fit the data's labels.
+  void checkAgainstWhole() {
+    torch::NoGradGuard no_grad;
+    const bool training = root_.is_training();
+    root_.eval();
+    c10::IValue whole;
+    try {
+      whole = root_.forward({values_.front()});
+    } catch (const std::exception& e) {
+      root_.train(training);
+      fail(std::string("forward() fails on one sample of the data's shape: ") + lastLine(e.what()));
+    }
+    root_.train(training);
+    const torch::Tensor& layered = values_.back();
+    if (!whole.isTensor() || !whole.toTensor().sizes().equals(layered.sizes()) ||
+        !torch::allclose(whole.toTensor(), layered, 1e-4, 1e-5))
+      fail(root_.hasattr(kInputsAttribute)
+               ? std::string("running the children as ") + kInputsAttribute +
+                     " declares does not reproduce forward(); check the declared inputs"
+               : std::string("running the top-level children in order does not reproduce forward(); make every "
+                             "step of forward() a child module (e.g. nn.Flatten), or declare the children's "
+                             "inputs in ") +
+                     kInputsAttribute);
+    const auto out = layered.sizes();
+    if (input_.loss == LossKind::kMeanSquaredError) {
+      if (layered.numel() != input_.num_classes)
+        fail("its output " + c10::str(out) + " has " + std::to_string(layered.numel()) +
+             " values per sample, the data's targets " + std::to_string(input_.num_classes));
+    } else if (input_.kind == InputKind::kTokens && input_.sample_shape.size() == 1 && out.size() == 3) {
+      if (out[1] != input_.sample_shape[0] || out[2] < input_.num_classes)
+        fail("its output " + c10::str(out) + " does not fit (1, T, V) with labels (1, T) below V");
+    } else if (out.size() != 2 || out[1] < input_.num_classes) {
+      fail("its output " + c10::str(out) + " does not fit the data's labels: class scores (1, C) with C >= " +
+           std::to_string(input_.num_classes) + " (the largest label + 1)");
+    }
+  }
+
+  std::string path_;
+  InputSpec input_;
+  torch::jit::Module root_;
+  std::vector<std::string> names_;
+  std::vector<torch::jit::Module> children_;
+  std::vector<torch::Tensor> values_;  // one sample's values, from measure()
+};
+
+}  // namespace
+
+Model loadScriptedModel(const std::string& path, const InputSpec& input) { return Loader(path, input).load(); }
+
+void saveScriptedModel(const Model& model, const std::string& path) {
+  if (!model.script) throw Error("model '" + model.name + "' is not from a TorchScript file; only those export");
+  // Written beside the target and renamed over it, so a failed save never leaves half a file.
+  const std::string temporary = path + ".tmp";
+  try {
+    model.script->save(temporary);
+  } catch (const c10::Error& e) {
+    std::remove(temporary.c_str());
+    throw Error("cannot write '" + path + "': " + e.what_without_backtrace());
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) throw Error("cannot write '" + path + "': " + ec.message());
+}
+
+}  // namespace pipetrain::models

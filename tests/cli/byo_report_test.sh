@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Your own model and data, end to end from the CLI: Python writes them, pipetrain plans,
+# trains, exports and reports; Python loads the export and scores it as pipetrain did;
+# headless Chromium opens the report pages with no script errors and draws them.
+# Usage: PIPETRAIN=path/to/pipetrain byo_report_test.sh SOURCE_DIR
+set -u
+src=${1:?source dir}
+bin=${PIPETRAIN:?set PIPETRAIN}
+python=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+
+check() {  # check NAME COMMAND...: the command must succeed; its stdout is kept in $tmp/out
+  local name=$1; shift
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: $name"; cat "$tmp/out" "$tmp/err" | tail -20; fi
+}
+expect() {  # expect NAME TEXT FILE: FILE contains TEXT
+  if grep -q -- "$2" "$3"; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: $1: $3 lacks '$2'"; fi
+}
+refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on stderr
+  local name=$1 text=$2; shift 2
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then
+    failed=$((failed + 1)); echo "FAIL: $name (exit 0)"
+  elif ! grep -q -- "$text" "$tmp/err"; then
+    failed=$((failed + 1)); echo "FAIL: $name: stderr lacks '$text':"; head -5 "$tmp/err"
+  else passed=$((passed + 1)); fi
+}
+
+check "the example writes a model and data" "$python" "$src/examples/byo/make_model.py" "$tmp"
+
+# Planned, trained on two ranks, exported and reported.
+check "train your own model" "$bin" train --model-file "$tmp/model.pt" --data-file "$tmp/data.pt" --nproc 2 \
+  --batch 64 --epochs 2 --export "$tmp/trained.pt" --report "$tmp/run"
+cp "$tmp/out" "$tmp/train.out"
+expect "planned" "chosen:" "$tmp/train.out"
+expect "accuracy" "test accuracy" "$tmp/train.out"
+expect "report written" "report: $tmp/run/report.html" "$tmp/train.out"
+for f in report.html summary.json metrics.jsonl; do
+  check "report folder has $f" test -s "$tmp/run/$f"
+done
+expect "a line per step" '"event":"step"' "$tmp/run/metrics.jsonl"
+expect "a line per evaluation" '"event":"eval"' "$tmp/run/metrics.jsonl"
+
+# The export loads in Python and scores the test split as pipetrain's evaluation did.
+check "python loads the export" "$python" - "$tmp/trained.pt" "$tmp/data.pt" "$tmp/run/summary.json" <<'PY'
+import json, sys
+import torch
+model = torch.jit.load(sys.argv[1]).eval()
+data = torch.load(sys.argv[2])
+with torch.no_grad():
+    out = model(data["test_inputs"])
+accuracy = (out.argmax(1) == data["test_labels"]).float().mean().item()
+loss = torch.nn.functional.cross_entropy(out, data["test_labels"]).item()
+summary = json.load(open(sys.argv[3]))
+print(f"python: accuracy {accuracy:.6f} loss {loss:.6f}; pipetrain: {summary['test_accuracy']:.6f} {summary['test_loss']:.6f}")
+assert abs(accuracy - summary["test_accuracy"]) < 1e-6, "accuracy differs"
+assert abs(loss - summary["test_loss"]) < 1e-4, "loss differs"
+assert accuracy > 0.5, "did not learn"  # four classes: chance is 0.25
+PY
+
+# A DAG model on a plan given by hand: the cut after `wide` carries two tensors.
+check "train a DAG model" "$bin" train --model-file "$tmp/dag_model.pt" --data-file "$tmp/data.pt" --nproc 2 \
+  --stage-bounds 0,1,3 --microbatches 4 --microbatch-size 16 --epochs 1 --max-steps 20 --no-eval
+refuses "model file without data" "needs --data-file" "$bin" train --model-file "$tmp/model.pt" --nproc 2 \
+  --stage-bounds 0,4,7 --microbatches 2 --microbatch-size 4
+refuses "zoo model export" "needs --model-file" "$bin" train --model mlp --dataset synthetic --nproc 2 \
+  --data-parallel --microbatches 2 --microbatch-size 4 --export "$tmp/x.pt"
+
+# The same page again from the files, and the pages plan and simulate write.
+check "report from files" "$bin" report --summary "$tmp/run/summary.json" --metrics "$tmp/run/metrics.jsonl" \
+  --out "$tmp/again.html"
+check "plan report" "$bin" plan --graph "$src/examples/transformer/graph.json" \
+  --cluster "$src/examples/clusters/gpu-cluster-4-nodes.json" --batch 64 --report "$tmp/plan.html"
+check "simulate report" "$bin" simulate --schedule zb-v --stages 4 --microbatches 8 --uniform 1,2,1 \
+  --report "$tmp/simulate.html"
+for page in run/report.html again.html; do
+  for id in summary plan timelines ranks training; do expect "$page has $id" "<section id=\"$id\"" "$tmp/$page"; done
+  expect "$page: the planner's ranking" "The planner's ranking" "$tmp/$page"
+  expect "$page: predicted Gantt" "predicted: " "$tmp/$page"
+  expect "$page: measured Gantt" "measured" "$tmp/$page"
+  expect "$page: loss curve" 'id="loss"' "$tmp/$page"
+  expect "$page: accuracy curve" 'id="accuracy"' "$tmp/$page"
+done
+check "self-contained: nothing fetched" bash -c "! grep -Eq '(src|href)=\"(https?:)?//' '$tmp/run/report.html'"
+
+# A real browser: every page loads, its script runs without an error, and it draws.
+chromium=$(command -v chromium || true)
+if [ -z "$chromium" ]; then
+  failed=$((failed + 1)); echo "FAIL: chromium is not installed (make deps installs it)"
+else
+  for page in run/report.html plan.html simulate.html; do
+    check "chromium loads $page" timeout 120 "$chromium" --headless --no-sandbox --disable-gpu \
+      --user-data-dir="$tmp/chrome" --enable-logging=stderr --v=0 --virtual-time-budget=2000 \
+      --dump-dom "file://$tmp/$page"
+    expect "$page: the script ran" 'data-rendered="yes"' "$tmp/out"
+    if grep -q 'data-errors=' "$tmp/out" || grep -Eiq 'Uncaught|CONSOLE.*error' "$tmp/err"; then
+      failed=$((failed + 1)); echo "FAIL: $page: console errors:"; grep -Ei 'Uncaught|error' "$tmp/err" | head -5
+    else passed=$((passed + 1)); fi
+  done
+  check "chromium screenshot" timeout 120 "$chromium" --headless --no-sandbox --disable-gpu \
+    --user-data-dir="$tmp/chrome" --hide-scrollbars --window-size=1300,3600 --screenshot="$tmp/report.png" \
+    "file://$tmp/run/report.html"
+  # A blank page compresses to a few KiB; charts, tables and text do not.
+  check "the screenshot shows something" test "$(stat -c %s "$tmp/report.png")" -gt 60000
+  [ -n "${PIPETRAIN_KEEP_SCREENSHOT:-}" ] && cp "$tmp/report.png" "$PIPETRAIN_KEEP_SCREENSHOT"
+fi
+
+echo "cli byo/report: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,181 @@
+// Bringing your own model and data: TorchScript files and torch.save data written by
+// Python (tests/byo/make_fixtures.py, run by CTest before this binary), trained on
+// several ranks exactly as in one process, exported back, and refused when wrong.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "pipetrain/torch/data.h"
+#include "training_harness.h"
+
+namespace pipetrain::runtime {
+namespace {
+
+std::string fixture(const std::string& name) { return std::string(PIPETRAIN_BYO_DIR) + "/" + name; }
+
+TrainConfig byoConfig(const std::string& model_file) {
+  TrainConfig c;
+  c.model = model_file;  // names the model in failure messages
+  c.model_file = fixture(model_file);
+  c.data.file = fixture("data.pt");
+  c.plan.microbatches = 4;
+  c.plan.microbatch_size = 8;
+  c.max_steps_per_epoch = 3;
+  c.evaluate = false;
+  c.threads = 1;
+  return c;
+}
+
+std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void writeFile(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST(ByoModel, ChainLayersAreTheScriptedChildren) {
+  const models::Model model = openModel(byoConfig("model.pt"));
+  ASSERT_EQ(model.layers.size(), 7u);
+  EXPECT_EQ(model.layers.front().name, "0");
+  EXPECT_EQ(model.layers.front().kind, "Linear");
+  EXPECT_EQ(model.input.sample_shape, (std::vector<int64_t>{16}));
+  EXPECT_EQ(model.input.num_classes, 4);
+  // The layers' parameters are the TorchScript module's own tensors.
+  EXPECT_EQ(model.parameters(0, 7).size(), 8u);
+}
+
+TEST(ByoModel, ChainTrainsExactlyAsOneProcess) {
+  for (const char* schedule : {"1f1b", "gpipe", "zb-h1"}) {
+    TrainConfig c = byoConfig("model.pt");
+    usePlan(c, schedule, {1, 1, 1});
+    expectMatchesReference(c);
+  }
+}
+
+TEST(ByoModel, DagTrainsExactlyAsOneProcess) {
+  // Every cut of the two-branch model: after `wide` both the branch output and the input
+  // cross (a pack), after `deep` the two branch outputs.
+  for (const auto& bounds : std::vector<std::vector<int>>{{0, 1, 3}, {0, 2, 3}, {0, 1, 2, 3}}) {
+    TrainConfig c = byoConfig("dag_model.pt");
+    const models::Model model = openModel(c);
+    ASSERT_EQ(model.layers.size(), 3u);
+    std::vector<std::string> names;
+    for (const auto& l : model.layers) names.push_back(l.name);
+    c.plan = plan::chainPlan(names, bounds, {}, c.plan.schedule, c.plan.microbatch_size, c.plan.microbatches);
+    expectMatchesReference(c);
+  }
+}
+
+TEST(ByoModel, ReplicatedStagesOverGlooMatchToo) {
+  TrainConfig c = byoConfig("dag_model.pt");
+  usePlan(c, "1f1b", {2, 1});
+  expectMatchesReference(c, /*gloo=*/true);
+}
+
+TEST(ByoModel, ExportWritesTheTrainedWeightsBack) {
+  TrainConfig c = byoConfig("dag_model.pt");
+  usePlan(c, "1f1b", {1, 1});
+  c.export_path = ::testing::TempDir() + "byo_export.pt";
+  std::remove(c.export_path.c_str());
+  runInProcess(c, 2);
+  const models::Model reference = trainReference(c);
+  TrainConfig exported = c;
+  exported.model_file = c.export_path;
+  const models::Model trained = openModel(exported);
+  const int n = static_cast<int>(trained.layers.size());
+  EXPECT_LT(relativeError(trained.parameters(0, n), reference.parameters(0, n)), 1e-5);
+  EXPECT_GT(relativeError(openModel(c).parameters(0, n), reference.parameters(0, n)), 1e-4);
+  std::remove(c.export_path.c_str());
+}
+
+TEST(ByoModel, HeldOutSplitComesFromTheFile) {
+  data::DataOptions options;
+  options.file = fixture("data.pt");
+  const models::InputSpec spec = data::inputSpecOfFile(options.file);
+  EXPECT_EQ(data::openDataset(options, spec)->size(), 3584);
+  options.split = "test";
+  EXPECT_EQ(data::openDataset(options, spec)->size(), 512);
+}
+
+TEST(ByoModel, WithoutATestSplitEveryTenthSampleIsHeldOut) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("inputs", torch::arange(50, torch::kFloat).reshape({25, 2}));
+  dict.insert("labels", torch::arange(25) % 3);
+  const std::string path = ::testing::TempDir() + "byo_split.pt";
+  writeFile(path, torch::pickle_save(dict));
+  data::DataOptions options;
+  options.file = path;
+  const models::InputSpec spec = data::inputSpecOfFile(path);
+  EXPECT_EQ(spec.num_classes, 3);
+  EXPECT_EQ(data::openDataset(options, spec)->size(), 23);
+  options.split = "test";
+  const auto test = data::openDataset(options, spec);
+  ASSERT_EQ(test->size(), 2);
+  EXPECT_TRUE(test->get({0, 1}).labels.equal(torch::tensor({9 % 3, 19 % 3})));
+  std::remove(path.c_str());
+}
+
+TEST(ByoModel, RegressionTargetsTrainWithMeanSquaredError) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({200, 16});
+  dict.insert("inputs", x);
+  dict.insert("labels", x.narrow(1, 0, 4) * 0.5);  // (N, 4) float targets
+  const std::string path = ::testing::TempDir() + "byo_regression.pt";
+  writeFile(path, torch::pickle_save(dict));
+  TrainConfig c = byoConfig("model.pt");
+  c.data.file = path;
+  // SGD: Adam divides by the gradients' running magnitude and so magnifies rounding
+  // where gradients are tiny; this test is about the loss, not the optimizer.
+  c.optimizer = "sgd";
+  c.lr = 0.05;
+  EXPECT_EQ(openModel(c).input.loss, models::LossKind::kMeanSquaredError);
+  usePlan(c, "1f1b", {1, 1});
+  expectMatchesReference(c);
+  std::remove(path.c_str());
+}
+
+TEST(ByoModel, RefusesWhatItCannotTrain) {
+  TrainConfig c = byoConfig("hidden_step.pt");
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("does not reproduce forward()"), std::string::npos);
+  c.model_file = fixture("not_a_model.pt");
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("not a TorchScript file"), std::string::npos);
+  c.model_file = fixture("missing.pt");
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("no such file"), std::string::npos);
+  c.model_file = fixture("model.pt");
+  c.data.file = "";
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("needs --data-file"), std::string::npos);
+  c.data.file = fixture("model.pt");  // a zip archive, but not a dict of tensors
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("data file"), std::string::npos);
+
+  // Inputs of the wrong width: the first layer's error names it and the shape.
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("inputs", torch::zeros({20, 5}));
+  dict.insert("labels", torch::zeros({20}, torch::kLong));
+  const std::string path = ::testing::TempDir() + "byo_narrow.pt";
+  writeFile(path, torch::pickle_save(dict));
+  c.data.file = path;
+  const std::string narrow = errorOf([&] { openModel(c); });
+  EXPECT_NE(narrow.find("child '0' fails on its inputs"), std::string::npos) << narrow;
+  // Labels beyond the model's classes.
+  dict.insert_or_assign("inputs", torch::zeros({20, 16}));
+  dict.insert_or_assign("labels", torch::full({20}, 7, torch::kLong));
+  writeFile(path, torch::pickle_save(dict));
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("does not fit the data's labels"), std::string::npos);
+  // Labels that do not match the inputs' rows.
+  dict.insert_or_assign("labels", torch::zeros({19}, torch::kLong));
+  writeFile(path, torch::pickle_save(dict));
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("one row per sample"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace pipetrain::runtime

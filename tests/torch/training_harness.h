@@ -1,0 +1,115 @@
+// Shared by the torch tests that train: ranks as threads, plans over a model's layers,
+// and the comparison of trained parameters with the single-process reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <thread>
+
+#include <unistd.h>
+
+#include "pipetrain/plan/partition.h"
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/torch/trainer.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::runtime {
+
+// Ranks as threads, over the in-process transport or over real Gloo on loopback.
+inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, bool gloo = false,
+                                     const PipelineExecutor::WeightProbe& probe = {}) {
+  std::vector<std::unique_ptr<Transport>> group;
+  if (!gloo) group = makeInProcessGroup(ranks, std::chrono::seconds(20));
+  const int port = 29000 + static_cast<int>(::getpid() % 1000);
+  std::vector<RankResult> results(ranks);
+  std::vector<std::exception_ptr> errors(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        std::unique_ptr<Transport> own;
+        if (gloo) own = makeGlooTransport(Rendezvous{"127.0.0.1", port, r, ranks, std::chrono::seconds(20)});
+        results[r] = trainRank(config, gloo ? *own : *group[r], {}, probe);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  // Report every rank's error: the first one to fail usually explains the others' timeouts.
+  std::string messages;
+  for (int r = 0; r < ranks; ++r) {
+    if (!errors[r]) continue;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const std::exception& e) {
+      messages += "\n  rank " + std::to_string(r) + ": " + e.what();
+    }
+  }
+  if (!messages.empty()) throw Error("training failed:" + messages);
+  return results;
+}
+
+// The plan: `replicas.size()` ranks' stages (times `chunks` when looped, two in a V) of
+// about equal layer counts, stage s on replicas[s] ranks.
+inline void usePlan(TrainConfig& c, const std::string& schedule, std::vector<int> replicas, int chunks = 1) {
+  const models::Model model = openModel(c);
+  std::vector<std::string> names;
+  for (const auto& l : model.layers) names.push_back(l.name);
+  const int per_rank = schedule::stagesPerRank(schedule::traits(schedule), chunks);
+  const int stages = static_cast<int>(replicas.size()) * per_rank;
+  plan::ScheduleOptions options = c.plan.schedule;
+  options.name = schedule;
+  options.chunks = chunks;
+  const auto bounds = plan::balancedChainSplit(std::vector<double>(names.size(), 1.0), stages);
+  c.plan = plan::chainPlan(names, bounds, per_rank > 1 ? std::vector<int>{} : replicas, options, c.plan.microbatch_size,
+                           c.plan.microbatches);
+}
+
+inline int rankCount(const TrainConfig& c) { return static_cast<int>(plan::rankDevices(c.plan).size()); }
+
+// Largest |a - b| relative to the largest |b| over all parameters of the rank.
+inline double relativeError(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want) {
+  double diff = 0, scale = 0;
+  EXPECT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    diff = std::max(diff, (got[i] - want[i]).abs().max().item<double>());
+    scale = std::max(scale, want[i].abs().max().item<double>());
+  }
+  return diff / scale;
+}
+
+// The reference's parameters of the stages a rank ran.
+inline std::vector<torch::Tensor> stageParameters(const TrainConfig& config, const models::Model& reference,
+                                           const RankResult& r) {
+  const auto stages = stageLayers(config.plan, reference);
+  std::vector<torch::Tensor> want;
+  for (int s : r.stages) {
+    auto p = reference.parameters(stages[s].first, stages[s].last);
+    want.insert(want.end(), p.begin(), p.end());
+  }
+  return want;
+}
+
+inline void expectMatchesReference(const TrainConfig& config, bool gloo = false) {
+  const int ranks = rankCount(config);
+  const std::string& schedule = config.plan.schedule.name;
+  std::vector<RankResult> results;
+  try {
+    results = runInProcess(config, ranks, gloo);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << config.model << " " << schedule << " on " << ranks << " ranks: " << e.what();
+    return;
+  }
+  models::Model reference = trainReference(config);
+  for (const RankResult& r : results)
+    EXPECT_LT(relativeError(r.parameters, stageParameters(config, reference, r)), 1e-5)
+        << config.model << " " << schedule << " rank " << r.rank;
+  // Training moved the weights: the comparison is not trivially true.
+  models::Model initial = openModel(config);
+  const int n = static_cast<int>(initial.layers.size());
+  EXPECT_GT(relativeError(initial.parameters(0, n), reference.parameters(0, n)), 1e-4);
+}
+
+}  // namespace pipetrain::runtime
