@@ -78,7 +78,7 @@ check "simulate report" "$bin" simulate --schedule zb-v --stages 4 --microbatche
   --report "$tmp/simulate.html"
 for page in run/report.html again.html; do
   for id in summary plan timelines ranks training; do expect "$page has $id" "<section id=\"$id\"" "$tmp/$page"; done
-  expect "$page: the planner's ranking" "The planner's ranking" "$tmp/$page"
+  expect "$page: the planner's ranking" "ranking (predicted, steady state)" "$tmp/$page"
   expect "$page: predicted Gantt" "predicted: " "$tmp/$page"
   expect "$page: measured Gantt" "measured" "$tmp/$page"
   expect "$page: loss curve" 'id="loss"' "$tmp/$page"

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <exception>
 #include <thread>
 
@@ -103,9 +104,16 @@ inline void expectMatchesReference(const TrainConfig& config, bool gloo = false)
     return;
   }
   models::Model reference = trainReference(config);
-  for (const RankResult& r : results)
-    EXPECT_LT(relativeError(r.parameters, stageParameters(config, reference, r)), 1e-5)
-        << config.model << " " << schedule << " rank " << r.rank;
+  double worst = 0;
+  for (const RankResult& r : results) {
+    const double error = relativeError(r.parameters, stageParameters(config, reference, r));
+    EXPECT_LT(error, 1e-5) << config.model << " " << schedule << " rank " << r.rank;
+    worst = std::max(worst, error);
+  }
+  // In --gtest_output's file: the figure behind each pass.
+  char figure[32];
+  std::snprintf(figure, sizeof figure, "%.2e", worst);
+  ::testing::Test::RecordProperty("max_relative_error_" + schedule, figure);
   // Training moved the weights: the comparison is not trivially true.
   models::Model initial = openModel(config);
   const int n = static_cast<int>(initial.layers.size());

@@ -25,7 +25,9 @@ struct Module;
 namespace pipetrain::models {
 
 // What a model consumes and how its loss is taken.
-enum class InputKind { kImage, kFeatures, kTokens };
+// kTokens: int64 sequences with a label per position (a language model); kIndices: int64
+// inputs with one class label per sample (e.g. a user's embedding-bag model).
+enum class InputKind { kImage, kFeatures, kTokens, kIndices };
 // Cross-entropy against int64 class labels; mean squared error against float targets
 // (a user's regression data).
 enum class LossKind { kCrossEntropy, kMeanSquaredError };

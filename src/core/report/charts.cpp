@@ -59,7 +59,11 @@ std::string legend(const std::vector<std::string>& names, double x, double y) {
 std::string formatValue(double value, Unit unit) {
   if (std::isnan(value)) return "n/a";
   switch (unit) {
-    case Unit::kFraction: return fmt(100 * value, 3) + "%";
+    case Unit::kFraction: {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f%%", 100 * value);
+      return buf;
+    }
     case Unit::kBytes: return text::humanBytes(value);
     case Unit::kSeconds: return value < 1 ? fmt(1e3 * value, 3) + " ms" : fmt(value, 4) + " s";
     case Unit::kPlain: break;

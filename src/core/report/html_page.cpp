@@ -19,6 +19,7 @@ using text::xmlEscape;
 constexpr const char* kStyle = R"(
 body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; color: #1f2933; margin: 24px auto; max-width: 1280px; padding: 0 16px; }
 h1 { font-size: 22px; margin-bottom: 4px; }
+h3 { font-size: 14px; margin: 18px 0 4px; }
 h2 { font-size: 17px; border-bottom: 1px solid #d5dae1; padding-bottom: 4px; margin-top: 28px; }
 dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; }
 dl.facts dt { color: #6b7280; } dl.facts dd { margin: 0; }

@@ -13,6 +13,7 @@ std::string describeInput(const models::InputSpec& input) {
     case models::InputKind::kImage: s << "image"; break;
     case models::InputKind::kFeatures: s << "features"; break;
     case models::InputKind::kTokens: s << "tokens"; break;
+    case models::InputKind::kIndices: s << "indices"; break;
   }
   s << " (";
   for (size_t i = 0; i < input.sample_shape.size(); ++i) s << (i ? ", " : "") << input.sample_shape[i];

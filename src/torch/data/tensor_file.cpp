@@ -112,9 +112,10 @@ models::InputSpec specOf(const TensorFile& file) {
   models::InputSpec spec;
   const auto sample = file.train.inputs.sizes().slice(1);
   spec.sample_shape = sample.vec();
-  spec.kind = !file.train.inputs.is_floating_point() ? models::InputKind::kTokens
-              : sample.size() > 1                   ? models::InputKind::kImage
-                                                    : models::InputKind::kFeatures;
+  if (!file.train.inputs.is_floating_point())
+    spec.kind = file.train.labels.dim() == 2 ? models::InputKind::kTokens : models::InputKind::kIndices;
+  else
+    spec.kind = sample.size() > 1 ? models::InputKind::kImage : models::InputKind::kFeatures;
   if (file.train.labels.is_floating_point()) {
     spec.loss = models::LossKind::kMeanSquaredError;
     spec.num_classes = c10::multiply_integers(file.train.labels.sizes().slice(1));

@@ -61,7 +61,7 @@ int64_t parameterBytes(const Layer& layer) {
 torch::Tensor constantInput(const InputSpec& input, int64_t batch) {
   std::vector<int64_t> shape = {batch};
   shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
-  if (input.kind == InputKind::kTokens) return torch::zeros(shape, torch::kLong);
+  if (input.kind == InputKind::kTokens || input.kind == InputKind::kIndices) return torch::zeros(shape, torch::kLong);
   return torch::full(shape, 0.5f);
 }
 
@@ -80,8 +80,8 @@ torch::Tensor lossOf(const Model& model, const torch::Tensor& output, const torc
     }
     return F::mse_loss(output, labels.reshape(output.sizes()));
   }
-  if (output.dim() == 3) {
-    if (labels.sizes() != output.sizes().slice(0, 2)) {
+  if (model.input.kind == InputKind::kTokens) {
+    if (output.dim() != 3 || labels.sizes() != output.sizes().slice(0, 2)) {
       throw Error("model '" + model.name + "': lossOf wants output (N, T, V) and labels (N, T)");
     }
     const int64_t vocab = output.size(2);

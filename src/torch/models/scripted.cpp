@@ -272,8 +272,9 @@ class Loader {
       if (layered.numel() != input_.num_classes)
         fail("its output " + c10::str(out) + " has " + std::to_string(layered.numel()) +
              " values per sample, the data's targets " + std::to_string(input_.num_classes));
-    } else if (input_.kind == InputKind::kTokens && input_.sample_shape.size() == 1 && out.size() == 3) {
-      if (out[1] != input_.sample_shape[0] || out[2] < input_.num_classes)
+    } else if (input_.kind == InputKind::kTokens) {
+      if (out.size() != 3 || input_.sample_shape.size() != 1 || out[1] != input_.sample_shape[0] ||
+          out[2] < input_.num_classes)
         fail("its output " + c10::str(out) + " does not fit (1, T, V) with labels (1, T) below V");
     } else if (out.size() != 2 || out[1] < input_.num_classes) {
       fail("its output " + c10::str(out) + " does not fit the data's labels: class scores (1, C) with C >= " +
