@@ -244,7 +244,7 @@ int launch(TrainArgs& a) {
                      {"weight_bytes", r["weight_bytes"]}});
     timeline.ranks.push_back(trace::actionsFromJson(r["last_step"], "rank " + std::to_string(o.rank)));
   }
-  // Ranks timed from a common start (right after a barrier), so one shift aligns them all.
+  // Ranks timed from one shared origin (runtime::sharedOrigin), so one shift aligns them all.
   double first = std::numeric_limits<double>::infinity();
   for (const auto& rank : timeline.ranks)
     if (!rank.empty()) first = std::min(first, rank.front().start);

@@ -23,6 +23,10 @@ class PendingOp {
   virtual void wait() = 0;
 };
 
+// Message tags from here up (to INT32_MAX, Gloo's largest) are the runtime's own; the
+// executor's activation and gradient tags stay below.
+inline constexpr uint32_t kRuntimeTags = 0x7fffff00u;
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -41,6 +45,13 @@ class Transport {
   // Blocks until every rank has arrived.
   virtual void barrier() = 0;
 };
+
+// A moment every rank agrees on, each in its own steady clock: rank 0's now, carried to
+// the others with NTP's estimate of the clocks' offset (of a few ping-pongs, the one with
+// the shortest round trip). Ranks on one host share the monotonic clock and find offsets
+// near zero; on different hosts the offset absorbs the clocks' difference, so timelines
+// measured from this origin line up across ranks. Uses tags from kRuntimeTags up.
+std::chrono::steady_clock::time_point sharedOrigin(Transport& transport);
 
 // N transports for N ranks that live as threads of one process; for fast tests.
 std::vector<std::unique_ptr<Transport>> makeInProcessGroup(int world_size,

@@ -20,7 +20,7 @@ using schedule::ActionType;
 uint32_t messageTag(bool backward, int producer, int consumer, int microbatch, int num_stages, int microbatches) {
   const uint64_t tag = ((static_cast<uint64_t>(backward) * num_stages + producer) * num_stages + consumer) *
                            static_cast<uint64_t>(microbatches) + microbatch;
-  if (tag > 0x7fffffffu)
+  if (tag >= kRuntimeTags)
     throw Error("too many stages x micro-batches to tag messages (" + std::to_string(num_stages) + " stages, " +
                 std::to_string(microbatches) + " micro-batches)");
   return static_cast<uint32_t>(tag);

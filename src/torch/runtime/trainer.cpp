@@ -259,8 +259,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     result.stage_param_bytes.push_back(bytes);
   }
 
-  t.barrier();
-  const Clock::time_point origin = Clock::now();
+  const Clock::time_point origin = sharedOrigin(t);
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   for (int epoch = 0; epoch < c.epochs; ++epoch) {
     const data::SampleOrder order(size, c.seed, epoch);
