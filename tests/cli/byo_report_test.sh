@@ -7,27 +7,7 @@ set -u
 src=${1:?source dir}
 bin=${PIPETRAIN:?set PIPETRAIN}
 python=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0 failed=0
-
-check() {  # check NAME COMMAND...: the command must succeed; its stdout is kept in $tmp/out
-  local name=$1; shift
-  if "$@" >"$tmp/out" 2>"$tmp/err"; then passed=$((passed + 1)); else
-    failed=$((failed + 1)); echo "FAIL: $name"; cat "$tmp/out" "$tmp/err" | tail -20; fi
-}
-expect() {  # expect NAME TEXT FILE: FILE contains TEXT
-  if grep -q -- "$2" "$3"; then passed=$((passed + 1)); else
-    failed=$((failed + 1)); echo "FAIL: $1: $3 lacks '$2'"; fi
-}
-refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on stderr
-  local name=$1 text=$2; shift 2
-  if "$@" >"$tmp/out" 2>"$tmp/err"; then
-    failed=$((failed + 1)); echo "FAIL: $name (exit 0)"
-  elif ! grep -q -- "$text" "$tmp/err"; then
-    failed=$((failed + 1)); echo "FAIL: $name: stderr lacks '$text':"; head -5 "$tmp/err"
-  else passed=$((passed + 1)); fi
-}
+. "$(dirname "$0")/harness.sh"
 
 check "the example writes a model and data" "$python" "$src/examples/byo/make_model.py" "$tmp"
 
@@ -108,5 +88,4 @@ else
   [ -n "${PIPETRAIN_KEEP_SCREENSHOT:-}" ] && cp "$tmp/report.png" "$PIPETRAIN_KEEP_SCREENSHOT"
 fi
 
-echo "cli byo/report: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish "cli byo/report"

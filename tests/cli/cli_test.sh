@@ -4,27 +4,7 @@
 set -u
 src=${1:?source dir}
 bin=${PIPETRAIN:?set PIPETRAIN}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0 failed=0
-
-check() {  # check NAME COMMAND...: the command must succeed; its stdout is kept in $tmp/out
-  local name=$1; shift
-  if "$@" >"$tmp/out" 2>"$tmp/err"; then passed=$((passed + 1)); else
-    failed=$((failed + 1)); echo "FAIL: $name"; cat "$tmp/out" "$tmp/err" | head -20; fi
-}
-expect() {  # expect NAME TEXT: the last checked command printed TEXT
-  if grep -q -- "$2" "$tmp/out"; then passed=$((passed + 1)); else
-    failed=$((failed + 1)); echo "FAIL: $1: output lacks '$2'"; head -5 "$tmp/out"; fi
-}
-refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on stderr
-  local name=$1 text=$2; shift 2
-  if "$@" >"$tmp/out" 2>"$tmp/err"; then
-    failed=$((failed + 1)); echo "FAIL: $name (exit 0)"
-  elif ! grep -q -- "$text" "$tmp/err"; then
-    failed=$((failed + 1)); echo "FAIL: $name: stderr lacks '$text':"; head -5 "$tmp/err"
-  else passed=$((passed + 1)); fi
-}
+. "$(dirname "$0")/harness.sh"
 
 # schedule: per-rank text form
 check "schedule 1f1b" "$bin" schedule --schedule 1f1b --stages 4 --microbatches 8
@@ -189,5 +169,4 @@ cat >"$tmp/tiny.json" <<EOF
 EOF
 refuses "plan cannot fit" "no plan fits" "$bin" plan --graph "$graph" --cluster "$tmp/tiny.json" --batch 8
 
-echo "cli: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish "cli"

@@ -1,0 +1,28 @@
+# Sourced by the CLI tests: a scratch folder, counters and the three checks.
+# Usage: . harness.sh; the checks; then `finish NAME` as the last line.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+
+check() {  # check NAME COMMAND...: the command must succeed; its stdout is kept in $tmp/out
+  local name=$1; shift
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: $name"; cat "$tmp/out" "$tmp/err" | tail -20; fi
+}
+expect() {  # expect NAME TEXT [FILE]: FILE (default: the last checked command's output) has TEXT
+  local file=${3:-$tmp/out}
+  if grep -q -- "$2" "$file"; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: $1: $file lacks '$2'"; head -5 "$file"; fi
+}
+refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on stderr
+  local name=$1 text=$2; shift 2
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then
+    failed=$((failed + 1)); echo "FAIL: $name (exit 0)"
+  elif ! grep -q -- "$text" "$tmp/err"; then
+    failed=$((failed + 1)); echo "FAIL: $name: stderr lacks '$text':"; head -5 "$tmp/err"
+  else passed=$((passed + 1)); fi
+}
+finish() {  # finish NAME: the summary line, and the exit status
+  echo "$1: $passed passed, $failed failed"
+  [ "$failed" -eq 0 ]
+}
