@@ -44,6 +44,8 @@ graph::LayerGraph meanProfile(const std::string& path, int count) {
 
 }  // namespace
 
+std::string profilePath(const std::string& plan_path) { return plan_path + ".profile.json"; }
+
 LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request) {
   const int layers = static_cast<int>(runtime::openModel(config).layers.size());
   if (!request.allow_replication && request.ranks > layers)
@@ -56,7 +58,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   // Three warm-up runs per layer: with one, the first layer of an 8 x 1024 mlp (profiled
   // while both fresh processes were still settling) measured a 11-12 ms weight pass
   // instead of 0.9 ms, and the planner cut the pipeline right after it.
-  const std::string graph_path = request.out + ".profile.json";
+  const std::string graph_path = profilePath(request.out);
   // With --batch the planner chooses the micro-batch size too; costs scale linearly from
   // the profiled batch, taken at the largest power of two dividing it, up to 32.
   const int64_t global_batch =
@@ -81,7 +83,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
               config.model.c_str(), static_cast<long long>(profiled), request.ranks,
               request.blas_threads);
   std::fflush(stdout);
-  runLikeRanks(profiles, request.blas_threads);
+  runLikeRanks(profiles, request.blas_threads, std::chrono::seconds(request.timeout_seconds));
   const graph::LayerGraph graph = meanProfile(graph_path, request.ranks);
 
   const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / request.ranks;

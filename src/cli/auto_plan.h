@@ -19,12 +19,16 @@ struct AutoPlanRequest {
   bool allow_replication = true;
   bool allow_async = false;               // the planner may choose pipedream, 2bw, pipemare
   std::string out;                        // where the plan is written
+  int timeout_seconds = 60;               // a profiling process stopped this long ends the run
 };
 
 struct LocalPlan {
   plan::Plan plan;             // with the requested schedule options applied
   json_io::Json planner;       // the ranked table and its notes, for the report (report_pages.h)
 };
+
+// Where planLocalRun keeps the profile behind the plan written to `plan_path`.
+std::string profilePath(const std::string& plan_path);
 
 // Returns the chosen plan, also written to `request.out`. Throws Error when profiling
 // fails or no plan fits (with the planner's reasons).

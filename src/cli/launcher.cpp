@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "pipetrain/util/error.h"
@@ -42,9 +44,19 @@ struct Child {
   RankOutput output;
 };
 
+// Whether process `pid` is stopped (SIGSTOP, or a debugger): alive, but silent for good.
+bool isStopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // "pid (comm) S ...": the state follows the last ')' (comm may hold parentheses).
+  const auto close = text.rfind(')');
+  return close != std::string::npos && close + 2 < text.size() && (text[close + 2] == 'T' || text[close + 2] == 't');
+}
+
 void stopAll(std::vector<Child>& children) {
+  // A stopped process cannot act on SIGTERM; SIGKILL ends it at once.
   for (auto& c : children)
-    if (c.running) kill(c.pid, SIGTERM);
+    if (c.running) kill(c.pid, isStopped(c.pid) ? SIGKILL : SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (auto& c : children) {
     while (c.running) {
@@ -85,7 +97,8 @@ std::string describe(int status) {
 
 }  // namespace
 
-void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int blas_threads) {
+void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int blas_threads,
+                  std::chrono::milliseconds stopped_limit) {
   std::vector<pid_t> pids;
   for (const auto& argv : commands) {
     const pid_t pid = fork();
@@ -98,13 +111,40 @@ void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int bla
     }
     pids.push_back(pid);
   }
+  // Waits for all, but a process stopped for `stopped_limit` ends them all: it would
+  // never finish.
   std::string failure;
-  for (std::size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    while (waitpid(pids[i], &status, 0) < 0 && errno == EINTR) {
+  std::vector<bool> done(pids.size(), false);
+  std::vector<std::chrono::steady_clock::time_point> stopped_since(pids.size());
+  std::size_t remaining = pids.size();
+  while (remaining > 0) {
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int status = 0;
+      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        done[i] = true;
+        --remaining;
+        if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failure.empty())
+          failure = "`" + commands[i][1] + "` (process " + std::to_string(i) + ") " + describe(status);
+        continue;
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (!isStopped(pids[i])) {
+        stopped_since[i] = {};
+      } else if (stopped_since[i] == std::chrono::steady_clock::time_point{}) {
+        stopped_since[i] = now;
+      } else if (now - stopped_since[i] > stopped_limit) {
+        for (std::size_t k = 0; k < pids.size(); ++k)
+          if (!done[k]) {
+            kill(pids[k], SIGKILL);
+            waitpid(pids[k], nullptr, 0);
+          }
+        throw Error("`" + commands[i][1] + "` (process " + std::to_string(i) + ") has been stopped for over " +
+                    std::to_string(std::chrono::duration_cast<std::chrono::seconds>(stopped_limit).count()) +
+                    " s; ended them all");
+      }
     }
-    if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failure.empty())
-      failure = "`" + commands[i][1] + "` " + describe(status);
+    if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (!failure.empty()) throw Error(failure);
 }
@@ -171,7 +211,15 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
       c.running = false;
       --running;
       if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        // A rank that timed out usually waited on one that stopped answering: name that one.
+        std::string silent;
+        for (int k = 0; k < nproc; ++k)
+          if (children[k].running && isStopped(children[k].pid))
+            silent += (silent.empty() ? "" : ", ") + std::to_string(k);
         stopAll(children);
+        if (!silent.empty())
+          throw Error("rank(s) " + silent + " stopped responding (the process is stopped, e.g. by SIGSTOP); rank " +
+                      std::to_string(r) + " " + describe(status) + " waiting for it; ended the job");
         throw Error("rank " + std::to_string(r) + " " + describe(status) + "; stopped the other ranks");
       }
     }

@@ -3,6 +3,7 @@
 // and ends the whole job, naming the rank, as soon as any rank fails.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -24,7 +25,9 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
 // Runs each command line (this program's arguments) as a process with the thread
 // settings of a rank that has `blas_threads`, all at once, and waits for them all. Their
 // standard output is discarded.
-// Throws Error if any fails (its messages went to this process's stderr).
-void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int blas_threads);
+// Throws Error if any fails (its messages went to this process's stderr), or if one
+// stays stopped (SIGSTOP) for longer than `stopped_limit` (then all are killed).
+void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int blas_threads,
+                  std::chrono::milliseconds stopped_limit);
 
 }  // namespace pipetrain::cli

@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; a command line that does not parse exits 2, as
+    // usage errors do by convention.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   try {
     for (const auto& command : commands)
@@ -32,7 +34,7 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "pipetrain: internal error: " << e.what() << "\n";
-    return 2;
+    return 3;
   }
   return 1;
 }

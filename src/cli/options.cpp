@@ -44,4 +44,14 @@ void checkWritable(const std::string& path, const std::string& option) {
   if (!ok) throw Error(option + " " + path + ": cannot write there (does the folder exist?)");
 }
 
+CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || !(value > 0)) return "must be a positive number, found " + text;
+        return "";
+      },
+      "POSITIVE");
+}
+
 }  // namespace pipetrain::cli

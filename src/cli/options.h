@@ -5,9 +5,15 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "pipetrain/torch/models.h"
 
 namespace pipetrain::cli {
+
+// A number above zero, said briefly when it is not ("must be a positive number, found
+// -3"; CLI11's own check prints its range bound, DBL_MAX, in 300 digits).
+CLI::Validator positive();
 
 // --model-option values, KEY=INTEGER each ("layers=8"); Error on anything else.
 models::ModelConfig parseModelOptions(const std::vector<std::string>& options);

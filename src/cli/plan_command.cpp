@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "options.h"
 #include "plan_table.h"
 #include "report_pages.h"
 #include "pipetrain/planner/explore.h"
@@ -44,19 +45,19 @@ Command addPlanCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "Choose schedule, stages, replicas and micro-batches for a model on a cluster");
   cmd->add_option("--graph", a->graph, "layer graph JSON (from `pipetrain profile`)")->required();
   cmd->add_option("--cluster", a->cluster, "cluster spec JSON")->required();
-  cmd->add_option("--batch", a->explore.global_batch, "samples per optimizer step")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", a->explore.global_batch, "samples per optimizer step")->required()->check(positive());
   cmd->add_option("--schedule", a->explore.schedule, "auto (explore all) or one schedule name")->capture_default_str();
   cmd->add_flag("--allow-async", a->explore.allow_async,
                 "let auto consider asynchronous schedules (pipedream, 2bw, pipemare), which change training semantics");
   cmd->add_option("--microbatch-sizes", a->explore.microbatch_sizes,
                   "micro-batch sizes to try (default: powers of two dividing --batch)")->delimiter(',');
   cmd->add_option("--max-blocks", a->explore.max_blocks, "plan longer chains over this many blocks of layers")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_flag("--exhaustive", [a](int64_t) { a->explore.prune = false; },
                 "simulate every proposal, also those whose compute bound cannot beat the best (slower, same choice)");
   cmd->add_option("--out", a->out, "write the chosen plan JSON here");
   cmd->add_option("--report", a->report, "write an HTML report (the plan, the ranking, the predicted Gantt chart)");
-  cmd->add_option("--top", a->top, "rows of the ranked table")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--top", a->top, "rows of the ranked table")->check(positive())->capture_default_str();
   cmd->add_flag("--json", a->json, "print the choice and the table as one JSON object");
   return {cmd, [a] { return run(*a); }};
 }

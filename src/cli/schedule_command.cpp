@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "options.h"
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/program_memory.h"
@@ -66,12 +67,12 @@ Command addScheduleCommand(CLI::App& app) {
   cmd->add_option("--schedule", args->spec.name, schedule::scheduleNameList())
       ->capture_default_str();
   cmd->add_option("--stages", args->stages, "pipeline ranks P (interleaved: each runs --chunks stages; zb-v, dualpipev: two)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--microbatches", args->spec.microbatches, "micro-batches per mini-batch M")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--minibatches", args->spec.minibatches, "mini-batches to run")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--chunks", args->spec.chunks, "interleaved: stages per rank V")->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
+  cmd->add_option("--chunks", args->spec.chunks, "interleaved: stages per rank V")->check(positive())->capture_default_str();
   cmd->add_flag("--vertical-sync", args->spec.vertical_sync, "pipedream: every stage reads the input stage's version");
   cmd->add_option("--csv", args->csv_in, "read and validate a per-rank CSV of compute actions instead");
   cmd->add_option("--write-csv", args->csv_out, "write the compute actions as a per-rank CSV");

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "options.h"
 #include "report_pages.h"
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/sim/evaluate.h"
@@ -119,15 +120,15 @@ Command addSimulateCommand(CLI::App& app) {
   cmd->add_option("--cluster", a->cluster, "cluster spec JSON");
   cmd->add_option("--plan", a->plan, "plan JSON");
   cmd->add_option("--schedule", a->schedule.name, "schedule for --uniform")->capture_default_str();
-  cmd->add_option("--stages", a->stages, "ranks for --uniform")->check(CLI::PositiveNumber);
+  cmd->add_option("--stages", a->stages, "ranks for --uniform")->check(positive());
   cmd->add_option("--microbatches", a->microbatches, "micro-batches per mini-batch for --uniform")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--chunks", a->schedule.chunks, "interleaved: stages per rank")->check(CLI::PositiveNumber);
+      ->check(positive())->capture_default_str();
+  cmd->add_option("--chunks", a->schedule.chunks, "interleaved: stages per rank")->check(positive());
   cmd->add_flag("--vertical-sync", a->schedule.vertical_sync, "pipedream: vertical sync");
   cmd->add_option("--uniform", a->uniform, "equal stage costs F,B[,W] in seconds (W = weight-gradient part of B), "
                   "free communication")->delimiter(',');
   cmd->add_option("--minibatches", a->minibatches, "mini-batches in the simulated program (and the trace)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   cmd->add_option("--overlap-factor", a->overlap_factor,
                   "time of an overlapped forward+backward pair (dualpipev) as a share of the two in sequence, "
                   "0.5..1 (default: the graph's overlap_factor, else 1)");

@@ -176,6 +176,18 @@ int blasThreadsPerRank(const TrainArgs& a) {
 // Refuses an unknown model or a missing dataset before any long work.
 void checkModelAndData(const TrainArgs& a) { data::openDataset(a.config.data, runtime::openModel(a.config).input); }
 
+// The launcher's own plan and profile when the user asked for neither (--plan-out keeps
+// them): gone when the command ends, however it ends.
+struct RemovedAtExit {
+  std::vector<std::string> paths;
+  RemovedAtExit() = default;
+  RemovedAtExit(const RemovedAtExit&) = delete;
+  RemovedAtExit& operator=(const RemovedAtExit&) = delete;
+  ~RemovedAtExit() {
+    for (const auto& p : paths) std::remove(p.c_str());
+  }
+};
+
 // --report DIR keeps the summary and the metrics log beside the page (unless they are
 // asked for elsewhere); the ranks learn where the log goes from their command line.
 void prepareOutputs(TrainArgs& a) {
@@ -330,13 +342,13 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--dataset", c.data.name, "fashion-mnist, fortunes or synthetic")->capture_default_str();
   cmd->add_option("--data-dir", a->data_dir, "where the dataset's files are (default: the Debian package's folder)");
   cmd->add_option("--nproc", a->nproc, "local ranks to launch (ignored when RANK is set)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(positive())->capture_default_str();
   auto& pa = a->plan_args;
   cmd->add_option("--schedule", pa.schedule.name,
                   schedule::scheduleNameList() +
                       ", or auto (default: the planner's choice; 1f1b with --stage-bounds or --data-parallel)");
   cmd->add_flag("--allow-async", a->allow_async, "without --plan: the planner may choose pipedream, 2bw or pipemare");
-  cmd->add_option("--chunks", pa.schedule.chunks, "interleaved: stages per rank")->check(CLI::PositiveNumber);
+  cmd->add_option("--chunks", pa.schedule.chunks, "interleaved: stages per rank")->check(positive());
   cmd->add_flag("--vertical-sync", pa.schedule.vertical_sync,
                 "pipedream: every stage uses the weight version the input stage used for a micro-batch");
   cmd->add_option("--pipemare-t1", pa.schedule.pipemare_lr_warmup,
@@ -354,15 +366,16 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--batch", pa.batch,
                   "samples per optimizer step, instead of --microbatches and --microbatch-size: the planner also "
                   "chooses how to split them (micro-batch sizes: powers of two dividing it, from the profiled one up)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--epochs", c.epochs, "epochs")->capture_default_str();
-  cmd->add_option("--max-steps", c.max_steps_per_epoch, "stop each epoch after this many mini-batches");
+      ->check(positive());
+  cmd->add_option("--epochs", c.epochs, "epochs")->check(positive())->capture_default_str();
+  cmd->add_option("--max-steps", c.max_steps_per_epoch, "stop each epoch after this many mini-batches")
+      ->check(positive());
   cmd->add_option("--optimizer", c.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
   cmd->add_option("--lr", c.lr, "learning rate")->capture_default_str();
   cmd->add_option("--seed", c.seed, "model initialisation and data order")->capture_default_str();
   cmd->add_option("--plan", a->plan, "plan JSON: stages (by layer name), micro-batching and schedule");
   cmd->add_option("--cores", a->cores, "cores the local ranks share (default: all); each rank gets cores / nproc")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--plan-out", a->plan_out, "without --plan: where to write the plan the planner chooses");
   cmd->add_flag("--no-replication", a->no_replication, "without --plan: plan a pure pipeline, no replicated stages");
   cmd->add_option("--stage-bounds", pa.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)")
@@ -370,7 +383,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--data-parallel", pa.data_parallel, "one stage replicated on every rank (plain data parallelism)");
   cmd->add_flag("--no-eval", [a](int64_t) { a->config.evaluate = false; }, "skip test accuracy at epoch ends");
-  cmd->add_option("--timeout", a->timeout_seconds, "seconds before a silent peer ends the job")->capture_default_str();
+  cmd->add_option("--timeout", a->timeout_seconds, "seconds before a silent peer ends the job")
+      ->check(positive())
+      ->capture_default_str();
   cmd->add_option("--trace", a->trace, "write the last mini-batch's measured Chrome trace");
   cmd->add_option("--svg", a->svg, "write the last mini-batch's measured Gantt chart");
   cmd->add_option("--summary-json", a->summary_json, "write the summary as JSON");
@@ -408,9 +423,12 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             }
             // Every rank trains exactly the plan the launcher holds: it goes to them as a file.
             std::string out = a->plan_out;
-            if (out.empty() && !is_rank)
+            RemovedAtExit temporary;
+            if (out.empty() && !is_rank) {
               out = (std::filesystem::temp_directory_path() /
                      ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
+              temporary.paths = {out, profilePath(out)};
+            }
             if (!a->plan.empty()) {
               // A plan file decides stages, micro-batching and schedule; the launcher's own
               // choice reaches its ranks this way too, beside the options that led to it.
@@ -431,7 +449,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                           "`pipetrain train --plan-out`), --stage-bounds or --data-parallel");
             } else {
               AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options, a->plan_args,
-                                      !a->no_replication, a->allow_async, out};
+                                      !a->no_replication, a->allow_async, out, a->timeout_seconds};
               LocalPlan local = planLocalRun(a->config, request);
               a->config.plan = std::move(local.plan);
               a->planner = std::move(local.planner);

@@ -57,8 +57,10 @@ refuses "broken json" "broken.json" "$bin" simulate --graph "$tmp/broken.json" -
 # train: real processes over Gloo
 train=("$bin" train --model mlp --model-option input=16 --model-option width=32 --dataset synthetic
        --microbatches 4 --microbatch-size 8 --epochs 1 --max-steps 5 --timeout 20)
-check "train 2 ranks" "${train[@]}" --nproc 2 --schedule 1f1b --summary-json "$tmp/summary.json" \
-  --svg "$tmp/train.svg" --trace "$tmp/train.json"
+mkdir -p "$tmp/scratch"
+check "train 2 ranks" env TMPDIR="$tmp/scratch" "${train[@]}" --nproc 2 --schedule 1f1b \
+  --summary-json "$tmp/summary.json" --svg "$tmp/train.svg" --trace "$tmp/train.json"
+check "the launcher's own plan and profile are removed" test -z "$(ls -A "$tmp/scratch")"
 for key in '"test_accuracy"' '"final_loss"' '"throughput"' '"wall_seconds"' '"bubble_fraction"' '"peak_memory_bytes"' \
            '"predicted_bubble_fraction"' '"overhead_fraction"'; do
   check "summary has $key" grep -q -- "$key" "$tmp/summary.json"
@@ -120,6 +122,42 @@ refuses "dead rank ends the job" "rank 1" env PIPETRAIN_FAULT_RANK=1 PIPETRAIN_F
   "${train[@]}" --nproc 3 --max-steps 50
 elapsed=$(( $(date +%s) - start ))
 [ "$elapsed" -lt 60 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: dead rank took ${elapsed}s"; }
+
+# A stopped rank (SIGSTOP: alive but silent) is named, not the healthy rank that timed out
+# waiting for it, and nothing is left running.
+start=$(date +%s)
+"${train[@]}" --nproc 2 --stage-bounds 0,2,5 --max-steps 100000 --epochs 100 --timeout 3 >"$tmp/stop.out" 2>&1 &
+launcher=$!
+for _ in $(seq 100); do  # until rank 1 is running
+  rank1=$(for p in $(pgrep -P "$launcher"); do tr '\0' '\n' <"/proc/$p/environ" | grep -qx RANK=1 && echo "$p"; done)
+  [ -n "$rank1" ] && break
+  sleep 0.1
+done
+sleep 2
+kill -STOP "$rank1"
+wait "$launcher"
+status=$?
+elapsed=$(( $(date +%s) - start ))
+[ "$status" -ne 0 ] && grep -q "rank(s) 1 stopped responding" "$tmp/stop.out" && passed=$((passed + 1)) ||
+  { failed=$((failed + 1)); echo "FAIL: stopped rank not named (exit $status):"; tail -3 "$tmp/stop.out"; }
+[ "$elapsed" -lt 30 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: stopped rank took ${elapsed}s"; }
+kill -0 "$rank1" 2>/dev/null && { failed=$((failed + 1)); echo "FAIL: the stopped rank was left behind"; kill -9 "$rank1"; } ||
+  passed=$((passed + 1))
+
+# Numbers on the command line: a short message and the usage exit status 2.
+"$bin" simulate --schedule 1f1b --stages 2 --microbatches -3 --uniform 1,2 >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 2 ] && grep -q "must be a positive number, found -3" "$tmp/err" && [ "$(wc -c <"$tmp/err")" -lt 200 ] &&
+  passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: negative micro-batches:"; cat "$tmp/err"; }
+for bad in "--max-steps -5" "--max-steps 0" "--timeout 0" "--epochs -1"; do
+  # shellcheck disable=SC2086
+  refuses "train $bad" "must be a positive number" "${train[@]}" --nproc 2 --data-parallel $bad
+done
+refuses "too many stages" "at most 8192" "$bin" schedule --schedule 1f1b --stages 100000 --microbatches 100000
+refuses "too many chunks" "--chunks" "$bin" simulate --schedule interleaved --stages 2 --chunks 100000 \
+  --microbatches 4 --uniform 1,2
+refuses "too many mini-batches" "mini-batches" "$bin" simulate --schedule 1f1b --stages 2 --microbatches 4 \
+  --uniform 1,2 --minibatches 10000000
+refuses "NaN times" "--uniform" "$bin" simulate --schedule 1f1b --stages 2 --microbatches 4 --uniform nan,nan,nan
 
 # profile and profile-network: measured files that the simulator accepts
 mlp=(--model mlp --model-option input=16 --model-option width=32)

@@ -19,7 +19,7 @@ namespace pipetrain::schedule {
 enum class BackwardWeights { kStashed, kLatest };
 
 struct Program {
-  std::string schedule;        // generator name, or "csv" for a user schedule
+  std::string schedule;        // generator name, or the file of a user's CSV schedule
   int num_stages = 0;          // pipeline stages (virtual stages for interleaved)
   int microbatches = 0;        // per mini-batch
   int minibatches = 1;         // micro-batch indices run 0 .. microbatches*minibatches-1

@@ -48,6 +48,11 @@ class JsonCursor {
   double asPositive() const;
   int64_t asInt() const;
   int64_t asNonNegativeInt() const;
+  // Range-checked: an Error names both bounds and the value found.
+  int64_t asIntIn(int64_t lo, int64_t hi) const;
+  double asNumberIn(double lo, double hi) const;
+  int64_t asBytes() const;    // 0 .. limits::kMaxBytes
+  double asSeconds() const;   // 0 .. limits::kMaxSeconds
   bool asBool() const;
   std::vector<JsonCursor> asArray() const;
   std::vector<std::string> asStringArray() const;

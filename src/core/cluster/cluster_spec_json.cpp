@@ -1,5 +1,6 @@
 // ClusterSpec <-> JSON ("pipetrain.cluster", version 1; docs/formats.md#cluster-spec).
 #include "pipetrain/cluster/cluster_spec.h"
+#include "pipetrain/util/limits.h"
 
 #include <cmath>
 #include <limits>
@@ -16,7 +17,7 @@ double readBandwidth(const json_io::JsonCursor& c) {
     if (c.asString() != "inf") c.fail("expected bytes per second or \"inf\", found \"" + c.asString() + "\"");
     return std::numeric_limits<double>::infinity();
   }
-  return c.asPositive();
+  return c.asNumberIn(limits::kMinRate, limits::kMaxRate);
 }
 
 json_io::Json writeBandwidth(double b) { return std::isinf(b) ? json_io::Json("inf") : json_io::Json(b); }
@@ -31,15 +32,14 @@ void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
     c.allowOnly({"name", "kind", "speed", "memory_bytes"});
   Device d;
   d.kind = c.stringOr("kind", "cpu");
-  d.speed = c.has("speed") ? c.field("speed").asPositive() : 1.0;
-  d.memory_bytes = c.field("memory_bytes").asNonNegativeInt();
+  d.speed = c.has("speed") ? c.field("speed").asNumberIn(limits::kMinRate, limits::kMaxRate) : 1.0;
+  d.memory_bytes = c.field("memory_bytes").asBytes();
   if (!shorthand) {
     d.name = c.field("name").asString();
     out.push_back(d);
     return;
   }
-  const int64_t count = c.field("count").asInt();
-  if (count < 1 || count > (int64_t{1} << 24)) c.field("count").fail("must be between 1 and 16777216");
+  const int64_t count = c.field("count").asIntIn(1, limits::kMaxDevices);
   const std::string prefix = c.field("name_prefix").asString();
   for (int64_t i = 0; i < count; ++i) {
     d.name = prefix + std::to_string(i);
@@ -51,18 +51,16 @@ Level readLevel(const json_io::JsonCursor& c) {
   c.allowOnly({"name", "group_size", "bandwidth", "latency"});
   Level l;
   l.name = c.field("name").asString();
-  const int64_t g = c.field("group_size").asInt();
-  if (g < 1 || g > std::numeric_limits<int>::max()) c.field("group_size").fail("must be a positive int");
-  l.group_size = static_cast<int>(g);
+  l.group_size = static_cast<int>(c.field("group_size").asIntIn(1, limits::kMaxDevices));
   l.bandwidth = readBandwidth(c.field("bandwidth"));
-  l.latency = c.field("latency").asNonNegative();
+  l.latency = c.field("latency").asSeconds();
   return l;
 }
 
 Link readLink(const json_io::JsonCursor& c) {
   c.allowOnly({"a", "b", "bandwidth", "latency"});
   return Link{c.field("a").asString(), c.field("b").asString(), readBandwidth(c.field("bandwidth")),
-              c.field("latency").asNonNegative()};
+              c.field("latency").asSeconds()};
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // LayerGraph <-> JSON ("pipetrain.layer_graph", version 1; docs/formats.md#layer-graph).
 #include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/util/limits.h"
 
 namespace pipetrain::graph {
 namespace {
@@ -20,9 +21,9 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
     l.inputs = c.field("inputs").asStringArray();
   else if (!previous.empty())
     l.inputs = {previous};
-  l.forward_seconds = c.field("forward_seconds").asNonNegative();
-  l.output_bytes = c.field("output_bytes").asNonNegativeInt();
-  l.param_bytes = c.field("param_bytes").asNonNegativeInt();
+  l.forward_seconds = c.field("forward_seconds").asSeconds();
+  l.output_bytes = c.field("output_bytes").asBytes();
+  l.param_bytes = c.field("param_bytes").asBytes();
 
   const bool split = c.has("backward_input_seconds") || c.has("backward_weight_seconds");
   if (c.has("backward_seconds")) {
@@ -31,25 +32,25 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
              "not both");
     // Split unknown: a layer with weights spends about as long on dL/dw as on dL/dx
     // (two matmuls of the same shape); a layer without weights has no W part.
-    const double total = c.field("backward_seconds").asNonNegative();
+    const double total = c.field("backward_seconds").asSeconds();
     l.backward_weight_seconds = l.param_bytes > 0 ? total / 2 : 0.0;
     l.backward_input_seconds = total - l.backward_weight_seconds;
   } else if (c.has("backward_input_seconds") && c.has("backward_weight_seconds")) {
-    l.backward_input_seconds = c.field("backward_input_seconds").asNonNegative();
-    l.backward_weight_seconds = c.field("backward_weight_seconds").asNonNegative();
+    l.backward_input_seconds = c.field("backward_input_seconds").asSeconds();
+    l.backward_weight_seconds = c.field("backward_weight_seconds").asSeconds();
   } else {
     c.fail("missing the backward cost: give \"backward_input_seconds\" and \"backward_weight_seconds\", "
            "or only \"backward_seconds\"");
   }
 
   l.saved_activation_bytes =
-      c.has("saved_activation_bytes") ? c.field("saved_activation_bytes").asNonNegativeInt() : l.output_bytes;
+      c.has("saved_activation_bytes") ? c.field("saved_activation_bytes").asBytes() : l.output_bytes;
   // Adam keeps two moments per parameter.
   l.optimizer_state_bytes =
-      c.has("optimizer_state_bytes") ? c.field("optimizer_state_bytes").asNonNegativeInt() : 2 * l.param_bytes;
-  l.optimizer_seconds = c.has("optimizer_seconds") ? c.field("optimizer_seconds").asNonNegative() : 0.0;
+      c.has("optimizer_state_bytes") ? c.field("optimizer_state_bytes").asBytes() : 2 * l.param_bytes;
+  l.optimizer_seconds = c.has("optimizer_seconds") ? c.field("optimizer_seconds").asSeconds() : 0.0;
   // Optional (files written before the profiler measured it have none).
-  if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asNonNegativeInt();
+  if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asBytes();
   return l;
 }
 
@@ -59,10 +60,13 @@ LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origi
   const json_io::JsonCursor root(j, origin);
   json_io::checkHeader(root, kFormat, kVersion);
   root.allowOnly({"format", "version", "batch_size", "overlap_factor", "layers"});
-  const int64_t batch_size = root.field("batch_size").asInt();
-  if (batch_size < 1) root.field("batch_size").fail("must be at least 1");
+  const int64_t batch_size = root.field("batch_size").asIntIn(1, limits::kMaxMicrobatchSize);
+  const auto items = root.field("layers").asArray();
+  if (items.size() > static_cast<std::size_t>(limits::kMaxLayers))
+    root.field("layers").fail(std::to_string(items.size()) + " layers; pipetrain serves at most " +
+                              std::to_string(limits::kMaxLayers));
   std::vector<Layer> layers;
-  for (const auto& item : root.field("layers").asArray())
+  for (const auto& item : items)
     layers.push_back(readLayer(item, layers.empty() ? std::string() : layers.back().name));
   LayerGraph graph(std::move(layers), batch_size, origin);
   if (root.has("overlap_factor")) {

@@ -1,5 +1,6 @@
 // Plan <-> JSON ("pipetrain.plan", version 1; docs/formats.md#plan) and the stage DAG.
 #include "pipetrain/plan/plan.h"
+#include "pipetrain/util/limits.h"
 
 #include <algorithm>
 #include <limits>
@@ -29,7 +30,7 @@ ScheduleOptions readSchedule(const json_io::JsonCursor& c) {
   c.allowOnly({"name", "chunks", "vertical_sync", "pipemare_lr_warmup", "pipemare_warmup_steps",
                "pipemare_correction", "pipemare_decay"});
   s.name = c.field("name").asString();
-  if (c.has("chunks")) s.chunks = readInt(c.field("chunks"));
+  if (c.has("chunks")) s.chunks = static_cast<int>(c.field("chunks").asIntIn(1, limits::kMaxStages));
   s.vertical_sync = c.boolOr("vertical_sync", s.vertical_sync);
   s.pipemare_lr_warmup = c.boolOr("pipemare_lr_warmup", s.pipemare_lr_warmup);
   if (c.has("pipemare_warmup_steps")) s.pipemare_warmup_steps = readInt(c.field("pipemare_warmup_steps"));
@@ -50,10 +51,14 @@ Plan Plan::fromJson(const json_io::Json& j, const std::string& origin) {
   json_io::checkHeader(root, kFormat, kVersion);
   root.allowOnly({"format", "version", "microbatch_size", "microbatches", "schedule", "stages"});
   Plan p;
-  p.microbatch_size = root.field("microbatch_size").asInt();
-  p.microbatches = readInt(root.field("microbatches"));
+  p.microbatch_size = root.field("microbatch_size").asIntIn(1, limits::kMaxMicrobatchSize);
+  p.microbatches = static_cast<int>(root.field("microbatches").asIntIn(1, limits::kMaxMicrobatches));
   p.schedule = readSchedule(root.field("schedule"));
-  for (const auto& item : root.field("stages").asArray()) p.stages.push_back(readStage(item));
+  const auto stages = root.field("stages").asArray();
+  if (stages.size() > static_cast<std::size_t>(limits::kMaxStages))
+    root.field("stages").fail(std::to_string(stages.size()) + " stages; pipetrain serves at most " +
+                              std::to_string(limits::kMaxStages));
+  for (const auto& item : stages) p.stages.push_back(readStage(item));
   return p;
 }
 

@@ -17,6 +17,7 @@
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/limits.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::planner {
@@ -29,18 +30,29 @@ constexpr int kAlwaysSimulated = 5;
 constexpr int kInterleavedChunks = 2;
 const double kTie = std::log(1.001);
 
+// The sizes to try: the given ones, or the powers of two dividing the batch; either way
+// only those giving at most limits::kMaxMicrobatches micro-batches of a servable size.
 std::vector<int64_t> microbatchSizes(const ExploreOptions& o) {
+  std::vector<int64_t> sizes;
   if (!o.microbatch_sizes.empty()) {
     for (int64_t b : o.microbatch_sizes)
       if (b < 1 || o.global_batch % b != 0)
         throw Error("micro-batch size " + std::to_string(b) + " does not divide the batch of " +
                     std::to_string(o.global_batch));
-    return o.microbatch_sizes;
+    sizes = o.microbatch_sizes;
+  } else {
+    for (int64_t b = 1; b <= o.global_batch; b *= 2)
+      if (o.global_batch % b == 0) sizes.push_back(b);
   }
-  std::vector<int64_t> sizes;
-  for (int64_t b = 1; b <= o.global_batch; b *= 2)
-    if (o.global_batch % b == 0) sizes.push_back(b);
-  return sizes;
+  std::vector<int64_t> servable;
+  for (int64_t b : sizes)
+    if (b <= limits::kMaxMicrobatchSize && o.global_batch / b <= limits::kMaxMicrobatches) servable.push_back(b);
+  if (servable.empty())
+    throw Error("a batch of " + std::to_string(o.global_batch) + " splits into no more than " +
+                std::to_string(limits::kMaxMicrobatches) + " micro-batches of at most " +
+                std::to_string(limits::kMaxMicrobatchSize) + " samples with " +
+                (o.microbatch_sizes.empty() ? "a power-of-two size dividing it" : "the sizes given"));
+  return servable;
 }
 
 std::vector<int> widths(int devices) {

@@ -7,6 +7,7 @@
 #include "generator_parts.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/limits.h"
 
 namespace pipetrain::schedule {
 namespace {
@@ -269,6 +270,8 @@ void applyVerticalSync(Program& program, const std::vector<int>& replicas) {
 }  // namespace
 
 Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vector<int>& replicas_given) {
+  // Before any work that grows with the numbers (the depths below recurse over stages).
+  limits::checkProgramSize(dag.size(), spec.microbatches, spec.minibatches, spec.name + " schedule");
   Context c{spec, dag, depthToSink(dag), heightFromSource(dag)};
   const std::vector<int> replicas = replicas_given.empty() ? std::vector<int>(dag.size(), 1) : replicas_given;
   checkSpec(spec, dag, c.depth, replicas);

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/limits.h"
 
 namespace pipetrain::schedule {
 
@@ -62,6 +64,7 @@ Program forwardOnly(const Program& program) {
 
 Program programFromCsv(const std::string& csv_text, const std::string& origin, const StageDag& dag) {
   std::vector<std::vector<Action>> rows;
+  std::map<std::tuple<int, int, int>, std::string> first_seen;  // (stage, type, micro-batch) -> where
   std::istringstream lines(csv_text);
   std::string line;
   int line_no = 0;
@@ -85,11 +88,21 @@ Program programFromCsv(const std::string& csv_text, const std::string& origin, c
         throw Error(origin + ": line " + std::to_string(line_no) + ", column " + std::to_string(column) + ": " + e.what());
       }
       for (Action& a : parsed) {
+        if (a.stage >= limits::kMaxStages || a.microbatch >= limits::kMaxComputeActions)
+          throw Error(origin + ": line " + std::to_string(line_no) + ", column " + std::to_string(column) + ": " +
+                      cell + " names stage " + std::to_string(a.stage) + ", micro-batch " +
+                      std::to_string(a.microbatch) + "; pipetrain serves at most " +
+                      std::to_string(limits::kMaxStages) + " stages and " +
+                      std::to_string(limits::kMaxComputeActions) + " micro-batches");
         if (!isCompute(a.type))
           throw Error(origin + ": line " + std::to_string(line_no) + ", column " + std::to_string(column) +
                       ": only compute actions (F, B, I, W) belong in a schedule CSV; communication is added "
                       "automatically, found " + cell);
         a.version = 0;
+        const std::string where = "line " + std::to_string(line_no) + ", column " + std::to_string(column);
+        const auto [seen, fresh] = first_seen.try_emplace({a.stage, static_cast<int>(a.type), a.microbatch}, where);
+        if (!fresh)
+          throw Error(origin + ": " + where + ": " + cell + " repeats an action first scheduled at " + seen->second);
         row.push_back(a);
       }
     }
@@ -98,7 +111,7 @@ Program programFromCsv(const std::string& csv_text, const std::string& origin, c
   if (rows.empty()) throw Error(origin + ": no schedule rows");
 
   Program p;
-  p.schedule = "csv";
+  p.schedule = origin;  // the validator's messages name the file
   p.ranks = std::move(rows);
   int max_stage = -1, max_mb = -1;
   for (const auto& row : p.ranks)

@@ -1,6 +1,7 @@
 #include "pipetrain/sim/evaluate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "pipetrain/plan/plan_program.h"
@@ -9,6 +10,7 @@
 #include "pipetrain/schedule/program_memory.h"
 #include "pipetrain/sim/simulator.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/limits.h"
 
 namespace pipetrain::sim {
 namespace {
@@ -156,10 +158,16 @@ Evaluation evaluateProgram(schedule::Program program, const CostModel& costs) {
 UniformScenario uniformScenario(const plan::ScheduleOptions& schedule, int ranks, int microbatches,
                                 double forward, double backward, double weight) {
   if (ranks < 1) throw Error("--stages must be at least 1");
-  if (forward < 0 || backward < 0 || weight < 0 || weight > backward)
+  if (!(forward >= 0 && backward >= 0 && weight >= 0 && weight <= backward))  // NaN fails too
     throw Error("--uniform F,B[,W]: times must be non-negative and W (the weight-gradient part of B) at most B");
+  if (!std::isfinite(forward) || !std::isfinite(backward) || !std::isfinite(weight) ||
+      std::max({forward, backward, weight}) > limits::kMaxSeconds)
+    throw Error("--uniform F,B[,W]: times must be finite and at most " + std::to_string(limits::kMaxSeconds) + " s");
+  if (schedule.chunks < 1 || schedule.chunks > limits::kMaxStages)
+    throw Error("--chunks must be between 1 and " + std::to_string(limits::kMaxStages));
   const schedule::ScheduleTraits& t = schedule::traits(schedule.name);
   const int v = schedule::stagesPerRank(t, schedule.chunks);
+  limits::checkProgramSize(int64_t{ranks} * v, microbatches, 1, "--uniform");
   const int stages = ranks * v;
   // Each of a rank's v chunks does 1/v of its work, so per-rank totals stay F and B.
   UniformScenario u{graph::LayerGraph::uniformChain(stages, forward / v, (backward - weight) / v, weight / v),

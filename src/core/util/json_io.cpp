@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 
+#include "pipetrain/util/limits.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::json_io {
@@ -19,14 +21,34 @@ std::string typeName(const Json& j) {
   return "an object";
 }
 
+// A value as an error message quotes it: at most 40 characters.
+std::string quote(const Json& j) {
+  std::string s = j.dump();
+  return s.size() <= 40 ? s : s.substr(0, 37) + "...";
+}
+
 }  // namespace
 
 Json readFile(const std::string& path) {
   const std::string content = text::readFile(path);
+  // The parser would stop at a NUL and ignore what follows; a file is JSON or it is not.
+  if (const auto nul = content.find('\0'); nul != std::string::npos)
+    throw Error(path + ": not valid JSON (byte " + std::to_string(nul + 1) + "): a NUL byte");
+  struct TooDeep {};
+  // Deeper documents are refused while parsing: printing or freeing them recursively
+  // would overflow the stack, and no pipetrain format nests beyond a few levels.
+  const Json::parser_callback_t depth_check = [](int depth, Json::parse_event_t, Json&) {
+    if (depth > limits::kMaxJsonDepth) throw TooDeep{};
+    return true;
+  };
   try {
-    return Json::parse(content);
+    return Json::parse(content, depth_check);
+  } catch (const TooDeep&) {
+    throw Error(path + ": not valid here: nested deeper than " + std::to_string(limits::kMaxJsonDepth) + " levels");
   } catch (const Json::parse_error& e) {
     throw Error(path + ": not valid JSON (byte " + std::to_string(e.byte) + "): " + e.what());
+  } catch (const Json::out_of_range& e) {  // a number beyond double's range, e.g. 1e309
+    throw Error(path + ": not valid here: " + e.what());
   }
 }
 
@@ -75,20 +97,43 @@ double JsonCursor::asNumber() const {
 
 double JsonCursor::asNonNegative() const {
   double v = asNumber();
-  if (v < 0) fail("must not be negative (found " + node_->dump() + ")");
+  if (v < 0) fail("must not be negative (found " + quote(*node_) + ")");
   return v;
 }
 
 double JsonCursor::asPositive() const {
   double v = asNumber();
-  if (v <= 0) fail("must be positive (found " + node_->dump() + ")");
+  if (v <= 0) fail("must be positive (found " + quote(*node_) + ")");
   return v;
 }
 
 int64_t JsonCursor::asInt() const {
-  if (!node_->is_number_integer()) fail("expected an integer, found " + node_->dump());
+  if (!node_->is_number_integer()) fail("expected an integer, found " + quote(*node_));
+  if (node_->is_number_unsigned() && node_->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    fail("the integer " + quote(*node_) + " is too large");
   return node_->get<int64_t>();
 }
+
+int64_t JsonCursor::asIntIn(int64_t lo, int64_t hi) const {
+  const int64_t v = asInt();
+  if (v < lo || v > hi)
+    fail("must be between " + std::to_string(lo) + " and " + std::to_string(hi) + " (found " + std::to_string(v) + ")");
+  return v;
+}
+
+double JsonCursor::asNumberIn(double lo, double hi) const {
+  const double v = asNumber();
+  if (v < lo || v > hi) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "must be between %g and %g (found %s)", lo, hi, quote(*node_).c_str());
+    fail(buf);
+  }
+  return v;
+}
+
+int64_t JsonCursor::asBytes() const { return asIntIn(0, limits::kMaxBytes); }
+
+double JsonCursor::asSeconds() const { return asNumberIn(0, limits::kMaxSeconds); }
 
 int64_t JsonCursor::asNonNegativeInt() const {
   int64_t v = asInt();

@@ -31,10 +31,13 @@ class GlooOp : public PendingOp {
   GlooOp(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout, std::string what)
       : work_(std::move(work)), timeout_(timeout), what_(std::move(what)) {}
   void wait() override {
+    // Gloo reports a dead peer as a closed connection and a stuck one as a timeout. The
+    // message is what matters; LibTorch's C++ stack trace would bury it.
     try {
       work_->wait(timeout_);
+    } catch (const c10::Error& e) {
+      throw Error(what_ + " failed: " + e.what_without_backtrace());
     } catch (const std::exception& e) {
-      // Gloo reports a dead peer as a closed connection and a stuck one as a timeout.
       throw Error(what_ + " failed: " + e.what());
     }
   }
