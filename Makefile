@@ -5,7 +5,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 DEPS_STAMP := $(BUILD_DIR)/.deps-installed
 
-.PHONY: all deps build demo test test-fast bench clean
+.PHONY: all deps build demo test test-fast sanitize bench clean
 
 all: build
 
@@ -32,6 +32,16 @@ demo: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) sanitize
+
+# The core library's tests and the readers' fuzzer again under AddressSanitizer and
+# UndefinedBehaviorSanitizer, in a build of their own (no LibTorch: minutes, not tens).
+SANITIZE_DIR ?= $(BUILD_DIR)-sanitize
+sanitize: $(DEPS_STAMP)
+	cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_CORE_ONLY=ON \
+	  -DPIPETRAIN_SANITIZE=ON
+	cmake --build $(SANITIZE_DIR) -j $(JOBS)
+	cd $(SANITIZE_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # Core tests only (no LibTorch): the inner loop, seconds.
 test-fast: $(BUILD_DIR)/build.ninja
@@ -42,4 +52,4 @@ bench: build
 	./bench/run_all.sh $(BUILD_DIR)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)

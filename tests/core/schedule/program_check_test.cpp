@@ -68,7 +68,20 @@ TEST(ProgramCheck, DetectsDeadlockAndNamesTheBlockedRanks) {
 
 TEST(ProgramCheck, DetectsMissingAndDuplicatedPasses) {
   EXPECT_TRUE(contains(errorOfCsv("0F0,0F1,0B0\n1F0,1B0,1F1,1B1\n"), "stage 0, micro-batch 1 needs one B")) ;
-  EXPECT_TRUE(contains(errorOfCsv("0F0,0F0,0B0\n"), "2 forward passes"));
+  // A CSV that repeats a pass is refused as it is read, naming both cells.
+  const std::string dup = errorOfCsv("0F0,0F0,0B0\n");
+  EXPECT_TRUE(contains(dup, "user.csv: line 1, column 2")) << dup;
+  EXPECT_TRUE(contains(dup, "first scheduled at line 1, column 1")) << dup;
+  // The validator finds the same in any Program.
+  Program p = programFromCsv("0F0,0B0\n", "user.csv");
+  p.ranks[0].insert(p.ranks[0].begin(), p.ranks[0].front());
+  std::string twice;
+  try {
+    validate(p);
+  } catch (const Error& e) {
+    twice = e.what();
+  }
+  EXPECT_TRUE(contains(twice, "2 forward passes")) << twice;
 }
 
 TEST(ProgramCheck, DetectsBackwardBeforeForwardWithPosition) {
