@@ -400,9 +400,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                 throw Error("--model-file is the model; drop --model and --model-option");
               a->config.model = std::filesystem::path(a->config.model_file).stem().string();
             }
-            if (!a->config.export_path.empty() && a->config.model_file.empty())
-              throw Error("--export writes a TorchScript model; it needs --model-file (the zoo's models have no "
-                          "TorchScript form)");
+            runtime::checkNumbers(a->config);  // before any long work
             if (!a->config.data.file.empty() && (cmd->count("--dataset") || cmd->count("--data-dir")))
               throw Error("--data-file is the data; drop --dataset and --data-dir");
             if (!a->data_dir.empty()) a->config.data.fashion_mnist_dir = a->config.data.fortunes_dir = a->data_dir;

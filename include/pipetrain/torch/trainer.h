@@ -93,6 +93,10 @@ models::Model openModel(const std::string& name, const models::ModelConfig& conf
                         const std::string& model_file, const data::DataOptions& data);
 models::Model openModel(const TrainConfig& config);
 
+// Refuses numbers and options that cannot go together (epochs, optimizer, learning
+// rate, --export without --model-file) with a message naming the option.
+void checkNumbers(const TrainConfig& config);
+
 // Checks the config's numbers and its plan against the model and the job's size before
 // any training, with messages that say what to change, and returns the validated
 // one-mini-batch Program: the launcher's check (trainRank makes the same checks).

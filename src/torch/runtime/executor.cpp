@@ -309,7 +309,7 @@ struct PipelineExecutor::Impl {
     const int s = a.stage, j = a.microbatch;
     torch::Tensor y = models::forwardRange(model, stages[s].first, stages[s].last, takeInput(p, a, data, false));
     if (!p.isLastStage(s)) {
-      live[{s, j}] = Activation{{}, y, {}, {}};
+      live[{s, j}] = Activation{{}, y, {}, {}, {}, {}};
       return;
     }
     const int64_t valid = data.valid_samples ? data.valid_samples(j) : y.size(0);

@@ -60,13 +60,6 @@ int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
   return v[0][0].item<int64_t>() / v[0][1].item<int64_t>();
 }
 
-void checkNumbers(const TrainConfig& c) {
-  if (c.epochs < 1) throw Error("--epochs must be at least 1");
-  if (!c.export_path.empty() && c.model_file.empty())
-    throw Error("--export writes the trained model back into its TorchScript file's form; it needs --model-file");
-  if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
-  if (c.lr <= 0) throw Error("--lr must be positive");
-}
 
 // The plan against the model and the job: every layer in one stage, stages that are runs
 // of the model's layers in order, one rank per device. Memory is the runtime's to
@@ -146,7 +139,8 @@ std::pair<double, double> evaluate(const TrainConfig& c, models::Model& model, P
   t.allReduceSum(totals, allRanks(t));
   if (!has_last) return {-1, -1};
   const double positions = totals[0][2].item<double>();
-  const double accuracy = model.input.loss == models::LossKind::kMeanSquaredError ? -1 : totals[0][1].item<double>() / positions;
+  const bool classes = model.input.loss != models::LossKind::kMeanSquaredError;
+  const double accuracy = classes ? totals[0][1].item<double>() / positions : -1;
   return {accuracy, totals[0][0].item<double>() / positions};
 }
 
@@ -191,6 +185,14 @@ models::Model openModel(const std::string& name, const models::ModelConfig& conf
 }
 
 models::Model openModel(const TrainConfig& c) { return openModel(c.model, c.model_config, c.seed, c.model_file, c.data); }
+
+void checkNumbers(const TrainConfig& c) {
+  if (c.epochs < 1) throw Error("--epochs must be at least 1");
+  if (!c.export_path.empty() && c.model_file.empty())
+    throw Error("--export writes the trained model back into its TorchScript file's form; it needs --model-file");
+  if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
+  if (c.lr <= 0) throw Error("--lr must be positive");
+}
 
 std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model& model) {
   std::vector<StageLayers> out;
