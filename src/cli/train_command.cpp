@@ -118,15 +118,8 @@ int runRank(TrainArgs& a) {
   if (const char* t = std::getenv("OMP_NUM_THREADS"); t && a.config.threads == 0) a.config.threads = std::atoi(t);
   const bool launched = std::getenv("PIPETRAIN_LAUNCHED") != nullptr;
   auto transport = runtime::makeGlooTransport(rv);
-  // Fault injection for tests: PIPETRAIN_FAULT_RANK=r makes rank r die abruptly after
-  // PIPETRAIN_FAULT_STEPS mini-batches, the way a crashed or killed process would.
-  const char* fault_rank = std::getenv("PIPETRAIN_FAULT_RANK");
-  const bool doomed = fault_rank && std::atoi(fault_rank) == rv.rank;
-  const char* fault_steps = std::getenv("PIPETRAIN_FAULT_STEPS");
-  const int64_t die_after = fault_steps ? std::atoll(fault_steps) : 1;
   MetricsLog log(a.log_jsonl);
   const auto result = runtime::trainRank(a.config, *transport, [&](const runtime::Progress& p) {
-    if (doomed && p.step >= die_after) std::_Exit(3);
     if (p.reports) log.write(p);
     if (p.eval) return;
     std::printf("PROGRESS %d %lld %lld %.6f %.3f\n", p.epoch, static_cast<long long>(p.step),

@@ -96,7 +96,14 @@ class InProcessTransport : public Transport {
       r.done = true;
       s_->changed.notify_all();
     }
-    wait(lock, [&] { return r.done; }, "all-reduce");
+    if (!s_->changed.wait_for(lock, s_->timeout, [&] { return r.done; })) {
+      // The ranks that never arrived are the ones to look at.
+      std::string missing;
+      for (int g : group)
+        if (!r.parts.count(g)) missing += (missing.empty() ? "rank " : ", rank ") + std::to_string(g);
+      throw Error("rank " + std::to_string(rank_) + ": all-reduce timed out after " +
+                  std::to_string(s_->timeout.count()) + " ms waiting for " + missing);
+    }
     for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(r.sum[i]);
     if (++r.collected == group.size()) s_->reductions.erase(key);
   }
@@ -117,13 +124,6 @@ class InProcessTransport : public Transport {
   }
 
  private:
-  template <typename Pred>
-  void wait(std::unique_lock<std::mutex>& lock, Pred ready, const char* what) {
-    if (!s_->changed.wait_for(lock, s_->timeout, ready))
-      throw Error("rank " + std::to_string(rank_) + ": " + what + " timed out after " +
-                  std::to_string(s_->timeout.count()) + " ms");
-  }
-
   std::shared_ptr<Shared> s_;
   int rank_;
   std::map<std::vector<int>, int> reductions_done_;  // per group, for matching

@@ -1,0 +1,56 @@
+// The fault-injection seam (as LevelDB's Env is for files): a Transport that passes
+// everything through to another until its `fail_after`-th operation, which throws as if
+// the process had died there. Production code never reads a fault setting; tests wrap a
+// rank's transport in this instead.
+#pragma once
+
+#include <memory>
+
+#include "pipetrain/torch/transport.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::runtime {
+
+class FaultyTransport : public Transport {
+ public:
+  FaultyTransport(Transport& inner, int64_t fail_after) : inner_(inner), fail_after_(fail_after) {}
+
+  int rank() const override { return inner_.rank(); }
+  int worldSize() const override { return inner_.worldSize(); }
+  std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override {
+    tick("send");
+    return inner_.send(tensor, to, tag);
+  }
+  std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) override {
+    tick("receive");
+    return inner_.recv(std::move(buffer), from, tag);
+  }
+  void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
+    tick("all-reduce");
+    inner_.allReduceSum(tensors, group);
+  }
+  std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) override {
+    tick("all-reduce");
+    return inner_.startAllReduceSum(std::move(flat), group);
+  }
+  void barrier() override {
+    tick("barrier");
+    inner_.barrier();
+  }
+
+  int64_t operations() const { return done_; }
+
+ private:
+  void tick(const char* what) {
+    if (fail_after_ >= 0 && done_ >= fail_after_)
+      throw Error("injected fault: rank " + std::to_string(rank()) + " died before its " + what + " (operation " +
+                  std::to_string(done_) + ")");
+    ++done_;
+  }
+
+  Transport& inner_;
+  int64_t fail_after_;
+  int64_t done_ = 0;
+};
+
+}  // namespace pipetrain::runtime
