@@ -76,6 +76,7 @@ Json resultToJson(const runtime::RankResult& r) {
           {"test_loss", r.test_loss},
           {"history", historyJson(r.history)},
           {"peak_memory_bytes", r.peak_memory_bytes},
+          {"start_memory_bytes", r.start_memory_bytes},
           {"weight_versions", r.weight_versions},
           {"weight_bytes", r.weight_bytes},
           {"stage_param_bytes", r.stage_param_bytes},
@@ -245,6 +246,7 @@ int launch(TrainArgs& a) {
                      {"wait_fraction", train > 0 ? wait / train : 0},
                      {"overhead_fraction", overhead},
                      {"peak_memory_bytes", r["peak_memory_bytes"]},
+                     {"start_memory_bytes", r["start_memory_bytes"]},
                      {"weight_versions", r["weight_versions"]},
                      {"weight_bytes", r["weight_bytes"]}});
     timeline.ranks.push_back(trace::actionsFromJson(r["last_step"], "rank " + std::to_string(o.rank)));

@@ -77,6 +77,9 @@ struct RankResult {
   double busy_seconds = 0;               // compute inside those steps
   double wait_seconds = 0;               // blocked on communication inside those steps
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
+  // Its resident set as trainRank began (LibTorch and the libraries loaded, no model
+  // yet): the peak less this is what the model and its training added.
+  int64_t start_memory_bytes = 0;
   int weight_versions = 1;               // peak versions of any of the rank's stages (measured)
   int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
   int max_sends_held = 0;                // outgoing messages kept alive at once (executor.h)

@@ -1,9 +1,11 @@
 #include "pipetrain/torch/trainer.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -27,6 +29,13 @@ models::Model buildModelExclusively(const TrainConfig& c) {
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
   return openModel(c);
+}
+
+int64_t residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
 int64_t peakResidentBytes() {
@@ -224,6 +233,7 @@ schedule::Program checkConfig(const TrainConfig& c, int world_size) {
 
 RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<void(const Progress&)>& on_progress,
                      const PipelineExecutor::WeightProbe& probe) {
+  const int64_t start_memory = residentBytes();
   if (c.threads > 0) at::set_num_threads(c.threads);
   checkNumbers(c);
   models::Model model = buildModelExclusively(c);
@@ -298,6 +308,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     if (t.rank() == 0) models::saveScriptedModel(model, c.export_path);
   }
   result.peak_memory_bytes = peakResidentBytes();
+  result.start_memory_bytes = start_memory;
   result.parameters = executor.parameters();
   result.weight_bytes = 0;
   for (const StageWeights& w : executor.weights()) {
