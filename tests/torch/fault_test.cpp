@@ -18,15 +18,8 @@ constexpr int kRanks = 3;
 constexpr auto kTimeout = std::chrono::milliseconds(1500);
 
 TrainConfig faultConfig() {
-  TrainConfig c;
-  c.model = "mlp";
-  c.model_config = {{"input", 8}, {"layers", 3}, {"width", 16}, {"classes", 4}};
-  c.data.synthetic_size = 512;
-  c.plan.microbatches = 4;
-  c.plan.microbatch_size = 4;
+  TrainConfig c = smallConfig("mlp", {{"input", 8}, {"layers", 3}, {"width", 16}, {"classes", 4}});
   c.max_steps_per_epoch = 6;
-  c.evaluate = false;
-  c.threads = 1;
   usePlan(c, "1f1b", {2, 1});  // a replicated stage: the fault can strike in its all-reduce too
   return c;
 }

@@ -23,23 +23,6 @@
 namespace pipetrain::runtime {
 namespace {
 
-TrainConfig smallConfig(const std::string& model, models::ModelConfig model_config) {
-  TrainConfig c;
-  c.model = model;
-  c.model_config = std::move(model_config);
-  c.data.name = "synthetic";
-  c.data.synthetic_size = 256;
-  c.plan.microbatches = 4;
-  c.plan.microbatch_size = 4;
-  c.max_steps_per_epoch = 3;
-  c.evaluate = false;
-  c.threads = 1;
-  c.optimizer = "adam";
-  c.lr = 1e-3;
-  return c;
-}
-
-
 struct Case {
   std::string model;
   models::ModelConfig config;

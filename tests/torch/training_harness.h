@@ -18,6 +18,23 @@
 
 namespace pipetrain::runtime {
 
+// A small synchronous run: 3 steps of 4 micro-batches of 4 synthetic samples, Adam.
+inline TrainConfig smallConfig(const std::string& model, models::ModelConfig model_config) {
+  TrainConfig c;
+  c.model = model;
+  c.model_config = std::move(model_config);
+  c.data.name = "synthetic";
+  c.data.synthetic_size = 256;
+  c.plan.microbatches = 4;
+  c.plan.microbatch_size = 4;
+  c.max_steps_per_epoch = 3;
+  c.evaluate = false;
+  c.threads = 1;
+  c.optimizer = "adam";
+  c.lr = 1e-3;
+  return c;
+}
+
 // Ranks as threads, over the in-process transport or over real Gloo on loopback.
 inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, bool gloo = false,
                                      const PipelineExecutor::WeightProbe& probe = {}) {
