@@ -112,19 +112,14 @@ struct EvalMode {
 // Test accuracy and mean loss: the test set in rounds of m micro-batches, each round the
 // plan's forward-only Program (test batches travel through the same stages and replicas
 // as training's). Returns {accuracy, loss} on last-stage ranks, {-1, -1} elsewhere.
+// `test` is the test split on ranks that read data (null elsewhere), of `total` samples.
 std::pair<double, double> evaluate(const TrainConfig& c, models::Model& model, PipelineExecutor& executor,
                                    const schedule::Program& forward_only, const std::vector<StageLayers>& stages,
-                                   Transport& t) {
-  data::DataOptions options = c.data;
-  options.split = "test";
+                                   Transport& t, const data::Dataset* test, int64_t total) {
   const auto mine = executor.stagesOfRank();
   EvalMode eval_mode(model, stages, mine);
-  const bool has_first = forward_only.isFirstStage(mine.front());
   const bool has_last = forward_only.isLastStage(mine.back());
-  std::unique_ptr<data::Dataset> test;
-  if (has_first || has_last) test = data::openDataset(options, model.input);
   const int64_t b = c.plan.microbatch_size, m = forward_only.microbatches;
-  const int64_t total = agreeOnSize(t, test.get());
   EvalResult sum;
   for (int64_t round = 0; round * m * b < total; ++round) {
     auto indices = [&](int j) {
@@ -248,9 +243,17 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
   const bool first = one.isFirstStage(mine.front());
   result.last_stage = one.isLastStage(mine.back());
   const bool reports = result.last_stage && one.rankOf(one.num_stages - 1, 0) == t.rank();
-  std::unique_ptr<data::Dataset> train;
+  std::unique_ptr<data::Dataset> train, test;
   if (first || result.last_stage) train = data::openDataset(c.data, model.input);
   const int64_t size = agreeOnSize(t, train.get());
+  // Opened once for every epoch's evaluation (a user's file is read whole).
+  int64_t test_size = 0;
+  if (c.evaluate) {
+    data::DataOptions options = c.data;
+    options.split = "test";
+    if (first || result.last_stage) test = data::openDataset(options, model.input);
+    test_size = agreeOnSize(t, test.get());
+  }
   const int64_t b = c.plan.microbatch_size;
   const int m = c.plan.microbatches;
   int64_t steps = data::SampleOrder(size, c.seed, 0).minibatchesPerEpoch(b, m);
@@ -294,7 +297,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     result.samples += steps * m * b;
     result.last_step = finalMinibatch(std::move(r.actions), static_cast<int>((steps - 1) * m));
     if (!c.evaluate) continue;
-    const auto [accuracy, loss] = evaluate(c, model, executor, forward_only, stages, t);
+    const auto [accuracy, loss] = evaluate(c, model, executor, forward_only, stages, t, test.get(), test_size);
     result.test_accuracy = accuracy;
     result.test_loss = loss;
     if (!result.last_stage) continue;
