@@ -7,15 +7,6 @@
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
-namespace {
-
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
-}  // namespace
 
 std::string stageShape(const plan::Plan& plan) {
   std::string out;
@@ -42,8 +33,8 @@ report::Table explorationTable(const planner::Exploration& e, int top) {
     if (schedule::isAsynchronous(schedule)) schedule += "*";
     t.rows.push_back({std::to_string(i + 1), schedule, std::to_string(c.plan.numStages()), stageShape(c.plan),
                       std::to_string(c.plan.microbatch_size), std::to_string(c.plan.microbatches),
-                      fmt("%.6g", c.report.throughput), fmt("%.4g", c.report.iteration_time * 1e3),
-                      fmt("%.1f%%", 100 * c.report.bubble_fraction),
+                      text::format("%.6g", c.report.throughput), text::format("%.4g", c.report.iteration_time * 1e3),
+                      text::format("%.1f%%", 100 * c.report.bubble_fraction),
                       text::humanBytes(static_cast<double>(c.report.peakMemoryBytes()))});
   }
   return t;

@@ -19,12 +19,6 @@ using report::BarChart;
 using report::LineChart;
 using report::Unit;
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
 std::vector<std::string> rankNames(std::size_t n) {
   std::vector<std::string> out;
   for (std::size_t r = 0; r < n; ++r) out.push_back("rank " + std::to_string(r));
@@ -75,9 +69,9 @@ report::Page pageForExploration(const planner::Exploration& e, const graph::Laye
   page.title = title;
   page.facts = {{"chosen", best.plan.schedule.name + ", " + std::to_string(best.plan.numStages()) + " stages (" +
                                stageShape(best.plan) + ")"},
-                {"predicted throughput", fmt("%.6g samples/s", best.report.throughput)},
-                {"iteration", fmt("%.4g ms", 1e3 * best.report.iteration_time)},
-                {"mean bubble", fmt("%.1f%%", 100 * best.report.bubble_fraction)},
+                {"predicted throughput", text::format("%.6g samples/s", best.report.throughput)},
+                {"iteration", text::format("%.4g ms", 1e3 * best.report.iteration_time)},
+                {"mean bubble", text::format("%.1f%%", 100 * best.report.bubble_fraction)},
                 {"peak memory", text::humanBytes(static_cast<double>(best.report.peakMemoryBytes()))}};
   page.notes = explorationNotes(e);
   page.tables = {planStagesTable(best.plan), explorationTable(e, 20)};
@@ -92,9 +86,9 @@ report::Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan,
   page.facts = {{"schedule", e.report.schedule},
                 {"stages", std::to_string(e.report.stages)},
                 {"micro-batches", std::to_string(e.report.microbatches)},
-                {"predicted throughput", fmt("%.6g samples/s", e.report.throughput)},
-                {"iteration", fmt("%.4g ms", 1e3 * e.report.iteration_time)},
-                {"mean bubble", fmt("%.1f%%", 100 * e.report.bubble_fraction)}};
+                {"predicted throughput", text::format("%.6g samples/s", e.report.throughput)},
+                {"iteration", text::format("%.4g ms", 1e3 * e.report.iteration_time)},
+                {"mean bubble", text::format("%.1f%%", 100 * e.report.bubble_fraction)}};
   page.tables = {planStagesTable(plan)};
   page.timelines = {e.timeline};
   page.bars = predictedRankBars(e.report);
@@ -112,13 +106,13 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
                 {"schedule", schedule},
                 {"ranks", std::to_string(world)},
                 {"samples trained", std::to_string(s.field("samples").asInt())},
-                {"throughput", fmt("%.1f samples/s measured", measured) + fmt(", %.1f predicted", predicted)},
-                {"wall time", fmt("%.1f s", s.field("wall_seconds").asNumber())},
-                {"final training loss", fmt("%.4f", s.field("final_loss").asNumber())}};
-  if (s.has("test_accuracy")) page.facts.push_back({"test accuracy", fmt("%.4f", s.field("test_accuracy").asNumber())});
-  if (s.has("test_loss")) page.facts.push_back({"test loss", fmt("%.4f", s.field("test_loss").asNumber())});
+                {"throughput", text::format("%.1f samples/s measured", measured) + text::format(", %.1f predicted", predicted)},
+                {"wall time", text::format("%.1f s", s.field("wall_seconds").asNumber())},
+                {"final training loss", text::format("%.4f", s.field("final_loss").asNumber())}};
+  if (s.has("test_accuracy")) page.facts.push_back({"test accuracy", text::format("%.4f", s.field("test_accuracy").asNumber())});
+  if (s.has("test_loss")) page.facts.push_back({"test loss", text::format("%.4f", s.field("test_loss").asNumber())});
   if (predicted > 0)
-    page.notes.push_back(fmt("The run reached %.0f%% of the simulator's prediction from its own measured stage times; ",
+    page.notes.push_back(text::format("The run reached %.0f%% of the simulator's prediction from its own measured stage times; ",
                              100 * measured / predicted) +
                          "the gap is what the per-rank bars below call waiting for messages and framework time.");
   if (s.boolOr("asynchronous", false))
@@ -165,25 +159,21 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   LineChart accuracy{"accuracy", "Test accuracy", "seconds since training began", "accuracy", {}};
   LineChart::Series train_loss{"training loss (each mini-batch)", {}, false}, test_loss{"test loss", {}, true},
       test_accuracy{"test accuracy", {}, true};
+  // An evaluation, from the log or the summary's history (the same fields); -1 = none.
+  auto addEvaluation = [&](const JsonCursor& e) {
+    const double t = e.field("wall_seconds").asNumber();
+    if (e.field("test_loss").asNumber() >= 0) test_loss.points.push_back({t, e.field("test_loss").asNumber()});
+    if (e.field("test_accuracy").asNumber() >= 0)
+      test_accuracy.points.push_back({t, e.field("test_accuracy").asNumber()});
+  };
   for (std::size_t i = 0; i < metrics.size(); ++i) {
     const JsonCursor m(metrics[i], origin + " metrics", "line " + std::to_string(i + 1));
     const std::string event = m.field("event").asString();
-    const double t = m.field("wall_seconds").asNumber();
-    if (event == "step") {
-      train_loss.points.push_back({t, m.field("loss").asNumber()});
-    } else if (event == "eval") {
-      if (m.field("test_loss").asNumber() >= 0) test_loss.points.push_back({t, m.field("test_loss").asNumber()});
-      if (m.field("test_accuracy").asNumber() >= 0)
-        test_accuracy.points.push_back({t, m.field("test_accuracy").asNumber()});
-    }
+    if (event == "step") train_loss.points.push_back({m.field("wall_seconds").asNumber(), m.field("loss").asNumber()});
+    if (event == "eval") addEvaluation(m);
   }
   if (metrics.empty())  // no log: the evaluations the summary keeps
-    for (const auto& e : s.field("history").asArray()) {
-      const double t = e.field("wall_seconds").asNumber();
-      if (e.field("test_loss").asNumber() >= 0) test_loss.points.push_back({t, e.field("test_loss").asNumber()});
-      if (e.field("test_accuracy").asNumber() >= 0)
-        test_accuracy.points.push_back({t, e.field("test_accuracy").asNumber()});
-    }
+    for (const auto& e : s.field("history").asArray()) addEvaluation(e);
   loss.series = {train_loss, test_loss};
   accuracy.series = {test_accuracy};
   if (!train_loss.points.empty() || !test_loss.points.empty()) page.lines.push_back(loss);

@@ -51,15 +51,19 @@ struct TrainArgs {
   std::vector<std::string> argv;
 };
 
+// One evaluation, as the summary's history and the metrics log both write it.
+Json evalJson(const runtime::EvalPoint& e) {
+  return {{"epoch", e.epoch},
+          {"samples", e.samples},
+          {"train_seconds", e.train_seconds},
+          {"wall_seconds", e.wall_seconds},
+          {"test_accuracy", e.test_accuracy},
+          {"test_loss", e.test_loss}};
+}
+
 Json historyJson(const std::vector<runtime::EvalPoint>& history) {
   Json out = Json::array();
-  for (const auto& e : history)
-    out.push_back({{"epoch", e.epoch},
-                   {"samples", e.samples},
-                   {"train_seconds", e.train_seconds},
-                   {"wall_seconds", e.wall_seconds},
-                   {"test_accuracy", e.test_accuracy},
-                   {"test_loss", e.test_loss}});
+  for (const auto& e : history) out.push_back(evalJson(e));
   return out;
 }
 
@@ -97,9 +101,8 @@ class MetricsLog {
     }
     Json line;
     if (p.eval) {
-      line = {{"event", "eval"}, {"epoch", p.eval->epoch}, {"samples", p.eval->samples},
-              {"wall_seconds", p.eval->wall_seconds}, {"train_seconds", p.eval->train_seconds},
-              {"test_accuracy", p.eval->test_accuracy}, {"test_loss", p.eval->test_loss}};
+      line = evalJson(*p.eval);
+      line["event"] = "eval";
     } else {
       line = {{"event", "step"}, {"epoch", p.epoch + 1}, {"step", p.step}, {"steps", p.steps}, {"loss", p.loss},
               {"samples_per_second", p.samples_per_second}, {"wall_seconds", p.wall_seconds}};
@@ -196,11 +199,8 @@ void prepareOutputs(TrainArgs& a) {
       a.argv.insert(a.argv.end(), {"--log-jsonl", a.log_jsonl});
     }
   }
-  // The reporting rank appends; a log from an earlier run must not mix in.
-  if (!a.log_jsonl.empty()) {
-    std::ofstream truncate(a.log_jsonl, std::ios::trunc);
-    if (!truncate) throw Error("--log-jsonl " + a.log_jsonl + ": cannot write the file");
-  }
+  // The reporting rank starts the file afresh; here it only has to be writable.
+  if (!a.log_jsonl.empty()) checkWritable(a.log_jsonl, "--log-jsonl");
 }
 
 int launch(TrainArgs& a) {

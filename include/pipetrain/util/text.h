@@ -8,6 +8,13 @@ namespace pipetrain::text {
 // The whole file; throws Error("<path>: cannot open file") when it cannot be read.
 std::string readFile(const std::string& path);
 
+// Writes `content` to `path` atomically: to `path`.tmp, then renamed over `path`, so a
+// crash never leaves a half-written file where a good one was. Error names the path.
+void writeFileAtomically(const std::string& path, const std::string& content);
+
+// `value` through a printf format with one double conversion ("%.1f%%"): table cells.
+std::string format(const char* printf_format, double value);
+
 // "12.3 GiB", "512.0 MiB", "900 B": one decimal is what a user compares against a data sheet.
 std::string humanBytes(double bytes);
 

@@ -1,14 +1,9 @@
 // The report page: sections in the order a reader asks their questions. What ran and
 // how fast; the plan and why; where each rank's time went, predicted above measured;
 // per-rank idle time and memory; and how training progressed.
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-
 #include "charts.h"
 #include "pipetrain/report/report.h"
 #include "pipetrain/trace/svg_gantt.h"
-#include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::report {
@@ -114,17 +109,6 @@ std::string renderHtml(const Page& page) {
   return html + "<script>" + kScript + "</script>\n</body></html>\n";
 }
 
-void writeHtml(const Page& page, const std::string& path) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary);
-    if (!out) throw Error("cannot write the report '" + path + "'");
-    out << renderHtml(page);
-    if (!out.flush()) throw Error("cannot write the report '" + path + "'");
-  }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) throw Error("cannot write the report '" + path + "': " + ec.message());
-}
+void writeHtml(const Page& page, const std::string& path) { text::writeFileAtomically(path, renderHtml(page)); }
 
 }  // namespace pipetrain::report

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 
 #include "pipetrain/util/limits.h"
 #include "pipetrain/util/text.h"
@@ -52,19 +51,7 @@ Json readFile(const std::string& path) {
   }
 }
 
-void writeFile(const std::string& path, const Json& value) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw Error(path + ": cannot write file");
-    out << value.dump(2) << "\n";
-    if (!out.flush()) throw Error(path + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot replace file");
-  }
-}
+void writeFile(const std::string& path, const Json& value) { text::writeFileAtomically(path, value.dump(2) + "\n"); }
 
 bool JsonCursor::has(const std::string& key) const {
   return node_->is_object() && node_->contains(key);

@@ -16,6 +16,26 @@ std::string readFile(const std::string& path) {
   return buffer.str();
 }
 
+void writeFileAtomically(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) throw Error(path + ": cannot write file");
+    out << content;
+    if (!out.flush()) throw Error(path + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": cannot replace file");
+  }
+}
+
+std::string format(const char* printf_format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, printf_format, value);
+  return buf;
+}
+
 std::string humanBytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int u = 0;

@@ -114,6 +114,20 @@ class ScriptedLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ScriptedLayer);
 
+// Eval mode for the dry runs (no dropout, BatchNorm's running statistics untouched), and
+// the module's own mode back on the way out, errors included.
+class EvalScope {
+ public:
+  explicit EvalScope(torch::jit::Module& module) : module_(module), training_(module.is_training()) { module_.eval(); }
+  ~EvalScope() { module_.train(training_); }
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  torch::jit::Module& module_;
+  bool training_;
+};
+
 class Loader {
  public:
   Loader(std::string path, const InputSpec& input) : path_(std::move(path)), input_(input) {}
@@ -212,8 +226,7 @@ class Loader {
   // and dtype, and a clear error for a child its inputs do not fit.
   void measure(Wiring& w) {
     torch::NoGradGuard no_grad;
-    const bool training = root_.is_training();
-    root_.eval();
+    const EvalScope eval(root_);
     values_ = {constantInput(input_, 1)};
     for (int i = 0; i < w.layers(); ++i) {
       std::vector<c10::IValue> args;
@@ -222,14 +235,12 @@ class Loader {
       try {
         y = children_[i].forward(args);
       } catch (const std::exception& e) {  // the interpreter throws std::runtime_error
-        root_.train(training);
         fail("child '" + names_[i] + "' fails on its inputs (one sample of " + describeShape(w.reads[i]) +
              "): " + lastLine(e.what()));
       }
       if (!y.isTensor()) fail("child '" + names_[i] + "' returns a " + y.tagKind() + ", not one tensor");
       values_.push_back(y.toTensor());
     }
-    root_.train(training);
     for (const auto& v : values_) {
       if (v.dim() == 0 || v.size(0) != 1) fail("a child's output has no batch dimension first");
       w.shapes.push_back(v.sizes().slice(1).vec());
@@ -247,16 +258,13 @@ class Loader {
   // output must fit the data's labels.
   void checkAgainstWhole() {
     torch::NoGradGuard no_grad;
-    const bool training = root_.is_training();
-    root_.eval();
     c10::IValue whole;
     try {
+      const EvalScope eval(root_);
       whole = root_.forward({values_.front()});
     } catch (const std::exception& e) {
-      root_.train(training);
       fail(std::string("forward() fails on one sample of the data's shape: ") + lastLine(e.what()));
     }
-    root_.train(training);
     const torch::Tensor& layered = values_.back();
     if (!whole.isTensor() || !whole.toTensor().sizes().equals(layered.sizes()) ||
         !torch::allclose(whole.toTensor(), layered, 1e-4, 1e-5))
