@@ -29,7 +29,9 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -102,10 +104,13 @@ class PipelineExecutor {
                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {});
   ~PipelineExecutor();
 
-  // Runs the Program once. `on_minibatch(k, loss)` is called after this rank's last
-  // action of mini-batch k, with the mean loss of the micro-batches of k it ran through
+  // Runs `program` once: the constructor's, or another of the same plan with another
+  // number of mini-batches (training runs an epoch in segments between checkpoints); it
+  // must outlive the run. Every run starts from the weights as they are (version 0) and
+  // ends drained. `on_minibatch(k, loss)` is called after this rank's last action of
+  // the run's mini-batch k, with the mean loss of the micro-batches of k it ran through
   // the last stage (NaN on ranks without the last stage).
-  RunResult run(const MicrobatchData& data, Clock::time_point origin,
+  RunResult run(const schedule::Program& program, const MicrobatchData& data, Clock::time_point origin,
                 const std::function<void(int, double)>& on_minibatch = {});
 
   // Runs a forward-only Program (schedule::forwardOnly) without gradients; the last stage
@@ -123,6 +128,17 @@ class PipelineExecutor {
   // Parameters of the stages this rank runs (their current version).
   std::vector<torch::Tensor> parameters() const;
   std::vector<StageWeights> weights() const;
+
+  // What training carries from one run to the next besides the weights, for checkpoints
+  // (checkpoint.h), read and replaced between runs only. Per parameter of stage `s`, in
+  // the order of models::Model::parameters: the optimizer's state (optimizer_state.h)
+  // and T2's velocity ("t2.velocity"), by name. And the stage's optimizer steps so far,
+  // which T1's learning-rate ramp counts.
+  using TensorMap = std::map<std::string, torch::Tensor>;
+  std::vector<TensorMap> parameterState(int s) const;
+  void loadParameterState(int s, const std::vector<TensorMap>& state);
+  int64_t stepsTaken(int s) const;
+  void setStepsTaken(int s, int64_t steps);
 
  private:
   struct Impl;

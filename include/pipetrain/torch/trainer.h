@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/checkpoint/manifest.h"
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/schedule/program.h"
 #include "pipetrain/torch/data.h"
@@ -39,6 +40,15 @@ struct TrainConfig {
   bool evaluate = true;                  // test accuracy and loss at every epoch end
   int threads = 0;                       // intra-op threads; 0 = leave LibTorch's default
   std::string export_path;               // model_file only: rank 0 writes the trained TorchScript here
+  // Checkpoints (checkpoint.h) into this folder, when set: at every epoch's end and, when
+  // `checkpoint_every` > 0, every that many mini-batches within an epoch (an asynchronous
+  // schedule drains there). The newest `checkpoint_keep` stay.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  int checkpoint_keep = 2;
+  // Continue from this checkpoint, or from the newest intact one in this folder, under
+  // this config's plan (which may differ from the checkpoint's).
+  std::string resume;
 };
 
 // One evaluation, after an epoch.
@@ -97,8 +107,12 @@ models::Model openModel(const std::string& name, const models::ModelConfig& conf
 models::Model openModel(const TrainConfig& config);
 
 // Refuses numbers and options that cannot go together (epochs, optimizer, learning
-// rate, --export without --model-file) with a message naming the option.
+// rate, --export without --model-file, checkpoint intervals) with a message naming the
+// option.
 void checkNumbers(const TrainConfig& config);
+
+// What a checkpoint of this run records, and a resumed run must share (checkpoint.h).
+checkpoint::Identity identityOf(const TrainConfig& config);
 
 // Checks the config's numbers and its plan against the model and the job's size before
 // any training, with messages that say what to change, and returns the validated

@@ -8,8 +8,9 @@ namespace pipetrain::text {
 // The whole file; throws Error("<path>: cannot open file") when it cannot be read.
 std::string readFile(const std::string& path);
 
-// Writes `content` to `path` atomically: to `path`.tmp, then renamed over `path`, so a
-// crash never leaves a half-written file where a good one was. Error names the path.
+// Writes `content` to `path` atomically and durably: to `path`.tmp, synced, renamed over
+// `path`, and the folder synced, so a crash never leaves a half-written file where a good
+// one was, nor loses the rename. Error names the path.
 void writeFileAtomically(const std::string& path, const std::string& content);
 
 // `value` through a printf format with one double conversion ("%.1f%%"): table cells.

@@ -1,6 +1,12 @@
 #include "pipetrain/util/text.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -16,17 +22,42 @@ std::string readFile(const std::string& path) {
   return buffer.str();
 }
 
+namespace {
+
+// Writes all of `size` bytes and syncs them to the disk; false on any failure.
+bool writeAndSync(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return ::fsync(fd) == 0;
+}
+
+}  // namespace
+
 void writeFileAtomically(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw Error(path + ": cannot write file");
-    out << content;
-    if (!out.flush()) throw Error(path + ": write failed");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path + ": cannot write file (" + std::strerror(errno) + ")");
+  const bool written = writeAndSync(fd, content.data(), content.size());
+  const int write_errno = errno;
+  if (::close(fd) != 0 || !written) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": write failed (" + std::strerror(written ? errno : write_errno) + ")");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
-    throw Error(path + ": cannot replace file");
+    throw Error(path + ": cannot replace file (" + std::strerror(errno) + ")");
+  }
+  // The rename itself lasts only once the folder's entry is on disk.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const int dir = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
   }
 }
 

@@ -10,8 +10,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
 #include "zoo.h"
 
 namespace pipetrain::models {
@@ -304,17 +306,13 @@ Model loadScriptedModel(const std::string& path, const InputSpec& input) { retur
 
 void saveScriptedModel(const Model& model, const std::string& path) {
   if (!model.script) throw Error("model '" + model.name + "' is not from a TorchScript file; only those export");
-  // Written beside the target and renamed over it, so a failed save never leaves half a file.
-  const std::string temporary = path + ".tmp";
+  std::ostringstream bytes;
   try {
-    model.script->save(temporary);
+    model.script->save(bytes);
   } catch (const c10::Error& e) {
-    std::remove(temporary.c_str());
     throw Error("cannot write '" + path + "': " + e.what_without_backtrace());
   }
-  std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) throw Error("cannot write '" + path + "': " + ec.message());
+  text::writeFileAtomically(path, bytes.str());  // a failed save never leaves half a file
 }
 
 }  // namespace pipetrain::models

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "gradient_buckets.h"
+#include "optimizer_state.h"
 #include "pipetrain/schedule/program_memory.h"
 #include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/error.h"
@@ -74,7 +75,7 @@ std::vector<torch::Tensor> cloneAll(const std::vector<torch::Tensor>& tensors) {
 }  // namespace
 
 struct PipelineExecutor::Impl {
-  const schedule::Program& program;
+  const schedule::Program* program;  // the training Program last run (its facts below)
   int rank;
   models::Model& model;
   std::vector<StageLayers> stages;
@@ -127,13 +128,18 @@ struct PipelineExecutor::Impl {
 
   Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, Transport& t,
        const LatestWeightCorrections& c)
-      : program(p), rank(r), model(m), stages(std::move(s)), transport(t), corrections(c),
+      : program(&p), rank(r), model(m), stages(std::move(s)), transport(t), corrections(c),
         latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
 
-  // What the executor needs to know of the Program before running it.
+  // What the executor needs to know of the training Program before running it.
   void deriveFacts() {
-    const auto& actions = program.ranks[rank];
-    retirements = schedule::retirements(program)[rank];
+    forward_version.clear();
+    split_stages.clear();
+    completes_gradients_at.clear();
+    minibatch_done_at.clear();
+    sends_delivered_at.clear();
+    const auto& actions = program->ranks[rank];
+    retirements = schedule::retirements(*program)[rank];
     std::map<std::pair<int, int>, int> retired_at;
     for (const auto& r : retirements) retired_at[{r.stage, r.version}] = r.position;
     stash_at_step.assign(actions.size(), 0);
@@ -153,11 +159,11 @@ struct PipelineExecutor::Impl {
           }
     }
 
-    steps = schedule::stepCombination(program);
-    stage_delay = schedule::stageDelays(program);
+    steps = schedule::stepCombination(*program);
+    stage_delay = schedule::stageDelays(*program);
     std::map<int, int> last_position;
     for (int i = 0; i < static_cast<int>(actions.size()); ++i)
-      if (actions[i].microbatch >= 0) last_position[actions[i].microbatch / program.microbatches] = i;
+      if (actions[i].microbatch >= 0) last_position[actions[i].microbatch / program->microbatches] = i;
     for (const auto& [k, i] : last_position) minibatch_done_at[i] = k;
     findDeliveredSends();
   }
@@ -172,14 +178,14 @@ struct PipelineExecutor::Impl {
       int sender = -1, send_pos = -1, receiver = -1, recv_pos = -1;
     };
     std::map<std::tuple<int, int, uint32_t>, Ends> messages;  // (from, to, tag)
-    for (int r = 0; r < program.numRanks(); ++r)
-      for (int i = 0; i < static_cast<int>(program.ranks[r].size()); ++i) {
-        const Action& a = program.ranks[r][i];
+    for (int r = 0; r < program->numRanks(); ++r)
+      for (int i = 0; i < static_cast<int>(program->ranks[r].size()); ++i) {
+        const Action& a = program->ranks[r][i];
         const bool send = a.type == ActionType::SEND_F || a.type == ActionType::SEND_B;
         const bool recv = a.type == ActionType::RECV_F || a.type == ActionType::RECV_B;
         if (!send && !recv) continue;
-        const int peer = program.rankOf(a.peer_stage, a.microbatch);
-        Ends& e = messages[{send ? r : peer, send ? peer : r, tagOf(program, a)}];
+        const int peer = program->rankOf(a.peer_stage, a.microbatch);
+        Ends& e = messages[{send ? r : peer, send ? peer : r, tagOf(*program, a)}];
         if (send) e.sender = r, e.send_pos = i, e.receiver = peer;
         else e.recv_pos = i;
       }
@@ -322,16 +328,16 @@ struct PipelineExecutor::Impl {
 
   torch::Tensor outputGrad(const Action& a) {
     const int s = a.stage, j = a.microbatch;
-    if (program.isLastStage(s)) return {};
-    const int t = program.stage_succs[s][0];
-    if (program.rankOf(t, j) == rank) {
+    if (program->isLastStage(s)) return {};
+    const int t = program->stage_succs[s][0];
+    if (program->rankOf(t, j) == rank) {
       Activation& consumer = live.at({t, j});
       torch::Tensor g = consumer.input_grad;
       consumer.input_grad.reset();
       if (!consumer.output.defined()) live.erase({t, j});  // else its W is still to come
       return g;
     }
-    const uint32_t tag = edgeTag(program, true, s, t, j);
+    const uint32_t tag = edgeTag(*program, true, s, t, j);
     torch::Tensor g = arrived.at(tag);
     arrived.erase(tag);
     return g;
@@ -586,9 +592,17 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
 
 PipelineExecutor::~PipelineExecutor() = default;
 
-RunResult PipelineExecutor::run(const MicrobatchData& data, Clock::time_point origin,
-                                const std::function<void(int, double)>& on_minibatch) {
-  return impl_->execute(impl_->program, data, origin, on_minibatch, nullptr);
+RunResult PipelineExecutor::run(const schedule::Program& program, const MicrobatchData& data,
+                                Clock::time_point origin, const std::function<void(int, double)>& on_minibatch) {
+  Impl& m = *impl_;
+  if (&program != m.program) {
+    if (program.num_stages != m.program->num_stages || program.stage_ranks != m.program->stage_ranks ||
+        program.microbatches != m.program->microbatches)
+      throw Error("internal: a Program of another layout than the executor's");
+    m.program = &program;
+    m.deriveFacts();
+  }
+  return m.execute(program, data, origin, on_minibatch, nullptr);
 }
 
 EvalResult PipelineExecutor::evaluate(const schedule::Program& forward_only, const MicrobatchData& data) {
@@ -618,5 +632,51 @@ std::vector<StageWeights> PipelineExecutor::weights() const {
   }
   return out;
 }
+
+}  // namespace pipetrain::runtime
+
+namespace pipetrain::runtime {
+
+// T2's velocity by name, beside the optimizer's state.
+constexpr const char* kVelocity = "t2.velocity";
+
+std::vector<PipelineExecutor::TensorMap> PipelineExecutor::parameterState(int s) const {
+  Impl& m = *impl_;
+  std::vector<TensorMap> out;
+  const auto& velocity = m.velocity[s];
+  for (std::size_t i = 0; i < m.aliases.at(s).size(); ++i) {
+    TensorMap state = optimizerState(*m.optimizers.at(s), m.aliases[s][i]);
+    if (!velocity.empty()) state[kVelocity] = velocity[i];
+    out.push_back(std::move(state));
+  }
+  return out;
+}
+
+void PipelineExecutor::loadParameterState(int s, const std::vector<TensorMap>& state) {
+  Impl& m = *impl_;
+  const auto& params = m.aliases.at(s);
+  if (state.size() != params.size())
+    throw Error("stage " + std::to_string(s) + ": state for " + std::to_string(state.size()) + " parameters, the stage has " +
+                std::to_string(params.size()));
+  auto& velocity = m.velocity[s];
+  velocity.clear();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    TensorMap optimizer = state[i];
+    auto v = optimizer.find(kVelocity);
+    if (v != optimizer.end()) {
+      if (v->second.sizes() != params[i].sizes())
+        throw Error("stage " + std::to_string(s) + ": T2's velocity has another shape than its parameter");
+      velocity.push_back(v->second.detach().clone());
+      optimizer.erase(v);
+    }
+    setOptimizerState(*m.optimizers.at(s), params[i], optimizer);
+  }
+  // All or nothing: T2 starts its velocity at zero for every parameter or none.
+  if (!velocity.empty() && velocity.size() != params.size())
+    throw Error("stage " + std::to_string(s) + ": T2's velocity for some of its parameters only");
+}
+
+int64_t PipelineExecutor::stepsTaken(int s) const { return impl_->steps_taken[s]; }
+void PipelineExecutor::setStepsTaken(int s, int64_t steps) { impl_->steps_taken[s] = steps; }
 
 }  // namespace pipetrain::runtime

@@ -10,7 +10,9 @@
 #include <map>
 #include <mutex>
 
+#include "optimizer_state.h"
 #include "pipetrain/plan/plan_program.h"
+#include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/error.h"
@@ -19,8 +21,7 @@ namespace pipetrain::runtime {
 namespace {
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, std::vector<torch::Tensor> params) {
-  if (c.optimizer == "adam") return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(c.lr));
-  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(c.lr).momentum(c.momentum));
+  return runtime::makeOptimizer(c.optimizer, c.lr, c.momentum, std::move(params));
 }
 
 // buildModel seeds LibTorch's global generator and draws from it; ranks that are threads
@@ -69,6 +70,17 @@ int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
   return v[0][0].item<int64_t>() / v[0][1].item<int64_t>();
 }
 
+
+// Names this run's checkpoints apart from an earlier run's at the same step: rank 0's
+// clock, which every rank learns.
+int64_t agreeOnRunId(Transport& t) {
+  std::vector<torch::Tensor> id{torch::zeros({1}, torch::kLong)};
+  if (t.rank() == 0)
+    id[0][0] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch()).count() % 1000000000;
+  t.allReduceSum(id, allRanks(t));
+  return id[0][0].item<int64_t>();
+}
 
 // The plan against the model and the job: every layer in one stage, stages that are runs
 // of the model's layers in order, one rank per device. Memory is the runtime's to
@@ -196,6 +208,14 @@ void checkNumbers(const TrainConfig& c) {
     throw Error("--export writes the trained model back into its TorchScript file's form; it needs --model-file");
   if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
   if (c.lr <= 0) throw Error("--lr must be positive");
+  if (c.checkpoint_every < 0) throw Error("--checkpoint-every must be a positive number of mini-batches");
+  if (c.checkpoint_keep < 1) throw Error("--keep-checkpoints must be at least 1");
+  if (c.checkpoint_every > 0 && c.checkpoint_dir.empty()) throw Error("--checkpoint-every needs --checkpoint-dir");
+}
+
+checkpoint::Identity identityOf(const TrainConfig& c) {
+  return {c.model, c.model_file, c.optimizer, c.plan.samplesPerMinibatch(), c.seed,
+          c.data.file.empty() ? c.data.name : c.data.file};
 }
 
 std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model& model) {
@@ -260,9 +280,17 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
   if (c.max_steps_per_epoch >= 0) steps = std::min(steps, c.max_steps_per_epoch);
   if (steps == 0) throw Error("the dataset has fewer samples than one mini-batch");
 
-  const schedule::Program program = plan::programForPlan(c.plan, dag, static_cast<int>(steps));
+  // Between checkpoints an epoch runs as one Program of that many mini-batches (cached
+  // by length: at most the interval's and the epoch's remainder).
+  std::map<int64_t, schedule::Program> programs;
+  auto programOf = [&](int64_t minibatches) -> const schedule::Program& {
+    auto it = programs.find(minibatches);
+    if (it == programs.end())
+      it = programs.emplace(minibatches, plan::programForPlan(c.plan, dag, static_cast<int>(minibatches))).first;
+    return it->second;
+  };
   const schedule::Program forward_only = schedule::forwardOnly(one);
-  PipelineExecutor executor(program, t.rank(), model, stages, b, t,
+  PipelineExecutor executor(one, t.rank(), model, stages, b, t,
                             [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); },
                             correctionsOf(c.plan.schedule));
   if (probe) executor.setWeightProbe(probe);
@@ -274,37 +302,65 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     result.stage_param_bytes.push_back(bytes);
   }
 
+  const RankState rank_state{t.rank(), model, stages, one, executor};
+  const checkpoint::Identity identity = identityOf(c);
+  checkpoint::Position position;
+  if (!c.resume.empty()) {
+    const Checkpoint from = findCheckpoint(c.resume);
+    loadCheckpoint(from, identity, c.plan, rank_state);
+    position = from.manifest.position;
+    if (position.epoch >= c.epochs)
+      throw Error("checkpoint " + from.dir + " ends epoch " + std::to_string(position.epoch) + ": --epochs " +
+                  std::to_string(c.epochs) + " leaves nothing to train (raise --epochs)");
+  }
+  const int64_t run_id = c.checkpoint_dir.empty() ? 0 : agreeOnRunId(t);
+  auto save = [&] {
+    if (!c.checkpoint_dir.empty())
+      saveCheckpoint(c.checkpoint_dir, run_id, c.checkpoint_keep, position, identity, c.plan, rank_state, t);
+  };
+
   const Clock::time_point origin = sharedOrigin(t);
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-  for (int epoch = 0; epoch < c.epochs; ++epoch) {
+  for (int epoch = position.epoch; epoch < c.epochs; ++epoch) {
     const data::SampleOrder order(size, c.seed, epoch);
-    auto indices = [&](int j) { return order.microbatch(j / m, j % m, b, m); };
-    MicrobatchData feed{[&](int j) { return train->get(indices(j)).inputs; },
-                        [&](int j) { return train->labels(indices(j)); }, {}};
-    const auto start = Clock::now();
-    const double seconds_before = result.train_seconds;
-    RunResult r = executor.run(feed, origin, [&](int k, double loss) {
-      if (!std::isnan(loss)) result.final_loss = loss;
-      if (on_progress)
-        on_progress({epoch, k + 1, steps, result.final_loss,
-                     (result.samples + (k + 1) * m * b) / std::max(seconds_before + since(start), 1e-9),
-                     since(origin), reports});
-    });
-    result.train_seconds += since(start);
-    for (const auto& a : r.actions) result.busy_seconds += a.end - a.start;
-    result.wait_seconds += r.wait_seconds;
-    result.max_sends_held = std::max(result.max_sends_held, r.max_sends_held);
-    result.samples += steps * m * b;
-    result.last_step = finalMinibatch(std::move(r.actions), static_cast<int>((steps - 1) * m));
-    if (!c.evaluate) continue;
-    const auto [accuracy, loss] = evaluate(c, model, executor, forward_only, stages, t, test.get(), test_size);
-    result.test_accuracy = accuracy;
-    result.test_loss = loss;
-    if (!result.last_stage) continue;
-    result.history.push_back({epoch + 1, result.samples, result.train_seconds, since(origin), accuracy, loss});
-    if (on_progress)
-      on_progress({epoch, steps, steps, result.final_loss, result.samples / std::max(result.train_seconds, 1e-9),
-                   since(origin), reports, &result.history.back()});
+    while (position.step < steps) {
+      const int64_t first = position.step;
+      const int64_t end = c.checkpoint_every > 0 ? std::min(steps, (first / c.checkpoint_every + 1) * c.checkpoint_every)
+                                                 : steps;
+      auto indices = [&](int j) { return order.microbatch(first + j / m, j % m, b, m); };
+      MicrobatchData feed{[&](int j) { return train->get(indices(j)).inputs; },
+                          [&](int j) { return train->labels(indices(j)); }, {}};
+      const auto segment_start = Clock::now();
+      RunResult r = executor.run(programOf(end - first), feed, origin, [&](int k, double loss) {
+        if (!std::isnan(loss)) result.final_loss = loss;
+        if (on_progress)
+          on_progress({epoch, first + k + 1, steps, result.final_loss,
+                       (result.samples + (k + 1) * m * b) / std::max(result.train_seconds + since(segment_start), 1e-9),
+                       since(origin), reports});
+      });
+      result.train_seconds += since(segment_start);
+      for (const auto& a : r.actions) result.busy_seconds += a.end - a.start;
+      result.wait_seconds += r.wait_seconds;
+      result.max_sends_held = std::max(result.max_sends_held, r.max_sends_held);
+      result.samples += (end - first) * m * b;
+      result.last_step = finalMinibatch(std::move(r.actions), static_cast<int>((end - first - 1) * m));
+      position.step = end;
+      position.minibatches += end - first;
+      if (end < steps) save();
+    }
+    position = {epoch + 1, 0, position.minibatches};
+    if (c.evaluate) {
+      const auto [accuracy, loss] = evaluate(c, model, executor, forward_only, stages, t, test.get(), test_size);
+      result.test_accuracy = accuracy;
+      result.test_loss = loss;
+      if (result.last_stage) {
+        result.history.push_back({epoch + 1, result.samples, result.train_seconds, since(origin), accuracy, loss});
+        if (on_progress)
+          on_progress({epoch, steps, steps, result.final_loss, result.samples / std::max(result.train_seconds, 1e-9),
+                       since(origin), reports, &result.history.back()});
+      }
+    }
+    save();
   }
   if (!c.export_path.empty()) {
     gatherModel(model, stages, one, t);

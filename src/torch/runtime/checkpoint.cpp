@@ -1,0 +1,304 @@
+#include "pipetrain/torch/checkpoint.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include <torch/script.h>
+
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::Manifest;
+
+// Keys of a rank's file (checkpoint.h).
+std::string tensorKey(const std::string& layer, const std::string& name) { return layer + "/" + name; }
+std::string stateKey(const std::string& tensor_key, const std::string& field) { return tensor_key + "#" + field; }
+std::string stepsKey(const std::string& layer) { return layer + "#steps"; }
+constexpr const char* kRngKey = "#rng";
+
+std::string fileOfRank(int rank) { return "rank-" + std::to_string(rank) + ".pt"; }
+
+std::string folderName(int64_t minibatches, int64_t run) {
+  char name[64];
+  std::snprintf(name, sizeof name, "step-%08lld.%lld", static_cast<long long>(minibatches), static_cast<long long>(run));
+  return name;
+}
+
+std::vector<int> allRanks(const Transport& t) {
+  std::vector<int> ranks(t.worldSize());
+  for (int r = 0; r < t.worldSize(); ++r) ranks[r] = r;
+  return ranks;
+}
+
+// The stages whose state this rank writes: those whose micro-batch-0 replica it runs
+// (every replica holds the same state).
+std::vector<int> stagesWritten(const RankState& s, int rank) {
+  std::vector<int> out;
+  for (int stage = 0; stage < s.program.num_stages; ++stage)
+    if (s.program.rankOf(stage, 0) == rank) out.push_back(stage);
+  return out;
+}
+
+c10::Dict<std::string, torch::Tensor> shardOf(const RankState& s, int rank) {
+  c10::Dict<std::string, torch::Tensor> shard;
+  for (int stage : stagesWritten(s, rank)) {
+    const auto state = s.executor.parameterState(stage);
+    std::size_t i = 0;  // the stage's parameters, in models::Model::parameters order
+    for (int l = s.stages[stage].first; l < s.stages[stage].last; ++l) {
+      const std::string& layer = s.model.layers[l].name;
+      const auto& module = *s.model.layers[l].module.ptr();
+      for (const auto& p : module.named_parameters()) {
+        const std::string key = tensorKey(layer, p.key());
+        shard.insert(key, p.value().detach());
+        for (const auto& [field, tensor] : state.at(i)) shard.insert(stateKey(key, field), tensor);
+        ++i;
+      }
+      for (const auto& b : module.named_buffers()) shard.insert(tensorKey(layer, b.key()), b.value().detach());
+      shard.insert(stepsKey(layer), torch::tensor(s.executor.stepsTaken(stage), torch::kLong));
+    }
+  }
+  shard.insert(kRngKey, at::detail::getDefaultCPUGenerator().get_state());
+  return shard;
+}
+
+std::vector<checkpoint::LayerEntry> layerEntries(const RankState& s) {
+  std::vector<checkpoint::LayerEntry> out;
+  for (int stage = 0; stage < s.program.num_stages; ++stage)
+    for (int l = s.stages[stage].first; l < s.stages[stage].last; ++l) {
+      checkpoint::LayerEntry e{s.model.layers[l].name, fileOfRank(s.program.rankOf(stage, 0)), {}};
+      const auto& module = *s.model.layers[l].module.ptr();
+      for (const auto& p : module.named_parameters()) e.tensors.push_back({p.key(), p.value().sizes().vec()});
+      for (const auto& b : module.named_buffers()) e.tensors.push_back({b.key(), b.value().sizes().vec()});
+      out.push_back(std::move(e));
+    }
+  return out;
+}
+
+// Rank 0, after a checkpoint is complete: the newest `keep` stay; older ones and folders
+// that a crash left without a manifest go.
+void prune(const fs::path& root, const fs::path& written, int keep) {
+  std::vector<std::pair<std::pair<int64_t, double>, fs::path>> complete;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (!entry.is_directory() || entry.path().filename().string().rfind("step-", 0) != 0) continue;
+    if (entry.path() == written) continue;
+    try {
+      const Manifest m = Manifest::load((entry.path() / checkpoint::kManifestFile).string());
+      complete.push_back({{m.position.minibatches, m.written_at}, entry.path()});
+    } catch (const Error&) {
+      fs::remove_all(entry.path(), ec);  // incomplete: never a checkpoint
+    }
+  }
+  std::sort(complete.rbegin(), complete.rend());
+  for (std::size_t i = std::max(keep - 1, 0); i < complete.size(); ++i) fs::remove_all(complete[i].second, ec);
+}
+
+std::vector<char> readBytes(const std::string& path) {
+  const std::string s = text::readFile(path);
+  return {s.begin(), s.end()};
+}
+
+c10::Dict<std::string, torch::Tensor> readShard(const std::string& path) {
+  try {
+    const c10::IValue v = torch::pickle_load(readBytes(path));
+    c10::Dict<std::string, torch::Tensor> out;
+    for (const auto& item : v.toGenericDict()) out.insert(item.key().toStringRef(), item.value().toTensor());
+    return out;
+  } catch (const c10::Error& e) {
+    throw Error(path + ": not a checkpoint file pipetrain wrote (" + std::string(e.what_without_backtrace()) + ")");
+  }
+}
+
+Checkpoint readChecked(const fs::path& dir) {
+  const std::string manifest = (dir / checkpoint::kManifestFile).string();
+  if (!fs::exists(manifest))
+    throw Error(dir.string() + ": no " + std::string(checkpoint::kManifestFile) +
+                " (an incomplete checkpoint, or not a checkpoint folder)");
+  Checkpoint c{dir.string(), Manifest::load(manifest)};
+  const std::string problem = checkpoint::checkFiles(c.manifest, c.dir);
+  if (!problem.empty()) throw Error("checkpoint " + c.dir + ": " + problem);
+  return c;
+}
+
+}  // namespace
+
+Checkpoint findCheckpoint(const std::string& path) {
+  const fs::path root(path);
+  if (fs::exists(root / checkpoint::kManifestFile)) return readChecked(root);
+  if (!fs::is_directory(root)) throw Error("--resume " + path + ": no such checkpoint folder");
+  std::vector<fs::path> candidates;
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0 &&
+        fs::exists(entry.path() / checkpoint::kManifestFile))
+      candidates.push_back(entry.path());
+  std::optional<Checkpoint> best;
+  for (const auto& dir : candidates) {
+    try {
+      Checkpoint c = readChecked(dir);
+      const auto key = [](const Checkpoint& x) {
+        return std::make_pair(x.manifest.position.minibatches, x.manifest.written_at);
+      };
+      if (!best || key(c) > key(*best)) best = std::move(c);
+    } catch (const Error& e) {
+      std::cerr << "skipping " << e.what() << "\n";
+    }
+  }
+  if (!best) throw Error("--resume " + path + ": no intact checkpoint in this folder");
+  return *best;
+}
+
+std::string saveCheckpoint(const std::string& root, int64_t run, int keep, const checkpoint::Position& position,
+                           const checkpoint::Identity& identity, const plan::Plan& plan, const RankState& state,
+                           Transport& t) {
+  const fs::path dir = fs::path(root) / folderName(position.minibatches, run);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("--checkpoint-dir " + root + ": cannot create " + dir.string() + " (" + ec.message() + ")");
+  const std::vector<char> bytes = torch::pickle_save(shardOf(state, t.rank()));
+  text::writeFileAtomically((dir / fileOfRank(t.rank())).string(), std::string(bytes.begin(), bytes.end()));
+
+  // Every rank's file is in place once this sum is; rank 0 learns their sizes and sums.
+  torch::Tensor files = torch::zeros({t.worldSize(), 2}, torch::kLong);
+  files[t.rank()][0] = static_cast<int64_t>(bytes.size());
+  files[t.rank()][1] = static_cast<int64_t>(checkpoint::crc32(bytes.data(), bytes.size()));
+  std::vector<torch::Tensor> reduced{files};
+  t.allReduceSum(reduced, allRanks(t));
+  if (t.rank() == 0) {
+    Manifest m;
+    m.position = position;
+    m.identity = identity;
+    m.plan = plan;
+    m.world_size = t.worldSize();
+    m.written_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (int r = 0; r < t.worldSize(); ++r)
+      m.files.push_back({fileOfRank(r), reduced[0][r][0].item<int64_t>(),
+                         static_cast<uint32_t>(reduced[0][r][1].item<int64_t>())});
+    m.layers = layerEntries(state);
+    json_io::writeFile((dir / checkpoint::kManifestFile).string(), m.toJson());
+    prune(fs::path(root), dir, keep);
+  }
+  return dir.string();
+}
+
+void loadCheckpoint(const Checkpoint& c, const checkpoint::Identity& identity, const plan::Plan& plan,
+                    const RankState& state) {
+  const Manifest& m = c.manifest;
+  const std::string difference = m.identity.differenceFrom(identity);
+  if (!difference.empty()) throw Error("checkpoint " + c.dir + " does not match this run: " + difference);
+  // Which files this rank needs: those holding its layers.
+  const std::vector<int> mine = state.executor.stagesOfRank();
+  std::map<std::string, c10::Dict<std::string, torch::Tensor>> shards;
+  auto shard = [&](const std::string& file) -> const c10::Dict<std::string, torch::Tensor>& {
+    auto it = shards.find(file);
+    if (it == shards.end()) it = shards.emplace(file, readShard((fs::path(c.dir) / file).string())).first;
+    return it->second;
+  };
+  auto tensor = [&](const c10::Dict<std::string, torch::Tensor>& d, const std::string& file, const std::string& key) {
+    auto it = d.find(key);
+    if (it == d.end()) throw Error("checkpoint " + c.dir + ": " + file + " lacks '" + key + "' that the manifest lists");
+    return it->value();
+  };
+  torch::NoGradGuard no_grad;
+  for (int stage : mine) {
+    std::vector<PipelineExecutor::TensorMap> states;
+    int64_t steps = -1;
+    for (int l = state.stages[stage].first; l < state.stages[stage].last; ++l) {
+      const std::string& layer = state.model.layers[l].name;
+      const checkpoint::LayerEntry* entry = m.layer(layer);
+      if (!entry)
+        throw Error("checkpoint " + c.dir + " is of another model: it has no layer '" + layer + "' (" +
+                    std::to_string(m.layers.size()) + " layers, of " + m.identity.model + ")");
+      const auto& d = shard(entry->file);
+      const auto& module = *state.model.layers[l].module.ptr();
+      auto load = [&](const std::string& name, torch::Tensor target) {
+        const torch::Tensor saved = tensor(d, entry->file, tensorKey(layer, name));
+        if (saved.sizes() != target.sizes())
+          throw Error("checkpoint " + c.dir + " is of another model: " + tensorKey(layer, name) + " has shape " +
+                      c10::str(saved.sizes()) + " there, " + c10::str(target.sizes()) + " here");
+        target.copy_(saved);
+      };
+      for (const auto& p : module.named_parameters()) {
+        load(p.key(), p.value().detach());
+        PipelineExecutor::TensorMap fields;
+        const std::string prefix = tensorKey(layer, p.key()) + "#";
+        for (const auto& item : d)
+          if (item.key().rfind(prefix, 0) == 0) fields[item.key().substr(prefix.size())] = item.value();
+        states.push_back(std::move(fields));
+      }
+      for (const auto& b : module.named_buffers()) load(b.key(), b.value().detach());
+      const int64_t layer_steps = tensor(d, entry->file, stepsKey(layer)).item<int64_t>();
+      // A stage made of layers that stepped apart (another plan's stages): T1 ramps from the fewest.
+      steps = steps < 0 ? layer_steps : std::min(steps, layer_steps);
+    }
+    try {
+      state.executor.loadParameterState(stage, states);
+    } catch (const Error& e) {
+      throw Error("checkpoint " + c.dir + ": " + e.what());
+    }
+    state.executor.setStepsTaken(stage, std::max<int64_t>(steps, 0));
+  }
+  // The random stream continues only where the same ranks run the same stages.
+  const int rank = state.rank;
+  if (m.plan.toJson() == plan.toJson() && rank < m.world_size) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(tensor(shard(fileOfRank(rank)), fileOfRank(rank), kRngKey));
+  }
+}
+
+void exportCheckpoint(const Checkpoint& c, const std::string& out, const std::string& model_file) {
+  const Manifest& m = c.manifest;
+  std::map<std::string, c10::Dict<std::string, torch::Tensor>> shards;
+  for (const auto& f : m.files) shards.emplace(f.name, readShard((fs::path(c.dir) / f.name).string()));
+  // Every layer's tensors, as "<layer>.<name>": the module attribute path in both forms.
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& layer : m.layers)
+    for (const auto& t : layer.tensors) {
+      const auto& d = shards.at(layer.file);
+      auto it = d.find(tensorKey(layer.name, t.name));
+      if (it == d.end())
+        throw Error("checkpoint " + c.dir + ": " + layer.file + " lacks '" + tensorKey(layer.name, t.name) + "'");
+      tensors.push_back({layer.name + "." + t.name, it->value()});
+    }
+  const std::string script = model_file.empty() ? m.identity.model_file : model_file;
+  if (script.empty()) {
+    c10::Dict<std::string, torch::Tensor> dict;
+    for (const auto& [name, tensor] : tensors) dict.insert(name, tensor);
+    const std::vector<char> bytes = torch::pickle_save(dict);
+    text::writeFileAtomically(out, std::string(bytes.begin(), bytes.end()));
+    return;
+  }
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(script);
+  } catch (const c10::Error& e) {
+    throw Error(script + ": cannot load the model the checkpoint was trained from (" + e.what_without_backtrace() +
+                "); name it with --model-file");
+  }
+  std::map<std::string, torch::Tensor> targets;
+  for (const auto& p : module.named_parameters()) targets[p.name] = p.value;
+  for (const auto& b : module.named_buffers()) targets[b.name] = b.value;
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : tensors) {
+    auto it = targets.find(name);
+    if (it == targets.end() || it->second.sizes() != tensor.sizes())
+      throw Error(script + " is not the model checkpoint " + c.dir + " was taken of: '" + name + "' " +
+                  (it == targets.end() ? "is missing" : "has another shape"));
+    it->second.copy_(tensor);
+  }
+  std::ostringstream bytes;
+  module.save(bytes);
+  text::writeFileAtomically(out, bytes.str());
+}
+
+}  // namespace pipetrain::runtime

@@ -1,0 +1,72 @@
+#include "optimizer_state.h"
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::runtime {
+namespace {
+
+// LibTorch keys an optimizer's state by the address of the parameter's TensorImpl.
+std::string keyOf(const torch::Tensor& param) { return c10::guts::to_string(param.unsafeGetTensorImpl()); }
+
+const torch::Tensor& required(const std::map<std::string, torch::Tensor>& state, const std::string& name) {
+  auto it = state.find(name);
+  if (it == state.end()) throw Error("optimizer state: '" + name + "' is missing");
+  return it->second;
+}
+
+torch::Tensor sameShape(const std::map<std::string, torch::Tensor>& state, const std::string& name,
+                        const torch::Tensor& param) {
+  const torch::Tensor& t = required(state, name);
+  if (t.sizes() != param.sizes())
+    throw Error("optimizer state: '" + name + "' has another shape than its parameter");
+  return t.detach().clone();
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, double lr, double momentum,
+                                                       std::vector<torch::Tensor> params) {
+  if (name == "adam") return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(lr));
+  if (name == "sgd")
+    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(momentum));
+  throw Error("--optimizer must be adam or sgd, not '" + name + "'");
+}
+
+std::map<std::string, torch::Tensor> optimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& param) {
+  std::map<std::string, torch::Tensor> out;
+  auto it = optimizer.state().find(keyOf(param));
+  if (it == optimizer.state().end()) return out;
+  if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
+    out["adam.step"] = torch::tensor(adam->step(), torch::kLong);
+    out["adam.exp_avg"] = adam->exp_avg();
+    out["adam.exp_avg_sq"] = adam->exp_avg_sq();
+    if (adam->max_exp_avg_sq().defined()) out["adam.max_exp_avg_sq"] = adam->max_exp_avg_sq();
+  } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
+    if (sgd->momentum_buffer().defined()) out["sgd.momentum_buffer"] = sgd->momentum_buffer();
+  }
+  return out;
+}
+
+void setOptimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& param,
+                       const std::map<std::string, torch::Tensor>& state) {
+  const std::string key = keyOf(param);
+  optimizer.state().erase(key);
+  if (state.empty()) return;
+  const std::string family = state.begin()->first.substr(0, state.begin()->first.find('.'));
+  if (dynamic_cast<torch::optim::Adam*>(&optimizer)) {
+    if (family != "adam") throw Error("optimizer state: saved by " + family + ", loaded into adam");
+    auto s = std::make_unique<torch::optim::AdamParamState>();
+    s->step(required(state, "adam.step").item<int64_t>());
+    s->exp_avg(sameShape(state, "adam.exp_avg", param));
+    s->exp_avg_sq(sameShape(state, "adam.exp_avg_sq", param));
+    if (state.count("adam.max_exp_avg_sq")) s->max_exp_avg_sq(sameShape(state, "adam.max_exp_avg_sq", param));
+    optimizer.state()[key] = std::move(s);
+  } else {
+    if (family != "sgd") throw Error("optimizer state: saved by " + family + ", loaded into sgd");
+    auto s = std::make_unique<torch::optim::SGDParamState>();
+    s->momentum_buffer(sameShape(state, "sgd.momentum_buffer", param));
+    optimizer.state()[key] = std::move(s);
+  }
+}
+
+}  // namespace pipetrain::runtime

@@ -1,0 +1,29 @@
+// The optimizers training uses, and their per-parameter state by name: what a checkpoint
+// saves beside the weights, so that it moves with its parameter to whichever stage holds
+// the parameter under another plan.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace pipetrain::runtime {
+
+// "adam" or "sgd" (with `momentum`).
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, double lr, double momentum,
+                                                       std::vector<torch::Tensor> params);
+
+// The state `optimizer` keeps for `param` (one of its parameters), by name ("adam.step",
+// "adam.exp_avg", ...; "sgd.momentum_buffer"); empty before its first step.
+std::map<std::string, torch::Tensor> optimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& param);
+
+// Replaces that state with `state` (as optimizerState returned it, possibly from another
+// process); an empty map clears it. Throws Error when a tensor's shape differs from the
+// parameter's or a name belongs to another optimizer.
+void setOptimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& param,
+                       const std::map<std::string, torch::Tensor>& state);
+
+}  // namespace pipetrain::runtime
