@@ -23,6 +23,7 @@ Command addPlanCommand(CLI::App& app);
 Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv);
 Command addProfileCommand(CLI::App& app);
 Command addReportCommand(CLI::App& app);
+Command addExportCommand(CLI::App& app);
 Command addProfileNetworkCommand(CLI::App& app, const std::vector<std::string>& argv);
 
 }  // namespace pipetrain::cli

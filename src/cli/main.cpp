@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
       pipetrain::cli::addTrainCommand(app, std::vector<std::string>(argv, argv + argc)),
       pipetrain::cli::addProfileCommand(app),
       pipetrain::cli::addReportCommand(app),
+      pipetrain::cli::addExportCommand(app),
       pipetrain::cli::addProfileNetworkCommand(app, std::vector<std::string>(argv, argv + argc)),
   };
 

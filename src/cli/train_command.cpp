@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "auto_plan.h"
@@ -21,6 +22,7 @@
 #include "train_plan.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/trace/chrome_trace.h"
 #include "pipetrain/trace/svg_gantt.h"
@@ -46,6 +48,7 @@ struct TrainArgs {
   int cores = 0;  // for all local ranks together; 0 = the machine's
   int nproc = 2;
   int timeout_seconds = 60;
+  int max_restarts = 0;
   std::string trace, svg, summary_json, log_jsonl, report_dir;
   json_io::Json planner;  // the planner's ranked table, when it chose the plan
   std::vector<std::string> argv;
@@ -203,15 +206,45 @@ void prepareOutputs(TrainArgs& a) {
   if (!a.log_jsonl.empty()) checkWritable(a.log_jsonl, "--log-jsonl");
 }
 
+// The newest intact checkpoint in `dir` ("" when there is none, or no folder).
+std::string newestCheckpoint(const std::string& dir) {
+  if (dir.empty()) return "";
+  try {
+    return runtime::findCheckpoint(dir).dir;
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+std::string howToResume(const std::string& newest) {
+  if (newest.empty()) return "no checkpoint was written (--checkpoint-dir makes a run resumable)";
+  return "the newest intact checkpoint is " + newest + ": run the same command with --resume " + newest +
+         " to go on from it";
+}
+
 int launch(TrainArgs& a) {
   runtime::checkConfig(a.config, a.nproc);  // the plan against the model and the job
   const int threads = blasThreadsPerRank(a);
   const bool tty = isatty(STDOUT_FILENO);
   auto last_plain = std::chrono::steady_clock::now();
   const auto start = std::chrono::steady_clock::now();
-  const auto outputs = launchLocal(a.argv, a.nproc, threads, [&](int rank, const std::string& line) {
-    if (rank == a.nproc - 1) showProgress(line, a.config.plan.samplesPerMinibatch(), tty, last_plain);
-  });
+  std::vector<RankOutput> outputs;
+  std::vector<std::string> argv = a.argv;
+  for (int attempt = 0;; ++attempt) {
+    try {
+      outputs = launchLocal(argv, a.nproc, threads, [&](int rank, const std::string& line) {
+        if (rank == a.nproc - 1) showProgress(line, a.config.plan.samplesPerMinibatch(), tty, last_plain);
+      });
+      break;
+    } catch (const Error& e) {
+      const std::string newest = newestCheckpoint(a.config.checkpoint_dir);
+      if (attempt >= a.max_restarts) throw Error(std::string(e.what()) + "\n" + howToResume(newest));
+      std::cerr << (tty ? "\n" : "") << "pipetrain: " << e.what() << "\npipetrain: restart " << attempt + 1 << " of "
+                << a.max_restarts << (newest.empty() ? ", from the start" : ", from checkpoint " + newest) << std::endl;
+      argv = a.argv;
+      if (!newest.empty()) argv.insert(argv.end(), {"--resume", newest});
+    }
+  }
   if (tty) std::cout << "\n";
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -381,6 +414,22 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--timeout", a->timeout_seconds, "seconds before a silent peer ends the job")
       ->check(positive())
       ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", c.checkpoint_dir,
+                  "save checkpoints here: at every epoch's end, and every --checkpoint-every mini-batches");
+  cmd->add_option("--checkpoint-every", c.checkpoint_every,
+                  "mini-batches between checkpoints within an epoch (an asynchronous schedule drains there)")
+      ->check(positive());
+  cmd->add_option("--keep-checkpoints", c.checkpoint_keep, "how many of the newest checkpoints stay")
+      ->check(positive())
+      ->capture_default_str();
+  cmd->add_option("--resume", c.resume,
+                  "continue from this checkpoint, or from the newest intact one in this folder; under its plan "
+                  "unless a plan is given (any plan loads it)");
+  cmd->add_option("--max-restarts", a->max_restarts,
+                  "restart the job after a rank fails, up to this many times, from the newest checkpoint of "
+                  "--checkpoint-dir (from the start without one)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--trace", a->trace, "write the last mini-batch's measured Chrome trace");
   cmd->add_option("--svg", a->svg, "write the last mini-batch's measured Gantt chart");
   cmd->add_option("--summary-json", a->summary_json, "write the summary as JSON");
@@ -401,6 +450,15 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             if (!a->data_dir.empty()) a->config.data.fashion_mnist_dir = a->config.data.fortunes_dir = a->data_dir;
             if (a->plan_args.schedule.name == "auto") a->plan_args.schedule.name.clear();
             const bool is_rank = std::getenv("RANK") != nullptr;
+            // --resume without a plan goes on under the checkpoint's, on as many ranks as
+            // it ran (another --nproc plans afresh: any plan loads a checkpoint).
+            std::optional<runtime::Checkpoint> resumed;
+            if (!is_rank && !a->config.resume.empty()) {
+              resumed = runtime::findCheckpoint(a->config.resume);
+              a->config.resume = resumed->dir;  // every rank resumes from this one
+              a->argv.insert(a->argv.end(), {"--resume", resumed->dir});
+              if (!cmd->count("--nproc")) a->nproc = resumed->manifest.world_size;
+            }
             const char* world = std::getenv("WORLD_SIZE");
             const int world_size = is_rank && world ? std::atoi(world) : a->nproc;
             const bool hand_made = !a->plan_args.stage_bounds.empty() || a->plan_args.data_parallel;
@@ -440,12 +498,21 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             } else if (is_rank) {
               throw Error("ranks started by hand need a plan: --plan FILE (from `pipetrain plan` or "
                           "`pipetrain train --plan-out`), --stage-bounds or --data-parallel");
+            } else if (resumed && a->nproc == resumed->manifest.world_size && !cmd->count("--schedule") &&
+                       !cmd->count("--batch") && !cmd->count("--microbatches") && !cmd->count("--microbatch-size")) {
+              a->config.plan = resumed->manifest.plan;
+              json_io::writeFile(out, a->config.plan.toJson());
             } else {
               AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options, a->plan_args,
                                       !a->no_replication, a->allow_async, out, a->timeout_seconds};
               LocalPlan local = planLocalRun(a->config, request);
               a->config.plan = std::move(local.plan);
               a->planner = std::move(local.planner);
+            }
+            if (resumed) {  // before the ranks start: they would each say the same
+              const std::string difference = resumed->manifest.identity.differenceFrom(runtime::identityOf(a->config));
+              if (!difference.empty())
+                throw Error("--resume " + resumed->dir + " does not match this run: " + difference);
             }
             if (!is_rank) {
               if (a->plan.empty() || !a->plan_out.empty()) a->plan = out;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -214,8 +215,12 @@ void checkNumbers(const TrainConfig& c) {
 }
 
 checkpoint::Identity identityOf(const TrainConfig& c) {
-  return {c.model, c.model_file, c.optimizer, c.plan.samplesPerMinibatch(), c.seed,
-          c.data.file.empty() ? c.data.name : c.data.file};
+  // Files by absolute path: a run resumed, or exported, from another folder finds them.
+  auto absolute = [](const std::string& path) {
+    return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+  };
+  return {c.model, absolute(c.model_file), c.optimizer, c.plan.samplesPerMinibatch(), c.seed,
+          c.data.file.empty() ? c.data.name : absolute(c.data.file)};
 }
 
 std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model& model) {
