@@ -1,6 +1,13 @@
 // Transport over c10d's ProcessGroupGloo. Rank 0 hosts the TCPStore used for the
 // rendezvous; replica groups get their own process group under a store prefix.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -24,6 +31,30 @@ int intFromEnv(const char* name, int fallback, bool required) {
   if (*end != '\0' || v < 0 || v > 1 << 30)
     throw Error(std::string("environment variable ") + name + "=\"" + value + "\" is not a non-negative integer");
   return static_cast<int>(v);
+}
+
+// This host's address on the route to `master` (no packet is sent: connecting a UDP
+// socket only picks the route), so that each host binds the interface its peers reach
+// whatever its host name resolves to (often 127.0.0.1 or 127.0.1.1 on Debian).
+std::string localAddressToward(const std::string& master, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(master.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
+    throw Error("MASTER_ADDR=" + master + ": cannot resolve the address");
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  const bool ok = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  const int error = errno;
+  freeaddrinfo(found);
+  if (fd >= 0) close(fd);
+  if (!ok) throw Error("MASTER_ADDR=" + master + ": no route to it from this host (" + std::strerror(error) + ")");
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  return text;
 }
 
 class GlooOp : public PendingOp {
@@ -124,10 +155,13 @@ class GlooTransport : public Transport {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> makeGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                        int size) {
     auto options = c10d::ProcessGroupGloo::Options::create(rv_.timeout);
-    // A single-machine job stays on loopback; otherwise bind this host's own address.
-    const bool local = rv_.master_addr == "127.0.0.1" || rv_.master_addr == "localhost";
-    options->devices.push_back(local ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                     : c10d::ProcessGroupGloo::createDefaultDevice());
+    // GLOO_SOCKET_IFNAME names the interface, as in PyTorch; otherwise the address on
+    // the route to the master (loopback for a single-machine job).
+    const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
+    options->devices.push_back(interface && *interface
+                                   ? c10d::ProcessGroupGloo::createDeviceForInterface(interface)
+                                   : c10d::ProcessGroupGloo::createDeviceForHostname(
+                                         localAddressToward(rv_.master_addr, rv_.master_port)));
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
   }
 
