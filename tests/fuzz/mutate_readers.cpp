@@ -1,16 +1,18 @@
 // A mutation fuzzer for pipetrain's readers: it takes the worked example (a layer graph,
-// a cluster, a plan) and a CSV schedule, mutates one of them at a time (extreme numbers,
+// a cluster, a plan), a CSV schedule and a checkpoint manifest, mutates one of them at a time (extreme numbers,
 // byte edits, truncation, deep nesting, NUL bytes, swapped names), and runs what
-// `simulate` would run on it: read, validate, build the Program, simulate. Every input
+// `simulate` would run on it: read, validate, build the Program, simulate (for a
+// manifest: what `--resume` and `export` read before any tensor: the manifest, its files). Every input
 // must end in success or in a pipetrain::Error; any other exception is a finding, and a
 // crash or sanitizer report fails the run outright. Findings are written to files so
 // that they can be replayed.
 //
-//   mutate_readers GRAPH CLUSTER PLAN CSV --seconds N [--seed S] [--findings DIR]
+//   mutate_readers GRAPH CLUSTER PLAN CSV MANIFEST --seconds N [--seed S] [--findings DIR]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/checkpoint/manifest.h"
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/schedule/program_check.h"
@@ -116,18 +119,23 @@ void simulateCsv(const std::string& csv_path) {
   pt::schedule::validate(program);
 }
 
+void readManifest(const std::string& path) {
+  const auto manifest = pt::checkpoint::Manifest::load(path);
+  pt::checkpoint::checkFiles(manifest, std::filesystem::path(path).parent_path().string());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 5) {
-    std::cerr << "usage: mutate_readers GRAPH CLUSTER PLAN CSV [--seconds N] [--seed S] [--findings DIR]\n";
+  if (argc < 6) {
+    std::cerr << "usage: mutate_readers GRAPH CLUSTER PLAN CSV MANIFEST [--seconds N] [--seed S] [--findings DIR]\n";
     return 2;
   }
-  std::vector<std::string> seeds(argv + 1, argv + 5);
+  std::vector<std::string> seeds(argv + 1, argv + 6);
   double seconds = 10;
   uint64_t seed = 1;
   std::string findings = ".";
-  for (int i = 5; i + 1 < argc; i += 2) {
+  for (int i = 6; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (flag == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
@@ -138,11 +146,13 @@ int main(int argc, char** argv) {
   // The unmutated files must pass: otherwise every mutation "fails" for nothing.
   simulateFiles(seeds[0], seeds[1], seeds[2]);
   simulateCsv(seeds[3]);
+  readManifest(seeds[4]);
 
   Mutator mutator(seed);
   std::mt19937_64 choose(seed ^ 0x9E3779B97F4A7C15ULL);
   const std::string dir = findings + "/mutate-" + std::to_string(seed);
-  const std::string mutated[] = {dir + ".graph.json", dir + ".cluster.json", dir + ".plan.json", dir + ".csv"};
+  const std::string mutated[] = {dir + ".graph.json", dir + ".cluster.json", dir + ".plan.json", dir + ".csv",
+                                 dir + ".manifest.json"};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   int64_t runs = 0, refused = 0, problems = 0;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -152,6 +162,7 @@ int main(int argc, char** argv) {
     ++runs;
     try {
       if (which == 3) simulateCsv(mutated[3]);
+      else if (which == 4) readManifest(mutated[4]);
       else simulateFiles(mutated[0], mutated[1], mutated[2]);
     } catch (const pt::Error&) {
       ++refused;
