@@ -3,6 +3,7 @@
 // with a message naming the file; only the newest K stay.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -61,14 +62,16 @@ std::vector<torch::Tensor> modelParameters(const TrainConfig& config, const std:
 }
 
 // Runs the job with rank `dead`'s transport failing at operation `fail_after` (-1: never).
-// Returns whether every rank finished.
+// Returns whether every rank finished; `detected`, when given, gets the seconds from the
+// fault to the last rank's end.
 bool runWithFault(const TrainConfig& c, int dead, int64_t fail_after, std::vector<RankResult>* results = nullptr,
-                  std::vector<int64_t>* operations = nullptr) {
+                  std::vector<int64_t>* operations = nullptr, double* detected = nullptr) {
   const int n = rankCount(c);
   auto group = makeInProcessGroup(n, std::chrono::milliseconds(1500));
   std::vector<RankResult> out(n);
   std::vector<char> failed(n, 0);
   std::vector<int64_t> ops(n);
+  std::vector<std::chrono::steady_clock::time_point> ended(n), struck(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
@@ -79,10 +82,14 @@ bool runWithFault(const TrainConfig& c, int dead, int64_t fail_after, std::vecto
         failed[r] = 1;
       }
       ops[r] = transport.operations();
+      struck[r] = transport.failedAt();
+      ended[r] = std::chrono::steady_clock::now();
     });
   for (auto& t : threads) t.join();
   if (results) *results = std::move(out);
   if (operations) *operations = ops;
+  if (detected && dead >= 0)
+    *detected = std::chrono::duration<double>(*std::max_element(ended.begin(), ended.end()) - struck[dead]).count();
   return std::count(failed.begin(), failed.end(), 1) == 0;
 }
 
@@ -112,7 +119,9 @@ void expectResumeMatches(TrainConfig whole, const std::string& name) {
     const int64_t at = std::uniform_int_distribution<int64_t>(total[dead] / 2, total[dead] - 1)(rng);
     SCOPED_TRACE(schedule + ": rank " + std::to_string(dead) + " dies at operation " + std::to_string(at) + " of " +
                  std::to_string(total[dead]));
-    ASSERT_FALSE(runWithFault(c, dead, at));
+    double ended = 0;
+    ASSERT_FALSE(runWithFault(c, dead, at, nullptr, nullptr, &ended));
+    EXPECT_LT(ended, 4 * 1.5 + 2);  // no hang: a few timeouts at most
     // The death comes after the first checkpoint (half-way in, at the least):
     // the resumed run starts from a checkpoint, not from scratch.
     TrainConfig resumed = c;
@@ -123,10 +132,11 @@ void expectResumeMatches(TrainConfig whole, const std::string& name) {
     ASSERT_TRUE(runWithFault(resumed, -1, -1, &got));
     const double error = worstError(modelParameters(resumed, got), want_params);
     EXPECT_LT(error, 1e-6);
-    char figure[128];
-    std::snprintf(figure, sizeof figure, "rank %d dies at operation %lld of %lld; resumed at mini-batch %lld: %.2e",
-                  dead, static_cast<long long>(at), static_cast<long long>(total[dead]), static_cast<long long>(from),
-                  error);
+    char figure[160];
+    std::snprintf(figure, sizeof figure,
+                  "rank %d dies at operation %lld of %lld; every rank ended %.2f s later; resumed at mini-batch %lld: %.2e",
+                  dead, static_cast<long long>(at), static_cast<long long>(total[dead]), ended,
+                  static_cast<long long>(from), error);
     ::testing::Test::RecordProperty(schedule + "_trial_" + std::to_string(trial), figure);
   }
 }
@@ -145,6 +155,47 @@ TEST(Checkpoint, PipeMareResumesWithItsVelocityAndStepCount) {
   p.plan.schedule.pipemare_warmup_steps = 20;
   p.plan.schedule.pipemare_correction = true;  // T2's velocity is state
   expectResumeMatches(p, "pipemare");
+}
+
+// A rank dies inside a checkpoint's write: after the files, in the all-reduce that
+// tells rank 0 they are all in place, so no manifest is written. That folder is not a
+// checkpoint; the one before it is intact and resumes exactly.
+TEST(Checkpoint, ADeathInsideACheckpointLeavesTheOneBeforeIntact) {
+  TempDir whole_dir("inside-whole"), dir("inside");
+  TrainConfig c = checkpointConfig("1f1b", {1, 1}, whole_dir.str());
+  c.epochs = 1;
+  // The checkpoint's own all-reduce: a [ranks, 2] int64 sum (sizes and checksums).
+  auto group = makeInProcessGroup(2, std::chrono::seconds(20));
+  std::vector<int64_t> checkpoint_ops;
+  std::vector<RankResult> want(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      FaultyTransport counting(*group[r], -1);
+      want[r] = trainRank(c, counting);
+      if (r == 1)
+        for (const auto& sum : counting.blockingSums())
+          if (sum.dtype == torch::kLong && sum.shape == std::vector<int64_t>{2, 2}) checkpoint_ops.push_back(sum.operation);
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(checkpoint_ops.size(), 3u);  // after mini-batches 2 and 4, and at the epoch's end
+
+  c.checkpoint_dir = dir.str();
+  ASSERT_FALSE(runWithFault(c, 1, checkpoint_ops[1]));  // inside the second checkpoint
+  int complete = 0, incomplete = 0;
+  for (const auto& e : fs::directory_iterator(dir.path))
+    (fs::exists(e.path() / "manifest.json") ? complete : incomplete) += 1;
+  EXPECT_EQ(complete, 1);
+  EXPECT_EQ(incomplete, 1);  // rank 0's file, maybe rank 1's, and no manifest
+  EXPECT_EQ(findCheckpoint(dir.str()).manifest.position.minibatches, 2);
+  TrainConfig resumed = c;
+  resumed.resume = dir.str();
+  std::vector<RankResult> got;
+  ASSERT_TRUE(runWithFault(resumed, -1, -1, &got));
+  EXPECT_EQ(worstError(modelParameters(resumed, got), modelParameters(c, want)), 0.0);
+  int remaining = 0;  // the next checkpoints removed the incomplete folder and all but the newest 2
+  for (const auto& e : fs::directory_iterator(dir.path)) remaining += fs::exists(e.path() / "manifest.json") ? 1 : 100;
+  EXPECT_EQ(remaining, 2);
 }
 
 TEST(Checkpoint, LoadsUnderAnotherPlan) {

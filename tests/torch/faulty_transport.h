@@ -4,7 +4,9 @@
 // rank's transport in this instead.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <vector>
 
 #include "pipetrain/torch/transport.h"
 #include "pipetrain/util/error.h"
@@ -26,6 +28,7 @@ class FaultyTransport : public Transport {
     return inner_.recv(std::move(buffer), from, tag);
   }
   void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
+    if (!tensors.empty()) blocking_sums_.push_back({done_, tensors[0].scalar_type(), tensors[0].sizes().vec()});
     tick("all-reduce");
     inner_.allReduceSum(tensors, group);
   }
@@ -39,18 +42,32 @@ class FaultyTransport : public Transport {
   }
 
   int64_t operations() const { return done_; }
+  // The blocking all-reduces made: at which operation, of what (tests find a
+  // checkpoint's own all-reduce by its shape).
+  struct Sum {
+    int64_t operation;
+    torch::ScalarType dtype;
+    std::vector<int64_t> shape;
+  };
+  const std::vector<Sum>& blockingSums() const { return blocking_sums_; }
+  // When the injected fault struck (unset if it never did).
+  std::chrono::steady_clock::time_point failedAt() const { return failed_at_; }
 
  private:
   void tick(const char* what) {
-    if (fail_after_ >= 0 && done_ >= fail_after_)
+    if (fail_after_ >= 0 && done_ >= fail_after_) {
+      if (failed_at_ == std::chrono::steady_clock::time_point{}) failed_at_ = std::chrono::steady_clock::now();
       throw Error("injected fault: rank " + std::to_string(rank()) + " died before its " + what + " (operation " +
                   std::to_string(done_) + ")");
+    }
     ++done_;
   }
 
   Transport& inner_;
   int64_t fail_after_;
   int64_t done_ = 0;
+  std::chrono::steady_clock::time_point failed_at_{};
+  std::vector<Sum> blocking_sums_;
 };
 
 }  // namespace pipetrain::runtime
