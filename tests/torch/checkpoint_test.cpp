@@ -3,6 +3,7 @@
 // with a message naming the file; only the newest K stay.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -61,36 +62,59 @@ std::vector<torch::Tensor> modelParameters(const TrainConfig& config, const std:
   return out;
 }
 
-// Runs the job with rank `dead`'s transport failing at operation `fail_after` (-1: never).
-// Returns whether every rank finished; `detected`, when given, gets the seconds from the
-// fault to the last rank's end.
-bool runWithFault(const TrainConfig& c, int dead, int64_t fail_after, std::vector<RankResult>* results = nullptr,
-                  std::vector<int64_t>* operations = nullptr, double* detected = nullptr) {
+// A rank that fails at an operation: dies there, or hangs there (alive, silent) until
+// every other rank has ended.
+struct Fault {
+  int rank = -1;  // -1: none
+  int64_t at = -1;
+  bool hang = false;
+};
+
+// Runs the job with `fault`. Returns whether every rank finished; `errors` gets each
+// rank's error ("" if it finished), `detected` the seconds from the fault to the last
+// healthy rank's end.
+bool runWithFault(const TrainConfig& c, const Fault& fault, std::vector<RankResult>* results = nullptr,
+                  std::vector<int64_t>* operations = nullptr, double* detected = nullptr,
+                  std::vector<std::string>* errors = nullptr) {
   const int n = rankCount(c);
   auto group = makeInProcessGroup(n, std::chrono::milliseconds(1500));
   std::vector<RankResult> out(n);
-  std::vector<char> failed(n, 0);
+  std::vector<std::string> failed(n);
   std::vector<int64_t> ops(n);
   std::vector<std::chrono::steady_clock::time_point> ended(n), struck(n);
+  std::atomic<bool> others_done{false};
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
-      FaultyTransport transport(*group[r], r == dead ? fail_after : -1);
+      const bool faulty = r == fault.rank;
+      FaultyTransport transport(*group[r], faulty ? fault.at : -1, faulty && fault.hang ? &others_done : nullptr);
       try {
         out[r] = trainRank(c, transport);
-      } catch (const std::exception&) {
-        failed[r] = 1;
+      } catch (const std::exception& e) {
+        failed[r] = e.what();
       }
       ops[r] = transport.operations();
       struck[r] = transport.failedAt();
       ended[r] = std::chrono::steady_clock::now();
     });
-  for (auto& t : threads) t.join();
+  // The healthy ranks first: a hung rank is let go once they have all ended.
+  for (int r = 0; r < n; ++r)
+    if (r != fault.rank) threads[r].join();
+  others_done = true;
+  if (fault.rank >= 0) threads[fault.rank].join();
+  auto last = std::chrono::steady_clock::time_point{};
+  for (int r = 0; r < n; ++r)
+    if (r != fault.rank) last = std::max(last, ended[r]);
   if (results) *results = std::move(out);
   if (operations) *operations = ops;
-  if (detected && dead >= 0)
-    *detected = std::chrono::duration<double>(*std::max_element(ended.begin(), ended.end()) - struck[dead]).count();
-  return std::count(failed.begin(), failed.end(), 1) == 0;
+  if (detected && fault.rank >= 0) *detected = std::chrono::duration<double>(last - struck[fault.rank]).count();
+  if (errors) *errors = failed;
+  return std::all_of(failed.begin(), failed.end(), [](const std::string& e) { return e.empty(); });
+}
+
+bool runWithoutFault(const TrainConfig& c, std::vector<RankResult>* results = nullptr,
+                     std::vector<int64_t>* operations = nullptr) {
+  return runWithFault(c, Fault{}, results, operations);
 }
 
 double worstError(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want) {
@@ -107,7 +131,7 @@ void expectResumeMatches(TrainConfig whole, const std::string& name) {
   whole.checkpoint_every = 2;
   std::vector<RankResult> want;
   std::vector<int64_t> total;
-  ASSERT_TRUE(runWithFault(whole, -1, -1, &want, &total));
+  ASSERT_TRUE(runWithoutFault(whole, &want, &total));
   const auto want_params = modelParameters(whole, want);
 
   std::mt19937 rng(11);  // fixed points: the test replays exactly
@@ -115,13 +139,22 @@ void expectResumeMatches(TrainConfig whole, const std::string& name) {
     fs::remove_all(dir.path);
     TrainConfig c = whole;
     c.checkpoint_dir = dir.str();
-    const int dead = trial % rankCount(c);
-    const int64_t at = std::uniform_int_distribution<int64_t>(total[dead] / 2, total[dead] - 1)(rng);
-    SCOPED_TRACE(schedule + ": rank " + std::to_string(dead) + " dies at operation " + std::to_string(at) + " of " +
-                 std::to_string(total[dead]));
+    Fault fault;
+    fault.rank = trial % rankCount(c);
+    fault.at = std::uniform_int_distribution<int64_t>(total[fault.rank] / 2, total[fault.rank] - 1)(rng);
+    fault.hang = trial == 1;  // stopped rather than dead
+    const int dead = fault.rank;
+    const int64_t at = fault.at;
+    SCOPED_TRACE(schedule + ": rank " + std::to_string(dead) + (fault.hang ? " hangs" : " dies") +
+                 " at operation " + std::to_string(at) + " of " + std::to_string(total[dead]));
     double ended = 0;
-    ASSERT_FALSE(runWithFault(c, dead, at, nullptr, nullptr, &ended));
+    std::vector<std::string> errors;
+    ASSERT_FALSE(runWithFault(c, fault, nullptr, nullptr, &ended, &errors));
     EXPECT_LT(ended, 4 * 1.5 + 2);  // no hang: a few timeouts at most
+    bool named = false;  // a healthy rank that waited on the faulty one says which
+    for (int r = 0; r < rankCount(c); ++r)
+      if (r != dead) named = named || errors[r].find("rank " + std::to_string(dead)) != std::string::npos;
+    EXPECT_TRUE(named) << errors[(dead + 1) % rankCount(c)];
     // The death comes after the first checkpoint (half-way in, at the least):
     // the resumed run starts from a checkpoint, not from scratch.
     TrainConfig resumed = c;
@@ -129,13 +162,13 @@ void expectResumeMatches(TrainConfig whole, const std::string& name) {
     const int64_t from = findCheckpoint(dir.str()).manifest.position.minibatches;
     EXPECT_GT(from, 0);
     std::vector<RankResult> got;
-    ASSERT_TRUE(runWithFault(resumed, -1, -1, &got));
+    ASSERT_TRUE(runWithoutFault(resumed, &got));
     const double error = worstError(modelParameters(resumed, got), want_params);
     EXPECT_LT(error, 1e-6);
     char figure[160];
     std::snprintf(figure, sizeof figure,
-                  "rank %d dies at operation %lld of %lld; every rank ended %.2f s later; resumed at mini-batch %lld: %.2e",
-                  dead, static_cast<long long>(at), static_cast<long long>(total[dead]), ended,
+                  "rank %d %s at operation %lld of %lld; every rank ended %.2f s later; resumed at mini-batch %lld: %.2e",
+                  dead, fault.hang ? "hangs" : "dies", static_cast<long long>(at), static_cast<long long>(total[dead]), ended,
                   static_cast<long long>(from), error);
     ::testing::Test::RecordProperty(schedule + "_trial_" + std::to_string(trial), figure);
   }
@@ -181,7 +214,7 @@ TEST(Checkpoint, ADeathInsideACheckpointLeavesTheOneBeforeIntact) {
   ASSERT_EQ(checkpoint_ops.size(), 3u);  // after mini-batches 2 and 4, and at the epoch's end
 
   c.checkpoint_dir = dir.str();
-  ASSERT_FALSE(runWithFault(c, 1, checkpoint_ops[1]));  // inside the second checkpoint
+  ASSERT_FALSE(runWithFault(c, Fault{1, checkpoint_ops[1], false}));  // inside the second checkpoint
   int complete = 0, incomplete = 0;
   for (const auto& e : fs::directory_iterator(dir.path))
     (fs::exists(e.path() / "manifest.json") ? complete : incomplete) += 1;
@@ -191,7 +224,7 @@ TEST(Checkpoint, ADeathInsideACheckpointLeavesTheOneBeforeIntact) {
   TrainConfig resumed = c;
   resumed.resume = dir.str();
   std::vector<RankResult> got;
-  ASSERT_TRUE(runWithFault(resumed, -1, -1, &got));
+  ASSERT_TRUE(runWithoutFault(resumed, &got));
   EXPECT_EQ(worstError(modelParameters(resumed, got), modelParameters(c, want)), 0.0);
   int remaining = 0;  // the next checkpoints removed the incomplete folder and all but the newest 2
   for (const auto& e : fs::directory_iterator(dir.path)) remaining += fs::exists(e.path() / "manifest.json") ? 1 : 100;
@@ -204,16 +237,16 @@ TEST(Checkpoint, LoadsUnderAnotherPlan) {
   // then under one data-parallel stage: synchronous SGD is the same whatever the plan.
   TrainConfig first = checkpointConfig("1f1b", {2, 1}, dir.str());
   first.epochs = 1;
-  ASSERT_TRUE(runWithFault(first, -1, -1));
+  ASSERT_TRUE(runWithoutFault(first));
   TrainConfig whole = checkpointConfig("1f1b", {2, 1});
   std::vector<RankResult> want;
-  ASSERT_TRUE(runWithFault(whole, -1, -1, &want));
+  ASSERT_TRUE(runWithoutFault(whole, &want));
   for (const auto& [schedule, replicas] :
        std::vector<std::pair<std::string, std::vector<int>>>{{"gpipe", {1, 1, 1}}, {"1f1b", {2}}, {"zb-h1", {1, 1}}}) {
     TrainConfig second = checkpointConfig(schedule, replicas);
     second.resume = dir.str();
     std::vector<RankResult> got;
-    ASSERT_TRUE(runWithFault(second, -1, -1, &got)) << schedule;
+    ASSERT_TRUE(runWithoutFault(second, &got)) << schedule;
     const double error = worstError(modelParameters(second, got), modelParameters(whole, want));
     EXPECT_LT(error, 1e-5) << schedule;
     char figure[32];
@@ -226,7 +259,7 @@ TEST(Checkpoint, KeepsTheNewestAndRefusesBrokenOnes) {
   TempDir dir("broken");
   TrainConfig c = checkpointConfig("1f1b", {1, 1}, dir.str());
   c.checkpoint_keep = 2;
-  ASSERT_TRUE(runWithFault(c, -1, -1));
+  ASSERT_TRUE(runWithoutFault(c));
   std::vector<fs::path> kept;
   for (const auto& e : fs::directory_iterator(dir.path)) kept.push_back(e.path());
   std::sort(kept.begin(), kept.end());
@@ -271,7 +304,7 @@ TEST(Checkpoint, RefusesAnotherModelOrAnotherDataOrder) {
   TempDir dir("foreign");
   TrainConfig c = checkpointConfig("1f1b", {1, 1}, dir.str());
   c.epochs = 1;
-  ASSERT_TRUE(runWithFault(c, -1, -1));
+  ASSERT_TRUE(runWithoutFault(c));
   auto refusal = [&](TrainConfig other) {
     other.checkpoint_dir.clear();
     other.checkpoint_every = 0;

@@ -1,11 +1,14 @@
 // The fault-injection seam (as LevelDB's Env is for files): a Transport that passes
 // everything through to another until its `fail_after`-th operation, which throws as if
-// the process had died there. Production code never reads a fault setting; tests wrap a
-// rank's transport in this instead.
+// the process had died there; or, given `hang_until`, first blocks until that flag is
+// set, as a stopped process (SIGSTOP) is alive but silent. Production code never reads
+// a fault setting; tests wrap a rank's transport in this instead.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "pipetrain/torch/transport.h"
@@ -15,7 +18,8 @@ namespace pipetrain::runtime {
 
 class FaultyTransport : public Transport {
  public:
-  FaultyTransport(Transport& inner, int64_t fail_after) : inner_(inner), fail_after_(fail_after) {}
+  FaultyTransport(Transport& inner, int64_t fail_after, const std::atomic<bool>* hang_until = nullptr)
+      : inner_(inner), fail_after_(fail_after), hang_until_(hang_until) {}
 
   int rank() const override { return inner_.rank(); }
   int worldSize() const override { return inner_.worldSize(); }
@@ -57,6 +61,7 @@ class FaultyTransport : public Transport {
   void tick(const char* what) {
     if (fail_after_ >= 0 && done_ >= fail_after_) {
       if (failed_at_ == std::chrono::steady_clock::time_point{}) failed_at_ = std::chrono::steady_clock::now();
+      while (hang_until_ && !hang_until_->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       throw Error("injected fault: rank " + std::to_string(rank()) + " died before its " + what + " (operation " +
                   std::to_string(done_) + ")");
     }
@@ -65,6 +70,7 @@ class FaultyTransport : public Transport {
 
   Transport& inner_;
   int64_t fail_after_;
+  const std::atomic<bool>* hang_until_;
   int64_t done_ = 0;
   std::chrono::steady_clock::time_point failed_at_{};
   std::vector<Sum> blocking_sums_;
