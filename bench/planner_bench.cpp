@@ -67,21 +67,36 @@ BENCHMARK(partition)->Args({1000, 64, 128})->Args({1000, 256, 128})->Unit(benchm
 BENCHMARK(partition)->Args({32, 1024, 32})->Args({64, 1024, 64})->Args({128, 1024, 128})->Args({256, 1024, 256})
     ->Unit(benchmark::kMillisecond);
 
-// `plan --schedule auto` for a 64-layer chain at batch 1024 (micro-batch sizes 1 ... 1024).
+// `plan --schedule auto` for a 64-layer chain on `devices` at a global batch (every
+// power-of-two micro-batch size dividing it), with the shortcuts (ExploreOptions::prune)
+// as `plan` takes them, or without (arg 2 = 0: the exhaustive reference).
 void exploration(benchmark::State& state) {
   const auto graph = randomChain(64);
   const auto cluster = threeLevels(static_cast<int>(state.range(0)));
   planner::ExploreOptions o;
-  o.global_batch = 1024;
+  o.global_batch = state.range(1);
+  o.prune = state.range(2) != 0;
   planner::Exploration e;
   for (auto _ : state) e = planner::explore(graph, cluster, o);
   state.counters["simulated"] = static_cast<double>(e.ranked.size());
   state.counters["pruned"] = e.pruned;
+  state.counters["pruned_combinations"] = e.pruned_combinations;
+  state.counters["throughput"] = e.best().report.throughput;  // the choice's, to compare with the reference
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   state.counters["peak_rss_MiB"] = usage.ru_maxrss / 1024.0;  // of the process so far
 }
-BENCHMARK(exploration)->Arg(4)->Arg(32)->Arg(256)->Arg(1024)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(exploration)
+    ->ArgNames({"devices", "batch", "prune"})
+    ->Args({4, 1024, 1})->Args({32, 1024, 1})->Args({256, 1024, 1})->Args({1024, 1024, 1})
+    ->Args({1024, 8192, 1})->Args({8192, 8192, 1})
+    ->Iterations(1)->Unit(benchmark::kMillisecond);
+// The exhaustive reference (slow: minutes at 1024 devices), run by name only:
+//   planner_bench --benchmark_filter='exploration/devices:256/batch:1024/prune:0'
+BENCHMARK(exploration)
+    ->ArgNames({"devices", "batch", "prune"})
+    ->Args({4, 1024, 0})->Args({32, 1024, 0})->Args({256, 1024, 0})
+    ->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -44,8 +44,9 @@ std::vector<std::string> explorationNotes(const planner::Exploration& e) {
   std::vector<std::string> notes;
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "%zu candidates ranked, %d pruned by their compute bound, %zu combinations dropped, searched in %.3f s",
-                e.ranked.size(), e.pruned, e.dropped.size(), e.search_seconds);
+                "%zu candidates ranked, %d proposals and %d combinations pruned by their compute bound, %zu "
+                "combinations dropped, searched in %.3f s",
+                e.ranked.size(), e.pruned, e.pruned_combinations, e.dropped.size(), e.search_seconds);
   notes.push_back(buf);
   notes.push_back(e.async_included
                       ? "* asynchronous: trains with stale weights, not synchronous SGD"

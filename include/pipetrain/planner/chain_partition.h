@@ -46,6 +46,10 @@ struct PartitionOptions {
   int max_blocks = 128;
   // Weight-sized buffers beyond versions and gradients (plan::extraWeightBuffers).
   int extra_weight_buffers = 0;
+  // False: stages are not checked against memory. Schedules whose stage times agree
+  // share that relaxation's optimum, which is each one's optimum wherever it fits
+  // (fitsMemory): the exploration solves one DP for several schedules.
+  bool check_memory = true;
 };
 
 // One stage: blocks [first_block, end_block) on devices [first_device, end_device).
@@ -127,6 +131,9 @@ struct Partition {
 // Throws Error when no tiling fits memory (naming the largest layer's need and the
 // largest device).
 Partition solveChain(const ChainProblem& problem);
+
+// Whether every stage of `partition` fits its devices' memory under `problem`'s options.
+bool fitsMemory(const Partition& partition, const ChainProblem& problem);
 
 // The Plan of a partition (layer and device names, schedule options as given).
 plan::Plan toPlan(const Partition& partition, const ChainProblem& problem, const plan::ScheduleOptions& schedule);

@@ -208,7 +208,7 @@ double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) cons
   // Replicas take every r-th micro-batch.
   if (m % r != 0 || (r > 1 && !traits_->replicable)) return kInfinity;
   if (options_.max_replicas > 0 && r > options_.max_replicas) return kInfinity;
-  if (stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
+  if (options_.check_memory && stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
   // Every replica steps its whole share of the weights once per mini-batch, or after
   // each of its micro-batches under PipeDream (1F1B-RR: replicas all-reduce every round).
   const bool per_microbatch = traits_->step_rule == schedule::StepRule::kPerMicrobatch;
@@ -238,29 +238,35 @@ double ChainProblem::objective(const std::vector<StageChoice>& stages) const {
 
 Partition solveChain(const ChainProblem& problem) {
   const int n = problem.numBlocks(), devices = problem.numDevices();
-  // best[j][d]: blocks [0, j) tiling devices [0, d); the last stage begins at (from_block, from_device).
-  std::vector<std::vector<double>> best(n + 1, std::vector<double>(devices + 1, kInfinity));
-  std::vector<std::vector<std::pair<int, int>>> from(n + 1, std::vector<std::pair<int, int>>(devices + 1, {-1, -1}));
-  best[0][0] = 0;
+  // best[d][j]: blocks [0, j) tiling devices [0, d); the last stage begins at
+  // (from_block, from_device). One flat table, indexed d * (n + 1) + j: a table of
+  // vectors was a fifth of a 1024-device exploration in malloc and page faults.
+  const auto at = [n](int d, int j) { return static_cast<std::size_t>(d) * (n + 1) + j; };
+  std::vector<double> best(at(devices, n) + 1, kInfinity);
+  std::vector<std::pair<int, int>> from(best.size(), {-1, -1});
+  best[at(0, 0)] = 0;
   for (int d = 1; d <= devices; ++d)
     for (int d0 : problem.allowedStarts(d)) {
       const DeviceBlock block = problem.deviceBlock(d0, d);
-      for (int j = 1; j <= n; ++j)
+      const double* before = &best[at(d0, 0)];
+      for (int j = 1; j <= n; ++j) {
+        double& here = best[at(d, j)];
         for (int i = j - 1; i >= 0; --i) {
-          if (best[i][d0] == kInfinity) continue;
+          if (before[i] == kInfinity) continue;
           // More layers only make the stage slower and bigger: stop once it cannot win.
           const double stage = problem.stageSeconds(i, j, block);
-          if (stage >= best[j][d]) break;
-          const double value = std::max({best[i][d0], stage, problem.boundarySeconds(i, d0)});
-          if (value < best[j][d]) {
-            best[j][d] = value;
-            from[j][d] = {i, d0};
+          if (stage >= here) break;
+          const double value = std::max({before[i], stage, problem.boundarySeconds(i, d0)});
+          if (value < here) {
+            here = value;
+            from[at(d, j)] = {i, d0};
           }
         }
+      }
     }
   int end_device = -1;
   for (int d = 1; d <= devices; ++d)
-    if (best[n][d] < kInfinity && (end_device < 0 || best[n][d] < best[n][end_device])) end_device = d;
+    if (best[at(d, n)] < kInfinity && (end_device < 0 || best[at(d, n)] < best[at(end_device, n)])) end_device = d;
   if (end_device < 0) {
     double need = 0;
     for (int b = 0; b < n; ++b) need = std::max(need, problem.stageMemoryBytes(b, b + 1, 1));
@@ -270,10 +276,10 @@ Partition solveChain(const ChainProblem& problem) {
                 "holds fewer micro-batches, or devices with more memory");
   }
   Partition result;
-  result.objective = best[n][end_device];
+  result.objective = best[at(end_device, n)];
   result.assumed_depth = problem.options().assumed_depth;
   for (int j = n, d = end_device; j > 0;) {
-    const auto [i, d0] = from[j][d];
+    const auto [i, d0] = from[at(d, j)];
     result.stages.push_back({i, j, d0, d});
     j = i;
     d = d0;
@@ -300,6 +306,14 @@ ChainPlan partitionChain(const graph::LayerGraph& graph, const cluster::ClusterS
     if (depth <= o.assumed_depth) return {toPlan(p, problem, schedule), p};
     o.assumed_depth = depth;
   }
+}
+
+bool fitsMemory(const Partition& partition, const ChainProblem& problem) {
+  for (const StageChoice& s : partition.stages)
+    if (problem.stageMemoryBytes(s.first_block, s.end_block, s.replicas()) >
+        problem.deviceBlock(s.first_device, s.end_device).memory_bytes)
+      return false;
+  return true;
 }
 
 plan::Plan toPlan(const Partition& partition, const ChainProblem& problem, const plan::ScheduleOptions& schedule) {

@@ -196,7 +196,78 @@ class Explorer {
  public:
   Explorer(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o,
            Exploration& result)
-      : graph_(graph), cluster_(cluster), o_(o), result_(result) {}
+      : graph_(graph), cluster_(cluster), o_(o), result_(result) {
+    std::vector<double> speeds;
+    for (int d = 0; d < cluster.size(); ++d) speeds.push_back(cluster.device(d).speed);
+    std::sort(speeds.rbegin(), speeds.rend());
+    fastest_speeds_.push_back(0);
+    for (double v : speeds) fastest_speeds_.push_back(fastest_speeds_.back() + v);
+  }
+
+  // Samples/s that no plan on at most `width` devices at micro-batch size `b` can
+  // exceed: the mini-batch's compute spread perfectly over the `width` fastest devices
+  // (replicas only add work: each steps its own copy). Every proposal's compute bound is
+  // below it, so a combination whose bound cannot beat the best simulated plan is
+  // skipped before its DPs run.
+  double combinationBound(const std::string& name, int64_t b, int width) {
+    auto it = work_.find(b);
+    if (it == work_.end()) {
+      plan::Plan whole;
+      whole.microbatch_size = b;
+      whole.microbatches = static_cast<int>(o_.global_batch / b);
+      whole.schedule.name = name;
+      whole.stages.push_back({});
+      for (const auto& l : graph_.layers()) whole.stages.back().layers.push_back(l.name);
+      whole.stages.back().devices.push_back(cluster_.device(0).name);
+      const sim::StageCosts c = sim::CostModel(graph_, cluster_, whole).stage(0);  // a copy: the model is a temporary
+      const double work = whole.microbatches * (c.forward + c.backward_input + c.backward_weight) + c.optimizer_step;
+      it = work_.emplace(b, work).first;
+    }
+    return it->second > 0 ? static_cast<double>(o_.global_batch) * fastest_speeds_[width] / it->second
+                          : std::numeric_limits<double>::infinity();
+  }
+
+  // partitionChain, through the optimum without memory limits that the schedules with
+  // the same stage times share (PartitionOptions::check_memory): where it fits this
+  // schedule's memory, no partition can do better, and the schedule's own DPs are not
+  // run. Results are the same; on clusters where memory does not bind, one DP serves
+  // gpipe, 1f1b, zb-h1 and zb-h2 (and 2bw, pipemare).
+  ChainPlan partitionShared(PartitionOptions po, const plan::ScheduleOptions& schedule) {
+    const schedule::ScheduleTraits& t = schedule::traits(po.schedule);
+    const std::string key = std::to_string(po.microbatch_size) + "/" + std::to_string(po.max_devices) + "/" +
+                            std::to_string(po.max_replicas) + "/" + std::to_string(t.replicable) + "/" +
+                            std::to_string(static_cast<int>(t.step_rule));
+    auto it = relaxed_.find(key);
+    if (it == relaxed_.end()) {
+      PartitionOptions free = po;
+      free.check_memory = false;
+      free.assumed_depth = 1;
+      std::optional<Partition> optimum;
+      try {
+        optimum = solveChain(ChainProblem(graph_, cluster_, free));
+      } catch (const Error&) {
+        // no tiling at all (divisibility): the schedule's own DP says why
+      }
+      it = relaxed_.emplace(key, std::move(optimum)).first;
+    }
+    if (it->second) {
+      po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
+      po.assumed_depth = static_cast<int>(it->second->stages.size());
+      const ChainProblem problem(graph_, cluster_, po);
+      if (fitsMemory(*it->second, problem)) {
+        Partition p = *it->second;
+        p.objective = problem.objective(p.stages);
+        p.assumed_depth = po.assumed_depth;
+        return {toPlan(p, problem, schedule), p};
+      }
+    }
+    return partitionChain(graph_, cluster_, po, schedule);
+  }
+
+  // Whether a combination of that bound cannot beat the best plan simulated so far.
+  bool cannotWin(double bound) const {
+    return o_.prune && simulated_ >= kAlwaysSimulated && bound < best_ * std::exp(-2 * kTie);
+  }
 
   // Every proposal for one schedule, micro-batch size and width.
   void explore(const std::string& name, int64_t b, int width) {
@@ -225,7 +296,8 @@ class Explorer {
     for (int max_replicas : o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1}) {
       po.max_replicas = max_replicas;
       consider(name, b, width, [&]() -> std::optional<Candidate> {
-        const ChainPlan chain = partitionChain(graph_, cluster_, po, schedule);
+        // The exhaustive search (prune off) takes no shortcut: it is the reference.
+        const ChainPlan chain = o_.prune ? partitionShared(po, schedule) : partitionChain(graph_, cluster_, po, schedule);
         return Candidate{chain.plan, {}, chain.partition.objective};
       });
     }
@@ -247,14 +319,12 @@ class Explorer {
   void evaluateProposals() {
     std::stable_sort(proposals_.begin(), proposals_.end(),
                      [](const Proposal& a, const Proposal& b) { return a.bound > b.bound; });
-    double best = 0;
-    int simulated = 0;
     for (Proposal& p : proposals_) {
-      if (o_.prune && simulated >= kAlwaysSimulated && p.bound < best * std::exp(-2 * kTie)) {
+      if (cannotWin(p.bound)) {
         ++result_.pruned;
         continue;
       }
-      ++simulated;
+      ++simulated_;
       try {
         p.candidate.report = sim::evaluatePlan(graph_, cluster_, p.candidate.plan).report;
         p.drop.reason = memoryShortfall(p.candidate.report);
@@ -265,7 +335,7 @@ class Explorer {
         result_.dropped.push_back(std::move(p.drop));
         continue;
       }
-      best = std::max(best, p.candidate.report.throughput);
+      best_ = std::max(best_, p.candidate.report.throughput);
       result_.ranked.push_back(std::move(p.candidate));
     }
     proposals_.clear();
@@ -328,6 +398,11 @@ class Explorer {
   Exploration& result_;
   std::set<std::string> seen_;  // plans proposed so far, by planKey()
   std::vector<Proposal> proposals_;
+  double best_ = 0;             // the best simulated throughput so far
+  int simulated_ = 0;
+  std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds
+  std::map<int64_t, double> work_;      // per micro-batch size: a mini-batch's compute at speed 1
+  std::map<std::string, std::optional<Partition>> relaxed_;  // partitionShared's optima, by what they share
 };
 
 }  // namespace
@@ -339,13 +414,24 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   result.cluster_devices = cluster.size();
   result.graph_layers = graph.size();
   Explorer explorer(graph, cluster, o, result);
-  for (const std::string& name : schedulesToExplore(o)) {
-    result.async_included |= schedule::isAsynchronous(name);
-    for (int64_t b : microbatchSizes(o))
-      for (int width : o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size()))
+  // The widest first: its proposals are simulated, best bound first, before a narrower
+  // width is proposed, so the best plan found there rules out the narrow combinations
+  // (whose bound is lower: fewer devices) before their DPs run.
+  std::vector<int> all_widths = o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size());
+  std::sort(all_widths.rbegin(), all_widths.rend());
+  const std::vector<std::string> names = schedulesToExplore(o);
+  for (const std::string& name : names) result.async_included |= schedule::isAsynchronous(name);
+  for (int width : all_widths) {
+    for (const std::string& name : names)
+      for (int64_t b : microbatchSizes(o)) {
+        if (explorer.cannotWin(explorer.combinationBound(name, b, width))) {
+          ++result.pruned_combinations;
+          continue;
+        }
         explorer.explore(name, b, width);
+      }
+    explorer.evaluateProposals();
   }
-  explorer.evaluateProposals();
   // Throughput within 0.1% is a tie (the simulator's differences that small are rounding),
   // and among ties the leaner plan wins.
   auto tier = [](const Candidate& c) { return static_cast<int64_t>(std::floor(std::log(c.report.throughput) / kTie)); };
@@ -386,6 +472,7 @@ json_io::Json Exploration::toJson() const {
   json_io::Json j = candidateJson(best());
   j["search_seconds"] = search_seconds;
   j["pruned"] = pruned;
+  j["pruned_combinations"] = pruned_combinations;
   j["async_included"] = async_included;
   j["runner_up_lost"] = runnerUpLost();
   j["idle_devices_note"] = idleDevicesNote();

@@ -82,6 +82,9 @@ class Checker {
                   "compute types come first in ActionType");
     std::vector<std::vector<int>> count(4, std::vector<int>(static_cast<std::size_t>(n) * total, 0));
     std::unordered_map<uint64_t, std::pair<int, int>> sends, recvs;  // -> (rank, position)
+    // Each stage's ranks, sorted once: a STEP on each of 8192 replicas searched them all.
+    std::vector<std::vector<int>> sorted_owners = p_.stage_ranks;
+    for (auto& owners : sorted_owners) std::sort(owners.begin(), owners.end());
     for (int r = 0; r < p_.numRanks(); ++r) {
       for (int i = 0; i < static_cast<int>(p_.ranks[r].size()); ++i) {
         const Action& a = p_.ranks[r][i];
@@ -91,9 +94,9 @@ class Checker {
                             p_.ranks[r][i + 1].type == ActionType::B;
           if (!pair) fail(r, i, "only a forward pass directly followed by a full backward (B) can be overlapped");
         }
-        const auto& owners = p_.stage_ranks[a.stage];
         if (a.type == ActionType::STEP || a.type == ActionType::ALLREDUCE) {
-          if (std::find(owners.begin(), owners.end(), r) == owners.end()) fail(r, i, "this rank does not run the stage");
+          const auto& owners = sorted_owners[a.stage];
+          if (!std::binary_search(owners.begin(), owners.end(), r)) fail(r, i, "this rank does not run the stage");
           if (a.type == ActionType::STEP && a.version < 1) fail(r, i, "a STEP must name the version it creates (v1, v2, ...)");
           continue;
         }
@@ -126,15 +129,18 @@ class Checker {
     };
     for (int s = 0; s < n; ++s)
       for (int j = 0; j < total; ++j) {
-        const std::string what = "stage " + std::to_string(s) + ", micro-batch " + std::to_string(j);
+        // Messages are built on failure only: building them for every (stage,
+        // micro-batch) cost more than the checks.
+        auto prefix = [&] {
+          return "schedule \"" + p_.schedule + "\": stage " + std::to_string(s) + ", micro-batch " + std::to_string(j);
+        };
         const int f = occurrences(ActionType::F, s, j), b = occurrences(ActionType::B, s, j),
                   in = occurrences(ActionType::I, s, j), w = occurrences(ActionType::W, s, j);
-        const std::string prefix = "schedule \"" + p_.schedule + "\": " + what;
-        if (f != 1) throw Error(prefix + " has " + std::to_string(f) + " forward passes (F), expected 1");
+        if (f != 1) throw Error(prefix() + " has " + std::to_string(f) + " forward passes (F), expected 1");
         const bool whole = b == 1 && in == 0 && w == 0;
         const bool split = b == 0 && in == 1 && w == 1;
         if (!whole && !split)
-          throw Error(prefix + " needs one B, or one I and one W; found " + std::to_string(b) + " B, " +
+          throw Error(prefix() + " needs one B, or one I and one W; found " + std::to_string(b) + " B, " +
                       std::to_string(in) + " I, " + std::to_string(w) + " W");
       }
     for (const auto& [key, where] : sends)

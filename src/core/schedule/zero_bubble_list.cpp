@@ -31,12 +31,14 @@ std::vector<std::vector<Action>> zeroBubbleListSchedule(const Program& p, int ac
   std::vector<Lane> lanes(p.numRanks());
   std::size_t remaining = 0;
   for (int s = 0; s < p.num_stages; ++s)
-    for (int r : p.stage_ranks[s]) {
+    for (std::size_t k = 0; k < p.stage_ranks[s].size(); ++k) {
+      const int r = p.stage_ranks[s][k];
       Lane& lane = lanes[r];
       if (lane.stage >= 0) throw Error("internal: zero-bubble list scheduling runs one stage per rank");
       lane.stage = s;
-      for (int j = 0; j < total; ++j)
-        if (p.rankOf(s, j) == r) lane.mbs.push_back(j);
+      // Replica k runs every count-th micro-batch from k (Program::rankOf).
+      for (std::size_t j = k; j < static_cast<std::size_t>(total); j += p.stage_ranks[s].size())
+        lane.mbs.push_back(static_cast<int>(j));
       lane.w_left.assign(p.minibatches, 0);
       for (int j : lane.mbs) ++lane.w_left[j / m];
       remaining += 3 * lane.mbs.size();
