@@ -12,7 +12,7 @@ check() {  # check NAME COMMAND...: the command must succeed; its stdout is kept
 expect() {  # expect NAME TEXT [FILE]: FILE (default: the last checked command's output) has TEXT
   local file=${3:-$tmp/out}
   if grep -q -- "$2" "$file"; then passed=$((passed + 1)); else
-    failed=$((failed + 1)); echo "FAIL: $1: $file lacks '$2'"; head -5 "$file"; fi
+    failed=$((failed + 1)); echo "FAIL: $1: $file lacks '$2'"; grep -v '^PROGRESS' "$file" | tail -5; fi
 }
 refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on stderr
   local name=$1 text=$2; shift 2

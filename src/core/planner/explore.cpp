@@ -209,13 +209,12 @@ class Explorer {
   // (replicas only add work: each steps its own copy). Every proposal's compute bound is
   // below it, so a combination whose bound cannot beat the best simulated plan is
   // skipped before its DPs run.
-  double combinationBound(const std::string& name, int64_t b, int width) {
+  double combinationBound(int64_t b, int width) {
     auto it = work_.find(b);
     if (it == work_.end()) {
       plan::Plan whole;
       whole.microbatch_size = b;
-      whole.microbatches = static_cast<int>(o_.global_batch / b);
-      whole.schedule.name = name;
+      whole.microbatches = static_cast<int>(o_.global_batch / b);  // the default schedule: costs do not depend on it
       whole.stages.push_back({});
       for (const auto& l : graph_.layers()) whole.stages.back().layers.push_back(l.name);
       whole.stages.back().devices.push_back(cluster_.device(0).name);
@@ -424,7 +423,7 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   for (int width : all_widths) {
     for (const std::string& name : names)
       for (int64_t b : microbatchSizes(o)) {
-        if (explorer.cannotWin(explorer.combinationBound(name, b, width))) {
+        if (explorer.cannotWin(explorer.combinationBound(b, width))) {
           ++result.pruned_combinations;
           continue;
         }

@@ -129,14 +129,25 @@ class GlooTransport : public Transport {
   std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) override {
     std::vector<at::Tensor> list{flat};
     return std::make_unique<GlooOp>(groupOf(group).allreduce(list), rv_.timeout,
-                                    "rank " + std::to_string(rv_.rank) + ": all-reduce");
+                                    "rank " + std::to_string(rv_.rank) + ": all-reduce with " + peersOf(group));
   }
 
   void barrier() override {
-    GlooOp(world_->barrier(), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": barrier").wait();
+    std::vector<int> all(rv_.world_size);
+    for (int r = 0; r < rv_.world_size; ++r) all[r] = r;
+    GlooOp(world_->barrier(), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": barrier with " + peersOf(all)).wait();
   }
 
  private:
+  // "rank(s) 1, 2": the others of `group`, one of which a collective that fails waited for
+  // (Gloo does not say which).
+  std::string peersOf(const std::vector<int>& group) const {
+    std::string out;
+    for (int r : group)
+      if (r != rv_.rank) out += (out.empty() ? "" : ", ") + std::to_string(r);
+    return "rank(s) " + out;
+  }
+
   // The process group of `group`, made the first time it is used.
   c10d::ProcessGroupGloo& groupOf(const std::vector<int>& group) {
     auto& pg = groups_[group];
