@@ -87,6 +87,9 @@ class ChainProblem {
   // Every first device d0 with allowedDevices(d0, end), largest first, found without
   // trying all of them (a 1024-device DP spent a quarter of its time on refusals).
   std::vector<int> allowedStarts(int end) const;
+  // Those of allowedStarts whose replica count can run a stage at all (it divides the
+  // micro-batches, the schedule replicates, within max_replicas): the DP's.
+  std::vector<int> usefulStarts(int end) const;
   DeviceBlock deviceBlock(int first, int end) const;
   // Seconds per mini-batch; infinity when the stage does not fit its devices' memory
   // or its replicas do not divide the micro-batches.
@@ -104,6 +107,9 @@ class ChainProblem {
   double objective(const std::vector<StageChoice>& stages) const;
 
  private:
+  std::vector<int> starts(int end, bool useful_only) const;
+  bool replicasUsable(int replicas) const;
+
   const graph::LayerGraph& graph_;
   const cluster::ClusterSpec& cluster_;
   PartitionOptions options_;

@@ -156,19 +156,34 @@ bool ChainProblem::allowedDevices(int first, int end) const {
   return false;
 }
 
-std::vector<int> ChainProblem::allowedStarts(int end) const {
+std::vector<int> ChainProblem::allowedStarts(int end) const { return starts(end, false); }
+
+std::vector<int> ChainProblem::usefulStarts(int end) const { return starts(end, true); }
+
+bool ChainProblem::replicasUsable(int r) const {
+  return options_.microbatches % r == 0 && (r == 1 || traits_->replicable) &&
+         (options_.max_replicas <= 0 || r <= options_.max_replicas);
+}
+
+std::vector<int> ChainProblem::starts(int end, bool useful_only) const {
+  // Replica counts that cannot be a stage are left out before sorting: on 8192 devices
+  // in nodes of 8, a stage of whole nodes may start at any of end / 8 devices, and
+  // only the counts dividing the micro-batches (a handful) can run them.
+  auto keep = [&](int d0) { return !useful_only || replicasUsable(end - d0); };
   std::vector<int> candidates{end - 1};
   const auto& levels = cluster_.levels();
   if (!levels.empty()) {
     // Inside the level-0 group of the last device, or whole groups of level l - 1 inside
     // one group of level l: the only shapes allowedDevices() accepts.
     const int g0 = levels[0].group_size;
-    for (int d0 = (end - 1) / g0 * g0; d0 < end - 1; ++d0) candidates.push_back(d0);
+    for (int d0 = (end - 1) / g0 * g0; d0 < end - 1; ++d0)
+      if (keep(d0)) candidates.push_back(d0);
     for (std::size_t l = 1; l < levels.size(); ++l) {
       const int unit = levels[l - 1].group_size;
       if (end % unit != 0) continue;
       const int group_start = l + 1 == levels.size() ? 0 : (end - 1) / levels[l].group_size * levels[l].group_size;
-      for (int d0 = group_start; d0 <= end - unit; d0 += unit) candidates.push_back(d0);
+      for (int d0 = group_start; d0 <= end - unit; d0 += unit)
+        if (keep(d0)) candidates.push_back(d0);
     }
   }
   std::sort(candidates.begin(), candidates.end(), std::greater<int>());
@@ -206,8 +221,7 @@ double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) cons
   const int r = devices.replicas();
   const int m = options_.microbatches;
   // Replicas take every r-th micro-batch.
-  if (m % r != 0 || (r > 1 && !traits_->replicable)) return kInfinity;
-  if (options_.max_replicas > 0 && r > options_.max_replicas) return kInfinity;
+  if (!replicasUsable(r)) return kInfinity;
   if (options_.check_memory && stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
   // Every replica steps its whole share of the weights once per mini-batch, or after
   // each of its micro-batches under PipeDream (1F1B-RR: replicas all-reduce every round).
@@ -246,7 +260,7 @@ Partition solveChain(const ChainProblem& problem) {
   std::vector<std::pair<int, int>> from(best.size(), {-1, -1});
   best[at(0, 0)] = 0;
   for (int d = 1; d <= devices; ++d)
-    for (int d0 : problem.allowedStarts(d)) {
+    for (int d0 : problem.usefulStarts(d)) {
       const DeviceBlock block = problem.deviceBlock(d0, d);
       const double* before = &best[at(d0, 0)];
       for (int j = 1; j <= n; ++j) {
