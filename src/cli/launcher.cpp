@@ -211,6 +211,21 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
       c.running = false;
       --running;
       if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        // A rank that errored usually failed on a peer that was killed (its connection
+        // closed): the kill is the cause to name. Its exit may be reaped a moment later.
+        int cause = r, cause_status = status;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+        while (WIFEXITED(status) && cause == r && std::chrono::steady_clock::now() < deadline) {
+          for (int k = 0; k < nproc; ++k) {
+            int peer_status = 0;
+            if (k == r || !children[k].running || waitpid(children[k].pid, &peer_status, WNOHANG) != children[k].pid)
+              continue;
+            children[k].running = false;
+            --running;
+            if (WIFSIGNALED(peer_status) && cause == r) cause = k, cause_status = peer_status;
+          }
+          if (cause == r) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
         // A rank that timed out usually waited on one that stopped answering: name that one.
         std::string silent;
         for (int k = 0; k < nproc; ++k)
@@ -220,7 +235,7 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
         if (!silent.empty())
           throw Error("rank(s) " + silent + " stopped responding (the process is stopped, e.g. by SIGSTOP); rank " +
                       std::to_string(r) + " " + describe(status) + " waiting for it; ended the job");
-        throw Error("rank " + std::to_string(r) + " " + describe(status) + "; stopped the other ranks");
+        throw Error("rank " + std::to_string(cause) + " " + describe(cause_status) + "; stopped the other ranks");
       }
     }
   }

@@ -118,7 +118,26 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-// One rank: Gloo transport from the environment, progress to stdout.
+// "epoch 1  step 20/112  loss 0.3640  20513 samples/s  ETA 3 s": what a user reads.
+std::string progressLine(int epoch, long long step, long long steps, double loss, double samples_per_second,
+                         int64_t samples_per_step) {
+  const double eta = samples_per_second > 0 ? (steps - step) * samples_per_step / samples_per_second : 0;  // this epoch
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "epoch %d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0f s", epoch + 1, step,
+                steps, loss, samples_per_second, eta);
+  return buf;
+}
+
+// Whether a plain (not a terminal's) progress line is due: every 10 s and at an epoch's end.
+bool plainLineDue(long long step, long long steps, std::chrono::steady_clock::time_point& last) {
+  if (std::chrono::steady_clock::now() - last <= std::chrono::seconds(10) && step != steps) return false;
+  last = std::chrono::steady_clock::now();
+  return true;
+}
+
+// One rank: Gloo transport from the environment. Under the launcher it reports progress
+// and its result in lines the launcher reads; started by hand (torchrun, Slurm), the
+// reporting rank prints progress for people.
 int runRank(TrainArgs& a) {
   runtime::Rendezvous rv = runtime::Rendezvous::fromEnvironment();
   rv.timeout = std::chrono::seconds(a.timeout_seconds);
@@ -126,11 +145,16 @@ int runRank(TrainArgs& a) {
   const bool launched = std::getenv("PIPETRAIN_LAUNCHED") != nullptr;
   auto transport = runtime::makeGlooTransport(rv);
   MetricsLog log(a.log_jsonl);
+  auto last_plain = std::chrono::steady_clock::now();
   const auto result = runtime::trainRank(a.config, *transport, [&](const runtime::Progress& p) {
     if (p.reports) log.write(p);
     if (p.eval) return;
-    std::printf("PROGRESS %d %lld %lld %.6f %.3f\n", p.epoch, static_cast<long long>(p.step),
-                static_cast<long long>(p.steps), p.loss, p.samples_per_second);
+    if (launched)
+      std::printf("PROGRESS %d %lld %lld %.6f %.3f\n", p.epoch, static_cast<long long>(p.step),
+                  static_cast<long long>(p.steps), p.loss, p.samples_per_second);
+    else if (p.reports && plainLineDue(p.step, p.steps, last_plain))
+      std::printf("%s\n", progressLine(p.epoch, p.step, p.steps, p.loss, p.samples_per_second,
+                                        a.config.plan.samplesPerMinibatch()).c_str());
     std::fflush(stdout);
   });
   if (launched) {
@@ -156,16 +180,9 @@ void showProgress(const std::string& line, int64_t samples_per_step, bool tty,
     std::cout << line << "\n";
     return;
   }
-  const double eta = sps > 0 ? (steps - step) * samples_per_step / sps : 0;  // this epoch
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "epoch %d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0f s", epoch + 1, step,
-                steps, loss, sps, eta);
-  if (tty) {
-    std::cout << "\r" << buf << "   " << std::flush;
-  } else if (std::chrono::steady_clock::now() - last_plain > std::chrono::seconds(10) || step == steps) {
-    std::cout << buf << std::endl;
-    last_plain = std::chrono::steady_clock::now();
-  }
+  const std::string text = progressLine(epoch, step, steps, loss, sps, samples_per_step);
+  if (tty) std::cout << "\r" << text << "   " << std::flush;
+  else if (plainLineDue(step, steps, last_plain)) std::cout << text << std::endl;
 }
 
 int blasThreadsPerRank(const TrainArgs& a) {

@@ -4,8 +4,10 @@
 //
 // Each epoch is one Program (plan::programForPlan over the epoch's mini-batches): a
 // flushing schedule repeats its mini-batch, an asynchronous one streams through the
-// whole epoch without a flush and drains once at its end. Evaluation after each epoch
-// runs the plan's forward-only Program with the same executor.
+// whole epoch without a flush and drains once at its end. With checkpoints every N
+// mini-batches the epoch runs as Programs of N, a checkpoint after each (checkpoint.h).
+// Evaluation after each epoch runs the plan's forward-only Program with the same
+// executor.
 #pragma once
 
 #include <cstdint>
