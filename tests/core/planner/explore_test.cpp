@@ -20,6 +20,24 @@ struct TwoNodes {
                                {}};
 };
 
+// The same eight layers with 2 MiB of optimizer state each (4 MiB a layer with weights
+// and gradient), on a ring of four devices of `memory_mib` MiB.
+struct SmallDevices {
+  graph::LayerGraph graph;
+  cluster::ClusterSpec cluster;
+  explicit SmallDevices(int64_t memory_mib) : graph(layers()), cluster(devices(memory_mib), {{"ring", 4, 1e9, 1e-6}}, {}) {}
+  static graph::LayerGraph layers() {
+    std::vector<graph::Layer> v = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20).layers();
+    for (auto& l : v) l.optimizer_state_bytes = 2 << 20;
+    return graph::LayerGraph(v, 1);
+  }
+  static std::vector<cluster::Device> devices(int64_t memory_mib) {
+    std::vector<cluster::Device> d;
+    for (int i = 0; i < 4; ++i) d.push_back({"d" + std::to_string(i), "fpga", 1, memory_mib << 20});
+    return d;
+  }
+};
+
 TEST(Explore, RanksFittingCandidatesBestFirst) {
   TwoNodes s;
   ExploreOptions o;
@@ -68,18 +86,12 @@ TEST(Explore, TheSharedDpKeepsTheExhaustiveChoiceWhereMemoryBinds) {
   // schedules with the same stage times fits some of them and not others, which then
   // run their own.
   for (int64_t memory_mib : {9, 12, 16, 24}) {
-    std::vector<cluster::Device> d;
-    for (int i = 0; i < 4; ++i) d.push_back({"d" + std::to_string(i), "fpga", 1, memory_mib << 20});
-    graph::LayerGraph g = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20);
-    std::vector<graph::Layer> layers = g.layers();
-    for (auto& l : layers) l.optimizer_state_bytes = 2 << 20;
-    g = graph::LayerGraph(layers, 1);
-    const cluster::ClusterSpec small(d, {{"ring", 4, 1e9, 1e-6}}, {});
+    const SmallDevices s(memory_mib);
     ExploreOptions o;
     o.global_batch = 16;
-    const Exploration fast = explore(g, small, o);
+    const Exploration fast = explore(s.graph, s.cluster, o);
     o.prune = false;
-    const Exploration all = explore(g, small, o);
+    const Exploration all = explore(s.graph, s.cluster, o);
     EXPECT_EQ(fast.best().plan.toJson(), all.best().plan.toJson()) << memory_mib << " MiB";
     EXPECT_NEAR(fast.best().report.throughput, all.best().report.throughput, 1e-9) << memory_mib << " MiB";
   }
@@ -130,20 +142,13 @@ TEST(Explore, AsynchronousSchedulesOnlyWhenAllowed) {
 }
 
 TEST(Explore, DropsWhatDoesNotFitAndSaysWhy) {
-  TwoNodes s;
   // 9 MiB per device: a layer's weights, gradient and Adam state take 4 MiB, so only
   // four stages of two layers hold the model and every narrower width is dropped.
-  std::vector<cluster::Device> d;
-  for (int i = 0; i < 4; ++i) d.push_back({"d" + std::to_string(i), "fpga", 1, 9 << 20});
-  graph::LayerGraph g = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20);
-  std::vector<graph::Layer> layers = g.layers();
-  for (auto& l : layers) l.optimizer_state_bytes = 2 << 20;
-  g = graph::LayerGraph(layers, 1);
-  const cluster::ClusterSpec small(d, {{"ring", 4, 1e9, 1e-6}}, {});
+  const SmallDevices s(9);
   ExploreOptions o;
   o.global_batch = 8;
   o.prune = false;  // the narrow widths, which cannot win, are where memory runs out
-  const Exploration e = explore(g, small, o);
+  const Exploration e = explore(s.graph, s.cluster, o);
   EXPECT_FALSE(e.dropped.empty());
   for (const auto& c : e.ranked) EXPECT_GE(c.plan.numStages(), 2);
   bool memory_reason = false;
