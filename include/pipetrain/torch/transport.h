@@ -44,6 +44,13 @@ class Transport {
   virtual std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) = 0;
   // Blocks until every rank has arrived.
   virtual void barrier() = 0;
+
+  // 0, 1, ..., worldSize() - 1: the group of a collective over the whole job.
+  std::vector<int> allRanks() const {
+    std::vector<int> ranks(worldSize());
+    for (int r = 0; r < worldSize(); ++r) ranks[r] = r;
+    return ranks;
+  }
 };
 
 // A moment every rank agrees on, each in its own steady clock: rank 0's now, carried to

@@ -4,7 +4,10 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -20,6 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 using checkpoint::Manifest;
 
+// A rank's file: tensors by key.
+using Shard = c10::Dict<std::string, torch::Tensor>;
+
 // Keys of a rank's file (checkpoint.h).
 std::string tensorKey(const std::string& layer, const std::string& name) { return layer + "/" + name; }
 std::string stateKey(const std::string& tensor_key, const std::string& field) { return tensor_key + "#" + field; }
@@ -34,10 +40,17 @@ std::string folderName(int64_t minibatches, int64_t run) {
   return name;
 }
 
-std::vector<int> allRanks(const Transport& t) {
-  std::vector<int> ranks(t.worldSize());
-  for (int r = 0; r < t.worldSize(); ++r) ranks[r] = r;
-  return ranks;
+// Newer checkpoints compare greater: more mini-batches trained, then written later (a
+// restarted run's checkpoint of a step beats the failed run's).
+std::pair<int64_t, double> recency(const Manifest& m) { return {m.position.minibatches, m.written_at}; }
+
+// The folders under `root` that checkpoints are written to (folderName), complete or not.
+std::vector<fs::path> checkpointFolders(const fs::path& root) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec))
+    if (entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0) out.push_back(entry.path());
+  return out;
 }
 
 // The stages whose state this rank writes: those whose micro-batch-0 replica it runs
@@ -49,8 +62,8 @@ std::vector<int> stagesWritten(const RankState& s, int rank) {
   return out;
 }
 
-c10::Dict<std::string, torch::Tensor> shardOf(const RankState& s, int rank) {
-  c10::Dict<std::string, torch::Tensor> shard;
+Shard shardOf(const RankState& s, int rank) {
+  Shard shard;
   for (int stage : stagesWritten(s, rank)) {
     const auto state = s.executor.parameterState(stage);
     std::size_t i = 0;  // the stage's parameters, in models::Model::parameters order
@@ -89,35 +102,54 @@ std::vector<checkpoint::LayerEntry> layerEntries(const RankState& s) {
 void prune(const fs::path& root, const fs::path& written, int keep) {
   std::vector<std::pair<std::pair<int64_t, double>, fs::path>> complete;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(root, ec)) {
-    if (!entry.is_directory() || entry.path().filename().string().rfind("step-", 0) != 0) continue;
-    if (entry.path() == written) continue;
+  for (const fs::path& dir : checkpointFolders(root)) {
+    if (dir == written) continue;
     try {
-      const Manifest m = Manifest::load((entry.path() / checkpoint::kManifestFile).string());
-      complete.push_back({{m.position.minibatches, m.written_at}, entry.path()});
+      const Manifest m = Manifest::load((dir / checkpoint::kManifestFile).string());
+      complete.push_back({recency(m), dir});
     } catch (const Error&) {
-      fs::remove_all(entry.path(), ec);  // incomplete: never a checkpoint
+      fs::remove_all(dir, ec);  // incomplete: never a checkpoint
     }
   }
   std::sort(complete.rbegin(), complete.rend());
   for (std::size_t i = std::max(keep - 1, 0); i < complete.size(); ++i) fs::remove_all(complete[i].second, ec);
 }
 
-std::vector<char> readBytes(const std::string& path) {
-  const std::string s = text::readFile(path);
-  return {s.begin(), s.end()};
-}
-
-c10::Dict<std::string, torch::Tensor> readShard(const std::string& path) {
+Shard readShard(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open file");
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   try {
-    const c10::IValue v = torch::pickle_load(readBytes(path));
-    c10::Dict<std::string, torch::Tensor> out;
+    const c10::IValue v = torch::pickle_load(bytes);
+    Shard out;
     for (const auto& item : v.toGenericDict()) out.insert(item.key().toStringRef(), item.value().toTensor());
     return out;
   } catch (const c10::Error& e) {
     throw Error(path + ": not a checkpoint file pipetrain wrote (" + std::string(e.what_without_backtrace()) + ")");
   }
 }
+
+// A checkpoint's rank files, each read once when first needed.
+class Shards {
+ public:
+  explicit Shards(const Checkpoint& c) : c_(c) {}
+  const Shard& file(const std::string& name) {
+    auto it = read_.find(name);
+    if (it == read_.end()) it = read_.emplace(name, readShard((fs::path(c_.dir) / name).string())).first;
+    return it->second;
+  }
+  // The tensor under `key` in file `name`, which the manifest says is there.
+  torch::Tensor tensor(const std::string& name, const std::string& key) {
+    const Shard& shard = file(name);
+    auto it = shard.find(key);
+    if (it == shard.end()) throw Error("checkpoint " + c_.dir + ": " + name + " lacks '" + key + "' that the manifest lists");
+    return it->value();
+  }
+
+ private:
+  const Checkpoint& c_;
+  std::map<std::string, Shard> read_;
+};
 
 Checkpoint readChecked(const fs::path& dir) {
   const std::string manifest = (dir / checkpoint::kManifestFile).string();
@@ -136,19 +168,12 @@ Checkpoint findCheckpoint(const std::string& path) {
   const fs::path root(path);
   if (fs::exists(root / checkpoint::kManifestFile)) return readChecked(root);
   if (!fs::is_directory(root)) throw Error("--resume " + path + ": no such checkpoint folder");
-  std::vector<fs::path> candidates;
-  for (const auto& entry : fs::directory_iterator(root))
-    if (entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0 &&
-        fs::exists(entry.path() / checkpoint::kManifestFile))
-      candidates.push_back(entry.path());
   std::optional<Checkpoint> best;
-  for (const auto& dir : candidates) {
+  for (const fs::path& dir : checkpointFolders(root)) {
+    if (!fs::exists(dir / checkpoint::kManifestFile)) continue;  // incomplete, not broken
     try {
       Checkpoint c = readChecked(dir);
-      const auto key = [](const Checkpoint& x) {
-        return std::make_pair(x.manifest.position.minibatches, x.manifest.written_at);
-      };
-      if (!best || key(c) > key(*best)) best = std::move(c);
+      if (!best || recency(c.manifest) > recency(best->manifest)) best = std::move(c);
     } catch (const Error& e) {
       std::cerr << "skipping " << e.what() << "\n";
     }
@@ -172,7 +197,7 @@ std::string saveCheckpoint(const std::string& root, int64_t run, int keep, const
   files[t.rank()][0] = static_cast<int64_t>(bytes.size());
   files[t.rank()][1] = static_cast<int64_t>(checkpoint::crc32(bytes.data(), bytes.size()));
   std::vector<torch::Tensor> reduced{files};
-  t.allReduceSum(reduced, allRanks(t));
+  t.allReduceSum(reduced, t.allRanks());
   if (t.rank() == 0) {
     Manifest m;
     m.position = position;
@@ -195,21 +220,10 @@ void loadCheckpoint(const Checkpoint& c, const checkpoint::Identity& identity, c
   const Manifest& m = c.manifest;
   const std::string difference = m.identity.differenceFrom(identity);
   if (!difference.empty()) throw Error("checkpoint " + c.dir + " does not match this run: " + difference);
-  // Which files this rank needs: those holding its layers.
-  const std::vector<int> mine = state.executor.stagesOfRank();
-  std::map<std::string, c10::Dict<std::string, torch::Tensor>> shards;
-  auto shard = [&](const std::string& file) -> const c10::Dict<std::string, torch::Tensor>& {
-    auto it = shards.find(file);
-    if (it == shards.end()) it = shards.emplace(file, readShard((fs::path(c.dir) / file).string())).first;
-    return it->second;
-  };
-  auto tensor = [&](const c10::Dict<std::string, torch::Tensor>& d, const std::string& file, const std::string& key) {
-    auto it = d.find(key);
-    if (it == d.end()) throw Error("checkpoint " + c.dir + ": " + file + " lacks '" + key + "' that the manifest lists");
-    return it->value();
-  };
+  // Only the files holding this rank's layers are read.
+  Shards shards(c);
   torch::NoGradGuard no_grad;
-  for (int stage : mine) {
+  for (int stage : state.executor.stagesOfRank()) {
     std::vector<PipelineExecutor::TensorMap> states;
     int64_t steps = -1;
     for (int l = state.stages[stage].first; l < state.stages[stage].last; ++l) {
@@ -218,10 +232,9 @@ void loadCheckpoint(const Checkpoint& c, const checkpoint::Identity& identity, c
       if (!entry)
         throw Error("checkpoint " + c.dir + " is of another model: it has no layer '" + layer + "' (" +
                     std::to_string(m.layers.size()) + " layers, of " + m.identity.model + ")");
-      const auto& d = shard(entry->file);
       const auto& module = *state.model.layers[l].module.ptr();
       auto load = [&](const std::string& name, torch::Tensor target) {
-        const torch::Tensor saved = tensor(d, entry->file, tensorKey(layer, name));
+        const torch::Tensor saved = shards.tensor(entry->file, tensorKey(layer, name));
         if (saved.sizes() != target.sizes())
           throw Error("checkpoint " + c.dir + " is of another model: " + tensorKey(layer, name) + " has shape " +
                       c10::str(saved.sizes()) + " there, " + c10::str(target.sizes()) + " here");
@@ -231,12 +244,12 @@ void loadCheckpoint(const Checkpoint& c, const checkpoint::Identity& identity, c
         load(p.key(), p.value().detach());
         PipelineExecutor::TensorMap fields;
         const std::string prefix = tensorKey(layer, p.key()) + "#";
-        for (const auto& item : d)
+        for (const auto& item : shards.file(entry->file))
           if (item.key().rfind(prefix, 0) == 0) fields[item.key().substr(prefix.size())] = item.value();
         states.push_back(std::move(fields));
       }
       for (const auto& b : module.named_buffers()) load(b.key(), b.value().detach());
-      const int64_t layer_steps = tensor(d, entry->file, stepsKey(layer)).item<int64_t>();
+      const int64_t layer_steps = shards.tensor(entry->file, stepsKey(layer)).item<int64_t>();
       // A stage made of layers that stepped apart (another plan's stages): T1 ramps from the fewest.
       steps = steps < 0 ? layer_steps : std::min(steps, layer_steps);
     }
@@ -252,24 +265,18 @@ void loadCheckpoint(const Checkpoint& c, const checkpoint::Identity& identity, c
   if (m.plan.toJson() == plan.toJson() && rank < m.world_size) {
     at::Generator generator = at::detail::getDefaultCPUGenerator();  // a handle to the global one
     std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(tensor(shard(fileOfRank(rank)), fileOfRank(rank), kRngKey));
+    generator.set_state(shards.tensor(fileOfRank(rank), kRngKey));
   }
 }
 
 void exportCheckpoint(const Checkpoint& c, const std::string& out, const std::string& model_file) {
   const Manifest& m = c.manifest;
-  std::map<std::string, c10::Dict<std::string, torch::Tensor>> shards;
-  for (const auto& f : m.files) shards.emplace(f.name, readShard((fs::path(c.dir) / f.name).string()));
+  Shards shards(c);
   // Every layer's tensors, as "<layer>.<name>": the module attribute path in both forms.
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& layer : m.layers)
-    for (const auto& t : layer.tensors) {
-      const auto& d = shards.at(layer.file);
-      auto it = d.find(tensorKey(layer.name, t.name));
-      if (it == d.end())
-        throw Error("checkpoint " + c.dir + ": " + layer.file + " lacks '" + tensorKey(layer.name, t.name) + "'");
-      tensors.push_back({layer.name + "." + t.name, it->value()});
-    }
+    for (const auto& t : layer.tensors)
+      tensors.push_back({layer.name + "." + t.name, shards.tensor(layer.file, tensorKey(layer.name, t.name))});
   const std::string script = model_file.empty() ? m.identity.model_file : model_file;
   if (script.empty()) {
     c10::Dict<std::string, torch::Tensor> dict;

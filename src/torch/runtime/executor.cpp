@@ -633,10 +633,6 @@ std::vector<StageWeights> PipelineExecutor::weights() const {
   return out;
 }
 
-}  // namespace pipetrain::runtime
-
-namespace pipetrain::runtime {
-
 // T2's velocity by name, beside the optimizer's state.
 constexpr const char* kVelocity = "t2.velocity";
 

@@ -133,9 +133,8 @@ class GlooTransport : public Transport {
   }
 
   void barrier() override {
-    std::vector<int> all(rv_.world_size);
-    for (int r = 0; r < rv_.world_size; ++r) all[r] = r;
-    GlooOp(world_->barrier(), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": barrier with " + peersOf(all)).wait();
+    GlooOp(world_->barrier(), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": barrier with " + peersOf(allRanks()))
+        .wait();
   }
 
  private:

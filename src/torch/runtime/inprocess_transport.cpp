@@ -117,10 +117,8 @@ class InProcessTransport : public Transport {
   }
 
   void barrier() override {
-    std::vector<int> all;
-    for (int r = 0; r < s_->world_size; ++r) all.push_back(r);
     std::vector<torch::Tensor> none;
-    allReduceSum(none, all);
+    allReduceSum(none, allRanks());
   }
 
  private:

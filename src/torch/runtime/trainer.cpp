@@ -52,12 +52,6 @@ std::vector<torch::Tensor> cloneTensors(const std::vector<torch::Tensor>& tensor
   return out;
 }
 
-std::vector<int> allRanks(const Transport& t) {
-  std::vector<int> ranks;
-  for (int r = 0; r < t.worldSize(); ++r) ranks.push_back(r);
-  return ranks;
-}
-
 // Ranks that do not read data still need the dataset's size (for the epoch length):
 // the ranks that hold the dataset contribute its size, the others zero, and the sum is
 // divided by the number of holders.
@@ -67,7 +61,7 @@ int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
     v[0][0] = dataset->size();
     v[0][1] = 1;
   }
-  t.allReduceSum(v, allRanks(t));
+  t.allReduceSum(v, t.allRanks());
   return v[0][0].item<int64_t>() / v[0][1].item<int64_t>();
 }
 
@@ -79,7 +73,7 @@ int64_t agreeOnRunId(Transport& t) {
   if (t.rank() == 0)
     id[0][0] = std::chrono::duration_cast<std::chrono::milliseconds>(
                    std::chrono::system_clock::now().time_since_epoch()).count() % 1000000000;
-  t.allReduceSum(id, allRanks(t));
+  t.allReduceSum(id, t.allRanks());
   return id[0][0].item<int64_t>();
 }
 
@@ -153,7 +147,7 @@ std::pair<double, double> evaluate(const TrainConfig& c, models::Model& model, P
   std::vector<torch::Tensor> totals{torch::tensor({sum.loss_sum, static_cast<double>(sum.correct),
                                                    static_cast<double>(sum.positions)},
                                                   torch::kDouble)};
-  t.allReduceSum(totals, allRanks(t));
+  t.allReduceSum(totals, t.allRanks());
   if (!has_last) return {-1, -1};
   const double positions = totals[0][2].item<double>();
   const bool classes = model.input.loss != models::LossKind::kMeanSquaredError;
@@ -177,7 +171,7 @@ void gatherModel(models::Model& model, const std::vector<StageLayers>& stages, c
         }
     }
   }
-  t.allReduceSum(sums, allRanks(t));
+  t.allReduceSum(sums, t.allRanks());
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < targets.size(); ++i) targets[i].copy_(sums[i]);
 }
