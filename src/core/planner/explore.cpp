@@ -419,10 +419,11 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   std::vector<int> all_widths = o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size());
   std::sort(all_widths.rbegin(), all_widths.rend());
   const std::vector<std::string> names = schedulesToExplore(o);
+  const std::vector<int64_t> sizes = microbatchSizes(o);
   for (const std::string& name : names) result.async_included |= schedule::isAsynchronous(name);
   for (int width : all_widths) {
     for (const std::string& name : names)
-      for (int64_t b : microbatchSizes(o)) {
+      for (int64_t b : sizes) {
         if (explorer.cannotWin(explorer.combinationBound(b, width))) {
           ++result.pruned_combinations;
           continue;
