@@ -67,8 +67,16 @@ struct DeviceBlock {
   int replicas() const { return end - first; }
 };
 
-// The prices of every candidate stage and boundary; shared by the DP and by tests that
-// search exhaustively.
+// What a stage's layers add up to: compute and activations per micro-batch at speed 1
+// (already scaled to the micro-batch size), the optimizer step per STEP, and bytes.
+struct StageSums {
+  double compute = 0, backward = 0, step = 0, activation = 0, params = 0, optimizer = 0;
+  StageSums& operator+=(const StageSums& o);
+  StageSums operator-(const StageSums& o) const;
+};
+
+// The prices of every candidate stage and boundary; shared by the DP, the graph
+// partitioner (graph_partition.h) and by tests that search exhaustively.
 class ChainProblem {
  public:
   // Throws Error when the options cannot be used (no devices, bad micro-batch numbers).
@@ -103,6 +111,13 @@ class ChainProblem {
   // Bytes one replica of the stage needs at its peak.
   double stageMemoryBytes(int first_block, int end_block, int replicas) const;
 
+  // The same prices for any set of layers (a stage of a graph plan). `depth`: the
+  // stages on the longest path from this one to the pipeline's end, itself included,
+  // which sizes its in-flight micro-batches.
+  StageSums sumsOf(const std::vector<int>& layers) const;
+  double stageSeconds(const StageSums& stage, const DeviceBlock& devices) const;
+  double stageMemoryBytes(const StageSums& stage, int replicas, int depth) const;
+
   // The objective of a tiling (the largest stage or boundary time).
   double objective(const std::vector<StageChoice>& stages) const;
 
@@ -118,8 +133,9 @@ class ChainProblem {
   double scale_ = 1;                      // micro-batch size / profiled batch size
   int extra_weight_buffers_ = 0;
   std::vector<int> block_start_;          // first layer of each block, then the layer count
-  // Prefix sums over blocks (per micro-batch, at speed 1).
-  std::vector<double> compute_, backward_, step_, activation_, params_, optimizer_;
+  StageSums layerSums(int layer) const;
+
+  std::vector<StageSums> prefix_;         // over blocks: prefix_[b] = blocks [0, b)
   std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block
   // Sparse tables over the devices (level k holds ranges of 2^k), so that deviceBlock()
   // is O(1) instead of a walk over the block's devices: on 1024 devices that walk, and

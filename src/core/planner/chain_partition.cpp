@@ -102,25 +102,11 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   for (int b = 0; b < n; ++b)
     for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) block_of[i] = b;
 
-  for (auto* v : {&compute_, &backward_, &step_, &activation_, &params_, &optimizer_}) v->assign(n + 1, 0.0);
+  prefix_.assign(n + 1, StageSums{});
   cut_bytes_.assign(n + 1, 0.0);
   for (int b = 0; b < n; ++b) {
-    double f = 0, bw = 0, step = 0, act = 0, par = 0, opt = 0;
-    for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) {
-      const graph::Layer& l = graph.layer(i);
-      f += l.forward_seconds;
-      bw += l.backwardSeconds();
-      step += l.optimizer_seconds;
-      act += l.saved_activation_bytes;
-      par += l.param_bytes;
-      opt += l.optimizer_state_bytes;
-    }
-    compute_[b + 1] = compute_[b] + (f + bw) * scale_;
-    backward_[b + 1] = backward_[b] + bw * scale_;
-    step_[b + 1] = step_[b] + step;
-    activation_[b + 1] = activation_[b] + act * scale_;
-    params_[b + 1] = params_[b] + par;
-    optimizer_[b + 1] = optimizer_[b] + opt;
+    prefix_[b + 1] = prefix_[b];
+    for (int i = block_start_[b]; i < block_start_[b + 1]; ++i) prefix_[b + 1] += layerSums(i);
   }
   // An output crosses every cut between its producer's block and its last consumer's.
   std::vector<double> delta(n + 1, 0.0);
@@ -194,16 +180,48 @@ std::vector<int> ChainProblem::starts(int end, bool useful_only) const {
   return starts;
 }
 
-double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replicas) const {
-  // Every replica runs the stage's order over its own m / replicas micro-batches.
-  const schedule::ScheduleKind kind = traits_->kind;
-  const int inflight =
-      schedule::inflightMicrobatchesBound(kind, options_.assumed_depth, options_.microbatches / replicas);
-  const double params = params_[end_block] - params_[first_block];
-  return params * schedule::weightCopiesBound(kind, inflight, extra_weight_buffers_) +
-         (optimizer_[end_block] - optimizer_[first_block]) + (activation_[end_block] - activation_[first_block]) * inflight;
+StageSums& StageSums::operator+=(const StageSums& o) {
+  compute += o.compute;
+  backward += o.backward;
+  step += o.step;
+  activation += o.activation;
+  params += o.params;
+  optimizer += o.optimizer;
+  return *this;
 }
 
+StageSums StageSums::operator-(const StageSums& o) const {
+  return {compute - o.compute,       backward - o.backward, step - o.step,
+          activation - o.activation, params - o.params,     optimizer - o.optimizer};
+}
+
+StageSums ChainProblem::layerSums(int layer) const {
+  const graph::Layer& l = graph_.layer(layer);
+  return {(l.forward_seconds + l.backwardSeconds()) * scale_,
+          l.backwardSeconds() * scale_,
+          l.optimizer_seconds,
+          static_cast<double>(l.saved_activation_bytes) * scale_,
+          static_cast<double>(l.param_bytes),
+          static_cast<double>(l.optimizer_state_bytes)};
+}
+
+StageSums ChainProblem::sumsOf(const std::vector<int>& layers) const {
+  StageSums sums;
+  for (int l : layers) sums += layerSums(l);
+  return sums;
+}
+
+double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replicas) const {
+  return stageMemoryBytes(prefix_[end_block] - prefix_[first_block], replicas, options_.assumed_depth);
+}
+
+double ChainProblem::stageMemoryBytes(const StageSums& stage, int replicas, int depth) const {
+  // Every replica runs the stage's order over its own m / replicas micro-batches.
+  const schedule::ScheduleKind kind = traits_->kind;
+  const int inflight = schedule::inflightMicrobatchesBound(kind, depth, options_.microbatches / replicas);
+  return stage.params * schedule::weightCopiesBound(kind, inflight, extra_weight_buffers_) + stage.optimizer +
+         stage.activation * inflight;
+}
 
 DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   DeviceBlock b{first, end, kInfinity, kInfinity, kInfinity, 0.0};
@@ -219,20 +237,23 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
 
 double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) const {
   const int r = devices.replicas();
+  if (options_.check_memory && replicasUsable(r) && stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
+  return stageSeconds(prefix_[j] - prefix_[i], devices);
+}
+
+double ChainProblem::stageSeconds(const StageSums& stage, const DeviceBlock& devices) const {
+  const int r = devices.replicas();
   const int m = options_.microbatches;
   // Replicas take every r-th micro-batch.
   if (!replicasUsable(r)) return kInfinity;
-  if (options_.check_memory && stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
   // Every replica steps its whole share of the weights once per mini-batch, or after
   // each of its micro-batches under PipeDream (1F1B-RR: replicas all-reduce every round).
   const bool per_microbatch = traits_->step_rule == schedule::StepRule::kPerMicrobatch;
   const int steps = per_microbatch ? m / r : 1;
-  const double compute =
-      ((compute_[j] - compute_[i]) * (m / r) + (step_[j] - step_[i]) * steps) / devices.speed;
+  const double compute = (stage.compute * (m / r) + stage.step * steps) / devices.speed;
   // Each all-reduce overlaps the backward pass before it.
-  const double allreduce =
-      sim::ringAllreduceSeconds(params_[j] - params_[i], r, devices.ring_bandwidth, devices.ring_latency);
-  const double last_backward = (backward_[j] - backward_[i]) / devices.speed;
+  const double allreduce = sim::ringAllreduceSeconds(stage.params, r, devices.ring_bandwidth, devices.ring_latency);
+  const double last_backward = stage.backward / devices.speed;
   return compute + steps * std::max(0.0, allreduce - last_backward);
 }
 

@@ -1,0 +1,64 @@
+// GraphPipe's partitioner (arXiv 2406.17145): cuts a multi-branch model into a *graph*
+// of stages, so that independent branches run side by side on their own devices and
+// the pipeline is as shallow as the branches allow.
+//
+// The search, as published. Binary search on the bottleneck T (seconds per mini-batch
+// of the slowest stage or transfer, priced exactly as the chain DP prices them:
+// ChainProblem::stageSeconds and the simulator's transfer formula). For one T, a
+// memoised DP over the series-parallel tree (series_parallel.h) finds the shallowest
+// stage graph whose every stage and transfer takes at most T and whose every stage
+// fits its devices' memory. A region of the tree on a window of devices [d0, d1), with
+// k stages after it on the way to the pipeline's end, is one of:
+//  - one stage on a block of the window (replicas allowed where the chain DP allows
+//    them), holding k + 1 micro-batches' activations under 1F1B-like schedules;
+//  - a series split: a run of children, then the rest on the devices after it; the
+//    second part is planned first, and its depth adds to k for the first part;
+//  - a parallel split: a run of branches on the first devices of the window and the
+//    other branches on the rest, each with the same k; the depth is the deeper one's.
+// The smallest feasible T wins, then the smallest depth (GraphPipe's in-flight
+// micro-batches at the input stage). Devices are laid out in the tree's order, so a
+// stage's replicas sit next to each other as in the chain DP, on hierarchical and
+// heterogeneous clusters alike.
+//
+// What it does not see: a series split's transfers are priced as one message of all
+// the bytes crossing it, on the link between the two parts' adjacent devices. The
+// simulator, which ranks the plans, sees every message on its own route.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/cluster/cluster_spec.h"
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/plan/plan.h"
+#include "pipetrain/planner/chain_partition.h"
+
+namespace pipetrain::planner {
+
+struct GraphStage {
+  std::vector<int> layers;            // topological order
+  int first_device = 0, end_device = 0;
+  int depth = 1;                      // stages on its longest path to the end, itself included
+};
+
+struct GraphPartition {
+  std::vector<GraphStage> stages;     // in a topological order of the stage graph
+  double objective = 0;               // T: seconds per mini-batch of the slowest stage or transfer
+  int depth = 0;                      // stages on the longest path (the input stages' depth)
+  std::vector<std::string> notes;     // parts of the graph that were not series-parallel
+};
+
+// The partition described above. Uses the schedule, micro-batching, device limit and
+// replica limit of `options` (assumed_depth and max_blocks do not apply: depths are
+// exact, layers are not grouped). Throws Error when no partition fits memory.
+GraphPartition solveGraph(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                          const PartitionOptions& options);
+
+struct GraphPlan {
+  plan::Plan plan;
+  GraphPartition partition;
+};
+GraphPlan partitionGraph(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                         const PartitionOptions& options, const plan::ScheduleOptions& schedule);
+
+}  // namespace pipetrain::planner

@@ -1,0 +1,342 @@
+#include "pipetrain/planner/graph_partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+#include "pipetrain/graph/series_parallel.h"
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/sim/cost_model.h"
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::planner {
+namespace {
+
+constexpr int kNone = std::numeric_limits<int>::max() / 4;  // no feasible partition
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+using graph::SpNode;
+
+// A run of children [first, end) of a tree node on devices [d0, d1), with `after`
+// stages behind it on the way to the end.
+struct State {
+  int node, first, end, d0, d1, after;
+  bool operator==(const State& o) const {
+    return node == o.node && first == o.first && end == o.end && d0 == o.d0 && d1 == o.d1 && after == o.after;
+  }
+};
+struct StateHash {
+  std::size_t operator()(const State& s) const {
+    std::size_t h = 0;
+    for (int v : {s.node, s.first, s.end, s.d0, s.d1, s.after}) h = h * 1000003u + static_cast<std::size_t>(v);
+    return h;
+  }
+};
+
+// How a state's best partition was made.
+struct Choice {
+  enum class Kind { kStage, kChild, kLevels, kSeries, kParallel } kind = Kind::kStage;
+  int split = 0;   // kSeries / kParallel: the first child of the second part
+  bool swapped = false;  // kParallel: the second part takes the first devices
+  int device = 0;  // kStage: the block's first device; splits: the second part's first device
+  int end_device = 0;  // kStage: the block's end
+  int second_depth = 0;  // kSeries: the second part's depth
+  double seconds = 0;    // kStage: the stage's time; kSeries: the transfer's (what the limit was held against)
+};
+
+struct Entry {
+  int depth = kNone;
+  Choice choice;
+};
+
+class GraphSearch {
+ public:
+  // `depth_floor`: memory is sized for at least this many stages to the end.
+  GraphSearch(const graph::LayerGraph& graph, const ChainProblem& problem, const graph::SpTree& tree, int depth_floor)
+      : graph_(graph), problem_(problem), tree_(tree), depth_floor_(depth_floor) {
+    child_prefix_.resize(tree.nodes.size());
+    for (std::size_t v = 0; v < tree.nodes.size(); ++v) {
+      const SpNode& node = tree.nodes[v];
+      auto& prefix = child_prefix_[v];
+      prefix.assign(1, StageSums{});
+      if (node.kind == SpNode::Kind::kLayer) {
+        prefix.push_back(problem.sumsOf({node.layer}));
+        continue;
+      }
+      for (int c : node.children) {
+        StageSums next = prefix.back();
+        prefix.push_back(next += problem.sumsOf(tree.nodes[c].layers));
+      }
+    }
+  }
+
+  // The shallowest partition with every stage and transfer within `limit`: its depth,
+  // or kNone.
+  // Devices after the plan's last stay idle, as in the chain DP; of equally deep
+  // partitions the one on the fewest devices.
+  int solve(double limit) {
+    limit_ = limit;
+    memo_.clear();
+    used_ = 0;
+    int depth = kNone;
+    for (int e = 1; e <= problem_.numDevices(); ++e) {
+      const int d = best(root(e));
+      if (d < depth) depth = d, used_ = e;
+    }
+    return depth;
+  }
+
+  // The partition solve() found, with its real bottleneck as the objective.
+  GraphPartition partition() {
+    GraphPartition p;
+    collect(root(used_), p);
+    return p;
+  }
+
+ private:
+  State root(int devices) const { return {tree_.root, 0, width(tree_.root), 0, devices, 0}; }
+
+  int width(int node) const {
+    const SpNode& n = tree_.nodes[node];
+    return n.kind == SpNode::Kind::kLayer ? 1 : static_cast<int>(n.children.size());
+  }
+
+  std::vector<int> layersOf(const State& s) const {
+    const SpNode& n = tree_.nodes[s.node];
+    if (n.kind == SpNode::Kind::kLayer) return n.layers;
+    std::vector<int> layers;
+    for (int c = s.first; c < s.end; ++c) {
+      const auto& more = tree_.nodes[n.children[c]].layers;
+      layers.insert(layers.end(), more.begin(), more.end());
+    }
+    std::sort(layers.begin(), layers.end());
+    return layers;
+  }
+
+  // Bytes per micro-batch that children [first, split) send to children [split, end) of
+  // a series node: each producer's output once.
+  double crossingBytes(int node, int first, int split, int end) {
+    const auto key = std::make_tuple(node, first, split, end);
+    auto it = crossing_.find(key);
+    if (it != crossing_.end()) return it->second;
+    const SpNode& n = tree_.nodes[node];
+    std::vector<char> in_second(graph_.size(), 0);
+    for (int c = split; c < end; ++c)
+      for (int l : tree_.nodes[n.children[c]].layers) in_second[l] = 1;
+    double bytes = 0;
+    for (int c = first; c < split; ++c)
+      for (int l : tree_.nodes[n.children[c]].layers)
+        for (int s : graph_.successors(l))
+          if (in_second[s]) {
+            bytes += static_cast<double>(graph_.layer(l).output_bytes);
+            break;
+          }
+    bytes *= static_cast<double>(problem_.options().microbatch_size) / graph_.batchSize();
+    return crossing_[key] = bytes;
+  }
+
+  double transferSeconds(double bytes, int device) const {
+    if (bytes <= 0) return 0;
+    return problem_.options().microbatches * sim::transferSeconds(bytes, problem_.cluster().route(device - 1, device));
+  }
+
+  int best(const State& s) {
+    auto it = memo_.find(s);
+    if (it != memo_.end()) return it->second.depth;
+    Entry e = search(s);
+    memo_[s] = e;
+    return e.depth;
+  }
+
+  Entry search(const State& s) {
+    Entry result;
+    // One stage on the whole window, if it is fast enough and holds the stage's weights
+    // and after + 1 micro-batches in flight. Windows are tiled exactly, as the chain DP
+    // tiles a prefix, so every transfer is priced between the devices that make it.
+    const StageSums sums = child_prefix_[s.node][s.end] - child_prefix_[s.node][s.first];
+    if (problem_.allowedDevices(s.d0, s.d1)) {
+      const DeviceBlock block = problem_.deviceBlock(s.d0, s.d1);
+      const double seconds = problem_.stageSeconds(sums, block);
+      const bool fits = !problem_.options().check_memory ||
+                        problem_.stageMemoryBytes(sums, block.replicas(), std::max(s.after + 1, depth_floor_)) <= block.memory_bytes;
+      if (seconds <= limit_ && fits) return {1, {Choice::Kind::kStage, 0, false, s.d0, s.d1, 0, seconds}};
+    }
+    const SpNode& n = tree_.nodes[s.node];
+    if (n.kind == SpNode::Kind::kLayer) return result;
+    if (s.end - s.first == 1) {
+      const int child = n.children[s.first];
+      if (tree_.nodes[child].kind == SpNode::Kind::kLayer) return result;  // tried as one stage above
+      result.depth = best({child, 0, width(child), s.d0, s.d1, s.after});
+      result.choice.kind = Choice::Kind::kChild;
+      return result;
+    }
+    if (n.by_level >= 0 && s.first == 0 && s.end == width(s.node)) {
+      // The branches' layers as one series by level: stages may cut across branches.
+      const int depth = best({n.by_level, 0, width(n.by_level), s.d0, s.d1, s.after});
+      if (depth < result.depth) result = {depth, {Choice::Kind::kLevels}};
+    }
+    const bool series = n.kind == SpNode::Kind::kSeries;
+    for (int split = s.first + 1; split < s.end; ++split)
+      for (int d = s.d0 + 1; d < s.d1; ++d) {
+        if (series) {
+          int depth = kNone;
+          const int second_depth = best({s.node, split, s.end, d, s.d1, s.after});
+          if (second_depth == kNone) continue;
+          const double transfer = transferSeconds(crossingBytes(s.node, s.first, split, s.end), d);
+          if (transfer > limit_) continue;
+          const int first_depth = best({s.node, s.first, split, s.d0, d, s.after + second_depth});
+          if (first_depth != kNone) depth = first_depth + second_depth;
+          if (depth < result.depth)
+            result = {depth, {Choice::Kind::kSeries, split, false, d, 0, second_depth, transfer}};
+          continue;
+        }
+        // Either part may take the first devices: on a cluster of fast and slow nodes
+        // the heavier branches should get the fast ones.
+        for (const bool swapped : {false, true}) {
+          const int a = best({s.node, s.first, split, swapped ? d : s.d0, swapped ? s.d1 : d, s.after});
+          if (a == kNone) continue;
+          const int b = best({s.node, split, s.end, swapped ? s.d0 : d, swapped ? d : s.d1, s.after});
+          if (b != kNone && std::max(a, b) < result.depth)
+            result = {std::max(a, b), {Choice::Kind::kParallel, split, swapped, d, 0, 0}};
+        }
+      }
+    return result;
+  }
+
+  // The stages of a solved state, appended in topological order (first parts first).
+  void collect(const State& s, GraphPartition& p) {
+    best(s);
+    const Choice c = memo_.at(s).choice;
+    switch (c.kind) {
+      case Choice::Kind::kStage:
+        p.stages.push_back({layersOf(s), c.device, c.end_device, s.after + 1});
+        p.objective = std::max(p.objective, c.seconds);
+        return;
+      case Choice::Kind::kChild: {
+        const int child = tree_.nodes[s.node].children[s.first];
+        collect({child, 0, width(child), s.d0, s.d1, s.after}, p);
+        return;
+      }
+      case Choice::Kind::kLevels: {
+        const int levels = tree_.nodes[s.node].by_level;
+        collect({levels, 0, width(levels), s.d0, s.d1, s.after}, p);
+        return;
+      }
+      case Choice::Kind::kSeries:
+        p.objective = std::max(p.objective, c.seconds);
+        collect({s.node, s.first, c.split, s.d0, c.device, s.after + c.second_depth}, p);
+        collect({s.node, c.split, s.end, c.device, s.d1, s.after}, p);
+        return;
+      case Choice::Kind::kParallel:
+        collect({s.node, s.first, c.split, c.swapped ? c.device : s.d0, c.swapped ? s.d1 : c.device, s.after}, p);
+        collect({s.node, c.split, s.end, c.swapped ? s.d0 : c.device, c.swapped ? c.device : s.d1, s.after}, p);
+        return;
+    }
+  }
+
+  const graph::LayerGraph& graph_;
+  const ChainProblem& problem_;
+  const graph::SpTree& tree_;
+  std::vector<std::vector<StageSums>> child_prefix_;    // per node: sums over its first c children
+  std::map<std::tuple<int, int, int, int>, double> crossing_;
+  std::unordered_map<State, Entry, StateHash> memo_;
+  const int depth_floor_;
+  double limit_ = kInfinity;
+  int used_ = 0;  // devices of the partition solve() found
+};
+
+// The stage graph's real depths. The search counts a run of a by-level series as deep
+// as the series before it, which is safe for memory but may overstate branches cut
+// across; what is reported is the stage graph's.
+void setDepths(GraphPartition& p, const graph::LayerGraph& graph) {
+  std::vector<int> stage_of(graph.size(), -1);
+  for (std::size_t s = 0; s < p.stages.size(); ++s)
+    for (int l : p.stages[s].layers) stage_of[l] = static_cast<int>(s);
+  // Stages are in a topological order: a stage's depth is known before its producers'.
+  p.depth = 0;
+  for (int s = static_cast<int>(p.stages.size()) - 1; s >= 0; --s) {
+    int depth = 1;
+    for (int l : p.stages[s].layers)
+      for (int c : graph.successors(l))
+        if (stage_of[c] != s) depth = std::max(depth, 1 + p.stages[stage_of[c]].depth);
+    p.stages[s].depth = depth;
+    p.depth = std::max(p.depth, depth);
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The search at one floor under the depths memory is sized for.
+GraphPartition solveWithDepthFloor(const graph::LayerGraph& graph, const graph::SpTree& tree,
+                                   const ChainProblem& problem, int floor) {
+  GraphSearch search(graph, problem, tree, floor);
+  if (search.solve(kInfinity) == kNone) {
+    double need = 0;
+    for (int l = 0; l < graph.size(); ++l)
+      need = std::max(need, problem.stageMemoryBytes(problem.sumsOf({l}), 1, floor));
+    throw Error("graph planner: no partition fits memory: a single layer needs up to " + text::humanBytes(need) +
+                " under " + problem.options().schedule + " at micro-batch size " +
+                std::to_string(problem.options().microbatch_size) +
+                "; use a smaller micro-batch, a schedule that holds fewer micro-batches, or devices with more memory");
+  }
+  // Bisection on T. A feasible T is lowered to the bottleneck of the partition found
+  // there, which is also feasible, so the search moves between real stage times.
+  double high = search.partition().objective, low = 0;
+  for (int round = 0; round < 64 && high - low > 1e-9 * high; ++round) {
+    const double mid = (low + high) / 2;
+    if (search.solve(mid) == kNone) {
+      low = mid;
+    } else {
+      high = std::min(mid, search.partition().objective);
+    }
+  }
+  search.solve(high);
+  GraphPartition result = search.partition();
+  result.notes = tree.linearised;
+  setDepths(result, graph);
+  return result;
+}
+
+}  // namespace
+
+GraphPartition solveGraph(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                          const PartitionOptions& options) {
+  const ChainProblem problem(graph, cluster, options);
+  const graph::SpTree tree = graph::seriesParallel(graph);
+  // Under 1F1B-like schedules a stage holds as many micro-batches as there are stages
+  // from it to the end, which the search knows exactly. Zero-bubble schedules defer
+  // backward passes by the stage's distance from the input as well, so there every
+  // stage may hold the whole pipeline's depth: deepen a floor until it covers the plan.
+  if (!schedule::traits(options.schedule).split_backward) return solveWithDepthFloor(graph, tree, problem, 1);
+  for (int floor = 1;;) {
+    GraphPartition p = solveWithDepthFloor(graph, tree, problem, floor);
+    if (p.depth <= floor) return p;
+    floor = p.depth;
+  }
+}
+
+GraphPlan partitionGraph(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                         const PartitionOptions& options, const plan::ScheduleOptions& schedule) {
+  PartitionOptions o = options;
+  o.extra_weight_buffers = plan::extraWeightBuffers(schedule);
+  GraphPartition partition = solveGraph(graph, cluster, o);
+  plan::Plan plan;
+  plan.microbatch_size = o.microbatch_size;
+  plan.microbatches = o.microbatches;
+  plan.schedule = schedule;
+  for (const GraphStage& s : partition.stages) {
+    plan::Stage stage;
+    for (int l : s.layers) stage.layers.push_back(graph.layer(l).name);
+    for (int d = s.first_device; d < s.end_device; ++d) stage.devices.push_back(cluster.device(d).name);
+    plan.stages.push_back(std::move(stage));
+  }
+  return {std::move(plan), std::move(partition)};
+}
+
+}  // namespace pipetrain::planner
