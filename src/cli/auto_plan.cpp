@@ -100,6 +100,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   o.schedule = request.args.schedule.name.empty() ? "auto" : request.args.schedule.name;
   o.max_replicas = request.allow_replication ? 0 : 1;
   o.allow_async = request.allow_async;
+  o.partitioner = request.partitioner;
   o.use_all_devices = true;
   const planner::Exploration e = planner::explore(graph, localCluster(request.ranks, memory), o);
   std::printf("planned for %d local ranks:\n", request.ranks);

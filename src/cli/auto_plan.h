@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "train_plan.h"
+#include "pipetrain/planner/explore.h"
 #include "pipetrain/torch/trainer.h"
 
 namespace pipetrain::cli {
@@ -18,6 +19,7 @@ struct AutoPlanRequest {
   PlanArgs args;                          // micro-batching; schedule name "" = the planner chooses
   bool allow_replication = true;
   bool allow_async = false;               // the planner may choose pipedream, 2bw, pipemare
+  planner::Partitioner partitioner = planner::Partitioner::kAuto;
   std::string out;                        // where the plan is written
   int timeout_seconds = 60;               // a profiling process stopped this long ends the run
 };

@@ -54,4 +54,12 @@ CLI::Validator positive() {
       "POSITIVE");
 }
 
+void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner) {
+  cmd->add_option_function<std::string>(
+         "--partitioner", [&partitioner](const std::string& name) { partitioner = planner::partitionerFromName(name); },
+         "chain (PipeDream's DP over the layers in order), graph (GraphPipe's: independent branches become parallel "
+         "stages) or auto (both on a multi-branch model; the simulator chooses) [auto]")
+      ->check(CLI::IsMember({"auto", "chain", "graph"}));
+}
+
 }  // namespace pipetrain::cli

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "pipetrain/planner/explore.h"
 #include "pipetrain/torch/models.h"
 
 namespace pipetrain::cli {
@@ -25,5 +26,8 @@ int64_t parseByteSize(const std::string& text, const std::string& option);
 // Fails early, before any long measurement, when `path` cannot be written: an Error
 // naming `option` and the path. Leaves no file behind.
 void checkWritable(const std::string& path, const std::string& option);
+
+// `--partitioner chain|graph|auto`, for plan and train alike.
+void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner);
 
 }  // namespace pipetrain::cli

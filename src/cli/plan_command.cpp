@@ -55,6 +55,7 @@ Command addPlanCommand(CLI::App& app) {
       ->check(positive())->capture_default_str();
   cmd->add_flag("--exhaustive", [a](int64_t) { a->explore.prune = false; },
                 "simulate every proposal, also those whose compute bound cannot beat the best (slower, same choice)");
+  addPartitionerOption(cmd, a->explore.partitioner);
   cmd->add_option("--out", a->out, "write the chosen plan JSON here");
   cmd->add_option("--report", a->report, "write an HTML report (the plan, the ranking, the predicted Gantt chart)");
   cmd->add_option("--top", a->top, "rows of the ranked table")->check(positive())->capture_default_str();

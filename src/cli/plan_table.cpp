@@ -24,14 +24,16 @@ std::string stageShape(const plan::Plan& plan) {
 report::Table explorationTable(const planner::Exploration& e, int top) {
   report::Table t;
   t.caption = "The planner's ranking (predicted, steady state)";
-  t.header = {"rank", "schedule", "stages", "stages x repl", "mb", "m", "samples/s", "iter ms", "bubble", "peak mem"};
+  t.header = {"rank", "schedule", "by", "stages", "depth", "stages x repl", "mb", "m", "samples/s", "iter ms", "bubble",
+              "peak mem"};
   t.highlighted_row = 0;
   const int rows = std::min<int>(top, static_cast<int>(e.ranked.size()));
   for (int i = 0; i < rows; ++i) {
     const auto& c = e.ranked[i];
     std::string schedule = c.plan.schedule.name;
     if (schedule::isAsynchronous(schedule)) schedule += "*";
-    t.rows.push_back({std::to_string(i + 1), schedule, std::to_string(c.plan.numStages()), stageShape(c.plan),
+    t.rows.push_back({std::to_string(i + 1), schedule, c.partitioner, std::to_string(c.plan.numStages()),
+                      std::to_string(c.depth), stageShape(c.plan),
                       std::to_string(c.plan.microbatch_size), std::to_string(c.plan.microbatches),
                       text::format("%.6g", c.report.throughput), text::format("%.4g", c.report.iteration_time * 1e3),
                       text::format("%.1f%%", 100 * c.report.bubble_fraction),
@@ -53,6 +55,7 @@ std::vector<std::string> explorationNotes(const planner::Exploration& e) {
                       : "asynchronous schedules (pipedream, 2bw, pipemare) not considered; --allow-async adds them");
   if (e.ranked.size() > 1) notes.push_back("runner-up lost: " + e.runnerUpLost());
   if (const std::string note = e.idleDevicesNote(); !note.empty()) notes.push_back("warning: " + note);
+  for (const std::string& note : e.graph_notes) notes.push_back("graph partitioner: " + note);
   const auto& best = e.best();
   std::snprintf(buf, sizeof buf, "chosen: %s, %d stages (%s), micro-batch %lld x %d, predicted %.6g samples/s",
                 best.plan.schedule.name.c_str(), best.plan.numStages(), stageShape(best.plan).c_str(),

@@ -45,6 +45,7 @@ struct TrainArgs {
   std::string plan_out;
   bool no_replication = false;
   bool allow_async = false;
+  planner::Partitioner partitioner = planner::Partitioner::kAuto;
   int cores = 0;  // for all local ranks together; 0 = the machine's
   int nproc = 2;
   int timeout_seconds = 60;
@@ -423,6 +424,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->check(positive());
   cmd->add_option("--plan-out", a->plan_out, "without --plan: where to write the plan the planner chooses");
   cmd->add_flag("--no-replication", a->no_replication, "without --plan: plan a pure pipeline, no replicated stages");
+  addPartitionerOption(cmd, a->partitioner);
   cmd->add_option("--stage-bounds", pa.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -521,7 +523,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               json_io::writeFile(out, a->config.plan.toJson());
             } else {
               AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options, a->plan_args,
-                                      !a->no_replication, a->allow_async, out, a->timeout_seconds};
+                                      !a->no_replication, a->allow_async, a->partitioner, out,
+                                      a->timeout_seconds};
               LocalPlan local = planLocalRun(a->config, request);
               a->config.plan = std::move(local.plan);
               a->planner = std::move(local.planner);

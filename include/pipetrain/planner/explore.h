@@ -22,6 +22,14 @@
 
 namespace pipetrain::planner {
 
+// Which partitioner proposes plans: PipeDream's chain DP over the layers' topological
+// order, GraphPipe's over the series-parallel tree (graph_partition.h), or both with the
+// simulator choosing (auto; on a chain both would propose the same, so only the chain
+// DP runs).
+enum class Partitioner { kAuto, kChain, kGraph };
+Partitioner partitionerFromName(const std::string& name);  // "auto", "chain", "graph"; Error otherwise
+const char* partitionerName(Partitioner p);
+
 struct ExploreOptions {
   int64_t global_batch = 0;             // samples per optimizer step
   std::string schedule = "auto";        // auto = every schedule allowed, or one name
@@ -34,12 +42,15 @@ struct ExploreOptions {
   // one DP among schedules with the same stage times where it fits their memory. False:
   // solve and simulate everything (the reference the shortcuts are tested against).
   bool prune = true;
+  Partitioner partitioner = Partitioner::kAuto;
 };
 
 struct Candidate {
   plan::Plan plan;
   sim::Report report;                   // simulated; report.ranks has peak memory per rank
   double dp_objective = 0;              // the DP's bottleneck (0 for balanced splits)
+  int depth = 0;                        // stages on the stage graph's longest path
+  std::string partitioner = "chain";    // what proposed it: "chain", "graph", or "balanced" (multi-stage schedules)
 };
 
 // A combination that produced no candidate, and why (did not fit, numbers unusable).
@@ -59,6 +70,7 @@ struct Exploration {
   bool async_included = false;
   int cluster_devices = 0;              // of the cluster explored
   int graph_layers = 0;                 // of the model explored
+  std::vector<std::string> graph_notes; // the graph partitioner's (parts taken as chains)
 
   const Candidate& best() const { return ranked.front(); }
   // One sentence on why ranked[1] lost to ranked[0] ("" with fewer than two).

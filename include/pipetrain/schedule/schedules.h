@@ -45,6 +45,8 @@ struct StageDag {
   int size() const { return static_cast<int>(preds.size()); }
 };
 StageDag chainDag(int stages);
+// Stages on the DAG's longest path: a chain's length, a stage graph's depth.
+int pipelineDepth(const StageDag& dag);
 
 // Compute-only Program. `replicas[s]` = ranks running stage s (empty = one each); ranks
 // are numbered stage by stage, replica by replica. Throws Error when the schedule cannot

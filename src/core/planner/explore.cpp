@@ -14,6 +14,7 @@
 #include "pipetrain/plan/partition.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/planner/chain_partition.h"
+#include "pipetrain/planner/graph_partition.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
@@ -125,6 +126,20 @@ std::string fixed(double v, int digits) {
 
 }  // namespace
 
+Partitioner partitionerFromName(const std::string& name) {
+  for (Partitioner p : {Partitioner::kAuto, Partitioner::kChain, Partitioner::kGraph})
+    if (name == partitionerName(p)) return p;
+  throw Error("unknown partitioner '" + name + "' (known: auto, chain, graph)");
+}
+
+const char* partitionerName(Partitioner p) {
+  switch (p) {
+    case Partitioner::kChain: return "chain";
+    case Partitioner::kGraph: return "graph";
+    default: return "auto";
+  }
+}
+
 std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
   if (o.schedule != "auto") {
     schedule::checkScheduleName(o.schedule);
@@ -196,7 +211,9 @@ class Explorer {
  public:
   Explorer(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o,
            Exploration& result)
-      : graph_(graph), cluster_(cluster), o_(o), result_(result) {
+      : graph_(graph), cluster_(cluster), o_(o), result_(result),
+        graph_partitioner_(o.partitioner == Partitioner::kGraph || (o.partitioner == Partitioner::kAuto && !graph.isChain())),
+        chain_partitioner_(o.partitioner != Partitioner::kGraph) {
     std::vector<double> speeds;
     for (int d = 0; d < cluster.size(); ++d) speeds.push_back(cluster.device(d).speed);
     std::sort(speeds.rbegin(), speeds.rend());
@@ -279,7 +296,7 @@ class Explorer {
       if (width < 2 || graph_.size() < width * per_rank || m % width != 0 || m < t.min_microbatches_per_rank * width)
         return;
       consider(name, b, width, [&]() -> std::optional<Candidate> {
-        return Candidate{multiStagePlan(name, graph_, cluster_, width, b, m), {}, 0};
+        return Candidate{multiStagePlan(name, graph_, cluster_, width, b, m), {}, 0, 0, "balanced"};
       });
       return;
     }
@@ -292,12 +309,23 @@ class Explorer {
     // The DP's bottleneck objective does not see the schedule's bubble, so the best pure
     // pipeline and pure data parallelism are proposed beside its optimum and the
     // simulator decides.
+    if (graph_partitioner_) {
+      for (int max_replicas : o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1}) {
+        po.max_replicas = max_replicas;
+        consider(name, b, width, [&]() -> std::optional<Candidate> {
+          GraphPlan g = partitionGraph(graph_, cluster_, po, schedule);
+          if (result_.graph_notes.empty()) result_.graph_notes = g.partition.notes;
+          return Candidate{std::move(g.plan), {}, g.partition.objective, 0, "graph"};
+        });
+      }
+    }
+    if (!chain_partitioner_) return;
     for (int max_replicas : o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1}) {
       po.max_replicas = max_replicas;
       consider(name, b, width, [&]() -> std::optional<Candidate> {
         // The exhaustive search (prune off) takes no shortcut: it is the reference.
         const ChainPlan chain = o_.prune ? partitionShared(po, schedule) : partitionChain(graph_, cluster_, po, schedule);
-        return Candidate{chain.plan, {}, chain.partition.objective};
+        return Candidate{chain.plan, {}, chain.partition.objective, 0, "chain"};
       });
     }
     if (o_.max_replicas == 1 || width < 2 || m % width != 0 || !schedule::traits(name).replicable) return;
@@ -306,7 +334,7 @@ class Explorer {
       const ChainProblem problem(graph_, cluster_, po);
       if (!problem.allowedDevices(0, width)) return std::nullopt;
       const Partition all{{{0, problem.numBlocks(), 0, width}}, 0, 1};
-      return Candidate{toPlan(all, problem, schedule), {}, problem.objective(all.stages)};
+      return Candidate{toPlan(all, problem, schedule), {}, problem.objective(all.stages), 0, "chain"};
     });
   }
 
@@ -382,6 +410,7 @@ class Explorer {
       }
       // Memory is judged later, from the schedule's footprint rather than validate's estimate.
       plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
+      c.depth = schedule::pipelineDepth(plan::stageDag(c.plan, graph_));
       const double bound = computeBound(c.plan);
       proposals_.push_back({std::move(c), drop, bound});
       return;
@@ -395,6 +424,7 @@ class Explorer {
   const cluster::ClusterSpec& cluster_;
   const ExploreOptions& o_;
   Exploration& result_;
+  const bool graph_partitioner_, chain_partitioner_;  // which propose plans (ExploreOptions::partitioner)
   std::set<std::string> seen_;  // plans proposed so far, by planKey()
   std::vector<Proposal> proposals_;
   double best_ = 0;             // the best simulated throughput so far
@@ -459,6 +489,8 @@ json_io::Json Exploration::toJson() const {
     json_io::Json memory = json_io::Json::object();
     for (const auto& r : c.report.ranks) memory[r.device] = std::max<int64_t>(memory.value(r.device, int64_t{0}), r.peak_memory_bytes);
     return json_io::Json{{"schedule", c.plan.schedule.name},
+                         {"partitioner", c.partitioner},
+                         {"depth", c.depth},
                          {"chunks", c.plan.schedule.chunks},
                          {"asynchronous", schedule::isAsynchronous(c.plan.schedule.name)},
                          {"stages", stages},
@@ -476,6 +508,7 @@ json_io::Json Exploration::toJson() const {
   j["async_included"] = async_included;
   j["runner_up_lost"] = runnerUpLost();
   j["idle_devices_note"] = idleDevicesNote();
+  j["graph_notes"] = graph_notes;
   json_io::Json table = json_io::Json::array();
   for (const auto& c : ranked) table.push_back(candidateJson(c));
   j["candidates"] = table;

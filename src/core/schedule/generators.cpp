@@ -271,6 +271,11 @@ void applyVerticalSync(Program& program, const std::vector<int>& replicas) {
 
 }  // namespace
 
+int pipelineDepth(const StageDag& dag) {
+  const std::vector<int> depth = depthToSink(dag);
+  return dag.size() == 0 ? 0 : 1 + *std::max_element(depth.begin(), depth.end());
+}
+
 Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vector<int>& replicas_given) {
   // Before any work that grows with the numbers (the depths below recurse over stages).
   limits::checkProgramSize(dag.size(), spec.microbatches, spec.minibatches, spec.name + " schedule");

@@ -169,5 +169,53 @@ TEST(Explore, RefusesBadRequests) {
   testing::expectError([&] { explore(s.graph, s.cluster, o); }, {"does not divide"});
 }
 
+// Three branches over the model input (two heavy, one light) joined by a head.
+graph::LayerGraph threeBranches() {
+  std::vector<graph::Layer> layers;
+  std::vector<std::string> ends;
+  for (int b = 0; b < 3; ++b) {
+    for (int k = 0; k < 2; ++k) {
+      graph::Layer l;
+      l.name = "b" + std::to_string(b) + "_" + std::to_string(k);
+      if (k) l.inputs = {layers.back().name};
+      l.forward_seconds = l.backward_input_seconds = l.backward_weight_seconds = b == 2 ? 2e-4 : 1e-3;
+      l.output_bytes = 4000;
+      l.saved_activation_bytes = 4000;
+      l.param_bytes = 1 << 20;
+      layers.push_back(l);
+    }
+    ends.push_back(layers.back().name);
+  }
+  graph::Layer head;
+  head.name = "head";
+  head.inputs = ends;
+  head.forward_seconds = head.backward_input_seconds = head.backward_weight_seconds = 1e-4;
+  layers.push_back(head);
+  return graph::LayerGraph(layers, 1);
+}
+
+TEST(Explore, TheGraphPartitionerProposesOnMultiBranchModelsOnly) {
+  const TwoNodes chain;
+  ExploreOptions o;
+  o.global_batch = 16;
+  for (const Candidate& c : explore(chain.graph, chain.cluster, o).ranked) EXPECT_NE(c.partitioner, "graph");
+
+  const graph::LayerGraph branches = threeBranches();
+  const double both = explore(branches, chain.cluster, o).best().report.throughput;
+  o.partitioner = Partitioner::kGraph;
+  const Exploration graph_only = explore(branches, chain.cluster, o);
+  for (const Candidate& c : graph_only.ranked) {
+    EXPECT_EQ(c.partitioner, "graph");
+    EXPECT_EQ(c.depth, schedule::pipelineDepth(plan::stageDag(c.plan, branches)));
+  }
+  EXPECT_EQ(graph_only.toJson()["partitioner"], "graph");
+  o.partitioner = Partitioner::kChain;
+  const Exploration chain_only = explore(branches, chain.cluster, o);
+  for (const Candidate& c : chain_only.ranked) EXPECT_NE(c.partitioner, "graph");
+  // Auto simulates both partitioners' proposals: it is never worse than either alone.
+  EXPECT_GE(both, std::max(graph_only.best().report.throughput, chain_only.best().report.throughput) * 0.999);
+  testing::expectError([] { partitionerFromName("tree"); }, {"unknown partitioner 'tree'", "auto, chain, graph"});
+}
+
 }  // namespace
 }  // namespace pipetrain::planner
