@@ -11,6 +11,7 @@
 
 #include "pipetrain/planner/chain_partition.h"
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/planner/graph_partition.h"
 
 namespace {
 
@@ -86,6 +87,57 @@ void exploration(benchmark::State& state) {
   getrusage(RUSAGE_SELF, &usage);
   state.counters["peak_rss_MiB"] = usage.ru_maxrss / 1024.0;  // of the process so far
 }
+// GraphPipe's partitioner against the chain DP on the same multi-branch graph: the
+// paper's multi-modal transformer shape (`branches` x `layers` equal transformer
+// layers over the input, then a fusion head) on 3-level clusters of `devices`.
+graph::LayerGraph branches(int count, int layers) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<double> t(0.8e-3, 1.2e-3);
+  std::vector<graph::Layer> v;
+  std::vector<std::string> ends;
+  for (int b = 0; b < count; ++b) {
+    for (int k = 0; k < layers; ++k) {
+      graph::Layer l;
+      l.name = "b" + std::to_string(b) + "_" + std::to_string(k);
+      if (k > 0) l.inputs = {v.back().name};
+      l.forward_seconds = t(rng);
+      l.backward_input_seconds = l.backward_weight_seconds = l.forward_seconds;
+      l.output_bytes = l.saved_activation_bytes = 1 << 20;
+      l.param_bytes = 4 << 20;
+      l.optimizer_state_bytes = 8 << 20;
+      v.push_back(l);
+    }
+    ends.push_back(v.back().name);
+  }
+  graph::Layer fusion;
+  fusion.name = "fusion";
+  fusion.inputs = ends;
+  fusion.forward_seconds = fusion.backward_input_seconds = fusion.backward_weight_seconds = 2e-4;
+  fusion.output_bytes = 1 << 10;
+  v.push_back(fusion);
+  return graph::LayerGraph(v, 1);
+}
+
+void graphPartition(benchmark::State& state) {
+  const auto graph = branches(static_cast<int>(state.range(1)), static_cast<int>(state.range(2)));
+  const auto cluster = threeLevels(static_cast<int>(state.range(0)));
+  planner::PartitionOptions o;
+  o.microbatch_size = 4;
+  o.microbatches = 64;
+  const bool graph_dp = state.range(3) != 0;
+  double objective = 0;
+  for (auto _ : state) {
+    objective = graph_dp ? planner::partitionGraph(graph, cluster, o, {}).partition.objective
+                         : planner::partitionChain(graph, cluster, o, {}).partition.objective;
+  }
+  state.counters["bottleneck_ms"] = objective * 1e3;
+}
+BENCHMARK(graphPartition)
+    ->ArgNames({"devices", "branches", "layers", "graph"})
+    ->Args({8, 4, 8, 1})->Args({8, 4, 8, 0})->Args({16, 4, 8, 1})->Args({16, 4, 8, 0})
+    ->Args({32, 4, 8, 1})->Args({32, 4, 8, 0})->Args({64, 4, 8, 1})->Args({32, 7, 4, 1})->Args({32, 7, 4, 0})
+    ->Iterations(1)->Unit(benchmark::kMillisecond);
+
 // Growth with devices (the targets: under 1 s at 1024, under 10 s at 8192),
 // then with layers.
 BENCHMARK(exploration)

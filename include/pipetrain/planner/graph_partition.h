@@ -54,6 +54,17 @@ struct GraphPartition {
 GraphPartition solveGraph(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                           const PartitionOptions& options);
 
+// Whether every stage fits its devices under `options`' schedule (memory sized for each
+// stage's depth, or the whole pipeline's under zero-bubble schedules): a partition found
+// without memory checks (check_memory false) may then serve that schedule as it is.
+bool fitsMemory(const GraphPartition& partition, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                const PartitionOptions& options);
+
+// The Plan of a partition (layer and device names, schedule options as given).
+plan::Plan toPlan(const GraphPartition& partition, const graph::LayerGraph& graph,
+                  const cluster::ClusterSpec& cluster, const PartitionOptions& options,
+                  const plan::ScheduleOptions& schedule);
+
 struct GraphPlan {
   plan::Plan plan;
   GraphPartition partition;

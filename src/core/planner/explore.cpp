@@ -29,6 +29,9 @@ namespace {
 // Proposals simulated before any is pruned by its compute bound.
 constexpr int kAlwaysSimulated = 5;
 constexpr int kInterleavedChunks = 2;
+// The widest plan the graph partitioner is asked for: 0.5 s for 33 layers on 32 devices
+// (bench/planner_bench graphPartition), about 4x more per doubling.
+constexpr int kMaxGraphDevices = 64;
 const double kTie = std::log(1.001);
 
 // The sizes to try: the given ones, or the powers of two dividing the batch; either way
@@ -249,10 +252,7 @@ class Explorer {
   // run. Results are the same; on clusters where memory does not bind, one DP serves
   // gpipe, 1f1b, zb-h1 and zb-h2 (and 2bw, pipemare).
   ChainPlan partitionShared(PartitionOptions po, const plan::ScheduleOptions& schedule) {
-    const schedule::ScheduleTraits& t = schedule::traits(po.schedule);
-    const std::string key = std::to_string(po.microbatch_size) + "/" + std::to_string(po.max_devices) + "/" +
-                            std::to_string(po.max_replicas) + "/" + std::to_string(t.replicable) + "/" +
-                            std::to_string(static_cast<int>(t.step_rule));
+    const std::string key = sharedKey(po);
     auto it = relaxed_.find(key);
     if (it == relaxed_.end()) {
       PartitionOptions free = po;
@@ -278,6 +278,41 @@ class Explorer {
       }
     }
     return partitionChain(graph_, cluster_, po, schedule);
+  }
+
+  void addGraphNote(const std::string& note) {
+    auto& notes = result_.graph_notes;
+    if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+  }
+
+  // What decides a stage's time (not its memory): schedules that agree on it share the
+  // partitioners' optima without memory checks.
+  static std::string sharedKey(const PartitionOptions& po) {
+    const schedule::ScheduleTraits& t = schedule::traits(po.schedule);
+    return std::to_string(po.microbatch_size) + "/" + std::to_string(po.max_devices) + "/" +
+           std::to_string(po.max_replicas) + "/" + std::to_string(t.replicable) + "/" +
+           std::to_string(static_cast<int>(t.step_rule));
+  }
+
+  // partitionShared's counterpart for the graph partitioner, whose search costs far more.
+  GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule) {
+    const std::string key = sharedKey(po);
+    auto it = graph_relaxed_.find(key);
+    if (it == graph_relaxed_.end()) {
+      PartitionOptions free = po;
+      free.check_memory = false;
+      std::optional<GraphPartition> optimum;
+      try {
+        optimum = solveGraph(graph_, cluster_, free);
+      } catch (const Error&) {
+        // no tiling at all (divisibility): the schedule's own search says why
+      }
+      it = graph_relaxed_.emplace(key, std::move(optimum)).first;
+    }
+    po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
+    if (it->second && fitsMemory(*it->second, graph_, cluster_, po))
+      return {toPlan(*it->second, graph_, cluster_, po, schedule), *it->second};
+    return partitionGraph(graph_, cluster_, po, schedule);
   }
 
   // Whether a combination of that bound cannot beat the best plan simulated so far.
@@ -309,12 +344,15 @@ class Explorer {
     // The DP's bottleneck objective does not see the schedule's bubble, so the best pure
     // pipeline and pure data parallelism are proposed beside its optimum and the
     // simulator decides.
-    if (graph_partitioner_) {
+    if (graph_partitioner_ && width > kMaxGraphDevices)
+      addGraphNote("plans on more than " + std::to_string(kMaxGraphDevices) +
+                   " devices come from the chain DP only: the graph search grows with the cube of the devices");
+    if (graph_partitioner_ && width <= kMaxGraphDevices) {
       for (int max_replicas : o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1}) {
         po.max_replicas = max_replicas;
         consider(name, b, width, [&]() -> std::optional<Candidate> {
-          GraphPlan g = partitionGraph(graph_, cluster_, po, schedule);
-          if (result_.graph_notes.empty()) result_.graph_notes = g.partition.notes;
+          GraphPlan g = o_.prune ? graphShared(po, schedule) : partitionGraph(graph_, cluster_, po, schedule);
+          for (const std::string& note : g.partition.notes) addGraphNote(note);
           return Candidate{std::move(g.plan), {}, g.partition.objective, 0, "graph"};
         });
       }
@@ -432,6 +470,7 @@ class Explorer {
   std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds
   std::map<int64_t, double> work_;      // per micro-batch size: a mini-batch's compute at speed 1
   std::map<std::string, std::optional<Partition>> relaxed_;  // partitionShared's optima, by what they share
+  std::map<std::string, std::optional<GraphPartition>> graph_relaxed_;  // graphShared's
 };
 
 }  // namespace
