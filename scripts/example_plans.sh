@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates examples/graphs (profiles of vgg16, resnet50 and gpt on this machine) and
+# Regenerates examples/graphs (profiles of vgg16, resnet50 and gpt, and of the DAG models
+# multimodal, dlrm, candle-uno and fmnist-branch at their default sizes, on this machine) and
 # examples/plans (the plan `pipetrain plan` chooses for each on each example cluster).
 # Usage: scripts/example_plans.sh [build-dir] [--keep-graphs]
 set -euo pipefail
@@ -21,6 +22,7 @@ if [ "${2:-}" != "--keep-graphs" ]; then
   profile vgg16 8 image_size=224
   profile resnet50 8 image_size=224
   profile gpt 4 layers=12 width=768 heads=12 context=256
+  for model in multimodal dlrm candle-uno fmnist-branch; do profile "$model" 16; done
 fi
 
 printf '%-10s %-22s %-12s %-7s %-16s %6s %5s %14s\n' model cluster schedule stages "stages x repl" mb m samples/s

@@ -184,6 +184,14 @@ refuses "profile bad batch" "batch" "$bin" profile "${mlp[@]}" --batch 0 --out "
 refuses "profile unknown model" "unknown model" "$bin" profile --model nope --batch 4 --out "$tmp/p1.json"
 refuses "profile unwritable" "/nonexistent/g.json" "$bin" profile "${mlp[@]}" --batch 4 --out /nonexistent/g.json
 refuses "profile-network one rank" "nproc" "$bin" profile-network --nproc 1 --out "$tmp/c1.json"
+# A multi-branch model: profiled with its edges and planned; training it is refused by name.
+check "profile a multi-branch model" "$bin" profile --model fmnist-branch --model-option channels=2 --batch 4 \
+  --repeats 1 --out "$tmp/branch.json"
+expect "profiled merge" '^ *"conv2",$' "$tmp/branch.json"  # fusion reads conv2 and mlp
+check "plan a multi-branch model" "$bin" plan --graph "$tmp/branch.json" \
+  --cluster "$src/examples/clusters/gpu-server.json" --batch 64 --out "$tmp/branch_plan.json"
+refuses "train a multi-branch model" "'fmnist-branch' is a graph of layers" "$bin" train --model fmnist-branch \
+  --dataset synthetic --nproc 2 --microbatches 2 --stage-bounds 0,3,5 --max-steps 1
 
 # plan: the planner and the exploration table
 graph=$src/examples/transformer/graph.json

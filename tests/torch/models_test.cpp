@@ -1,21 +1,32 @@
-// The model zoo: shapes, stage splits, seeded determinism, the LayerGraph it reports,
-// the loss, GPT causality, and errors for bad names and configs. Small configs keep the
-// whole file to a few seconds.
+// The model zoo: shapes, stage splits (runs of a chain's layers, and any topological
+// split of a DAG's), seeded determinism, the LayerGraph it reports, the loss, GPT
+// causality, and errors for bad names and configs. Small configs keep the whole file to
+// a few seconds. The wiring of DAG models: model_wiring_test.cpp.
 #include "pipetrain/torch/models.h"
 
 #include <gtest/gtest.h>
 
-#include "pipetrain/util/error.h"
+#include <algorithm>
+#include <map>
+
+#include "../core/expect_error.h"
 
 namespace pipetrain::models {
 namespace {
+
+using testing::expectError;
 
 struct Case {
   std::string name;
   ModelConfig config;
   int layers;                        // expected layer count
   std::vector<int64_t> output_tail;  // output shape after the batch dimension
+  bool chain = true;                 // every layer reads its predecessor
 };
+
+// Index inputs (multimodal's tokens) are drawn below this; every such case's vocabulary
+// is at least as large.
+constexpr int64_t kIndexRange = 16;
 
 const std::vector<Case>& smallCases() {
   static const std::vector<Case> cases = {
@@ -25,6 +36,14 @@ const std::vector<Case>& smallCases() {
       {"resnet50", {{"width", 4}, {"image_size", 32}}, 18, {10}},
       {"resnet50", {{"width", 4}, {"image_size", 28}, {"norm", 0}, {"classes", 7}}, 18, {7}},
       {"gpt", {{"layers", 2}, {"width", 16}, {"heads", 2}, {"context", 8}, {"vocab", 32}}, 4, {8, 32}},
+      // Two branches of embed, block, pool; fusion; head.
+      {"multimodal",
+       {{"branches", 2}, {"layers", 1}, {"width", 16}, {"heads", 2}, {"context", 4}, {"vocab", kIndexRange}, {"classes", 5}},
+       8, {5}, false},
+      // bottom0, bottom1, three tables, interaction, top0, head.
+      {"dlrm", {{"dense", 5}, {"tables", 3}, {"rows", 20}, {"dim", 4}, {"hidden", 8}}, 8, {2}, false},
+      {"candle-uno", {{"branches", 2}, {"features", 6}, {"layers", 2}, {"width", 8}, {"classes", 3}}, 6, {3}, false},
+      {"fmnist-branch", {{"channels", 2}, {"hidden", 8}}, 5, {10}, false},
   };
   return cases;
 }
@@ -35,6 +54,8 @@ torch::Tensor sampleInput(const Model& model, int64_t n, uint64_t seed = 7) {
   std::vector<int64_t> shape = {n};
   shape.insert(shape.end(), model.input.sample_shape.begin(), model.input.sample_shape.end());
   if (model.input.kind == InputKind::kTokens) return torch::randint(model.input.num_classes, shape, gen, torch::kLong);
+  if (model.input.kind == InputKind::kIndices) return torch::randint(kIndexRange, shape, gen, torch::kLong);
+  // dlrm's categorical columns too: its tables hash any float to a row.
   return torch::randn(shape, gen);
 }
 
@@ -44,8 +65,21 @@ int64_t numel(const std::vector<torch::Tensor>& tensors) {
   return total;
 }
 
-TEST(Models, NamesTheFiveModels) {
-  EXPECT_EQ(modelNames(), (std::vector<std::string>{"fmnist-cnn", "mlp", "vgg16", "resnet50", "gpt"}));
+TEST(Models, NamesTheNineModels) {
+  EXPECT_EQ(modelNames(), (std::vector<std::string>{"fmnist-cnn", "mlp", "vgg16", "resnet50", "gpt", "multimodal",
+                                                    "dlrm", "candle-uno", "fmnist-branch"}));
+}
+
+TEST(Models, TheFirstFiveAreChainsTheRestGraphs) {
+  for (const Case& c : smallCases()) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(isChain(buildModel(c.name, c.config, 0)), c.chain);
+  }
+  // Every model is among the cases (the default sizes would take a second to build).
+  for (const std::string& name : modelNames()) {
+    const auto& cases = smallCases();
+    EXPECT_TRUE(std::any_of(cases.begin(), cases.end(), [&](const Case& c) { return c.name == name; })) << name;
+  }
 }
 
 TEST(Models, ForwardGivesTheDeclaredShape) {
@@ -54,7 +88,7 @@ TEST(Models, ForwardGivesTheDeclaredShape) {
     const Model model = buildModel(c.name, c.config, 1);
     EXPECT_EQ(model.name, c.name);
     ASSERT_EQ(static_cast<int>(model.layers.size()), c.layers);
-    const torch::Tensor y = forwardRange(model, 0, c.layers, sampleInput(model, 2));
+    const torch::Tensor y = forwardModel(model, sampleInput(model, 2));
     std::vector<int64_t> expected = {2};
     expected.insert(expected.end(), c.output_tail.begin(), c.output_tail.end());
     EXPECT_EQ(y.sizes().vec(), expected);
@@ -78,18 +112,71 @@ TEST(Models, LayerNamesFollowTheArchitecture) {
   EXPECT_EQ(resnet.layers.front().name, "stem");
   EXPECT_EQ(resnet.layers[16].name, "block15");
   EXPECT_EQ(resnet.layers.back().name, "head");
+  EXPECT_EQ(names(buildModel("fmnist-branch")), (std::vector<std::string>{"conv1", "conv2", "mlp", "fusion", "head"}));
+  EXPECT_EQ(names(buildModel("multimodal", {{"branches", 2}, {"layers", 1}})),
+            (std::vector<std::string>{"b0_embed", "b0_block0", "b0_pool", "b1_embed", "b1_block0", "b1_pool", "fusion",
+                                      "head"}));
+  EXPECT_EQ(names(buildModel("dlrm", {{"tables", 2}})),
+            (std::vector<std::string>{"bottom0", "bottom1", "table0", "table1", "interaction", "top0", "head"}));
+  EXPECT_EQ(names(buildModel("candle-uno", {{"branches", 2}, {"layers", 1}})),
+            (std::vector<std::string>{"b0_fc0", "b1_fc0", "fusion", "head"}));
 }
 
-TEST(Models, StagesComposeToTheFullForward) {
+TEST(Models, ChainStagesComposeToTheFullForward) {
   for (const Case& c : smallCases()) {
     SCOPED_TRACE(c.name);
     const Model model = buildModel(c.name, c.config, 2);
     const torch::Tensor x = sampleInput(model, 3);
-    const torch::Tensor full = forwardRange(model, 0, c.layers, x);
+    const torch::Tensor full = forwardModel(model, x);
+    if (!c.chain) {
+      expectError([&] { forwardRange(model, 0, c.layers, x); }, {c.name, "graph of layers", "forwardLayers"});
+      continue;
+    }
+    EXPECT_TRUE(torch::equal(forwardRange(model, 0, c.layers, x), full));
     for (int k = 0; k <= c.layers; ++k) {
       const torch::Tensor split = forwardRange(model, k, c.layers, forwardRange(model, 0, k, x));
       EXPECT_TRUE(torch::equal(split, full)) << "split at " << k;
     }
+  }
+}
+
+// Every split of the layers into a front closed under inputs (each front layer's
+// producers are in the front) and the rest: the rest, given only the values that cross
+// into it (the model input among them where it reads it), completes the whole forward
+// exactly. These are the two-stage cuts of any pipeline over the DAG.
+TEST(Models, ForwardLayersComposeOverEveryTopologicalSplit) {
+  for (const Case& c : smallCases()) {
+    SCOPED_TRACE(c.name);
+    const Model model = buildModel(c.name, c.config, 2);
+    const int n = static_cast<int>(model.layers.size());
+    std::map<std::string, int> index;
+    for (int l = 0; l < n; ++l) index[model.layers[l].name] = l;
+    std::vector<uint32_t> producers(n, 0);  // bit p: layer p is an input
+    for (int l = 0; l < n; ++l)
+      for (const std::string& source : layerInputs(model, l))
+        if (source != kModelInput) producers[l] |= 1u << index.at(source);
+    const torch::Tensor x = sampleInput(model, 3);
+    const torch::Tensor whole = forwardModel(model, x);
+    const std::string output = model.layers.back().name;
+    int splits = 0;
+    for (uint32_t front = 0; front < (1u << n); ++front) {
+      bool closed = true;
+      for (int l = 0; l < n; ++l) closed = closed && (!(front >> l & 1) || (producers[l] & ~front) == 0);
+      if (!closed) continue;
+      std::vector<int> first, rest;
+      for (int l = 0; l < n; ++l) (front >> l & 1 ? first : rest).push_back(l);
+      const auto computed = forwardLayers(model, first, {{kModelInput, x}});
+      std::map<std::string, torch::Tensor> crossing;
+      for (int l : rest)
+        for (const std::string& source : layerInputs(model, l))
+          if (source == kModelInput || front >> index.at(source) & 1) crossing[source] = computed.at(source);
+      const auto finished = forwardLayers(model, rest, crossing);
+      EXPECT_TRUE(torch::equal((rest.empty() ? computed : finished).at(output), whole)) << "front mask " << front;
+      ++splits;
+    }
+    // A chain splits after each layer; parallel branches split in more ways.
+    if (c.chain) EXPECT_EQ(splits, n + 1);
+    else EXPECT_GT(splits, n + 1);
   }
 }
 
@@ -121,21 +208,24 @@ TEST(Models, ParametersOfARangeConcatenate) {
   EXPECT_THROW(forwardRange(model, 0, 4, torch::zeros({1, 6})), Error);
 }
 
-TEST(Models, LayerGraphIsAChainWithParameterBytes) {
+TEST(Models, LayerGraphHasTheModelsEdgesAndParameterBytes) {
   for (const Case& c : smallCases()) {
     SCOPED_TRACE(c.name);
     const Model model = buildModel(c.name, c.config, 3);
     const graph::LayerGraph g = model.layerGraph();
     ASSERT_EQ(g.size(), c.layers);
-    EXPECT_TRUE(g.isChain());
+    EXPECT_EQ(g.isChain(), c.chain);
     EXPECT_EQ(g.batchSize(), 1);
-    EXPECT_TRUE(g.layer(0).inputs.empty());
     int64_t param_bytes = 0;
     for (int i = 0; i < g.size(); ++i) {
       const graph::Layer& node = g.layer(i);
-      EXPECT_EQ(node.name, model.layers[i].name);
-      if (i > 0) {
-        EXPECT_EQ(node.inputs, std::vector<std::string>{model.layers[i - 1].name});
+      EXPECT_EQ(node.name, model.layers[i].name);  // the model's order is kept
+      // The layer graph says "reads the model input" with no inputs at all.
+      const std::vector<std::string> inputs = layerInputs(model, i);
+      if (inputs == std::vector<std::string>{kModelInput}) {
+        EXPECT_TRUE(node.inputs.empty()) << node.name;
+      } else {
+        EXPECT_EQ(node.inputs, inputs) << node.name;
       }
       EXPECT_EQ(node.param_bytes, 4 * numel(model.parameters(i, i + 1)));
       EXPECT_EQ(node.optimizer_state_bytes, 2 * node.param_bytes);
@@ -166,7 +256,7 @@ TEST(Models, LayerGraphLeavesModelAndGeneratorAlone) {
 TEST(Models, LossIsMeanCrossEntropyAndBackpropagates) {
   const Model gpt = buildModel("gpt", {{"layers", 1}, {"width", 16}, {"heads", 4}, {"context", 8}, {"vocab", 32}});
   const torch::Tensor tokens = sampleInput(gpt, 2);  // (2, 8)
-  const torch::Tensor loss = lossOf(gpt, forwardRange(gpt, 0, 3, tokens), tokens);
+  const torch::Tensor loss = lossOf(gpt, forwardModel(gpt, tokens), tokens);
   EXPECT_EQ(loss.dim(), 0);
   // GPT-2's small initialisation gives nearly uniform predictions: loss ~ log(vocab).
   EXPECT_NEAR(loss.item<float>(), std::log(32.0f), 0.1);
@@ -174,7 +264,7 @@ TEST(Models, LossIsMeanCrossEntropyAndBackpropagates) {
   for (const torch::Tensor& p : gpt.parameters(0, 3)) EXPECT_TRUE(p.grad().defined());
 
   const Model mlp = buildModel("mlp", {{"input", 4}, {"layers", 1}, {"width", 8}, {"classes", 3}});
-  const torch::Tensor logits = forwardRange(mlp, 0, 2, sampleInput(mlp, 5));  // (5, 3)
+  const torch::Tensor logits = forwardModel(mlp, sampleInput(mlp, 5));  // (5, 3)
   const torch::Tensor labels = torch::tensor({0, 1, 2, 0, 1}, torch::kLong);
   const torch::Tensor expected = -torch::log_softmax(logits, 1).gather(1, labels.unsqueeze(1)).mean();
   EXPECT_TRUE(torch::allclose(lossOf(mlp, logits, labels), expected));
@@ -187,23 +277,12 @@ TEST(Models, GptIsCausal) {
   const torch::Tensor tokens = sampleInput(gpt, 1);  // (1, 8)
   torch::Tensor changed = tokens.clone();
   changed[0][5] = (tokens[0][5].item<int64_t>() + 1) % 32;
-  const torch::Tensor a = forwardRange(gpt, 0, 4, tokens), b = forwardRange(gpt, 0, 4, changed);  // (1, 8, 32)
+  const torch::Tensor a = forwardModel(gpt, tokens), b = forwardModel(gpt, changed);  // (1, 8, 32)
   EXPECT_TRUE(torch::equal(a.slice(1, 0, 5), b.slice(1, 0, 5)));
   EXPECT_FALSE(torch::allclose(a.slice(1, 5, 6), b.slice(1, 5, 6)));
   // Shorter sequences than the context are fine; longer ones are refused.
-  EXPECT_EQ(forwardRange(gpt, 0, 4, tokens.slice(1, 0, 3)).sizes().vec(), (std::vector<int64_t>{1, 3, 32}));
+  EXPECT_EQ(forwardModel(gpt, tokens.slice(1, 0, 3)).sizes().vec(), (std::vector<int64_t>{1, 3, 32}));
   EXPECT_THROW(forwardRange(gpt, 0, 1, torch::zeros({1, 9}, torch::kLong)), c10::Error);
-}
-
-// EXPECT that `fn` throws an Error whose message contains every one of `parts`.
-template <typename Fn>
-void expectError(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no Error thrown";
-  } catch (const Error& e) {
-    for (const std::string& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
 }
 
 TEST(Models, BadNamesAndConfigsAreErrorsNamingTheKey) {
@@ -215,6 +294,10 @@ TEST(Models, BadNamesAndConfigsAreErrorsNamingTheKey) {
   expectError([] { buildModel("vgg16", {{"image_size", 48}}); }, {"image_size", "32"});
   expectError([] { buildModel("resnet50", {{"norm", 2}}); }, {"norm"});
   expectError([] { buildModel("fmnist-cnn", {{"image_size", 32}}); }, {"image_size", "channels"});
+  expectError([] { buildModel("multimodal", {{"width", 10}, {"heads", 4}}); }, {"multimodal", "width", "heads"});
+  expectError([] { buildModel("multimodal", {{"branches", 0}}); }, {"multimodal", "branches"});
+  expectError([] { buildModel("dlrm", {{"tables", 0}}); }, {"dlrm", "tables"});
+  expectError([] { buildModel("candle-uno", {{"featurs", 4}}); }, {"candle-uno", "featurs", "features"});
 }
 
 }  // namespace

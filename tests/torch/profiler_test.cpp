@@ -114,6 +114,38 @@ TEST(Profiler, TokenInputsAndJsonRoundTrip) {
   EXPECT_EQ(back.layer(1).peak_memory_bytes, g.layer(1).peak_memory_bytes);
 }
 
+TEST(Profiler, ProfilesEachLayerOfAGraphOnItsRealInputs) {
+  // dlrm: two branch kinds from the model input, a merge of five, a layer without weights.
+  const models::Model model =
+      models::buildModel("dlrm", {{"dense", 5}, {"tables", 3}, {"rows", 20}, {"dim", 4}, {"hidden", 8}}, 0);
+  const int64_t batch = 8;
+  const graph::LayerGraph g = profileModel(model, batch, {1, 2, "adam"});
+  ASSERT_EQ(g.size(), static_cast<int>(model.layers.size()));
+  EXPECT_FALSE(g.isChain());
+  std::vector<int> all(model.layers.size());
+  for (int i = 0; i < g.size(); ++i) all[i] = i;
+  const auto outputs = models::forwardLayers(model, all, {{models::kModelInput, models::constantInput(model.input, batch)}});
+  for (int i = 0; i < g.size(); ++i) {
+    const graph::Layer& l = g.layer(i);
+    SCOPED_TRACE(l.name);
+    EXPECT_EQ(l.name, model.layers[i].name);
+    EXPECT_EQ(l.inputs, models::graphInputs(model, i));
+    EXPECT_EQ(l.output_bytes, models::tensorBytes(outputs.at(l.name)));
+    // Layers reading only the model input have no I part; the others do.
+    if (l.inputs.empty()) EXPECT_EQ(l.backward_input_seconds, 0);
+    else EXPECT_GT(l.backward_input_seconds, 0);
+  }
+  const graph::Layer& interaction = g.layer(g.indexOf("interaction"));
+  EXPECT_EQ(interaction.inputs, (std::vector<std::string>{"bottom1", "table0", "table1", "table2"}));
+  EXPECT_EQ(interaction.output_bytes, 4 * batch * (4 + 6));  // the dense vector and 4 x 3 / 2 dot products
+  EXPECT_EQ(interaction.param_bytes, 0);
+  EXPECT_EQ(interaction.backward_weight_seconds, 0);  // nothing to differentiate but the inputs
+  EXPECT_EQ(interaction.optimizer_seconds, 0);
+  EXPECT_GT(g.layer(g.indexOf("table0")).backward_weight_seconds, 0);
+  // The merged input (N, 4 x dim) is made by the layer: counted in its peak.
+  EXPECT_GE(interaction.peak_memory_bytes, 4 * batch * 4 * 4);
+}
+
 TEST(Profiler, RefusesBadArguments) {
   const models::Model model = smallMlp();
   EXPECT_THROW(profileModel(model, 0), Error);

@@ -94,11 +94,18 @@ struct StageWeights {
   int64_t param_bytes = 0;
 };
 
+// Throws Error naming the model unless it is a chain of layers (models::isChain): the
+// executor runs stages that are runs of consecutive layers, and the stage graphs of
+// multi-branch models are not trainable yet. The executor's constructor and the
+// trainer's plan check call it, so a job fails before it starts.
+void requireChainModel(const models::Model& model);
+
 class PipelineExecutor {
  public:
   // REQUIRES: program validated, every stage has at most one predecessor and successor
   // (chains; graph stages come with the GraphPipe work), stages.size() ==
-  // program.num_stages. The model must be built identically on every rank.
+  // program.num_stages. The model must be built identically on every rank, and be a
+  // chain (requireChainModel).
   PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                    std::vector<StageLayers> stages, int64_t microbatch_size, Transport& transport,
                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {});

@@ -1,8 +1,10 @@
-// Models: the zoo's, and the user's own from a TorchScript file. Every model runs as a
-// chain of named layers (a ResNet's residual blocks and a transformer's blocks are single
-// layers; a TorchScript DAG carries the tensors its later layers still need across each
-// layer), so a pipeline stage is simply a run of consecutive layers, and the model's
-// LayerGraph has one node per layer.
+// Models: the zoo's, and the user's own from a TorchScript file. A model is a DAG of
+// named layers run in a topological order: each layer reads the outputs of earlier
+// layers (or the model's input), merges them into one tensor and runs its module on it.
+// Chains, where every layer reads its predecessor, need no wiring at all, and most
+// models are chains (a ResNet's residual blocks and a transformer's blocks are single
+// layers; a TorchScript DAG is packed into a chain, each layer carrying the tensors its
+// later layers still need). The model's LayerGraph has one node per layer and its edges.
 //
 // Building is deterministic: the same name, config and seed (or the same file) give
 // bitwise-identical parameters in every process, which is how each rank builds only its
@@ -26,7 +28,7 @@ namespace pipetrain::models {
 
 // What a model consumes and how its loss is taken.
 // kTokens: int64 sequences with a label per position (a language model); kIndices: int64
-// inputs with one class label per sample (e.g. a user's embedding-bag model).
+// inputs with one class label per sample (multimodal, or a user's embedding-bag model).
 enum class InputKind { kImage, kFeatures, kTokens, kIndices };
 // Cross-entropy against int64 class labels; mean squared error against float targets
 // (a user's regression data).
@@ -39,25 +41,41 @@ struct InputSpec {
   LossKind loss = LossKind::kCrossEntropy;
 };
 
+// The name by which a layer reads the model's input; no layer may take it.
+inline constexpr const char* kModelInput = "input";
+
+// How a layer with several inputs makes the one tensor its module takes.
+enum class Merge {
+  kConcat,  // along dim 1 (features, channels): a fusion of branches
+  kSum,     // element-wise, same shapes: a residual join
+};
+
 struct Layer {
   std::string name;                   // "conv1", "block3", "head"
   std::string kind;                   // "conv", "linear", "residual", "transformer_block", ...
-  torch::nn::AnyModule module;        // Tensor -> Tensor
+  torch::nn::AnyModule module;        // Tensor -> Tensor: the merged inputs -> the output
+  // The producers it reads: earlier layers' names, or kModelInput (alone: a layer graph
+  // cannot say "the model input and a layer"). Empty = the previous layer's output (the
+  // model input for the first layer), so a chain needs no wiring. The last two fields
+  // have defaults so that Layer{name, kind, module} still builds a chain's layer.
+  std::vector<std::string> inputs = {};
+  Merge merge = Merge::kConcat;       // used only with several inputs
 };
 
 // Copying a Model is shallow: the copy shares the layers' modules and parameters.
 struct Model {
   std::string name;
   InputSpec input;
-  std::vector<Layer> layers;          // in execution order
+  std::vector<Layer> layers;          // in execution order, a topological one; the last is the output
   // A model loaded from TorchScript: the file's module, whose parameters and buffers the
   // layers share (so saving it saves the trained weights). Null for the zoo's models.
   std::shared_ptr<torch::jit::Module> script;
 
-  // One node per layer, chain edges, parameter bytes (fp32) and output bytes per sample
-  // measured by a dry forward pass of one sample (batch_size 1, eval mode, no grad; the
-  // layers' modes, buffers and the global generator are left as they were). Times are a
-  // rough estimate from that pass (backward parts = one forward each) until profiled.
+  // One node per layer with the model's edges (graphInputs), parameter bytes (fp32) and
+  // output bytes per sample measured by a dry forward pass of one sample through the DAG
+  // (batch_size 1, eval mode, no grad; the layers' modes, buffers and the global
+  // generator are left as they were). Times are a rough estimate from that pass
+  // (backward parts = one forward each) until profiled. Throws what checkWiring throws.
   graph::LayerGraph layerGraph() const;
   // Parameters of layers [first, last) in order.
   std::vector<torch::Tensor> parameters(int first, int last) const;
@@ -68,7 +86,8 @@ struct Model {
 // listing the known ones.
 using ModelConfig = std::map<std::string, int64_t>;
 
-// Known names: fmnist-cnn, mlp, vgg16, resnet50, gpt.
+// Known names: fmnist-cnn, mlp, vgg16, resnet50, gpt (chains); multimodal, dlrm,
+// candle-uno, fmnist-branch (DAGs). Every built model passes checkWiring.
 const std::vector<std::string>& modelNames();
 Model buildModel(const std::string& name, const ModelConfig& config = {}, uint64_t seed = 0);
 
@@ -85,7 +104,50 @@ Model loadScriptedModel(const std::string& path, const InputSpec& input);
 // weights, loadable in Python by torch.jit.load.
 void saveScriptedModel(const Model& model, const std::string& path);
 
-// Runs layers [first, last) on `input` (the stage forward pass).
+// ===== Wiring and forward passes =====================================================
+
+// The names `layer` reads, its empty `inputs` resolved: the previous layer's name, or
+// kModelInput for the first layer. Throws Error for an index outside the model.
+std::vector<std::string> layerInputs(const Model& model, int layer);
+// layerInputs as graph::Layer::inputs says it: the model input is an empty list there.
+// Shared by layerGraph() and the profiler so that both record the same edges.
+std::vector<std::string> graphInputs(const Model& model, int layer);
+// Whether every layer reads only its predecessor (the first, the model input): then a
+// stage is a run of consecutive layers and forwardRange runs it.
+bool isChain(const Model& model);
+// Throws an Error naming the model and the layer at fault unless the model is a DAG
+// whose order is topological with one output: at least one layer; names non-empty,
+// unique and not kModelInput; every input names kModelInput (alone) or an earlier
+// layer, none twice; and every layer but the last is read by a later one (an unread
+// branch would train nothing, and the loss is taken of the last layer's output).
+// buildModel, forwardModel and layerGraph() call it.
+void checkWiring(const Model& model);
+
+// For each value a layer reads (a layer's name or kModelInput), the index of the last
+// layer reading it: where a forward pass may let go of it. The last layer's output is
+// read by no layer and absent.
+std::map<std::string, int> lastReaders(const Model& model);
+// The tensors `layer` reads, in layerInputs order, looked up in `values` (a producer's
+// name or kModelInput -> its output). Throws Error naming the layer and the missing input.
+std::vector<torch::Tensor> gatherInputs(const Model& model, int layer,
+                                        const std::map<std::string, torch::Tensor>& values);
+// Runs one layer on its inputs, given in layerInputs order: merges them (Merge) and runs
+// the module. Throws Error naming the layer and the shapes when they do not merge, or
+// when the count is not the layer's.
+torch::Tensor forwardLayer(const Model& model, int layer, const std::vector<torch::Tensor>& inputs);
+// Runs `layers` (indices, strictly increasing: a topological order) reading their inputs
+// from `values` (a producer layer's name or kModelInput -> its output) and from outputs
+// computed earlier in the same call. Returns `values` with every computed output added
+// under its layer's name. This is a pipeline stage's forward pass for any set of layers
+// whose inputs from outside the set are given. Throws Error naming the layer and the
+// input when an input is neither given nor computed, and for bad indices.
+std::map<std::string, torch::Tensor> forwardLayers(const Model& model, const std::vector<int>& layers,
+                                                   std::map<std::string, torch::Tensor> values);
+// The whole model on `input`: the last layer's output. Each intermediate output is let
+// go once its last reader has run. Throws what checkWiring throws.
+torch::Tensor forwardModel(const Model& model, torch::Tensor input);
+// Runs layers [first, last) of a chain on `input` (a chain stage's forward pass).
+// Throws Error if the model is not a chain (use forwardLayers) or the range is bad.
 torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tensor input);
 
 // The model's loss, a mean: cross-entropy over classes ((N, C) vs (N)) or over every

@@ -34,14 +34,16 @@ struct ProfileOptions {
 };
 
 // Profiles every layer of `model` on one batch of `batch` samples, in training mode, on
-// the device of the model's parameters. Inputs are constants (the global generator is
-// not touched); each layer's input is the previous layer's output.
-// Returns a chain LayerGraph with batch_size = batch, one node per model layer, named
-// and kinded as the model's layers.
+// the device of the model's parameters. The model input is a constant (the global
+// generator is not touched); each layer runs on its real inputs, its producers' outputs
+// on that batch, merged as the layer merges them (the merge is timed with the layer).
+// Returns a LayerGraph with batch_size = batch, one node per model layer, named and
+// kinded as the model's layers, with the model's edges (models::graphInputs).
 // Leaves the model as it was: each layer's train/eval mode, its buffers (batch-norm
 // running statistics) and its parameters' gradients (gradients are taken with
 // torch::autograd::grad and never accumulated into .grad).
-// Throws Error for batch < 1, warmup < 0, repeats < 1 or an unknown optimizer.
+// Throws Error for batch < 1, warmup < 0, repeats < 1, an unknown optimizer, or a model
+// that fails models::checkWiring.
 graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const ProfileOptions& options = {});
 
 // Optimizer state bytes for `param_bytes` of parameters: "adam" 2x, "sgd" 1x (momentum).

@@ -1,5 +1,5 @@
-// What every model shares: running a range of layers, the loss, parameters, and the
-// LayerGraph the planner consumes.
+// What every model shares: running a chain's range of layers, the loss, parameters, and
+// the LayerGraph the planner consumes. The wiring of a DAG's layers is in wiring.cpp.
 #include <algorithm>
 #include <chrono>
 
@@ -15,13 +15,6 @@ void checkRange(const Model& model, int first, int last) {
     throw Error("model '" + model.name + "': layer range [" + std::to_string(first) + ", " +
                 std::to_string(last) + ") is not within [0, " + std::to_string(n) + ")");
   }
-}
-
-// AnyModule::forward is non-const; a copy of the AnyModule shares the module itself
-// (a shallow handle), so calling through it leaves `layer` untouched.
-torch::Tensor runLayer(const Layer& layer, torch::Tensor x) {
-  torch::nn::AnyModule module = layer.module;
-  return module.forward(std::move(x));
 }
 
 // Eval mode for a dry run: batch norm in training mode would update its running
@@ -66,8 +59,10 @@ torch::Tensor constantInput(const InputSpec& input, int64_t batch) {
 }
 
 torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tensor input) {
+  if (!isChain(model))
+    throw Error("model '" + model.name + "' is a graph of layers; run it with forwardLayers (or forwardModel)");
   checkRange(model, first, last);
-  for (int i = first; i < last; ++i) input = runLayer(model.layers[i], std::move(input));
+  for (int i = first; i < last; ++i) input = forwardLayer(model, i, {std::move(input)});
   return input;
 }
 
@@ -110,23 +105,27 @@ std::vector<torch::Tensor> Model::parameters(int first, int last) const {
 
 graph::LayerGraph Model::layerGraph() const {
   using Clock = std::chrono::steady_clock;
+  checkWiring(*this);
   EvalScope eval_scope(layers);
   torch::NoGradGuard no_grad;
-  torch::Tensor x = constantInput(input, 1);  // one sample
+  std::map<std::string, torch::Tensor> values{{kModelInput, constantInput(input, 1)}};  // one sample
   std::vector<graph::Layer> nodes;
-  for (const Layer& layer : layers) {
+  for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
+    const Layer& layer = layers[l];
     graph::Layer node;
     node.name = layer.name;
     node.kind = layer.kind;
-    if (!nodes.empty()) node.inputs = {nodes.back().name};
-    torch::Tensor y = runLayer(layer, x);  // warm-up (allocator, BLAS initialisation)
-    // NOTE(rough-times): the minimum of three forward passes of one sample, and backward
-    // parts guessed as one forward each. Good enough to balance stages before the
-    // profiler measures forward and backward properly at the real micro-batch size.
+    node.inputs = graphInputs(*this, l);
+    const std::vector<torch::Tensor> x = gatherInputs(*this, l, values);
+    torch::Tensor y = forwardLayer(*this, l, x);  // warm-up (allocator, BLAS initialisation)
+    // NOTE(rough-times): the minimum of three forward passes of one sample (the merge of
+    // several inputs included), and backward parts guessed as one forward each. Good
+    // enough to balance stages before the profiler measures forward and backward
+    // properly at the real micro-batch size.
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
       const auto start = Clock::now();
-      y = runLayer(layer, x);
+      y = forwardLayer(*this, l, x);
       best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
     }
     node.forward_seconds = best;
@@ -139,7 +138,7 @@ graph::LayerGraph Model::layerGraph() const {
     node.param_bytes = parameterBytes(layer);
     node.optimizer_state_bytes = 2 * node.param_bytes;  // Adam's two moments
     nodes.push_back(std::move(node));
-    x = y;
+    values[layer.name] = y;
   }
   return graph::LayerGraph(std::move(nodes), 1, "model '" + name + "'");
 }

@@ -53,8 +53,11 @@ using Builder = std::function<Model(const ModelConfig&)>;
 // One table for names and builders, so modelNames() cannot drift from buildModel().
 const std::vector<std::pair<std::string, Builder>>& registry() {
   static const std::vector<std::pair<std::string, Builder>> table = {
-      {"fmnist-cnn", zoo::buildFmnistCnn}, {"mlp", zoo::buildMlp},   {"vgg16", zoo::buildVgg16},
-      {"resnet50", zoo::buildResnet50},    {"gpt", zoo::buildGpt},
+      {"fmnist-cnn", zoo::buildFmnistCnn}, {"mlp", zoo::buildMlp},
+      {"vgg16", zoo::buildVgg16},          {"resnet50", zoo::buildResnet50},
+      {"gpt", zoo::buildGpt},              {"multimodal", zoo::buildMultimodal},
+      {"dlrm", zoo::buildDlrm},            {"candle-uno", zoo::buildCandleUno},
+      {"fmnist-branch", zoo::buildFmnistBranch},
   };
   return table;
 }
@@ -80,6 +83,7 @@ Model buildModel(const std::string& name, const ModelConfig& config, uint64_t se
     torch::manual_seed(seed);
     Model model = build(config);
     model.name = name;
+    checkWiring(model);  // a zoo model wired wrongly fails here, not in some later pass
     return model;
   }
   std::string names;

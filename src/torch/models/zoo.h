@@ -4,6 +4,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -39,9 +40,31 @@ struct StackImpl : torch::nn::Module {
 };
 TORCH_MODULE(Stack);
 
-inline Layer stackLayer(std::string name, std::string kind, torch::nn::Sequential body) {
-  return Layer{std::move(name), std::move(kind), torch::nn::AnyModule(Stack(std::move(body)))};
+// `inputs` and `merge` as in Layer: left out, the layer reads its predecessor.
+inline Layer stackLayer(std::string name, std::string kind, torch::nn::Sequential body,
+                        std::vector<std::string> inputs = {}, Merge merge = Merge::kConcat) {
+  return Layer{std::move(name), std::move(kind), torch::nn::AnyModule(Stack(std::move(body))), std::move(inputs),
+               merge};
 }
+
+// The end the multi-branch models share: "fusion" reads `branches` concatenated, (N, in),
+// and maps them to (N, hidden) (linear + ReLU); "head" gives the class scores (N, classes).
+inline void addFusionHead(Model& model, std::vector<std::string> branches, int64_t in, int64_t hidden,
+                          int64_t classes) {
+  namespace nn = torch::nn;
+  model.layers.push_back(
+      stackLayer("fusion", "linear", nn::Sequential(nn::Linear(in, hidden), nn::ReLU()), std::move(branches)));
+  model.layers.push_back(stackLayer("head", "linear", nn::Sequential(nn::Linear(hidden, classes))));
+}
+
+// Columns [first, first + count) of dim 1: how a branch that reads the model input
+// picks its own view of it (a slice of features, one modality's tokens).
+struct ColumnsImpl : torch::nn::Module {
+  ColumnsImpl(int64_t first, int64_t count) : first(first), count(count) {}
+  torch::Tensor forward(torch::Tensor x) { return x.narrow(1, first, count); }  // (N, count, ...)
+  int64_t first, count;
+};
+TORCH_MODULE(Columns);
 
 // Builders. REQUIRES: the caller has seeded the global generator (buildModel does), since
 // parameters are drawn from it in construction order.
@@ -50,5 +73,9 @@ Model buildMlp(const ModelConfig& config);
 Model buildVgg16(const ModelConfig& config);
 Model buildResnet50(const ModelConfig& config);
 Model buildGpt(const ModelConfig& config);
+Model buildMultimodal(const ModelConfig& config);
+Model buildDlrm(const ModelConfig& config);
+Model buildCandleUno(const ModelConfig& config);
+Model buildFmnistBranch(const ModelConfig& config);
 
 }  // namespace pipetrain::models::zoo

@@ -2,6 +2,7 @@
 // memory, measured at the real batch size. What is measured and why: docs/profiling.md.
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "memory_probe.h"
 #include "pipetrain/torch/profiler.h"
@@ -57,23 +58,24 @@ class ModelStateGuard {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;  // (buffer, its value before)
 };
 
-// One layer set up for timing: its input and what its backward pass differentiates.
+// One layer set up for timing: its inputs and what its backward pass differentiates.
 struct LayerRun {
   const models::Model& model;
   int index;
-  torch::Tensor input;               // requires grad unless it is the model input
-  std::vector<torch::Tensor> params; // the layer's trainable parameters
-  bool input_grad = false;
+  std::vector<torch::Tensor> inputs;  // in layerInputs order; each requires grad unless it is the model input
+  std::vector<torch::Tensor> params;  // the layer's trainable parameters
+  bool input_grad = false;            // whether any input requires grad (the layer has an I part)
 
-  torch::Tensor forward() const { return models::forwardRange(model, index, index + 1, input); }
+  torch::Tensor forward() const { return models::forwardLayer(model, index, inputs); }  // merge included
 
-  // Gradients of `output` (seeded with ones) w.r.t. the input only (`input_only`) or
-  // w.r.t. the input and the parameters. torch::autograd::grad returns the gradients
+  // Gradients of `output` (seeded with ones) w.r.t. the inputs only (`input_only`) or
+  // w.r.t. the inputs and the parameters. torch::autograd::grad returns the gradients
   // instead of accumulating them into .grad, so the model's gradients stay untouched.
   std::vector<torch::Tensor> backward(const torch::Tensor& output, const torch::Tensor& seed, bool input_only,
                                       bool retain_graph) const {
     std::vector<torch::Tensor> wrt;
-    if (input_grad) wrt.push_back(input);
+    for (const torch::Tensor& input : inputs)
+      if (input.requires_grad()) wrt.push_back(input);
     if (!input_only) wrt.insert(wrt.end(), params.begin(), params.end());
     if (wrt.empty() || !output.requires_grad()) return {};
     return torch::autograd::grad({output}, wrt, {seed}, retain_graph, /*create_graph=*/false,
@@ -142,8 +144,9 @@ struct Memory {
 };
 
 // One more forward and full backward under a MemoryProbe. Counts only what the layer
-// allocates (its input and parameters existed before), so a layer's figures do not
-// include its input: that is the previous layer's output, counted there.
+// allocates (its inputs and parameters existed before), so a layer's figures do not
+// include its inputs: they are its producers' outputs, counted there. The merge of
+// several inputs is the layer's own allocation.
 Memory measureMemory(const LayerRun& run, const torch::Device& device) {
   MemoryProbe probe(device);
   if (!probe.measures()) return {};
@@ -205,17 +208,31 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   if (o.repeats < 1) throw Error("profile: repeats must be at least 1, not " + std::to_string(o.repeats));
   optimizerStateBytes(o.optimizer, 0);  // an unknown optimizer fails before any work
 
+  models::checkWiring(model);
   ModelStateGuard state(model);
   const torch::Device device = deviceOf(model);
-  torch::Tensor x = models::constantInput(model.input, batch).to(device);  // (batch, sample...)
+  const int n = static_cast<int>(model.layers.size());
+  // Every layer runs on its real inputs: the outputs of its producers' profiled forward
+  // passes on this batch. An output is let go after its last reader has run.
+  std::map<std::string, torch::Tensor> values{
+      {models::kModelInput, models::constantInput(model.input, batch).to(device)}};  // (batch, sample...)
+  const std::map<std::string, int> last_reader = models::lastReaders(model);
   std::vector<graph::Layer> nodes;
-  for (int l = 0; l < static_cast<int>(model.layers.size()); ++l) {
+  for (int l = 0; l < n; ++l) {
     const models::Layer& layer = model.layers[l];
-    LayerRun run{model, l, x.detach(), {}, false};
-    // The model input needs no gradient (the first stage has nobody to send one to), so
-    // the first layer has no I part; every later layer's input does.
-    run.input_grad = l > 0 && x.is_floating_point();
-    if (run.input_grad) run.input.requires_grad_(true);
+    const std::vector<std::string> sources = models::layerInputs(model, l);
+    const std::vector<torch::Tensor> given = models::gatherInputs(model, l, values);
+    LayerRun run{model, l, {}, {}, false};
+    for (std::size_t k = 0; k < sources.size(); ++k) {
+      // The model input needs no gradient (the first stage has nobody to send one to), so
+      // a layer reading only the model input has no I part; every other input does.
+      torch::Tensor input = given[k].detach();
+      if (sources[k] != models::kModelInput && input.is_floating_point()) {
+        input.requires_grad_(true);
+        run.input_grad = true;
+      }
+      run.inputs.push_back(input);
+    }
     for (const torch::Tensor& p : layer.module.ptr()->parameters())
       if (p.requires_grad()) run.params.push_back(p);
 
@@ -224,7 +241,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     graph::Layer node;
     node.name = layer.name;
     node.kind = layer.kind;
-    if (!nodes.empty()) node.inputs = {nodes.back().name};
+    node.inputs = models::graphInputs(model, l);
     node.forward_seconds = t.forward;
     node.backward_input_seconds = t.input;
     node.backward_weight_seconds = t.weight;
@@ -235,7 +252,9 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     node.optimizer_seconds = timeOptimizerStep(run.params, device, o);
     node.peak_memory_bytes = m.peak;
     nodes.push_back(std::move(node));
-    x = t.output;
+    for (const std::string& source : sources)
+      if (last_reader.at(source) == l) values.erase(source);
+    values[layer.name] = t.output;
   }
   return graph::LayerGraph(std::move(nodes), batch, "profile of model '" + model.name + "'");
 }

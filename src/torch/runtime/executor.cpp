@@ -553,10 +553,18 @@ struct PipelineExecutor::Impl {
   }
 };
 
+void requireChainModel(const models::Model& model) {
+  if (!models::isChain(model))
+    throw Error("model '" + model.name + "' is a graph of layers with several branches: the stage graphs of "
+                "multi-branch models are not trainable yet (the runtime runs chains of layers); profile, plan and "
+                "simulate it instead");
+}
+
 PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                                    std::vector<StageLayers> stages, int64_t microbatch_size, Transport& transport,
                                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections)
     : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), transport, corrections)) {
+  requireChainModel(model);
   if (static_cast<int>(impl_->stages.size()) != program.num_stages)
     throw Error("the plan has " + std::to_string(impl_->stages.size()) + " stages, the schedule " +
                 std::to_string(program.num_stages));

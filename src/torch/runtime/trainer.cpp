@@ -81,6 +81,7 @@ int64_t agreeOnRunId(Transport& t) {
 // of the model's layers in order, one rank per device. Memory is the runtime's to
 // report, not to check here. Returns the plan's stage DAG.
 schedule::StageDag checkPlan(const TrainConfig& c, int world_size, const models::Model& model) {
+  requireChainModel(model);  // before the plan, whose complaints would be beside the point
   const plan::Plan& p = c.plan;
   const std::vector<std::string> ranks = plan::rankDevices(p);
   std::vector<cluster::Device> devices;
@@ -391,7 +392,7 @@ models::Model trainReference(const TrainConfig& c) {
     }
     const data::Batch batch = train->get(idx);
     optimizer->zero_grad();
-    torch::Tensor out = models::forwardRange(model, 0, static_cast<int>(model.layers.size()), batch.inputs);
+    torch::Tensor out = models::forwardModel(model, batch.inputs);
     models::lossOf(model, out, batch.labels).backward();
     optimizer->step();
   }
@@ -439,7 +440,7 @@ models::Model trainStalenessReference(const TrainConfig& c) {
   for (int j = 0; j < total; ++j) {
     const data::Batch batch = train->get(order.microbatch(j / m, j % m, c.plan.microbatch_size, m));
     for (int s = 0; s < ns; ++s) load(s, read_f[s][j]);
-    torch::Tensor out = models::forwardRange(model, 0, static_cast<int>(model.layers.size()), batch.inputs);
+    torch::Tensor out = models::forwardModel(model, batch.inputs);
     torch::Tensor loss = models::lossOf(model, out, batch.labels) * steps.loss_scale[j];
     for (int s = 0; s < ns; ++s) load(s, read_b[s][j]);
     loss.backward();

@@ -1,0 +1,74 @@
+// The transformer pieces of transformer.h.
+#include "transformer.h"
+
+#include <cmath>
+#include <limits>
+
+namespace pipetrain::models::zoo {
+
+namespace nn = torch::nn;
+
+TransformerSize transformerSize(const Options& opt) {
+  TransformerSize size{opt.atLeast("layers", 1), opt.atLeast("width", 1), opt.atLeast("heads", 1),
+                       opt.atLeast("context", 1), opt.atLeast("vocab", 2)};
+  if (size.width % size.heads != 0)
+    opt.fail("config 'width' = " + std::to_string(size.width) + " must be a multiple of 'heads' = " +
+             std::to_string(size.heads));
+  return size;
+}
+
+nn::Linear gptLinear(int64_t in, int64_t out, double std) {
+  nn::Linear linear(in, out);
+  torch::NoGradGuard no_grad;
+  linear->weight.normal_(0.0, std);
+  linear->bias.zero_();
+  return linear;
+}
+
+EmbedImpl::EmbedImpl(int64_t vocab, int64_t context, int64_t width)
+    : token(register_module("token", nn::Embedding(vocab, width))),
+      position(register_module("position", nn::Embedding(context, width))) {
+  torch::NoGradGuard no_grad;
+  token->weight.normal_(0.0, 0.02);
+  position->weight.normal_(0.0, 0.02);
+}
+
+torch::Tensor EmbedImpl::forward(torch::Tensor tokens) {  // (N, T) int64
+  const int64_t t = tokens.size(1);
+  TORCH_CHECK(t <= position->weight.size(0), "sequence of ", t, " tokens is longer than the context");
+  torch::Tensor positions = torch::arange(t, tokens.options());  // (T)
+  return token->forward(tokens) + position->forward(positions);  // (N, T, C) + (T, C)
+}
+
+BlockImpl::BlockImpl(int64_t width, int64_t heads, int64_t layers, bool causal)
+    : heads(heads),
+      causal(causal),
+      ln1(register_module("ln1", nn::LayerNorm(nn::LayerNormOptions({width})))),
+      qkv(register_module("qkv", gptLinear(width, 3 * width))),
+      proj(register_module("proj", gptLinear(width, width, 0.02 / std::sqrt(2.0 * layers)))),
+      ln2(register_module("ln2", nn::LayerNorm(nn::LayerNormOptions({width})))),
+      fc(register_module("fc", gptLinear(width, 4 * width))),
+      fc_proj(register_module("fc_proj", gptLinear(4 * width, width, 0.02 / std::sqrt(2.0 * layers)))) {}
+
+torch::Tensor BlockImpl::attention(const torch::Tensor& x) {  // (N, T, C)
+  const int64_t n = x.size(0), t = x.size(1), c = x.size(2), d = c / heads;
+  std::vector<torch::Tensor> parts = qkv->forward(x).split(c, 2);  // 3 x (N, T, C)
+  auto toHeads = [&](const torch::Tensor& y) { return y.view({n, t, heads, d}).transpose(1, 2); };
+  torch::Tensor q = toHeads(parts[0]), k = toHeads(parts[1]), v = toHeads(parts[2]);  // (N, H, T, D)
+  torch::Tensor scores = torch::matmul(q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(d));  // (N, H, T, T)
+  if (causal) {
+    // Position i may only attend to positions <= i. The mask is rebuilt per call (T x T
+    // booleans, cheap) rather than stored, so it is neither a parameter nor state.
+    torch::Tensor future = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);  // (T, T)
+    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  }
+  torch::Tensor y = torch::matmul(torch::softmax(scores, -1), v);  // (N, H, T, D)
+  return proj->forward(y.transpose(1, 2).contiguous().view({n, t, c}));  // (N, T, C)
+}
+
+torch::Tensor BlockImpl::forward(torch::Tensor x) {  // (N, T, C)
+  x = x + attention(ln1->forward(x));
+  return x + fc_proj->forward(torch::gelu(fc->forward(ln2->forward(x))));  // (N, T, C)
+}
+
+}  // namespace pipetrain::models::zoo
