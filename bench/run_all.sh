@@ -7,3 +7,4 @@ build=${1:-build}
 bench/pipeline_throughput.sh "$build" mlp
 bench/pipeline_throughput.sh "$build" gpt
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then bench/ddp_comparison.sh "$build"; fi
+if [ -x /usr/bin/python3 ]; then bench/graph_comparison.sh "$build"; fi

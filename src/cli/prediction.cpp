@@ -47,15 +47,18 @@ sim::Evaluation predictRun(const MeasuredRun& run) {
     auto it = sums.find({s, t});
     return it == sums.end() ? 0.0 : it->second.first / it->second.second;
   };
-  // The plan's own layers; each stage's measured costs sit on its last layer (whose
-  // output is what crosses to the next stage), the others cost nothing.
+  // The plan's own layers, a chain inside each stage, the first reading the last layer
+  // of each stage it reads; each stage's measured costs sit on its last layer (whose
+  // output is what crosses to its consumers), the others cost nothing.
   std::vector<graph::Layer> layers;
   for (int s = 0; s < plan.numStages(); ++s)
     for (std::size_t i = 0; i < plan.stages[s].layers.size(); ++i) {
       graph::Layer l;
       l.name = plan.stages[s].layers[i];
       l.kind = "measured";
-      if (!layers.empty()) l.inputs = {layers.back().name};
+      if (i > 0) l.inputs = {layers.back().name};
+      else
+        for (int q : run.stage_preds.at(s)) l.inputs.push_back(plan.stages[q].layers.back());
       if (i + 1 == plan.stages[s].layers.size()) {
         l.forward_seconds = mean(s, schedule::ActionType::F);
         const double split_i = mean(s, schedule::ActionType::I), split_w = mean(s, schedule::ActionType::W);

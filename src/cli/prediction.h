@@ -26,6 +26,7 @@ struct MeasuredRun {
   const trace::Timeline* timeline = nullptr;  // measured, a row per rank
   std::vector<int64_t> stage_output_bytes;
   std::vector<int64_t> stage_param_bytes;     // what replicas all-reduce
+  std::vector<std::vector<int>> stage_preds;  // the stages each stage reads (the plan's stage DAG)
 };
 
 // The report and the predicted timeline of one mini-batch.

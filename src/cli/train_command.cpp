@@ -89,6 +89,7 @@ Json resultToJson(const runtime::RankResult& r) {
           {"weight_bytes", r.weight_bytes},
           {"stage_param_bytes", r.stage_param_bytes},
           {"stage_output_bytes", r.stage_output_bytes},
+          {"stage_preds", r.stage_preds},
           {"last_step", trace::actionsToJson(r.last_step)}};
 }
 
@@ -311,7 +312,8 @@ int launch(TrainArgs& a) {
   // What the simulator predicts for these measured stage times, next to what happened.
   const Json any_result = Json::parse(outputs.front().result_json);
   MeasuredRun measured{&plan, &timeline, any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
-                       any_result["stage_param_bytes"].get<std::vector<int64_t>>()};
+                       any_result["stage_param_bytes"].get<std::vector<int64_t>>(),
+                       any_result["stage_preds"].get<std::vector<std::vector<int>>>()};
   sim::Evaluation prediction = predictRun(measured);
   const sim::Report& predicted = prediction.report;
   prediction.timeline.title = "predicted: " + timeline.title;

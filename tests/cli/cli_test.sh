@@ -184,14 +184,22 @@ refuses "profile bad batch" "batch" "$bin" profile "${mlp[@]}" --batch 0 --out "
 refuses "profile unknown model" "unknown model" "$bin" profile --model nope --batch 4 --out "$tmp/p1.json"
 refuses "profile unwritable" "/nonexistent/g.json" "$bin" profile "${mlp[@]}" --batch 4 --out /nonexistent/g.json
 refuses "profile-network one rank" "nproc" "$bin" profile-network --nproc 1 --out "$tmp/c1.json"
-# A multi-branch model: profiled with its edges and planned; training it is refused by name.
+# A multi-branch model: profiled with its edges, planned by the graph partitioner, trained
+# as a stage graph (the branches on their own ranks, joined by the fusion stage).
 check "profile a multi-branch model" "$bin" profile --model fmnist-branch --model-option channels=2 --batch 4 \
   --repeats 1 --out "$tmp/branch.json"
 expect "profiled merge" '^ *"conv2",$' "$tmp/branch.json"  # fusion reads conv2 and mlp
-check "plan a multi-branch model" "$bin" plan --graph "$tmp/branch.json" \
+check "plan a multi-branch model" "$bin" plan --graph "$tmp/branch.json" --partitioner graph \
   --cluster "$src/examples/clusters/gpu-server.json" --batch 64 --out "$tmp/branch_plan.json"
-refuses "train a multi-branch model" "'fmnist-branch' is a graph of layers" "$bin" train --model fmnist-branch \
-  --dataset synthetic --nproc 2 --microbatches 2 --stage-bounds 0,3,5 --max-steps 1
+expect "graph plans say so" " graph "
+cat > "$tmp/branch_stages.json" <<'JSON'
+{"format": "pipetrain.plan", "version": 1, "microbatch_size": 4, "microbatches": 4, "schedule": {"name": "1f1b"},
+ "stages": [{"layers": ["conv1", "conv2"], "devices": ["dev0"]}, {"layers": ["mlp"], "devices": ["dev1"]},
+            {"layers": ["fusion", "head"], "devices": ["dev2"]}]}
+JSON
+check "train a stage graph" "$bin" train --model fmnist-branch --model-option channels=2 --dataset synthetic \
+  --nproc 3 --plan "$tmp/branch_stages.json" --max-steps 2 --no-eval
+expect "stage graph trained" "trained fmnist-branch with 1f1b on 3 ranks"
 
 # plan: the planner and the exploration table
 graph=$src/examples/transformer/graph.json

@@ -54,8 +54,8 @@ std::vector<torch::Tensor> modelParameters(const TrainConfig& config, const std:
       if (it == r.stages.end()) continue;
       std::size_t offset = 0;  // the rank's earlier stages' parameters come first
       for (auto e = r.stages.begin(); e != it; ++e)
-        offset += model.parameters(stages[*e].first, stages[*e].last).size();
-      const std::size_t count = model.parameters(stages[s].first, stages[s].last).size();
+        offset += model.parameters(stages[*e].layers).size();
+      const std::size_t count = model.parameters(stages[s].layers).size();
       out.insert(out.end(), r.parameters.begin() + offset, r.parameters.begin() + offset + count);
       break;
     }

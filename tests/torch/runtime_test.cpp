@@ -139,24 +139,7 @@ TEST(PipelineTraining, RefusesWhatItCannotRun) {
   c = smallConfig("mlp", cases()[0].config);
   usePlan(c, "1f1b", {1, 1});
   std::swap(c.plan.stages[0].layers[0], c.plan.stages[1].layers[0]);
-  EXPECT_THROW(checkConfig(c, 2), Error);  // stages must be runs of the model's layers
-}
-
-TEST(PipelineTraining, RefusesMultiBranchModelsNamingThem) {
-  // Until the executor runs stage graphs: the job's check and the executor both refuse.
-  TrainConfig c = smallConfig("fmnist-branch", {{"channels", 2}, {"hidden", 8}});
-  usePlan(c, "1f1b", {1, 1});
-  const std::vector<std::string> words = {"'fmnist-branch'", "multi-branch models are not trainable yet"};
-  testing::expectError([&] { checkConfig(c, 2); }, words);
-  usePlan(c, "gpipe", {1});
-  models::Model model = openModel(c);
-  auto group = makeInProcessGroup(1, std::chrono::seconds(5));
-  const schedule::Program program = plan::programForPlan(c.plan, schedule::chainDag(1), 1);
-  const std::vector<StageLayers> whole = {{0, static_cast<int>(model.layers.size())}};
-  auto sgd = [](std::vector<torch::Tensor> p) {
-    return std::make_unique<torch::optim::SGD>(std::move(p), torch::optim::SGDOptions(0.1));
-  };
-  testing::expectError([&] { PipelineExecutor(program, 0, model, whole, 4, *group[0], sgd); }, words);
+  EXPECT_THROW(checkConfig(c, 2), Error);  // stages must be convex
 }
 
 TEST(PipelineTraining, OutgoingMessagesAreReleasedWithinAnEpoch) {

@@ -104,7 +104,7 @@ inline std::vector<torch::Tensor> stageParameters(const TrainConfig& config, con
   const auto stages = stageLayers(config.plan, reference);
   std::vector<torch::Tensor> want;
   for (int s : r.stages) {
-    auto p = reference.parameters(stages[s].first, stages[s].last);
+    auto p = reference.parameters(stages[s].layers);
     want.insert(want.end(), p.begin(), p.end());
   }
   return want;

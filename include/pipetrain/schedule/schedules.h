@@ -19,7 +19,10 @@
 // Replicated stages (c replicas): micro-batch j runs on replica j mod c, and every
 // replica runs its own copy of the stage's order over its own micro-batches (its own
 // warm-up and steady state, as PipeDream's 1F1B-RR does); an ALLREDUCE precedes every
-// STEP, so the replicas step on the summed gradients of the same micro-batches.
+// STEP, so the replicas step on the summed gradients of the same micro-batches. A 1F1B
+// warm-up never runs further ahead (in the stage's micro-batches, all replicas
+// together) than its producers' do, so replica counts that differ between neighbours
+// never deadlock.
 #pragma once
 
 #include <string>

@@ -22,6 +22,12 @@
 // different number rescales before stepping, so every STEP applies the mean gradient
 // of exactly the micro-batches it combines (a mini-batch, or one round of replicas).
 //
+// Stage graphs: a stage reads the outputs of any earlier stages' layers (and the model
+// input), and sends to each consuming stage one message per micro-batch holding the
+// outputs that stage reads (several tensors travel packed as one (N, total) fp32
+// tensor). Its backward pass sums the gradients its consumers send back for each
+// output, and sends each producing stage the gradients of what it received from it.
+//
 // Receives are posted a few actions ahead of the action that needs them, so messages
 // arrive while the rank computes. Message shapes come from a dry run of the model at
 // construction, never from the wire.
@@ -45,14 +51,19 @@ namespace pipetrain::runtime {
 
 using Clock = std::chrono::steady_clock;
 
-// Layers [first, last) of the model form one stage.
+// The model's layers (indices, increasing: a topological order) that form one stage: a
+// run of a chain, or any convex set of a multi-branch model's layers.
 struct StageLayers {
-  int first = 0;
-  int last = 0;
+  std::vector<int> layers;
 };
 
+// Whether a stage runs a layer that reads the model's input (models::kModelInput): its
+// ranks need the data's inputs.
+bool readsModelInput(const models::Model& model, const StageLayers& stage);
+
 // Data for the Program's micro-batches (indices 0 .. totalMicrobatches - 1): inputs
-// (first stage only) and labels (last stage only), each for micro-batch_size samples.
+// (stages reading the model input) and labels (the last stage), each for
+// micro-batch_size samples.
 // `valid_samples(j)`, when set, says how many leading samples of j count (evaluation
 // pads its last batch); unset, all do.
 struct MicrobatchData {
@@ -94,18 +105,11 @@ struct StageWeights {
   int64_t param_bytes = 0;
 };
 
-// Throws Error naming the model unless it is a chain of layers (models::isChain): the
-// executor runs stages that are runs of consecutive layers, and the stage graphs of
-// multi-branch models are not trainable yet. The executor's constructor and the
-// trainer's plan check call it, so a job fails before it starts.
-void requireChainModel(const models::Model& model);
-
 class PipelineExecutor {
  public:
-  // REQUIRES: program validated, every stage has at most one predecessor and successor
-  // (chains; graph stages come with the GraphPipe work), stages.size() ==
-  // program.num_stages. The model must be built identically on every rank, and be a
-  // chain (requireChainModel).
+  // REQUIRES: program validated, stages.size() == program.num_stages, and the stages
+  // convex sets of the model's layers whose DAG is the Program's. The model must be
+  // built identically on every rank.
   PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                    std::vector<StageLayers> stages, int64_t microbatch_size, Transport& transport,
                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {});
@@ -129,8 +133,9 @@ class PipelineExecutor {
   using WeightProbe = std::function<void(const schedule::Action&, const std::vector<torch::Tensor>&)>;
   void setWeightProbe(WeightProbe probe);
 
-  // Output shape (with the batch dimension) of each stage for one micro-batch.
-  const std::vector<std::vector<int64_t>>& stageOutputShapes() const { return output_shapes_; }
+  // Bytes of each stage's outputs that later stages read, per micro-batch (each output
+  // once, however many stages read it).
+  const std::vector<int64_t>& stageOutputBytes() const { return output_bytes_; }
   std::vector<int> stagesOfRank() const { return my_stages_; }
   // Parameters of the stages this rank runs (their current version).
   std::vector<torch::Tensor> parameters() const;
@@ -150,7 +155,7 @@ class PipelineExecutor {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  std::vector<std::vector<int64_t>> output_shapes_;
+  std::vector<int64_t> output_bytes_;
   std::vector<int> my_stages_;
 };
 

@@ -79,6 +79,8 @@ struct Model {
   graph::LayerGraph layerGraph() const;
   // Parameters of layers [first, last) in order.
   std::vector<torch::Tensor> parameters(int first, int last) const;
+  // Parameters of the given layers (indices), in that order.
+  std::vector<torch::Tensor> parameters(const std::vector<int>& layers) const;
 };
 
 // Integer options with defaults per model ("layers", "width", "heads", "context",

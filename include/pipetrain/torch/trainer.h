@@ -96,7 +96,8 @@ struct RankResult {
   int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
   int max_sends_held = 0;                // outgoing messages kept alive at once (executor.h)
   std::vector<trace::TimedAction> last_step;  // the final mini-batch, for traces
-  std::vector<int64_t> stage_output_bytes;  // per stage, one micro-batch's output
+  std::vector<int64_t> stage_output_bytes;  // per stage, what one micro-batch sends its consumers
+  std::vector<std::vector<int>> stage_preds;  // per stage, the stages it reads (the plan's stage DAG)
   std::vector<int64_t> stage_param_bytes;   // per stage
   std::vector<torch::Tensor> parameters; // the trained parameters of this rank's stages
 };
@@ -121,8 +122,9 @@ checkpoint::Identity identityOf(const TrainConfig& config);
 // one-mini-batch Program: the launcher's check (trainRank makes the same checks).
 schedule::Program checkConfig(const TrainConfig& config, int world_size);
 
-// The model's layers [first, last) that each stage of the plan runs. Throws Error when
-// a stage is not the next run of the model's layers in order.
+// The model's layers (indices, in the model's order) that each stage of the plan runs.
+// Throws Error naming the stage and layer when a layer is unknown, in two stages or in
+// none; plan::validate checks that the stages are convex.
 std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model& model);
 
 // What a plan's schedule options mean to the executor.

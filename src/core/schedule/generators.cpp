@@ -26,6 +26,31 @@ std::vector<int> depthToSink(const StageDag& dag) {
   return depth;
 }
 
+// The 1F1B warm-up of each stage: forward passes a replica runs before its first
+// backward pass, less one. Without replicas it is the depth to the sink. Counted in
+// micro-batches of the whole stage (F = (warm-up + 1) x replicas), a stage never goes
+// further ahead than its producers do, so a replicated stage behind a stage of fewer
+// replicas never waits, before its first backward pass, for a micro-batch that the
+// producer holds back until that backward pass returns (a deadlock: 4 replicas at depth
+// 3 wanted 16 micro-batches from a producer that sent 5). Smaller warm-ups only hold
+// fewer activations, so the planners' memory bounds still hold.
+std::vector<int> warmups(const StageDag& dag, const std::vector<int>& replicas) {
+  const std::vector<int> depth = depthToSink(dag);
+  std::vector<int> forwards(dag.size(), -1);  // what the stage forwards before its first backward pass
+  std::vector<int> out(dag.size());
+  std::function<int(int)> visit = [&](int s) {
+    if (forwards[s] >= 0) return forwards[s];
+    int f = (depth[s] + 1) * replicas[s];
+    for (int q : dag.preds[s]) f = std::min(f, visit(q));
+    out[s] = std::max(0, f / replicas[s] - 1);
+    // Rounded down to whole rounds of its replicas; fewer than one round means one
+    // micro-batch each, of which only the first f are sure to arrive.
+    return forwards[s] = std::min(f, (out[s] + 1) * replicas[s]);
+  };
+  for (int s = 0; s < dag.size(); ++s) visit(s);
+  return out;
+}
+
 // Longest path from a source to each stage (s for a chain).
 std::vector<int> heightFromSource(const StageDag& dag) {
   std::vector<int> height(dag.size(), -1);
@@ -65,6 +90,7 @@ struct Context {
   const StageDag& dag;
   std::vector<int> depth;   // to sink
   std::vector<int> height;  // from source
+  std::vector<int> warmup;  // warmups()
   int m() const { return spec.microbatches; }
   int total() const { return spec.microbatches * spec.minibatches; }
   // The micro-batches of [first, first + n) that replica `r` runs, in order.
@@ -98,7 +124,7 @@ std::vector<Action> gpipe(const Context& c, int s, Replica r) {
 std::vector<Action> oneFOneB(const Context& c, int s, Replica r) {
   std::vector<Action> out;
   for (int k = 0; k < c.spec.minibatches; ++k) {
-    for (auto [fwd, j] : oneFOneBOrder(c.own(k * c.m(), c.m(), r), c.depth[s]))
+    for (auto [fwd, j] : oneFOneBOrder(c.own(k * c.m(), c.m(), r), c.warmup[s]))
       out.push_back(computeAction(fwd ? ActionType::F : ActionType::B, s, j, k));
     emitStep(out, s, k + 1, r);
   }
@@ -115,7 +141,7 @@ std::vector<Action> zeroBubbleH1(const Context& c, int s, Replica r) {
     const auto mbs = c.own(k * c.m(), c.m(), r);
     const int n = static_cast<int>(mbs.size());
     int weights_done = 0, inputs_done = 0;
-    for (auto [fwd, j] : oneFOneBOrder(mbs, c.depth[s])) {
+    for (auto [fwd, j] : oneFOneBOrder(mbs, c.warmup[s])) {
       if (fwd) {
         out.push_back(computeAction(ActionType::F, s, j, k));
         continue;
@@ -132,8 +158,7 @@ std::vector<Action> zeroBubbleH1(const Context& c, int s, Replica r) {
 }
 
 // The asynchronous schedules share one never-flushing 1F1B stream of all micro-batches
-// and differ only in versions and steps. Every replica keeps the warm-up depth of its
-// stage in its own micro-batches, so replicas never starve each other.
+// and differ only in versions and steps, with the same warm-ups as 1F1B (warmups()).
 std::vector<Action> asyncStream(const Context& c, int s, Replica r,
                                 const std::function<int(int mb, int current)>& forward_version) {
   const ScheduleTraits& t = traits(c.spec.name);
@@ -141,7 +166,7 @@ std::vector<Action> asyncStream(const Context& c, int s, Replica r,
   std::vector<Action> out;
   std::vector<int> read(c.total(), 0);
   int current = 0;
-  for (auto [fwd, j] : oneFOneBOrder(c.own(0, c.total(), r), c.depth[s])) {
+  for (auto [fwd, j] : oneFOneBOrder(c.own(0, c.total(), r), c.warmup[s])) {
     if (fwd) {
       read[j] = forward_version(j, current);
       out.push_back(computeAction(ActionType::F, s, j, read[j]));
@@ -279,9 +304,10 @@ int pipelineDepth(const StageDag& dag) {
 Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vector<int>& replicas_given) {
   // Before any work that grows with the numbers (the depths below recurse over stages).
   limits::checkProgramSize(dag.size(), spec.microbatches, spec.minibatches, spec.name + " schedule");
-  Context c{spec, dag, depthToSink(dag), heightFromSource(dag)};
   const std::vector<int> replicas = replicas_given.empty() ? std::vector<int>(dag.size(), 1) : replicas_given;
+  Context c{spec, dag, depthToSink(dag), heightFromSource(dag), {}};
   checkSpec(spec, dag, c.depth, replicas);
+  c.warmup = warmups(dag, replicas);
   const ScheduleTraits& t = traits(spec.name);
 
   Program program;

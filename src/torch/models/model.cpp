@@ -103,6 +103,15 @@ std::vector<torch::Tensor> Model::parameters(int first, int last) const {
   return out;
 }
 
+std::vector<torch::Tensor> Model::parameters(const std::vector<int>& indices) const {
+  std::vector<torch::Tensor> out;
+  for (int l : indices) {
+    checkRange(*this, l, l + 1);
+    for (const torch::Tensor& p : layers[l].module.ptr()->parameters()) out.push_back(p);
+  }
+  return out;
+}
+
 graph::LayerGraph Model::layerGraph() const {
   using Clock = std::chrono::steady_clock;
   checkWiring(*this);

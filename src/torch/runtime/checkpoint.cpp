@@ -67,7 +67,7 @@ Shard shardOf(const RankState& s, int rank) {
   for (int stage : stagesWritten(s, rank)) {
     const auto state = s.executor.parameterState(stage);
     std::size_t i = 0;  // the stage's parameters, in models::Model::parameters order
-    for (int l = s.stages[stage].first; l < s.stages[stage].last; ++l) {
+    for (int l : s.stages[stage].layers) {
       const std::string& layer = s.model.layers[l].name;
       const auto& module = *s.model.layers[l].module.ptr();
       for (const auto& p : module.named_parameters()) {
@@ -87,7 +87,7 @@ Shard shardOf(const RankState& s, int rank) {
 std::vector<checkpoint::LayerEntry> layerEntries(const RankState& s) {
   std::vector<checkpoint::LayerEntry> out;
   for (int stage = 0; stage < s.program.num_stages; ++stage)
-    for (int l = s.stages[stage].first; l < s.stages[stage].last; ++l) {
+    for (int l : s.stages[stage].layers) {
       checkpoint::LayerEntry e{s.model.layers[l].name, fileOfRank(s.program.rankOf(stage, 0)), {}};
       const auto& module = *s.model.layers[l].module.ptr();
       for (const auto& p : module.named_parameters()) e.tensors.push_back({p.key(), p.value().sizes().vec()});
@@ -226,7 +226,7 @@ void loadCheckpoint(const Checkpoint& c, const checkpoint::Identity& identity, c
   for (int stage : state.executor.stagesOfRank()) {
     std::vector<PipelineExecutor::TensorMap> states;
     int64_t steps = -1;
-    for (int l = state.stages[stage].first; l < state.stages[stage].last; ++l) {
+    for (int l : state.stages[stage].layers) {
       const std::string& layer = state.model.layers[l].name;
       const checkpoint::LayerEntry* entry = m.layer(layer);
       if (!entry)

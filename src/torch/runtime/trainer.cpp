@@ -77,11 +77,10 @@ int64_t agreeOnRunId(Transport& t) {
   return id[0][0].item<int64_t>();
 }
 
-// The plan against the model and the job: every layer in one stage, stages that are runs
-// of the model's layers in order, one rank per device. Memory is the runtime's to
+// The plan against the model and the job: every layer in one stage, stages that are
+// convex sets of the model's layers, one rank per device. Memory is the runtime's to
 // report, not to check here. Returns the plan's stage DAG.
 schedule::StageDag checkPlan(const TrainConfig& c, int world_size, const models::Model& model) {
-  requireChainModel(model);  // before the plan, whose complaints would be beside the point
   const plan::Plan& p = c.plan;
   const std::vector<std::string> ranks = plan::rankDevices(p);
   std::vector<cluster::Device> devices;
@@ -107,7 +106,7 @@ struct EvalMode {
   std::vector<torch::nn::AnyModule> modules;
   EvalMode(models::Model& model, const std::vector<StageLayers>& stages, const std::vector<int>& mine) {
     for (int s : mine)
-      for (int l = stages[s].first; l < stages[s].last; ++l) {
+      for (int l : stages[s].layers) {
         modules.push_back(model.layers[l].module);
         model.layers[l].module.ptr()->eval();
       }
@@ -163,7 +162,7 @@ void gatherModel(models::Model& model, const std::vector<StageLayers>& stages, c
   std::vector<torch::Tensor> targets, sums;
   for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
     const bool owner = program.rankOf(s, 0) == t.rank();
-    for (int l = stages[s].first; l < stages[s].last; ++l) {
+    for (int l : stages[s].layers) {
       const auto& module = *model.layers[l].module.ptr();
       for (const auto& group : {module.parameters(), module.buffers()})
         for (const torch::Tensor& tensor : group) {
@@ -219,21 +218,28 @@ checkpoint::Identity identityOf(const TrainConfig& c) {
 }
 
 std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model& model) {
+  std::map<std::string, int> index;
+  for (int l = 0; l < static_cast<int>(model.layers.size()); ++l) index[model.layers[l].name] = l;
   std::vector<StageLayers> out;
-  int next = 0;
+  std::vector<char> placed(model.layers.size(), 0);
   for (int s = 0; s < plan.numStages(); ++s) {
-    const auto& layers = plan.stages[s].layers;
-    for (std::size_t i = 0; i < layers.size(); ++i)
-      if (next + static_cast<int>(i) >= static_cast<int>(model.layers.size()) ||
-          model.layers[next + i].name != layers[i])
-        throw Error("plan: stage " + std::to_string(s) + " must be the next run of the model's layers in order; layer '" +
-                    layers[i] + "' is out of place");
-    out.push_back({next, next + static_cast<int>(layers.size())});
-    next = out.back().last;
+    StageLayers stage;
+    for (const std::string& name : plan.stages[s].layers) {
+      auto it = index.find(name);
+      if (it == index.end())
+        throw Error("plan: stage " + std::to_string(s) + " names layer '" + name + "', which model '" + model.name +
+                    "' does not have");
+      if (placed[it->second]++)
+        throw Error("plan: layer '" + name + "' is in two stages (again in stage " + std::to_string(s) + ")");
+      stage.layers.push_back(it->second);
+    }
+    std::sort(stage.layers.begin(), stage.layers.end());  // the model's order is topological
+    out.push_back(std::move(stage));
   }
-  if (next != static_cast<int>(model.layers.size()))
-    throw Error("plan: the stages cover " + std::to_string(next) + " of the model's " +
-                std::to_string(model.layers.size()) + " layers");
+  const auto missing = std::find(placed.begin(), placed.end(), 0);
+  if (missing != placed.end())
+    throw Error("plan: layer '" + model.layers[missing - placed.begin()].name + "' of model '" + model.name +
+                "' is in no stage");
   return out;
 }
 
@@ -260,7 +266,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
   RankResult result;
   result.rank = t.rank();
   result.stages = mine;
-  const bool first = one.isFirstStage(mine.front());
+  const bool first = std::any_of(mine.begin(), mine.end(), [&](int s) { return readsModelInput(model, stages[s]); });
   result.last_stage = one.isLastStage(mine.back());
   const bool reports = result.last_stage && one.rankOf(one.num_stages - 1, 0) == t.rank();
   std::unique_ptr<data::Dataset> train, test;
@@ -294,11 +300,11 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
                             [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); },
                             correctionsOf(c.plan.schedule));
   if (probe) executor.setWeightProbe(probe);
-  for (const auto& shape : executor.stageOutputShapes())
-    result.stage_output_bytes.push_back(4 * c10::multiply_integers(shape));
+  result.stage_output_bytes = executor.stageOutputBytes();
+  result.stage_preds = one.stage_preds;
   for (const auto& stage : stages) {
     int64_t bytes = 0;
-    for (const auto& p : model.parameters(stage.first, stage.last)) bytes += p.numel() * p.element_size();
+    for (const auto& p : model.parameters(stage.layers)) bytes += p.numel() * p.element_size();
     result.stage_param_bytes.push_back(bytes);
   }
 
@@ -406,7 +412,7 @@ models::Model trainStalenessReference(const TrainConfig& c) {
   const std::vector<StageLayers> stages = stageLayers(c.plan, model);
   const int ns = c.plan.numStages();
   const schedule::Program program =
-      plan::programForPlan(c.plan, schedule::chainDag(ns), static_cast<int>(c.max_steps_per_epoch));
+      plan::programForPlan(c.plan, plan::stageDag(c.plan, model.layerGraph()), static_cast<int>(c.max_steps_per_epoch));
   const int total = program.totalMicrobatches(), m = program.microbatches;
 
   // Per stage and micro-batch: the versions its F and B read.
@@ -426,7 +432,7 @@ models::Model trainStalenessReference(const TrainConfig& c) {
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
   std::vector<std::map<int, int>> arrived(ns);
   for (int s = 0; s < ns; ++s) {
-    params[s] = model.parameters(stages[s].first, stages[s].last);
+    params[s] = model.parameters(stages[s].layers);
     versions[s].push_back(cloneTensors(params[s]));
     optimizers.push_back(makeOptimizer(c, params[s]));
   }
