@@ -54,6 +54,12 @@ CLI::Validator positive() {
       "POSITIVE");
 }
 
+std::string modelNameList() {
+  std::string names;
+  for (const std::string& name : models::modelNames()) names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
+
 void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner) {
   cmd->add_option_function<std::string>(
          "--partitioner", [&partitioner](const std::string& name) { partitioner = planner::partitionerFromName(name); },

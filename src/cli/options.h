@@ -27,6 +27,9 @@ int64_t parseByteSize(const std::string& text, const std::string& option);
 // naming `option` and the path. Leaves no file behind.
 void checkWritable(const std::string& path, const std::string& option);
 
+// The zoo's model names for help texts ("fmnist-cnn, mlp, ..."), from models::modelNames().
+std::string modelNameList();
+
 // `--partitioner chain|graph|auto`, for plan and train alike.
 void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner);
 

@@ -102,7 +102,7 @@ Command addProfileCommand(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
   CLI::App* cmd = app.add_subcommand("profile", "Measure a model's per-layer times and memory; write a layer graph");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  auto* zoo = cmd->add_option("--model", a->model, "fmnist-cnn, mlp, vgg16, resnet50, gpt");
+  auto* zoo = cmd->add_option("--model", a->model, modelNameList());
   auto* file = cmd->add_option("--model-file", a->model_file, "your own TorchScript model (docs/byo.md)");
   zoo->excludes(file);
   cmd->add_option("--data-file", a->data.file, "with --model-file: the data it trains on (its input shape)");

@@ -379,7 +379,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   CLI::App* cmd = app.add_subcommand("train", "Train a model with pipeline parallelism on local or launched ranks");
   // A later --option overrides an earlier one, so scripts can append to a base command.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option("--model", c.model, "fmnist-cnn, mlp, vgg16, resnet50, gpt")->capture_default_str();
+  cmd->add_option("--model", c.model, modelNameList())->capture_default_str();
   cmd->add_option("--model-file", c.model_file,
                   "your own model: a TorchScript file saved from Python (docs/byo.md); needs --data-file");
   cmd->add_option("--data-file", c.data.file,

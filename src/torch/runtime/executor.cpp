@@ -458,7 +458,11 @@ struct PipelineExecutor::Impl {
       act.layer_grads = std::move(grads);
       act.weights_pending = true;
     });
-    if (!act.weights_pending) act.outputs.clear(), act.loss.reset(), act.inputs.clear();
+    if (!act.weights_pending) {  // B: the graph is spent
+      act.outputs.clear();
+      act.loss.reset();
+      act.inputs.clear();
+    }
     finishIfDone(s, a.microbatch);
   }
 
