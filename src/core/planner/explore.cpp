@@ -347,8 +347,10 @@ class Explorer {
     if (graph_partitioner_ && width > kMaxGraphDevices)
       addGraphNote("plans on more than " + std::to_string(kMaxGraphDevices) +
                    " devices come from the chain DP only: the graph search grows with the cube of the devices");
+    const std::vector<int> replica_limits =
+        o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1};
     if (graph_partitioner_ && width <= kMaxGraphDevices) {
-      for (int max_replicas : o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1}) {
+      for (int max_replicas : replica_limits) {
         po.max_replicas = max_replicas;
         consider(name, b, width, [&]() -> std::optional<Candidate> {
           GraphPlan g = o_.prune ? graphShared(po, schedule) : partitionGraph(graph_, cluster_, po, schedule);
@@ -358,7 +360,7 @@ class Explorer {
       }
     }
     if (!chain_partitioner_) return;
-    for (int max_replicas : o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1}) {
+    for (int max_replicas : replica_limits) {
       po.max_replicas = max_replicas;
       consider(name, b, width, [&]() -> std::optional<Candidate> {
         // The exhaustive search (prune off) takes no shortcut: it is the reference.
