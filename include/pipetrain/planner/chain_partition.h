@@ -108,6 +108,11 @@ class ChainProblem {
   // Seconds per mini-batch for the activations crossing the cut before `block`, between
   // device `device - 1` and device `device`.
   double boundarySeconds(int block, int device) const;
+  // Seconds per mini-batch of one message per micro-batch of `bytes` (per micro-batch)
+  // on the route between two devices: how every planner prices a transfer.
+  double messagesSeconds(double bytes, int from_device, int to_device) const;
+  // Bytes per micro-batch of a layer's output.
+  double outputBytes(int layer) const;
   // Bytes one replica of the stage needs at its peak.
   double stageMemoryBytes(int first_block, int end_block, int replicas) const;
 

@@ -46,13 +46,31 @@ struct GraphPartition {
   double objective = 0;               // T: seconds per mini-batch of the slowest stage or transfer
   int depth = 0;                      // stages on the longest path (the input stages' depth)
   std::vector<std::string> notes;     // parts of the graph that were not series-parallel
+  bool every_convex_partition = false;  // found by the down-set search (see solveGraph)
+};
+
+// Which search finds the stage graph for one bottleneck limit.
+enum class GraphSearch {
+  kAuto,             // every convex partition where the model has few down-sets, else the tree
+  kSeriesParallel,   // the DP over the series-parallel tree described above
 };
 
 // The partition described above. Uses the schedule, micro-batching, device limit and
 // replica limit of `options` (assumed_depth and max_blocks do not apply: depths are
 // exact, layers are not grouped). Throws Error when no partition fits memory.
+//
+// Small models get more than the tree's stages. Listed in a topological order, a stage
+// graph's stages are the differences of a chain of down-sets of the layer graph (sets
+// that hold each of their layers' producers), so where a model has few down-sets (up to
+// thousands, such as branches a few layers long on tens of devices) a DP over them tries
+// every convex partition under the same device layout and prices: the optimum, also
+// where the graph is not series-parallel. kSeriesParallel forces the tree's search.
+// The two searches price a transfer differently (the tree: all bytes crossing a series
+// split on the link between its parts; down-sets: each stage's message to each consumer
+// stage on their own route), both approximations of what the simulator sees, so the
+// exploration proposes both plans where the down-set search runs.
 GraphPartition solveGraph(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
-                          const PartitionOptions& options);
+                          const PartitionOptions& options, GraphSearch search = GraphSearch::kAuto);
 
 // Whether every stage fits its devices under `options`' schedule (memory sized for each
 // stage's depth, or the whole pipeline's under zero-bubble schedules): a partition found
@@ -70,6 +88,7 @@ struct GraphPlan {
   GraphPartition partition;
 };
 GraphPlan partitionGraph(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
-                         const PartitionOptions& options, const plan::ScheduleOptions& schedule);
+                         const PartitionOptions& options, const plan::ScheduleOptions& schedule,
+                         GraphSearch search = GraphSearch::kAuto);
 
 }  // namespace pipetrain::planner

@@ -114,7 +114,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
     int last = block_of[l];
     for (int c : graph.successors(l)) last = std::max(last, block_of[c]);
     if (last == block_of[l]) continue;
-    const double bytes = graph.layer(l).output_bytes * scale_;
+    const double bytes = outputBytes(l);
     delta[block_of[l] + 1] += bytes;
     delta[last + 1] -= bytes;
   }
@@ -259,8 +259,15 @@ double ChainProblem::stageSeconds(const StageSums& stage, const DeviceBlock& dev
 
 double ChainProblem::boundarySeconds(int block, int device) const {
   if (block == 0 || device == 0) return 0;
-  return options_.microbatches * sim::transferSeconds(cut_bytes_[block], cluster_.route(device - 1, device));
+  return messagesSeconds(cut_bytes_[block], device - 1, device);
 }
+
+double ChainProblem::messagesSeconds(double bytes, int from_device, int to_device) const {
+  if (bytes <= 0) return 0;
+  return options_.microbatches * sim::transferSeconds(bytes, cluster_.route(from_device, to_device));
+}
+
+double ChainProblem::outputBytes(int layer) const { return static_cast<double>(graph_.layer(layer).output_bytes) * scale_; }
 
 double ChainProblem::objective(const std::vector<StageChoice>& stages) const {
   double worst = 0;

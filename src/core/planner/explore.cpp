@@ -295,15 +295,15 @@ class Explorer {
   }
 
   // partitionShared's counterpart for the graph partitioner, whose search costs far more.
-  GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule) {
-    const std::string key = sharedKey(po);
+  GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule, GraphSearch search) {
+    const std::string key = sharedKey(po) + "/" + std::to_string(static_cast<int>(search));
     auto it = graph_relaxed_.find(key);
     if (it == graph_relaxed_.end()) {
       PartitionOptions free = po;
       free.check_memory = false;
       std::optional<GraphPartition> optimum;
       try {
-        optimum = solveGraph(graph_, cluster_, free);
+        optimum = solveGraph(graph_, cluster_, free, search);
       } catch (const Error&) {
         // no tiling at all (divisibility): the schedule's own search says why
       }
@@ -312,7 +312,7 @@ class Explorer {
     po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
     if (it->second && fitsMemory(*it->second, graph_, cluster_, po))
       return {toPlan(*it->second, graph_, cluster_, po, schedule), *it->second};
-    return partitionGraph(graph_, cluster_, po, schedule);
+    return partitionGraph(graph_, cluster_, po, schedule, search);
   }
 
   // Whether a combination of that bound cannot beat the best plan simulated so far.
@@ -352,11 +352,19 @@ class Explorer {
     if (graph_partitioner_ && width <= kMaxGraphDevices) {
       for (int max_replicas : replica_limits) {
         po.max_replicas = max_replicas;
-        consider(name, b, width, [&]() -> std::optional<Candidate> {
-          GraphPlan g = o_.prune ? graphShared(po, schedule) : partitionGraph(graph_, cluster_, po, schedule);
-          for (const std::string& note : g.partition.notes) addGraphNote(note);
-          return Candidate{std::move(g.plan), {}, g.partition.objective, 0, "graph"};
-        });
+        // Where the down-set search ran, the tree's plan too: they price transfers
+        // differently (solveGraph), and the simulator decides.
+        bool every_convex_partition = false;
+        for (const GraphSearch search : {GraphSearch::kAuto, GraphSearch::kSeriesParallel}) {
+          if (search == GraphSearch::kSeriesParallel && !every_convex_partition) break;  // kAuto ran the tree
+          consider(name, b, width, [&]() -> std::optional<Candidate> {
+            GraphPlan g = o_.prune ? graphShared(po, schedule, search)
+                                   : partitionGraph(graph_, cluster_, po, schedule, search);
+            every_convex_partition = g.partition.every_convex_partition;
+            for (const std::string& note : g.partition.notes) addGraphNote(note);
+            return Candidate{std::move(g.plan), {}, g.partition.objective, 0, "graph"};
+          });
+        }
       }
     }
     if (!chain_partitioner_) return;

@@ -4,19 +4,20 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "pipetrain/graph/series_parallel.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
-#include "pipetrain/sim/cost_model.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
+#include "stage_graph_search.h"
 
 namespace pipetrain::planner {
 namespace {
 
-constexpr int kNone = std::numeric_limits<int>::max() / 4;  // no feasible partition
+using detail::kNoPartition;
 constexpr int kUnsolved = -1;
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // The bisection stops when the bottleneck found is within this share of the optimum.
@@ -55,14 +56,16 @@ struct Choice {
 };
 
 struct Entry {
-  int depth = kNone;
+  int depth = kNoPartition;
   Choice choice;
 };
 
-class GraphSearch {
+// GraphPipe's DP over the series-parallel tree (see the header).
+class SeriesParallelSearch final : public detail::StageGraphSearch {
  public:
   // `depth_floor`: memory is sized for at least this many stages to the end.
-  GraphSearch(const graph::LayerGraph& graph, const ChainProblem& problem, const graph::SpTree& tree, int depth_floor)
+  SeriesParallelSearch(const graph::LayerGraph& graph, const ChainProblem& problem, const graph::SpTree& tree,
+                       int depth_floor)
       : graph_(graph), problem_(problem), tree_(tree), depth_floor_(depth_floor) {
     const cluster::ClusterSpec& c = problem.cluster();
     bool identical = c.links().empty();
@@ -94,16 +97,12 @@ class GraphSearch {
     }
   }
 
-  // The shallowest partition with every stage and transfer within `limit`: its depth,
-  // or kNone.
-  // Devices after the plan's last stay idle, as in the chain DP; of equally deep
-  // partitions the one on the fewest devices.
-  int solve(double limit) {
+  int solve(double limit) override {
     limit_ = limit;
     dense_.assign(dense_.size(), Entry{kUnsolved, {}});
     deep_.clear();
     used_ = 0;
-    int depth = kNone;
+    int depth = kNoPartition;
     for (int e = 1; e <= problem_.numDevices(); ++e) {
       const int d = best(root(e));
       if (d < depth) depth = d, used_ = e;
@@ -111,8 +110,7 @@ class GraphSearch {
     return depth;
   }
 
-  // The partition solve() found, with its real bottleneck as the objective.
-  GraphPartition partition() {
+  GraphPartition partition() override {
     GraphPartition p;
     collect(root(used_), p);
     return p;
@@ -153,16 +151,10 @@ class GraphSearch {
       for (int l : tree_.nodes[n.children[c]].layers)
         for (int s : graph_.successors(l))
           if (in_second[s]) {
-            bytes += static_cast<double>(graph_.layer(l).output_bytes);
+            bytes += problem_.outputBytes(l);
             break;
           }
-    bytes *= static_cast<double>(problem_.options().microbatch_size) / graph_.batchSize();
     return crossing_[key] = bytes;
-  }
-
-  double transferSeconds(double bytes, int device) const {
-    if (bytes <= 0) return 0;
-    return problem_.options().microbatches * sim::transferSeconds(bytes, problem_.cluster().route(device - 1, device));
   }
 
   // On identical devices joined by levels of nested groups, moving a window by the
@@ -250,13 +242,13 @@ class GraphSearch {
     for (int split = s.first + 1; split < s.end; ++split)
       for (int d = s.d0 + 1; d < s.d1; ++d) {
         if (series) {
-          int depth = kNone;
+          int depth = kNoPartition;
           const int second_depth = best({s.node, split, s.end, d, s.d1, s.after});
-          if (second_depth == kNone) continue;
-          const double transfer = transferSeconds(crossingBytes(s.node, s.first, split, s.end), d);
+          if (second_depth == kNoPartition) continue;
+          const double transfer = problem_.messagesSeconds(crossingBytes(s.node, s.first, split, s.end), d - 1, d);
           if (transfer > limit_) continue;
           const int first_depth = best({s.node, s.first, split, s.d0, d, s.after + second_depth});
-          if (first_depth != kNone) depth = first_depth + second_depth;
+          if (first_depth != kNoPartition) depth = first_depth + second_depth;
           if (depth < result.depth)
             result = {depth, {Choice::Kind::kSeries, split, false, d - s.d0, 0, second_depth, transfer}};
           continue;
@@ -266,9 +258,9 @@ class GraphSearch {
         for (const bool swapped : {false, true}) {
 
           const int a = best({s.node, s.first, split, swapped ? d : s.d0, swapped ? s.d1 : d, s.after});
-          if (a == kNone) continue;
+          if (a == kNoPartition) continue;
           const int b = best({s.node, split, s.end, swapped ? s.d0 : d, swapped ? d : s.d1, s.after});
-          if (b != kNone && std::max(a, b) < result.depth)
+          if (b != kNoPartition && std::max(a, b) < result.depth)
             result = {std::max(a, b), {Choice::Kind::kParallel, split, swapped, d - s.d0, 0, 0}};
         }
       }
@@ -351,11 +343,14 @@ bool wholePipelineDepth(const PartitionOptions& options) {
   return schedule::traits(options.schedule).split_backward;
 }
 
-// The search at one floor under the depths memory is sized for.
-GraphPartition solveWithDepthFloor(const graph::LayerGraph& graph, const graph::SpTree& tree,
-                                   const ChainProblem& problem, int floor) {
-  GraphSearch search(graph, problem, tree, floor);
-  if (search.solve(kInfinity) == kNone) {
+// The bisection on T with one search; nothing where the search gave up. A feasible T
+// is lowered to the bottleneck of the partition found there, which is also feasible, so
+// the search moves between real stage times.
+std::optional<GraphPartition> bisect(detail::StageGraphSearch& search, const graph::LayerGraph& graph,
+                                     const ChainProblem& problem, int floor) {
+  const int depth = search.solve(kInfinity);
+  if (search.gaveUp()) return std::nullopt;
+  if (depth == kNoPartition) {
     double need = 0;
     for (int l = 0; l < graph.size(); ++l)
       need = std::max(need, problem.stageMemoryBytes(problem.sumsOf({l}), 1, floor));
@@ -364,34 +359,49 @@ GraphPartition solveWithDepthFloor(const graph::LayerGraph& graph, const graph::
                 std::to_string(problem.options().microbatch_size) +
                 "; use a smaller micro-batch, a schedule that holds fewer micro-batches, or devices with more memory");
   }
-  // Bisection on T. A feasible T is lowered to the bottleneck of the partition found
-  // there, which is also feasible, so the search moves between real stage times.
   double high = search.partition().objective, low = 0;
   for (int round = 0; round < 64 && high - low > kBisectionTolerance * high; ++round) {
     const double mid = (low + high) / 2;
-    if (search.solve(mid) == kNone) {
+    if (search.solve(mid) == kNoPartition) {
       low = mid;
     } else {
       high = std::min(mid, search.partition().objective);
     }
   }
   search.solve(high);
-  GraphPartition result = search.partition();
-  result.notes = tree.linearised;
-  setDepths(result, graph);
-  return result;
+  if (search.gaveUp()) return std::nullopt;
+  return search.partition();
+}
+
+// The search at one floor under the depths memory is sized for: every convex partition
+// where the down-set search can afford it, else the tree's.
+GraphPartition solveWithDepthFloor(const graph::LayerGraph& graph, const graph::SpTree& tree,
+                                   const ChainProblem& problem, int floor, GraphSearch kind) {
+  std::optional<GraphPartition> result;
+  if (kind == GraphSearch::kAuto)
+    if (auto down_sets = detail::makeDownSetSearch(graph, problem, floor)) {
+      result = bisect(*down_sets, graph, problem, floor);
+      if (result) result->every_convex_partition = true;
+    }
+  if (!result) {
+    SeriesParallelSearch search(graph, problem, tree, floor);
+    result = bisect(search, graph, problem, floor);
+    result->notes = tree.linearised;
+  }
+  setDepths(*result, graph);
+  return *result;
 }
 
 }  // namespace
 
 GraphPartition solveGraph(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
-                          const PartitionOptions& options) {
+                          const PartitionOptions& options, GraphSearch search) {
   const ChainProblem problem(graph, cluster, options);
   const graph::SpTree tree = graph::seriesParallel(graph);
   // Deepen the floor until it covers the plan found.
-  if (!wholePipelineDepth(options)) return solveWithDepthFloor(graph, tree, problem, 1);
+  if (!wholePipelineDepth(options)) return solveWithDepthFloor(graph, tree, problem, 1, search);
   for (int floor = 1;;) {
-    GraphPartition p = solveWithDepthFloor(graph, tree, problem, floor);
+    GraphPartition p = solveWithDepthFloor(graph, tree, problem, floor, search);
     if (p.depth <= floor) return p;
     floor = p.depth;
   }
@@ -426,10 +436,11 @@ plan::Plan toPlan(const GraphPartition& partition, const graph::LayerGraph& grap
 }
 
 GraphPlan partitionGraph(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
-                         const PartitionOptions& options, const plan::ScheduleOptions& schedule) {
+                         const PartitionOptions& options, const plan::ScheduleOptions& schedule,
+                         GraphSearch search) {
   PartitionOptions o = options;
   o.extra_weight_buffers = plan::extraWeightBuffers(schedule);
-  GraphPartition partition = solveGraph(graph, cluster, o);
+  GraphPartition partition = solveGraph(graph, cluster, o, search);
   plan::Plan plan = toPlan(partition, graph, cluster, o, schedule);
   return {std::move(plan), std::move(partition)};
 }

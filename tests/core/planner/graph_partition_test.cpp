@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <random>
@@ -188,13 +189,28 @@ Best exhaustive(const graph::LayerGraph& g, const ChainProblem& problem, const s
   return best;
 }
 
-// Random series-parallel graphs of 3-8 layers on two nodes of two devices (fast and slow
-// ones when mixed), memory from ample to binding.
+// A random DAG of `size` layers: each reads one or two earlier layers (or the model
+// input), so most are not series-parallel.
+graph::LayerGraph randomDag(std::mt19937& rng, int size) {
+  std::vector<graph::Layer> layers;
+  for (int l = 0; l < size; ++l) {
+    std::vector<std::string> inputs;
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 2) && l > 0; ++k) {
+      const std::string name = "l" + std::to_string(rng() % l);
+      if (std::find(inputs.begin(), inputs.end(), name) == inputs.end()) inputs.push_back(name);
+    }
+    layers.push_back(randomLayer(rng, "l" + std::to_string(l), inputs, false));
+  }
+  return graph::LayerGraph(layers, 1);
+}
+
+// Random graphs of 3-8 layers (series-parallel ones, or any DAG when `any_dag`) on two
+// nodes of two devices (fast and slow ones when mixed), memory from ample to binding.
 template <typename Check>
-void forSmallProblems(int trials, const Check& check) {
+void forSmallProblems(int trials, const Check& check, bool any_dag = false) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < trials; ++trial) {
-    const auto graph = randomSeriesParallel(rng, 3 + trial % 6);
+    const auto graph = any_dag ? randomDag(rng, 3 + trial % 6) : randomSeriesParallel(rng, 3 + trial % 6);
     const int64_t memory = trial % 3 == 0 ? int64_t{1} << 40 : 250000 + 60000 * (trial % 4);
     const auto cluster = twoLevelCluster(trial % 2 == 1, memory);
     for (const std::string schedule : {"1f1b", "gpipe"}) {
@@ -207,16 +223,46 @@ void forSmallProblems(int trials, const Check& check) {
   }
 }
 
-TEST(GraphPartition, ReachesTheExhaustiveOptimumOverTheStagesOfTheTree) {
+// On small models solveGraph tries every convex partition (the down-set search): it
+// must reach the exhaustive optimum, bottleneck and then depth, also on graphs that are
+// not series-parallel.
+TEST(GraphPartition, ReachesTheExhaustiveOptimumOverEveryConvexPartition) {
+  for (const bool any_dag : {false, true}) {
+    int compared = 0, not_series_parallel = 0;
+    forSmallProblems(40, [&](const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                             const PartitionOptions& o, const std::string& where) {
+      not_series_parallel += !graph::seriesParallel(graph).linearised.empty();
+      const Best optimum = exhaustive(graph, ChainProblem(graph, cluster, o));
+      if (optimum.bottleneck == kInfinity) {
+        testing::expectError([&] { solveGraph(graph, cluster, o); }, {"no partition fits memory"});
+        return;
+      }
+      const GraphPartition p = solveGraph(graph, cluster, o);
+      EXPECT_NEAR(p.objective, optimum.bottleneck, 1e-6 * optimum.bottleneck) << where;
+      EXPECT_EQ(p.depth, optimum.depth) << where;
+      EXPECT_TRUE(p.notes.empty()) << where;  // nothing linearised
+      ++compared;
+    }, any_dag);
+    EXPECT_GT(compared, 50);
+    if (any_dag) {
+      EXPECT_GT(not_series_parallel, 20);
+    }
+  }
+}
+
+// The series-parallel tree's search, which solveGraph uses on larger models, reaches
+// the exhaustive optimum over the stages the tree can form.
+TEST(GraphPartition, TheTreeSearchReachesTheOptimumOverTheStagesOfTheTree) {
   int compared = 0, shallowest = 0;
   forSmallProblems(40, [&](const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                            const PartitionOptions& o, const std::string& where) {
     const Best optimum = exhaustive(graph, ChainProblem(graph, cluster, o), treeStages(graph));
     if (optimum.bottleneck == kInfinity) {
-      testing::expectError([&] { solveGraph(graph, cluster, o); }, {"no partition fits memory"});
+      testing::expectError([&] { solveGraph(graph, cluster, o, GraphSearch::kSeriesParallel); },
+                           {"no partition fits memory"});
       return;
     }
-    const GraphPartition p = solveGraph(graph, cluster, o);
+    const GraphPartition p = solveGraph(graph, cluster, o, GraphSearch::kSeriesParallel);
     EXPECT_NEAR(p.objective, optimum.bottleneck, 1e-6 * optimum.bottleneck) << where;
     // The search counts a run of a by-level series as deep as the series before it, so
     // its pipeline may be deeper than the shallowest at that bottleneck.
@@ -230,9 +276,9 @@ TEST(GraphPartition, ReachesTheExhaustiveOptimumOverTheStagesOfTheTree) {
 
 // Every convex partition is more than the tree's stages: e.g. the first layers of
 // two branches and the join's predecessor together. On these graphs (4 devices of
-// mixed speed, where such shapes balance best) the DP reached the optimum in 31 of 59
-// problems and was at worst 1.48x slower: guards against losing ground, not a promise.
-TEST(GraphPartition, StaysCloseToTheOptimumOverEveryConvexPartition) {
+// mixed speed, where such shapes balance best) the tree's search reached the optimum
+// in 31 of 59 problems and was at worst 1.48x slower: guards it against losing ground.
+TEST(GraphPartition, TheTreeSearchStaysCloseToTheOptimumOverEveryConvexPartition) {
   int compared = 0, equal = 0;
   double worst = 1;
   forSmallProblems(40, [&](const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
@@ -240,7 +286,7 @@ TEST(GraphPartition, StaysCloseToTheOptimumOverEveryConvexPartition) {
     const Best optimum = exhaustive(graph, ChainProblem(graph, cluster, o));
     GraphPartition p;
     try {
-      p = solveGraph(graph, cluster, o);
+      p = solveGraph(graph, cluster, o, GraphSearch::kSeriesParallel);
     } catch (const Error&) {
       return;
     }
@@ -277,11 +323,11 @@ TEST(GraphPartition, OnAChainEqualsTheChainDp) {
 
 // Four equal branches of two layers over the model input, joined by a small head;
 // activations are large, so the micro-batches a stage holds decide what fits.
-graph::LayerGraph fourBranches() {
+graph::LayerGraph branches(int count, int length) {
   std::vector<graph::Layer> layers;
   std::vector<std::string> ends;
-  for (int b = 0; b < 4; ++b) {
-    for (int k = 0; k < 2; ++k) {
+  for (int b = 0; b < count; ++b) {
+    for (int k = 0; k < length; ++k) {
       graph::Layer l;
       l.name = "b" + std::to_string(b) + "_" + std::to_string(k);
       if (k) l.inputs = {layers.back().name};
@@ -302,6 +348,7 @@ graph::LayerGraph fourBranches() {
   layers.push_back(head);
   return graph::LayerGraph(layers, 1);
 }
+graph::LayerGraph fourBranches() { return branches(4, 2); }
 
 TEST(GraphPartition, BranchesRunSideBySideWhereAChainWouldNotFit) {
   const auto graph = fourBranches();
@@ -355,6 +402,20 @@ TEST(GraphPartition, PlansValidateAndFitTheScheduleFootprint) {
     }
   }
   EXPECT_GE(planned, 40);  // of 80; the rest fit nowhere, and said so
+}
+
+// The down-set search runs where the lattice is small and gives way to the tree's on
+// wide models (six branches of three layers have 4^6 down-sets).
+TEST(GraphPartition, TriesEveryConvexPartitionWhereTheModelHasFewDownSets) {
+  const auto cluster = twoLevelCluster(false, int64_t{1} << 40);
+  PartitionOptions o;
+  o.microbatch_size = 1;
+  o.microbatches = 4;
+  EXPECT_TRUE(solveGraph(branches(4, 2), cluster, o).every_convex_partition);
+  const GraphPartition wide = solveGraph(branches(6, 3), cluster, o);
+  EXPECT_FALSE(wide.every_convex_partition);
+  EXPECT_EQ(wide.stages.size(), 4u);  // the tree's search still planned it
+  EXPECT_FALSE(solveGraph(branches(4, 2), cluster, o, GraphSearch::kSeriesParallel).every_convex_partition);
 }
 
 }  // namespace
