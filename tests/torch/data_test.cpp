@@ -21,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using models::InputKind;
 using models::InputSpec;
+using models::LossKind;
 using testing::expectError;
 
 const InputSpec kImage{InputKind::kImage, {1, 28, 28}, 10};
@@ -273,6 +274,19 @@ TEST(Synthetic, TokensPredictTheNextToken) {
   EXPECT_TRUE(torch::equal(b.inputs.slice(1, 1), b.labels.slice(1, 0, 15)));
   EXPECT_LT(b.inputs.max().item<int64_t>(), 50);
   EXPECT_TRUE(torch::equal(data->labels({0, 99}), b.labels));
+}
+
+// multimodal's input: k token streams side by side, one class label per sample.
+TEST(Synthetic, IndicesLieBelowTheVocabulary) {
+  const auto data = synthetic(InputSpec{InputKind::kIndices, {32}, 5, LossKind::kCrossEntropy, 40}, 0);
+  const Batch b = data->get(range(0, 100));
+  EXPECT_EQ(b.inputs.scalar_type(), torch::kLong);
+  EXPECT_EQ(b.inputs.sizes(), (std::vector<int64_t>{100, 32}));
+  EXPECT_EQ(b.inputs.min().item<int64_t>(), 0);
+  EXPECT_EQ(b.inputs.max().item<int64_t>(), 39);
+  EXPECT_EQ(b.labels.sizes(), (std::vector<int64_t>{100}));
+  EXPECT_LT(b.labels.max().item<int64_t>(), 5);
+  expectError([&] { synthetic(InputSpec{InputKind::kIndices, {32}, 5}, 0); }, {"synthetic", "vocab"});
 }
 
 TEST(OpenDataset, UnknownNamesAndSplitsAreRefused) {

@@ -39,6 +39,7 @@ struct InputSpec {
   std::vector<int64_t> sample_shape;  // per sample, e.g. {1, 28, 28}, {784}, {context}
   int64_t num_classes = 10;           // classes, or the vocabulary for tokens; targets per sample for MSE
   LossKind loss = LossKind::kCrossEntropy;
+  int64_t vocab = 0;                  // kIndices: inputs lie in [0, vocab) (0 = unknown)
 };
 
 // The name by which a layer reads the model's input; no layer may take it.

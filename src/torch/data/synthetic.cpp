@@ -61,6 +61,7 @@ class Synthetic : public Dataset {
   Batch get(const std::vector<int64_t>& indices) const override {
     checkIndices(indices, size_, "synthetic");
     if (input_.kind == InputKind::kTokens) return tokens(indices);
+    if (input_.kind == InputKind::kIndices) return indexSamples(indices);
     const auto n = static_cast<int64_t>(indices.size());
     std::vector<int64_t> shape{n};
     shape.insert(shape.end(), input_.sample_shape.begin(), input_.sample_shape.end());
@@ -84,6 +85,22 @@ class Synthetic : public Dataset {
   }
 
  private:
+  // Uniform indices below the vocabulary, with a class label per sample.
+  Batch indexSamples(const std::vector<int64_t>& indices) const {
+    const auto n = static_cast<int64_t>(indices.size());
+    const int64_t per_sample =
+        std::accumulate(input_.sample_shape.begin(), input_.sample_shape.end(), int64_t{1}, std::multiplies<>());
+    std::vector<int64_t> shape{n};
+    shape.insert(shape.end(), input_.sample_shape.begin(), input_.sample_shape.end());
+    torch::Tensor x = torch::empty(shape, torch::kLong);  // (N, sample_shape...)
+    int64_t* dst = x.data_ptr<int64_t>();
+    for (int64_t r = 0; r < n; ++r) {
+      SampleRng rng(seed_, stream_, indices[r]);
+      for (int64_t k = 0; k < per_sample; ++k) dst[r * per_sample + k] = rng.below(input_.vocab);
+    }
+    return {x, labels(indices)};
+  }
+
   // A sequence of T + 1 uniform tokens per sample: inputs are the first T, labels the last T.
   Batch tokens(const std::vector<int64_t>& indices) const {
     const auto n = static_cast<int64_t>(indices.size());
@@ -115,6 +132,10 @@ std::unique_ptr<Dataset> openSynthetic(const DataOptions& options, const InputSp
   if (!shape_ok || input.num_classes < 1) {
     throw Error("synthetic: cannot make samples for " + describeInput(input) +
                 ": the shape needs positive dimensions (one, the context, for tokens) and at least 1 class");
+  }
+  if (input.kind == InputKind::kIndices && input.vocab < 1) {
+    throw Error("synthetic: cannot make samples for " + describeInput(input) +
+                ": the model does not say how many distinct indices it takes (InputSpec::vocab)");
   }
   return std::make_unique<Synthetic>(options, input);
 }

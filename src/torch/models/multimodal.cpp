@@ -38,7 +38,7 @@ Model buildMultimodal(const ModelConfig& config) {
   const int64_t classes = opt.atLeast("classes", 2);
 
   Model model;
-  model.input = {InputKind::kIndices, {branches * context}, classes};
+  model.input = {InputKind::kIndices, {branches * context}, classes, LossKind::kCrossEntropy, vocab};
   std::vector<std::string> pooled;
   for (int64_t b = 0; b < branches; ++b) {
     const std::string branch = "b" + std::to_string(b) + "_";
