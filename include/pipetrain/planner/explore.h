@@ -50,7 +50,9 @@ struct Candidate {
   sim::Report report;                   // simulated; report.ranks has peak memory per rank
   double dp_objective = 0;              // the DP's bottleneck (0 for balanced splits)
   int depth = 0;                        // stages on the stage graph's longest path
-  std::string partitioner = "chain";    // what proposed it: "chain", "graph", or "balanced" (multi-stage schedules)
+  // What proposed it: "chain", "graph", "balanced" (multi-stage schedules) or "refined"
+  // (a neighbour of a chain plan that simulated faster, neighbours.h).
+  std::string partitioner = "chain";
 };
 
 // A combination that produced no candidate, and why (did not fit, numbers unusable).

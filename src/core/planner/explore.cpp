@@ -15,6 +15,7 @@
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/planner/chain_partition.h"
 #include "pipetrain/planner/graph_partition.h"
+#include "pipetrain/planner/neighbours.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
@@ -33,6 +34,11 @@ constexpr int kInterleavedChunks = 2;
 // (bench/planner_bench graphPartition), about 4x more per doubling.
 constexpr int kMaxGraphDevices = 64;
 const double kTie = std::log(1.001);
+// The refinement's simulations: at most this many, and at most this many ranks simulated
+// in all (a plan on 264 devices gets 7 neighbours, about 0.2 s; one on 1024 devices 2).
+constexpr int kRefineSimulations = 128;
+constexpr int kRefineRanks = 2048;
+constexpr std::size_t kRefineStarts = 3;
 
 // The sizes to try: the given ones, or the powers of two dividing the batch; either way
 // only those giving at most limits::kMaxMicrobatches micro-batches of a servable size.
@@ -386,6 +392,49 @@ class Explorer {
     });
   }
 
+  // Simulation-guided refinement (neighbours.h): from each of the best few plans that
+  // are chain plans, step to the best simulated neighbour while one beats it beyond a
+  // tie, within one budget of simulations. Each step's plan joins the ranking.
+  // Neighbours are simulated by their compute bound, best first, and only while the
+  // bound can beat the best so far: the pruning of evaluateProposals().
+  void refine() {
+    std::vector<Candidate> starts;
+    for (const Candidate& c : result_.ranked)
+      if (!chainNeighbours(c.plan, graph_, cluster_, o_.max_replicas).empty()) starts.push_back(c);
+    std::stable_sort(starts.begin(), starts.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.report.throughput > b.report.throughput; });
+    if (starts.size() > kRefineStarts) starts.resize(kRefineStarts);
+    int budget = starts.empty() ? 0 : std::min(kRefineSimulations, kRefineRanks / devicesUsed(starts.front().plan));
+    for (Candidate& current : starts)
+      while (budget > 0) {
+        std::vector<std::pair<double, plan::Plan>> neighbours;
+        for (plan::Plan& p : chainNeighbours(current.plan, graph_, cluster_, o_.max_replicas))
+          if ((!o_.use_all_devices || devicesUsed(p) == cluster_.size()) && !seen_.count(planKey(p)))
+            neighbours.emplace_back(computeBound(p), std::move(p));
+        std::stable_sort(neighbours.begin(), neighbours.end(),
+                         [](const auto& a, const auto& b) { return a.first > b.first; });
+        std::optional<Candidate> better;
+        for (auto& [bound, p] : neighbours) {
+          if (budget == 0 || bound <= (better ? *better : current).report.throughput * std::exp(kTie)) break;
+          seen_.insert(planKey(p));
+          Candidate c{std::move(p), {}, 0, 0, "refined"};
+          --budget;
+          try {
+            plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
+            c.report = sim::evaluatePlan(graph_, cluster_, c.plan).report;
+          } catch (const Error&) {
+            continue;  // e.g. a Program the validator refuses
+          }
+          const double to_beat = (better ? *better : current).report.throughput;
+          if (memoryShortfall(c.report).empty() && c.report.throughput > to_beat * std::exp(kTie)) better = std::move(c);
+        }
+        if (!better) break;
+        better->depth = schedule::pipelineDepth(plan::stageDag(better->plan, graph_));
+        result_.ranked.push_back(*better);
+        current = std::move(*better);
+      }
+  }
+
   // Simulates the proposals, most promising first, until no other can win: a plan's
   // throughput is at most its compute bound (no rank computes faster than its share),
   // so once the best simulated plan beats every remaining bound beyond a tie, the rest
@@ -511,6 +560,7 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
       }
     explorer.evaluateProposals();
   }
+  explorer.refine();
   // Throughput within 0.1% is a tie (the simulator's differences that small are rounding),
   // and among ties the leaner plan wins.
   auto tier = [](const Candidate& c) { return static_cast<int64_t>(std::floor(std::log(c.report.throughput) / kTie)); };

@@ -1,0 +1,34 @@
+// Plans one step away from a chain plan, for the exploration's simulation-guided
+// refinement (explore.h): the DP's objective (the slowest stage or transfer) does not
+// see what the simulator does (a 1F1B loop stalled by a transfer below the stage's
+// compute, the fill of a pipeline whose stages are unevenly replicated), so the
+// exploration walks from its best chain plan to better simulated neighbours.
+//
+// A chain plan's stages hold consecutive runs of the layers (topological order) on
+// consecutive blocks of devices (cluster order), stage after stage. Its neighbours:
+//  - a boundary between two stages moved by one layer either way;
+//  - a boundary between two stages' device blocks moved by one device either way;
+//  - the last stage given the next idle device, or its last device given back;
+//  - two adjacent stages merged on both their devices;
+//  - a replicated stage split in two at any layer, each half on half its devices;
+//  - the last stage's tail layers made a new stage on the next idle devices (one, or as
+//    many as the last stage has).
+// A neighbour's replica counts must divide the micro-batches and stay within
+// `max_replicas` (0 = any; 1 where the schedule does not replicate). Unlike the DP, a neighbour's replicas may straddle part of a node
+// (PipeDream's optimizer allows such layouts; the simulator judges them).
+#pragma once
+
+#include <vector>
+
+#include "pipetrain/cluster/cluster_spec.h"
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/plan/plan.h"
+
+namespace pipetrain::planner {
+
+// The neighbours of `plan`, or none when it is not a chain plan as above (a stage graph,
+// stages on scattered devices, several stages per rank).
+std::vector<plan::Plan> chainNeighbours(const plan::Plan& plan, const graph::LayerGraph& graph,
+                                        const cluster::ClusterSpec& cluster, int max_replicas = 0);
+
+}  // namespace pipetrain::planner

@@ -1,0 +1,91 @@
+#include "pipetrain/planner/neighbours.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace pipetrain::planner {
+namespace {
+
+// Six layers on six devices of one ring.
+struct Six {
+  graph::LayerGraph graph = graph::LayerGraph::uniformChain(6, 1e-3, 1e-3, 1e-3, 4000, 1 << 20);
+  cluster::ClusterSpec cluster{devices(), {{"ring", 6, 1e9, 1e-6}}, {}};
+  static std::vector<cluster::Device> devices() {
+    std::vector<cluster::Device> d;
+    for (int i = 0; i < 6; ++i) d.push_back({"d" + std::to_string(i), "gpu", 1, 1 << 30});
+    return d;
+  }
+  // Stages as (layers, devices) counts, consecutive from the first of each.
+  plan::Plan chain(const std::vector<std::pair<int, int>>& stages, int microbatches = 4) const {
+    plan::Plan p;
+    p.microbatches = microbatches;
+    int layer = 0, device = 0;
+    for (auto [layers, devices] : stages) {
+      plan::Stage s;
+      for (int k = 0; k < layers; ++k) s.layers.push_back(graph.layer(layer++).name);
+      for (int k = 0; k < devices; ++k) s.devices.push_back(cluster.device(device++).name);
+      p.stages.push_back(s);
+    }
+    return p;
+  }
+  std::string shape(const plan::Plan& p) const {
+    std::string s;
+    for (const auto& st : p.stages) s += std::to_string(st.layers.size()) + "/" + std::to_string(st.devices.size()) + " ";
+    return s;
+  }
+};
+
+TEST(ChainNeighbours, AreOneStepAway) {
+  const Six six;
+  std::set<std::string> shapes;
+  for (const plan::Plan& p : chainNeighbours(six.chain({{2, 2}, {3, 1}, {1, 1}}), six.graph, six.cluster))
+    shapes.insert(six.shape(p));
+  const std::set<std::string> expected{
+      "1/2 4/1 1/1 ", "3/2 2/1 1/1 ", "2/2 2/1 2/1 ",  // a layer boundary moved (not emptying a stage)
+      "2/1 3/2 1/1 ",                                  // a device boundary moved (3 replicas do not divide 4)
+      "2/2 3/1 1/2 ",                                  // the last stage takes an idle device
+      "2/2 4/2 ",                                      // the last two merged (the first two would need 3 replicas)
+      "1/1 1/1 3/1 1/1 ",                              // the replicated stage split; the last stage's one layer stays
+  };
+  EXPECT_EQ(shapes, expected);
+}
+
+TEST(ChainNeighbours, GrowTheLastStageOntoIdleDevices) {
+  const Six six;
+  std::set<std::string> shapes;
+  for (const plan::Plan& p : chainNeighbours(six.chain({{6, 2}}), six.graph, six.cluster)) shapes.insert(six.shape(p));
+  // 3 replicas do not divide 4 micro-batches; the tail of the stage goes to one new device or two.
+  EXPECT_TRUE(shapes.count("6/1 "));
+  EXPECT_FALSE(shapes.count("6/3 "));
+  EXPECT_TRUE(shapes.count("3/1 3/1 "));
+  EXPECT_TRUE(shapes.count("4/2 2/1 "));
+  EXPECT_TRUE(shapes.count("4/2 2/2 "));
+}
+
+TEST(ChainNeighbours, NoneForPlansThatAreNotChains) {
+  const Six six;
+  plan::Plan reversed = six.chain({{3, 1}, {3, 1}});
+  std::swap(reversed.stages[0].devices, reversed.stages[1].devices);  // the second stage on the first device
+  EXPECT_TRUE(chainNeighbours(reversed, six.graph, six.cluster).empty());
+  plan::Plan interleaved = six.chain({{3, 1}, {3, 1}});
+  interleaved.schedule.chunks = 2;
+  EXPECT_TRUE(chainNeighbours(interleaved, six.graph, six.cluster).empty());
+}
+
+TEST(ChainNeighbours, KeepReplicasToSchedulesThatReplicate) {
+  const Six six;
+  plan::Plan p = six.chain({{3, 1}, {3, 1}});
+  p.schedule.name = "interleaved";  // not replicable
+  p.schedule.chunks = 1;
+  for (const plan::Plan& n : chainNeighbours(p, six.graph, six.cluster))
+    for (const auto& s : n.stages) EXPECT_EQ(s.devices.size(), 1u) << six.shape(n);
+  // Nor where the user asked for a pure pipeline (--no-replication).
+  const plan::Plan two = six.chain({{3, 1}, {3, 1}});
+  EXPECT_FALSE(chainNeighbours(two, six.graph, six.cluster).empty());
+  for (const plan::Plan& n : chainNeighbours(two, six.graph, six.cluster, 1))
+    for (const auto& s : n.stages) EXPECT_EQ(s.devices.size(), 1u) << six.shape(n);
+}
+
+}  // namespace
+}  // namespace pipetrain::planner
