@@ -34,14 +34,25 @@ std::vector<int> depthToSink(const StageDag& dag) {
 // producer holds back until that backward pass returns (a deadlock: 4 replicas at depth
 // 3 wanted 16 micro-batches from a producer that sent 5). Smaller warm-ups only hold
 // fewer activations, so the planners' memory bounds still hold.
-std::vector<int> warmups(const StageDag& dag, const std::vector<int>& replicas) {
+//
+// Without flushes (the asynchronous schedules) a replicated stage's replicas also meet
+// in an all-reduce every round, between backward passes. Round k's meeting needs the
+// gradients of the round's last micro-batch j from the stages after it, and a consumer
+// replica with warm-up w runs its forward of j + w x replicas before that backward: it
+// must come from the forwards the stage ran before the meeting, which reach j + its own
+// warm-up x replicas. So there, warm-up x replicas never grows along an edge (it is
+// depth to the sink on chains without replicas, where nothing changes).
+std::vector<int> warmups(const StageDag& dag, const std::vector<int>& replicas, bool replicas_meet_every_round) {
   const std::vector<int> depth = depthToSink(dag);
   std::vector<int> forwards(dag.size(), -1);  // what the stage forwards before its first backward pass
   std::vector<int> out(dag.size());
   std::function<int(int)> visit = [&](int s) {
     if (forwards[s] >= 0) return forwards[s];
     int f = (depth[s] + 1) * replicas[s];
-    for (int q : dag.preds[s]) f = std::min(f, visit(q));
+    for (int q : dag.preds[s]) {
+      f = std::min(f, visit(q));
+      if (replicas_meet_every_round) f = std::min(f, out[q] * replicas[q] + replicas[s]);
+    }
     out[s] = std::max(0, f / replicas[s] - 1);
     // Rounded down to whole rounds of its replicas; fewer than one round means one
     // micro-batch each, of which only the first f are sure to arrive.
@@ -158,7 +169,8 @@ std::vector<Action> zeroBubbleH1(const Context& c, int s, Replica r) {
 }
 
 // The asynchronous schedules share one never-flushing 1F1B stream of all micro-batches
-// and differ only in versions and steps, with the same warm-ups as 1F1B (warmups()).
+// and differ only in versions and steps, with the warm-ups of 1F1B where replicas do not
+// meet every round (warmups()).
 std::vector<Action> asyncStream(const Context& c, int s, Replica r,
                                 const std::function<int(int mb, int current)>& forward_version) {
   const ScheduleTraits& t = traits(c.spec.name);
@@ -307,8 +319,8 @@ Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vecto
   const std::vector<int> replicas = replicas_given.empty() ? std::vector<int>(dag.size(), 1) : replicas_given;
   Context c{spec, dag, depthToSink(dag), heightFromSource(dag), {}};
   checkSpec(spec, dag, c.depth, replicas);
-  c.warmup = warmups(dag, replicas);
   const ScheduleTraits& t = traits(spec.name);
+  c.warmup = warmups(dag, replicas, t.asynchronous);
 
   Program program;
   program.schedule = spec.name;
