@@ -392,20 +392,35 @@ class Explorer {
     });
   }
 
-  // Simulation-guided refinement (neighbours.h): from each of the best few plans that
-  // are chain plans, step to the best simulated neighbour while one beats it beyond a
-  // tie, within one budget of simulations. Each step's plan joins the ranking.
+  // Simulation-guided refinement (neighbours.h): from each of a few good plans that are
+  // chain plans, step to the best simulated neighbour while one beats it beyond a tie,
+  // each start with its share of the budget of simulations (what one leaves passes to
+  // the next). Each step's plan joins the ranking.
   // Neighbours are simulated by their compute bound, best first, and only while the
   // bound can beat the best so far: the pruning of evaluateProposals().
   void refine() {
-    std::vector<Candidate> starts;
+    std::vector<Candidate> refinable;
     for (const Candidate& c : result_.ranked)
-      if (!chainNeighbours(c.plan, graph_, cluster_, o_.max_replicas).empty()) starts.push_back(c);
-    std::stable_sort(starts.begin(), starts.end(),
+      if (!chainNeighbours(c.plan, graph_, cluster_, o_.max_replicas).empty()) refinable.push_back(c);
+    std::stable_sort(refinable.begin(), refinable.end(),
                      [](const Candidate& a, const Candidate& b) { return a.report.throughput > b.report.throughput; });
-    if (starts.size() > kRefineStarts) starts.resize(kRefineStarts);
-    int budget = starts.empty() ? 0 : std::min(kRefineSimulations, kRefineRanks / devicesUsed(starts.front().plan));
-    for (Candidate& current : starts)
+    // The best of each partitioner first (a graph plan ranked below chain plans may
+    // refine past them), then the next best.
+    std::vector<Candidate> starts;
+    std::set<std::string> partitioners;
+    for (const Candidate& c : refinable)
+      if (partitioners.insert(c.partitioner).second) starts.push_back(c);
+    for (const Candidate& c : refinable) {
+      if (starts.size() >= kRefineStarts) break;
+      bool taken = false;
+      for (const Candidate& s : starts) taken = taken || planKey(s.plan) == planKey(c.plan);
+      if (!taken) starts.push_back(c);
+    }
+    const int total = starts.empty() ? 0 : std::min(kRefineSimulations, kRefineRanks / devicesUsed(starts.front().plan));
+    int budget = 0;
+    for (std::size_t k = 0; k < starts.size(); ++k) {
+      Candidate& current = starts[k];
+      budget += total / static_cast<int>(starts.size()) + (k == 0 ? total % static_cast<int>(starts.size()) : 0);
       while (budget > 0) {
         std::vector<std::pair<double, plan::Plan>> neighbours;
         for (plan::Plan& p : chainNeighbours(current.plan, graph_, cluster_, o_.max_replicas))
@@ -433,6 +448,7 @@ class Explorer {
         result_.ranked.push_back(*better);
         current = std::move(*better);
       }
+    }
   }
 
   // Simulates the proposals, most promising first, until no other can win: a plan's
