@@ -12,6 +12,7 @@
 #include "pipetrain/planner/chain_partition.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/planner/graph_partition.h"
+#include "../tests/core/fork_join.h"
 
 namespace {
 
@@ -93,29 +94,19 @@ void exploration(benchmark::State& state) {
 graph::LayerGraph branches(int count, int layers) {
   std::mt19937 rng(2);
   std::uniform_real_distribution<double> t(0.8e-3, 1.2e-3);
-  std::vector<graph::Layer> v;
-  std::vector<std::string> ends;
-  for (int b = 0; b < count; ++b) {
-    for (int k = 0; k < layers; ++k) {
-      graph::Layer l;
-      l.name = "b" + std::to_string(b) + "_" + std::to_string(k);
-      if (k > 0) l.inputs = {v.back().name};
-      l.forward_seconds = t(rng);
-      l.backward_input_seconds = l.backward_weight_seconds = l.forward_seconds;
-      l.output_bytes = l.saved_activation_bytes = 1 << 20;
-      l.param_bytes = 4 << 20;
-      l.optimizer_state_bytes = 8 << 20;
-      v.push_back(l);
-    }
-    ends.push_back(v.back().name);
-  }
   graph::Layer fusion;
   fusion.name = "fusion";
-  fusion.inputs = ends;
   fusion.forward_seconds = fusion.backward_input_seconds = fusion.backward_weight_seconds = 2e-4;
   fusion.output_bytes = 1 << 10;
-  v.push_back(fusion);
-  return graph::LayerGraph(v, 1);
+  return testing::forkJoin(count, layers, [&](int, int) {
+    graph::Layer l;
+    l.forward_seconds = t(rng);
+    l.backward_input_seconds = l.backward_weight_seconds = l.forward_seconds;
+    l.output_bytes = l.saved_activation_bytes = 1 << 20;
+    l.param_bytes = 4 << 20;
+    l.optimizer_state_bytes = 8 << 20;
+    return l;
+  }, fusion);
 }
 
 void graphPartition(benchmark::State& state) {

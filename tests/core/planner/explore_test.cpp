@@ -7,6 +7,7 @@
 #include <set>
 
 #include "../expect_error.h"
+#include "../fork_join.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedules.h"
 
@@ -175,27 +176,17 @@ TEST(Explore, RefusesBadRequests) {
 
 // Three branches over the model input (two heavy, one light) joined by a head.
 graph::LayerGraph threeBranches() {
-  std::vector<graph::Layer> layers;
-  std::vector<std::string> ends;
-  for (int b = 0; b < 3; ++b) {
-    for (int k = 0; k < 2; ++k) {
-      graph::Layer l;
-      l.name = "b" + std::to_string(b) + "_" + std::to_string(k);
-      if (k) l.inputs = {layers.back().name};
-      l.forward_seconds = l.backward_input_seconds = l.backward_weight_seconds = b == 2 ? 2e-4 : 1e-3;
-      l.output_bytes = 4000;
-      l.saved_activation_bytes = 4000;
-      l.param_bytes = 1 << 20;
-      layers.push_back(l);
-    }
-    ends.push_back(layers.back().name);
-  }
   graph::Layer head;
   head.name = "head";
-  head.inputs = ends;
   head.forward_seconds = head.backward_input_seconds = head.backward_weight_seconds = 1e-4;
-  layers.push_back(head);
-  return graph::LayerGraph(layers, 1);
+  return testing::forkJoin(3, 2, [](int b, int) {
+    graph::Layer l;
+    l.forward_seconds = l.backward_input_seconds = l.backward_weight_seconds = b == 2 ? 2e-4 : 1e-3;
+    l.output_bytes = 4000;
+    l.saved_activation_bytes = 4000;
+    l.param_bytes = 1 << 20;
+    return l;
+  }, head);
 }
 
 TEST(Explore, TheGraphPartitionerProposesOnMultiBranchModelsOnly) {

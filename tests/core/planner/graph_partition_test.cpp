@@ -11,6 +11,7 @@
 #include "pipetrain/graph/series_parallel.h"
 
 #include "../expect_error.h"
+#include "../fork_join.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/sim/evaluate.h"
@@ -324,29 +325,19 @@ TEST(GraphPartition, OnAChainEqualsTheChainDp) {
 // Four equal branches of two layers over the model input, joined by a small head;
 // activations are large, so the micro-batches a stage holds decide what fits.
 graph::LayerGraph branches(int count, int length) {
-  std::vector<graph::Layer> layers;
-  std::vector<std::string> ends;
-  for (int b = 0; b < count; ++b) {
-    for (int k = 0; k < length; ++k) {
-      graph::Layer l;
-      l.name = "b" + std::to_string(b) + "_" + std::to_string(k);
-      if (k) l.inputs = {layers.back().name};
-      l.forward_seconds = 1;
-      l.backward_input_seconds = l.backward_weight_seconds = 1;
-      l.output_bytes = 1000;
-      l.saved_activation_bytes = 1000000;
-      l.param_bytes = 100000;
-      layers.push_back(l);
-    }
-    ends.push_back(layers.back().name);
-  }
   graph::Layer head;
   head.name = "head";
-  head.inputs = ends;
   head.forward_seconds = head.backward_input_seconds = head.backward_weight_seconds = 0.25;
   head.output_bytes = 100;
-  layers.push_back(head);
-  return graph::LayerGraph(layers, 1);
+  return testing::forkJoin(count, length, [](int, int) {
+    graph::Layer l;
+    l.forward_seconds = 1;
+    l.backward_input_seconds = l.backward_weight_seconds = 1;
+    l.output_bytes = 1000;
+    l.saved_activation_bytes = 1000000;
+    l.param_bytes = 100000;
+    return l;
+  }, head);
 }
 graph::LayerGraph fourBranches() { return branches(4, 2); }
 
