@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "stage_graph_search.h"
 
@@ -213,13 +214,13 @@ class DownSetSearch final : public StageGraphSearch {
 // Every down-set of the graph, or nothing when there are more than kMaxDownSets.
 std::vector<Mask> downSets(const graph::LayerGraph& graph) {
   std::vector<Mask> sets{0};
-  std::unordered_map<Mask, int> seen{{0, 0}};
+  std::unordered_set<Mask> seen{0};
   for (std::size_t i = 0; i < sets.size(); ++i)
     for (int l = 0; l < graph.size(); ++l) {
       if (sets[i] & bit(l)) continue;
       bool ready = true;
       for (int p : graph.predecessors(l)) ready = ready && (sets[i] & bit(p));
-      if (!ready || !seen.emplace(sets[i] | bit(l), static_cast<int>(sets.size())).second) continue;
+      if (!ready || !seen.insert(sets[i] | bit(l)).second) continue;
       if (static_cast<int>(sets.size()) == kMaxDownSets) return {};
       sets.push_back(sets[i] | bit(l));
     }

@@ -399,23 +399,26 @@ class Explorer {
   // Neighbours are simulated by their compute bound, best first, and only while the
   // bound can beat the best so far: the pruning of evaluateProposals().
   void refine() {
-    std::vector<Candidate> refinable;
-    for (const Candidate& c : result_.ranked)
-      if (!chainNeighbours(c.plan, graph_, cluster_, o_.max_replicas).empty()) refinable.push_back(c);
-    std::stable_sort(refinable.begin(), refinable.end(),
-                     [](const Candidate& a, const Candidate& b) { return a.report.throughput > b.report.throughput; });
+    std::vector<const Candidate*> order;
+    for (const Candidate& c : result_.ranked) order.push_back(&c);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Candidate* a, const Candidate* b) { return a->report.throughput > b->report.throughput; });
+    auto refinable = [&](const Candidate& c) { return !chainNeighbours(c.plan, graph_, cluster_, o_.max_replicas).empty(); };
     // The best of each partitioner first (a graph plan ranked below chain plans may
     // refine past them), then the next best.
-    std::vector<Candidate> starts;
+    std::vector<const Candidate*> picked;
     std::set<std::string> partitioners;
-    for (const Candidate& c : refinable)
-      if (partitioners.insert(c.partitioner).second) starts.push_back(c);
-    for (const Candidate& c : refinable) {
-      if (starts.size() >= kRefineStarts) break;
-      bool taken = false;
-      for (const Candidate& s : starts) taken = taken || planKey(s.plan) == planKey(c.plan);
-      if (!taken) starts.push_back(c);
+    for (const Candidate* c : order)
+      if (!partitioners.count(c->partitioner) && refinable(*c)) {
+        partitioners.insert(c->partitioner);
+        picked.push_back(c);
+      }
+    for (const Candidate* c : order) {
+      if (picked.size() >= kRefineStarts) break;
+      if (std::find(picked.begin(), picked.end(), c) == picked.end() && refinable(*c)) picked.push_back(c);
     }
+    std::vector<Candidate> starts;  // copies: the walk adds to result_.ranked
+    for (const Candidate* c : picked) starts.push_back(*c);
     const int total = starts.empty() ? 0 : std::min(kRefineSimulations, kRefineRanks / devicesUsed(starts.front().plan));
     int budget = 0;
     for (std::size_t k = 0; k < starts.size(); ++k) {
