@@ -3,9 +3,12 @@
 #include <vector>
 
 #include "commands.h"
+#include "pipetrain/util/allocator.h"
 #include "pipetrain/util/error.h"
 
 int main(int argc, char** argv) {
+  // Before LibTorch allocates anything: freed tensors stay with the process (allocator.h).
+  pipetrain::util::retainFreedMemory();
   CLI::App app{"pipetrain: plan, simulate and run pipeline-parallel training"};
   app.require_subcommand(1);
   const std::vector<pipetrain::cli::Command> commands = {

@@ -109,7 +109,7 @@ Command addProfileCommand(CLI::App& app) {
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--batch", a->batch, "samples per measured batch (e.g. the micro-batch size)")->required();
-  cmd->add_option("--warmup", a->options.warmup, "untimed runs per layer first")->capture_default_str();
+  cmd->add_option("--warmup", a->options.warmup, "untimed runs per layer first; more until a run touches no new memory page")->capture_default_str();
   cmd->add_option("--repeats", a->options.repeats, "timed runs per layer (the median is kept)")->capture_default_str();
   cmd->add_option("--optimizer", a->options.optimizer, "adam or sgd (momentum): optimizer state per parameter")
       ->capture_default_str();

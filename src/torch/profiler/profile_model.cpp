@@ -4,6 +4,8 @@
 #include <chrono>
 #include <map>
 
+#include <sys/resource.h>
+
 #include "memory_probe.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
@@ -88,13 +90,40 @@ double secondsSince(Clock::time_point start, const torch::Device& device) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Minor page faults of this process so far: each is memory touched for the first time.
+long minorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// NOTE(settling): `warmup` untimed runs, then more until one faults in no new page (at
+// most kMaxSettlingRuns more). The first runs of a layer touch heap the process has not
+// used yet, and a page fault costs ~7 us on these VMs: a 1024x1024 weight gradient's
+// 4 MiB is 13 ms of faults against 0.9 ms of arithmetic. Which runs fault depends on the
+// heap's history, so a fixed warm-up count left the first layer of the 8x1024 mlp timed
+// at 12-13 ms in about half of the profiles, and the planner then cut a 2/6-layer
+// pipeline. A trained step runs in a settled heap (util::retainFreedMemory), so settled
+// runs are what the profile must time. warmup 0 times the first runs as they are.
+constexpr int kMaxSettlingRuns = 20;
+
+template <class Run>
+void settle(const Run& run, int warmup) {
+  for (int i = 0; i < warmup; ++i) run();
+  for (int i = 0; warmup > 0 && i < kMaxSettlingRuns; ++i) {
+    const long before = minorFaults();
+    run();
+    if (minorFaults() == before) return;
+  }
+}
+
 struct Timings {
   double forward = 0, input = 0, weight = 0;
   torch::Tensor output;  // of the last forward pass, detached
 };
 
-// Times forward, input-only backward and full backward, `warmup` untimed runs then
-// `repeats` timed ones, and returns the medians.
+// Times forward, input-only backward and full backward in `repeats` runs after settling
+// (NOTE(settling)), and returns the medians.
 //
 // NOTE(weight-gradient): W is the median full backward (input and parameters) minus the
 // median input-only backward, clamped at zero, not a parameters-only backward timed on
@@ -109,8 +138,7 @@ struct Timings {
 Timings timeLayer(const LayerRun& run, const torch::Device& device, const ProfileOptions& o) {
   std::vector<double> forward, input, full;
   Timings t;
-  for (int rep = 0; rep < o.warmup + o.repeats; ++rep) {
-    const bool timed = rep >= o.warmup;
+  const auto once = [&](bool timed) {
     synchronize(device);
     auto start = Clock::now();
     torch::Tensor y = run.forward();
@@ -131,7 +159,9 @@ Timings timeLayer(const LayerRun& run, const torch::Device& device, const Profil
       full.push_back(b);
     }
     t.output = y.detach();
-  }
+  };
+  settle([&] { once(false); }, o.warmup);
+  for (int rep = 0; rep < o.repeats; ++rep) once(true);
   t.forward = median(forward);
   t.input = median(input);
   t.weight = run.params.empty() ? 0.0 : std::max(0.0, median(full) - t.input);
@@ -166,7 +196,7 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
 // One optimizer step and the clearing of gradients after it, as the executor's STEP does,
 // over copies of the layer's weights (the model's own stay as they are), with the
 // trainer's optimizers (Adam, or SGD with momentum): the median of `repeats` steps after
-// `warmup`. Elementwise work over every weight, so a real share of the step time for
+// settling. Elementwise work over every weight, so a real share of the step time for
 // weight-heavy layers on a CPU.
 double timeOptimizerStep(const std::vector<torch::Tensor>& params, const torch::Device& device,
                          const ProfileOptions& o) {
@@ -182,14 +212,17 @@ double timeOptimizerStep(const std::vector<torch::Tensor>& params, const torch::
     optimizer = std::make_unique<torch::optim::Adam>(copies, torch::optim::AdamOptions(1e-3));
   else
     optimizer = std::make_unique<torch::optim::SGD>(copies, torch::optim::SGDOptions(1e-3).momentum(0.9));
-  std::vector<double> times;
-  for (int i = 0; i < o.warmup + o.repeats; ++i) {
-    synchronize(device);
-    const auto start = Clock::now();
+  const auto step = [&] {
     optimizer->step();
     optimizer->zero_grad();  // the executor's STEP clears the gradients too
+  };
+  settle(step, o.warmup);
+  std::vector<double> times;
+  for (int i = 0; i < o.repeats; ++i) {
     synchronize(device);
-    if (i >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    const auto start = Clock::now();
+    step();
+    times.push_back(secondsSince(start, device));
   }
   return median(times);
 }
