@@ -55,9 +55,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   // `pipetrain profile` as the ranks will run: one process per rank with a rank's thread
   // settings, all at once. Profiled alone, a layer ran up to 1.5x faster than it then
   // did beside another rank on the same machine (shared cores, caches and memory).
-  // Three warm-up runs per layer: with one, the first layer of an 8 x 1024 mlp (profiled
-  // while both fresh processes were still settling) measured a 11-12 ms weight pass
-  // instead of 0.9 ms, and the planner cut the pipeline right after it.
+  // Three warm-up runs per layer at least, then more until the heap has settled
+  // (profile_model.cpp, NOTE(settling)).
   const std::string graph_path = profilePath(request.out);
   // With --batch the planner chooses the micro-batch size too; costs scale linearly from
   // the profiled batch, taken at the largest power of two dividing it, up to 32.

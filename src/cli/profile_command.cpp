@@ -56,7 +56,7 @@ std::string ms(double seconds) {
 }
 
 void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
-  std::printf("profile of %s at batch %lld: medians of %d runs after %d warm-up runs; "
+  std::printf("profile of %s at batch %lld: medians of %d passes after %d or more warm-up passes; "
               "%d LibTorch intra-op threads, %d BLAS threads\n",
               (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batch), a.options.repeats, a.options.warmup,
               at::get_num_threads(), blasThreads());
@@ -109,8 +109,8 @@ Command addProfileCommand(CLI::App& app) {
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--batch", a->batch, "samples per measured batch (e.g. the micro-batch size)")->required();
-  cmd->add_option("--warmup", a->options.warmup, "untimed runs per layer first; more until a run touches no new memory page")->capture_default_str();
-  cmd->add_option("--repeats", a->options.repeats, "timed runs per layer (the median is kept)")->capture_default_str();
+  cmd->add_option("--warmup", a->options.warmup, "untimed passes over the model first; more until one touches no new memory page")->capture_default_str();
+  cmd->add_option("--repeats", a->options.repeats, "timed passes over the model (each layer's median is kept)")->capture_default_str();
   cmd->add_option("--optimizer", a->options.optimizer, "adam or sgd (momentum): optimizer state per parameter")
       ->capture_default_str();
   cmd->add_option("--threads", a->threads,

@@ -3,7 +3,8 @@
 //
 //  - profileModel() runs every layer of a model at a given batch size and returns a
 //    LayerGraph: forward, input-gradient (I) and weight-gradient (W) seconds (medians
-//    of several timed runs after warm-up), output, saved-activation, parameter and
+//    of several timed passes over the model in a training step's order, after
+//    warm-up), output, saved-activation, parameter and
 //    optimizer-state bytes, one optimizer step's time, and the allocator's measured peak
 //    per layer.
 //  - profileNetwork() measures latency and bandwidth between ranks over a Transport;
@@ -28,8 +29,8 @@ namespace pipetrain::profiler {
 // ===== Layers ==========================================================================
 
 struct ProfileOptions {
-  int warmup = 2;                  // untimed runs per layer first (allocator, BLAS, caches)
-  int repeats = 5;                 // timed runs per layer; the median is reported
+  int warmup = 2;                  // untimed passes over the model first; more until one touches no new memory page
+  int repeats = 5;                 // timed passes; each layer's median is reported
   std::string optimizer = "adam";  // adam or sgd (momentum): its state per parameter and step time
 };
 

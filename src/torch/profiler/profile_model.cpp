@@ -67,6 +67,7 @@ struct LayerRun {
   std::vector<torch::Tensor> inputs;  // in layerInputs order; each requires grad unless it is the model input
   std::vector<torch::Tensor> params;  // the layer's trainable parameters
   bool input_grad = false;            // whether any input requires grad (the layer has an I part)
+  std::vector<torch::Tensor> grad_sums;  // per parameter: where the full backward accumulates
 
   torch::Tensor forward() const { return models::forwardLayer(model, index, inputs); }  // merge included
 
@@ -82,6 +83,23 @@ struct LayerRun {
     if (wrt.empty() || !output.requires_grad()) return {};
     return torch::autograd::grad({output}, wrt, {seed}, retain_graph, /*create_graph=*/false,
                                  /*allow_unused=*/true);
+  }
+
+  // The full backward pass as training runs it: the parameters' gradients are added to a
+  // running sum, as autograd adds them into .grad micro-batch after micro-batch; that is
+  // a read and a write of every gradient (NOTE(pass-order)). The sums are the run's own,
+  // so the model's .grad stays untouched.
+  void backwardAccumulating(const torch::Tensor& output, const torch::Tensor& seed) {
+    const std::vector<torch::Tensor> grads = backward(output, seed, /*input_only=*/false, /*retain_graph=*/false);
+    if (grads.empty()) return;
+    torch::NoGradGuard no_grad;
+    const std::size_t first_param = grads.size() - params.size();
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      const torch::Tensor& g = grads[first_param + k];
+      if (!g.defined()) continue;
+      if (!grad_sums[k].defined()) grad_sums[k] = torch::zeros_like(g);
+      grad_sums[k].add_(g);
+    }
   }
 };
 
@@ -117,13 +135,19 @@ void settle(const Run& run, int warmup) {
   }
 }
 
+// A layer's medians over the timed passes.
 struct Timings {
   double forward = 0, input = 0, weight = 0;
-  torch::Tensor output;  // of the last forward pass, detached
 };
 
-// Times forward, input-only backward and full backward in `repeats` runs after settling
-// (NOTE(settling)), and returns the medians.
+// NOTE(pass-order): layers are timed in the order a training step runs them: every
+// layer's forward pass, then every layer's backward pass from the last layer to the
+// first, `repeats` times, each timing a median. Timing one layer over and over kept its
+// weights, gradients and activations in cache, which a step does not: there the whole
+// model's working set streams through between two visits of a layer. On the 8x1024 mlp,
+// one process, a layer repeated in place gave forward 6.9 ms, backward 12.2 ms and step
+// 2.1 ms for the model, and a 1-rank train measured 8.2, 14.6 and 5.5 ms
+// (docs/profiling.md has the table after this change).
 //
 // NOTE(weight-gradient): W is the median full backward (input and parameters) minus the
 // median input-only backward, clamped at zero, not a parameters-only backward timed on
@@ -131,40 +155,52 @@ struct Timings {
 // activation gradients of every later op; a parameters-only backward recomputes that
 // chain, which the input-only backward has already paid for. A split schedule (ZB-H1)
 // runs the chain in I and only the weight products in W, and a non-split schedule runs
-// B = I + W, so full - I is what W adds and I + W stays the whole backward pass.
+// B = I + W, so full - I is what W adds and I + W stays the whole backward pass. The full
+// pass includes adding the weight gradients into their running sums (backwardAccumulating).
 // (pipetrain's executor runs W layer by layer from the layer output gradients its I kept,
 // so within a multi-op layer such as a transformer block it still re-traverses the
 // layer's own operations: its W takes longer than this W there.)
-Timings timeLayer(const LayerRun& run, const torch::Device& device, const ProfileOptions& o) {
-  std::vector<double> forward, input, full;
-  Timings t;
-  const auto once = [&](bool timed) {
-    synchronize(device);
-    auto start = Clock::now();
-    torch::Tensor y = run.forward();
-    const double f = secondsSince(start, device);
-    const torch::Tensor seed = torch::ones_like(y);
-    double i = 0;
-    if (run.input_grad) {
-      start = Clock::now();
-      run.backward(y, seed, /*input_only=*/true, /*retain_graph=*/true);
-      i = secondsSince(start, device);
+std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device& device,
+                                const ProfileOptions& o) {
+  const std::size_t n = runs.size();
+  std::vector<std::vector<double>> forward(n), input(n), full(n);
+  const auto pass = [&](bool timed) {
+    std::vector<torch::Tensor> outputs(n);
+    for (std::size_t l = 0; l < n; ++l) {
+      synchronize(device);
+      const auto start = Clock::now();
+      outputs[l] = runs[l].forward();
+      const double f = secondsSince(start, device);
+      if (timed) forward[l].push_back(f);
     }
-    start = Clock::now();
-    run.backward(y, seed, /*input_only=*/false, /*retain_graph=*/false);
-    const double b = secondsSince(start, device);
-    if (timed) {
-      forward.push_back(f);
-      input.push_back(i);
-      full.push_back(b);
+    for (std::size_t l = n; l-- > 0;) {
+      const torch::Tensor seed = torch::ones_like(outputs[l]);
+      double i = 0;
+      if (runs[l].input_grad) {
+        synchronize(device);
+        const auto start = Clock::now();
+        runs[l].backward(outputs[l], seed, /*input_only=*/true, /*retain_graph=*/true);
+        i = secondsSince(start, device);
+      }
+      synchronize(device);
+      const auto start = Clock::now();
+      runs[l].backwardAccumulating(outputs[l], seed);
+      const double b = secondsSince(start, device);
+      outputs[l] = torch::Tensor();  // its graph is spent, as a step's would be
+      if (timed) {
+        input[l].push_back(i);
+        full[l].push_back(b);
+      }
     }
-    t.output = y.detach();
   };
-  settle([&] { once(false); }, o.warmup);
-  for (int rep = 0; rep < o.repeats; ++rep) once(true);
-  t.forward = median(forward);
-  t.input = median(input);
-  t.weight = run.params.empty() ? 0.0 : std::max(0.0, median(full) - t.input);
+  settle([&] { pass(false); }, o.warmup);
+  for (int rep = 0; rep < o.repeats; ++rep) pass(true);
+  std::vector<Timings> t(n);
+  for (std::size_t l = 0; l < n; ++l) {
+    t[l].forward = median(forward[l]);
+    t[l].input = median(input[l]);
+    t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, median(full[l]) - t[l].input);
+  }
   return t;
 }
 
@@ -194,37 +230,46 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
 }
 
 // One optimizer step and the clearing of gradients after it, as the executor's STEP does,
-// over copies of the layer's weights (the model's own stay as they are), with the
-// trainer's optimizers (Adam, or SGD with momentum): the median of `repeats` steps after
+// per layer, over copies of the layers' weights (the model's own stay as they are), with
+// the trainer's optimizers (Adam, or SGD with momentum). Layer after layer in each timed
+// pass, as a step visits them (NOTE(pass-order)); the median of `repeats` passes after
 // settling. Elementwise work over every weight, so a real share of the step time for
 // weight-heavy layers on a CPU.
-double timeOptimizerStep(const std::vector<torch::Tensor>& params, const torch::Device& device,
-                         const ProfileOptions& o) {
-  if (params.empty()) return 0;
-  std::vector<torch::Tensor> copies;
-  for (const torch::Tensor& p : params) {
-    torch::Tensor c = p.detach().clone().requires_grad_(true);
-    c.mutable_grad() = torch::full_like(c, 1e-3);
-    copies.push_back(c);
+std::vector<double> timeOptimizerSteps(const std::vector<LayerRun>& runs, const torch::Device& device,
+                                       const ProfileOptions& o) {
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
+  for (const LayerRun& run : runs) {
+    std::vector<torch::Tensor> copies;
+    for (const torch::Tensor& p : run.params) {
+      torch::Tensor c = p.detach().clone().requires_grad_(true);
+      c.mutable_grad() = torch::full_like(c, 1e-3);
+      copies.push_back(c);
+    }
+    if (copies.empty())
+      optimizers.push_back(nullptr);
+    else if (o.optimizer == "adam")
+      optimizers.push_back(std::make_unique<torch::optim::Adam>(copies, torch::optim::AdamOptions(1e-3)));
+    else
+      optimizers.push_back(
+          std::make_unique<torch::optim::SGD>(copies, torch::optim::SGDOptions(1e-3).momentum(0.9)));
   }
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  if (o.optimizer == "adam")
-    optimizer = std::make_unique<torch::optim::Adam>(copies, torch::optim::AdamOptions(1e-3));
-  else
-    optimizer = std::make_unique<torch::optim::SGD>(copies, torch::optim::SGDOptions(1e-3).momentum(0.9));
-  const auto step = [&] {
-    optimizer->step();
-    optimizer->zero_grad();  // the executor's STEP clears the gradients too
+  std::vector<std::vector<double>> times(runs.size());
+  const auto pass = [&](bool timed) {
+    for (std::size_t l = 0; l < runs.size(); ++l) {
+      if (!optimizers[l]) continue;
+      synchronize(device);
+      const auto start = Clock::now();
+      optimizers[l]->step();
+      optimizers[l]->zero_grad();  // the executor's STEP clears the gradients too
+      const double t = secondsSince(start, device);
+      if (timed) times[l].push_back(t);
+    }
   };
-  settle(step, o.warmup);
-  std::vector<double> times;
-  for (int i = 0; i < o.repeats; ++i) {
-    synchronize(device);
-    const auto start = Clock::now();
-    step();
-    times.push_back(secondsSince(start, device));
-  }
-  return median(times);
+  settle([&] { pass(false); }, o.warmup);
+  for (int rep = 0; rep < o.repeats; ++rep) pass(true);
+  std::vector<double> medians;
+  for (const auto& t : times) medians.push_back(median(t));  // 0 for a layer without weights
+  return medians;
 }
 
 }  // namespace
@@ -245,17 +290,18 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   ModelStateGuard state(model);
   const torch::Device device = deviceOf(model);
   const int n = static_cast<int>(model.layers.size());
-  // Every layer runs on its real inputs: the outputs of its producers' profiled forward
-  // passes on this batch. An output is let go after its last reader has run.
+  // Every layer runs on its real inputs: the outputs of its producers' forward passes on
+  // this batch, as leaves of the layer's own graph. An output is let go after its last
+  // reader has taken it.
   std::map<std::string, torch::Tensor> values{
       {models::kModelInput, models::constantInput(model.input, batch).to(device)}};  // (batch, sample...)
   const std::map<std::string, int> last_reader = models::lastReaders(model);
-  std::vector<graph::Layer> nodes;
+  std::vector<LayerRun> runs;
+  std::vector<int64_t> output_bytes;
   for (int l = 0; l < n; ++l) {
-    const models::Layer& layer = model.layers[l];
     const std::vector<std::string> sources = models::layerInputs(model, l);
     const std::vector<torch::Tensor> given = models::gatherInputs(model, l, values);
-    LayerRun run{model, l, {}, {}, false};
+    LayerRun run{model, l, {}, {}, false, {}};
     for (std::size_t k = 0; k < sources.size(); ++k) {
       // The model input needs no gradient (the first stage has nobody to send one to), so
       // a layer reading only the model input has no I part; every other input does.
@@ -266,28 +312,42 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
       }
       run.inputs.push_back(input);
     }
-    for (const torch::Tensor& p : layer.module.ptr()->parameters())
+    for (const torch::Tensor& p : model.layers[l].module.ptr()->parameters())
       if (p.requires_grad()) run.params.push_back(p);
+    run.grad_sums.resize(run.params.size());
+    torch::Tensor output;
+    {
+      torch::NoGradGuard no_grad;
+      output = run.forward();
+    }
+    output_bytes.push_back(models::tensorBytes(output));
+    for (const std::string& source : sources)
+      if (last_reader.at(source) == l) values.erase(source);
+    values[model.layers[l].name] = output;
+    runs.push_back(std::move(run));
+  }
+  values.clear();
 
-    const Timings t = timeLayer(run, device, o);
-    const Memory m = measureMemory(run, device);
+  const std::vector<Timings> times = timeLayers(runs, device, o);
+  const std::vector<double> step_seconds = timeOptimizerSteps(runs, device, o);
+  std::vector<graph::Layer> nodes;
+  for (int l = 0; l < n; ++l) {
+    const models::Layer& layer = model.layers[l];
+    const Memory m = measureMemory(runs[l], device);
     graph::Layer node;
     node.name = layer.name;
     node.kind = layer.kind;
     node.inputs = models::graphInputs(model, l);
-    node.forward_seconds = t.forward;
-    node.backward_input_seconds = t.input;
-    node.backward_weight_seconds = t.weight;
-    node.output_bytes = models::tensorBytes(t.output);
+    node.forward_seconds = times[l].forward;
+    node.backward_input_seconds = times[l].input;
+    node.backward_weight_seconds = times[l].weight;
+    node.output_bytes = output_bytes[l];
     node.saved_activation_bytes = m.saved >= 0 ? m.saved : node.output_bytes;
     node.param_bytes = models::parameterBytes(layer);
     node.optimizer_state_bytes = optimizerStateBytes(o.optimizer, node.param_bytes);
-    node.optimizer_seconds = timeOptimizerStep(run.params, device, o);
+    node.optimizer_seconds = step_seconds[l];
     node.peak_memory_bytes = m.peak;
     nodes.push_back(std::move(node));
-    for (const std::string& source : sources)
-      if (last_reader.at(source) == l) values.erase(source);
-    values[layer.name] = t.output;
   }
   return graph::LayerGraph(std::move(nodes), batch, "profile of model '" + model.name + "'");
 }
