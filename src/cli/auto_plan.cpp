@@ -111,6 +111,9 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   std::fflush(stdout);
   json_io::Json planner = tableToJson(explorationTable(e, 10));
   planner["notes"] = explorationNotes(e);
+  // The profile-based prediction of the plan that runs, for comparison with what it measures.
+  planner["chosen"] = {{"throughput", e.best().report.throughput},
+                       {"iteration_seconds", e.best().report.iteration_time}};
   return {chosen, planner};
 }
 

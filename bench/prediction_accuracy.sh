@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# How well the simulator predicts what the runtime measures: for each model, rank count
+# and schedule, a pure pipeline (the planner's split) is trained on this machine, and its
+# median measured iteration time is set beside
+#   - the planner's prediction from the profile it took just before (`pipetrain profile`
+#     in one process per rank, all at once, as the ranks then run), and
+#   - the simulator's prediction from the stage times the run itself measured (its last
+#     mini-batch), which leaves out profiling error and keeps schedule and communication.
+# Configurations alternate within each repeat (this machine's speed drifts); the table
+# gives medians over the repeats, and the measured range.
+# Usage: bench/prediction_accuracy.sh [build-dir] [repeats] [models] [ranks] [schedules]
+#   e.g. bench/prediction_accuracy.sh build 3 "gpt mlp fmnist-cnn" "2 3" "gpipe 1f1b zb-h1"
+set -euo pipefail
+build=${1:-build}
+repeats=${2:-3}
+models=${3:-"gpt mlp fmnist-cnn"}
+rank_counts=${4:-"2 3"}
+schedules=${5:-"gpipe 1f1b zb-h1"}
+bin="$build/pipetrain"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+model_args() {
+  case "$1" in
+    mlp) echo "--model mlp --model-option layers=8 --model-option width=1024 --model-option input=1024 --dataset synthetic" ;;
+    gpt) echo "--model gpt --model-option layers=6 --model-option width=128 --model-option heads=4 --model-option context=32 --dataset fortunes" ;;
+    fmnist-cnn) echo "--model fmnist-cnn --dataset fashion-mnist" ;;
+    *) echo "unknown model $1 (gpt, mlp or fmnist-cnn)" >&2; exit 2 ;;
+  esac
+}
+# 16 mini-batches of 8 x 32: the first two (heap growth, first messages) are left out of
+# the median.
+common=(--microbatches 8 --microbatch-size 32 --epochs 1 --max-steps 16 --no-eval --optimizer sgd --lr 0.01
+        --no-replication)
+
+for ((r = 1; r <= repeats; ++r)); do
+  for model in $models; do
+    for ranks in $rank_counts; do
+      for schedule in $schedules; do
+        name="$model.$ranks.$schedule.$r"
+        # shellcheck disable=SC2046
+        if ! "$bin" train $(model_args "$model") "${common[@]}" --nproc "$ranks" --schedule "$schedule" \
+             --summary-json "$out/$name.json" --log-jsonl "$out/$name.jsonl" >"$out/$name.log" 2>&1; then
+          echo "failed: $model on $ranks ranks under $schedule (log below)" >&2
+          tail -5 "$out/$name.log" >&2
+        fi
+      done
+    done
+  done
+done
+
+/usr/bin/python3 - "$out" <<'EOF'
+import glob, json, os, statistics, sys
+
+def iteration_seconds(jsonl):
+    walls = [json.loads(line)["wall_seconds"] for line in open(jsonl) if '"event":"step"' in line]
+    steps = [b - a for a, b in zip(walls, walls[1:])][1:]  # from the third mini-batch on
+    return statistics.median(steps) if steps else None
+
+rows = {}
+for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
+    model, ranks, schedule, _ = os.path.basename(summary_path)[: -len(".json")].rsplit(".", 3)
+    s = json.load(open(summary_path))
+    plan = s["plan"]
+    samples = plan["microbatch_size"] * plan["microbatches"]
+    measured = iteration_seconds(summary_path + "l")
+    if measured is None:
+        continue
+    row = rows.setdefault((model, int(ranks), schedule), {"measured": [], "profile": [], "stages": []})
+    row["measured"].append(measured)
+    row["profile"].append(s["planner"]["chosen"]["iteration_seconds"])
+    row["stages"].append(samples / s["predicted_throughput"])
+
+print("| model | ranks | schedule | runs | measured ms (range) | from profile ms | error | from measured stages ms | error |")
+print("|---|---|---|---|---|---|---|---|---|")
+errors = {"profile": [], "stages": []}
+for (model, ranks, schedule), row in sorted(rows.items()):
+    m = statistics.median(row["measured"])
+    cells = []
+    for source in ("profile", "stages"):
+        p = statistics.median(row[source])
+        errors[source].append(abs(p / m - 1))
+        cells += [f"{p * 1e3:.1f}", f"{(p / m - 1) * 100:+.1f}%"]
+    print(f"| {model} | {ranks} | {schedule} | {len(row['measured'])} | {m * 1e3:.1f} "
+          f"({min(row['measured']) * 1e3:.1f}-{max(row['measured']) * 1e3:.1f}) | " + " | ".join(cells) + " |")
+for source, e in errors.items():
+    if e:
+        within = sum(x <= 0.05 for x in e)
+        print(f"from {source}: median |error| {statistics.median(e) * 100:.1f}%, "
+              f"worst {max(e) * 100:.1f}%, {within} of {len(e)} within 5%")
+EOF
