@@ -63,7 +63,7 @@ sim::Evaluation predictRun(const MeasuredRun& run) {
         l.forward_seconds = mean(s, schedule::ActionType::F);
         const double split_i = mean(s, schedule::ActionType::I), split_w = mean(s, schedule::ActionType::W);
         l.backward_input_seconds = split_i + split_w > 0 ? split_i : mean(s, schedule::ActionType::B);
-        l.backward_weight_seconds = split_w;
+        l.backward_weight_seconds = l.split_weight_seconds = split_w;
         l.optimizer_seconds = mean(s, schedule::ActionType::STEP);
         l.output_bytes = l.saved_activation_bytes = run.stage_output_bytes.at(s);
         l.param_bytes = run.stage_param_bytes.at(s);

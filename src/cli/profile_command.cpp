@@ -60,25 +60,26 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
               "%d LibTorch intra-op threads, %d BLAS threads\n",
               (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batch), a.options.repeats, a.options.warmup,
               at::get_num_threads(), blasThreads());
-  std::printf("%-14s %-18s %9s %9s %9s %9s %12s %12s %12s\n", "layer", "kind", "F ms", "I ms", "W ms", "step ms",
-              "activation", "params", "peak memory");
-  double f = 0, i = 0, w = 0, step = 0;
+  std::printf("%-14s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", "layer", "kind", "F ms", "I ms", "W ms",
+              "W alone", "step ms", "activation", "params", "peak memory");
+  double f = 0, i = 0, w = 0, split_w = 0, step = 0;
   int64_t act = 0, params = 0;
   for (const graph::Layer& l : g.layers()) {
-    std::printf("%-14s %-18s %9s %9s %9s %9s %12s %12s %12s\n", l.name.c_str(), l.kind.c_str(),
+    std::printf("%-14s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", l.name.c_str(), l.kind.c_str(),
                 ms(l.forward_seconds).c_str(), ms(l.backward_input_seconds).c_str(),
-                ms(l.backward_weight_seconds).c_str(), ms(l.optimizer_seconds).c_str(), text::humanBytes(l.saved_activation_bytes).c_str(),
+                ms(l.backward_weight_seconds).c_str(), ms(l.splitWeightSeconds()).c_str(), ms(l.optimizer_seconds).c_str(), text::humanBytes(l.saved_activation_bytes).c_str(),
                 text::humanBytes(l.param_bytes).c_str(),
                 l.peak_memory_bytes >= 0 ? text::humanBytes(l.peak_memory_bytes).c_str() : "-");
     f += l.forward_seconds;
     i += l.backward_input_seconds;
     w += l.backward_weight_seconds;
+    split_w += l.splitWeightSeconds();
     step += l.optimizer_seconds;
     act += l.saved_activation_bytes;
     params += l.param_bytes;
   }
-  std::printf("%-14s %-18s %9s %9s %9s %9s %12s %12s\n", "total", "", ms(f).c_str(), ms(i).c_str(), ms(w).c_str(),
-              ms(step).c_str(), text::humanBytes(act).c_str(), text::humanBytes(params).c_str());
+  std::printf("%-14s %-18s %9s %9s %9s %9s %9s %12s %12s\n", "total", "", ms(f).c_str(), ms(i).c_str(), ms(w).c_str(),
+              ms(split_w).c_str(), ms(step).c_str(), text::humanBytes(act).c_str(), text::humanBytes(params).c_str());
 }
 
 int run(ProfileArgs& a) {

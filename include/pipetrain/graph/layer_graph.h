@@ -22,6 +22,12 @@ struct Layer {
   double forward_seconds = 0;
   double backward_input_seconds = 0;   // dL/dx part of the backward pass ("I")
   double backward_weight_seconds = 0;  // dL/dw part of the backward pass ("W")
+  // A split schedule's W run on its own, after I, as the executor runs it: the layer's
+  // parameters-only backward from its output gradient, which re-runs the layer's own
+  // operations (costlier than backward_weight_seconds in multi-op layers such as
+  // transformer blocks). -1 = not measured: splitWeightSeconds() then gives
+  // backward_weight_seconds.
+  double split_weight_seconds = -1;
   int64_t output_bytes = 0;            // what crosses to consumers
   int64_t saved_activation_bytes = 0;  // kept from forward until backward finishes
   int64_t param_bytes = 0;
@@ -33,6 +39,7 @@ struct Layer {
   int64_t peak_memory_bytes = -1;
 
   double backwardSeconds() const { return backward_input_seconds + backward_weight_seconds; }
+  double splitWeightSeconds() const { return split_weight_seconds >= 0 ? split_weight_seconds : backward_weight_seconds; }
 };
 
 class LayerGraph {

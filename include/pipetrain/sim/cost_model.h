@@ -30,6 +30,7 @@ double transferSeconds(double bytes, const cluster::Route& route);
 
 struct StageCosts {
   double forward = 0, backward_input = 0, backward_weight = 0;  // seconds at speed 1
+  double split_weight = 0;      // a split schedule's W action (Layer::splitWeightSeconds)
   double optimizer_step = 0;    // seconds at speed 1, once per STEP
   double activation_bytes = 0;  // saved per micro-batch
   double param_bytes = 0;

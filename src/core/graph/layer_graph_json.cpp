@@ -13,7 +13,7 @@ constexpr int kVersion = 1;
 Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
                "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
-               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes"});
+               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_weight_seconds"});
   Layer l;
   l.name = c.field("name").asString();
   l.kind = c.stringOr("kind", "layer");
@@ -49,7 +49,8 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   l.optimizer_state_bytes =
       c.has("optimizer_state_bytes") ? c.field("optimizer_state_bytes").asBytes() : 2 * l.param_bytes;
   l.optimizer_seconds = c.has("optimizer_seconds") ? c.field("optimizer_seconds").asSeconds() : 0.0;
-  // Optional (files written before the profiler measured it have none).
+  // Optional (files written before the profiler measured them have none).
+  if (c.has("split_weight_seconds")) l.split_weight_seconds = c.field("split_weight_seconds").asSeconds();
   if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asBytes();
   return l;
 }
@@ -98,6 +99,7 @@ json_io::Json LayerGraph::toJson() const {
                            {"param_bytes", l.param_bytes},
                            {"optimizer_state_bytes", l.optimizer_state_bytes}};
     if (l.optimizer_seconds > 0) layer["optimizer_seconds"] = l.optimizer_seconds;
+    if (l.split_weight_seconds >= 0) layer["split_weight_seconds"] = l.split_weight_seconds;
     if (l.peak_memory_bytes >= 0) layer["peak_memory_bytes"] = l.peak_memory_bytes;
     layers.push_back(std::move(layer));
   }

@@ -35,6 +35,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.forward += l.forward_seconds * scale;
       c.backward_input += l.backward_input_seconds * scale;
       c.backward_weight += l.backward_weight_seconds * scale;
+      c.split_weight += l.splitWeightSeconds() * scale;
       c.optimizer_step += l.optimizer_seconds;  // per step, whatever the micro-batch
       c.activation_bytes += l.saved_activation_bytes * scale;
       c.param_bytes += l.param_bytes;
@@ -55,7 +56,7 @@ double CostModel::computeSeconds(const schedule::Action& a, int rank) const {
     case ActionType::F: t = c.forward; break;
     case ActionType::B: t = c.backward_input + c.backward_weight; break;
     case ActionType::I: t = c.backward_input; break;
-    case ActionType::W: t = c.backward_weight; break;
+    case ActionType::W: t = c.split_weight; break;
     case ActionType::STEP: t = c.optimizer_step; break;
     default: return 0;
   }

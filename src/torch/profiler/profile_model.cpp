@@ -75,22 +75,25 @@ struct LayerRun {
   // w.r.t. the inputs and the parameters. torch::autograd::grad returns the gradients
   // instead of accumulating them into .grad, so the model's gradients stay untouched.
   std::vector<torch::Tensor> backward(const torch::Tensor& output, const torch::Tensor& seed, bool input_only,
-                                      bool retain_graph) const {
+                                      bool retain_graph, bool with_inputs = true) const {
     std::vector<torch::Tensor> wrt;
-    for (const torch::Tensor& input : inputs)
-      if (input.requires_grad()) wrt.push_back(input);
+    if (with_inputs)
+      for (const torch::Tensor& input : inputs)
+        if (input.requires_grad()) wrt.push_back(input);
     if (!input_only) wrt.insert(wrt.end(), params.begin(), params.end());
     if (wrt.empty() || !output.requires_grad()) return {};
     return torch::autograd::grad({output}, wrt, {seed}, retain_graph, /*create_graph=*/false,
                                  /*allow_unused=*/true);
   }
 
-  // The full backward pass as training runs it: the parameters' gradients are added to a
-  // running sum, as autograd adds them into .grad micro-batch after micro-batch; that is
-  // a read and a write of every gradient (NOTE(pass-order)). The sums are the run's own,
-  // so the model's .grad stays untouched.
-  void backwardAccumulating(const torch::Tensor& output, const torch::Tensor& seed) {
-    const std::vector<torch::Tensor> grads = backward(output, seed, /*input_only=*/false, /*retain_graph=*/false);
+  // A backward pass as training runs it: the parameters' gradients are added to a running
+  // sum, as autograd adds them into .grad micro-batch after micro-batch; that is a read
+  // and a write of every gradient (NOTE(pass-order)). The sums are the run's own, so the
+  // model's .grad stays untouched. `with_inputs` false: the parameters only, as the
+  // executor's W action runs after I.
+  void backwardAccumulating(const torch::Tensor& output, const torch::Tensor& seed, bool with_inputs,
+                            bool retain_graph) {
+    const std::vector<torch::Tensor> grads = backward(output, seed, /*input_only=*/false, retain_graph, with_inputs);
     if (grads.empty()) return;
     torch::NoGradGuard no_grad;
     const std::size_t first_param = grads.size() - params.size();
@@ -138,6 +141,7 @@ void settle(const Run& run, int warmup) {
 // A layer's medians over the timed passes.
 struct Timings {
   double forward = 0, input = 0, weight = 0;
+  double split_weight = 0;  // the parameters-only backward after I (graph::Layer::split_weight_seconds)
 };
 
 // NOTE(pass-order): layers are timed in the order a training step runs them: every
@@ -157,13 +161,15 @@ struct Timings {
 // runs the chain in I and only the weight products in W, and a non-split schedule runs
 // B = I + W, so full - I is what W adds and I + W stays the whole backward pass. The full
 // pass includes adding the weight gradients into their running sums (backwardAccumulating).
-// (pipetrain's executor runs W layer by layer from the layer output gradients its I kept,
-// so within a multi-op layer such as a transformer block it still re-traverses the
-// layer's own operations: its W takes longer than this W there.)
+// pipetrain's executor runs a split schedule's W layer by layer from the layer output
+// gradients its I kept, so within a multi-op layer such as a transformer block it
+// re-runs the layer's own operations: that W is timed too, after I, as
+// split_weight_seconds (on the 2-stage gpt, zb-h1 measured 25% slower than 1f1b, and
+// the profile without it predicted zb-h1 29% too fast).
 std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device& device,
                                 const ProfileOptions& o) {
   const std::size_t n = runs.size();
-  std::vector<std::vector<double>> forward(n), input(n), full(n);
+  std::vector<std::vector<double>> forward(n), input(n), split_weight(n), full(n);
   const auto pass = [&](bool timed) {
     std::vector<torch::Tensor> outputs(n);
     for (std::size_t l = 0; l < n; ++l) {
@@ -182,13 +188,21 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
         runs[l].backward(outputs[l], seed, /*input_only=*/true, /*retain_graph=*/true);
         i = secondsSince(start, device);
       }
+      double w = 0;
+      if (!runs[l].params.empty()) {
+        synchronize(device);
+        const auto start = Clock::now();
+        runs[l].backwardAccumulating(outputs[l], seed, /*with_inputs=*/false, /*retain_graph=*/true);
+        w = secondsSince(start, device);
+      }
       synchronize(device);
       const auto start = Clock::now();
-      runs[l].backwardAccumulating(outputs[l], seed);
+      runs[l].backwardAccumulating(outputs[l], seed, /*with_inputs=*/true, /*retain_graph=*/false);
       const double b = secondsSince(start, device);
       outputs[l] = torch::Tensor();  // its graph is spent, as a step's would be
       if (timed) {
         input[l].push_back(i);
+        split_weight[l].push_back(w);
         full[l].push_back(b);
       }
     }
@@ -200,6 +214,7 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
     t[l].forward = median(forward[l]);
     t[l].input = median(input[l]);
     t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, median(full[l]) - t[l].input);
+    t[l].split_weight = median(split_weight[l]);
   }
   return t;
 }
@@ -341,6 +356,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     node.forward_seconds = times[l].forward;
     node.backward_input_seconds = times[l].input;
     node.backward_weight_seconds = times[l].weight;
+    node.split_weight_seconds = times[l].split_weight;
     node.output_bytes = output_bytes[l];
     node.saved_activation_bytes = m.saved >= 0 ? m.saved : node.output_bytes;
     node.param_bytes = models::parameterBytes(layer);

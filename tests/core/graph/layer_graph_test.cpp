@@ -111,6 +111,20 @@ TEST(LayerGraph, PeakMemoryIsOptionalAndWrittenOnlyWhenMeasured) {
               {"g.json", "layers[0].peak_memory_bytes"});
 }
 
+TEST(LayerGraph, SplitWeightSecondsDefaultToTheWeightPass) {
+  Json measured = layerJson("b");
+  measured["split_weight_seconds"] = 0.75;
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), measured}), "g.json");
+  EXPECT_EQ(g.layer(0).splitWeightSeconds(), g.layer(0).backward_weight_seconds);  // older files
+  EXPECT_EQ(g.layer(1).splitWeightSeconds(), 0.75);
+  const Json written = g.toJson();
+  EXPECT_FALSE(written["layers"][0].contains("split_weight_seconds"));
+  EXPECT_EQ(LayerGraph::fromJson(written, "written").toJson(), written);
+  measured["split_weight_seconds"] = -1;
+  expectError([&] { LayerGraph::fromJson(graphJson({measured}), "g.json"); },
+              {"g.json", "layers[0].split_weight_seconds"});
+}
+
 TEST(LayerGraph, SortsTopologicallyKeepingTheGivenOrderWherePossible) {
   // Listed: a, c, b, d with c reading b; the only move needed is b before c.
   const LayerGraph g = LayerGraph::fromJson(

@@ -260,7 +260,9 @@ TEST(Schedules, PipeDreamReplicasStepTogetherAfterEveryRound) {
   // Stage 1 steps once per micro-batch, stage 0 once per two: micro-batch 4 read stage
   // 0's version 1 (two micro-batches in), so it reads stage 1's version 2.
   for (const Action& a : vs.ranks[2])
-    if (a.type == ActionType::F && a.microbatch == 4) EXPECT_EQ(a.version, 2);
+    if (a.type == ActionType::F && a.microbatch == 4) {
+      EXPECT_EQ(a.version, 2);
+    }
 }
 
 TEST(Schedules, LoweringPairsEverySendWithAReceive) {

@@ -106,6 +106,34 @@ TEST(Simulator, OptimizerStepsTakeTheirProfiledTime) {
       }
 }
 
+// A split schedule's W runs the layer's parameters-only backward (split_weight_seconds);
+// a whole backward pass stays I + W.
+TEST(Simulator, SplitWeightPassesTakeTheirOwnTime) {
+  for (const std::string schedule : {"zb-h1", "1f1b"}) {
+    Scenario s = twoStages(schedule, 2, 0, 1e9, 0);
+    std::vector<graph::Layer> layers = s.graph.layers();
+    for (graph::Layer& l : layers) {
+      l.backward_weight_seconds = 0.5;
+      l.split_weight_seconds = 0.75;
+    }
+    s.graph = graph::LayerGraph(layers, 1);
+    const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+    int passes = 0;
+    for (const auto& rank : e.timeline.ranks)
+      for (const auto& t : rank) {
+        const schedule::ActionType type = t.action.type;
+        if (type == schedule::ActionType::W) {
+          EXPECT_NEAR(t.end - t.start, 0.75, 1e-12);
+        }
+        if (type == schedule::ActionType::B) {
+          EXPECT_NEAR(t.end - t.start, 1.5, 1e-12);
+        }
+        passes += type == schedule::ActionType::W || type == schedule::ActionType::B;
+      }
+    EXPECT_EQ(passes, 4) << schedule;
+  }
+}
+
 TEST(Simulator, LargePipelineSimulates) {
   plan::ScheduleOptions options;
   auto u = uniformScenario(options, 64, 1024, 1, 2, 0);
