@@ -48,6 +48,7 @@ TEST(Profiler, ProfilesEveryLayerOfAnMlp) {
     EXPECT_EQ(l.param_bytes, 4 * numel(m));
     EXPECT_EQ(l.optimizer_state_bytes, 2 * l.param_bytes);
     EXPECT_GT(l.optimizer_seconds, 0);  // every mlp layer has weights to step
+    EXPECT_GT(l.split_weight_seconds, 0);  // and a W of its own to time after I
     const int64_t width = i + 1 == g.size() ? 10 : 128;
     EXPECT_EQ(l.output_bytes, 4 * batch * width);
     // Linear + ReLU keeps its output (ReLU's backward reads it); the head, a bare
@@ -104,6 +105,7 @@ TEST(Profiler, TokenInputsAndJsonRoundTrip) {
   EXPECT_EQ(g.layer(0).name, "embed");
   EXPECT_EQ(g.layer(0).backward_input_seconds, 0);  // token ids have no gradient
   EXPECT_GT(g.layer(0).backward_weight_seconds, 0);
+  EXPECT_GT(g.layer(1).split_weight_seconds, 0);  // a block's W after I, as the executor runs it
   EXPECT_EQ(g.layer(3).output_bytes, 4 * 4 * 8 * 32);  // (N, T, V) logits
   // A transformer block keeps far more than its output for the backward pass.
   EXPECT_GT(g.layer(1).saved_activation_bytes, 3 * g.layer(1).output_bytes);
