@@ -25,7 +25,7 @@ model=(--model mlp --model-option layers=8 --model-option width=1024 --model-opt
        --epochs 1 --max-steps "$steps" --no-eval --optimizer sgd --lr 0.01 --nproc 2)
 pipetrain() {  # pipetrain ARGS...: samples/s of one run
   "$bin" train "${model[@]}" "$@" --summary-json "$out/s.json" >"$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
-  grep -o '"throughput": [0-9.e+-]*' "$out/s.json" | head -1 | sed 's/.*: //'
+  "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["throughput"])' "$out/s.json"
 }
 names=("DDP (PyTorch 1.13)" "pipetrain data parallel" "pipetrain 2-stage 1f1b" "pipetrain's plan")
 run() {  # run INDEX

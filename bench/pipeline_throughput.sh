@@ -24,7 +24,7 @@ common=("${args[@]}" --microbatches 8 --microbatch-size 32 --epochs 1 --max-step
 run() {  # run NAME NPROC EXTRA-ARGS...
   local name=$1 nproc=$2; shift 2
   "$bin" train "${common[@]}" --nproc "$nproc" "$@" --summary-json "$out/$name.json" >/dev/null
-  grep -o '"throughput": [0-9.e+-]*' "$out/$name.json" | sed 's/.*: //'
+  /usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["throughput"])' "$out/$name.json"
 }
 row() {  # row LABEL SAMPLES/S
   printf '%-30s %12.1f %10s %10s\n' "$1" "$2" "$(awk -v t="$2" -v b="$base" 'BEGIN { printf "%.2f", t / b }')" \
