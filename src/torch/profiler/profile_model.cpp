@@ -118,14 +118,15 @@ long minorFaults() {
   return usage.ru_minflt;
 }
 
-// NOTE(settling): `warmup` untimed runs, then more until one faults in no new page (at
-// most kMaxSettlingRuns more). The first runs of a layer touch heap the process has not
-// used yet, and a page fault costs ~7 us on these VMs: a 1024x1024 weight gradient's
-// 4 MiB is 13 ms of faults against 0.9 ms of arithmetic. Which runs fault depends on the
-// heap's history, so a fixed warm-up count left the first layer of the 8x1024 mlp timed
-// at 12-13 ms in about half of the profiles, and the planner then cut a 2/6-layer
-// pipeline. A trained step runs in a settled heap (util::retainFreedMemory), so settled
-// runs are what the profile must time. warmup 0 times the first runs as they are.
+// NOTE(settling): `warmup` untimed runs (passes over the model), then more until one
+// faults in no new page (at most kMaxSettlingRuns more). The first runs touch heap the
+// process has not used yet, and a page fault costs ~7 us on these VMs: a 1024x1024
+// weight gradient's 4 MiB is 13 ms of faults against 0.9 ms of arithmetic. Which runs
+// fault depends on the heap's history, so a fixed warm-up count left the first layer of
+// the 8x1024 mlp timed at 12-13 ms in about half of the profiles, and the planner then
+// cut a 2/6-layer pipeline. A trained step runs in a settled heap
+// (util::retainFreedMemory), so settled runs are what the profile must time. warmup 0
+// times the first runs as they are.
 constexpr int kMaxSettlingRuns = 20;
 
 template <class Run>
@@ -146,12 +147,12 @@ struct Timings {
 
 // NOTE(pass-order): layers are timed in the order a training step runs them: every
 // layer's forward pass, then every layer's backward pass from the last layer to the
-// first, `repeats` times, each timing a median. Timing one layer over and over kept its
-// weights, gradients and activations in cache, which a step does not: there the whole
-// model's working set streams through between two visits of a layer. On the 8x1024 mlp,
-// one process, a layer repeated in place gave forward 6.9 ms, backward 12.2 ms and step
-// 2.1 ms for the model, and a 1-rank train measured 8.2, 14.6 and 5.5 ms
-// (docs/profiling.md has the table after this change).
+// first, `repeats` times; each figure is a median over the passes. Timing one layer over
+// and over kept its weights, gradients and activations in cache, which a step does not:
+// there the whole model's working set streams through between two visits of a layer.
+// On the 8x1024 mlp, one process, a layer repeated in place gave forward 6.9 ms,
+// backward 12.2 ms and step 2.1 ms for the model, and a 1-rank train measured 8.2, 14.6
+// and 5.5 ms (docs/profiling.md has the figures after this change).
 //
 // NOTE(weight-gradient): W is the median full backward (input and parameters) minus the
 // median input-only backward, clamped at zero, not a parameters-only backward timed on
