@@ -63,7 +63,7 @@ for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
     s = json.load(open(summary_path))
     plan = s["plan"]
     samples = plan["microbatch_size"] * plan["microbatches"]
-    measured = iteration_seconds(summary_path + "l")
+    measured = iteration_seconds(summary_path[: -len(".json")] + ".jsonl")
     if measured is None:
         continue
     row = rows.setdefault((model, int(ranks), schedule), {"measured": [], "profile": [], "stages": []})

@@ -67,7 +67,8 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
   for (const graph::Layer& l : g.layers()) {
     std::printf("%-14s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", l.name.c_str(), l.kind.c_str(),
                 ms(l.forward_seconds).c_str(), ms(l.backward_input_seconds).c_str(),
-                ms(l.backward_weight_seconds).c_str(), ms(l.splitWeightSeconds()).c_str(), ms(l.optimizer_seconds).c_str(), text::humanBytes(l.saved_activation_bytes).c_str(),
+                ms(l.backward_weight_seconds).c_str(), ms(l.splitWeightSeconds()).c_str(),
+                ms(l.optimizer_seconds).c_str(), text::humanBytes(l.saved_activation_bytes).c_str(),
                 text::humanBytes(l.param_bytes).c_str(),
                 l.peak_memory_bytes >= 0 ? text::humanBytes(l.peak_memory_bytes).c_str() : "-");
     f += l.forward_seconds;

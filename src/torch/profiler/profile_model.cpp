@@ -60,6 +60,10 @@ class ModelStateGuard {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;  // (buffer, its value before)
 };
 
+// What a backward pass differentiates: the inputs (I), the parameters (a split
+// schedule's W after I), or both (a whole backward pass).
+enum class Wrt { kInputs, kParams, kInputsAndParams };
+
 // One layer set up for timing: its inputs and what its backward pass differentiates.
 struct LayerRun {
   const models::Model& model;
@@ -71,16 +75,16 @@ struct LayerRun {
 
   torch::Tensor forward() const { return models::forwardLayer(model, index, inputs); }  // merge included
 
-  // Gradients of `output` (seeded with ones) w.r.t. the inputs only (`input_only`) or
-  // w.r.t. the inputs and the parameters. torch::autograd::grad returns the gradients
-  // instead of accumulating them into .grad, so the model's gradients stay untouched.
-  std::vector<torch::Tensor> backward(const torch::Tensor& output, const torch::Tensor& seed, bool input_only,
-                                      bool retain_graph, bool with_inputs = true) const {
+  // Gradients of `output` (seeded with `seed`) w.r.t. `of`, inputs first.
+  // torch::autograd::grad returns the gradients instead of accumulating them into .grad,
+  // so the model's gradients stay untouched.
+  std::vector<torch::Tensor> backward(const torch::Tensor& output, const torch::Tensor& seed, Wrt of,
+                                      bool retain_graph) const {
     std::vector<torch::Tensor> wrt;
-    if (with_inputs)
+    if (of != Wrt::kParams)
       for (const torch::Tensor& input : inputs)
         if (input.requires_grad()) wrt.push_back(input);
-    if (!input_only) wrt.insert(wrt.end(), params.begin(), params.end());
+    if (of != Wrt::kInputs) wrt.insert(wrt.end(), params.begin(), params.end());
     if (wrt.empty() || !output.requires_grad()) return {};
     return torch::autograd::grad({output}, wrt, {seed}, retain_graph, /*create_graph=*/false,
                                  /*allow_unused=*/true);
@@ -89,11 +93,9 @@ struct LayerRun {
   // A backward pass as training runs it: the parameters' gradients are added to a running
   // sum, as autograd adds them into .grad micro-batch after micro-batch; that is a read
   // and a write of every gradient (NOTE(pass-order)). The sums are the run's own, so the
-  // model's .grad stays untouched. `with_inputs` false: the parameters only, as the
-  // executor's W action runs after I.
-  void backwardAccumulating(const torch::Tensor& output, const torch::Tensor& seed, bool with_inputs,
-                            bool retain_graph) {
-    const std::vector<torch::Tensor> grads = backward(output, seed, /*input_only=*/false, retain_graph, with_inputs);
+  // model's .grad stays untouched. `of` includes the parameters.
+  void backwardAccumulating(const torch::Tensor& output, const torch::Tensor& seed, Wrt of, bool retain_graph) {
+    const std::vector<torch::Tensor> grads = backward(output, seed, of, retain_graph);
     if (grads.empty()) return;
     torch::NoGradGuard no_grad;
     const std::size_t first_param = grads.size() - params.size();
@@ -186,19 +188,19 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
       if (runs[l].input_grad) {
         synchronize(device);
         const auto start = Clock::now();
-        runs[l].backward(outputs[l], seed, /*input_only=*/true, /*retain_graph=*/true);
+        runs[l].backward(outputs[l], seed, Wrt::kInputs, /*retain_graph=*/true);
         i = secondsSince(start, device);
       }
       double w = 0;
       if (!runs[l].params.empty()) {
         synchronize(device);
         const auto start = Clock::now();
-        runs[l].backwardAccumulating(outputs[l], seed, /*with_inputs=*/false, /*retain_graph=*/true);
+        runs[l].backwardAccumulating(outputs[l], seed, Wrt::kParams, /*retain_graph=*/true);
         w = secondsSince(start, device);
       }
       synchronize(device);
       const auto start = Clock::now();
-      runs[l].backwardAccumulating(outputs[l], seed, /*with_inputs=*/true, /*retain_graph=*/false);
+      runs[l].backwardAccumulating(outputs[l], seed, Wrt::kInputsAndParams, /*retain_graph=*/false);
       const double b = secondsSince(start, device);
       outputs[l] = torch::Tensor();  // its graph is spent, as a step's would be
       if (timed) {
@@ -237,8 +239,8 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
     torch::Tensor y = run.forward();
     synchronize(device);
     m.saved = probe.current();
-    const std::vector<torch::Tensor> grads = run.backward(y, torch::ones_like(y), /*input_only=*/false,
-                                                          /*retain_graph=*/false);
+    const std::vector<torch::Tensor> grads =
+        run.backward(y, torch::ones_like(y), Wrt::kInputsAndParams, /*retain_graph=*/false);
     synchronize(device);
     m.peak = probe.peak();
   }
