@@ -53,8 +53,10 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
                 " layers, too few for a pipeline over " + std::to_string(request.ranks) +
                 " ranks; use fewer ranks (--nproc) or allow replicated stages");
   // `pipetrain profile` as the ranks will run: one process per rank with a rank's thread
-  // settings, all at once. Profiled alone, a layer ran up to 1.5x faster than it then
-  // did beside another rank on the same machine (shared cores, caches and memory).
+  // settings, all at once, so that ranks sharing cores, caches and memory share them
+  // while profiled too. (Timed one layer at a time, a layer ran up to 1.5x faster alone
+  // than beside another rank; in passes over the model, as now, two ranks' profiles
+  // matched one profiled alone on this 2-core machine: docs/profiling.md.)
   // Three warm-up runs per layer at least, then more until the heap has settled
   // (profile_model.cpp, NOTE(settling)).
   const std::string graph_path = profilePath(request.out);
