@@ -106,6 +106,21 @@ TEST(PipelineTraining, ReplicatedStagesMatchSingleProcess) {
     }
 }
 
+TEST(PipelineTraining, UnevenReplicaSharesMatchSingleProcess) {
+  // Three replicas of four micro-batches (2, 1, 1 of the first mini-batch, the extra one
+  // moving from replica to replica), and two of three: every STEP still applies the mean
+  // gradient of the whole mini-batch.
+  const std::vector<std::tuple<std::vector<int>, std::string, int>> layouts = {
+      {{3}, "1f1b", 4}, {{2, 1}, "gpipe", 3}, {{1, 3}, "zb-h1", 4}};
+  for (const auto& [replicas, schedule, microbatches] : layouts) {
+    SCOPED_TRACE(schedule + " on " + std::to_string(replicas.size()) + " stage(s), m = " + std::to_string(microbatches));
+    TrainConfig c = smallConfig("mlp", cases()[0].config);
+    c.plan.microbatches = microbatches;
+    usePlan(c, schedule, replicas);
+    expectMatchesReference(c);
+  }
+}
+
 TEST(PipelineTraining, ReplicatedOverGlooToo) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
   usePlan(c, "1f1b", {2, 1});
@@ -134,8 +149,11 @@ TEST(PipelineTraining, RefusesWhatItCannotRun) {
   EXPECT_THROW(checkConfig(c, 2), Error);  // three stages on two ranks
   usePlan(c, "1f1b", {2, 2});
   EXPECT_THROW(checkConfig(c, 3), Error);  // four replicas on three ranks
+  c.plan.microbatches = 1;
+  EXPECT_THROW(checkConfig(c, 4), Error);  // two replicas cannot share one micro-batch
+  usePlan(c, "pipedream", {2, 2});
   c.plan.microbatches = 3;
-  EXPECT_THROW(checkConfig(c, 4), Error);  // two replicas cannot share three micro-batches
+  EXPECT_THROW(checkConfig(c, 4), Error);  // nor three, stepping after every round of two
   c = smallConfig("mlp", cases()[0].config);
   usePlan(c, "1f1b", {1, 1});
   std::swap(c.plan.stages[0].layers[0], c.plan.stages[1].layers[0]);

@@ -10,14 +10,15 @@
 // over at the end stay idle.
 //
 // The objective, per mini-batch of m micro-batches of size b, is the largest of
-//  - a stage's time: (m / r) micro-batches of forward + backward and the optimizer step
+//  - a stage's time: ceil(m / r) micro-batches of forward + backward and the optimizer step
 //    on its slowest replica, plus the part of the replicas' ring all-reduce that outlasts the last backward
 //    pass (the all-reduce overlaps it, as bucketed data parallelism does; PipeDream
 //    added the two);
 //  - a boundary's time: m messages of the activations crossing the cut, priced on the
 //    route between the two stages' adjacent devices (always priced, also within a node).
 // A stage whose replicas cannot hold its weights, gradients, optimizer state and
-// in-flight activations, or whose replica count does not divide m, is not a candidate.
+// in-flight activations, or cannot split the m micro-batches (schedule::replicasCanSplit:
+// shares may differ by one where replicas step once per mini-batch), is not a candidate.
 // The prices are sim::ringAllreduceSeconds and sim::transferSeconds, the simulator's.
 #pragma once
 
@@ -95,12 +96,13 @@ class ChainProblem {
   // Every first device d0 with allowedDevices(d0, end), largest first, found without
   // trying all of them (a 1024-device DP spent a quarter of its time on refusals).
   std::vector<int> allowedStarts(int end) const;
-  // Those of allowedStarts whose replica count can run a stage at all (it divides the
-  // micro-batches, the schedule replicates, within max_replicas): the DP's.
+  // Those of allowedStarts whose replica count can run a stage at all
+  // (schedule::replicasCanSplit, within max_replicas) and, of those whose busiest
+  // replica runs the same share of the micro-batches, the fewest replicas: the DP's.
   std::vector<int> usefulStarts(int end) const;
   DeviceBlock deviceBlock(int first, int end) const;
   // Seconds per mini-batch; infinity when the stage does not fit its devices' memory
-  // or its replicas do not divide the micro-batches.
+  // or its replicas cannot split the micro-batches.
   double stageSeconds(int first_block, int end_block, const DeviceBlock& devices) const;
   double stageSeconds(int first_block, int end_block, int first_device, int end_device) const {
     return stageSeconds(first_block, end_block, deviceBlock(first_device, end_device));

@@ -13,9 +13,10 @@
 //  - a replicated stage split in two at any layer, each half on half its devices;
 //  - the last stage's tail layers made a new stage on the next idle devices (one, or as
 //    many as the last stage has).
-// A neighbour's replica counts must divide the micro-batches and stay within
-// `max_replicas` (0 = any; 1 where the schedule does not replicate). Unlike the DP, a neighbour's replicas may straddle part of a node
-// (PipeDream's optimizer allows such layouts; the simulator judges them).
+// A neighbour's replica counts must split the micro-batches (schedule::replicasCanSplit)
+// and stay within `max_replicas` (0 = any; 1 where the schedule does not replicate).
+// Unlike the DP, a neighbour's replicas may straddle part of a node (PipeDream's
+// optimizer allows such layouts; the simulator judges them).
 #pragma once
 
 #include <vector>

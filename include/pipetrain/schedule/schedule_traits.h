@@ -79,6 +79,18 @@ inline bool multiStage(const ScheduleTraits& t) { return t.placement != Placemen
 // REQUIRES: multiStage placement; 0 <= stage < ranks * stagesPerRank.
 int placedRank(Placement placement, int stage, int ranks);
 
+// Whether a stage of this schedule may run on `replicas` data-parallel replicas when a
+// mini-batch has `microbatches` micro-batches. Replica k of r runs micro-batches k, k+r,
+// k+2r, ... (counted over the whole run), so when m is no multiple of r the shares of a
+// mini-batch differ by one. That is sound wherever every replica steps once per
+// mini-batch, after the all-reduce: each STEP still applies the mean gradient of the m
+// micro-batches (stepCombination). PipeDream's step after every round of one
+// micro-batch per replica needs r to divide m. Every replica needs a micro-batch of its
+// own in every mini-batch (r <= m).
+bool replicasCanSplit(const ScheduleTraits& t, int microbatches, int replicas);
+// Micro-batches of a mini-batch that the busiest of r replicas runs: ceil(m / r).
+inline int busiestReplicaShare(int microbatches, int replicas) { return (microbatches + replicas - 1) / replicas; }
+
 // Planner bounds, derived from the table (the Program's accounting is exact):
 // micro-batches of activations the deepest stage of a `depth`-stage pipeline holds, and
 // weight copies besides optimizer state (versions, one gradient buffer, plus

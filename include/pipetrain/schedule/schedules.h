@@ -54,7 +54,7 @@ int pipelineDepth(const StageDag& dag);
 // Compute-only Program. `replicas[s]` = ranks running stage s (empty = one each); ranks
 // are numbered stage by stage, replica by replica. Throws Error when the schedule cannot
 // use these numbers (e.g. interleaved needs micro-batches divisible by the ranks; 2bw
-// needs m >= p; a stage's replicas must divide m).
+// needs m >= p; a stage's replicas need m >= r, and under pipedream r | m: replicasCanSplit).
 Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vector<int>& replicas = {});
 
 // generate + lower: a Program ready to validate and execute.

@@ -147,14 +147,13 @@ std::vector<int> ChainProblem::allowedStarts(int end) const { return starts(end,
 std::vector<int> ChainProblem::usefulStarts(int end) const { return starts(end, true); }
 
 bool ChainProblem::replicasUsable(int r) const {
-  return options_.microbatches % r == 0 && (r == 1 || traits_->replicable) &&
+  return schedule::replicasCanSplit(*traits_, options_.microbatches, r) &&
          (options_.max_replicas <= 0 || r <= options_.max_replicas);
 }
 
 std::vector<int> ChainProblem::starts(int end, bool useful_only) const {
   // Replica counts that cannot be a stage are left out before sorting: on 8192 devices
-  // in nodes of 8, a stage of whole nodes may start at any of end / 8 devices, and
-  // only the counts dividing the micro-batches (a handful) can run them.
+  // in nodes of 8, a stage of whole nodes may start at any of end / 8 devices.
   auto keep = [&](int d0) { return !useful_only || replicasUsable(end - d0); };
   std::vector<int> candidates{end - 1};
   const auto& levels = cluster_.levels();
@@ -175,8 +174,19 @@ std::vector<int> ChainProblem::starts(int end, bool useful_only) const {
   std::sort(candidates.begin(), candidates.end(), std::greater<int>());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   std::vector<int> starts;
-  for (int d0 : candidates)
-    if (allowedDevices(d0, end)) starts.push_back(d0);
+  int fewest_share = options_.microbatches + 1;
+  for (int d0 : candidates) {  // fewest replicas first
+    if (!allowedDevices(d0, end)) continue;
+    if (useful_only) {
+      // More replicas for the same busiest share compute no faster, all-reduce over more
+      // devices and leave fewer to the stages before: the DP keeps the fewest (at most
+      // 2 sqrt(m) shares; refinement may still try more replicas).
+      const int share = schedule::busiestReplicaShare(options_.microbatches, end - d0);
+      if (share >= fewest_share) continue;
+      fewest_share = share;
+    }
+    starts.push_back(d0);
+  }
   return starts;
 }
 
@@ -216,9 +226,10 @@ double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replic
 }
 
 double ChainProblem::stageMemoryBytes(const StageSums& stage, int replicas, int depth) const {
-  // Every replica runs the stage's order over its own m / replicas micro-batches.
+  // Every replica runs the stage's order over its own share of the micro-batches.
   const schedule::ScheduleKind kind = traits_->kind;
-  const int inflight = schedule::inflightMicrobatchesBound(kind, depth, options_.microbatches / replicas);
+  const int share = schedule::busiestReplicaShare(options_.microbatches, replicas);
+  const int inflight = schedule::inflightMicrobatchesBound(kind, depth, share);
   return stage.params * schedule::weightCopiesBound(kind, inflight, extra_weight_buffers_) + stage.optimizer +
          stage.activation * inflight;
 }
@@ -244,13 +255,14 @@ double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) cons
 double ChainProblem::stageSeconds(const StageSums& stage, const DeviceBlock& devices) const {
   const int r = devices.replicas();
   const int m = options_.microbatches;
-  // Replicas take every r-th micro-batch.
+  // Replicas take every r-th micro-batch; the busiest one sets the pace.
   if (!replicasUsable(r)) return kInfinity;
+  const int share = schedule::busiestReplicaShare(m, r);
   // Every replica steps its whole share of the weights once per mini-batch, or after
   // each of its micro-batches under PipeDream (1F1B-RR: replicas all-reduce every round).
   const bool per_microbatch = traits_->step_rule == schedule::StepRule::kPerMicrobatch;
-  const int steps = per_microbatch ? m / r : 1;
-  const double compute = (stage.compute * (m / r) + stage.step * steps) / devices.speed;
+  const int steps = per_microbatch ? share : 1;
+  const double compute = (stage.compute * share + stage.step * steps) / devices.speed;
   // Each all-reduce overlaps the backward pass before it.
   const double allreduce = sim::ringAllreduceSeconds(stage.params, r, devices.ring_bandwidth, devices.ring_latency);
   const double last_backward = stage.backward / devices.speed;

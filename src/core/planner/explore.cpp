@@ -190,21 +190,30 @@ std::string Exploration::idleDevicesNote() const {
     if (devicesUsed(ranked[i].plan) == cluster_devices)
       return note + "; the best plan on all of them (#" + std::to_string(i + 1) + ") was predicted slower";
   // No candidate used them all. A plan of s stages x r replicas does when s * r = D and
-  // r divides the micro-batches m: find the nearest such m.
+  // r replicas can split the micro-batches: find the nearest such count m'. (Under a
+  // per-mini-batch step m' >= r will do; PipeDream's per-round step needs r | m'.)
   const int m = p.microbatches;
+  const schedule::ScheduleTraits& traits = schedule::traits(p.schedule.name);
   int best_m = 0, best_stages = 0;
   for (int stages = 1; stages <= std::min(cluster_devices, graph_layers); ++stages) {
     if (cluster_devices % stages != 0) continue;
     const int r = cluster_devices / stages;
     const int down = m / r * r, up = down + r;
-    for (int candidate : {down, up})
-      if (candidate >= r && (best_m == 0 || std::abs(candidate - m) < std::abs(best_m - m))) {
+    for (int candidate : {std::max(m, r), down, up})
+      if (schedule::replicasCanSplit(traits, candidate, r) &&
+          (best_m == 0 || std::abs(candidate - m) < std::abs(best_m - m))) {
         best_m = candidate;
         best_stages = stages;
       }
   }
-  note += ": " + std::to_string(cluster_devices - used) + " sit idle, and no plan could use them all, since a stage's "
-          "replicas must divide the " + std::to_string(m) + " micro-batches of a mini-batch";
+  const std::string idle = std::to_string(cluster_devices - used) + " sit idle";
+  if (best_m == m)  // the numbers allow it: the partitioner's plans on every device were no faster
+    return note + ": " + idle + "; the partitioner found no plan on all of them that it predicts faster";
+  note += ": " + idle + ", and no plan could use them all with " +
+          std::to_string(m) + " micro-batches per mini-batch (" + p.schedule.name +
+          (traits.step_rule == schedule::StepRule::kPerMinibatch
+               ? ": every replica needs a micro-batch of its own"
+               : ": a stage's replicas must divide the micro-batches") + ")";
   if (best_m > 0)
     note += "; " + std::to_string(best_m) + " micro-batches (a batch of " + std::to_string(best_m * p.microbatch_size) +
             ") would let " + std::to_string(best_stages) + " stage(s) x " +

@@ -44,13 +44,15 @@ std::vector<plan::Plan> chainNeighbours(const plan::Plan& plan, const graph::Lay
                                         const cluster::ClusterSpec& cluster, int max_replicas) {
   Runs runs;
   if (plan.schedule.chunks != 1 || !toRuns(plan, graph, cluster, runs)) return {};
-  if (!schedule::traits(plan.schedule.name).replicable) max_replicas = 1;
+  const schedule::ScheduleTraits& traits = schedule::traits(plan.schedule.name);
+  if (!traits.replicable) max_replicas = 1;
   const int stages = plan.numStages();
   auto usable = [&](const Runs& r) {
     const int count = static_cast<int>(r.layer.size()) - 1;
     for (int s = 0; s < count; ++s) {
       const int replicas = r.device[s + 1] - r.device[s];
-      if (r.layer[s + 1] <= r.layer[s] || replicas < 1 || plan.microbatches % replicas != 0) return false;
+      if (r.layer[s + 1] <= r.layer[s] || !schedule::replicasCanSplit(traits, plan.microbatches, replicas))
+        return false;
       if (max_replicas > 0 && replicas > max_replicas) return false;
     }
     return r.device[count] <= cluster.size();

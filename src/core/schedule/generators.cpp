@@ -260,8 +260,12 @@ void checkSpec(const ScheduleSpec& spec, const StageDag& dag, const std::vector<
     const int c = replicas[s];
     if (c < 1) throw Error("stage " + std::to_string(s) + " needs at least one replica");
     if (c > 1 && !t.replicable) throw Error(spec.name + " stages cannot have replicas (stage " + std::to_string(s) + ")");
-    if (spec.microbatches % c != 0)
-      throw Error("a stage with " + std::to_string(c) + " replicas needs micro-batches per mini-batch divisible by " +
+    if (c > spec.microbatches)
+      throw Error("stage " + std::to_string(s) + " has " + std::to_string(c) + " replicas but a mini-batch only " +
+                  std::to_string(spec.microbatches) + " micro-batches: every replica needs one of its own");
+    if (!replicasCanSplit(t, spec.microbatches, c))
+      throw Error(spec.name + " steps after every round of one micro-batch per replica, so a stage with " +
+                  std::to_string(c) + " replicas needs micro-batches per mini-batch divisible by " +
                   std::to_string(c) + ", got " + std::to_string(spec.microbatches));
   }
   const int per_rank = stagesPerRank(t, spec.chunks);
@@ -321,6 +325,19 @@ Program generate(const ScheduleSpec& spec, const StageDag& dag, const std::vecto
   checkSpec(spec, dag, c.depth, replicas);
   const ScheduleTraits& t = traits(spec.name);
   c.warmup = warmups(dag, replicas, t.asynchronous);
+  if (t.fixed_weight_versions == 2 && spec.minibatches > 2)
+    for (int s = 0; s < dag.size(); ++s) {
+      // Mini-batch k + 1 reads the version stepped after mini-batch k - 1, so a replica's
+      // first forward of it, `warmup` forwards ahead of its backward passes, must follow
+      // that step: every replica needs at least `warmup` micro-batches of each mini-batch
+      // (from the third mini-batch on, the first to read a stepped version).
+      const int fewest = spec.microbatches / replicas[s];
+      if (fewest < c.warmup[s])
+        throw Error(spec.name + ": a replica of stage " + std::to_string(s) + " runs " + std::to_string(fewest) +
+                    " micro-batch(es) of some mini-batch but keeps " + std::to_string(c.warmup[s]) +
+                    " in flight; with fewer than that, a mini-batch would read a version that does not exist yet "
+                    "(use more micro-batches or fewer replicas)");
+    }
 
   Program program;
   program.schedule = spec.name;

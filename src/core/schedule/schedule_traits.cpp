@@ -79,6 +79,12 @@ std::string scheduleNameList() {
 
 void checkScheduleName(const std::string& name) { traits(name); }
 
+bool replicasCanSplit(const ScheduleTraits& t, int microbatches, int replicas) {
+  if (replicas == 1) return true;
+  if (replicas < 1 || !t.replicable || replicas > microbatches) return false;
+  return t.step_rule == StepRule::kPerMinibatch || microbatches % replicas == 0;
+}
+
 int stagesPerRank(const ScheduleTraits& t, int chunks) {
   switch (t.placement) {
     case Placement::kLooped: return chunks;

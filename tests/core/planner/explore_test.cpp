@@ -9,6 +9,7 @@
 #include "../expect_error.h"
 #include "../fork_join.h"
 #include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 
 namespace pipetrain::planner {
@@ -236,7 +237,7 @@ graph::LayerGraph randomChain(std::mt19937& rng, int n) {
 }
 
 // Every chain plan: consecutive runs of layers on consecutive blocks of devices from the
-// first, any replica counts that divide the micro-batches (no node rule), simulated.
+// first, any replica counts that can split the micro-batches (no node rule), simulated.
 double bestSimulatedChainPlan(const graph::LayerGraph& g, const cluster::ClusterSpec& c, const plan::Plan& like) {
   double best = 0;
   std::vector<int> layer_bounds{0}, replicas;
@@ -244,7 +245,7 @@ double bestSimulatedChainPlan(const graph::LayerGraph& g, const cluster::Cluster
     const int from = layer_bounds.back();
     for (int to = from + 1; to <= g.size(); ++to)
       for (int r = 1; r <= devices_left; ++r) {
-        if (like.microbatches % r != 0) continue;
+        if (!schedule::replicasCanSplit(schedule::traits(like.schedule.name), like.microbatches, r)) continue;
         layer_bounds.push_back(to);
         replicas.push_back(r);
         if (to == g.size()) {

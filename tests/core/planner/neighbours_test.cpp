@@ -43,21 +43,26 @@ TEST(ChainNeighbours, AreOneStepAway) {
     shapes.insert(six.shape(p));
   const std::set<std::string> expected{
       "1/2 4/1 1/1 ", "3/2 2/1 1/1 ", "2/2 2/1 2/1 ",  // a layer boundary moved (not emptying a stage)
-      "2/1 3/2 1/1 ",                                  // a device boundary moved (3 replicas do not divide 4)
+      "2/1 3/2 1/1 ",                                  // a device boundary moved
       "2/2 3/1 1/2 ",                                  // the last stage takes an idle device
-      "2/2 4/2 ",                                      // the last two merged (the first two would need 3 replicas)
+      "2/2 4/2 ", "5/3 1/1 ",                          // two adjacent stages merged (3 replicas share 2, 1, 1)
       "1/1 1/1 3/1 1/1 ",                              // the replicated stage split; the last stage's one layer stays
   };
   EXPECT_EQ(shapes, expected);
+  // PipeDream steps after every round of one micro-batch per replica: 3 cannot split 4.
+  plan::Plan pipedream = six.chain({{2, 2}, {3, 1}, {1, 1}});
+  pipedream.schedule.name = "pipedream";
+  for (const plan::Plan& p : chainNeighbours(pipedream, six.graph, six.cluster))
+    EXPECT_NE(six.shape(p), "5/3 1/1 ");
 }
 
 TEST(ChainNeighbours, GrowTheLastStageOntoIdleDevices) {
   const Six six;
   std::set<std::string> shapes;
   for (const plan::Plan& p : chainNeighbours(six.chain({{6, 2}}), six.graph, six.cluster)) shapes.insert(six.shape(p));
-  // 3 replicas do not divide 4 micro-batches; the tail of the stage goes to one new device or two.
+  // One device more or fewer; the tail of the stage goes to one new device or two.
   EXPECT_TRUE(shapes.count("6/1 "));
-  EXPECT_FALSE(shapes.count("6/3 "));
+  EXPECT_TRUE(shapes.count("6/3 "));  // 3 replicas take 2, 1 and 1 of the 4 micro-batches
   EXPECT_TRUE(shapes.count("3/1 3/1 "));
   EXPECT_TRUE(shapes.count("4/2 2/1 "));
   EXPECT_TRUE(shapes.count("4/2 2/2 "));

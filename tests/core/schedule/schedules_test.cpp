@@ -3,11 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/program_memory.h"
+#include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::schedule {
@@ -237,6 +239,56 @@ TEST(Schedules, ReplicasRunTheirOwnWarmupAndAllReduceBeforeStep) {
   EXPECT_EQ(computeText(p, 1), "0F1 0F3 0B1 0B3");
   EXPECT_EQ(toString(p.ranks[0][p.ranks[0].size() - 2]), "0ALLREDUCE");
   validate(p);
+}
+
+// Replicas whose count does not divide the micro-batches take shares that differ by one
+// wherever replicas step once per mini-batch; every such Program runs without deadlock
+// and each STEP applies the mean gradient of the whole mini-batch.
+TEST(Schedules, ReplicasMayTakeUnevenShares) {
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 4);
+    std::vector<int> replicas;
+    for (int s = 0; s < n; ++s) replicas.push_back(1 + static_cast<int>(rng() % 3));
+    const int most = *std::max_element(replicas.begin(), replicas.end());
+    for (const std::string name : {"gpipe", "1f1b", "zb-h1", "zb-h2", "2bw", "pipemare"}) {
+      ScheduleSpec spec;
+      spec.name = name;
+      spec.microbatches = std::max(n, most) + static_cast<int>(rng() % 6);
+      spec.minibatches = 3;
+      SCOPED_TRACE(name + " trial " + std::to_string(trial) + " m " + std::to_string(spec.microbatches));
+      Program p;
+      try {
+        p = buildProgram(spec, chainDag(n), replicas);
+      } catch (const Error& e) {  // 2bw: too few micro-batches per replica for its warm-up
+        EXPECT_EQ(name, "2bw") << e.what();
+        continue;
+      }
+      EXPECT_NO_THROW(validate(p));
+      const StepCombination c = stepCombination(p);
+      for (int s = 0; s < n; ++s)
+        for (auto [version, combined] : c.combined[s]) EXPECT_EQ(combined, spec.microbatches) << "stage " << s;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 850);
+  // Replica k runs micro-batches k, k + 3, ... over the whole run: 2, 1, 1 of mini-batch 0.
+  ScheduleSpec spec;
+  spec.name = "1f1b";
+  spec.microbatches = 4;
+  const Program p = buildProgram(spec, chainDag(1), {3});
+  int forwards[3] = {0, 0, 0};
+  for (int r = 0; r < 3; ++r)
+    for (const Action& a : p.ranks[r]) forwards[r] += a.type == ActionType::F;
+  EXPECT_EQ(forwards[0], 2);
+  EXPECT_EQ(forwards[1], 1);
+  EXPECT_EQ(forwards[2], 1);
+  // Not where replicas step after every round, nor with more replicas than micro-batches.
+  spec.name = "pipedream";
+  EXPECT_THROW(buildProgram(spec, chainDag(1), {3}), Error);
+  spec.name = "1f1b";
+  EXPECT_THROW(buildProgram(spec, chainDag(1), {5}), Error);
 }
 
 TEST(Schedules, PipeDreamReplicasStepTogetherAfterEveryRound) {
