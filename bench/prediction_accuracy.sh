@@ -6,6 +6,11 @@
 #     in one process per rank, all at once, as the ranks then run), and
 #   - the simulator's prediction from the stage times the run itself measured (its last
 #     mini-batch), which leaves out profiling error and keeps schedule and communication.
+# "outlier ms": in the last mini-batch, the time a rank's actions ran beyond 1.5x the
+# median of their kind (the worst rank): a rank that lost its core to another process
+# (three ranks on two cores) shows up there, and the simulator, which gives every rank a
+# core of its own, cannot predict it. "busiest rank's compute ms": the same mini-batch's
+# compute on its busiest rank, to compare schedules of one model and split.
 # Configurations alternate within each repeat (this machine's speed drifts); the table
 # gives medians over the repeats, and the measured range.
 # Usage: bench/prediction_accuracy.sh [build-dir] [repeats] [models] [ranks] [schedules]
@@ -57,6 +62,27 @@ def iteration_seconds(jsonl):
     steps = [b - a for a, b in zip(walls, walls[1:])][1:]  # from the third mini-batch on
     return statistics.median(steps) if steps else None
 
+def preempted_seconds(timeline):
+    # Time slicing, seen in the run's last mini-batch: per rank and kind of action (F, B,
+    # I, W, STEP), the time its actions ran beyond 1.5x the kind's median, where a rank
+    # that lost its core for a while shows up. The largest over the ranks.
+    worst = 0.0
+    for actions in timeline["ranks"]:
+        kinds = {}
+        for name, start, end in actions:
+            kind = name.lstrip("0123456789")[:1] if "STEP" not in name else "STEP"
+            kinds.setdefault(kind, []).append(end - start)
+        excess = 0.0
+        for durations in kinds.values():
+            typical = statistics.median(durations)
+            excess += sum(d - typical for d in durations if d > 1.5 * typical)
+        worst = max(worst, excess)
+    return worst
+
+def busiest_compute_seconds(timeline):
+    # The busiest rank's compute (every action but waits) in the run's last mini-batch.
+    return max(sum(end - start for _, start, end in actions) for actions in timeline["ranks"])
+
 rows = {}
 for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
     model, ranks, schedule, _ = os.path.basename(summary_path)[: -len(".json")].rsplit(".", 3)
@@ -66,13 +92,16 @@ for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
     measured = iteration_seconds(summary_path[: -len(".json")] + ".jsonl")
     if measured is None:
         continue
-    row = rows.setdefault((model, int(ranks), schedule), {"measured": [], "profile": [], "stages": []})
+    row = rows.setdefault((model, int(ranks), schedule), {"measured": [], "profile": [], "stages": [], "preempted": [], "busiest": []})
+    row["busiest"].append(busiest_compute_seconds(s["measured_timeline"]))
+    row["preempted"].append(preempted_seconds(s["measured_timeline"]))
     row["measured"].append(measured)
     row["profile"].append(s["planner"]["chosen"]["iteration_seconds"])
     row["stages"].append(samples / s["predicted_throughput"])
 
-print("| model | ranks | schedule | runs | measured ms (range) | from profile ms | error | from measured stages ms | error |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| model | ranks | schedule | runs | measured ms (range) | from profile ms | error | from measured stages ms | error "
+      "| outlier ms | busiest rank's compute ms |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 errors = {"profile": [], "stages": []}
 for (model, ranks, schedule), row in sorted(rows.items()):
     m = statistics.median(row["measured"])
@@ -82,7 +111,8 @@ for (model, ranks, schedule), row in sorted(rows.items()):
         errors[source].append(abs(p / m - 1))
         cells += [f"{p * 1e3:.1f}", f"{(p / m - 1) * 100:+.1f}%"]
     print(f"| {model} | {ranks} | {schedule} | {len(row['measured'])} | {m * 1e3:.1f} "
-          f"({min(row['measured']) * 1e3:.1f}-{max(row['measured']) * 1e3:.1f}) | " + " | ".join(cells) + " |")
+          f"({min(row['measured']) * 1e3:.1f}-{max(row['measured']) * 1e3:.1f}) | " + " | ".join(cells) +
+          f" | {statistics.median(row['preempted']) * 1e3:.1f} | {statistics.median(row['busiest']) * 1e3:.1f} |")
 for source, e in errors.items():
     if e:
         within = sum(x <= 0.05 for x in e)
