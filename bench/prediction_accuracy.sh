@@ -80,7 +80,8 @@ def preempted_seconds(timeline):
     return worst
 
 def busiest_compute_seconds(timeline):
-    # The busiest rank's compute (every action but waits) in the run's last mini-batch.
+    # The busiest rank's time in actions in the run's last mini-batch: the measured
+    # timeline holds compute passes and steps (and all-reduces), not waits for messages.
     return max(sum(end - start for _, start, end in actions) for actions in timeline["ranks"])
 
 rows = {}
@@ -92,7 +93,8 @@ for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
     measured = iteration_seconds(summary_path[: -len(".json")] + ".jsonl")
     if measured is None:
         continue
-    row = rows.setdefault((model, int(ranks), schedule), {"measured": [], "profile": [], "stages": [], "preempted": [], "busiest": []})
+    row = rows.setdefault((model, int(ranks), schedule),
+                          {"measured": [], "profile": [], "stages": [], "preempted": [], "busiest": []})
     row["busiest"].append(busiest_compute_seconds(s["measured_timeline"]))
     row["preempted"].append(preempted_seconds(s["measured_timeline"]))
     row["measured"].append(measured)

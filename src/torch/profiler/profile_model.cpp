@@ -108,7 +108,12 @@ struct LayerRun {
   }
 };
 
-double secondsSince(Clock::time_point start, const torch::Device& device) {
+// Seconds `work` takes on `device`, from an idle device to an idle device.
+template <class Work>
+double secondsOf(const torch::Device& device, const Work& work) {
+  synchronize(device);
+  const auto start = Clock::now();
+  work();
   synchronize(device);
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -176,32 +181,20 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
   const auto pass = [&](bool timed) {
     std::vector<torch::Tensor> outputs(n);
     for (std::size_t l = 0; l < n; ++l) {
-      synchronize(device);
-      const auto start = Clock::now();
-      outputs[l] = runs[l].forward();
-      const double f = secondsSince(start, device);
+      const double f = secondsOf(device, [&] { outputs[l] = runs[l].forward(); });
       if (timed) forward[l].push_back(f);
     }
     for (std::size_t l = n; l-- > 0;) {
       const torch::Tensor seed = torch::ones_like(outputs[l]);
-      double i = 0;
-      if (runs[l].input_grad) {
-        synchronize(device);
-        const auto start = Clock::now();
+      const double i = !runs[l].input_grad ? 0 : secondsOf(device, [&] {
         runs[l].backward(outputs[l], seed, Wrt::kInputs, /*retain_graph=*/true);
-        i = secondsSince(start, device);
-      }
-      double w = 0;
-      if (!runs[l].params.empty()) {
-        synchronize(device);
-        const auto start = Clock::now();
+      });
+      const double w = runs[l].params.empty() ? 0 : secondsOf(device, [&] {
         runs[l].backwardAccumulating(outputs[l], seed, Wrt::kParams, /*retain_graph=*/true);
-        w = secondsSince(start, device);
-      }
-      synchronize(device);
-      const auto start = Clock::now();
-      runs[l].backwardAccumulating(outputs[l], seed, Wrt::kInputsAndParams, /*retain_graph=*/false);
-      const double b = secondsSince(start, device);
+      });
+      const double b = secondsOf(device, [&] {
+        runs[l].backwardAccumulating(outputs[l], seed, Wrt::kInputsAndParams, /*retain_graph=*/false);
+      });
       outputs[l] = torch::Tensor();  // its graph is spent, as a step's would be
       if (timed) {
         input[l].push_back(i);
@@ -275,11 +268,10 @@ std::vector<double> timeOptimizerSteps(const std::vector<LayerRun>& runs, const 
   const auto pass = [&](bool timed) {
     for (std::size_t l = 0; l < runs.size(); ++l) {
       if (!optimizers[l]) continue;
-      synchronize(device);
-      const auto start = Clock::now();
-      optimizers[l]->step();
-      optimizers[l]->zero_grad();  // the executor's STEP clears the gradients too
-      const double t = secondsSince(start, device);
+      const double t = secondsOf(device, [&] {
+        optimizers[l]->step();
+        optimizers[l]->zero_grad();  // the executor's STEP clears the gradients too
+      });
       if (timed) times[l].push_back(t);
     }
   };
