@@ -4,12 +4,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <type_traits>
 
+#include "pipetrain/torch/models.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
 
-models::ModelConfig parseModelOptions(const std::vector<std::string>& options) {
+static_assert(std::is_same_v<models::ModelConfig, std::map<std::string, int64_t>>,
+              "options.h spells out models::ModelConfig; keep the two the same type");
+
+std::map<std::string, int64_t> parseModelOptions(const std::vector<std::string>& options) {
   models::ModelConfig out;
   for (const auto& o : options) {
     const auto eq = o.find('=');

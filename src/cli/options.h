@@ -2,13 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "pipetrain/planner/explore.h"
-#include "pipetrain/torch/models.h"
 
 namespace pipetrain::cli {
 
@@ -16,8 +16,10 @@ namespace pipetrain::cli {
 // -3"; CLI11's own check prints its range bound, DBL_MAX, in 300 digits).
 CLI::Validator positive();
 
-// --model-option values, KEY=INTEGER each ("layers=8"); Error on anything else.
-models::ModelConfig parseModelOptions(const std::vector<std::string>& options);
+// --model-option values, KEY=INTEGER each ("layers=8"); Error on anything else. The
+// result is a models::ModelConfig, spelt out so that this header (and the commands that
+// plan and simulate without LibTorch) need no torch header.
+std::map<std::string, int64_t> parseModelOptions(const std::vector<std::string>& options);
 
 // A byte count: "1048576", "64K", "16M", "1G" or with "iB" ("16MiB"); the suffixes are
 // binary (K = 1024). Error naming `option` on anything else or on a size < 1.
