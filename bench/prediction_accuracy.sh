@@ -9,8 +9,11 @@
 # "outlier ms": in the last mini-batch, the time a rank's actions ran beyond 1.5x the
 # median of their kind (the worst rank): a rank that lost its core to another process
 # (three ranks on two cores) shows up there, and the simulator, which gives every rank a
-# core of its own, cannot predict it. "busiest rank's compute ms": the same mini-batch's
-# compute on its busiest rank, to compare schedules of one model and split.
+# core of its own, cannot predict it. "core wait ms": per mini-batch, the time the worst
+# rank's training thread was ready to run but every core was taken (Linux's scheduler
+# statistics, over the whole run): the direct measure of that. "busiest rank's compute
+# ms": the same mini-batch's compute on its busiest rank, to compare schedules of one
+# model and split.
 # Configurations alternate within each repeat (this machine's speed drifts); the table
 # gives medians over the repeats, and the measured range.
 # Usage: bench/prediction_accuracy.sh [build-dir] [repeats] [models] [ranks] [schedules]
@@ -94,16 +97,18 @@ for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
     if measured is None:
         continue
     row = rows.setdefault((model, int(ranks), schedule),
-                          {"measured": [], "profile": [], "stages": [], "preempted": [], "busiest": []})
+                          {"measured": [], "profile": [], "stages": [], "preempted": [], "busiest": [],
+                           "core_wait": []})
     row["busiest"].append(busiest_compute_seconds(s["measured_timeline"]))
     row["preempted"].append(preempted_seconds(s["measured_timeline"]))
     row["measured"].append(measured)
+    row["core_wait"].append(max(r["core_wait_fraction"] for r in s["ranks"]) * measured)
     row["profile"].append(s["planner"]["chosen"]["iteration_seconds"])
     row["stages"].append(samples / s["predicted_throughput"])
 
 print("| model | ranks | schedule | runs | measured ms (range) | from profile ms | error | from measured stages ms | error "
-      "| outlier ms | busiest rank's compute ms |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+      "| outlier ms | core wait ms | busiest rank's compute ms |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 errors = {"profile": [], "stages": []}
 for (model, ranks, schedule), row in sorted(rows.items()):
     m = statistics.median(row["measured"])
@@ -114,7 +119,8 @@ for (model, ranks, schedule), row in sorted(rows.items()):
         cells += [f"{p * 1e3:.1f}", f"{(p / m - 1) * 100:+.1f}%"]
     print(f"| {model} | {ranks} | {schedule} | {len(row['measured'])} | {m * 1e3:.1f} "
           f"({min(row['measured']) * 1e3:.1f}-{max(row['measured']) * 1e3:.1f}) | " + " | ".join(cells) +
-          f" | {statistics.median(row['preempted']) * 1e3:.1f} | {statistics.median(row['busiest']) * 1e3:.1f} |")
+          f" | {statistics.median(row['preempted']) * 1e3:.1f} | {statistics.median(row['core_wait']) * 1e3:.1f}"
+          f" | {statistics.median(row['busiest']) * 1e3:.1f} |")
 for source, e in errors.items():
     if e:
         within = sum(x <= 0.05 for x in e)

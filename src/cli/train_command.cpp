@@ -81,6 +81,7 @@ Json resultToJson(const runtime::RankResult& r) {
           {"train_seconds", r.train_seconds},
           {"busy_seconds", r.busy_seconds},
           {"wait_seconds", r.wait_seconds},
+          {"core_wait_seconds", r.core_wait_seconds},
           {"test_loss", r.test_loss},
           {"history", historyJson(r.history)},
           {"peak_memory_bytes", r.peak_memory_bytes},
@@ -292,11 +293,14 @@ int launch(TrainArgs& a) {
     const double wait = r["wait_seconds"];
     // Time in a step that is neither compute nor waiting for messages: the framework.
     const double overhead = train > 0 ? std::max(0.0, train - busy - wait) / train : 0;
+    // Lost to other processes on the same cores, inside compute or not; -1 = unknown.
+    const double core_wait = r["core_wait_seconds"];
     ranks.push_back({{"rank", o.rank},
                      {"stages", r["stages"]},
                      {"bubble_fraction", train > 0 ? 1 - busy / train : 0},
                      {"wait_fraction", train > 0 ? wait / train : 0},
                      {"overhead_fraction", overhead},
+                     {"core_wait_fraction", core_wait < 0 ? -1.0 : train > 0 ? core_wait / train : 0},
                      {"peak_memory_bytes", r["peak_memory_bytes"]},
                      {"start_memory_bytes", r["start_memory_bytes"]},
                      {"weight_versions", r["weight_versions"]},
@@ -345,14 +349,18 @@ int launch(TrainArgs& a) {
                 schedule_name.c_str(), schedule::traits(schedule_name).summary);
   std::printf("simulator, from the measured stage times: %.1f samples/s\n", predicted.throughput);
   if (accuracy >= 0) std::printf("test accuracy %.4f, test loss %.4f, final training loss %.4f\n", accuracy, test_loss, loss);
-  for (const auto& r : ranks)
-    std::printf("rank %d: bubble %.1f%% (predicted %.1f%%; waiting for messages %.1f%%, framework %.1f%%), "
+  for (const auto& r : ranks) {
+    const double core_wait = r["core_wait_fraction"];
+    char core[64] = "";
+    if (core_wait >= 0) std::snprintf(core, sizeof core, ", waited for a core %.1f%%", 100 * core_wait);
+    std::printf("rank %d: bubble %.1f%% (predicted %.1f%%; waiting for messages %.1f%%, framework %.1f%%)%s, "
                 "weights %s in %d version(s) (predicted %d), peak memory %s\n",
                 r["rank"].get<int>(), 100 * r["bubble_fraction"].get<double>(),
                 100 * r["predicted_bubble_fraction"].get<double>(), 100 * r["wait_fraction"].get<double>(),
-                100 * r["overhead_fraction"].get<double>(), text::humanBytes(r["weight_bytes"].get<double>()).c_str(),
+                100 * r["overhead_fraction"].get<double>(), core, text::humanBytes(r["weight_bytes"].get<double>()).c_str(),
                 r["weight_versions"].get<int>(), r["predicted_weight_versions"].get<int>(),
                 text::humanBytes(r["peak_memory_bytes"].get<double>()).c_str());
+  }
   if (!a.trace.empty()) {
     trace::writeChromeTrace(timeline, a.trace);
     std::printf("trace: %s\n", a.trace.c_str());

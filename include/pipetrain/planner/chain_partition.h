@@ -37,6 +37,9 @@ struct PartitionOptions {
   int64_t microbatch_size = 1;
   int microbatches = 1;           // per mini-batch
   int max_devices = 0;            // plan on the first this-many devices; 0 = all
+  // True: tile exactly those devices (a job whose ranks are already there); false: the
+  // best plan on up to that many, which may leave devices idle.
+  bool use_all_devices = false;
   int max_replicas = 0;           // per stage; 0 = as many as help, 1 = a pure pipeline
   // Pipeline depth assumed when sizing in-flight activations (a stage holds up to
   // min(depth, m) micro-batches under 1F1B-like schedules). partitionChain starts at 1

@@ -321,6 +321,15 @@ Partition solveChain(const ChainProblem& problem) {
   int end_device = -1;
   for (int d = 1; d <= devices; ++d)
     if (best[at(d, n)] < kInfinity && (end_device < 0 || best[at(d, n)] < best[at(end_device, n)])) end_device = d;
+  if (end_device >= 0 && problem.options().use_all_devices && end_device != devices) {
+    if (best[at(devices, n)] == kInfinity)
+      throw Error("planner: no partition occupies all " + std::to_string(devices) + " devices (the best uses " +
+                  std::to_string(end_device) + "): " + std::to_string(n) + " blocks of layers, at most " +
+                  (problem.options().max_replicas > 0 ? std::to_string(problem.options().max_replicas) : "any") +
+                  " replicas per stage under " + problem.options().schedule + ", and memory decide; allow "
+                  "replicas, or use fewer devices");
+    end_device = devices;
+  }
   if (end_device < 0) {
     double need = 0;
     for (int b = 0; b < n; ++b) need = std::max(need, problem.stageMemoryBytes(b, b + 1, 1));

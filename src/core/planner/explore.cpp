@@ -305,7 +305,7 @@ class Explorer {
   static std::string sharedKey(const PartitionOptions& po) {
     const schedule::ScheduleTraits& t = schedule::traits(po.schedule);
     return std::to_string(po.microbatch_size) + "/" + std::to_string(po.max_devices) + "/" +
-           std::to_string(po.max_replicas) + "/" + std::to_string(t.replicable) + "/" +
+           std::to_string(po.use_all_devices) + "/" + std::to_string(po.max_replicas) + "/" + std::to_string(t.replicable) + "/" +
            std::to_string(static_cast<int>(t.step_rule));
   }
 
@@ -355,6 +355,7 @@ class Explorer {
     po.microbatch_size = b;
     po.microbatches = m;
     po.max_devices = width;
+    po.use_all_devices = o_.use_all_devices;
     po.max_blocks = o_.max_blocks;
     // The DP's bottleneck objective does not see the schedule's bubble, so the best pure
     // pipeline and pure data parallelism are proposed beside its optimum and the

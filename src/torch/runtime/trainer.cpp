@@ -16,6 +16,7 @@
 #include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/schedule/staleness.h"
+#include "pipetrain/util/core_wait.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -337,6 +338,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
       MicrobatchData feed{[&](int j) { return train->get(indices(j)).inputs; },
                           [&](int j) { return train->labels(indices(j)); }, {}};
       const auto segment_start = Clock::now();
+      const double core_wait_before = util::threadCoreWaitSeconds();
       RunResult r = executor.run(programOf(end - first), feed, origin, [&](int k, double loss) {
         if (!std::isnan(loss)) result.final_loss = loss;
         if (on_progress)
@@ -345,6 +347,10 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
                        since(origin), reports});
       });
       result.train_seconds += since(segment_start);
+      if (core_wait_before >= 0 && result.core_wait_seconds >= 0)
+        result.core_wait_seconds += util::threadCoreWaitSeconds() - core_wait_before;
+      else
+        result.core_wait_seconds = -1;
       for (const auto& a : r.actions) result.busy_seconds += a.end - a.start;
       result.wait_seconds += r.wait_seconds;
       result.max_sends_held = std::max(result.max_sends_held, r.max_sends_held);

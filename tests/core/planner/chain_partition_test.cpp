@@ -16,7 +16,8 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // Every tiling of blocks onto a device prefix, the objective of each priced by the
 // problem: the optimum the DP must reach.
 double exhaustiveOptimum(const ChainProblem& problem, int block, int device, std::vector<StageChoice>& stages) {
-  if (block == problem.numBlocks()) return problem.objective(stages);
+  if (block == problem.numBlocks())
+    return problem.options().use_all_devices && device < problem.numDevices() ? kInfinity : problem.objective(stages);
   double best = kInfinity;
   for (int j = block + 1; j <= problem.numBlocks(); ++j)
     for (int d = device + 1; d <= problem.numDevices(); ++d) {
@@ -86,6 +87,40 @@ TEST(ChainPartition, DynamicProgramReachesTheExhaustiveOptimum) {
     }
   }
   EXPECT_GT(compared, 80);  // the rest fit nowhere, and said so
+}
+
+// A job whose ranks are already there (`train --nproc`): the plan occupies every device,
+// the best such tiling, even where a plan on fewer devices would be faster by the DP's
+// measure.
+TEST(ChainPartition, OccupiesEveryDeviceWhenAsked) {
+  std::mt19937 rng(11);
+  int narrower = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const auto graph = randomChain(rng, 4 + trial % 6);
+    const auto cluster = twoLevelCluster(trial % 2 == 1, int64_t{1} << 40);
+    PartitionOptions o;
+    o.microbatch_size = 2;
+    o.microbatches = 4;
+    o.max_replicas = trial % 3 == 0 ? 0 : 1;
+    const Partition free = solveChain(ChainProblem(graph, cluster, o));
+    narrower += free.stages.back().end_device < cluster.size();
+    o.use_all_devices = true;
+    const ChainProblem problem(graph, cluster, o);
+    const Partition full = solveChain(problem);
+    EXPECT_EQ(full.stages.back().end_device, cluster.size()) << "trial " << trial;
+    std::vector<StageChoice> scratch;
+    EXPECT_NEAR(full.objective, exhaustiveOptimum(problem, 0, 0, scratch), 1e-9) << "trial " << trial;
+  }
+  EXPECT_GT(narrower, 0) << "no trial where the free optimum leaves devices idle: the test shows nothing";
+}
+
+TEST(ChainPartition, SaysWhenNoPlanOccupiesEveryDevice) {
+  std::mt19937 rng(3);
+  PartitionOptions o;
+  o.max_replicas = 1;
+  o.use_all_devices = true;
+  testing::expectError([&] { solveChain(ChainProblem(randomChain(rng, 3), twoLevelCluster(false, int64_t{1} << 40), o)); },
+                       {"no partition occupies all 4 devices", "3 blocks", "at most 1 replicas"});
 }
 
 TEST(ChainPartition, ReplicasStayInsideANodeOrTakeWholeNodes) {
