@@ -36,8 +36,9 @@ struct ProfileOptions {
 
 // Profiles every layer of `model` on one batch of `batch` samples, in training mode, on
 // the device of the model's parameters. The model input is random, from a generator of
-// the profile's own with a fixed seed (the global generator is not touched); each layer runs on its real inputs, its producers' outputs
-// on that batch, merged as the layer merges them (the merge is timed with the layer).
+// the profile's own with a fixed seed (the global generator is not touched); each layer
+// runs on its real inputs, its producers' outputs on that batch, merged as the layer
+// merges them (the merge is timed with the layer).
 // Returns a LayerGraph with batch_size = batch, one node per model layer, named and
 // kinded as the model's layers, with the model's edges (models::graphInputs).
 // Leaves the model as it was: each layer's train/eval mode, its buffers (batch-norm

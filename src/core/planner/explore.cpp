@@ -305,8 +305,8 @@ class Explorer {
   static std::string sharedKey(const PartitionOptions& po) {
     const schedule::ScheduleTraits& t = schedule::traits(po.schedule);
     return std::to_string(po.microbatch_size) + "/" + std::to_string(po.max_devices) + "/" +
-           std::to_string(po.use_all_devices) + "/" + std::to_string(po.max_replicas) + "/" + std::to_string(t.replicable) + "/" +
-           std::to_string(static_cast<int>(t.step_rule));
+           std::to_string(po.use_all_devices) + "/" + std::to_string(po.max_replicas) + "/" +
+           std::to_string(t.replicable) + "/" + std::to_string(static_cast<int>(t.step_rule));
   }
 
   // partitionShared's counterpart for the graph partitioner, whose search costs far more.
