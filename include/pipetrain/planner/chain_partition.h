@@ -101,7 +101,8 @@ class ChainProblem {
   std::vector<int> allowedStarts(int end) const;
   // Those of allowedStarts whose replica count can run a stage at all
   // (schedule::replicasCanSplit, within max_replicas) and, of those whose busiest
-  // replica runs the same share of the micro-batches, the fewest replicas: the DP's.
+  // replica runs the same share of the micro-batches, the fewest replicas (all of them
+  // under use_all_devices): the DP's.
   std::vector<int> usefulStarts(int end) const;
   DeviceBlock deviceBlock(int first, int end) const;
   // Seconds per mini-batch; infinity when the stage does not fit its devices' memory

@@ -177,10 +177,11 @@ std::vector<int> ChainProblem::starts(int end, bool useful_only) const {
   int fewest_share = options_.microbatches + 1;
   for (int d0 : candidates) {  // fewest replicas first
     if (!allowedDevices(d0, end)) continue;
-    if (useful_only) {
+    if (useful_only && !options_.use_all_devices) {
       // More replicas for the same busiest share compute no faster, all-reduce over more
       // devices and leave fewer to the stages before: the DP keeps the fewest (at most
-      // 2 sqrt(m) shares; refinement may still try more replicas).
+      // 2 sqrt(m) shares; refinement may still try more replicas). Not when every device
+      // must be used: the extra replicas may be the only way to fill them.
       const int share = schedule::busiestReplicaShare(options_.microbatches, end - d0);
       if (share >= fewest_share) continue;
       fewest_share = share;

@@ -114,6 +114,21 @@ TEST(ChainPartition, OccupiesEveryDeviceWhenAsked) {
   EXPECT_GT(narrower, 0) << "no trial where the free optimum leaves devices idle: the test shows nothing";
 }
 
+// The DP keeps the fewest replicas per busiest share (more would idle nothing faster),
+// but that shortcut must not hide the only tilings of every device: one layer on 3
+// devices with 4 micro-batches is 3 replicas (shares 2, 1, 1), although 2 replicas have
+// the same busiest share.
+TEST(ChainPartition, OccupiesEveryDeviceWithMoreReplicasThanTheShareNeeds) {
+  std::mt19937 rng(5);
+  PartitionOptions o;
+  o.microbatches = 4;
+  o.use_all_devices = true;
+  const auto cluster = cluster::ClusterSpec::uniform(3, int64_t{1} << 40, 1e9, 0);
+  const Partition p = solveChain(ChainProblem(randomChain(rng, 1), cluster, o));
+  ASSERT_EQ(p.stages.size(), 1u);
+  EXPECT_EQ(p.stages[0].replicas(), 3);
+}
+
 TEST(ChainPartition, SaysWhenNoPlanOccupiesEveryDevice) {
   std::mt19937 rng(3);
   PartitionOptions o;
