@@ -53,12 +53,18 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
                 " layers, too few for a pipeline over " + std::to_string(request.ranks) +
                 " ranks; use fewer ranks (--nproc) or allow replicated stages");
   // `pipetrain profile` as the ranks will run: one process per rank with a rank's thread
-  // settings, all at once, so that ranks sharing cores, caches and memory share them
-  // while profiled too. (Timed one layer at a time, a layer ran up to 1.5x faster alone
-  // than beside another rank; in passes over the model, as now, two ranks' profiles
-  // matched one profiled alone on this 2-core machine: docs/profiling.md.)
+  // settings, all at once, so that ranks sharing caches and memory share them while
+  // profiled too. (Timed one layer at a time, a layer ran up to 1.5x faster alone than
+  // beside another rank; in passes over the model, as now, two ranks' profiles matched
+  // one profiled alone on this 2-core machine: docs/profiling.md.) With more ranks than
+  // the cores run at once, only as many profile as run at once: the profile is then a
+  // core's speed, and the cluster says that the ranks share the cores (time-slicing left
+  // in the profile would be counted twice; and it is not even: of three profiles on two
+  // cores, one took 1.7x the others' time, the others none).
   // Three warm-up runs per layer at least, then more until the heap has settled
   // (profile_model.cpp, NOTE(settling)).
+  const int concurrent = std::max(1, request.cores / request.blas_threads);
+  const int profilers = std::min(request.ranks, concurrent);
   const std::string graph_path = profilePath(request.out);
   // With --batch the planner chooses the micro-batch size too; costs scale linearly from
   // the profiled batch, taken at the largest power of two dividing it, up to 32.
@@ -68,7 +74,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   if (request.args.batch > 0)
     for (profiled = 1; profiled < 32 && global_batch % (2 * profiled) == 0;) profiled *= 2;
   std::vector<std::vector<std::string>> profiles;
-  for (int r = 0; r < request.ranks; ++r) {
+  for (int r = 0; r < profilers; ++r) {
     std::vector<std::string> argv{"pipetrain", "profile", "--batch", std::to_string(profiled),
                                   "--optimizer", config.optimizer, "--warmup", "3", "--repeats", "5",
                                   "--out", r == 0 ? graph_path : graph_path + "." + std::to_string(r)};
@@ -80,12 +86,12 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
     for (const auto& o : request.model_options) argv.insert(argv.end(), {"--model-option", o});
     profiles.push_back(std::move(argv));
   }
-  std::printf("profiling %s at micro-batch %lld in %d processes at once, %d BLAS thread(s) each, as the ranks run\n",
-              config.model.c_str(), static_cast<long long>(profiled), request.ranks,
-              request.blas_threads);
+  std::printf("profiling %s at micro-batch %lld in %d processes at once, %d BLAS thread(s) each, as the ranks run%s\n",
+              config.model.c_str(), static_cast<long long>(profiled), profilers, request.blas_threads,
+              profilers < request.ranks ? " (the ranks then share the cores)" : "");
   std::fflush(stdout);
   runLikeRanks(profiles, request.blas_threads, std::chrono::seconds(request.timeout_seconds));
-  const graph::LayerGraph graph = meanProfile(graph_path, request.ranks);
+  const graph::LayerGraph graph = meanProfile(graph_path, profilers);
 
   const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / request.ranks;
   planner::ExploreOptions o;
@@ -103,7 +109,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   o.allow_async = request.allow_async;
   o.partitioner = request.partitioner;
   o.use_all_devices = true;
-  const planner::Exploration e = planner::explore(graph, localCluster(request.ranks, memory), o);
+  const planner::Exploration e = planner::explore(graph, localCluster(request.ranks, memory, concurrent), o);
   std::printf("planned for %d local ranks:\n", request.ranks);
   printExploration(e, 5);
   plan::Plan chosen = e.best().plan;

@@ -15,6 +15,7 @@ namespace pipetrain::cli {
 struct AutoPlanRequest {
   int ranks = 1;
   int blas_threads = 1;                   // each rank's share of the cores
+  int cores = 1;                          // the cores all ranks share
   std::vector<std::string> model_options; // as given on the command line (KEY=VALUE)
   PlanArgs args;                          // micro-batching; schedule name "" = the planner chooses
   bool allow_replication = true;

@@ -19,18 +19,21 @@ constexpr double kLoopbackLatency = 50e-6;
 
 }  // namespace
 
-cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes) {
+cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
+                                  int concurrent_ranks) {
   std::vector<cluster::Device> devices;
   for (const auto& name : device_names) devices.push_back({name, "cpu", 1.0, memory_bytes});
   const int n = static_cast<int>(devices.size());
+  std::vector<cluster::SharedCores> shared;
+  if (n > concurrent_ranks) shared.push_back({device_names, concurrent_ranks});
   return cluster::ClusterSpec(std::move(devices), {{"loopback", n, kLoopbackBandwidth, kLoopbackLatency}}, {},
-                              "this machine's ranks");
+                              "this machine's ranks", std::move(shared));
 }
 
-cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes) {
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks) {
   std::vector<std::string> names;
   for (int r = 0; r < ranks; ++r) names.push_back("dev" + std::to_string(r));
-  return localCluster(names, memory_bytes);
+  return localCluster(names, memory_bytes, concurrent_ranks);
 }
 
 sim::Evaluation predictRun(const MeasuredRun& run) {
@@ -71,8 +74,12 @@ sim::Evaluation predictRun(const MeasuredRun& run) {
       layers.push_back(l);
     }
   const graph::LayerGraph graph(layers, plan.microbatch_size, "measured run");
-  // The plan was validated before it ran, so its ranks' devices are distinct.
-  const cluster::ClusterSpec cluster = localCluster(plan::rankDevices(plan), std::numeric_limits<int64_t>::max());
+  // The plan was validated before it ran, so its ranks' devices are distinct. Each rank
+  // gets a core of its own: the measured times are wall times, which already hold
+  // whatever sharing of the cores the run saw.
+  const std::vector<std::string> devices = plan::rankDevices(plan);
+  const cluster::ClusterSpec cluster =
+      localCluster(devices, std::numeric_limits<int64_t>::max(), static_cast<int>(devices.size()));
   return sim::evaluatePlan(graph, cluster, plan);
 }
 

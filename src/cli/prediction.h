@@ -16,10 +16,12 @@ namespace pipetrain::cli {
 
 // This machine's ranks as a cluster: CPU devices with these names that share loopback
 // Gloo (bandwidth and latency as measured on these machines, docs/runtime.md), each
-// with `memory_bytes`.
-cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes);
+// with `memory_bytes`. `concurrent_ranks`: how many ranks the cores run at once at full
+// speed (cores / each rank's threads); more ranks than that share the cores.
+cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
+                                  int concurrent_ranks);
 // The same with `ranks` devices named dev0, dev1, ... (plan::chainPlan's names).
-cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes);
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks);
 
 struct MeasuredRun {
   const plan::Plan* plan = nullptr;           // what ran

@@ -188,10 +188,11 @@ void showProgress(const std::string& line, int64_t samples_per_step, bool tty,
   else if (plainLineDue(step, steps, last_plain)) std::cout << text << std::endl;
 }
 
-int blasThreadsPerRank(const TrainArgs& a) {
-  const int cores = a.cores > 0 ? a.cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / a.nproc);
+int localCores(const TrainArgs& a) {
+  return a.cores > 0 ? a.cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
+
+int blasThreadsPerRank(const TrainArgs& a) { return std::max(1, localCores(a) / a.nproc); }
 
 // Refuses an unknown model or a missing dataset before any long work.
 void checkModelAndData(const TrainArgs& a) { data::openDataset(a.config.data, runtime::openModel(a.config).input); }
@@ -532,7 +533,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               a->config.plan = resumed->manifest.plan;
               json_io::writeFile(out, a->config.plan.toJson());
             } else {
-              AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), a->model_options, a->plan_args,
+              AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), localCores(*a), a->model_options, a->plan_args,
                                       !a->no_replication, a->allow_async, a->partitioner, out,
                                       a->timeout_seconds};
               LocalPlan local = planLocalRun(a->config, request);

@@ -9,6 +9,12 @@
 // level 0 each device has its own port (per direction); over level L >= 1 all devices
 // of one level-(L-1) group share one port (per direction), the way GPUs of a node share
 // the node's NIC. An explicit link is one port per direction.
+//
+// Shared cores: devices that are processes on one host's CPU cores (more ranks than
+// cores) compete for them. A plan's devices in one group go onto its cores round-robin,
+// in rank order, and a core runs the devices on it that compute in turn, each at an
+// equal share of its speed: Linux keeps a thread on one core's run queue and shares a
+// core fairly, and pinning the ranks to cores changed no measured time (docs/profiling.md).
 // JSON form: docs/formats.md#cluster-spec ("pipetrain.cluster", version 1).
 #pragma once
 
@@ -41,6 +47,12 @@ struct Link {
   double latency = 0;
 };
 
+// Devices that share `cores` cores (see above); a device is in at most one group.
+struct SharedCores {
+  std::vector<std::string> devices;
+  int cores = 1;
+};
+
 // What one transfer between two devices uses.
 struct Route {
   double bandwidth = 0;        // bytes/s; infinity for a device talking to itself
@@ -55,7 +67,7 @@ class ClusterSpec {
   // Validates (unique device names, positive speeds and bandwidths, group sizes that
   // nest, links naming known devices) and throws Error naming `origin` otherwise.
   ClusterSpec(std::vector<Device> devices, std::vector<Level> levels, std::vector<Link> links,
-              std::string origin = "cluster");
+              std::string origin = "cluster", std::vector<SharedCores> shared_cores = {});
 
   static ClusterSpec fromJson(const json_io::Json& j, const std::string& origin);
   static ClusterSpec load(const std::string& path);
@@ -70,6 +82,9 @@ class ClusterSpec {
   const std::vector<Device>& devices() const { return devices_; }
   const std::vector<Level>& levels() const { return levels_; }
   const std::vector<Link>& links() const { return links_; }
+  const std::vector<SharedCores>& sharedCores() const { return shared_cores_; }
+  // The index in sharedCores() of the group holding `device`, or -1.
+  int sharedCoresOf(int device) const { return core_group_[device]; }
   int indexOf(const std::string& name) const;  // -1 when unknown
 
   Route route(int from, int to) const;
@@ -81,6 +96,8 @@ class ClusterSpec {
   std::vector<Device> devices_;
   std::vector<Level> levels_;
   std::vector<Link> links_;
+  std::vector<SharedCores> shared_cores_;
+  std::vector<int> core_group_;  // per device
   std::unordered_map<std::string, int> index_;
   int num_ports_ = 0;
   std::vector<int> level_port_base_;             // first port of each level

@@ -27,8 +27,11 @@ int unitOf(const std::vector<Level>& levels, int level, int device) {
 }  // namespace
 
 ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels, std::vector<Link> links,
-                         std::string origin)
-    : devices_(std::move(devices)), levels_(std::move(levels)), links_(std::move(links)) {
+                         std::string origin, std::vector<SharedCores> shared_cores)
+    : devices_(std::move(devices)),
+      levels_(std::move(levels)),
+      links_(std::move(links)),
+      shared_cores_(std::move(shared_cores)) {
   if (devices_.empty()) throw Error(origin + ": the cluster has no devices");
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     const Device& d = devices_[i];
@@ -63,6 +66,21 @@ ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels,
     if (!pairs.emplace(std::min(a, b), std::max(a, b)).second) throw Error(where + " is given twice");
     if (!validBandwidth(k.bandwidth)) throw Error(where + ": bandwidth must be positive (or \"inf\")");
     if (!validLatency(k.latency)) throw Error(where + ": latency must be non-negative and finite");
+  }
+  core_group_.assign(devices_.size(), -1);
+  for (std::size_t g = 0; g < shared_cores_.size(); ++g) {
+    const SharedCores& group = shared_cores_[g];
+    const std::string where = origin + ": shared_cores[" + std::to_string(g) + "]";
+    if (group.devices.empty()) throw Error(where + " names no devices");
+    if (group.cores < 1) throw Error(where + ": cores must be at least 1 (found " + std::to_string(group.cores) + ")");
+    for (const std::string& name : group.devices) {
+      const int d = indexOf(name);
+      if (d < 0) throw Error(where + ": device '" + name + "' is not in the cluster");
+      if (core_group_[d] >= 0)
+        throw Error(where + ": device '" + name + "' already shares the cores of shared_cores[" +
+                    std::to_string(core_group_[d]) + "]");
+      core_group_[d] = static_cast<int>(g);
+    }
   }
   buildPorts();
 }

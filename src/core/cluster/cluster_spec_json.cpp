@@ -63,12 +63,20 @@ Link readLink(const json_io::JsonCursor& c) {
               c.field("latency").asSeconds()};
 }
 
+SharedCores readSharedCores(const json_io::JsonCursor& c) {
+  c.allowOnly({"devices", "cores"});
+  SharedCores group;
+  for (const auto& item : c.field("devices").asArray()) group.devices.push_back(item.asString());
+  group.cores = static_cast<int>(c.field("cores").asIntIn(1, limits::kMaxDevices));
+  return group;
+}
+
 }  // namespace
 
 ClusterSpec ClusterSpec::fromJson(const json_io::Json& j, const std::string& origin) {
   const json_io::JsonCursor root(j, origin);
   json_io::checkHeader(root, kFormat, kVersion);
-  root.allowOnly({"format", "version", "devices", "levels", "links"});
+  root.allowOnly({"format", "version", "devices", "levels", "links", "shared_cores"});
   std::vector<Device> devices;
   for (const auto& item : root.field("devices").asArray()) readDevices(item, devices);
   std::vector<Level> levels;
@@ -77,7 +85,10 @@ ClusterSpec ClusterSpec::fromJson(const json_io::Json& j, const std::string& ori
   std::vector<Link> links;
   if (root.has("links"))
     for (const auto& item : root.field("links").asArray()) links.push_back(readLink(item));
-  return ClusterSpec(std::move(devices), std::move(levels), std::move(links), origin);
+  std::vector<SharedCores> shared_cores;
+  if (root.has("shared_cores"))
+    for (const auto& item : root.field("shared_cores").asArray()) shared_cores.push_back(readSharedCores(item));
+  return ClusterSpec(std::move(devices), std::move(levels), std::move(links), origin, std::move(shared_cores));
 }
 
 ClusterSpec ClusterSpec::load(const std::string& path) { return fromJson(json_io::readFile(path), path); }
@@ -97,6 +108,11 @@ json_io::Json ClusterSpec::toJson() const {
   j["devices"] = std::move(devices);
   j["levels"] = std::move(levels);
   j["links"] = std::move(links);
+  if (!shared_cores_.empty()) {
+    json_io::Json groups = json_io::Json::array();
+    for (const SharedCores& g : shared_cores_) groups.push_back({{"devices", g.devices}, {"cores", g.cores}});
+    j["shared_cores"] = std::move(groups);
+  }
   return j;
 }
 

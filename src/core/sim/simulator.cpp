@@ -23,20 +23,38 @@ class Simulation {
         forward_done_(index(p.num_stages, 0), kUnknown), input_grad_done_(forward_done_.size(), kUnknown),
         port_free_(c.cluster().numPorts(), 0) {
     timeline_.ranks.resize(p.numRanks());
+    shareCores();
   }
 
   trace::Timeline run() {
     for (int r = 0; r < p_.numRanks(); ++r) schedule(r);
-    while (!ready_.empty()) {
+    while (true) {
+      // A compute action that ends frees its share of the cores before anything starts
+      // at the same instant.
+      const auto [core, finish] = nextFinish();
+      if (core >= 0 && (ready_.empty() || finish <= ready_.top().first)) {
+        finishShared(core, finish);
+        continue;
+      }
+      if (ready_.empty()) break;
       auto [start, r] = ready_.top();
       ready_.pop();
-      execute(r, start);
-      schedule(r);
+      if (execute(r, start)) schedule(r);
     }
     return std::move(timeline_);
   }
 
  private:
+  struct Job {
+    int rank;
+    double start;
+    double remaining;  // seconds of work left at the device's full speed
+  };
+  struct Core {             // a shared core and the ranks placed on it
+    double now = 0;         // the jobs' remaining work is as of this time
+    std::vector<Job> jobs;  // computing now, each at rateOf() of its speed
+  };
+
   std::size_t index(int stage, int mb) const { return static_cast<std::size_t>(stage) * total_ + mb; }
 
   // Messages are keyed by (direction, from stage, to stage, micro-batch).
@@ -121,7 +139,9 @@ class Simulation {
     for (int r : ranks) schedule(r);
   }
 
-  void execute(int r, double start) {
+  // Runs rank r's next action from `start`; false while it still computes on shared
+  // cores (finishShared() then completes it).
+  bool execute(int r, double start) {
     const auto& actions = p_.ranks[r];
     const std::size_t at = pos_[r];
     const Action& a = actions[at];
@@ -133,14 +153,17 @@ class Simulation {
       case ActionType::B:
       case ActionType::I:
       case ActionType::W:
-      case ActionType::STEP:
-        end = start + c_.computeSeconds(a, r) * (overlapped ? c_.overlapFactor() : 1.0);
-        timeline_.ranks[r].push_back({a, start, end});
-        if (a.type == ActionType::F) forward_done_[index(a.stage, a.microbatch)] = end;
-        if (a.type == ActionType::B || a.type == ActionType::I)
-          input_grad_done_[index(a.stage, a.microbatch)] = end;
+      case ActionType::STEP: {
         if (a.type == ActionType::B || a.type == ActionType::W) gradients_started_[{r, a.stage}] = start;
+        const double seconds = c_.computeSeconds(a, r) * (overlapped ? c_.overlapFactor() : 1.0);
+        if (core_of_rank_[r] >= 0) {
+          startShared(core_of_rank_[r], r, start, seconds);
+          return false;
+        }
+        end = start + seconds;
+        computed(r, a, start, end);
         break;
+      }
       case ActionType::ALLREDUCE: {
         // Bucketed all-reduce: gradients stream out while the last backward pass still
         // runs, so the reduction starts when every replica has begun that pass and only
@@ -160,6 +183,91 @@ class Simulation {
         break;
     }
     clock_[r] = end;
+    return true;
+  }
+
+  void computed(int r, const Action& a, double start, double end) {
+    timeline_.ranks[r].push_back({a, start, end});
+    if (a.type == ActionType::F) forward_done_[index(a.stage, a.microbatch)] = end;
+    if (a.type == ActionType::B || a.type == ActionType::I) input_grad_done_[index(a.stage, a.microbatch)] = end;
+    clock_[r] = end;
+  }
+
+  // Ranks on devices that share cores (ClusterSpec's shared_cores) go onto the group's
+  // cores round-robin in rank order, and a core with several ranks runs those that
+  // compute in turn, fairly (processor sharing). A rank alone on its core keeps it, so
+  // plans without oversubscription cost what they did without shared cores.
+  void shareCores() {
+    core_of_rank_.assign(p_.numRanks(), -1);
+    const cluster::ClusterSpec& cluster = c_.cluster();
+    std::vector<std::vector<int>> ranks_of(cluster.sharedCores().size());
+    for (int r = 0; r < p_.numRanks(); ++r) {
+      const int g = cluster.sharedCoresOf(c_.deviceOfRank(r));
+      if (g >= 0) ranks_of[g].push_back(r);
+    }
+    for (std::size_t g = 0; g < ranks_of.size(); ++g) {
+      const int cores = cluster.sharedCores()[g].cores, ranks = static_cast<int>(ranks_of[g].size());
+      for (int core = 0; core < cores && ranks > cores; ++core) {
+        for (int i = core; i < ranks; i += cores) core_of_rank_[ranks_of[g][i]] = static_cast<int>(cores_.size());
+        cores_.push_back({});
+      }
+    }
+  }
+
+  // Each of the core's computing ranks gets an equal share of it.
+  static double rateOf(const Core& c) { return c.jobs.empty() ? 1.0 : 1.0 / static_cast<double>(c.jobs.size()); }
+
+  // Moves every job of core c on to time t at the core's current rate.
+  void advance(Core& c, double t) {
+    assert(t >= c.now);
+    const double done = (t - c.now) * rateOf(c);
+    for (Job& j : c.jobs) j.remaining -= done;
+    c.now = t;
+  }
+
+  void startShared(int core, int r, double start, double seconds) {
+    Core& c = cores_[core];
+    advance(c, start);
+    c.jobs.push_back({r, start, seconds});
+  }
+
+  // The core whose next job ends first, and when; (-1, 0) when nothing computes.
+  std::pair<int, double> nextFinish() const {
+    std::pair<int, double> next{-1, 0};
+    for (std::size_t i = 0; i < cores_.size(); ++i) {
+      const Core& c = cores_[i];
+      if (c.jobs.empty()) continue;
+      double least = c.jobs.front().remaining;
+      for (const Job& j : c.jobs) least = std::min(least, j.remaining);
+      const double t = c.now + std::max(0.0, least) / rateOf(c);
+      if (next.first < 0 || t < next.second) next = {static_cast<int>(i), t};
+    }
+    return next;
+  }
+
+  // Completes the jobs of `core` that end at t (ties together), and lets their ranks go on.
+  void finishShared(int core, double t) {
+    Core& c = cores_[core];
+    advance(c, t);
+    constexpr double kDone = 1e-12;  // seconds of work: rounding left over by advance()
+    std::vector<Job> done;
+    for (auto it = c.jobs.begin(); it != c.jobs.end();)
+      if (it->remaining <= kDone) {
+        done.push_back(*it);
+        it = c.jobs.erase(it);
+      } else {
+        ++it;
+      }
+    if (done.empty()) {  // rounding: the earliest job is the one due now
+      auto first = std::min_element(c.jobs.begin(), c.jobs.end(),
+                                    [](const Job& a, const Job& b) { return a.remaining < b.remaining; });
+      done.push_back(*first);
+      c.jobs.erase(first);
+    }
+    for (const Job& j : done) {
+      computed(j.rank, p_.ranks[j.rank][pos_[j.rank] - 1], j.start, t);
+      schedule(j.rank);
+    }
   }
 
   void send(int r, const Action& a, double issue) {
@@ -203,6 +311,8 @@ class Simulation {
   std::unordered_map<std::pair<int, int>, Meeting, PairHash> meetings_;
   std::unordered_map<std::pair<int, int>, int, PairHash> reduces_seen_;
   std::unordered_map<std::pair<int, int>, double, PairHash> gradients_started_;  // (rank, stage)
+  std::vector<int> core_of_rank_;  // index into cores_, or -1 for a core of its own
+  std::vector<Core> cores_;
   // (start time, rank), earliest first; ties go to the lower rank for determinism.
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> ready_;
   trace::Timeline timeline_;

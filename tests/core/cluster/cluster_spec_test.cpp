@@ -154,6 +154,33 @@ TEST(ClusterSpec, Uniform) {
   EXPECT_EQ(free.toJson()["levels"][0]["bandwidth"], "inf");
 }
 
+TEST(ClusterSpec, SharedCoresRoundTrip) {
+  Json j = twoNodesJson();
+  j["shared_cores"] = Json::parse(R"([{"devices": ["gpu0", "gpu1", "gpu2"], "cores": 2}])");
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  ASSERT_EQ(c.sharedCores().size(), 1u);
+  EXPECT_EQ(c.sharedCoresOf(1), 0);
+  EXPECT_EQ(c.sharedCoresOf(3), -1);
+  EXPECT_EQ(c.sharedCores()[0].cores, 2);
+  const Json written = c.toJson();
+  EXPECT_EQ(ClusterSpec::fromJson(written, "written").toJson(), written);
+  EXPECT_FALSE(ClusterSpec::fromJson(twoNodesJson(), "c.json").toJson().contains("shared_cores"));
+}
+
+TEST(ClusterSpec, RejectsBadSharedCores) {
+  const std::vector<Device> two = {{"a", "cpu", 1.0, 1}, {"b", "cpu", 1.0, 1}};
+  expectError([&] { ClusterSpec(two, {}, {}, "c.json", {{{"a", "z"}, 1}}); }, {"c.json", "shared_cores[0]", "'z'"});
+  expectError([&] { ClusterSpec(two, {}, {}, "c.json", {{{"a"}, 1}, {{"b", "a"}, 1}}); },
+              {"c.json", "shared_cores[1]", "'a'", "shared_cores[0]"});
+  expectError([&] { ClusterSpec(two, {}, {}, "c.json", {{{"a", "b"}, 0}}); }, {"c.json", "shared_cores[0]", "cores"});
+  expectError([&] { ClusterSpec(two, {}, {}, "c.json", {{{}, 1}}); }, {"c.json", "shared_cores[0]", "no devices"});
+  Json j = twoNodesJson();
+  j["shared_cores"] = Json::parse(R"([{"devices": ["gpu0"], "core": 2}])");
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "shared_cores[0]", "core"});
+  j["shared_cores"] = Json::parse(R"([{"devices": ["gpu0"], "cores": 0}])");
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "shared_cores[0].cores"});
+}
+
 TEST(ClusterSpec, RejectsInconsistentSpecs) {
   const std::vector<Device> two = {{"a", "cpu", 1.0, 1}, {"b", "cpu", 1.0, 1}};
   expectError([] { ClusterSpec({{"a", "cpu", 1.0, 1}, {"a", "cpu", 1.0, 1}}, {}, {}, "c.json"); },

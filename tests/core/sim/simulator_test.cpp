@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/sim/evaluate.h"
@@ -132,6 +134,96 @@ TEST(Simulator, SplitWeightPassesTakeTheirOwnTime) {
       }
     EXPECT_EQ(passes, 4) << schedule;
   }
+}
+
+// The same scenario with its devices sharing `cores` cores.
+Scenario onSharedCores(Scenario s, int cores) {
+  std::vector<std::string> names;
+  for (const auto& d : s.cluster.devices()) names.push_back(d.name);
+  s.cluster = cluster::ClusterSpec(s.cluster.devices(), s.cluster.levels(), s.cluster.links(), "shared",
+                                   {{names, cores}});
+  return s;
+}
+
+trace::Timeline simulateOnce(const Scenario& s) {
+  const CostModel costs(s.graph, s.cluster, s.plan);
+  return simulate(plan::programForPlan(s.plan, costs.dag(), 1), costs);
+}
+
+TEST(Simulator, RanksSharingOneCoreComputeAtHalfSpeedWhileBothCompute) {
+  // GPipe, 2 micro-batches, F = B = 1 s, free messages, both ranks on one core. Rank 0
+  // runs F(0) alone in [0, 1]; then its F(1) and rank 1's F(0) share the core and both
+  // end at 3. The core is never idle afterwards, so the 8 s of work end at 8 (6 s on
+  // two cores).
+  const Scenario alone = twoStages("gpipe", 2, 0, std::numeric_limits<double>::infinity(), 0);
+  EXPECT_NEAR(simulateOnce(alone).makespan(), 6, 1e-9);
+  const trace::Timeline t = simulateOnce(onSharedCores(alone, 1));
+  EXPECT_NEAR(t.makespan(), 8, 1e-9);
+  const auto& first = t.ranks[0][0];
+  EXPECT_EQ(first.action.type, schedule::ActionType::F);
+  EXPECT_NEAR(first.end - first.start, 1, 1e-9);
+  for (const auto* timed : {&t.ranks[0][1], &t.ranks[1][0]}) {
+    ASSERT_EQ(timed->action.type, schedule::ActionType::F);
+    EXPECT_NEAR(timed->start, 1, 1e-9);
+    EXPECT_NEAR(timed->end, 3, 1e-9);
+  }
+}
+
+TEST(Simulator, EnoughSharedCoresChangeNothing) {
+  for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"}) {
+    const Scenario alone = twoStages(schedule, 4, 100, 1000, 0.01, 2);
+    const trace::Timeline a = simulateOnce(alone), b = simulateOnce(onSharedCores(alone, 3));
+    ASSERT_EQ(a.ranks.size(), b.ranks.size());
+    for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+      ASSERT_EQ(a.ranks[r].size(), b.ranks[r].size());
+      for (std::size_t i = 0; i < a.ranks[r].size(); ++i) {
+        EXPECT_EQ(a.ranks[r][i].start, b.ranks[r][i].start) << schedule;
+        EXPECT_EQ(a.ranks[r][i].end, b.ranks[r][i].end) << schedule;
+      }
+    }
+  }
+}
+
+// Three ranks on two cores, any schedule: no work is lost or made up. The mini-batch
+// takes at least its work over the two cores and at least as long as on three, and a
+// rank computing alone computes at full speed.
+TEST(Simulator, SharedCoresConserveWork) {
+  for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "interleaved"}) {
+    plan::ScheduleOptions options;
+    options.name = schedule;
+    auto u = uniformScenario(options, 3, 6, 1, 2, 0);
+    const Scenario alone{u.graph, u.cluster, u.plan};
+    const trace::Timeline free = simulateOnce(alone), shared = simulateOnce(onSharedCores(alone, 2));
+    double work = 0;
+    for (int r = 0; r < free.numRanks(); ++r) work += free.busySeconds(r);
+    EXPECT_GE(shared.makespan(), free.makespan() - 1e-9) << schedule;
+    EXPECT_GE(shared.makespan(), work / 2 - 1e-9) << schedule;
+    EXPECT_LE(shared.makespan(), work + 1e-9) << schedule;
+    // Rank 0's first action runs alone.
+    EXPECT_NEAR(shared.ranks[0][0].end - shared.ranks[0][0].start, free.ranks[0][0].end - free.ranks[0][0].start,
+                1e-9)
+        << schedule;
+  }
+}
+
+// Three replicas of one stage on two cores: ranks 0 and 2 share core 0, rank 1 has
+// core 1 to itself, so it does its two micro-batches in half the time.
+TEST(Simulator, RanksGoOntoSharedCoresRoundRobin) {
+  Scenario s{graph::LayerGraph::uniformChain(1, 1.0, 1.0, 0.0, 0, 0),
+             cluster::ClusterSpec::uniform(3, int64_t{1} << 40, 1e9, 0), plan::Plan{}};
+  s.plan.microbatches = 6;
+  s.plan.schedule.name = "1f1b";
+  s.plan.stages = {{{"layer0"}, {"dev0", "dev1", "dev2"}}};
+  const trace::Timeline t = simulateOnce(onSharedCores(s, 2));
+  auto lastComputeEnd = [&](int r) {
+    double end = 0;
+    for (const auto& timed : t.ranks[r])
+      if (timed.action.type == schedule::ActionType::B) end = timed.end;
+    return end;
+  };
+  EXPECT_NEAR(lastComputeEnd(1), 4, 1e-9);
+  EXPECT_NEAR(lastComputeEnd(0), 8, 1e-9);
+  EXPECT_NEAR(lastComputeEnd(2), 8, 1e-9);
 }
 
 TEST(Simulator, LargePipelineSimulates) {
