@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -59,8 +60,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   // one profiled alone on this 2-core machine: docs/profiling.md.) With more ranks than
   // the cores run at once, only as many profile as run at once: the profile is then a
   // core's speed, and the cluster says that the ranks share the cores (time-slicing left
-  // in the profile would be counted twice; and it is not even: of three profiles on two
-  // cores, one took 1.7x the others' time, the others none).
+  // in the profile would be counted twice; and it lands unevenly: of three profiles on
+  // two cores, one took 1.7x as long as the other two, which ran as fast as alone).
   // Three warm-up runs per layer at least, then more until the heap has settled
   // (profile_model.cpp, NOTE(settling)).
   const int concurrent = std::max(1, request.cores / request.blas_threads);

@@ -246,6 +246,13 @@ std::string howToResume(const std::string& newest) {
 int launch(TrainArgs& a) {
   runtime::checkConfig(a.config, a.nproc);  // the plan against the model and the job
   const int threads = blasThreadsPerRank(a);
+  if (a.nproc > localCores(a)) {
+    std::printf("note: %d ranks on %d cores share them. Switching between ranks costs CPU time and leaves "
+                "cores idle beyond what the simulator counts: 3 ranks on 2 cores trained slower than 2 "
+                "(docs/profiling.md#predicted-against-measured)\n",
+                a.nproc, localCores(a));
+    std::fflush(stdout);
+  }
   const bool tty = isatty(STDOUT_FILENO);
   auto last_plain = std::chrono::steady_clock::now();
   const auto start = std::chrono::steady_clock::now();

@@ -4,7 +4,9 @@
 // rank nothing and puts a message on the route's ports, where it waits for earlier
 // messages on the same port (contention) and then takes latency + bytes/bandwidth; a
 // RECV waits for its message's arrival. So communication overlaps compute exactly as
-// far as the schedule allows. Replicas meet at ALLREDUCE and leave together.
+// far as the schedule allows. Replicas meet at ALLREDUCE and leave together. Ranks on
+// devices that share cores (ClusterSpec's shared_cores) share them: a compute action's
+// end then depends on what starts beside it, so it is settled when it finishes.
 // Events are processed in time order, so ports serve messages first come, first served.
 #pragma once
 
