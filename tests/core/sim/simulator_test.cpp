@@ -1,4 +1,4 @@
-// The simulator's handling of communication, contention, replicas and scale.
+// The simulator's handling of communication, contention, replicas, shared cores and scale.
 #include "pipetrain/sim/simulator.h"
 
 #include <gtest/gtest.h>
