@@ -246,11 +246,11 @@ std::string howToResume(const std::string& newest) {
 int launch(TrainArgs& a) {
   runtime::checkConfig(a.config, a.nproc);  // the plan against the model and the job
   const int threads = blasThreadsPerRank(a);
-  if (a.nproc > localCores(a)) {
+  if (const int cores = localCores(a); a.nproc > cores) {
     std::printf("note: %d ranks on %d cores share them. Switching between ranks costs CPU time and leaves "
                 "cores idle beyond what the simulator counts: 3 ranks on 2 cores trained slower than 2 "
                 "(docs/profiling.md#predicted-against-measured)\n",
-                a.nproc, localCores(a));
+                a.nproc, cores);
     std::fflush(stdout);
   }
   const bool tty = isatty(STDOUT_FILENO);

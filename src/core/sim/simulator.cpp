@@ -195,8 +195,9 @@ class Simulation {
 
   // Ranks on devices that share cores (ClusterSpec's shared_cores) go onto the group's
   // cores round-robin in rank order, and a core with several ranks runs those that
-  // compute in turn, fairly (processor sharing). A rank alone on its core keeps it, so
-  // plans without oversubscription cost what they did without shared cores.
+  // compute in turn, fairly (processor sharing). A rank alone on its core keeps the
+  // plain path, so plans without oversubscription cost what they did without shared
+  // cores, and only cores with several ranks are watched for finishing jobs.
   void shareCores() {
     core_of_rank_.assign(p_.numRanks(), -1);
     const cluster::ClusterSpec& cluster = c_.cluster();
@@ -207,7 +208,7 @@ class Simulation {
     }
     for (std::size_t g = 0; g < ranks_of.size(); ++g) {
       const int cores = cluster.sharedCores()[g].cores, ranks = static_cast<int>(ranks_of[g].size());
-      for (int core = 0; core < cores && ranks > cores; ++core) {
+      for (int core = 0; core + cores < ranks; ++core) {  // the cores that get two ranks or more
         for (int i = core; i < ranks; i += cores) core_of_rank_[ranks_of[g][i]] = static_cast<int>(cores_.size());
         cores_.push_back({});
       }
@@ -245,25 +246,23 @@ class Simulation {
     return next;
   }
 
-  // Completes the jobs of `core` that end at t (ties together), and lets their ranks go on.
+  // Completes the job of `core` that nextFinish() found due at t, with any that end
+  // with it, and lets their ranks go on.
   void finishShared(int core, double t) {
     Core& c = cores_[core];
     advance(c, t);
-    constexpr double kDone = 1e-12;  // seconds of work: rounding left over by advance()
+    // The due job's remaining work is zero up to rounding, so it is found as the least.
+    double least = c.jobs.front().remaining;
+    for (const Job& j : c.jobs) least = std::min(least, j.remaining);
+    constexpr double kTie = 1e-12;  // seconds of work
     std::vector<Job> done;
     for (auto it = c.jobs.begin(); it != c.jobs.end();)
-      if (it->remaining <= kDone) {
+      if (it->remaining <= least + kTie) {
         done.push_back(*it);
         it = c.jobs.erase(it);
       } else {
         ++it;
       }
-    if (done.empty()) {  // rounding: the earliest job is the one due now
-      auto first = std::min_element(c.jobs.begin(), c.jobs.end(),
-                                    [](const Job& a, const Job& b) { return a.remaining < b.remaining; });
-      done.push_back(*first);
-      c.jobs.erase(first);
-    }
     for (const Job& j : done) {
       computed(j.rank, p_.ranks[j.rank][pos_[j.rank] - 1], j.start, t);
       schedule(j.rank);
