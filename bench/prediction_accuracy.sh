@@ -13,7 +13,11 @@
 # rank's training thread was ready to run but every core was taken (Linux's scheduler
 # statistics, over the whole run): the direct measure of that. "busiest rank's compute
 # ms": the same mini-batch's compute on its busiest rank, to compare schedules of one
-# model and split.
+# model and split. "compute vs profile": that mini-batch's compute over all ranks
+# against the profile's prediction of it (the planner's per-rank compute): the share of
+# the error from the profile that is the layers running at another speed than profiled
+# (this machine's speed drifts; bench/noise_floor.py measures by how much), as opposed to
+# the schedule and communication, which "from measured stages" checks.
 # Configurations alternate within each repeat (this machine's speed drifts); the table
 # gives medians over the repeats, and the measured range.
 # Usage: bench/prediction_accuracy.sh [build-dir] [repeats] [models] [ranks] [schedules]
@@ -98,20 +102,23 @@ for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
         continue
     row = rows.setdefault((model, int(ranks), schedule),
                           {"measured": [], "profile": [], "stages": [], "preempted": [], "busiest": [],
-                           "core_wait": []})
+                           "core_wait": [], "compute_ratio": []})
     row["busiest"].append(busiest_compute_seconds(s["measured_timeline"]))
     row["preempted"].append(preempted_seconds(s["measured_timeline"]))
     row["measured"].append(measured)
     row["core_wait"].append(max(r["core_wait_fraction"] for r in s["ranks"]) * measured)
     row["profile"].append(s["planner"]["chosen"]["iteration_seconds"])
+    measured_compute = sum(end - start for actions in s["measured_timeline"]["ranks"] for _, start, end, *_ in actions)
+    row["compute_ratio"].append(measured_compute / sum(s["planner"]["chosen"]["rank_busy_seconds"]))
     row["stages"].append(samples / s["predicted_throughput"])
 
 print("| model | ranks | schedule | runs | measured ms (range) | from profile ms | error | from measured stages ms | error "
-      "| outlier ms | core wait ms | busiest rank's compute ms |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| outlier ms | core wait ms | busiest rank's compute ms | compute vs profile (range) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 errors = {"profile": [], "stages": []}
 for (model, ranks, schedule), row in sorted(rows.items()):
     m = statistics.median(row["measured"])
+    ratio = row["compute_ratio"]
     cells = []
     for source in ("profile", "stages"):
         p = statistics.median(row[source])
@@ -120,7 +127,8 @@ for (model, ranks, schedule), row in sorted(rows.items()):
     print(f"| {model} | {ranks} | {schedule} | {len(row['measured'])} | {m * 1e3:.1f} "
           f"({min(row['measured']) * 1e3:.1f}-{max(row['measured']) * 1e3:.1f}) | " + " | ".join(cells) +
           f" | {statistics.median(row['preempted']) * 1e3:.1f} | {statistics.median(row['core_wait']) * 1e3:.1f}"
-          f" | {statistics.median(row['busiest']) * 1e3:.1f} |")
+          f" | {statistics.median(row['busiest']) * 1e3:.1f} | {(statistics.median(ratio) - 1) * 100:+.1f}% "
+          f"({(min(ratio) - 1) * 100:+.1f}% to {(max(ratio) - 1) * 100:+.1f}%) |")
 for source, e in errors.items():
     if e:
         within = sum(x <= 0.05 for x in e)

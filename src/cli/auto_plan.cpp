@@ -120,9 +120,14 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   std::fflush(stdout);
   json_io::Json planner = tableToJson(explorationTable(e, 10));
   planner["notes"] = explorationNotes(e);
-  // The profile-based prediction of the plan that runs, for comparison with what it measures.
+  // The profile-based prediction of the plan that runs, for comparison with what it
+  // measures: the whole, and each rank's compute per mini-batch (which tells the machine's
+  // speed while profiling from the schedule's part of an error).
+  json_io::Json busy = json_io::Json::array();
+  for (const sim::RankReport& r : e.best().report.ranks) busy.push_back(r.busy_seconds);
   planner["chosen"] = {{"throughput", e.best().report.throughput},
-                       {"iteration_seconds", e.best().report.iteration_time}};
+                       {"iteration_seconds", e.best().report.iteration_time},
+                       {"rank_busy_seconds", busy}};
   return {chosen, planner};
 }
 
