@@ -52,6 +52,10 @@ def main():
     processes = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     if seconds < 20 or processes < 1:
         sys.exit("usage: noise_floor.py [seconds >= 20] [processes >= 1]")
+    try:
+        import torch  # noqa: F401 (the workers' import, checked once here)
+    except ImportError:
+        sys.exit(f"{sys.executable} has no torch: run it with Debian's python3-torch (/usr/bin/python3)")
     with tempfile.TemporaryDirectory() as tmp:
         paths = [f"{tmp}/{p}.json" for p in range(processes)]
         workers = [subprocess.Popen([sys.executable, __file__, "--worker", str(seconds), p]) for p in paths]
