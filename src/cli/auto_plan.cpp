@@ -4,43 +4,32 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <vector>
 
 #include "launcher.h"
 #include "plan_table.h"
 #include "prediction.h"
 #include "report_pages.h"
+#include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
 namespace {
 
-// The layer times averaged over the profiles `path`, `path.1`, ... (sizes agree), which
-// are then removed but the first, rewritten with the means.
-graph::LayerGraph meanProfile(const std::string& path, int count) {
-  const graph::LayerGraph first = graph::LayerGraph::load(path);
-  std::vector<graph::Layer> layers = first.layers();
-  for (int r = 1; r < count; ++r) {
-    const std::string other = path + "." + std::to_string(r);
-    const graph::LayerGraph g = graph::LayerGraph::load(other);
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      layers[l].forward_seconds += g.layer(l).forward_seconds;
-      layers[l].backward_input_seconds += g.layer(l).backward_input_seconds;
-      layers[l].backward_weight_seconds += g.layer(l).backward_weight_seconds;
-      layers[l].optimizer_seconds += g.layer(l).optimizer_seconds;
-    }
-    std::remove(other.c_str());
+// The profiles `path`, `path.1`, ... of one model, taken in shares (process r timed
+// share r), merged into `path`; the others are removed.
+graph::LayerGraph mergeProfiles(const std::string& path, int count) {
+  std::vector<graph::LayerGraph> graphs;
+  for (int r = 0; r < count; ++r) {
+    const std::string file = r == 0 ? path : path + "." + std::to_string(r);
+    graphs.push_back(graph::LayerGraph::load(file));
+    if (r > 0) std::remove(file.c_str());
   }
-  for (auto& l : layers) {
-    l.forward_seconds /= count;
-    l.backward_input_seconds /= count;
-    l.backward_weight_seconds /= count;
-    l.optimizer_seconds /= count;
-  }
-  graph::LayerGraph mean(layers, first.batchSize(), path);
-  json_io::writeFile(path, mean.toJson());
-  return mean;
+  const graph::LayerGraph merged = plan::mergeProfileShares(graphs);
+  json_io::writeFile(path, merged.toJson());
+  return merged;
 }
 
 }  // namespace
@@ -57,8 +46,11 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   // settings, all at once, so that ranks sharing caches and memory share them while
   // profiled too. (Timed one layer at a time, a layer ran up to 1.5x faster alone than
   // beside another rank; in passes over the model, as now, two ranks' profiles matched
-  // one profiled alone on this 2-core machine: docs/profiling.md.) With more ranks than
-  // the cores run at once, only as many profile as run at once: the profile is then a
+  // one profiled alone on this 2-core machine: docs/profiling.md.) Each process times its
+  // share of the layers (plan/profile_shares.h) with as many micro-batches in flight as
+  // the schedule's rank holds (profile_model.cpp, NOTE(in-flight)), so that it streams a
+  // rank's weights and activations, not the whole model's, through the caches it shares;
+  // and they time together (ProfileRendezvous). With more ranks than the cores run at once, only as many profile as run at once: the profile is then a
   // core's speed, and the cluster says that the ranks share the cores (time-slicing left
   // in the profile would be counted twice; and it lands unevenly: of three profiles on
   // two cores, one took 1.7x as long as the other two, which ran as fast as alone).
@@ -74,10 +66,29 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   int64_t profiled = request.args.microbatch_size;
   if (request.args.batch > 0)
     for (profiled = 1; profiled < 32 && global_batch % (2 * profiled) == 0;) profiled *= 2;
+  // The profiles time together (profiler::ProfileRendezvous), meeting in this directory.
+  const std::string rendezvous = graph_path + ".rendezvous";
+  std::filesystem::remove_all(rendezvous);
+  std::filesystem::create_directories(rendezvous);
+  struct RemoveAfter {
+    const std::string& dir;
+    ~RemoveAfter() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } remove_after{rendezvous};
+  // Micro-batches in flight as the schedule's ranks hold them (1F1B's under auto); with
+  // --batch, at the most micro-batches the planner may choose.
+  const int microbatches = request.args.batch > 0 ? static_cast<int>(std::max<int64_t>(1, global_batch / profiled))
+                                                  : request.args.microbatches;
+  const std::vector<int> in_flight = plan::profileInFlight(request.args.schedule.name, profilers, microbatches);
   std::vector<std::vector<std::string>> profiles;
   for (int r = 0; r < profilers; ++r) {
     std::vector<std::string> argv{"pipetrain", "profile", "--batch", std::to_string(profiled),
                                   "--optimizer", config.optimizer, "--warmup", "3", "--repeats", "5",
+                                  "--share", std::to_string(r) + "/" + std::to_string(profilers),
+                                  "--rendezvous", rendezvous,
+                                  "--in-flight", std::to_string(in_flight[r]),
                                   "--out", r == 0 ? graph_path : graph_path + "." + std::to_string(r)};
     if (config.model_file.empty()) {
       argv.insert(argv.end(), {"--model", config.model});
@@ -92,7 +103,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
               profilers < request.ranks ? " (the ranks then share the cores)" : "");
   std::fflush(stdout);
   runLikeRanks(profiles, request.blas_threads, std::chrono::seconds(request.timeout_seconds));
-  const graph::LayerGraph graph = meanProfile(graph_path, profilers);
+  const graph::LayerGraph graph = mergeProfiles(graph_path, profilers);
 
   const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / request.ranks;
   planner::ExploreOptions o;

@@ -2,7 +2,14 @@
 // as a LayerGraph for `simulate --graph` and the planners (docs/profiling.md).
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
 
 #include "commands.h"
 #include "options.h"
@@ -23,8 +30,68 @@ struct ProfileArgs {
   int64_t batch = 0;
   profiler::ProfileOptions options;
   int threads = 0;  // 0 = leave LibTorch's and BLAS's defaults
+  std::string share;  // "K/P": time share K of P (ProfileOptions::share)
+  std::string rendezvous;  // with --share: the directory the shares' processes meet in
   std::string out;
 };
+
+// The shares' processes meet through files in one directory: `ready.K` once share K is
+// ready to time, `done.K` once it has timed (profiler::ProfileRendezvous).
+class DirectoryRendezvous : public profiler::ProfileRendezvous {
+ public:
+  DirectoryRendezvous(std::string dir, int share, int shares) : dir_(std::move(dir)), share_(share), shares_(shares) {}
+
+  void readyToTime() override {
+    mark("ready");
+    // Every process builds the model and settles its heap first: seconds, not minutes.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (count("ready") < shares_) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error("profile share " + std::to_string(share_) + ": only " + std::to_string(count("ready")) + " of " +
+                    std::to_string(shares_) + " profiles were ready to time after 120 s (" + dir_ + ")");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    timing_since_ = std::chrono::steady_clock::now();
+  }
+  void doneTiming() override { mark("done"); }
+  bool othersTiming() override {
+    if (count("done") >= shares_) return false;
+    if (std::chrono::steady_clock::now() - timing_since_ > std::chrono::minutes(10))
+      throw Error("profile share " + std::to_string(share_) + ": the other profiles were still timing after 10 min (" +
+                  dir_ + ")");
+    return true;
+  }
+
+ private:
+  void mark(const std::string& what) const {
+    const std::string path = dir_ + "/" + what + "." + std::to_string(share_);
+    std::ofstream file(path);
+    if (!file) throw Error("--rendezvous: cannot write " + path);
+  }
+  int count(const std::string& what) const {
+    int n = 0;
+    for (int k = 0; k < shares_; ++k) n += std::filesystem::exists(dir_ + "/" + what + "." + std::to_string(k));
+    return n;
+  }
+
+  std::string dir_;
+  int share_, shares_;
+  std::chrono::steady_clock::time_point timing_since_;
+};
+
+// "K/P" into ProfileOptions::share and shares.
+void parseShare(const std::string& text, profiler::ProfileOptions& o) {
+  const std::size_t slash = text.find('/');
+  try {
+    std::size_t used_k = 0, used_p = 0;
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    o.share = std::stoi(text.substr(0, slash), &used_k);
+    o.shares = std::stoi(text.substr(slash + 1), &used_p);
+    if (used_k != slash || used_p != text.size() - slash - 1) throw std::invalid_argument("trailing text");
+  } catch (const std::exception&) {
+    throw Error("--share must be K/P (share K of P, from 0), not '" + text + "'");
+  }
+}
 
 // OpenBLAS reads OPENBLAS_NUM_THREADS when it loads, before main(); these calls reach it
 // afterwards, when OpenBLAS is the BLAS LibTorch loaded (Debian's libopenblas0-pthread).
@@ -60,6 +127,9 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
               "%d LibTorch intra-op threads, %d BLAS threads\n",
               (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batch), a.options.repeats, a.options.warmup,
               at::get_num_threads(), blasThreads());
+  if (a.options.shares > 1)
+    std::printf("share %d of %d: the other layers' times are left at 0 (their share's profile has them)\n",
+                a.options.share, a.options.shares);
   std::printf("%-14s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", "layer", "kind", "F ms", "I ms", "W ms",
               "W alone", "step ms", "activation", "params", "peak memory");
   double f = 0, i = 0, w = 0, split_w = 0, step = 0;
@@ -86,6 +156,14 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
 int run(ProfileArgs& a) {
   if (a.batch < 1) throw Error("--batch must be at least 1, not " + std::to_string(a.batch));
   if (a.threads < 0) throw Error("--threads must be at least 1");
+  if (!a.share.empty()) parseShare(a.share, a.options);
+  if (!a.rendezvous.empty() && a.share.empty()) throw Error("--rendezvous needs --share K/P");
+  std::optional<DirectoryRendezvous> rendezvous;
+  if (!a.rendezvous.empty()) {
+    if (!std::filesystem::is_directory(a.rendezvous))
+      throw Error("--rendezvous " + a.rendezvous + ": no such directory");
+    a.options.rendezvous = &rendezvous.emplace(a.rendezvous, a.options.share, a.options.shares);
+  }
   const models::ModelConfig config = parseModelOptions(a.model_options);
   profiler::optimizerStateBytes(a.options.optimizer, 0);  // known optimizer?
   checkWritable(a.out, "--out");
@@ -117,6 +195,13 @@ Command addProfileCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--threads", a->threads,
                   "profile as a `train --nproc` rank with this many cores: BLAS threads (LibTorch's pool gets 1)");
+  cmd->add_option("--share", a->share,
+                  "K/P: time only share K of P (from 0), as one of P profiles run at once (`train` does)");
+  cmd->add_option("--in-flight", a->options.in_flight,
+                  "micro-batches held between their forward and backward passes, as a pipeline rank holds them")
+      ->capture_default_str();
+  cmd->add_option("--rendezvous", a->rendezvous,
+                  "DIR: with --share, time together with the other shares' processes, which meet in DIR");
   cmd->add_option("--out", a->out, "the layer graph JSON to write")->required();
   return {cmd, [a, zoo, file] {
             if (!*zoo && !*file) throw Error("profile needs --model NAME or --model-file FILE");

@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::profiler {
@@ -84,6 +85,7 @@ TEST(Profiler, LeavesModesGradientsBuffersAndTheGeneratorAlone) {
   const torch::Tensor drawn = torch::rand({4});
   torch::manual_seed(42);
   EXPECT_TRUE(torch::equal(drawn, torch::rand({4}))) << "profiling drew from the global generator";
+  profileModel(model, 2, {1, 1, "sgd"});  // its steps, at learning rate 0, leave the weights too
 
   EXPECT_EQ(g.size(), 18);
   EXPECT_FALSE(model.layers[0].module.ptr()->is_training());
@@ -154,6 +156,60 @@ TEST(Profiler, RefusesBadArguments) {
   EXPECT_THROW(profileModel(model, 4, {2, 0, "adam"}), Error);
   EXPECT_THROW(profileModel(model, 4, {-1, 1, "adam"}), Error);
   EXPECT_THROW(profileModel(model, 4, {2, 1, "adagrad"}), Error);
+  EXPECT_THROW(profileModel(model, 4, {2, 1, "adam", 2, 2}), Error);
+  EXPECT_THROW(profileModel(model, 4, {2, 1, "adam", -1, 2}), Error);
+  EXPECT_THROW(profileModel(model, 4, {2, 1, "adam", 0, 0}), Error);
+  EXPECT_THROW(profileModel(model, 4, {2, 1, "adam", 0, 1, 0}), Error);
+}
+
+// Counts what the profile asks of its companions, and keeps it running two passes more.
+class CountingRendezvous : public ProfileRendezvous {
+ public:
+  void readyToTime() override { calls += "ready "; }
+  void doneTiming() override { calls += "done "; }
+  bool othersTiming() override {
+    calls += "others ";
+    return ++asked <= 2;
+  }
+  std::string calls;
+  int asked = 0;
+};
+
+TEST(Profiler, SharesTimeTogetherWithSeveralMicrobatchesInFlight) {
+  const models::Model model = smallMlp();
+  CountingRendezvous rendezvous;
+  ProfileOptions o{1, 3, "sgd", 0, 2, 2, &rendezvous};
+  const graph::LayerGraph g = profileModel(model, 8, o);
+  EXPECT_EQ(rendezvous.calls, "ready done others others others ");
+  EXPECT_GT(g.layer(0).forward_seconds, 0);
+  EXPECT_GT(g.layer(1).backwardSeconds(), 0);
+  EXPECT_EQ(g.layer(2).forward_seconds, 0);  // the other share's
+}
+
+TEST(Profiler, SharesTimeTheirOwnLayersAndMergeIntoOneProfile) {
+  const models::Model model = smallMlp();  // 4 layers: three of 128 x 128 (+128), one of 10 x 128 (+10)
+  std::vector<graph::LayerGraph> shares;
+  for (int k = 0; k < 2; ++k) shares.push_back(profileModel(model, 8, {1, 3, "sgd", k, 2}));
+  // Balanced by parameter bytes: layers 0-1 and 2-3.
+  for (int k = 0; k < 2; ++k)
+    for (int l = 0; l < 4; ++l) {
+      SCOPED_TRACE("share " + std::to_string(k) + ", layer " + std::to_string(l));
+      const graph::Layer& layer = shares[k].layer(l);
+      EXPECT_EQ(layer.forward_seconds > 0, l / 2 == k);
+      EXPECT_EQ(layer.optimizer_seconds > 0, l / 2 == k);
+      EXPECT_EQ(layer.param_bytes, 4 * numel(model.layers[l]));  // sizes and memory of every layer
+      EXPECT_GE(layer.peak_memory_bytes, layer.output_bytes);
+    }
+  const graph::LayerGraph merged = plan::mergeProfileShares(shares);
+  for (int l = 0; l < 4; ++l) {
+    EXPECT_EQ(merged.layer(l).forward_seconds, shares[l / 2].layer(l).forward_seconds);
+    EXPECT_EQ(merged.layer(l).splitWeightSeconds(), shares[l / 2].layer(l).splitWeightSeconds());
+    EXPECT_GT(merged.layer(l).backwardSeconds(), 0);
+  }
+  // More processes than layers repeat the shares: every process still profiles.
+  const graph::LayerGraph fifth = profileModel(model, 8, {1, 1, "sgd", 5, 6});
+  EXPECT_GT(fifth.layer(1).forward_seconds, 0);
+  EXPECT_EQ(fifth.layer(0).forward_seconds, 0);
 }
 
 // ----- network ----------------------------------------------------------------------------

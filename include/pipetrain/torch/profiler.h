@@ -6,7 +6,8 @@
 //    of several timed passes over the model in a training step's order, after
 //    warm-up), output, saved-activation, parameter and
 //    optimizer-state bytes, one optimizer step's time, and the allocator's measured peak
-//    per layer.
+//    per layer. With ProfileOptions::shares, only one share of the layers is timed (the
+//    rest are sized but not timed), as one of several processes profiling at once.
 //  - profileNetwork() measures latency and bandwidth between ranks over a Transport;
 //    clusterFromNetwork() turns that into a ClusterSpec.
 //
@@ -28,10 +29,35 @@ namespace pipetrain::profiler {
 
 // ===== Layers ==========================================================================
 
+// Profiles taken at once, one process per rank (ProfileOptions::shares > 1), time
+// together: each waits for the others before its first timed pass and keeps running
+// untimed passes until the others have timed theirs, so that every timed pass runs
+// beside the others' work, as a rank's steps run beside the other ranks'. Without it, a
+// share that settled early or finished first was timed partly alone.
+class ProfileRendezvous {
+ public:
+  virtual ~ProfileRendezvous() = default;
+  virtual void readyToTime() = 0;  // returns once every profile is ready; throws Error after a time-out
+  virtual void doneTiming() = 0;
+  virtual bool othersTiming() = 0;  // throws Error after a time-out
+};
+
 struct ProfileOptions {
   int warmup = 2;                  // untimed passes over the model first; more until one touches no new memory page
   int repeats = 5;                 // timed passes; each layer's median is reported
   std::string optimizer = "adam";  // adam or sgd (momentum): its state per parameter and step time
+  // Times only share `share` of `shares` (plan::profileShares), as one of `shares`
+  // profiles that run at once, one per rank: a profile that holds the whole model streams
+  // a working set the size of the model through the caches, where a pipeline's rank holds
+  // only its stage's (docs/profiling.md, "Profiled as a rank runs"). The other layers' times
+  // are left at 0; their sizes and memory are measured all the same.
+  // plan::mergeProfileShares() joins the shares' graphs.
+  int share = 0;
+  int shares = 1;
+  // Micro-batches whose activations each timed pass holds at once between their forward
+  // and backward passes, as a pipeline rank holds several (profile_model.cpp, NOTE(in-flight)).
+  int in_flight = 1;
+  ProfileRendezvous* rendezvous = nullptr;  // with shares: the other shares' processes
 };
 
 // Profiles every layer of `model` on one batch of `batch` samples, in training mode, on
@@ -44,8 +70,8 @@ struct ProfileOptions {
 // Leaves the model as it was: each layer's train/eval mode, its buffers (batch-norm
 // running statistics) and its parameters' gradients (gradients are taken with
 // torch::autograd::grad and never accumulated into .grad).
-// Throws Error for batch < 1, warmup < 0, repeats < 1, an unknown optimizer, or a model
-// that fails models::checkWiring.
+// Throws Error for batch < 1, warmup < 0, repeats < 1, in_flight < 1, an unknown
+// optimizer, a share outside [0, shares), or a model that fails models::checkWiring.
 graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const ProfileOptions& options = {});
 
 // Optimizer state bytes for `param_bytes` of parameters: "adam" 2x, "sgd" 1x (momentum).

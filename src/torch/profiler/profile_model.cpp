@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include "memory_probe.h"
+#include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
 
@@ -173,16 +174,67 @@ void settle(const Run& run, int warmup) {
 struct Timings {
   double forward = 0, input = 0, weight = 0;
   double split_weight = 0;  // the parameters-only backward after I (graph::Layer::split_weight_seconds)
+  double step = 0;          // the optimizer step and the clearing of gradients (0 without weights)
+};
+
+// The optimizer steps of a training step, on the layers' own weights and gradients: one
+// optimizer per layer with weights (nullptr for the others), the trainer's (Adam, or SGD
+// with momentum), each parameter's gradient lent the running sum its backward passes add
+// into, as autograd adds into .grad. A step's working set is then a rank's: the weights,
+// their gradients and the optimizer state; copies of the weights would add theirs to the
+// passes (the forward and backward passes of the 8x1024 mlp's share timed 5-15% slower
+// beside them). The learning rate is 0: each step reads and writes every weight as
+// training does (x - 0 * y), and leaves it as it was. The destructor gives the
+// parameters their gradients back.
+class LayerSteps {
+ public:
+  LayerSteps(std::vector<LayerRun>& runs, const std::string& optimizer) {
+    for (LayerRun& run : runs) {
+      for (std::size_t k = 0; k < run.params.size(); ++k) {
+        torch::Tensor& p = run.params[k];
+        lent_.emplace_back(p, p.grad());
+        if (!run.grad_sums[k].defined()) run.grad_sums[k] = torch::zeros_like(p);
+        p.mutable_grad() = run.grad_sums[k];
+      }
+      if (run.params.empty())
+        optimizers_.push_back(nullptr);
+      else if (optimizer == "adam")
+        optimizers_.push_back(std::make_unique<torch::optim::Adam>(run.params, torch::optim::AdamOptions(0.0)));
+      else
+        optimizers_.push_back(
+            std::make_unique<torch::optim::SGD>(run.params, torch::optim::SGDOptions(0.0).momentum(0.9)));
+    }
+  }
+  ~LayerSteps() {
+    for (auto& [param, grad] : lent_) param.mutable_grad() = grad;
+  }
+  LayerSteps(const LayerSteps&) = delete;
+  LayerSteps& operator=(const LayerSteps&) = delete;
+
+  bool has(std::size_t layer) const { return optimizers_[layer] != nullptr; }
+  void step(std::size_t layer) {
+    optimizers_[layer]->step();
+    optimizers_[layer]->zero_grad();  // the executor's STEP clears the gradients too
+  }
+
+ private:
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> lent_;  // (parameter, its own gradient)
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers_;
 };
 
 // NOTE(pass-order): layers are timed in the order a training step runs them: every
 // layer's forward pass, then every layer's backward pass from the last layer to the
-// first, `repeats` times; each figure is a median over the passes. Timing one layer over
-// and over kept its weights, gradients and activations in cache, which a step does not:
-// there the whole model's working set streams through between two visits of a layer.
-// On the 8x1024 mlp, one process, a layer repeated in place gave forward 6.9 ms,
-// backward 12.2 ms and step 2.1 ms for the model, and a 1-rank train measured 8.2, 14.6
-// and 5.5 ms (docs/profiling.md has the figures after this change).
+// first, then every layer's optimizer step, `repeats` times; each figure is a median over
+// the passes. Timing one layer over and over kept its weights, gradients and activations
+// in cache, which a step does not: there the whole model's working set streams through
+// between two visits of a layer. On the 8x1024 mlp, one process, a layer repeated in
+// place gave forward 6.9 ms, backward 12.2 ms and step 2.1 ms for the model, and a 1-rank
+// train measured 8.2, 14.6 and 5.5 ms (docs/profiling.md has the figures after this
+// change). The optimizer steps are timed in the same passes, after the backward passes
+// (LayerSteps), and not in passes of their own: between two steps a training step
+// streams the forward and backward passes through the caches. Stepping a share of the
+// 8x1024 mlp in passes of steps alone timed 4.4-5.5 ms a stage where the run measured
+// 6.6-7.4 ms (two ranks, SGD with momentum).
 //
 // NOTE(weight-gradient): W is the median full backward (input and parameters) minus the
 // median input-only backward, clamped at zero, not a parameters-only backward timed on
@@ -197,43 +249,87 @@ struct Timings {
 // re-runs the layer's own operations: that W is timed too, after I, as
 // split_weight_seconds (on the 2-stage gpt, zb-h1 measured 25% slower than 1f1b, and
 // the profile without it predicted zb-h1 29% too fast).
+//
+// NOTE(in-flight): a pipeline's rank holds several micro-batches between their forward
+// and backward passes (1F1B: p - r on rank r), and their activations stream through the
+// caches in between. On the 2-stage gpt, whose activations outweigh its weights, the
+// first stage's share timed with one micro-batch in flight was 5-9% faster than the run
+// (bench/profile_vs_run.sh); `train` gives share K of P the P - K in flight of a P-stage
+// 1F1B pipeline's rank K. GPipe holds all m, more than any profile assumes.
+//
+// NOTE(backward-passes): B, I and W are timed in passes of their own kind, not one after
+// another on the same layer: a whole-backward pass (every forward, then B per layer) and
+// a split pass (every forward, then I per layer, then W per layer, as ZB's deferred W),
+// alternating. Run back to back on one layer, the third of them found the layer's
+// activations and weights in cache where training does not: the 2-stage gpt's first
+// stage ran its B 10-15% slower than the profile said (bench/profile_vs_run.sh).
 std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device& device,
                                 const ProfileOptions& o) {
   const std::size_t n = runs.size();
-  std::vector<std::vector<double>> forward(n), input(n), split_weight(n), full(n);
-  const auto pass = [&](bool timed) {
-    std::vector<torch::Tensor> outputs(n);
-    for (std::size_t l = 0; l < n; ++l) {
-      const double f = secondsOf(device, [&] { outputs[l] = runs[l].forward(); });
-      if (timed) forward[l].push_back(f);
-    }
-    for (std::size_t l = n; l-- > 0;) {
-      const torch::Tensor seed = torch::ones_like(outputs[l]);
-      const double i = !runs[l].input_grad ? 0 : secondsOf(device, [&] {
-        runs[l].backward(outputs[l], seed, Wrt::kInputs, /*retain_graph=*/true);
-      });
-      const double w = runs[l].params.empty() ? 0 : secondsOf(device, [&] {
-        runs[l].backwardAccumulating(outputs[l], seed, Wrt::kParams, /*retain_graph=*/true);
-      });
-      const double b = secondsOf(device, [&] {
-        runs[l].backwardAccumulating(outputs[l], seed, Wrt::kInputsAndParams, /*retain_graph=*/false);
-      });
-      outputs[l] = torch::Tensor();  // its graph is spent, as a step's would be
-      if (timed) {
-        input[l].push_back(i);
-        split_weight[l].push_back(w);
-        full[l].push_back(b);
+  LayerSteps steps(runs, o.optimizer);
+  std::vector<std::vector<double>> forward(n), input(n), split_weight(n), full(n), step(n);
+  // A pass of a whole-backward step (`split` false: B per layer) or of a split one (I per
+  // layer, then W per layer), each as training runs it (NOTE(backward-passes)).
+  // Every pass holds o.in_flight micro-batches' activations between their forward and
+  // backward passes (NOTE(in-flight)); they are the same batch, in separate tensors.
+  const std::size_t k = static_cast<std::size_t>(o.in_flight);
+  const auto pass = [&](bool split, bool timed) {
+    std::vector<std::vector<torch::Tensor>> outputs(k, std::vector<torch::Tensor>(n));  // [micro-batch][layer]
+    for (auto& mb : outputs)
+      for (std::size_t l = 0; l < n; ++l) {
+        const double f = secondsOf(device, [&] { mb[l] = runs[l].forward(); });
+        if (timed) forward[l].push_back(f);
       }
+    for (auto& mb : outputs)
+      for (std::size_t l = n; l-- > 0;) {
+        const torch::Tensor seed = torch::ones_like(mb[l]);
+        if (!split) {
+          const double b = secondsOf(device, [&] {
+            runs[l].backwardAccumulating(mb[l], seed, Wrt::kInputsAndParams, /*retain_graph=*/false);
+          });
+          mb[l] = torch::Tensor();  // its graph is spent, as a step's would be
+          if (timed) full[l].push_back(b);
+        } else if (runs[l].input_grad) {
+          const double i = secondsOf(device, [&] {
+            runs[l].backward(mb[l], seed, Wrt::kInputs, /*retain_graph=*/true);
+          });
+          if (timed) input[l].push_back(i);
+        }
+      }
+    for (auto& mb : outputs)
+      for (std::size_t l = n; split && l-- > 0;) {
+        if (!runs[l].params.empty()) {
+          const double w = secondsOf(device, [&] {
+            runs[l].backwardAccumulating(mb[l], torch::ones_like(mb[l]), Wrt::kParams, /*retain_graph=*/false);
+          });
+          if (timed) split_weight[l].push_back(w);
+        }
+        mb[l] = torch::Tensor();
+      }
+    for (std::size_t l = 0; l < n; ++l) {
+      if (!steps.has(l)) continue;
+      const double t = secondsOf(device, [&] { steps.step(l); });
+      if (timed) step[l].push_back(t);
     }
   };
-  settle([&] { pass(false); }, o.warmup);
-  for (int rep = 0; rep < o.repeats; ++rep) pass(true);
+  const auto both = [&](bool timed) {
+    pass(/*split=*/false, timed);
+    pass(/*split=*/true, timed);
+  };
+  settle([&] { both(false); }, o.warmup);
+  if (o.rendezvous) o.rendezvous->readyToTime();
+  for (int rep = 0; rep < o.repeats; ++rep) both(true);
+  if (o.rendezvous) {
+    o.rendezvous->doneTiming();
+    while (o.rendezvous->othersTiming()) both(false);
+  }
   std::vector<Timings> t(n);
   for (std::size_t l = 0; l < n; ++l) {
     t[l].forward = median(forward[l]);
-    t[l].input = median(input[l]);
+    t[l].input = runs[l].input_grad ? median(input[l]) : 0.0;
     t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, median(full[l]) - t[l].input);
-    t[l].split_weight = median(split_weight[l]);
+    t[l].split_weight = runs[l].params.empty() ? 0.0 : median(split_weight[l]);
+    t[l].step = steps.has(l) ? median(step[l]) : 0.0;
   }
   return t;
 }
@@ -263,48 +359,6 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
   return m;
 }
 
-// One optimizer step and the clearing of gradients after it, as the executor's STEP does,
-// per layer, over copies of the layers' weights (the model's own stay as they are), with
-// the trainer's optimizers (Adam, or SGD with momentum). Layer after layer in each timed
-// pass, as a step visits them (NOTE(pass-order)); the median of `repeats` passes after
-// settling. Elementwise work over every weight, so a real share of the step time for
-// weight-heavy layers on a CPU.
-std::vector<double> timeOptimizerSteps(const std::vector<LayerRun>& runs, const torch::Device& device,
-                                       const ProfileOptions& o) {
-  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
-  for (const LayerRun& run : runs) {
-    std::vector<torch::Tensor> copies;
-    for (const torch::Tensor& p : run.params) {
-      torch::Tensor c = p.detach().clone().requires_grad_(true);
-      c.mutable_grad() = torch::full_like(c, 1e-3);
-      copies.push_back(c);
-    }
-    if (copies.empty())
-      optimizers.push_back(nullptr);
-    else if (o.optimizer == "adam")
-      optimizers.push_back(std::make_unique<torch::optim::Adam>(copies, torch::optim::AdamOptions(1e-3)));
-    else
-      optimizers.push_back(
-          std::make_unique<torch::optim::SGD>(copies, torch::optim::SGDOptions(1e-3).momentum(0.9)));
-  }
-  std::vector<std::vector<double>> times(runs.size());
-  const auto pass = [&](bool timed) {
-    for (std::size_t l = 0; l < runs.size(); ++l) {
-      if (!optimizers[l]) continue;
-      const double t = secondsOf(device, [&] {
-        optimizers[l]->step();
-        optimizers[l]->zero_grad();  // the executor's STEP clears the gradients too
-      });
-      if (timed) times[l].push_back(t);
-    }
-  };
-  settle([&] { pass(false); }, o.warmup);
-  for (int rep = 0; rep < o.repeats; ++rep) pass(true);
-  std::vector<double> medians;
-  for (const auto& t : times) medians.push_back(median(t));  // 0 for a layer without weights
-  return medians;
-}
-
 }  // namespace
 
 int64_t optimizerStateBytes(const std::string& optimizer, int64_t param_bytes) {
@@ -317,6 +371,11 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   if (batch < 1) throw Error("profile: the batch size must be at least 1, not " + std::to_string(batch));
   if (o.warmup < 0) throw Error("profile: warm-up runs must be 0 or more, not " + std::to_string(o.warmup));
   if (o.repeats < 1) throw Error("profile: repeats must be at least 1, not " + std::to_string(o.repeats));
+  if (o.in_flight < 1)
+    throw Error("profile: micro-batches in flight must be at least 1, not " + std::to_string(o.in_flight));
+  if (o.shares < 1 || o.share < 0 || o.share >= o.shares)
+    throw Error("profile: share " + std::to_string(o.share) + " of " + std::to_string(o.shares) +
+                " does not exist (shares are numbered from 0)");
   optimizerStateBytes(o.optimizer, 0);  // an unknown optimizer fails before any work
 
   models::checkWiring(model);
@@ -361,8 +420,15 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   }
   values.clear();
 
-  const std::vector<Timings> times = timeLayers(runs, device, o);
-  const std::vector<double> step_seconds = timeOptimizerSteps(runs, device, o);
+  // Only this process's share of the layers is timed (ProfileOptions::share); the others
+  // are not touched while it is, so they stay out of the working set.
+  std::vector<int64_t> param_bytes;
+  for (const models::Layer& layer : model.layers) param_bytes.push_back(models::parameterBytes(layer));
+  const std::vector<int> bounds = plan::profileShares(param_bytes, o.shares);
+  const int share = plan::shareOfProcess(o.share, static_cast<int>(bounds.size()) - 1);
+  const int first = bounds[share], end = bounds[share + 1];
+  std::vector<LayerRun> timed(runs.begin() + first, runs.begin() + end);
+  const std::vector<Timings> times = timeLayers(timed, device, o);
   std::vector<graph::Layer> nodes;
   for (int l = 0; l < n; ++l) {
     const models::Layer& layer = model.layers[l];
@@ -371,15 +437,18 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     node.name = layer.name;
     node.kind = layer.kind;
     node.inputs = models::graphInputs(model, l);
-    node.forward_seconds = times[l].forward;
-    node.backward_input_seconds = times[l].input;
-    node.backward_weight_seconds = times[l].weight;
-    node.split_weight_seconds = times[l].split_weight;
+    if (l >= first && l < end) {
+      const Timings& t = times[l - first];
+      node.forward_seconds = t.forward;
+      node.backward_input_seconds = t.input;
+      node.backward_weight_seconds = t.weight;
+      node.split_weight_seconds = t.split_weight;
+      node.optimizer_seconds = t.step;
+    }
     node.output_bytes = output_bytes[l];
     node.saved_activation_bytes = m.saved >= 0 ? m.saved : node.output_bytes;
     node.param_bytes = models::parameterBytes(layer);
     node.optimizer_state_bytes = optimizerStateBytes(o.optimizer, node.param_bytes);
-    node.optimizer_seconds = step_seconds[l];
     node.peak_memory_bytes = m.peak;
     nodes.push_back(std::move(node));
   }

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The profile against the run, per stage and kind of action: how `pipetrain profile`'s
+# per-layer times, summed over a stage, compare with the medians a 2-rank training run of
+# that stage measures for its F, B and STEP actions. Two ways of profiling are set side
+# by side, each as two processes at once (as `train` profiles for two ranks):
+#   whole  every process times the whole model (what `train` did before shares);
+#   share  process K times share K of 2 with 2 - K micro-batches in flight, timing
+#          together (`--share K/2 --in-flight 2-K --rendezvous DIR`, what `train` does).
+# The plan is the one `train` chooses for the model on 2 ranks (SCHEDULE, default 1f1b, no
+# replication);
+# the profiles and the run alternate, REPEATS rounds, so that the machine's drift falls
+# on all three alike. Prints, per stage and action kind, the run's median over the rounds
+# and each profile's median error against it (predicted / measured - 1), and the
+# stage's whole mini-batch (m F + m B + STEP).
+# Usage: bench/profile_vs_run.sh [build-dir] [repeats] [model] [schedule]
+#   model: mlp, gpt or fmnist-cnn; schedule: gpipe, 1f1b, zb-h1, ...
+set -euo pipefail
+build=${1:-build}
+repeats=${2:-5}
+model=${3:-mlp}
+schedule=${4:-1f1b}
+bin="$build/pipetrain"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+case "$model" in
+  mlp) args=(--model mlp --model-option layers=8 --model-option width=1024 --model-option input=1024) data=synthetic ;;
+  gpt) args=(--model gpt --model-option layers=6 --model-option width=128 --model-option heads=4
+             --model-option context=32) data=fortunes ;;
+  fmnist-cnn) args=(--model fmnist-cnn) data=fashion-mnist ;;
+  *) echo "unknown model $model (mlp, gpt or fmnist-cnn)" >&2; exit 2 ;;
+esac
+train=(--dataset "$data" --epochs 1 --max-steps 16 --no-eval --optimizer sgd --lr 0.01 --nproc 2)
+
+"$bin" train "${args[@]}" "${train[@]}" --microbatches 8 --microbatch-size 32 --no-replication \
+  --schedule "$schedule" --max-steps 1 --plan-out "$out/plan.json" >"$out/plan.log" 2>&1 || { cat "$out/plan.log" >&2; exit 1; }
+profile() {  # profile NAME [--share]: two processes at once
+  for r in 0 1; do
+    share=()
+    [ "${2:-}" = --share ] && mkdir -p "$out/$1.rendezvous" && share=(--share "$r/2" --rendezvous "$out/$1.rendezvous" --in-flight $((2 - r)))
+    "$bin" profile "${args[@]}" --batch 32 --optimizer sgd --warmup 3 --repeats 5 --threads 1 "${share[@]}" \
+      --out "$out/$1.$r.json" >"$out/$1.$r.log" 2>&1 &
+  done
+  wait
+}
+for ((round = 0; round < repeats; ++round)); do
+  profile "whole.$round"
+  profile "share.$round" --share
+  "$bin" train "${args[@]}" "${train[@]}" --plan "$out/plan.json" --summary-json "$out/run.$round.json" \
+    >"$out/run.$round.log" 2>&1 || { cat "$out/run.$round.log" >&2; exit 1; }
+done
+
+/usr/bin/python3 - "$out" "$repeats" "$model" "$schedule" <<'EOF'
+import json, statistics, sys
+out, repeats, model, schedule = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+plan = json.load(open(f"{out}/plan.json"))
+stages = [s["layers"] for s in plan["stages"]]
+m = plan["microbatches"]
+KINDS = ("F", "B", "STEP")
+
+def layers(path):
+    return {l["name"]: l for l in json.load(open(path))["layers"]}
+
+def stage_sums(profile, names):  # ms per kind; a field at its default is not written
+    def total(*fields):
+        return sum(profile[n].get(f, 0) for n in names for f in fields) * 1e3
+    return {"F": total("forward_seconds"), "B": total("backward_input_seconds", "backward_weight_seconds"),
+            "STEP": total("optimizer_seconds")}
+
+def with_minibatch(t):
+    return dict(t, **{"mini-batch": m * t["F"] + m * t["B"] + t["STEP"]})
+
+measured, errors = {}, {"whole": {}, "share": {}}
+for r in range(repeats):
+    run = json.load(open(f"{out}/run.{r}.json"))
+    for s, actions in enumerate(run["measured_timeline"]["ranks"]):
+        kinds = {}
+        for name, start, end, *_ in actions:
+            kind = "STEP" if "STEP" in name else name.lstrip("0123456789")[:1]
+            kinds.setdefault(kind, []).append((end - start) * 1e3)
+        median = {k: statistics.median(v) for k, v in kinds.items()}
+        if "B" not in median:  # a split schedule: I and W make the backward pass
+            median["B"] = median["I"] + median["W"]
+        got = with_minibatch({k: median[k] for k in KINDS})
+        for k, v in got.items():
+            measured.setdefault((s, k), []).append(v)
+        for way in errors:
+            profiles = [layers(f"{out}/{way}.{r}.{p}.json") for p in (0, 1)]
+            # whole: the two processes' mean; share: their sum, since each layer's times are
+            # in the profile that timed it and 0 in the other
+            sums = [stage_sums(p, stages[s]) for p in profiles]
+            predicted = {k: (sums[0][k] + sums[1][k]) / (2 if way == "whole" else 1) for k in KINDS}
+            for k, v in with_minibatch(predicted).items():
+                errors[way].setdefault((s, k), []).append(v / got[k] - 1)
+
+print(f"{model}, 2 ranks, {schedule}, {m} micro-batches of 32; stages "
+      + " | ".join(f"{s[0]}..{s[-1]}" for s in stages) + f"; medians of {repeats} alternating rounds")
+print("| stage | action | measured ms | whole-model profiles | profiles in shares |")
+print("|---|---|---|---|---|")
+for (s, k), values in sorted(measured.items(), key=lambda item: (item[0][0], ["F", "B", "STEP", "mini-batch"].index(item[0][1]))):
+    cells = [f"{statistics.median(errors[w][(s, k)]) * 100:+.1f}%" for w in ("whole", "share")]
+    print(f"| {s} | {k} | {statistics.median(values):.2f} | " + " | ".join(cells) + " |")
+EOF

@@ -1,0 +1,71 @@
+#include "pipetrain/plan/profile_shares.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "pipetrain/plan/partition.h"
+#include "pipetrain/schedule/program_memory.h"
+#include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::plan {
+
+std::vector<int> profileShares(const std::vector<int64_t>& param_bytes, int parts) {
+  // A byte more per layer, so that layers without parameters still weigh something.
+  std::vector<double> costs;
+  for (int64_t b : param_bytes) costs.push_back(static_cast<double>(b) + 1);
+  return balancedChainSplit(costs, std::min(parts, static_cast<int>(costs.size())));
+}
+
+std::vector<int> profileInFlight(const std::string& schedule, int parts, int microbatches) {
+  std::vector<int> in_flight;
+  for (int k = 0; k < parts; ++k)  // 1F1B's
+    in_flight.push_back(std::clamp(std::min(parts - k, microbatches), 1, kMaxProfiledInFlight));
+  if (schedule.empty() || schedule == "auto") return in_flight;
+  schedule::ScheduleSpec spec;
+  spec.name = schedule;
+  spec.microbatches = microbatches;
+  std::vector<schedule::RankFootprint> footprint;
+  try {
+    const int stages = parts * schedule::stagesPerRank(schedule::traits(schedule), 1);  // a V: two per rank
+    footprint = schedule::accountMemory(schedule::generate(spec, schedule::chainDag(stages)));
+  } catch (const Error&) {
+    return in_flight;  // an unknown schedule, or too few micro-batches for it
+  }
+  for (int k = 0; k < parts && k < static_cast<int>(footprint.size()); ++k)
+    in_flight[k] = std::clamp(static_cast<int>(std::ceil(footprint[k].peak_activations - 1e-9)), 1,
+                              kMaxProfiledInFlight);
+  return in_flight;
+}
+
+graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graphs) {
+  if (graphs.empty()) throw Error("merging profile shares: no profiles");
+  const graph::LayerGraph& first = graphs.front();
+  std::vector<int64_t> param_bytes;
+  for (const graph::Layer& l : first.layers()) param_bytes.push_back(l.param_bytes);
+  for (std::size_t g = 1; g < graphs.size(); ++g) {
+    const std::string which = "merging profile shares: profile " + std::to_string(g);
+    if (graphs[g].batchSize() != first.batchSize() || graphs[g].size() != first.size())
+      throw Error(which + " is of another batch size or layer count than profile 0");
+    for (int l = 0; l < first.size(); ++l)
+      if (graphs[g].layer(l).name != first.layer(l).name || graphs[g].layer(l).param_bytes != param_bytes[l])
+        throw Error(which + ": layer " + std::to_string(l) + " is '" + graphs[g].layer(l).name + "', not '" +
+                    first.layer(l).name + "' of the same size as in profile 0");
+  }
+  const std::vector<int> bounds = profileShares(param_bytes, static_cast<int>(graphs.size()));
+  std::vector<graph::Layer> layers = first.layers();
+  for (std::size_t share = 0; share + 1 < bounds.size(); ++share)
+    for (int l = bounds[share]; l < bounds[share + 1]; ++l) {
+      const graph::Layer& timed = graphs[share].layer(l);
+      layers[l].forward_seconds = timed.forward_seconds;
+      layers[l].backward_input_seconds = timed.backward_input_seconds;
+      layers[l].backward_weight_seconds = timed.backward_weight_seconds;
+      layers[l].split_weight_seconds = timed.split_weight_seconds;
+      layers[l].optimizer_seconds = timed.optimizer_seconds;
+    }
+  return graph::LayerGraph(std::move(layers), first.batchSize(), "profile in shares");
+}
+
+}  // namespace pipetrain::plan

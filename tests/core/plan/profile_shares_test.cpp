@@ -1,0 +1,83 @@
+// Profiles taken in shares: which layers each concurrent profile times, and the merge of
+// their graphs (each layer's times from the profile that timed it).
+#include "pipetrain/plan/profile_shares.h"
+
+#include <gtest/gtest.h>
+
+#include "../expect_error.h"
+
+namespace pipetrain::plan {
+namespace {
+
+// A chain whose layer l has `bytes[l]` of parameters and, in profile `timer`, times
+// that say which profile it came from: forward = timer + 1 for every layer.
+graph::LayerGraph chainProfile(const std::vector<int64_t>& bytes, int timer) {
+  std::vector<graph::Layer> layers;
+  for (std::size_t l = 0; l < bytes.size(); ++l) {
+    graph::Layer layer;
+    layer.name = "l" + std::to_string(l);
+    if (l > 0) layer.inputs = {"l" + std::to_string(l - 1)};
+    layer.param_bytes = bytes[l];
+    layer.forward_seconds = timer + 1;
+    layer.backward_input_seconds = 10 * (timer + 1);
+    layer.backward_weight_seconds = 100 * (timer + 1);
+    layer.split_weight_seconds = 1000 * (timer + 1);
+    layer.optimizer_seconds = 0.5 * (timer + 1);
+    layer.output_bytes = 64;
+    layers.push_back(layer);
+  }
+  return graph::LayerGraph(layers, 32);
+}
+
+TEST(ProfileShares, BalanceParameterBytes) {
+  EXPECT_EQ(profileShares({4, 4, 4, 4, 0}, 2), (std::vector<int>{0, 2, 5}));
+  EXPECT_EQ(profileShares({100, 1, 1, 1}, 2), (std::vector<int>{0, 1, 4}));  // bytes, not layer counts
+  // Layers without parameters still count, so shares stay contiguous and non-empty.
+  EXPECT_EQ(profileShares({0, 0, 0, 0}, 2), (std::vector<int>{0, 2, 4}));
+  // Never more shares than layers.
+  EXPECT_EQ(profileShares({5, 5}, 4), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(shareOfProcess(3, 2), 1);
+}
+
+TEST(ProfileShares, HoldAsManyMicrobatchesInFlightAsTheSchedulesRanks) {
+  EXPECT_EQ(profileInFlight("1f1b", 2, 8), (std::vector<int>{2, 1}));
+  EXPECT_EQ(profileInFlight("auto", 3, 8), (std::vector<int>{3, 2, 1}));  // not chosen yet: 1F1B's
+  EXPECT_EQ(profileInFlight("gpipe", 2, 6), (std::vector<int>{6, 6}));
+  EXPECT_EQ(profileInFlight("gpipe", 2, 64), (std::vector<int>{kMaxProfiledInFlight, kMaxProfiledInFlight}));
+  EXPECT_EQ(profileInFlight("zb-h1", 2, 8), (std::vector<int>{2, 2}));  // the last rank defers its W
+  EXPECT_EQ(profileInFlight("1f1b", 4, 2), (std::vector<int>{2, 2, 2, 1}));  // never more than m
+  EXPECT_EQ(profileInFlight("2bw", 3, 2), (std::vector<int>{2, 2, 1}));  // m < p does not fit 2bw: 1F1B's
+  const std::vector<int> v = profileInFlight("zb-v", 2, 8);  // two stages per rank, both counted
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_GE(v[0], 2);
+}
+
+TEST(ProfileShares, MergeTakesEachLayerFromTheProfileThatTimedIt) {
+  const std::vector<int64_t> bytes = {4, 4, 4, 4, 0};
+  const graph::LayerGraph merged = mergeProfileShares({chainProfile(bytes, 0), chainProfile(bytes, 1)});
+  ASSERT_EQ(merged.size(), 5);
+  for (int l = 0; l < 5; ++l) {
+    const double timer = l < 2 ? 1 : 2;
+    EXPECT_EQ(merged.layer(l).forward_seconds, timer);
+    EXPECT_EQ(merged.layer(l).backward_input_seconds, 10 * timer);
+    EXPECT_EQ(merged.layer(l).backward_weight_seconds, 100 * timer);
+    EXPECT_EQ(merged.layer(l).split_weight_seconds, 1000 * timer);
+    EXPECT_EQ(merged.layer(l).optimizer_seconds, 0.5 * timer);
+    EXPECT_EQ(merged.layer(l).param_bytes, bytes[l]);
+  }
+  EXPECT_EQ(merged.batchSize(), 32);
+  // One profile is its own merge.
+  EXPECT_EQ(mergeProfileShares({chainProfile(bytes, 0)}).layer(4).forward_seconds, 1);
+}
+
+TEST(ProfileShares, MergeRefusesProfilesOfAnotherModel) {
+  using testing::expectError;
+  expectError([] { mergeProfileShares({}); }, {"no profiles"});
+  expectError([] { mergeProfileShares({chainProfile({4, 4}, 0), chainProfile({4, 4, 4}, 1)}); },
+              {"profile 1", "layer count"});
+  expectError([] { mergeProfileShares({chainProfile({4, 4}, 0), chainProfile({4, 8}, 1)}); },
+              {"profile 1", "layer 1", "l1"});
+}
+
+}  // namespace
+}  // namespace pipetrain::plan
