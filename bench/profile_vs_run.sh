@@ -4,8 +4,9 @@
 # that stage measures for its F, B and STEP actions. Two ways of profiling are set side
 # by side, each as two processes at once (as `train` profiles for two ranks):
 #   whole  every process times the whole model (what `train` did before shares);
-#   share  process K times share K of 2 with 2 - K micro-batches in flight, timing
-#          together (`--share K/2 --in-flight 2-K --rendezvous DIR`, what `train` does).
+#   share  process K times share K of 2 with the micro-batches in flight that `train`
+#          chose for it, timing together (`--share K/2 --in-flight N --rendezvous DIR`,
+#          what `train` does).
 # The plan is the one `train` chooses for the model on 2 ranks (SCHEDULE, default 1f1b, no
 # replication);
 # the profiles and the run alternate, REPEATS rounds, so that the machine's drift falls
@@ -34,10 +35,14 @@ train=(--dataset "$data" --epochs 1 --max-steps 16 --no-eval --optimizer sgd --l
 
 "$bin" train "${args[@]}" "${train[@]}" --microbatches 8 --microbatch-size 32 --no-replication \
   --schedule "$schedule" --max-steps 1 --plan-out "$out/plan.json" >"$out/plan.log" 2>&1 || { cat "$out/plan.log" >&2; exit 1; }
+# The micro-batches each of train's profiling processes held in flight (its "in flight A,B").
+IFS=, read -r -a in_flight <<<"$(sed -n 's/.*micro-batches in flight \([0-9,]*\).*/\1/p' "$out/plan.log")"
+[ ${#in_flight[@]} -eq 2 ] || { echo "train did not say what its profiles held in flight" >&2; exit 1; }
 profile() {  # profile NAME [--share]: two processes at once
   for r in 0 1; do
     share=()
-    [ "${2:-}" = --share ] && mkdir -p "$out/$1.rendezvous" && share=(--share "$r/2" --rendezvous "$out/$1.rendezvous" --in-flight $((2 - r)))
+    [ "${2:-}" = --share ] && mkdir -p "$out/$1.rendezvous" &&
+      share=(--share "$r/2" --rendezvous "$out/$1.rendezvous" --in-flight "${in_flight[$r]}")
     "$bin" profile "${args[@]}" --batch 32 --optimizer sgd --warmup 3 --repeats 5 --threads 1 "${share[@]}" \
       --out "$out/$1.$r.json" >"$out/$1.$r.log" 2>&1 &
   done
@@ -55,33 +60,34 @@ import json, statistics, sys
 out, repeats, model, schedule = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 plan = json.load(open(f"{out}/plan.json"))
 stages = [s["layers"] for s in plan["stages"]]
+if len(stages) != 2:
+    sys.exit(f"{schedule} puts {len(stages)} stages on 2 ranks: this bench compares one stage per rank")
 m = plan["microbatches"]
-KINDS = ("F", "B", "STEP")
+ORDER = ["F", "B", "I", "W", "STEP", "mini-batch"]
 
 def layers(path):
     return {l["name"]: l for l in json.load(open(path))["layers"]}
 
 def stage_sums(profile, names):  # ms per kind; a field at its default is not written
-    def total(*fields):
-        return sum(profile[n].get(f, 0) for n in names for f in fields) * 1e3
-    return {"F": total("forward_seconds"), "B": total("backward_input_seconds", "backward_weight_seconds"),
-            "STEP": total("optimizer_seconds")}
+    def total(field, default_field=None):
+        return sum(profile[n].get(field, profile[n].get(default_field, 0)) for n in names) * 1e3
+    i = total("backward_input_seconds")
+    return {"F": total("forward_seconds"), "B": i + total("backward_weight_seconds"), "I": i,
+            "W": total("split_weight_seconds", "backward_weight_seconds"), "STEP": total("optimizer_seconds")}
 
-def with_minibatch(t):
-    return dict(t, **{"mini-batch": m * t["F"] + m * t["B"] + t["STEP"]})
+def with_minibatch(t, kinds):  # m of each compute kind, one STEP
+    return dict(t, **{"mini-batch": sum(m * t[k] for k in kinds if k != "STEP") + t["STEP"]})
 
 measured, errors = {}, {"whole": {}, "share": {}}
 for r in range(repeats):
     run = json.load(open(f"{out}/run.{r}.json"))
     for s, actions in enumerate(run["measured_timeline"]["ranks"]):
-        kinds = {}
+        times = {}
         for name, start, end, *_ in actions:
             kind = "STEP" if "STEP" in name else name.lstrip("0123456789")[:1]
-            kinds.setdefault(kind, []).append((end - start) * 1e3)
-        median = {k: statistics.median(v) for k, v in kinds.items()}
-        if "B" not in median:  # a split schedule: I and W make the backward pass
-            median["B"] = median["I"] + median["W"]
-        got = with_minibatch({k: median[k] for k in KINDS})
+            times.setdefault(kind, []).append((end - start) * 1e3)
+        kinds = [k for k in ORDER if k in times]
+        got = with_minibatch({k: statistics.median(times[k]) for k in kinds}, kinds)
         for k, v in got.items():
             measured.setdefault((s, k), []).append(v)
         for way in errors:
@@ -89,15 +95,15 @@ for r in range(repeats):
             # whole: the two processes' mean; share: their sum, since each layer's times are
             # in the profile that timed it and 0 in the other
             sums = [stage_sums(p, stages[s]) for p in profiles]
-            predicted = {k: (sums[0][k] + sums[1][k]) / (2 if way == "whole" else 1) for k in KINDS}
-            for k, v in with_minibatch(predicted).items():
+            predicted = {k: (sums[0][k] + sums[1][k]) / (2 if way == "whole" else 1) for k in kinds}
+            for k, v in with_minibatch(predicted, kinds).items():
                 errors[way].setdefault((s, k), []).append(v / got[k] - 1)
 
 print(f"{model}, 2 ranks, {schedule}, {m} micro-batches of 32; stages "
       + " | ".join(f"{s[0]}..{s[-1]}" for s in stages) + f"; medians of {repeats} alternating rounds")
-print("| stage | action | measured ms | whole-model profiles | profiles in shares |")
+print("| stage | action | measured ms | whole-model profiles | profiles as ranks |")
 print("|---|---|---|---|---|")
-for (s, k), values in sorted(measured.items(), key=lambda item: (item[0][0], ["F", "B", "STEP", "mini-batch"].index(item[0][1]))):
+for (s, k), values in sorted(measured.items(), key=lambda item: (item[0][0], ORDER.index(item[0][1]))):
     cells = [f"{statistics.median(errors[w][(s, k)]) * 100:+.1f}%" for w in ("whole", "share")]
     print(f"| {s} | {k} | {statistics.median(values):.2f} | " + " | ".join(cells) + " |")
 EOF

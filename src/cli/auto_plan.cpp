@@ -98,9 +98,12 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
     for (const auto& o : request.model_options) argv.insert(argv.end(), {"--model-option", o});
     profiles.push_back(std::move(argv));
   }
-  std::printf("profiling %s at micro-batch %lld in %d processes at once, %d BLAS thread(s) each, as the ranks run%s\n",
+  std::string held;
+  for (int r = 0; r < profilers; ++r) held += (r ? "," : "") + std::to_string(in_flight[r]);
+  std::printf("profiling %s at micro-batch %lld in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
+              "a share of the layers each, micro-batches in flight %s\n",
               config.model.c_str(), static_cast<long long>(profiled), profilers, request.blas_threads,
-              profilers < request.ranks ? " (the ranks then share the cores)" : "");
+              profilers < request.ranks ? " (the ranks then share the cores)" : "", held.c_str());
   std::fflush(stdout);
   runLikeRanks(profiles, request.blas_threads, std::chrono::seconds(request.timeout_seconds));
   const graph::LayerGraph graph = mergeProfiles(graph_path, profilers);
