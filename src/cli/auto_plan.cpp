@@ -50,8 +50,9 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   // share of the layers (plan/profile_shares.h) with as many micro-batches in flight as
   // the schedule's rank holds (profile_model.cpp, NOTE(in-flight)), so that it streams a
   // rank's weights and activations, not the whole model's, through the caches it shares;
-  // and they time together (ProfileRendezvous). With more ranks than the cores run at once, only as many profile as run at once: the profile is then a
-  // core's speed, and the cluster says that the ranks share the cores (time-slicing left
+  // and they time together (ProfileRendezvous). With more ranks than the cores run at
+  // once, only as many profile as run at once: the profile is then a core's speed, and
+  // the cluster says that the ranks share the cores (time-slicing left
   // in the profile would be counted twice; and it lands unevenly: of three profiles on
   // two cores, one took 1.7x as long as the other two, which ran as fast as alone).
   // Three warm-up runs per layer at least, then more until the heap has settled

@@ -111,11 +111,18 @@ void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int bla
     }
     pids.push_back(pid);
   }
-  // Waits for all, but a process stopped for `stopped_limit` ends them all: it would
-  // never finish.
-  std::string failure;
+  // Waits for all, but a process that fails, or stays stopped for `stopped_limit`, ends
+  // them all: they work together (profiles time together, profiler::ProfileRendezvous)
+  // and would wait for it.
   std::vector<bool> done(pids.size(), false);
   std::vector<std::chrono::steady_clock::time_point> stopped_since(pids.size());
+  const auto endTheRest = [&] {
+    for (std::size_t k = 0; k < pids.size(); ++k)
+      if (!done[k]) {
+        kill(pids[k], SIGKILL);
+        waitpid(pids[k], nullptr, 0);
+      }
+  };
   std::size_t remaining = pids.size();
   while (remaining > 0) {
     for (std::size_t i = 0; i < pids.size(); ++i) {
@@ -124,8 +131,11 @@ void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int bla
       if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
         done[i] = true;
         --remaining;
-        if ((!WIFEXITED(status) || WEXITSTATUS(status) != 0) && failure.empty())
-          failure = "`" + commands[i][1] + "` (process " + std::to_string(i) + ") " + describe(status);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+          endTheRest();
+          throw Error("`" + commands[i][1] + "` (process " + std::to_string(i) + ") " + describe(status) +
+                      "; ended the others");
+        }
         continue;
       }
       const auto now = std::chrono::steady_clock::now();
@@ -134,11 +144,7 @@ void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int bla
       } else if (stopped_since[i] == std::chrono::steady_clock::time_point{}) {
         stopped_since[i] = now;
       } else if (now - stopped_since[i] > stopped_limit) {
-        for (std::size_t k = 0; k < pids.size(); ++k)
-          if (!done[k]) {
-            kill(pids[k], SIGKILL);
-            waitpid(pids[k], nullptr, 0);
-          }
+        endTheRest();
         throw Error("`" + commands[i][1] + "` (process " + std::to_string(i) + ") has been stopped for over " +
                     std::to_string(std::chrono::duration_cast<std::chrono::seconds>(stopped_limit).count()) +
                     " s; ended them all");
@@ -146,7 +152,6 @@ void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int bla
     }
     if (remaining > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (!failure.empty()) throw Error(failure);
 }
 
 std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int blas_threads_per_rank,

@@ -25,8 +25,8 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
 // Runs each command line (this program's arguments) as a process with the thread
 // settings of a rank that has `blas_threads`, all at once, and waits for them all. Their
 // standard output is discarded.
-// Throws Error if any fails (its messages went to this process's stderr), or if one
-// stays stopped (SIGSTOP) for longer than `stopped_limit` (then all are killed).
+// Throws Error if one fails (its messages went to this process's stderr) or stays
+// stopped (SIGSTOP) for longer than `stopped_limit`; the others are then killed.
 void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int blas_threads,
                   std::chrono::milliseconds stopped_limit);
 
