@@ -32,14 +32,8 @@ bin="$build/pipetrain"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-model_args() {
-  case "$1" in
-    mlp) echo "--model mlp --model-option layers=8 --model-option width=1024 --model-option input=1024 --dataset synthetic" ;;
-    gpt) echo "--model gpt --model-option layers=6 --model-option width=128 --model-option heads=4 --model-option context=32 --dataset fortunes" ;;
-    fmnist-cnn) echo "--model fmnist-cnn --dataset fashion-mnist" ;;
-    *) echo "unknown model $1 (gpt, mlp or fmnist-cnn)" >&2; exit 2 ;;
-  esac
-}
+# shellcheck source=bench/prediction_models.sh
+source "$(dirname "$0")/prediction_models.sh"
 # 16 mini-batches of 8 x 32: the first two (heap growth, first messages) are left out of
 # the median.
 common=(--microbatches 8 --microbatch-size 32 --epochs 1 --max-steps 16 --no-eval --optimizer sgd --lr 0.01
@@ -50,8 +44,8 @@ for ((r = 1; r <= repeats; ++r)); do
     for ranks in $rank_counts; do
       for schedule in $schedules; do
         name="$model.$ranks.$schedule.$r"
-        # shellcheck disable=SC2046
-        if ! "$bin" train $(model_args "$model") "${common[@]}" --nproc "$ranks" --schedule "$schedule" \
+        prediction_model "$model"
+        if ! "$bin" train "${model_args[@]}" --dataset "$model_data" "${common[@]}" --nproc "$ranks" --schedule "$schedule" \
              --summary-json "$out/$name.json" --log-jsonl "$out/$name.jsonl" >"$out/$name.log" 2>&1; then
           echo "failed: $model on $ranks ranks under $schedule (log below)" >&2
           tail -5 "$out/$name.log" >&2

@@ -24,16 +24,12 @@ bin="$build/pipetrain"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-case "$model" in
-  mlp) args=(--model mlp --model-option layers=8 --model-option width=1024 --model-option input=1024) data=synthetic ;;
-  gpt) args=(--model gpt --model-option layers=6 --model-option width=128 --model-option heads=4
-             --model-option context=32) data=fortunes ;;
-  fmnist-cnn) args=(--model fmnist-cnn) data=fashion-mnist ;;
-  *) echo "unknown model $model (mlp, gpt or fmnist-cnn)" >&2; exit 2 ;;
-esac
-train=(--dataset "$data" --epochs 1 --max-steps 16 --no-eval --optimizer sgd --lr 0.01 --nproc 2)
+# shellcheck source=bench/prediction_models.sh
+source "$(dirname "$0")/prediction_models.sh"
+prediction_model "$model"
+train=(--dataset "$model_data" --epochs 1 --max-steps 16 --no-eval --optimizer sgd --lr 0.01 --nproc 2)
 
-"$bin" train "${args[@]}" "${train[@]}" --microbatches 8 --microbatch-size 32 --no-replication \
+"$bin" train "${model_args[@]}" "${train[@]}" --microbatches 8 --microbatch-size 32 --no-replication \
   --schedule "$schedule" --max-steps 1 --plan-out "$out/plan.json" >"$out/plan.log" 2>&1 || { cat "$out/plan.log" >&2; exit 1; }
 # The micro-batches each of train's profiling processes held in flight (its "in flight A,B").
 IFS=, read -r -a in_flight <<<"$(sed -n 's/.*micro-batches in flight \([0-9,]*\).*/\1/p' "$out/plan.log")"
@@ -43,7 +39,7 @@ profile() {  # profile NAME [--share]: two processes at once
     share=()
     [ "${2:-}" = --share ] && mkdir -p "$out/$1.rendezvous" &&
       share=(--share "$r/2" --rendezvous "$out/$1.rendezvous" --in-flight "${in_flight[$r]}")
-    "$bin" profile "${args[@]}" --batch 32 --optimizer sgd --warmup 3 --repeats 5 --threads 1 "${share[@]}" \
+    "$bin" profile "${model_args[@]}" --batch 32 --optimizer sgd --warmup 3 --repeats 5 --threads 1 "${share[@]}" \
       --out "$out/$1.$r.json" >"$out/$1.$r.log" 2>&1 &
   done
   wait
@@ -51,7 +47,7 @@ profile() {  # profile NAME [--share]: two processes at once
 for ((round = 0; round < repeats; ++round)); do
   profile "whole.$round"
   profile "share.$round" --share
-  "$bin" train "${args[@]}" "${train[@]}" --plan "$out/plan.json" --summary-json "$out/run.$round.json" \
+  "$bin" train "${model_args[@]}" "${train[@]}" --plan "$out/plan.json" --summary-json "$out/run.$round.json" \
     >"$out/run.$round.log" 2>&1 || { cat "$out/run.$round.log" >&2; exit 1; }
 done
 
