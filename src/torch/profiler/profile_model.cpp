@@ -254,8 +254,9 @@ class LayerSteps {
 // and backward passes (1F1B: p - r on rank r), and their activations stream through the
 // caches in between. On the 2-stage gpt, whose activations outweigh its weights, the
 // first stage's share timed with one micro-batch in flight was 5-9% faster than the run
-// (bench/profile_vs_run.sh); `train` gives share K of P the P - K in flight of a P-stage
-// 1F1B pipeline's rank K. GPipe holds all m, more than any profile assumes.
+// (bench/profile_vs_run.sh). `train` gives each share what the schedule's rank holds at
+// its peak (plan::profileInFlight): P - K under 1F1B, all m (at most 8) under GPipe, whose
+// fmnist-cnn stages had run 11-19% over a one-in-flight profile.
 //
 // NOTE(backward-passes): B, I and W are timed in passes of their own kind, not one after
 // another on the same layer: a whole-backward pass (every forward, then B per layer) and
