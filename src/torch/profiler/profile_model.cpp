@@ -205,8 +205,8 @@ class LayerSteps {
             std::make_unique<torch::optim::SGD>(run.params, torch::optim::SGDOptions(0.0).momentum(0.9)));
     }
   }
-  ~LayerSteps() {
-    for (auto& [param, grad] : lent_) param.mutable_grad() = grad;
+  ~LayerSteps() {  // last lent first: a parameter two layers share gets its own gradient back
+    for (auto it = lent_.rbegin(); it != lent_.rend(); ++it) it->first.mutable_grad() = it->second;
   }
   LayerSteps(const LayerSteps&) = delete;
   LayerSteps& operator=(const LayerSteps&) = delete;
@@ -297,16 +297,17 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
           if (timed) input[l].push_back(i);
         }
       }
-    for (auto& mb : outputs)
-      for (std::size_t l = n; split && l-- > 0;) {
-        if (!runs[l].params.empty()) {
-          const double w = secondsOf(device, [&] {
-            runs[l].backwardAccumulating(mb[l], torch::ones_like(mb[l]), Wrt::kParams, /*retain_graph=*/false);
-          });
-          if (timed) split_weight[l].push_back(w);
+    if (split)
+      for (auto& mb : outputs)
+        for (std::size_t l = n; l-- > 0;) {
+          if (!runs[l].params.empty()) {
+            const double w = secondsOf(device, [&] {
+              runs[l].backwardAccumulating(mb[l], torch::ones_like(mb[l]), Wrt::kParams, /*retain_graph=*/false);
+            });
+            if (timed) split_weight[l].push_back(w);
+          }
+          mb[l] = torch::Tensor();
         }
-        mb[l] = torch::Tensor();
-      }
     for (std::size_t l = 0; l < n; ++l) {
       if (!steps.has(l)) continue;
       const double t = secondsOf(device, [&] { steps.step(l); });
@@ -324,13 +325,13 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
     o.rendezvous->doneTiming();
     while (o.rendezvous->othersTiming()) both(false);
   }
-  std::vector<Timings> t(n);
+  std::vector<Timings> t(n);  // a part the layer does not have was never timed: its median is 0
   for (std::size_t l = 0; l < n; ++l) {
     t[l].forward = median(forward[l]);
-    t[l].input = runs[l].input_grad ? median(input[l]) : 0.0;
+    t[l].input = median(input[l]);
     t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, median(full[l]) - t[l].input);
-    t[l].split_weight = runs[l].params.empty() ? 0.0 : median(split_weight[l]);
-    t[l].step = steps.has(l) ? median(step[l]) : 0.0;
+    t[l].split_weight = median(split_weight[l]);
+    t[l].step = median(step[l]);
   }
   return t;
 }
@@ -448,7 +449,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     }
     node.output_bytes = output_bytes[l];
     node.saved_activation_bytes = m.saved >= 0 ? m.saved : node.output_bytes;
-    node.param_bytes = models::parameterBytes(layer);
+    node.param_bytes = param_bytes[l];
     node.optimizer_state_bytes = optimizerStateBytes(o.optimizer, node.param_bytes);
     node.peak_memory_bytes = m.peak;
     nodes.push_back(std::move(node));
