@@ -23,7 +23,7 @@ namespace pipetrain::runtime {
 // order of operations brings stays at rounding size, so 1e-5 is a tight bound. Adam
 // divides by sqrt(v) + eps, which turns rounding in a gradient element that cancels to
 // about zero into an update difference of up to lr * rounding / eps (1e5 times larger at
-// lr 1e-3, eps 1e-8); the Adam test below bounds it against the step size instead.
+// lr 1e-3, eps 1e-8); Adam runs are bounded against the step size instead (Discrepancy).
 inline TrainConfig smallConfig(const std::string& model, models::ModelConfig model_config) {
   TrainConfig c;
   c.model = model;
@@ -120,6 +120,19 @@ inline std::vector<torch::Tensor> stageParameters(const TrainConfig& config, con
   return want;
 }
 
+// How far a rank's parameters are from the reference's, and the bound: relative, 1e-5,
+// under SGD; under Adam in units of its step lr, a hundredth (see smallConfig: a wrong
+// weight version or a lost micro-batch moves Adam's weights by a good part of lr, and
+// rounding measured up to 0.6% of lr on the 6-layer mlp).
+struct Discrepancy {
+  double error, bound;
+};
+inline Discrepancy discrepancy(const TrainConfig& config, const std::vector<torch::Tensor>& got,
+                               const std::vector<torch::Tensor>& want) {
+  if (config.optimizer == "adam") return {largestDifference(got, want) / config.lr, 0.01};
+  return {relativeError(got, want), 1e-5};
+}
+
 inline void expectMatchesReference(const TrainConfig& config, bool gloo = false) {
   const int ranks = rankCount(config);
   const std::string& schedule = config.plan.schedule.name;
@@ -133,14 +146,15 @@ inline void expectMatchesReference(const TrainConfig& config, bool gloo = false)
   models::Model reference = trainReference(config);
   double worst = 0;
   for (const RankResult& r : results) {
-    const double error = relativeError(r.parameters, stageParameters(config, reference, r));
-    EXPECT_LT(error, 1e-5) << config.model << " " << schedule << " rank " << r.rank;
-    worst = std::max(worst, error);
+    const Discrepancy d = discrepancy(config, r.parameters, stageParameters(config, reference, r));
+    EXPECT_LT(d.error, d.bound) << config.model << " " << schedule << " rank " << r.rank;
+    worst = std::max(worst, d.error);
   }
   // In --gtest_output's file: the figure behind each pass.
   char figure[32];
   std::snprintf(figure, sizeof figure, "%.2e", worst);
-  ::testing::Test::RecordProperty("max_relative_error_" + schedule, figure);
+  ::testing::Test::RecordProperty((config.optimizer == "adam" ? "max_error_in_steps_" : "max_relative_error_") + schedule,
+                                  figure);
   // Training moved the weights: the comparison is not trivially true.
   models::Model initial = openModel(config);
   const int n = static_cast<int>(initial.layers.size());
