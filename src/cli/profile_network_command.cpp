@@ -45,6 +45,10 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
                 device(m.peer).c_str(), micros(m.latency_seconds).c_str());
     for (std::size_t i = 0; i < p.sizes.size(); ++i)
       std::printf("%s %s %s", i ? "," : "", text::humanBytes(p.sizes[i]).c_str(), rate(m.bandwidth[i]).c_str());
+    std::printf("; host CPU per message %s, more for", micros(m.overhead_seconds).c_str());
+    for (std::size_t i = 0; i < p.sizes.size(); ++i)
+      std::printf("%s %s %s", i ? "," : "", text::humanBytes(p.sizes[i]).c_str(),
+                  micros(m.message_cpu_seconds[i]).c_str());
     std::printf("\n");
   }
   std::printf("cluster: %d devices of %s each;", c.size(), text::humanBytes(c.device(0).memory_bytes).c_str());

@@ -10,6 +10,13 @@
 // of one level-(L-1) group share one port (per direction), the way GPUs of a node share
 // the node's NIC. An explicit link is one port per direction.
 //
+// Host cost: a message can also cost the host's CPU at both ends (the process that sends
+// it and the one that receives it), time those processes cannot compute in: a fixed
+// overhead per message and, where the host copies the bytes itself (TCP, loopback), a
+// copy rate. Gloo over loopback on a 2-core VM: about 40-60 us and 3-5 GB/s per side
+// (`pipetrain profile-network` measures both). Left out, messages cost no host time
+// (a NIC or GPU moving the bytes on its own).
+//
 // Shared cores: devices that are processes on one host's CPU cores (more ranks than
 // cores) compete for them. A plan's devices in one group go onto its cores round-robin,
 // in rank order, and a core runs the devices on it that compute in turn, each at an
@@ -19,8 +26,10 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "pipetrain/util/json_io.h"
@@ -34,17 +43,35 @@ struct Device {
   int64_t memory_bytes = 0;
 };
 
+// What a message costs the CPU of each of its two ends (see above).
+struct HostCost {
+  double overhead = 0;         // seconds per message
+  double copy_bandwidth = std::numeric_limits<double>::infinity();  // bytes/s; inf: no copy
+  double seconds(double bytes) const { return overhead + bytes / copy_bandwidth; }
+  bool free() const { return overhead == 0 && copy_bandwidth == std::numeric_limits<double>::infinity(); }
+};
+
 struct Level {
+  Level() = default;
+  Level(std::string name, int group_size, double bandwidth, double latency, HostCost host = {})
+      : name(std::move(name)), group_size(group_size), bandwidth(bandwidth), latency(latency), host(host) {}
+
   std::string name;            // "node", "rack", ...
   int group_size = 1;          // devices per group at this level (cumulative)
   double bandwidth = 0;        // bytes per second, per direction
   double latency = 0;          // seconds
+  HostCost host;
 };
 
 struct Link {
+  Link() = default;
+  Link(std::string a, std::string b, double bandwidth, double latency, HostCost host = {})
+      : a(std::move(a)), b(std::move(b)), bandwidth(bandwidth), latency(latency), host(host) {}
+
   std::string a, b;            // device names; the link is full duplex
   double bandwidth = 0;
   double latency = 0;
+  HostCost host;
 };
 
 // Devices that share `cores` cores (see above); a device is in at most one group.
@@ -55,10 +82,15 @@ struct SharedCores {
 
 // What one transfer between two devices uses.
 struct Route {
+  Route() = default;
+  Route(double bandwidth, double latency, int send_port, int recv_port, HostCost host = {})
+      : bandwidth(bandwidth), latency(latency), send_port(send_port), recv_port(recv_port), host(host) {}
+
   double bandwidth = 0;        // bytes/s; infinity for a device talking to itself
   double latency = 0;
   int send_port = -1;          // contention resources; -1 = none (same device)
   int recv_port = -1;
+  HostCost host;               // free for a device talking to itself
 };
 
 class ClusterSpec {

@@ -50,10 +50,13 @@ class CostModel {
   int deviceOfRank(int rank) const { return rank_device_[rank]; }
   const StageCosts& stage(int s) const { return stages_[s]; }
 
-  // F, B, I, W and STEP on `rank`; communication costs no compute time.
+  // F, B, I, W and STEP on `rank`.
   double computeSeconds(const schedule::Action& action, int rank) const;
-  // Bytes of the message a SEND_F or SEND_B action puts on the wire.
-  double messageBytes(const schedule::Action& send) const;
+  // Bytes of the message a SEND_F, SEND_B, RECV_F or RECV_B action moves.
+  double messageBytes(const schedule::Action& message) const;
+  // CPU seconds that such an action takes from `rank`, talking to `peer_rank`: the
+  // route's host cost (cluster_spec.h), zero where the cluster gives none.
+  double hostSeconds(const schedule::Action& message, int rank, int peer_rank) const;
   cluster::Route route(int from_rank, int to_rank) const;
   // Ring all-reduce of stage s's gradients over its replicas.
   double allreduceSeconds(int stage) const;

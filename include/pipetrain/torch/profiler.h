@@ -103,6 +103,11 @@ struct PairMeasurement {
   int peer = 0;
   double latency_seconds = 0;      // half the median round trip of a small message
   std::vector<double> bandwidth;   // bytes/s per NetworkOptions::sizes entry
+  // Host CPU time a message costs each side (both processes' threads, the transport's
+  // own included): a small message's, and per NetworkOptions::sizes entry, one of that
+  // size's beyond a small one's.
+  double overhead_seconds = 0;
+  std::vector<double> message_cpu_seconds;
 };
 
 struct NetworkProfile {

@@ -22,6 +22,21 @@ double readBandwidth(const json_io::JsonCursor& c) {
 
 json_io::Json writeBandwidth(double b) { return std::isinf(b) ? json_io::Json("inf") : json_io::Json(b); }
 
+// A level's or link's optional "host_overhead" and "host_copy_bandwidth".
+HostCost readHostCost(const json_io::JsonCursor& c) {
+  HostCost h;
+  if (c.has("host_overhead")) h.overhead = c.field("host_overhead").asSeconds();
+  if (c.has("host_copy_bandwidth")) h.copy_bandwidth = readBandwidth(c.field("host_copy_bandwidth"));
+  return h;
+}
+
+// Written only where messages cost the host something, so older files read back as written.
+void writeHostCost(const HostCost& h, json_io::Json& j) {
+  if (h.free()) return;
+  j["host_overhead"] = h.overhead;
+  j["host_copy_bandwidth"] = writeBandwidth(h.copy_bandwidth);
+}
+
 // One entry of "devices": a device, or {"count": N, "name_prefix": P, ...} standing for
 // devices P0..P{N-1} with the same kind, speed and memory.
 void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
@@ -48,19 +63,20 @@ void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
 }
 
 Level readLevel(const json_io::JsonCursor& c) {
-  c.allowOnly({"name", "group_size", "bandwidth", "latency"});
+  c.allowOnly({"name", "group_size", "bandwidth", "latency", "host_overhead", "host_copy_bandwidth"});
   Level l;
   l.name = c.field("name").asString();
   l.group_size = static_cast<int>(c.field("group_size").asIntIn(1, limits::kMaxDevices));
   l.bandwidth = readBandwidth(c.field("bandwidth"));
   l.latency = c.field("latency").asSeconds();
+  l.host = readHostCost(c);
   return l;
 }
 
 Link readLink(const json_io::JsonCursor& c) {
-  c.allowOnly({"a", "b", "bandwidth", "latency"});
+  c.allowOnly({"a", "b", "bandwidth", "latency", "host_overhead", "host_copy_bandwidth"});
   return Link{c.field("a").asString(), c.field("b").asString(), readBandwidth(c.field("bandwidth")),
-              c.field("latency").asSeconds()};
+              c.field("latency").asSeconds(), readHostCost(c)};
 }
 
 SharedCores readSharedCores(const json_io::JsonCursor& c) {
@@ -98,13 +114,19 @@ json_io::Json ClusterSpec::toJson() const {
   json_io::Json devices = json_io::Json::array(), levels = json_io::Json::array(), links = json_io::Json::array();
   for (const Device& d : devices_)
     devices.push_back({{"name", d.name}, {"kind", d.kind}, {"speed", d.speed}, {"memory_bytes", d.memory_bytes}});
-  for (const Level& l : levels_)
-    levels.push_back({{"name", l.name},
-                      {"group_size", l.group_size},
-                      {"bandwidth", writeBandwidth(l.bandwidth)},
-                      {"latency", l.latency}});
-  for (const Link& k : links_)
-    links.push_back({{"a", k.a}, {"b", k.b}, {"bandwidth", writeBandwidth(k.bandwidth)}, {"latency", k.latency}});
+  for (const Level& l : levels_) {
+    json_io::Json level = {{"name", l.name},
+                           {"group_size", l.group_size},
+                           {"bandwidth", writeBandwidth(l.bandwidth)},
+                           {"latency", l.latency}};
+    writeHostCost(l.host, level);
+    levels.push_back(std::move(level));
+  }
+  for (const Link& k : links_) {
+    json_io::Json link = {{"a", k.a}, {"b", k.b}, {"bandwidth", writeBandwidth(k.bandwidth)}, {"latency", k.latency}};
+    writeHostCost(k.host, link);
+    links.push_back(std::move(link));
+  }
   j["devices"] = std::move(devices);
   j["levels"] = std::move(levels);
   j["links"] = std::move(links);

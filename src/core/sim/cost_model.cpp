@@ -63,15 +63,21 @@ double CostModel::computeSeconds(const schedule::Action& a, int rank) const {
   return t / cluster_.device(rank_device_[rank]).speed;
 }
 
-double CostModel::messageBytes(const schedule::Action& send) const {
-  // A gradient flowing back over an edge has the size of the activation that crossed it.
-  const bool forward = send.type == schedule::ActionType::SEND_F;
-  const int from = forward ? send.stage : send.peer_stage;
-  const int to = forward ? send.peer_stage : send.stage;
+double CostModel::messageBytes(const schedule::Action& message) const {
+  // The edge the message crosses, producer to consumer; a gradient flowing back has the
+  // size of the activation that crossed it.
+  using schedule::ActionType;
+  const bool own_stage_produced = message.type == ActionType::SEND_F || message.type == ActionType::RECV_B;
+  const int from = own_stage_produced ? message.stage : message.peer_stage;
+  const int to = own_stage_produced ? message.peer_stage : message.stage;
   const auto& succs = dag_.succs[from];
   const auto it = std::find(succs.begin(), succs.end(), to);
   assert(it != succs.end());
   return edge_bytes_[from][it - succs.begin()];
+}
+
+double CostModel::hostSeconds(const schedule::Action& message, int rank, int peer_rank) const {
+  return route(rank, peer_rank).host.seconds(messageBytes(message));  // a route's host cost is the same both ways
 }
 
 cluster::Route CostModel::route(int from_rank, int to_rank) const {

@@ -140,7 +140,9 @@ class Simulation {
   }
 
   // Runs rank r's next action from `start`; false while it still computes on shared
-  // cores (finishShared() then completes it).
+  // cores (finishShared() then completes it). A message's host cost occupies the rank
+  // like compute (the sender's before the bytes leave) but is not in the timeline: the
+  // runtime's measured timeline has it in the gaps between actions too.
   bool execute(int r, double start) {
     const auto& actions = p_.ranks[r];
     const std::size_t at = pos_[r];
@@ -175,12 +177,16 @@ class Simulation {
         timeline_.ranks[r].push_back({a, start, end});
         break;
       }
-      case ActionType::SEND_F:
-      case ActionType::SEND_B:
-        send(r, a, start);
+      default: {  // SEND and RECV (the data is here): the host's share of the message first
+        const double host = c_.hostSeconds(a, r, p_.rankOf(a.peer_stage, a.microbatch));
+        if (host > 0 && core_of_rank_[r] >= 0) {
+          startShared(core_of_rank_[r], r, start, host);
+          return false;
+        }
+        end = start + host;
+        if (a.type == ActionType::SEND_F || a.type == ActionType::SEND_B) send(r, a, end);
         break;
-      default:  // RECV: the data is here
-        break;
+      }
     }
     clock_[r] = end;
     return true;
@@ -264,7 +270,13 @@ class Simulation {
         ++it;
       }
     for (const Job& j : done) {
-      computed(j.rank, p_.ranks[j.rank][pos_[j.rank] - 1], j.start, t);
+      const Action& a = p_.ranks[j.rank][pos_[j.rank] - 1];
+      if (!schedule::isComm(a.type)) {
+        computed(j.rank, a, j.start, t);
+      } else {  // a message's host time
+        clock_[j.rank] = t;
+        if (a.type == ActionType::SEND_F || a.type == ActionType::SEND_B) send(j.rank, a, t);
+      }
       schedule(j.rank);
     }
   }

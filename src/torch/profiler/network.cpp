@@ -1,5 +1,6 @@
 // profileNetwork() and clusterFromNetwork(): latency and bandwidth between ranks over
 // the real transport, and the ClusterSpec they imply (docs/profiling.md#network).
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,7 +18,8 @@ using Clock = std::chrono::steady_clock;
 
 // Tags of the profile's messages (one pair of ranks talks at a time, so they repeat).
 constexpr uint32_t kHostTag = 0x7fff0100u, kInfoTag = 0x7fff0101u, kPingTag = 0x7fff0102u,
-                   kPongTag = 0x7fff0103u, kDataTag = 0x7fff0104u, kAckTag = 0x7fff0105u;
+                   kPongTag = 0x7fff0103u, kDataTag = 0x7fff0104u, kAckTag = 0x7fff0105u,
+                   kCpuTag = 0x7fff0106u;
 constexpr int64_t kHostBytes = 256;
 
 double median(std::vector<double> v) {
@@ -28,6 +30,13 @@ double median(std::vector<double> v) {
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// CPU seconds this process has used, all its threads (Gloo's I/O threads included).
+double processCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 // ----- who runs where: every rank tells rank 0 -------------------------------------------
@@ -58,62 +67,86 @@ RankHost receiveHost(runtime::Transport& t, int from) {
 
 // Rank 0's side. Latency: half the median round trip of a small message. Bandwidth for
 // size S: the median time of S bytes there and a small acknowledgement back, less one
-// small round trip (the two latencies it contains), gives S / bandwidth.
+// small round trip (the two latencies it contains), gives S / bandwidth. Host CPU per
+// message: both processes' CPU time over the timed rounds (the peer sends its own), the
+// small round trips giving a small message's share and the rounds of S bytes, less their
+// small acknowledgement, an S-byte message's.
 //
 // NOTE(warm-up by time): right after start-up, round trips over loopback took 2-4 ms
 // for the first ~10 ms and 50-70 us afterwards (2-core VM), so warm-up pings go on for
 // warmup_seconds, not for a fixed count. The peer cannot know how many pings that is:
-// the first byte of each ping says whether another one follows.
+// the first byte of each ping says what follows (kWarmupPing, kTimedPing, kLastPing).
+constexpr uint8_t kLastPing = 0, kTimedPing = 1, kWarmupPing = 2;
+
 PairMeasurement measurePeer(runtime::Transport& t, int peer, const NetworkOptions& o, torch::Tensor& data) {
-  torch::Tensor ping = torch::ones({o.latency_bytes}, torch::kUInt8);  // ping[0]: 1 = more follow
+  torch::Tensor ping = torch::ones({o.latency_bytes}, torch::kUInt8);
   torch::Tensor small = torch::zeros({o.latency_bytes}, torch::kUInt8);
   PairMeasurement m;
   m.peer = peer;
-  auto pingPong = [&](bool last) {
-    ping[0] = last ? 0 : 1;
+  auto pingPong = [&](uint8_t kind) {
+    ping[0] = kind;
     const auto start = Clock::now();
     t.send(ping, peer, kPingTag)->wait();
     t.recv(small, peer, kPongTag)->wait();
     return secondsSince(start);
   };
   const auto warmup_start = Clock::now();
-  for (int i = 0; i < o.warmup || secondsSince(warmup_start) < o.warmup_seconds; ++i) pingPong(false);
-  std::vector<double> round_trips;
-  for (int i = 0; i < o.repeats; ++i) round_trips.push_back(pingPong(i + 1 == o.repeats));
+  for (int i = 0; i < o.warmup || secondsSince(warmup_start) < o.warmup_seconds; ++i) pingPong(kWarmupPing);
+  std::vector<double> round_trips, cpu;  // cpu: per round, the ping-pongs' and then each size's
+  double cpu_start = processCpuSeconds();
+  for (int i = 0; i < o.repeats; ++i) round_trips.push_back(pingPong(i + 1 == o.repeats ? kLastPing : kTimedPing));
+  cpu.push_back((processCpuSeconds() - cpu_start) / o.repeats);
   const double round_trip = median(round_trips);
   m.latency_seconds = round_trip / 2;
   for (int64_t size : o.sizes) {
     const torch::Tensor message = data.narrow(0, 0, size);
     std::vector<double> times;
     for (int i = 0; i < o.warmup + o.repeats; ++i) {
+      if (i == o.warmup) cpu_start = processCpuSeconds();
       const auto start = Clock::now();
       t.send(message, peer, kDataTag)->wait();
       t.recv(small, peer, kAckTag)->wait();
       if (i >= o.warmup) times.push_back(secondsSince(start));
     }
+    cpu.push_back((processCpuSeconds() - cpu_start) / o.repeats);
     const double time = median(times);
     // Where the transfer hides inside the latency's noise, credit the whole time.
     const double transfer = time - round_trip > 0.05 * time ? time - round_trip : time;
     m.bandwidth.push_back(static_cast<double>(size) / transfer);
   }
+  torch::Tensor peer_cpu = torch::zeros({static_cast<int64_t>(cpu.size())}, torch::kDouble);
+  t.recv(peer_cpu, peer, kCpuTag)->wait();
+  // A round trip of small messages is two messages, each paid for on both sides.
+  m.overhead_seconds = std::max(0.0, (cpu[0] + peer_cpu[0].item<double>()) / 4);
+  for (std::size_t i = 1; i < cpu.size(); ++i)
+    m.message_cpu_seconds.push_back(
+        std::max(0.0, (cpu[i] + peer_cpu[static_cast<int64_t>(i)].item<double>()) / 2 - m.overhead_seconds));
   return m;
 }
 
-// The peer's side: answer every ping and every message, in the same order.
+// The peer's side: answer every ping and every message, in the same order, then tell
+// rank 0 the CPU time it spent per timed round.
 void answerRankZero(runtime::Transport& t, const NetworkOptions& o, torch::Tensor& data) {
   torch::Tensor small = torch::zeros({o.latency_bytes}, torch::kUInt8);
-  for (bool more = true; more;) {
+  std::vector<double> cpu;
+  double cpu_start = processCpuSeconds();
+  for (uint8_t kind = kWarmupPing; kind != kLastPing;) {
     t.recv(small, 0, kPingTag)->wait();
-    more = small[0].item<uint8_t>() != 0;
+    kind = small[0].item<uint8_t>();
     t.send(small, 0, kPongTag)->wait();
+    if (kind == kWarmupPing) cpu_start = processCpuSeconds();  // the timed ones start after it
   }
+  cpu.push_back((processCpuSeconds() - cpu_start) / o.repeats);
   for (int64_t size : o.sizes) {
     torch::Tensor message = data.narrow(0, 0, size);
     for (int i = 0; i < o.warmup + o.repeats; ++i) {
+      if (i == o.warmup) cpu_start = processCpuSeconds();
       t.recv(message, 0, kDataTag)->wait();
       t.send(small, 0, kAckTag)->wait();
     }
+    cpu.push_back((processCpuSeconds() - cpu_start) / o.repeats);
   }
+  t.send(torch::tensor(cpu, torch::kDouble), 0, kCpuTag)->wait();
 }
 
 }  // namespace

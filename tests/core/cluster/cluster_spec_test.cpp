@@ -167,6 +167,33 @@ TEST(ClusterSpec, SharedCoresRoundTrip) {
   EXPECT_FALSE(ClusterSpec::fromJson(twoNodesJson(), "c.json").toJson().contains("shared_cores"));
 }
 
+TEST(ClusterSpec, HostCostsRoundTripAndReachRoutes) {
+  Json j = twoNodesJson();
+  j["levels"][1]["host_overhead"] = 4e-5;
+  j["levels"][1]["host_copy_bandwidth"] = 3e9;
+  j["links"] = Json::parse(R"([{"a": "gpu0", "b": "gpu1", "bandwidth": 5.0, "latency": 0, "host_overhead": 1e-6}])");
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  const Route across = c.route(0, 4);
+  EXPECT_DOUBLE_EQ(across.host.seconds(3e9), 4e-5 + 1.0);
+  EXPECT_DOUBLE_EQ(c.route(4, 0).host.seconds(0), 4e-5);    // both ways
+  EXPECT_DOUBLE_EQ(c.route(1, 0).host.seconds(1e12), 1e-6);  // the link's: no copy rate given
+  EXPECT_TRUE(c.route(1, 2).host.free());                    // the node level gives none
+  EXPECT_TRUE(c.route(4, 4).host.free());                    // nothing leaves the device
+  const Json written = c.toJson();
+  EXPECT_FALSE(written["levels"][0].contains("host_overhead"));  // left out where free
+  EXPECT_EQ(written["links"][0]["host_copy_bandwidth"], "inf");
+  EXPECT_EQ(ClusterSpec::fromJson(written, "written").toJson(), written);
+
+  j["levels"][1]["host_overhead"] = -1;
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "levels[1].host_overhead"});
+  j["levels"][1]["host_overhead"] = 0;
+  j["levels"][1]["host_copy_bandwidth"] = 0;
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "levels[1].host_copy_bandwidth"});
+  const std::vector<Device> two = {{"a", "cpu", 1.0, 1}, {"b", "cpu", 1.0, 1}};
+  expectError([&] { ClusterSpec(two, {}, {{"a", "b", 1.0, 0.0, {-1.0}}}, "c.json"); },
+              {"c.json", "link 'a' - 'b'", "host_overhead"});
+}
+
 TEST(ClusterSpec, RejectsBadSharedCores) {
   const std::vector<Device> two = {{"a", "cpu", 1.0, 1}, {"b", "cpu", 1.0, 1}};
   expectError([&] { ClusterSpec(two, {}, {}, "c.json", {{{"a", "z"}, 1}}); }, {"c.json", "shared_cores[0]", "'z'"});

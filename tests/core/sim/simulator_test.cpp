@@ -150,6 +150,36 @@ trace::Timeline simulateOnce(const Scenario& s) {
   return simulate(plan::programForPlan(s.plan, costs.dag(), 1), costs);
 }
 
+// The same scenario with a host cost on its level: `overhead` seconds per message and
+// `copy_bandwidth` bytes/s on each side.
+Scenario withHostCost(Scenario s, double overhead, double copy_bandwidth) {
+  std::vector<cluster::Level> levels = s.cluster.levels();
+  for (auto& l : levels) l.host = {overhead, copy_bandwidth};
+  s.cluster = cluster::ClusterSpec(s.cluster.devices(), levels, s.cluster.links(), "host cost",
+                                   s.cluster.sharedCores());
+  return s;
+}
+
+TEST(Simulator, MessagesTakeHostTimeAtBothEnds) {
+  // As TransfersAddLatencyAndWireTime, and each of the 4 message ends costs its rank
+  // h = 0.5 + 1000 / 4000 = 0.75 s: the activation leaves rank 0 at 1 + h and is taken
+  // in by rank 1 until 1 + h + c + h; the gradient likewise; B on rank 0 ends 4h later.
+  const double c = 2.25, h = 0.75;
+  const Scenario s = withHostCost(twoStages("1f1b", 1, 1000, 500, 0.25), 0.5, 4000);
+  const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+  EXPECT_NEAR(e.report.makespan, 4 + 2 * c + 4 * h, 1e-9);
+  ASSERT_EQ(e.timeline.transfers.size(), 2u);
+  EXPECT_NEAR(e.timeline.transfers[0].start, 1 + h, 1e-9);
+  EXPECT_NEAR(e.timeline.ranks[1][0].start, 1 + h + c + h, 1e-9);  // F on rank 1
+  for (const auto& rank : e.timeline.ranks)  // host time is not an action of the timeline
+    for (const auto& t : rank) EXPECT_FALSE(schedule::isComm(t.action.type)) << schedule::name(t.action.type);
+
+  // On one shared core, host time and compute share it like any two jobs: the work is
+  // the same 4 s of compute plus 4h, and no second core makes any of it overlap.
+  const trace::Timeline shared = simulateOnce(onSharedCores(s, 1));
+  EXPECT_NEAR(shared.makespan(), 4 + 2 * c + 4 * h, 1e-9);
+}
+
 TEST(Simulator, RanksSharingOneCoreComputeAtHalfSpeedWhileBothCompute) {
   // GPipe, 2 micro-batches, F = B = 1 s, free messages, both ranks on one core. Rank 0
   // runs F(0) alone in [0, 1]; then its F(1) and rank 1's F(0) share the core and both
