@@ -16,6 +16,13 @@ namespace {
 // (KiB to a few MiB per micro-batch) are then overpriced by milliseconds at most.
 constexpr double kLoopbackBandwidth = 0.6e9;
 constexpr double kLoopbackLatency = 50e-6;
+// And each message costs both processes CPU time they do not train in: Gloo's call and
+// its I/O thread, and the kernel copying the bytes through the socket. `pipetrain
+// profile-network --nproc 2`, five runs on an idle machine: 35-50 us per message (median
+// 46) and the bytes at 3.2-3.5 GB/s (median 3.36), on each side. A 2-stage pipeline of
+// the 8 x 1024 mlp at micro-batch 32 sends 16 messages of 128 KiB per rank and mini-batch:
+// 1.3 ms of a ~90 ms step, which the schedules' rankings felt (docs/runtime.md).
+constexpr cluster::HostCost kLoopbackHostCost{46e-6, 3.3e9};
 
 }  // namespace
 
@@ -26,7 +33,8 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
   const int n = static_cast<int>(devices.size());
   std::vector<cluster::SharedCores> shared;
   if (n > concurrent_ranks) shared.push_back({device_names, concurrent_ranks});
-  return cluster::ClusterSpec(std::move(devices), {{"loopback", n, kLoopbackBandwidth, kLoopbackLatency}}, {},
+  return cluster::ClusterSpec(std::move(devices),
+                              {{"loopback", n, kLoopbackBandwidth, kLoopbackLatency, kLoopbackHostCost}}, {},
                               "this machine's ranks", std::move(shared));
 }
 

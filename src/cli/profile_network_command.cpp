@@ -53,8 +53,9 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
   }
   std::printf("cluster: %d devices of %s each;", c.size(), text::humanBytes(c.device(0).memory_bytes).c_str());
   for (const auto& l : c.levels())
-    std::printf(" level '%s' (groups of %d) %s, %s;", l.name.c_str(), l.group_size, rate(l.bandwidth).c_str(),
-                micros(l.latency).c_str());
+    std::printf(" level '%s' (groups of %d) %s, %s, host CPU %s + bytes at %s per side;", l.name.c_str(),
+                l.group_size, rate(l.bandwidth).c_str(), micros(l.latency).c_str(), micros(l.host.overhead).c_str(),
+                rate(l.host.copy_bandwidth).c_str());
   std::printf("\n");
   std::fflush(stdout);
 }

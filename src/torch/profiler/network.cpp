@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "pipetrain/torch/profiler.h"
@@ -216,21 +217,31 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
   }
 
   // Rank 0's pairs split into same-host and cross-host tiers.
-  std::vector<double> same_bw, same_lat, cross_bw, cross_lat;
+  struct Tier {
+    std::vector<double> bandwidth, latency, overhead, copy_bandwidth;
+    cluster::Level level(const std::string& name, int group_size) const {
+      return {name, group_size, median(bandwidth), median(latency), {median(overhead), median(copy_bandwidth)}};
+    }
+  } same, cross;
+  const double largest = static_cast<double>(p.sizes.back());
   for (const PairMeasurement& m : p.pairs) {
-    const bool same = p.ranks[m.peer].host == p.ranks[0].host;
-    (same ? same_bw : cross_bw).push_back(m.bandwidth.back());  // the largest message
-    (same ? same_lat : cross_lat).push_back(m.latency_seconds);
+    Tier& tier = p.ranks[m.peer].host == p.ranks[0].host ? same : cross;
+    tier.bandwidth.push_back(m.bandwidth.back());  // the largest message
+    tier.latency.push_back(m.latency_seconds);
+    tier.overhead.push_back(m.overhead_seconds);
+    // The host's copy rate from the largest message's CPU time; none measured: no copy.
+    const double copy_cpu = m.message_cpu_seconds.empty() ? 0 : m.message_cpu_seconds.back();
+    tier.copy_bandwidth.push_back(copy_cpu > 0 ? largest / copy_cpu : std::numeric_limits<double>::infinity());
   }
   std::vector<cluster::Level> levels;
   if (hosts.size() == 1) {
-    levels.push_back({"host", world, median(same_bw), median(same_lat)});
+    levels.push_back(same.level("host", world));
   } else {
     const std::size_t k = ranks_of[hosts[0]].size();
     bool even = k >= 2;
     for (const auto& h : hosts) even = even && ranks_of[h].size() == k;
-    if (even) levels.push_back({"host", static_cast<int>(k), median(same_bw), median(same_lat)});
-    levels.push_back({"network", world, median(cross_bw), median(cross_lat)});
+    if (even) levels.push_back(same.level("host", static_cast<int>(k)));
+    levels.push_back(cross.level("network", world));
   }
   return cluster::ClusterSpec(std::move(devices), std::move(levels), {}, "measured network");
 }
