@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <map>
 #include <thread>
@@ -244,6 +245,10 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
     EXPECT_GT(m.latency_seconds, 0);
     ASSERT_EQ(m.bandwidth.size(), 2u);
     for (double bw : m.bandwidth) EXPECT_GT(bw, 0);
+    // The ranks are threads of this process here, so the CPU times mix; they are there.
+    EXPECT_GE(m.overhead_seconds, 0);
+    ASSERT_EQ(m.message_cpu_seconds.size(), 2u);
+    for (double cpu : m.message_cpu_seconds) EXPECT_GE(cpu, 0);
   }
   EXPECT_TRUE(profiles[1].pairs.empty());
 
@@ -267,7 +272,9 @@ NetworkProfile twoHosts(std::vector<std::string> hosts) {
   for (const auto& h : hosts) p.ranks.push_back({h, local[h]++, int64_t{8} << 30});
   for (int r = 1; r < static_cast<int>(hosts.size()); ++r) {
     const bool same = hosts[r] == hosts[0];
-    p.pairs.push_back({r, same ? 10e-6 : 100e-6, {same ? 20e9 : 1e9}});
+    // Host CPU: 5 us per message on the same host, 30 us across; a MiB copied in 0.1 ms
+    // on the same host (10 GiB/s), in no measurable time across.
+    p.pairs.push_back({r, same ? 10e-6 : 100e-6, {same ? 20e9 : 1e9}, same ? 5e-6 : 30e-6, {same ? 1e-4 : 0.0}});
   }
   return p;
 }
@@ -285,6 +292,10 @@ TEST(ProfileNetwork, HostsBecomeLevels) {
   EXPECT_DOUBLE_EQ(c.levels()[1].latency, 100e-6);
   EXPECT_DOUBLE_EQ(c.route(0, 1).bandwidth, 20e9);
   EXPECT_DOUBLE_EQ(c.route(0, 3).bandwidth, 1e9);
+  EXPECT_DOUBLE_EQ(c.route(0, 1).host.overhead, 5e-6);
+  EXPECT_DOUBLE_EQ(c.route(0, 1).host.copy_bandwidth, (1 << 20) / 1e-4);
+  EXPECT_DOUBLE_EQ(c.route(0, 3).host.overhead, 30e-6);
+  EXPECT_TRUE(std::isinf(c.route(0, 3).host.copy_bandwidth));
 
   // Uneven hosts: one level with the slower, cross-host figures.
   c = clusterFromNetwork(twoHosts({"a", "a", "b"}));
