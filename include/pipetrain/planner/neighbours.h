@@ -32,4 +32,8 @@ namespace pipetrain::planner {
 std::vector<plan::Plan> chainNeighbours(const plan::Plan& plan, const graph::LayerGraph& graph,
                                         const cluster::ClusterSpec& cluster, int max_replicas = 0);
 
+// Whether `plan` is a chain plan as above, without building its neighbours (a thousand
+// layers' plan has about a thousand, each naming every layer and device).
+bool isChainPlan(const plan::Plan& plan, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster);
+
 }  // namespace pipetrain::planner

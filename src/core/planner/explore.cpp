@@ -413,7 +413,7 @@ class Explorer {
     for (const Candidate& c : result_.ranked) order.push_back(&c);
     std::stable_sort(order.begin(), order.end(),
                      [](const Candidate* a, const Candidate* b) { return a->report.throughput > b->report.throughput; });
-    auto refinable = [&](const Candidate& c) { return !chainNeighbours(c.plan, graph_, cluster_, o_.max_replicas).empty(); };
+    auto refinable = [&](const Candidate& c) { return isChainPlan(c.plan, graph_, cluster_); };
     // The best of each partitioner first (a graph plan ranked below chain plans may
     // refine past them), then the next best.
     std::vector<const Candidate*> picked;

@@ -26,12 +26,15 @@ bool toRuns(const plan::Plan& plan, const graph::LayerGraph& graph, const cluste
   return next_layer == graph.size();
 }
 
+// `like` with the stages of `runs`; `like` has no stages (copying them would be most of
+// the work on long chains).
 plan::Plan fromRuns(const plan::Plan& like, const Runs& runs, const graph::LayerGraph& graph,
                     const cluster::ClusterSpec& cluster) {
-  plan::Plan p = like;  // as many stages as `runs` has
+  plan::Plan p = like;
+  p.stages.resize(runs.layer.size() - 1);
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
-    p.stages[s].layers.clear();
-    p.stages[s].devices.clear();
+    p.stages[s].layers.reserve(runs.layer[s + 1] - runs.layer[s]);
+    p.stages[s].devices.reserve(runs.device[s + 1] - runs.device[s]);
     for (int l = runs.layer[s]; l < runs.layer[s + 1]; ++l) p.stages[s].layers.push_back(graph.layer(l).name);
     for (int d = runs.device[s]; d < runs.device[s + 1]; ++d) p.stages[s].devices.push_back(cluster.device(d).name);
   }
@@ -57,12 +60,11 @@ std::vector<plan::Plan> chainNeighbours(const plan::Plan& plan, const graph::Lay
     }
     return r.device[count] <= cluster.size();
   };
+  plan::Plan shell = plan;
+  shell.stages.clear();
   std::vector<plan::Plan> out;
   auto offer = [&](const Runs& r) {
-    if (!usable(r)) return;
-    plan::Plan p = plan;
-    p.stages.resize(r.layer.size() - 1);
-    out.push_back(fromRuns(p, r, graph, cluster));
+    if (usable(r)) out.push_back(fromRuns(shell, r, graph, cluster));
   };
   auto moved = [&](std::vector<int> Runs::*field, int at, int step) {
     Runs r = runs;
@@ -102,6 +104,11 @@ std::vector<plan::Plan> chainNeighbours(const plan::Plan& plan, const graph::Lay
     if (last_replicas == 1) break;
   }
   return out;
+}
+
+bool isChainPlan(const plan::Plan& plan, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster) {
+  Runs runs;
+  return plan.schedule.chunks == 1 && toRuns(plan, graph, cluster, runs);
 }
 
 }  // namespace pipetrain::planner
