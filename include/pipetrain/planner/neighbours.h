@@ -19,6 +19,7 @@
 // optimizer allows such layouts; the simulator judges them).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "pipetrain/cluster/cluster_spec.h"
@@ -27,13 +28,31 @@
 
 namespace pipetrain::planner {
 
-// The neighbours of `plan`, or none when it is not a chain plan as above (a stage graph,
+// A chain plan's stages as runs: stage s holds layers [layer[s], layer[s + 1]) (graph
+// order) on devices [device[s], device[s + 1]) (cluster order).
+struct ChainRuns {
+  std::vector<int> layer, device;
+  int numStages() const { return static_cast<int>(layer.size()) - 1; }
+};
+
+// The runs of `plan`, or nothing when it is not a chain plan as above (a stage graph,
 // stages on scattered devices, several stages per rank).
+std::optional<ChainRuns> chainRuns(const plan::Plan& plan, const graph::LayerGraph& graph,
+                                   const cluster::ClusterSpec& cluster);
+
+// The neighbours of `plan`, whose runs are `runs`, as runs: cheap to price before any is
+// made a plan (a thousand layers' chain has about a thousand neighbours, each naming
+// every layer and device as a plan).
+std::vector<ChainRuns> neighbourRuns(const plan::Plan& plan, const ChainRuns& runs,
+                                     const cluster::ClusterSpec& cluster, int max_replicas = 0);
+
+// `like` (schedule and micro-batching) with the stages of `runs`, named. `like`'s own
+// stages are copied before they are replaced: pass a plan without them.
+plan::Plan planOfRuns(const plan::Plan& like, const ChainRuns& runs, const graph::LayerGraph& graph,
+                      const cluster::ClusterSpec& cluster);
+
+// The neighbours of `plan` as plans, or none when it is not a chain plan.
 std::vector<plan::Plan> chainNeighbours(const plan::Plan& plan, const graph::LayerGraph& graph,
                                         const cluster::ClusterSpec& cluster, int max_replicas = 0);
-
-// Whether `plan` is a chain plan as above, without building its neighbours (a thousand
-// layers' plan has about a thousand, each naming every layer and device).
-bool isChainPlan(const plan::Plan& plan, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster);
 
 }  // namespace pipetrain::planner

@@ -413,7 +413,7 @@ class Explorer {
     for (const Candidate& c : result_.ranked) order.push_back(&c);
     std::stable_sort(order.begin(), order.end(),
                      [](const Candidate* a, const Candidate* b) { return a->report.throughput > b->report.throughput; });
-    auto refinable = [&](const Candidate& c) { return isChainPlan(c.plan, graph_, cluster_); };
+    auto refinable = [&](const Candidate& c) { return chainRuns(c.plan, graph_, cluster_).has_value(); };
     // The best of each partitioner first (a graph plan ranked below chain plans may
     // refine past them), then the next best.
     std::vector<const Candidate*> picked;
@@ -435,16 +435,21 @@ class Explorer {
       Candidate& current = starts[k];
       budget += total / static_cast<int>(starts.size()) + (k == 0 ? total % static_cast<int>(starts.size()) : 0);
       while (budget > 0) {
-        std::vector<std::pair<double, plan::Plan>> neighbours;
-        for (plan::Plan& p : chainNeighbours(current.plan, graph_, cluster_, o_.max_replicas))
-          if ((!o_.use_all_devices || devicesUsed(p) == cluster_.size()) && !seen_.count(planKey(p)))
-            neighbours.emplace_back(computeBound(p), std::move(p));
+        // Neighbours are priced as runs and named as plans only when simulated.
+        const ChainRuns runs = *chainRuns(current.plan, graph_, cluster_);
+        plan::Plan shell = current.plan;
+        shell.stages.clear();
+        std::vector<std::pair<double, ChainRuns>> neighbours;
+        for (ChainRuns& r : neighbourRuns(current.plan, runs, cluster_, o_.max_replicas))
+          if (!o_.use_all_devices || r.device.back() == cluster_.size())
+            neighbours.emplace_back(computeBound(shell, r), std::move(r));
         std::stable_sort(neighbours.begin(), neighbours.end(),
                          [](const auto& a, const auto& b) { return a.first > b.first; });
         std::optional<Candidate> better;
-        for (auto& [bound, p] : neighbours) {
+        for (auto& [bound, r] : neighbours) {
           if (budget == 0 || bound <= (better ? *better : current).report.throughput * std::exp(kTie)) break;
-          seen_.insert(planKey(p));
+          plan::Plan p = planOfRuns(shell, r, graph_, cluster_);
+          if (!seen_.insert(planKey(p)).second) continue;
           Candidate c{std::move(p), {}, 0, 0, "refined"};
           --budget;
           try {
@@ -510,15 +515,49 @@ class Explorer {
     std::vector<double> busy(costs.numRanks(), 0.0);
     for (int s = 0; s < plan.numStages(); ++s) {
       const sim::StageCosts& c = costs.stage(s);
-      const double share = static_cast<double>(plan.microbatches) / static_cast<double>(stage_ranks[s].size());
       for (int r : stage_ranks[s])
-        busy[r] += (share * (c.forward + c.backward_input + c.backward_weight) + c.optimizer_step) /
-                   cluster_.device(costs.deviceOfRank(r)).speed;
+        busy[r] += busySeconds(plan, static_cast<int>(stage_ranks[s].size()),
+                               c.forward + c.backward_input + c.backward_weight, c.optimizer_step,
+                               cluster_.device(costs.deviceOfRank(r)).speed);
     }
+    return boundOf(plan, busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end()));
+  }
+
+  // The same bound for `like` with the stages of a chain's runs (each device holds one
+  // stage), from sums over the graph's layers rather than a cost model of a named plan.
+  double computeBound(const plan::Plan& like, const ChainRuns& runs) {
+    if (layer_work_.empty()) {  // prefix sums at the graph's batch: F + I + W, and steps
+      layer_work_.assign(1, 0.0);
+      layer_steps_.assign(1, 0.0);
+      for (const graph::Layer& l : graph_.layers()) {
+        layer_work_.push_back(layer_work_.back() + l.forward_seconds + l.backward_input_seconds +
+                              l.backward_weight_seconds);
+        layer_steps_.push_back(layer_steps_.back() + l.optimizer_seconds);
+      }
+    }
+    const double scale = static_cast<double>(like.microbatch_size) / graph_.batchSize();  // as sim::CostModel
     double slowest = 0;
-    for (double seconds : busy) slowest = std::max(slowest, seconds);
-    return slowest > 0 ? static_cast<double>(plan.samplesPerMinibatch()) / slowest
-                       : std::numeric_limits<double>::infinity();
+    for (int s = 0; s < runs.numStages(); ++s) {
+      const int first = runs.layer[s], end = runs.layer[s + 1];
+      const double work = (layer_work_[end] - layer_work_[first]) * scale, step = layer_steps_[end] - layer_steps_[first];
+      for (int d = runs.device[s]; d < runs.device[s + 1]; ++d)
+        slowest = std::max(slowest, busySeconds(like, runs.device[s + 1] - runs.device[s], work, step,
+                                                cluster_.device(d).speed));
+    }
+    return boundOf(like, slowest);
+  }
+
+  // A replica's compute per mini-batch: its share of the micro-batches at `work` each,
+  // one optimizer step.
+  static double busySeconds(const plan::Plan& plan, int replicas, double work, double step, double speed) {
+    const double share = static_cast<double>(plan.microbatches) / static_cast<double>(replicas);
+    return (share * work + step) / speed;
+  }
+
+  // No plan is faster than its busiest device computes.
+  static double boundOf(const plan::Plan& plan, double busiest_seconds) {
+    return busiest_seconds > 0 ? static_cast<double>(plan.samplesPerMinibatch()) / busiest_seconds
+                               : std::numeric_limits<double>::infinity();
   }
 
   // Checks a proposal once and queues it for evaluateProposals(), or records why not.
@@ -557,6 +596,7 @@ class Explorer {
   int simulated_ = 0;
   std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds
   std::map<int64_t, double> work_;      // per micro-batch size: a mini-batch's compute at speed 1
+  std::vector<double> layer_work_, layer_steps_;  // computeBound(like, runs)'s prefix sums
   std::map<std::string, std::optional<Partition>> relaxed_;  // partitionShared's optima, by what they share
   std::map<std::string, std::optional<GraphPartition>> graph_relaxed_;  // graphShared's
 };
