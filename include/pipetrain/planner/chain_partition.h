@@ -13,13 +13,16 @@
 //  - a stage's time: ceil(m / r) micro-batches of forward + backward and the optimizer step
 //    on its slowest replica, plus the part of the replicas' ring all-reduce that outlasts the last backward
 //    pass (the all-reduce overlaps it, as bucketed data parallelism does; PipeDream
-//    added the two);
+//    added the two), and the host time of its messages where the cluster gives one
+//    (cluster_spec.h): an activation and a gradient per micro-batch over each of its
+//    cuts, as the simulator holds the ranks for them;
 //  - a boundary's time: m messages of the activations crossing the cut, priced on the
 //    route between the two stages' adjacent devices (always priced, also within a node).
 // A stage whose replicas cannot hold its weights, gradients, optimizer state and
 // in-flight activations, or cannot split the m micro-batches (schedule::replicasCanSplit:
 // shares may differ by one where replicas step once per mini-batch), is not a candidate.
-// The prices are sim::ringAllreduceSeconds and sim::transferSeconds, the simulator's.
+// The prices are sim::ringAllreduceSeconds, sim::transferSeconds and the routes'
+// HostCost, the simulator's.
 #pragma once
 
 #include <string>
@@ -105,12 +108,17 @@ class ChainProblem {
   // under use_all_devices): the DP's.
   std::vector<int> usefulStarts(int end) const;
   DeviceBlock deviceBlock(int first, int end) const;
-  // Seconds per mini-batch; infinity when the stage does not fit its devices' memory
-  // or its replicas cannot split the micro-batches.
+  // Seconds per mini-batch of compute and all-reduce, without hostSeconds (which the
+  // objective adds: unlike these, it can fall as the stage grows); infinity when the
+  // stage does not fit its devices' memory or its replicas cannot split the micro-batches.
   double stageSeconds(int first_block, int end_block, const DeviceBlock& devices) const;
   double stageSeconds(int first_block, int end_block, int first_device, int end_device) const {
     return stageSeconds(first_block, end_block, deviceBlock(first_device, end_device));
   }
+  // Host seconds per mini-batch that the stage's messages cost one of its replicas:
+  // both directions of each cut it has, between its first device and the one before,
+  // its last device and the one after.
+  double hostSeconds(int first_block, int end_block, const DeviceBlock& devices) const;
   // Seconds per mini-batch for the activations crossing the cut before `block`, between
   // device `device - 1` and device `device`.
   double boundarySeconds(int block, int device) const;
@@ -148,6 +156,7 @@ class ChainProblem {
 
   std::vector<StageSums> prefix_;         // over blocks: prefix_[b] = blocks [0, b)
   std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block
+  std::vector<cluster::HostCost> hop_host_;  // [d]: a message's host cost between devices d and d + 1
   // Sparse tables over the devices (level k holds ranges of 2^k), so that deviceBlock()
   // is O(1) instead of a walk over the block's devices: on 1024 devices that walk, and
   // the route it asks for at every step, took a third of the exploration.

@@ -86,6 +86,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
       const auto hop = cluster.route(d, d + 1);
       hop_bandwidth.push_back(hop.bandwidth);
       hop_latency.push_back(hop.latency);
+      hop_host_.push_back(hop.host);
     }
   }
   min_speed_ = sparseTable(std::move(speed), false);
@@ -253,6 +254,16 @@ double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) cons
   return stageSeconds(prefix_[j] - prefix_[i], devices);
 }
 
+double ChainProblem::hostSeconds(int i, int j, const DeviceBlock& devices) const {
+  double per_microbatch = 0;  // an activation one way, its gradient the other, per cut
+  if (i > 0 && devices.first > 0 && cut_bytes_[i] > 0)
+    per_microbatch += 2 * hop_host_[devices.first - 1].seconds(cut_bytes_[i]);
+  if (j < numBlocks() && devices.end < numDevices() && cut_bytes_[j] > 0)
+    per_microbatch += 2 * hop_host_[devices.end - 1].seconds(cut_bytes_[j]);
+  if (per_microbatch == 0) return 0;
+  return schedule::busiestReplicaShare(options_.microbatches, devices.replicas()) * per_microbatch;
+}
+
 double ChainProblem::stageSeconds(const StageSums& stage, const DeviceBlock& devices) const {
   const int r = devices.replicas();
   const int m = options_.microbatches;
@@ -285,7 +296,9 @@ double ChainProblem::outputBytes(int layer) const { return static_cast<double>(g
 double ChainProblem::objective(const std::vector<StageChoice>& stages) const {
   double worst = 0;
   for (const StageChoice& s : stages) {
-    worst = std::max(worst, stageSeconds(s.first_block, s.end_block, s.first_device, s.end_device));
+    const DeviceBlock devices = deviceBlock(s.first_device, s.end_device);
+    worst = std::max(worst, stageSeconds(s.first_block, s.end_block, devices) +
+                                hostSeconds(s.first_block, s.end_block, devices));
     worst = std::max(worst, boundarySeconds(s.first_block, s.first_device));
   }
   return worst;
@@ -308,9 +321,11 @@ Partition solveChain(const ChainProblem& problem) {
         double& here = best[at(d, j)];
         for (int i = j - 1; i >= 0; --i) {
           if (before[i] == kInfinity) continue;
-          // More layers only make the stage slower and bigger: stop once it cannot win.
-          const double stage = problem.stageSeconds(i, j, block);
-          if (stage >= here) break;
+          // More layers only make the stage's compute slower and its memory bigger: stop
+          // once it cannot win. (Not its messages' host time: an earlier cut may carry less.)
+          const double compute = problem.stageSeconds(i, j, block);
+          if (compute >= here) break;
+          const double stage = compute + problem.hostSeconds(i, j, block);
           const double value = std::max({before[i], stage, problem.boundarySeconds(i, d0)});
           if (value < here) {
             here = value;

@@ -50,11 +50,47 @@ graph::LayerGraph randomChain(std::mt19937& rng, int layers) {
   return graph::LayerGraph(v, 1);
 }
 
-// Two nodes of two devices; the second node's devices are slower when `mixed`.
-cluster::ClusterSpec twoLevelCluster(bool mixed, int64_t memory) {
+// Two nodes of two devices; the second node's devices are slower when `mixed`; messages
+// between the nodes cost their hosts time when `host_cost`.
+cluster::ClusterSpec twoLevelCluster(bool mixed, int64_t memory, bool host_cost = false) {
   std::vector<cluster::Device> d;
   for (int i = 0; i < 4; ++i) d.push_back({"d" + std::to_string(i), "gpu", mixed && i >= 2 ? 0.5 : 1.0, memory});
-  return cluster::ClusterSpec(d, {{"node", 2, 20000, 0.01}, {"net", 4, 2000, 0.1}}, {});
+  const cluster::HostCost host = host_cost ? cluster::HostCost{0.05, 20000} : cluster::HostCost{};
+  return cluster::ClusterSpec(d, {{"node", 2, 20000, 0.01}, {"net", 4, 2000, 0.1, host}}, {});
+}
+
+TEST(ChainPartition, MessagesHostCostMovesTheCutToASmallerActivation) {
+  // Four layers of F = I = 1 s; the middle cut carries 2 MB, the others 1 and 2 kB. On
+  // two devices whose hosts copy messages at 1 MB/s (and the wire is free), the even
+  // split costs each stage 4 s of compute and 2 x 2 s of copying; cutting after the
+  // first layer costs the longer stage 6 s and 2 x 1 ms, after the third 6 s and 2 x 2 ms.
+  // (The stage that grows from the end past the big cut gets cheaper again: the DP must
+  // not stop there.)
+  std::vector<graph::Layer> layers;
+  for (int i = 0; i < 4; ++i) {
+    graph::Layer l;
+    l.name = "l" + std::to_string(i);
+    if (i > 0) l.inputs = {layers.back().name};
+    l.forward_seconds = l.backward_input_seconds = 1;
+    l.output_bytes = i == 0 ? 1000 : i == 1 ? 2000000 : 2000;
+    layers.push_back(l);
+  }
+  const graph::LayerGraph graph(layers, 1);
+  auto cluster = [](cluster::HostCost host) {
+    return cluster::ClusterSpec({{"a", "cpu", 1.0, 1 << 30}, {"b", "cpu", 1.0, 1 << 30}},
+                                {{"host", 2, kInfinity, 0.0, host}}, {});
+  };
+  PartitionOptions o;
+  o.use_all_devices = true;
+  const cluster::ClusterSpec free_messages = cluster({}), copied = cluster({0.0, 1e6});
+  const Partition even = solveChain(ChainProblem(graph, free_messages, o));
+  ASSERT_EQ(even.stages.size(), 2u);
+  EXPECT_EQ(even.stages[0].end_block, 2);
+  EXPECT_DOUBLE_EQ(even.objective, 4);
+  const Partition uneven = solveChain(ChainProblem(graph, copied, o));
+  ASSERT_EQ(uneven.stages.size(), 2u);
+  EXPECT_EQ(uneven.stages[0].end_block, 1);
+  EXPECT_NEAR(uneven.objective, 6 + 2 * 0.001, 1e-12);
 }
 
 TEST(ChainPartition, DynamicProgramReachesTheExhaustiveOptimum) {
@@ -66,7 +102,7 @@ TEST(ChainPartition, DynamicProgramReachesTheExhaustiveOptimum) {
     const bool mixed = trial % 2 == 1;
     // Memory from generous to tight, so that it sometimes decides.
     const int64_t memory = trial % 3 == 0 ? int64_t{1} << 40 : 150000 + 50000 * (trial % 5);
-    const auto cluster = twoLevelCluster(mixed, memory);
+    const auto cluster = twoLevelCluster(mixed, memory, trial % 5 == 1);
     for (const std::string schedule : {"1f1b", "gpipe", "pipemare"}) {
       PartitionOptions o;
       o.schedule = schedule;
