@@ -19,9 +19,12 @@ constexpr double kLoopbackLatency = 50e-6;
 // And each message costs both processes CPU time they do not train in: Gloo's call and
 // its I/O thread, and the kernel copying the bytes through the socket. `pipetrain
 // profile-network --nproc 2`, five runs on an idle machine: 35-50 us per message (median
-// 46) and the bytes at 3.2-3.5 GB/s (median 3.36), on each side. A 2-stage pipeline of
+// 46) and the bytes at 3.2-3.5 GB/s (median 3.36), on each side (three later runs: 31-41
+// us, 3.3-4.0 GB/s). The rate is the 16 MiB message's: a 128 KiB one, which stays in the
+// caches, copied at ~11 GB/s, so small activations are overpriced by up to ~30 us each
+// side. A 2-stage pipeline of
 // the 8 x 1024 mlp at micro-batch 32 sends 16 messages of 128 KiB per rank and mini-batch:
-// 1.3 ms of a ~90 ms step, which the schedules' rankings felt (docs/runtime.md).
+// 1.4 ms of a ~90 ms step, which the schedules' rankings felt (docs/runtime.md).
 constexpr cluster::HostCost kLoopbackHostCost{46e-6, 3.3e9};
 
 }  // namespace

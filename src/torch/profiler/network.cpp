@@ -117,11 +117,12 @@ PairMeasurement measurePeer(runtime::Transport& t, int peer, const NetworkOption
   }
   torch::Tensor peer_cpu = torch::zeros({static_cast<int64_t>(cpu.size())}, torch::kDouble);
   t.recv(peer_cpu, peer, kCpuTag)->wait();
-  // A round trip of small messages is two messages, each paid for on both sides.
+  // A round trip of small messages is two messages, each paid for on both sides: 4
+  // overheads. A round of S bytes is 4 overheads and the S bytes on both sides.
   m.overhead_seconds = std::max(0.0, (cpu[0] + peer_cpu[0].item<double>()) / 4);
   for (std::size_t i = 1; i < cpu.size(); ++i)
     m.message_cpu_seconds.push_back(
-        std::max(0.0, (cpu[i] + peer_cpu[static_cast<int64_t>(i)].item<double>()) / 2 - m.overhead_seconds));
+        std::max(0.0, (cpu[i] + peer_cpu[static_cast<int64_t>(i)].item<double>()) / 2 - 2 * m.overhead_seconds));
   return m;
 }
 
