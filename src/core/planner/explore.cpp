@@ -237,6 +237,14 @@ class Explorer {
     std::sort(speeds.rbegin(), speeds.rend());
     fastest_speeds_.push_back(0);
     for (double v : speeds) fastest_speeds_.push_back(fastest_speeds_.back() + v);
+    // Prefix sums over the layers at the graph's batch: F + I + W, and optimizer steps.
+    work_prefix_.push_back(0);
+    step_prefix_.push_back(0);
+    for (const graph::Layer& l : graph.layers()) {
+      work_prefix_.push_back(work_prefix_.back() + l.forward_seconds + l.backward_input_seconds +
+                             l.backward_weight_seconds);
+      step_prefix_.push_back(step_prefix_.back() + l.optimizer_seconds);
+    }
   }
 
   // Samples/s that no plan on at most `width` devices at micro-batch size `b` can
@@ -244,21 +252,11 @@ class Explorer {
   // (replicas only add work: each steps its own copy). Every proposal's compute bound is
   // below it, so a combination whose bound cannot beat the best simulated plan is
   // skipped before its DPs run.
-  double combinationBound(int64_t b, int width) {
-    auto it = work_.find(b);
-    if (it == work_.end()) {
-      plan::Plan whole;
-      whole.microbatch_size = b;
-      whole.microbatches = static_cast<int>(o_.global_batch / b);  // the default schedule: costs do not depend on it
-      whole.stages.push_back({});
-      for (const auto& l : graph_.layers()) whole.stages.back().layers.push_back(l.name);
-      whole.stages.back().devices.push_back(cluster_.device(0).name);
-      const sim::StageCosts c = sim::CostModel(graph_, cluster_, whole).stage(0);  // a copy: the model is a temporary
-      const double work = whole.microbatches * (c.forward + c.backward_input + c.backward_weight) + c.optimizer_step;
-      it = work_.emplace(b, work).first;
-    }
-    return it->second > 0 ? static_cast<double>(o_.global_batch) * fastest_speeds_[width] / it->second
-                          : std::numeric_limits<double>::infinity();
+  double combinationBound(int64_t b, int width) const {
+    const double microbatches = static_cast<double>(o_.global_batch / b);
+    const double work = microbatches * work_prefix_.back() * scaleOf(b) + step_prefix_.back();
+    return work > 0 ? static_cast<double>(o_.global_batch) * fastest_speeds_[width] / work
+                    : std::numeric_limits<double>::infinity();
   }
 
   // partitionChain, through the optimum without memory limits that the schedules with
@@ -525,27 +523,21 @@ class Explorer {
 
   // The same bound for `like` with the stages of a chain's runs (each device holds one
   // stage), from sums over the graph's layers rather than a cost model of a named plan.
-  double computeBound(const plan::Plan& like, const ChainRuns& runs) {
-    if (layer_work_.empty()) {  // prefix sums at the graph's batch: F + I + W, and steps
-      layer_work_.assign(1, 0.0);
-      layer_steps_.assign(1, 0.0);
-      for (const graph::Layer& l : graph_.layers()) {
-        layer_work_.push_back(layer_work_.back() + l.forward_seconds + l.backward_input_seconds +
-                              l.backward_weight_seconds);
-        layer_steps_.push_back(layer_steps_.back() + l.optimizer_seconds);
-      }
-    }
-    const double scale = static_cast<double>(like.microbatch_size) / graph_.batchSize();  // as sim::CostModel
+  double computeBound(const plan::Plan& like, const ChainRuns& runs) const {
+    const double scale = scaleOf(like.microbatch_size);
     double slowest = 0;
     for (int s = 0; s < runs.numStages(); ++s) {
       const int first = runs.layer[s], end = runs.layer[s + 1];
-      const double work = (layer_work_[end] - layer_work_[first]) * scale, step = layer_steps_[end] - layer_steps_[first];
+      const double work = (work_prefix_[end] - work_prefix_[first]) * scale, step = step_prefix_[end] - step_prefix_[first];
       for (int d = runs.device[s]; d < runs.device[s + 1]; ++d)
         slowest = std::max(slowest, busySeconds(like, runs.device[s + 1] - runs.device[s], work, step,
                                                 cluster_.device(d).speed));
     }
     return boundOf(like, slowest);
   }
+
+  // Layer times scale from the graph's batch to micro-batch size b, as in sim::CostModel.
+  double scaleOf(int64_t b) const { return static_cast<double>(b) / graph_.batchSize(); }
 
   // A replica's compute per mini-batch: its share of the micro-batches at `work` each,
   // one optimizer step.
@@ -595,8 +587,7 @@ class Explorer {
   double best_ = 0;             // the best simulated throughput so far
   int simulated_ = 0;
   std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds
-  std::map<int64_t, double> work_;      // per micro-batch size: a mini-batch's compute at speed 1
-  std::vector<double> layer_work_, layer_steps_;  // computeBound(like, runs)'s prefix sums
+  std::vector<double> work_prefix_, step_prefix_;  // [k]: layers [0, k) (see the constructor)
   std::map<std::string, std::optional<Partition>> relaxed_;  // partitionShared's optima, by what they share
   std::map<std::string, std::optional<GraphPartition>> graph_relaxed_;  // graphShared's
 };
