@@ -77,7 +77,8 @@ double CostModel::messageBytes(const schedule::Action& message) const {
 }
 
 double CostModel::hostSeconds(const schedule::Action& message, int rank, int peer_rank) const {
-  return route(rank, peer_rank).host.seconds(messageBytes(message));  // a route's host cost is the same both ways
+  const cluster::HostCost host = route(rank, peer_rank).host;  // the same both ways
+  return host.free() ? 0 : host.seconds(messageBytes(message));  // most clusters: no bytes to look up
 }
 
 cluster::Route CostModel::route(int from_rank, int to_rank) const {
