@@ -22,9 +22,9 @@ constexpr double kLoopbackLatency = 50e-6;
 // 46) and the bytes at 3.2-3.5 GB/s (median 3.36), on each side (three later runs: 31-41
 // us, 3.3-4.0 GB/s). The rate is the 16 MiB message's: a 128 KiB one, which stays in the
 // caches, copied at ~11 GB/s, so small activations are overpriced by up to ~30 us each
-// side. A 2-stage pipeline of
-// the 8 x 1024 mlp at micro-batch 32 sends 16 messages of 128 KiB per rank and mini-batch:
-// 1.4 ms of a ~90 ms step, which the schedules' rankings felt (docs/runtime.md).
+// side. A 2-stage pipeline of the 8 x 1024 mlp at micro-batch 32 sends 16 messages of
+// 128 KiB per rank and mini-batch: 1.4 ms of a ~90 ms step, which the schedules'
+// rankings felt (docs/runtime.md).
 constexpr cluster::HostCost kLoopbackHostCost{46e-6, 3.3e9};
 
 }  // namespace
