@@ -4,17 +4,19 @@
 # median measured iteration time is set beside
 #   - the planner's prediction from the profile it took just before (`pipetrain profile`
 #     in one process per rank, all at once, as the ranks then run), and
-#   - the simulator's prediction from the stage times the run itself measured (its last
-#     mini-batch), which leaves out profiling error and keeps schedule and communication.
+#   - the simulator's prediction from the stage times the run itself measured (means
+#     over its steady state), which leaves out profiling error and keeps schedule and
+#     communication.
 # "outlier ms": in the last mini-batch, the time a rank's actions ran beyond 1.5x the
 # median of their kind (the worst rank): a rank that lost its core to another process
 # (three ranks on two cores) shows up there, and the simulator, which gives every rank a
 # core of its own, cannot predict it. "core wait ms": per mini-batch, the time the worst
 # rank's training thread was ready to run but every core was taken (Linux's scheduler
 # statistics, over the whole run): the direct measure of that. "busiest rank's compute
-# ms": the same mini-batch's compute on its busiest rank, to compare schedules of one
-# model and split. "compute vs profile": that mini-batch's compute over all ranks
-# against the profile's prediction of it (the planner's per-rank compute): the share of
+# ms": a mini-batch's compute on its busiest rank (the run's steady-state means per
+# action), to compare schedules of one model and split. "compute vs profile": a
+# mini-batch's compute over all ranks, so measured, against the profile's prediction of
+# it (the planner's per-rank compute): the share of
 # the error from the profile that is the layers running at another speed than profiled
 # (this machine's speed drifts; bench/noise_floor.py measures by how much), as opposed to
 # the schedule and communication, which "from measured stages" checks.
@@ -80,10 +82,13 @@ def preempted_seconds(timeline):
         worst = max(worst, excess)
     return worst
 
-def busiest_compute_seconds(timeline):
-    # The busiest rank's time in actions in the run's last mini-batch: the measured
-    # timeline holds compute passes and steps (and all-reduces), not waits for messages.
-    return max(sum(end - start for _, start, end in actions) for actions in timeline["ranks"])
+def rank_compute_seconds(summary):
+    # Per rank, a mini-batch's time in actions (compute passes, steps, all-reduces; not
+    # waits for messages) from the run's steady-state means per stage and kind: m of
+    # each pass, one step and all-reduce (these schedules are synchronous).
+    m = summary["plan"]["microbatches"]
+    return [sum(a["seconds"] * (m if a["type"] in ("F", "B", "I", "W") else 1) for a in r["action_seconds"])
+            for r in summary["ranks"]]
 
 rows = {}
 for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
@@ -97,13 +102,13 @@ for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
     row = rows.setdefault((model, int(ranks), schedule),
                           {"measured": [], "profile": [], "stages": [], "preempted": [], "busiest": [],
                            "core_wait": [], "compute_ratio": []})
-    row["busiest"].append(busiest_compute_seconds(s["measured_timeline"]))
+    compute = rank_compute_seconds(s)
+    row["busiest"].append(max(compute))
     row["preempted"].append(preempted_seconds(s["measured_timeline"]))
     row["measured"].append(measured)
     row["core_wait"].append(max(r["core_wait_fraction"] for r in s["ranks"]) * measured)
     row["profile"].append(s["planner"]["chosen"]["iteration_seconds"])
-    measured_compute = sum(end - start for actions in s["measured_timeline"]["ranks"] for _, start, end, *_ in actions)
-    row["compute_ratio"].append(measured_compute / sum(s["planner"]["chosen"]["rank_busy_seconds"]))
+    row["compute_ratio"].append(sum(compute) / sum(s["planner"]["chosen"]["rank_busy_seconds"]))
     row["stages"].append(samples / s["predicted_throughput"])
 
 print("| model | ranks | schedule | runs | measured ms (range) | from profile ms | error | from measured stages ms | error "

@@ -49,17 +49,9 @@ cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurren
 
 sim::Evaluation predictRun(const MeasuredRun& run) {
   const plan::Plan& plan = *run.plan;
-  // Mean measured seconds per (stage, action type).
-  std::map<std::pair<int, schedule::ActionType>, std::pair<double, int>> sums;
-  for (const auto& rank : run.timeline->ranks)
-    for (const auto& a : rank) {
-      auto& [total, count] = sums[{a.action.stage, a.action.type}];
-      total += a.end - a.start;
-      ++count;
-    }
   auto mean = [&](int s, schedule::ActionType t) {
-    auto it = sums.find({s, t});
-    return it == sums.end() ? 0.0 : it->second.first / it->second.second;
+    auto it = run.action_seconds.find({s, t});
+    return it == run.action_seconds.end() ? 0.0 : it->second;
   };
   // The plan's own layers, a chain inside each stage, the first reading the last layer
   // of each stage it reads; each stage's measured costs sit on its last layer (whose

@@ -1,16 +1,18 @@
 // The simulator's prediction for a run that just happened: the plan that ran, with each
-// stage priced at its measured compute times of the final mini-batch and this machine's
-// loopback Gloo, fed through the same Program. Side by side with the measured bubbles it
-// separates what the schedule costs from what communication and the framework add.
+// stage priced at its measured compute times (means over the run's steady state) and
+// this machine's loopback Gloo, fed through the same Program. Side by side with the
+// measured bubbles it separates what the schedule costs from what communication and the
+// framework add.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/sim/evaluate.h"
-#include "pipetrain/trace/timeline.h"
+#include "pipetrain/schedule/action.h"
 
 namespace pipetrain::cli {
 
@@ -25,7 +27,9 @@ cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurren
 
 struct MeasuredRun {
   const plan::Plan* plan = nullptr;           // what ran
-  const trace::Timeline* timeline = nullptr;  // measured, a row per rank
+  // Measured seconds per stage and action type (F, B, I, W, STEP): the run's
+  // steady-state means (runtime::RankResult::action_seconds).
+  std::map<std::pair<int, schedule::ActionType>, double> action_seconds;
   std::vector<int64_t> stage_output_bytes;
   std::vector<int64_t> stage_param_bytes;     // what replicas all-reduce
   std::vector<std::vector<int>> stage_preds;  // the stages each stage reads (the plan's stage DAG)

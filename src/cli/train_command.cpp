@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -71,6 +72,31 @@ Json historyJson(const std::vector<runtime::EvalPoint>& history) {
   return out;
 }
 
+Json actionSecondsJson(const std::vector<runtime::RankResult::ActionSeconds>& all) {
+  Json out = Json::array();
+  for (const auto& a : all) out.push_back({{"stage", a.stage}, {"type", schedule::name(a.type)}, {"seconds", a.seconds}});
+  return out;
+}
+
+// The ranks' steady-state action times (RankResult::action_seconds) per stage and type;
+// replicas of a stage are averaged.
+std::map<std::pair<int, schedule::ActionType>, double> meanActionSeconds(const std::vector<Json>& results) {
+  std::map<std::pair<int, schedule::ActionType>, std::pair<double, int>> sums;
+  for (const Json& r : results)
+    for (const Json& a : r["action_seconds"]) {
+      const std::string type = a["type"];
+      for (int t = 0; t < schedule::kNumActionTypes; ++t)
+        if (type == schedule::name(static_cast<schedule::ActionType>(t))) {
+          auto& [total, count] = sums[{a["stage"].get<int>(), static_cast<schedule::ActionType>(t)}];
+          total += a["seconds"].get<double>();
+          ++count;
+        }
+    }
+  std::map<std::pair<int, schedule::ActionType>, double> means;
+  for (const auto& [key, sum] : sums) means[key] = sum.first / sum.second;
+  return means;
+}
+
 Json resultToJson(const runtime::RankResult& r) {
   return {{"rank", r.rank},
           {"stages", r.stages},
@@ -91,7 +117,8 @@ Json resultToJson(const runtime::RankResult& r) {
           {"stage_param_bytes", r.stage_param_bytes},
           {"stage_output_bytes", r.stage_output_bytes},
           {"stage_preds", r.stage_preds},
-          {"last_step", trace::actionsToJson(r.last_step)}};
+          {"last_step", trace::actionsToJson(r.last_step)},
+          {"action_seconds", actionSecondsJson(r.action_seconds)}};
 }
 
 // --log-jsonl: the reporting rank's JSON line per mini-batch ("step") and per evaluation
@@ -286,9 +313,10 @@ int launch(TrainArgs& a) {
   double train_seconds = 0, accuracy = -1, loss = 0, test_loss = -1;
   int64_t samples = 0;
   Json history = Json::array();
+  std::vector<Json> results;
   for (const auto& o : outputs) {
     if (o.result_json.empty()) throw Error("rank " + std::to_string(o.rank) + " ended without reporting a result");
-    const Json r = Json::parse(o.result_json);
+    const Json& r = results.emplace_back(Json::parse(o.result_json));
     const double train = r["train_seconds"], busy = r["busy_seconds"];
     train_seconds = std::max(train_seconds, train);
     samples = r["samples"];
@@ -312,7 +340,8 @@ int launch(TrainArgs& a) {
                      {"peak_memory_bytes", r["peak_memory_bytes"]},
                      {"start_memory_bytes", r["start_memory_bytes"]},
                      {"weight_versions", r["weight_versions"]},
-                     {"weight_bytes", r["weight_bytes"]}});
+                     {"weight_bytes", r["weight_bytes"]},
+                     {"action_seconds", r["action_seconds"]}});
     timeline.ranks.push_back(trace::actionsFromJson(r["last_step"], "rank " + std::to_string(o.rank)));
   }
   // Ranks timed from one shared origin (runtime::sharedOrigin), so one shift aligns them all.
@@ -322,8 +351,8 @@ int launch(TrainArgs& a) {
   for (auto& rank : timeline.ranks)
     for (auto& a : rank) a.start -= first, a.end -= first;
   // What the simulator predicts for these measured stage times, next to what happened.
-  const Json any_result = Json::parse(outputs.front().result_json);
-  MeasuredRun measured{&plan, &timeline, any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
+  const Json& any_result = results.front();
+  MeasuredRun measured{&plan, meanActionSeconds(results), any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_param_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_preds"].get<std::vector<std::vector<int>>>()};
   sim::Evaluation prediction = predictRun(measured);

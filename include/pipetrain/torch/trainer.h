@@ -99,6 +99,16 @@ struct RankResult {
   int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
   int max_sends_held = 0;                // outgoing messages kept alive at once (executor.h)
   std::vector<trace::TimedAction> last_step;  // the final mini-batch, for traces
+  // Per stage and kind of action timed (F, B, I, W, STEP, ALLREDUCE): the mean duration
+  // over the run's steady state, what `train` prices the stages at when it predicts the
+  // run from its measured stage times. One mini-batch (last_step) is too few: single
+  // mini-batches of one run differed by up to 20% on this machine.
+  struct ActionSeconds {
+    int stage = 0;
+    schedule::ActionType type = schedule::ActionType::F;
+    double seconds = 0;
+  };
+  std::vector<ActionSeconds> action_seconds;
   std::vector<int64_t> stage_output_bytes;  // per stage, what one micro-batch sends its consumers
   std::vector<std::vector<int>> stage_preds;  // per stage, the stages it reads (the plan's stage DAG)
   std::vector<int64_t> stage_param_bytes;   // per stage

@@ -11,23 +11,19 @@
 
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/stats.h"
 
 namespace pipetrain::profiler {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using util::median;
 
 // Tags of the profile's messages (one pair of ranks talks at a time, so they repeat).
 constexpr uint32_t kHostTag = 0x7fff0100u, kInfoTag = 0x7fff0101u, kPingTag = 0x7fff0102u,
                    kPongTag = 0x7fff0103u, kDataTag = 0x7fff0104u, kAckTag = 0x7fff0105u,
                    kCpuTag = 0x7fff0106u;
 constexpr int64_t kHostBytes = 256;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();

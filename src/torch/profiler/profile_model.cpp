@@ -10,18 +10,13 @@
 #include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/stats.h"
 
 namespace pipetrain::profiler {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using util::median;
 
 torch::Device deviceOf(const models::Model& model) {
   for (const models::Layer& layer : model.layers)
