@@ -65,6 +65,16 @@ for key in '"test_accuracy"' '"final_loss"' '"throughput"' '"wall_seconds"' '"bu
            '"predicted_bubble_fraction"' '"overhead_fraction"'; do
   check "summary has $key" grep -q -- "$key" "$tmp/summary.json"
 done
+check "summary has each rank's own stages' action times" python3 - "$tmp/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+for r in s["ranks"]:
+    timed = {(a["stage"], a["type"]) for a in r["action_seconds"]}
+    passes = {(stage, t) for stage in r["stages"] for t in ("F", "B", "STEP")}
+    replicated = {(stage, "ALLREDUCE") for stage in r["stages"]}  # when the planner replicated
+    assert passes <= timed <= passes | replicated, (r["rank"], timed)
+    assert all(0 < a["seconds"] < s["wall_seconds"] for a in r["action_seconds"]), r["action_seconds"]
+PY
 check "measured gantt" grep -q "measured" "$tmp/train.svg"
 check "train plans itself" "${train[@]}" --nproc 2 --schedule 1f1b --no-replication --plan-out "$tmp/auto.json"
 expect "planner table" "chosen: 1f1b, 2 stages"
