@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The profile against the run, per stage and kind of action: how `pipetrain profile`'s
-# per-layer times, summed over a stage, compare with the medians a 2-rank training run of
-# that stage measures for its F, B and STEP actions. Two ways of profiling are set side
+# per-layer times, summed over a stage, compare with the means a 2-rank training run of
+# that stage measures for its F, B and STEP actions over its steady state (the summary's
+# action_seconds). Two ways of profiling are set side
 # by side, each as two processes at once (as `train` profiles for two ranks):
 #   whole  every process times the whole model (what `train` did before shares);
 #   share  process K times share K of 2 with the micro-batches in flight that `train`
@@ -77,13 +78,12 @@ def with_minibatch(t, kinds):  # m of each compute kind, one STEP
 measured, errors = {}, {"whole": {}, "share": {}}
 for r in range(repeats):
     run = json.load(open(f"{out}/run.{r}.json"))
-    for s, actions in enumerate(run["measured_timeline"]["ranks"]):
-        times = {}
-        for name, start, end, *_ in actions:
-            kind = "STEP" if "STEP" in name else name.lstrip("0123456789")[:1]
-            times.setdefault(kind, []).append((end - start) * 1e3)
+    for rank in run["ranks"]:
+        # the run's mean per kind of action over its steady state (the third mini-batch on)
+        times = {a["type"]: a["seconds"] * 1e3 for a in rank["action_seconds"]}
+        s = rank["stages"][0]
         kinds = [k for k in ORDER if k in times]
-        got = with_minibatch({k: statistics.median(times[k]) for k in kinds}, kinds)
+        got = with_minibatch({k: times[k] for k in kinds}, kinds)
         for k, v in got.items():
             measured.setdefault((s, k), []).append(v)
         for way in errors:
