@@ -91,8 +91,12 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
                                   "--rendezvous", rendezvous,
                                   "--in-flight", std::to_string(in_flight[r]),
                                   "--out", r == 0 ? graph_path : graph_path + "." + std::to_string(r)};
+    // The dataset too: the first stage's forward passes load its micro-batches
+    // (profile_model.cpp, NOTE(input-loading)).
     if (config.model_file.empty()) {
-      argv.insert(argv.end(), {"--model", config.model});
+      argv.insert(argv.end(), {"--model", config.model, "--dataset", config.data.name});
+      if (config.data.fashion_mnist_dir != data::DataOptions().fashion_mnist_dir)
+        argv.insert(argv.end(), {"--data-dir", config.data.fashion_mnist_dir});
     } else {
       argv.insert(argv.end(), {"--model-file", config.model_file, "--data-file", config.data.file});
     }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "pipetrain/torch/data.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
@@ -25,7 +27,9 @@ namespace {
 struct ProfileArgs {
   std::string model;
   std::string model_file;
-  data::DataOptions data;  // only `file`: the input shape of a --model-file model
+  data::DataOptions data;  // --dataset or --data-file: what the first stage loads (and a --model-file model's shape)
+  bool load_data = false;  // --dataset or --data-file given: time loading a batch of it
+  std::string data_dir;
   std::vector<std::string> model_options;
   int64_t batch = 0;
   profiler::ProfileOptions options;
@@ -127,6 +131,9 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
               "%d LibTorch intra-op threads, %d BLAS threads\n",
               (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batch), a.options.repeats, a.options.warmup,
               at::get_num_threads(), blasThreads());
+  if (a.load_data)
+    std::printf("the forward time of the first layer that reads the model input includes loading a batch of %s\n",
+                a.data.file.empty() ? a.data.name.c_str() : a.data.file.c_str());
   if (a.options.shares > 1)
     std::printf("share %d of %d: the other layers' times are left at 0 (their share's profile has them)\n",
                 a.options.share, a.options.shares);
@@ -169,6 +176,20 @@ int run(ProfileArgs& a) {
   checkWritable(a.out, "--out");
   const models::Model model = runtime::openModel(a.model, config, 0, a.model_file, a.data);
   if (a.threads > 0) useThreadsOfARank(a.threads);
+  // The batches a first stage would load: consecutive micro-batches of epoch 0's order.
+  std::unique_ptr<data::Dataset> dataset;
+  std::optional<data::SampleOrder> order;
+  int64_t next = 0, batches = 0;
+  if (a.load_data) {
+    if (!a.data_dir.empty()) a.data.fashion_mnist_dir = a.data.fortunes_dir = a.data_dir;
+    dataset = data::openDataset(a.data, model.input);
+    order.emplace(dataset->size(), a.data.seed, 0);
+    batches = order->minibatchesPerEpoch(a.batch, 1);
+    if (batches == 0)
+      throw Error("the dataset has " + std::to_string(dataset->size()) + " samples, fewer than --batch " +
+                  std::to_string(a.batch));
+    a.options.load_batch = [&] { dataset->get(order->microbatch(next++ % batches, 0, a.batch, 1)); };
+  }
   const graph::LayerGraph g = profiler::profileModel(model, a.batch, a.options);
   printTable(a, g);
   json_io::writeFile(a.out, g.toJson());
@@ -185,7 +206,14 @@ Command addProfileCommand(CLI::App& app) {
   auto* zoo = cmd->add_option("--model", a->model, modelNameList());
   auto* file = cmd->add_option("--model-file", a->model_file, "your own TorchScript model (docs/byo.md)");
   zoo->excludes(file);
-  cmd->add_option("--data-file", a->data.file, "with --model-file: the data it trains on (its input shape)");
+  auto* data_file = cmd->add_option("--data-file", a->data.file,
+                                    "your own data (with --model-file, its input shape): loading a batch of it is "
+                                    "timed into the first layer's forward pass");
+  auto* dataset = cmd->add_option("--dataset", a->data.name,
+                                  "fashion-mnist, fortunes or synthetic: loading a batch of it is timed into the "
+                                  "first layer's forward pass, as `train` loads its micro-batches");
+  dataset->excludes(data_file);
+  cmd->add_option("--data-dir", a->data_dir, "with --dataset: where its files are (default: the Debian package's folder)");
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--batch", a->batch, "samples per measured batch (e.g. the micro-batch size)")->required();
@@ -203,8 +231,9 @@ Command addProfileCommand(CLI::App& app) {
   cmd->add_option("--rendezvous", a->rendezvous,
                   "DIR: with --share, time together with the other shares' processes, which meet in DIR");
   cmd->add_option("--out", a->out, "the layer graph JSON to write")->required();
-  return {cmd, [a, zoo, file] {
+  return {cmd, [a, zoo, file, data_file, dataset] {
             if (!*zoo && !*file) throw Error("profile needs --model NAME or --model-file FILE");
+            a->load_data = *data_file || *dataset;
             return run(*a);
           }};
 }

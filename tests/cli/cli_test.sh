@@ -179,6 +179,13 @@ mlp=(--model mlp --model-option input=16 --model-option width=32)
 check "profile mlp" "$bin" profile "${mlp[@]}" --batch 4 --repeats 1 --out "$tmp/profile.json"
 expect "profile table" "fc3 "
 expect "profile wrote" "wrote"
+check "profile with the data the first stage loads" "$bin" profile "${mlp[@]}" --batch 4 --repeats 1 \
+  --dataset synthetic --out "$tmp/profile_data.json"
+expect "loading said" "includes loading a batch of synthetic"
+refuses "profile a batch larger than the data" "fewer than --batch" "$bin" profile "${mlp[@]}" --batch 5000 \
+  --dataset synthetic --out "$tmp/p2.json"
+refuses "profile data that does not fit the model" "fortunes serves byte tokens" "$bin" profile "${mlp[@]}" \
+  --batch 4 --dataset fortunes --out "$tmp/p3.json"
 check "profile-network 2 ranks" "$bin" profile-network --nproc 2 --sizes 64K,1M --repeats 3 --out "$tmp/cluster.json"
 expect "network latency" "latency"
 host=$(hostname)

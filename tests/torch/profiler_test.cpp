@@ -187,6 +187,27 @@ TEST(Profiler, SharesTimeTogetherWithSeveralMicrobatchesInFlight) {
   EXPECT_EQ(g.layer(2).forward_seconds, 0);  // the other share's
 }
 
+TEST(Profiler, LoadingABatchIsPricedOnTheFirstLayerOnlyByItsShare) {
+  const models::Model model = smallMlp();
+  int loads = 0;
+  ProfileOptions o{1, 3, "sgd"};
+  o.load_batch = [&] {
+    ++loads;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  };
+  const graph::LayerGraph whole = profileModel(model, 8, o);
+  EXPECT_EQ(loads, 1 + 3);  // one untimed, then `repeats` timed
+  EXPECT_GE(whole.layer(0).forward_seconds, 0.030);
+  for (int l = 1; l < whole.size(); ++l) EXPECT_LT(whole.layer(l).forward_seconds, 0.030) << l;
+  // The share without the model's input reader does not load at all.
+  o.share = 1;
+  o.shares = 2;
+  loads = 0;
+  const graph::LayerGraph second = profileModel(model, 8, o);
+  EXPECT_EQ(loads, 0);
+  EXPECT_EQ(second.layer(0).forward_seconds, 0);
+}
+
 TEST(Profiler, SharesTimeTheirOwnLayersAndMergeIntoOneProfile) {
   const models::Model model = smallMlp();  // 4 layers: three of 128 x 128 (+128), one of 10 x 128 (+10)
   std::vector<graph::LayerGraph> shares;

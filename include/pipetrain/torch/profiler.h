@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,11 @@ struct ProfileOptions {
   // and backward passes, as a pipeline rank holds several (profile_model.cpp, NOTE(in-flight)).
   int in_flight = 1;
   ProfileRendezvous* rendezvous = nullptr;  // with shares: the other shares' processes
+  // Loads one batch of training data, as the first stage loads its micro-batch inside
+  // every forward pass. When set, it is timed `repeats` times and the median is added to
+  // the forward time of the first layer that reads the model input, if this share times
+  // that layer (profile_model.cpp, NOTE(input-loading)). Unset: nothing is loaded.
+  std::function<void()> load_batch = nullptr;
 };
 
 // Profiles every layer of `model` on one batch of `batch` samples, in training mode, on
