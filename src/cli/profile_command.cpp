@@ -27,9 +27,11 @@ namespace {
 struct ProfileArgs {
   std::string model;
   std::string model_file;
-  data::DataOptions data;  // --dataset or --data-file: what the first stage loads (and a --model-file model's shape)
-  bool load_data = false;  // --dataset or --data-file given: time loading a batch of it
-  std::string data_dir;
+  // --dataset or --data-file: what the first stage loads (and a --model-file model's
+  // input shape); load_data when either was given: loading a batch of it is timed.
+  data::DataOptions data;
+  bool load_data = false;
+  std::string data_dir;  // --data-dir
   std::vector<std::string> model_options;
   int64_t batch = 0;
   profiler::ProfileOptions options;
