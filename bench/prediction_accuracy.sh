@@ -14,12 +14,12 @@
 # rank's training thread was ready to run but every core was taken (Linux's scheduler
 # statistics, over the whole run): the direct measure of that. "busiest rank's compute
 # ms": a mini-batch's compute on its busiest rank (the run's steady-state means per
-# action), to compare schedules of one model and split. "compute vs profile": a
-# mini-batch's compute over all ranks, so measured, against the profile's prediction of
-# it (the planner's per-rank compute): the share of
-# the error from the profile that is the layers running at another speed than profiled
-# (this machine's speed drifts; bench/noise_floor.py measures by how much), as opposed to
-# the schedule and communication, which "from measured stages" checks.
+# action), to compare schedules of one model and split. "compute vs profile": the same
+# over all ranks against the profile's prediction of it (the planner's per-rank
+# compute): the share of the error from the profile that is the layers running at
+# another speed than profiled (this machine's speed drifts; bench/noise_floor.py
+# measures by how much), as opposed to the schedule and communication, which "from
+# measured stages" checks.
 # Configurations alternate within each repeat (this machine's speed drifts); the table
 # gives medians over the repeats, and the measured range.
 # Usage: bench/prediction_accuracy.sh [build-dir] [repeats] [models] [ranks] [schedules]

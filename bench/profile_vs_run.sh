@@ -2,8 +2,8 @@
 # The profile against the run, per stage and kind of action: how `pipetrain profile`'s
 # per-layer times, summed over a stage, compare with the means a 2-rank training run of
 # that stage measures for its F, B and STEP actions over its steady state (the summary's
-# action_seconds). Two ways of profiling are set side
-# by side, each as two processes at once (as `train` profiles for two ranks):
+# action_seconds). Two ways of profiling are set side by side, each as two processes at
+# once (as `train` profiles for two ranks):
 #   whole  every process times the whole model (what `train` did before shares);
 #   share  process K times share K of 2 with the micro-batches in flight that `train`
 #          chose for it, timing together (`--share K/2 --in-flight N --rendezvous DIR`,
