@@ -219,7 +219,7 @@ class LayerSteps {
 
 // NOTE(input-loading): the first stage loads its micro-batch (inputs and labels) inside
 // each forward pass; the profile's own input is made once. On the 2-rank 8x1024 mlp,
-// drawing the synthetic inputs took 0.39 ms of the first stage's 5.4 ms forward pass, 8%
+// loading the synthetic inputs took 0.39 ms of the first stage's 5.4 ms forward pass, 8%
 // of it, that the profile did not see. `train` gives its profiles the dataset it trains
 // on, and the loading is priced on the first layer that reads the model input (a stage
 // that holds another reader loads it again; that is not priced).
