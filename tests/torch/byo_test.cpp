@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "pipetrain/torch/data.h"
+#include "pipetrain/torch/profiler.h"
 #include "training_harness.h"
 
 namespace pipetrain::runtime {
@@ -138,6 +139,8 @@ TEST(ByoModel, RegressionTargetsTrainWithMeanSquaredError) {
   c.optimizer = "sgd";
   c.lr = 0.05;
   EXPECT_EQ(openModel(c).input.loss, models::LossKind::kMeanSquaredError);
+  // The profile prices the loss on float targets of the output's shape (NOTE(loss)).
+  EXPECT_GT(profiler::profileModel(openModel(c), 8, {1, 1, "sgd"}).layers().back().forward_seconds, 0);
   usePlan(c, "1f1b", {1, 1});
   expectMatchesReference(c);
   std::remove(path.c_str());

@@ -208,6 +208,33 @@ TEST(Profiler, LoadingABatchIsPricedOnTheFirstLayerOnlyByItsShare) {
   EXPECT_EQ(second.layer(0).forward_seconds, 0);
 }
 
+TEST(Profiler, TheLossIsPricedOnTheLayerWhoseOutputIsTheModels) {
+  // A head of width 1 over 100,000 classes: its cross-entropy costs several times the
+  // layer itself, so a profile that left the loss out would time the head far below it.
+  const models::Model model =
+      models::buildModel("mlp", {{"input", 4}, {"layers", 1}, {"width", 1}, {"classes", 100000}}, 0);
+  const int64_t batch = 64;
+  const torch::Tensor logits = torch::randn({batch, 100000}, torch::requires_grad());
+  const torch::Tensor labels = torch::randint(100000, {batch}, torch::kLong);
+  std::vector<double> forward, backward;
+  for (int i = 0; i < 3; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    const torch::Tensor loss = models::lossOf(model, logits, labels);
+    forward.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    start = std::chrono::steady_clock::now();
+    loss.backward();
+    backward.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(forward.begin(), forward.end());
+  std::sort(backward.begin(), backward.end());
+  const graph::LayerGraph g = profileModel(model, batch, {1, 3, "sgd"});
+  const graph::Layer& head = g.layer(g.size() - 1);
+  EXPECT_GE(head.forward_seconds, 0.7 * forward[1]);
+  EXPECT_GE(head.backwardSeconds(), 0.7 * backward[1]);
+  // The hidden layer before it computes no loss.
+  EXPECT_LT(g.layer(0).forward_seconds, 0.7 * forward[1]);
+}
+
 TEST(Profiler, SharesTimeTheirOwnLayersAndMergeIntoOneProfile) {
   const models::Model model = smallMlp();  // 4 layers: three of 128 x 128 (+128), one of 10 x 128 (+10)
   std::vector<graph::LayerGraph> shares;

@@ -242,6 +242,31 @@ double loadingSeconds(const ProfileOptions& o) {
   return median(seconds);
 }
 
+// NOTE(loss): the last stage computes each micro-batch's loss inside its forward pass
+// and reads it (loss.item(), for the log), and its backward pass starts from that loss,
+// not from the model's output. A profile that seeded the output's backward with ones
+// missed that work: the cross-entropy of a micro-batch of 32 x 32 tokens takes 0.29 ms
+// forward and 0.29 ms backward at vocabulary 256 (gpt here: about 1% of the last
+// stage), and 195 ms and 296 ms at GPT-2's 50,257 (one thread, Python's torch 1.13). So
+// the layer whose output is the model's computes the loss on typical labels
+// (NOTE(typical-input)) within its timed forward pass, and its backward passes start
+// from it.
+struct OutputLoss {
+  int layer = -1;        // the index in `runs` of the layer whose output is the model's, or -1
+  torch::Tensor labels;  // what the loss compares that output with
+};
+
+// Labels of the kind the model's loss takes (models::lossOf), for `output`: uniform
+// classes (or tokens) over the output's last dimension, or uniform targets for a
+// regression; from the profile's own generator, as typicalInput.
+torch::Tensor typicalLabels(const models::Model& model, const torch::Tensor& output) {
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(/*seed_in=*/20261125);
+  if (model.input.loss == models::LossKind::kMeanSquaredError)
+    return torch::rand(output.sizes(), generator).to(output.device());
+  const std::vector<int64_t> shape(output.sizes().begin(), output.sizes().end() - 1);
+  return torch::randint(output.size(-1), shape, generator, torch::kLong).to(output.device());
+}
+
 // NOTE(pass-order): layers are timed in the order a training step runs them: every
 // layer's forward pass, then every layer's backward pass from the last layer to the
 // first, then every layer's optimizer step, `repeats` times; each figure is a median over
@@ -285,9 +310,10 @@ double loadingSeconds(const ProfileOptions& o) {
 // activations and weights in cache where training does not: the 2-stage gpt's first
 // stage ran its B 10-15% slower than the profile said (bench/profile_vs_run.sh).
 // `loading_layer`: the index in `runs` of the layer whose forward time includes loading
-// the batch (NOTE(input-loading)), or -1.
+// the batch (NOTE(input-loading)), or -1; `loss`: the layer that computes the loss
+// (NOTE(loss)).
 std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device& device,
-                                const ProfileOptions& o, int loading_layer) {
+                                const ProfileOptions& o, int loading_layer, const OutputLoss& loss) {
   const std::size_t n = runs.size();
   LayerSteps steps(runs, o.optimizer);
   std::vector<std::vector<double>> forward(n), input(n), split_weight(n), full(n), step(n);
@@ -300,7 +326,13 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
     std::vector<std::vector<torch::Tensor>> outputs(k, std::vector<torch::Tensor>(n));  // [micro-batch][layer]
     for (auto& mb : outputs)
       for (std::size_t l = 0; l < n; ++l) {
-        const double f = secondsOf(device, [&] { mb[l] = runs[l].forward(); });
+        const double f = secondsOf(device, [&] {
+          mb[l] = runs[l].forward();
+          if (static_cast<int>(l) == loss.layer) {
+            mb[l] = models::lossOf(runs[l].model, mb[l], loss.labels);
+            mb[l].item<double>();  // as the executor reads it
+          }
+        });
         if (timed) forward[l].push_back(f);
       }
     for (auto& mb : outputs)
@@ -454,8 +486,13 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   const int share = plan::shareOfProcess(o.share, static_cast<int>(bounds.size()) - 1);
   const int first = bounds[share], end = bounds[share + 1];
   std::vector<LayerRun> timed(runs.begin() + first, runs.begin() + end);
-  const int reader = firstInputReader(model);
-  const std::vector<Timings> times = timeLayers(timed, device, o, reader >= first && reader < end ? reader - first : -1);
+  const auto inShare = [&](int l) { return l >= first && l < end ? l - first : -1; };
+  OutputLoss loss{inShare(n - 1), {}};  // the model's output is its last layer's (models::forwardModel)
+  if (loss.layer >= 0) {
+    torch::NoGradGuard no_grad;
+    loss.labels = typicalLabels(model, timed[loss.layer].forward());
+  }
+  const std::vector<Timings> times = timeLayers(timed, device, o, inShare(firstInputReader(model)), loss);
   std::vector<graph::Layer> nodes;
   for (int l = 0; l < n; ++l) {
     const models::Layer& layer = model.layers[l];
