@@ -162,6 +162,9 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
 
 std::string whySlower(const Candidate& winner, const Candidate& loser) {
   const sim::Report &w = winner.report, &l = loser.report;
+  if (l.throughput > w.throughput * 0.999 && loser.plan.microbatch_size < winner.plan.microbatch_size)
+    return "the same predicted throughput, but smaller micro-batches (" + std::to_string(loser.plan.microbatch_size) +
+           " against " + std::to_string(winner.plan.microbatch_size) + ")";
   if (l.throughput > w.throughput * 0.999 && l.peakMemoryBytes() <= w.peakMemoryBytes() * 1.01)
     return "a tie: the same predicted throughput and peak memory (listed second)";
   if (l.throughput > w.throughput * 0.999)
@@ -621,11 +624,17 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
     explorer.evaluateProposals();
   }
   explorer.refine();
-  // Throughput within 0.1% is a tie (the simulator's differences that small are rounding),
-  // and among ties the leaner plan wins.
+  // Throughput within 0.1% is a tie (the simulator's differences that small are rounding).
+  // Among ties the larger micro-batch wins, then the leaner plan. A profile prices a
+  // micro-batch as its own size scaled, so plans that differ only in how the batch is cut
+  // tie (a single stage has no bubble to trade); what a micro-batch costs beyond that
+  // (an action's dispatch, a smaller matrix product) favours the larger: data
+  // parallelism of the 8x1024 mlp at 128 x 2 ran 6-8% faster than at 64 x 4, which tied
+  // with it and won on memory (bench/ddp_comparison.sh, docs/runtime.md).
   auto tier = [](const Candidate& c) { return static_cast<int64_t>(std::floor(std::log(c.report.throughput) / kTie)); };
   std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](const Candidate& a, const Candidate& b) {
     if (tier(a) != tier(b)) return tier(a) > tier(b);
+    if (a.plan.microbatch_size != b.plan.microbatch_size) return a.plan.microbatch_size > b.plan.microbatch_size;
     return a.report.peakMemoryBytes() < b.report.peakMemoryBytes();
   });
   result.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -64,6 +64,31 @@ TEST(Explore, RanksFittingCandidatesBestFirst) {
   EXPECT_TRUE(j["stages"][0].contains("replicas"));
 }
 
+TEST(Explore, AmongTiesTheLargerMicrobatchWins) {
+  // Two devices on a fast link: data parallelism (one stage, no bubble) prices micro-
+  // batches of 4 and 8 alike, and the larger must rank first (the profile does not see
+  // what a micro-batch costs beyond its layers), though the smaller holds less memory.
+  TwoNodes s;
+  const cluster::ClusterSpec pair{{{"a0", "gpu", 1, 1 << 30}, {"a1", "gpu", 1, 1 << 30}}, {{"node", 2, 1e12, 1e-9}}, {}};
+  ExploreOptions o;
+  o.global_batch = 32;
+  o.schedule = "1f1b";  // one micro-batch in flight on a single stage: the smaller holds less
+  o.microbatch_sizes = {4, 8};
+  const Exploration e = explore(s.graph, pair, o);
+  const auto rankOf = [&](int64_t size) {
+    for (std::size_t i = 0; i < e.ranked.size(); ++i)
+      if (e.ranked[i].plan.stages.size() == 1 && e.ranked[i].plan.microbatch_size == size) return static_cast<int>(i);
+    return -1;
+  };
+  const int small = rankOf(4), large = rankOf(8);
+  ASSERT_GE(small, 0);
+  ASSERT_GE(large, 0);
+  ASSERT_NEAR(e.ranked[small].report.throughput / e.ranked[large].report.throughput, 1.0, 1e-4);
+  EXPECT_LT(e.ranked[small].report.peakMemoryBytes(), e.ranked[large].report.peakMemoryBytes());
+  EXPECT_LT(large, small);
+  EXPECT_EQ(e.best().plan.microbatch_size, 8);
+}
+
 TEST(Explore, PruningByTheComputeBoundKeepsTheExhaustiveChoice) {
   // No plan beats its compute bound, so pruning proposals whose bound cannot reach the
   // best simulated throughput must leave the winner as the exhaustive search finds it.
