@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pipetrain against the peer a user would pick instead: PyTorch's DDP (Debian's
-# python3-torch, Gloo, 2 processes, 1 thread each; bench/ddp_peer.py) on the same MLP
-# (input 1024, 8 x 1024, 10 classes), global batch 256, SGD, beside pipetrain's data
+# python3-torch, Gloo, 2 processes, torch.set_num_threads(1); bench/ddp_peer.py) on the
+# same MLP (input 1024, 8 x 1024, 10 classes), global batch 256, SGD, beside pipetrain's data
 # parallelism (1 stage x 2 replicas, micro-batches 2 x 128), a 2-stage 1F1B pipeline
 # (8 x 32) and the plan pipetrain chooses for 2 ranks (`--batch 256`: schedule, stages,
 # replicas and micro-batching). DDP runs twice: as a user runs it, and with
