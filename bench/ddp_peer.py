@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The peer a user would pick instead of pipetrain's data parallelism: PyTorch's
-DistributedDataParallel (Debian's python3-torch, Gloo, one thread per process), training
-the same MLP as pipetrain's `mlp` model (input -> `layers` x [Linear(width), ReLU] ->
-Linear(classes)) with SGD on random data at the same global batch. Prints one line:
+DistributedDataParallel (Debian's python3-torch, Gloo, torch.set_num_threads(1) per
+process, which Debian's OpenBLAS does not obey: bench/ddp_comparison.sh also runs it with
+OPENBLAS_NUM_THREADS=1), training the same MLP as pipetrain's `mlp` model (input ->
+`layers` x [Linear(width), ReLU] -> Linear(classes)) with SGD on random data at the same
+global batch. Prints one line:
 `samples/s <value>` over the timed steps (after warm-up).
 
 Usage: ddp_peer.py --nproc 2 --input 1024 --layers 8 --width 1024 --batch 256 --steps 30
