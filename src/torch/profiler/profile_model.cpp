@@ -230,15 +230,11 @@ int firstInputReader(const models::Model& model) {
   return -1;
 }
 
-double loadingSeconds(const ProfileOptions& o) {
+double loadingSeconds(const torch::Device& device, const ProfileOptions& o) {
   if (!o.load_batch) return 0;
   o.load_batch();  // the first load touches memory and files the timed ones reuse
   std::vector<double> seconds;
-  for (int i = 0; i < o.repeats; ++i) {
-    const auto start = Clock::now();
-    o.load_batch();
-    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
+  for (int i = 0; i < o.repeats; ++i) seconds.push_back(secondsOf(device, o.load_batch));
   return median(seconds);
 }
 
@@ -375,7 +371,7 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
   settle([&] { both(false); }, o.warmup);
   if (o.rendezvous) o.rendezvous->readyToTime();
   for (int rep = 0; rep < o.repeats; ++rep) both(true);
-  const double loading = loading_layer >= 0 ? loadingSeconds(o) : 0.0;  // while the other shares time too
+  const double loading = loading_layer >= 0 ? loadingSeconds(device, o) : 0.0;  // while the other shares time too
   if (o.rendezvous) {
     o.rendezvous->doneTiming();
     while (o.rendezvous->othersTiming()) both(false);
@@ -476,6 +472,8 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     values[model.layers[l].name] = output;
     runs.push_back(std::move(run));
   }
+  // The model's output is its last layer's (models::forwardModel); NOTE(loss).
+  const torch::Tensor labels = typicalLabels(model, values.at(model.layers.back().name));
   values.clear();
 
   // Only this process's share of the layers is timed (ProfileOptions::share); the others
@@ -487,12 +485,8 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   const int first = bounds[share], end = bounds[share + 1];
   std::vector<LayerRun> timed(runs.begin() + first, runs.begin() + end);
   const auto inShare = [&](int l) { return l >= first && l < end ? l - first : -1; };
-  OutputLoss loss{inShare(n - 1), {}};  // the model's output is its last layer's (models::forwardModel)
-  if (loss.layer >= 0) {
-    torch::NoGradGuard no_grad;
-    loss.labels = typicalLabels(model, timed[loss.layer].forward());
-  }
-  const std::vector<Timings> times = timeLayers(timed, device, o, inShare(firstInputReader(model)), loss);
+  const std::vector<Timings> times =
+      timeLayers(timed, device, o, inShare(firstInputReader(model)), OutputLoss{inShare(n - 1), labels});
   std::vector<graph::Layer> nodes;
   for (int l = 0; l < n; ++l) {
     const models::Layer& layer = model.layers[l];
