@@ -162,14 +162,15 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
 
 std::string whySlower(const Candidate& winner, const Candidate& loser) {
   const sim::Report &w = winner.report, &l = loser.report;
-  if (l.throughput > w.throughput * 0.999 && loser.plan.microbatch_size < winner.plan.microbatch_size)
-    return "the same predicted throughput, but smaller micro-batches (" + std::to_string(loser.plan.microbatch_size) +
-           " against " + std::to_string(winner.plan.microbatch_size) + ")";
-  if (l.throughput > w.throughput * 0.999 && l.peakMemoryBytes() <= w.peakMemoryBytes() * 1.01)
-    return "a tie: the same predicted throughput and peak memory (listed second)";
-  if (l.throughput > w.throughput * 0.999)
+  if (l.throughput > w.throughput * 0.999) {  // a tie on throughput: what broke it, as explore() ranks ties
+    if (loser.plan.microbatch_size < winner.plan.microbatch_size)
+      return "the same predicted throughput, but smaller micro-batches (" + std::to_string(loser.plan.microbatch_size) +
+             " against " + std::to_string(winner.plan.microbatch_size) + ")";
+    if (l.peakMemoryBytes() <= w.peakMemoryBytes() * 1.01)
+      return "a tie: the same predicted throughput and peak memory (listed second)";
     return "the same predicted throughput, but a peak of " + text::humanBytes(static_cast<double>(l.peakMemoryBytes())) +
            " per device against " + text::humanBytes(static_cast<double>(w.peakMemoryBytes()));
+  }
   std::string why = fixed(100.0 * (1.0 - l.throughput / w.throughput), 1) + "% lower throughput: ";
   if (l.bubble_fraction > w.bubble_fraction + 0.02)
     return why + "more idle time (mean bubble " + fixed(l.bubble_fraction, 3) + " vs " + fixed(w.bubble_fraction, 3) + ")";
