@@ -224,14 +224,15 @@ TEST(Profiler, TheLossIsPricedOnTheLayerWhoseOutputIsTheModels) {
   util::retainFreedMemory();
   std::vector<double> forward, backward;
   for (int i = 0; i < 8; ++i) {
-    auto start = std::chrono::steady_clock::now();
+    const auto start = std::chrono::steady_clock::now();
     const torch::Tensor loss = models::lossOf(model, logits, labels);
-    forward.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    start = std::chrono::steady_clock::now();
+    const auto middle = std::chrono::steady_clock::now();
     loss.backward();
-    backward.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const auto end = std::chrono::steady_clock::now();
     logits.mutable_grad() = torch::Tensor();  // a fresh gradient each time, as the profile's
-    if (i < 3) forward.pop_back(), backward.pop_back();
+    if (i < 3) continue;
+    forward.push_back(std::chrono::duration<double>(middle - start).count());
+    backward.push_back(std::chrono::duration<double>(end - middle).count());
   }
   std::sort(forward.begin(), forward.end());
   std::sort(backward.begin(), backward.end());
