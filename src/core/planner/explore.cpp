@@ -34,6 +34,10 @@ constexpr int kInterleavedChunks = 2;
 // (bench/planner_bench graphPartition), about 4x more per doubling.
 constexpr int kMaxGraphDevices = 64;
 const double kTie = std::log(1.001);
+// Throughputs within 0.1% tie (the simulator's differences that small are rounding): they
+// fall into one bucket of kTie on a log scale. explore() ranks by it and whySlower()
+// explains by it, so that a "tie" means one thing.
+int64_t throughputTier(const sim::Report& r) { return static_cast<int64_t>(std::floor(std::log(r.throughput) / kTie)); }
 // The refinement's simulations: at most this many, and at most this many ranks simulated
 // in all (a plan on 264 devices gets 7 neighbours, about 0.2 s; one on 1024 devices 2).
 constexpr int kRefineSimulations = 128;
@@ -162,7 +166,7 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
 
 std::string whySlower(const Candidate& winner, const Candidate& loser) {
   const sim::Report &w = winner.report, &l = loser.report;
-  if (l.throughput > w.throughput * 0.999) {  // a tie on throughput: what broke it, as explore() ranks ties
+  if (throughputTier(l) == throughputTier(w)) {  // a tie on throughput: what broke it, as explore() ranks ties
     if (loser.plan.microbatch_size < winner.plan.microbatch_size)
       return "the same predicted throughput, but smaller micro-batches (" + std::to_string(loser.plan.microbatch_size) +
              " against " + std::to_string(winner.plan.microbatch_size) + ")";
@@ -625,16 +629,15 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
     explorer.evaluateProposals();
   }
   explorer.refine();
-  // Throughput within 0.1% is a tie (the simulator's differences that small are rounding).
-  // Among ties the larger micro-batch wins, then the leaner plan. A profile prices a
-  // micro-batch as its own size scaled, so plans that differ only in how the batch is cut
-  // tie (a single stage has no bubble to trade); what a micro-batch costs beyond that
+  // Among throughput ties (throughputTier) the larger micro-batch wins, then the leaner
+  // plan. A profile prices a micro-batch as its own size scaled, so plans that differ
+  // only in how the batch is cut tie (a single stage has no bubble to trade); what a micro-batch costs beyond that
   // (an action's dispatch, a smaller matrix product) favours the larger: data
   // parallelism of the 8x1024 mlp at 128 x 2 ran 6-8% faster than at 64 x 4, which tied
   // with it and won on memory (bench/ddp_comparison.sh, docs/runtime.md).
-  auto tier = [](const Candidate& c) { return static_cast<int64_t>(std::floor(std::log(c.report.throughput) / kTie)); };
-  std::stable_sort(result.ranked.begin(), result.ranked.end(), [&](const Candidate& a, const Candidate& b) {
-    if (tier(a) != tier(b)) return tier(a) > tier(b);
+  std::stable_sort(result.ranked.begin(), result.ranked.end(), [](const Candidate& a, const Candidate& b) {
+    const int64_t tier_a = throughputTier(a.report), tier_b = throughputTier(b.report);
+    if (tier_a != tier_b) return tier_a > tier_b;
     if (a.plan.microbatch_size != b.plan.microbatch_size) return a.plan.microbatch_size > b.plan.microbatch_size;
     return a.report.peakMemoryBytes() < b.report.peakMemoryBytes();
   });
