@@ -4,12 +4,14 @@
 # same MLP (input 1024, 8 x 1024, 10 classes), global batch 256, SGD, beside pipetrain's data
 # parallelism (1 stage x 2 replicas, micro-batches 2 x 128), a 2-stage 1F1B pipeline
 # (8 x 32) and the plan pipetrain chooses for 2 ranks (`--batch 256`: schedule, stages,
-# replicas and micro-batching). DDP runs twice: as a user runs it, and with
-# OPENBLAS_NUM_THREADS=1: torch.set_num_threads(1) does not reach Debian's OpenBLAS
+# replicas and micro-batching), and beside what two cores can do at most: twice the
+# throughput of one process training the whole batch on one core (256 samples as 2 x
+# 128, so each core does a replica's work without an all-reduce). DDP runs twice: as a
+# user runs it, and with OPENBLAS_NUM_THREADS=1: torch.set_num_threads(1) does not reach Debian's OpenBLAS
 # (pthread build), which then runs a pool of one thread per core in each process (one
 # process: 940 samples/s against 560 with one BLAS thread, 2026-11-25). The
 # configurations alternate, REPEATS rounds; prints each one's median samples/s, its range
-# and the ratio to the faster DDP.
+# and the ratios to the faster DDP and to the two cores' ceiling.
 # Usage: bench/ddp_comparison.sh [build-dir] [repeats] [steps]
 set -euo pipefail
 build=${1:-build}
@@ -26,25 +28,26 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 model=(--model mlp --model-option layers=8 --model-option width=1024 --model-option input=1024 --dataset synthetic
-       --epochs 1 --max-steps "$steps" --no-eval --optimizer sgd --lr 0.01 --nproc 2)
+       --epochs 1 --max-steps "$steps" --no-eval --optimizer sgd --lr 0.01)
 pipetrain() {  # pipetrain ARGS...: samples/s of one run
   "$bin" train "${model[@]}" "$@" --summary-json "$out/s.json" >"$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
   "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["throughput"])' "$out/s.json"
 }
 names=("DDP (PyTorch 1.13)" "DDP, 1 BLAS thread each" "pipetrain data parallel" "pipetrain 2-stage 1f1b"
-       "pipetrain's plan")
+       "pipetrain's plan" "2 x one process, one core")
 ddp() { "$python" "$here/ddp_peer.py" --nproc 2 --batch 256 --steps "$steps" | sed 's/samples\/s //'; }
 run() {  # run INDEX
   case $1 in
     0) ddp ;;
     1) OPENBLAS_NUM_THREADS=1 ddp ;;
-    2) pipetrain --data-parallel --microbatches 2 --microbatch-size 128 ;;
-    3) pipetrain --schedule 1f1b --stage-bounds 0,5,9 --microbatches 8 --microbatch-size 32 ;;
-    4) pipetrain --batch 256 --plan-out "$out/chosen.json" ;;
+    2) pipetrain --nproc 2 --data-parallel --microbatches 2 --microbatch-size 128 ;;
+    3) pipetrain --nproc 2 --schedule 1f1b --stage-bounds 0,5,9 --microbatches 8 --microbatch-size 32 ;;
+    4) pipetrain --nproc 2 --batch 256 --plan-out "$out/chosen.json" ;;
+    5) pipetrain --nproc 1 --cores 1 --microbatches 2 --microbatch-size 128 | awk '{ print 2 * $1 }' ;;
   esac
 }
 for ((r = 0; r < repeats; ++r)); do
-  for i in 0 1 2 3 4; do run "$i" >>"$out/$i"; done
+  for i in "${!names[@]}"; do run "$i" >>"$out/$i"; done
 done
 
 median() { sort -g "$1" | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.1f %.1f %.1f", m, v[1], v[NR] }'; }
@@ -52,10 +55,12 @@ median() { sort -g "$1" | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2]
 read -r ddp_default _ _ <<<"$(median "$out/0")"
 read -r ddp_one_thread _ _ <<<"$(median "$out/1")"
 ddp=$(awk -v a="$ddp_default" -v b="$ddp_one_thread" 'BEGIN { print (a > b ? a : b) }')
-printf '%-28s %10s %20s %8s\n' "mlp 8x1024, batch 256" "samples/s" "range" "vs DDP"
-for i in 0 1 2 3 4; do
+read -r ceiling _ _ <<<"$(median "$out/5")"
+printf '%-28s %10s %20s %8s %12s\n' "mlp 8x1024, batch 256" "samples/s" "range" "vs DDP" "vs ceiling"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+for i in "${!names[@]}"; do
   read -r m lo hi <<<"$(median "$out/$i")"
-  printf '%-28s %10.1f %20s %8.2f\n' "${names[$i]}" "$m" "$lo-$hi" "$(awk -v a="$m" -v b="$ddp" 'BEGIN { print a / b }')"
+  printf '%-28s %10.1f %20s %8s %12s\n' "${names[$i]}" "$m" "$lo-$hi" "$(ratio "$m" "$ddp")" "$(ratio "$m" "$ceiling")"
 done
 chosen=$(tr -d ' \n' <"$out/chosen.json")
 field() { grep -o "\"$1\":[^,}]*" <<<"$chosen" | head -1 | sed 's/.*://; s/"//g'; }

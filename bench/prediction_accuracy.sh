@@ -19,7 +19,11 @@
 # compute): the share of the error from the profile that is the layers running at
 # another speed than profiled (this machine's speed drifts; bench/noise_floor.py
 # measures by how much), as opposed to the schedule and communication, which "from
-# measured stages" checks.
+# measured stages" checks. "core time vs profile": the ranks' training threads' time on
+# a core per mini-batch (Linux's scheduler statistics; compute, the framework and the
+# messages' CPU), against the profile's compute of the same ranks each on a core of its
+# own: the work, whatever the sharing of the cores. Where it is near zero and the
+# prediction still misses, the time went to waiting for a core, not to slower layers.
 # Configurations alternate within each repeat (this machine's speed drifts); the table
 # gives medians over the repeats, and the measured range.
 # Usage: bench/prediction_accuracy.sh [build-dir] [repeats] [models] [ranks] [schedules]
@@ -101,7 +105,7 @@ for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
         continue
     row = rows.setdefault((model, int(ranks), schedule),
                           {"measured": [], "profile": [], "stages": [], "preempted": [], "busiest": [],
-                           "core_wait": [], "compute_ratio": []})
+                           "core_wait": [], "compute_ratio": [], "core_ratio": []})
     compute = rank_compute_seconds(s)
     row["busiest"].append(max(compute))
     row["preempted"].append(preempted_seconds(s["measured_timeline"]))
@@ -109,11 +113,14 @@ for summary_path in glob.glob(os.path.join(sys.argv[1], "*.json")):
     row["core_wait"].append(max(r["core_wait_fraction"] for r in s["ranks"]) * measured)
     row["profile"].append(s["planner"]["chosen"]["iteration_seconds"])
     row["compute_ratio"].append(sum(compute) / sum(s["planner"]["chosen"]["rank_busy_seconds"]))
+    on_core = [r["core_run_fraction"] * measured for r in s["ranks"]]
+    if min(on_core) >= 0:
+        row["core_ratio"].append(sum(on_core) / sum(s["planner"]["chosen"]["rank_core_seconds"]))
     row["stages"].append(samples / s["predicted_throughput"])
 
 print("| model | ranks | schedule | runs | measured ms (range) | from profile ms | error | from measured stages ms | error "
-      "| outlier ms | core wait ms | busiest rank's compute ms | compute vs profile (range) |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| outlier ms | core wait ms | busiest rank's compute ms | compute vs profile (range) | core time vs profile |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 errors = {"profile": [], "stages": []}
 for (model, ranks, schedule), row in sorted(rows.items()):
     m = statistics.median(row["measured"])
@@ -127,7 +134,8 @@ for (model, ranks, schedule), row in sorted(rows.items()):
           f"({min(row['measured']) * 1e3:.1f}-{max(row['measured']) * 1e3:.1f}) | " + " | ".join(cells) +
           f" | {statistics.median(row['preempted']) * 1e3:.1f} | {statistics.median(row['core_wait']) * 1e3:.1f}"
           f" | {statistics.median(row['busiest']) * 1e3:.1f} | {(statistics.median(ratio) - 1) * 100:+.1f}% "
-          f"({(min(ratio) - 1) * 100:+.1f}% to {(max(ratio) - 1) * 100:+.1f}%) |")
+          f"({(min(ratio) - 1) * 100:+.1f}% to {(max(ratio) - 1) * 100:+.1f}%) | " +
+          (f"{(statistics.median(row['core_ratio']) - 1) * 100:+.1f}%" if row["core_ratio"] else "unknown") + " |")
 for source, e in errors.items():
     if e:
         within = sum(x <= 0.05 for x in e)

@@ -13,6 +13,7 @@
 #include "report_pages.h"
 #include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/sim/evaluate.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
@@ -141,12 +142,18 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   planner["notes"] = explorationNotes(e);
   // The profile-based prediction of the plan that runs, for comparison with what it
   // measures: the whole, and each rank's compute per mini-batch (which tells the machine's
-  // speed while profiling from the schedule's part of an error).
-  json_io::Json busy = json_io::Json::array();
+  // speed while profiling from the schedule's part of an error). Where the ranks share
+  // the cores, that compute stretches while they take turns; so each rank's compute on
+  // a core of its own too: its work, to set beside the run's time on a core.
+  json_io::Json busy = json_io::Json::array(), alone = json_io::Json::array();
   for (const sim::RankReport& r : e.best().report.ranks) busy.push_back(r.busy_seconds);
+  const cluster::ClusterSpec unshared = localCluster(request.ranks, memory, request.ranks);
+  for (const sim::RankReport& r : sim::evaluatePlan(graph, unshared, e.best().plan).report.ranks)
+    alone.push_back(r.busy_seconds);
   planner["chosen"] = {{"throughput", e.best().report.throughput},
                        {"iteration_seconds", e.best().report.iteration_time},
-                       {"rank_busy_seconds", busy}};
+                       {"rank_busy_seconds", busy},
+                       {"rank_core_seconds", alone}};
   return {chosen, planner};
 }
 

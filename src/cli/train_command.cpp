@@ -108,6 +108,7 @@ Json resultToJson(const runtime::RankResult& r) {
           {"busy_seconds", r.busy_seconds},
           {"wait_seconds", r.wait_seconds},
           {"core_wait_seconds", r.core_wait_seconds},
+          {"core_run_seconds", r.core_run_seconds},
           {"test_loss", r.test_loss},
           {"history", historyJson(r.history)},
           {"peak_memory_bytes", r.peak_memory_bytes},
@@ -329,14 +330,16 @@ int launch(TrainArgs& a) {
     const double wait = r["wait_seconds"];
     // Time in a step that is neither compute nor waiting for messages: the framework.
     const double overhead = train > 0 ? std::max(0.0, train - busy - wait) / train : 0;
-    // Lost to other processes on the same cores, inside compute or not; -1 = unknown.
-    const double core_wait = r["core_wait_seconds"];
+    // Lost to other processes on the same cores, inside compute or not, and the training
+    // thread's time on a core (its work, whatever the sharing); -1 = unknown.
+    const double core_wait = r["core_wait_seconds"], core_run = r["core_run_seconds"];
     ranks.push_back({{"rank", o.rank},
                      {"stages", r["stages"]},
                      {"bubble_fraction", train > 0 ? 1 - busy / train : 0},
                      {"wait_fraction", train > 0 ? wait / train : 0},
                      {"overhead_fraction", overhead},
                      {"core_wait_fraction", core_wait < 0 ? -1.0 : train > 0 ? core_wait / train : 0},
+                     {"core_run_fraction", core_run < 0 ? -1.0 : train > 0 ? core_run / train : 0},
                      {"peak_memory_bytes", r["peak_memory_bytes"]},
                      {"start_memory_bytes", r["start_memory_bytes"]},
                      {"weight_versions", r["weight_versions"]},

@@ -80,7 +80,18 @@ check "train plans itself" "${train[@]}" --nproc 2 --schedule 1f1b --no-replicat
 expect "planner table" "chosen: 1f1b, 2 stages"
 check "the plan it trained" grep -q '"pipetrain.plan"' "$tmp/auto.json"
 refuses "pipeline longer than the model" "too few" "${train[@]}" --nproc 9 --no-replication
-check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1
+check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1 --summary-json "$tmp/three.json"
+check "3 ranks on 2 cores: each rank's time on a core, and its compute predicted shared and alone" \
+  python3 - "$tmp/three.json" <<'PY'
+import json, os, sys
+s = json.load(open(sys.argv[1]))
+chosen = s["planner"]["chosen"]
+busy, alone = chosen["rank_busy_seconds"], chosen["rank_core_seconds"]
+assert len(busy) == len(alone) == 3 and all(0 < a <= b * (1 + 1e-9) for a, b in zip(alone, busy)), chosen
+if os.cpu_count() < 3:  # taking turns on the cores stretches some rank's compute
+    assert sum(alone) < sum(busy), chosen
+assert all(0 < r["core_run_fraction"] <= 1 for r in s["ranks"]), [r["core_run_fraction"] for r in s["ranks"]]
+PY
 check "train --batch: the planner splits it" "$bin" train --model mlp --model-option input=16 --model-option width=32 \
   --dataset synthetic --batch 64 --nproc 2 --max-steps 3 --no-eval --timeout 20 --plan-out "$tmp/batch.json"
 check "the plan keeps the batch" grep -q '"microbatches"' "$tmp/batch.json"

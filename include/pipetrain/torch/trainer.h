@@ -89,8 +89,10 @@ struct RankResult {
   double busy_seconds = 0;               // compute inside those steps
   double wait_seconds = 0;               // blocked on communication inside those steps
   // Inside those steps, the training thread's time ready to run while other threads held
-  // every core (util::threadCoreWaitSeconds); -1 where the kernel does not say.
+  // every core, and its time on a core (util::threadCoreTime); -1 where the kernel does
+  // not say.
   double core_wait_seconds = 0;
+  double core_run_seconds = 0;
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
   // Its resident set as trainRank began (LibTorch and the libraries loaded, no model
   // yet): the peak less this is what the model and its training added.

@@ -17,7 +17,7 @@
 #include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/schedule/staleness.h"
-#include "pipetrain/util/core_wait.h"
+#include "pipetrain/util/core_time.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -357,7 +357,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
       MicrobatchData feed{[&](int j) { return train->get(indices(j)).inputs; },
                           [&](int j) { return train->labels(indices(j)); }, {}};
       const auto segment_start = Clock::now();
-      const double core_wait_before = util::threadCoreWaitSeconds();
+      const util::ThreadCoreTime core_time_before = util::threadCoreTime();
       RunResult r = executor.run(programOf(end - first), feed, origin, [&](int k, double loss) {
         if (!std::isnan(loss)) result.final_loss = loss;
         if (on_progress)
@@ -366,10 +366,13 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
                        since(origin), reports});
       });
       result.train_seconds += since(segment_start);
-      if (core_wait_before >= 0 && result.core_wait_seconds >= 0)
-        result.core_wait_seconds += util::threadCoreWaitSeconds() - core_wait_before;
-      else
-        result.core_wait_seconds = -1;
+      const util::ThreadCoreTime core_time = util::threadCoreTime();
+      if (core_time_before.waiting_seconds >= 0 && result.core_wait_seconds >= 0) {
+        result.core_wait_seconds += core_time.waiting_seconds - core_time_before.waiting_seconds;
+        result.core_run_seconds += core_time.running_seconds - core_time_before.running_seconds;
+      } else {
+        result.core_wait_seconds = result.core_run_seconds = -1;
+      }
       for (const auto& a : r.actions) {
         result.busy_seconds += a.end - a.start;
         durations[{a.action.stage, a.action.type}].push_back(a.end - a.start);

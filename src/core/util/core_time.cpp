@@ -1,16 +1,16 @@
-#include "pipetrain/util/core_wait.h"
+#include "pipetrain/util/core_time.h"
 
 #include <fstream>
 
 namespace pipetrain::util {
 
-double threadCoreWaitSeconds() {
+ThreadCoreTime threadCoreTime() {
   // Three numbers: nanoseconds on a core, nanoseconds waiting on a run queue, and the
   // time slices run.
   std::ifstream in("/proc/thread-self/schedstat");
   long long running_ns = 0, waiting_ns = 0;
-  if (!(in >> running_ns >> waiting_ns)) return -1;
-  return static_cast<double>(waiting_ns) * 1e-9;
+  if (!(in >> running_ns >> waiting_ns)) return {};
+  return {static_cast<double>(running_ns) * 1e-9, static_cast<double>(waiting_ns) * 1e-9};
 }
 
 }  // namespace pipetrain::util
