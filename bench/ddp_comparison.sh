@@ -3,8 +3,10 @@
 # python3-torch, Gloo, 2 processes, torch.set_num_threads(1); bench/ddp_peer.py) on the
 # same MLP (input 1024, 8 x 1024, 10 classes), global batch 256, SGD, beside pipetrain's data
 # parallelism (1 stage x 2 replicas, micro-batches 2 x 128), a 2-stage 1F1B pipeline
-# (8 x 32) and the plan pipetrain chooses for 2 ranks (`--batch 256`: schedule, stages,
-# replicas and micro-batching), and beside what two cores can do at most: twice the
+# (8 x 32, cut after fc3: four layers of the eight and the head on the other side), the
+# same cut under PipeDream's asynchronous 1F1B (2 x 128: stale weights, not synchronous
+# SGD) and the plan pipetrain chooses for 2 ranks (`--batch 256`: schedule, stages,
+# replicas and micro-batching; synchronous schedules only), and beside what two cores can do at most: twice the
 # throughput of one process training the whole batch on one core (256 samples as 2 x
 # 128, so each core does a replica's work without an all-reduce). DDP runs twice: as a
 # user runs it, and with OPENBLAS_NUM_THREADS=1: torch.set_num_threads(1) does not reach Debian's OpenBLAS
@@ -34,16 +36,17 @@ pipetrain() {  # pipetrain ARGS...: samples/s of one run
   "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["throughput"])' "$out/s.json"
 }
 names=("DDP (PyTorch 1.13)" "DDP, 1 BLAS thread each" "pipetrain data parallel" "pipetrain 2-stage 1f1b"
-       "pipetrain's plan" "2 x one process, one core")
+       "pipetrain's plan" "2 x one process, one core" "pipetrain 2-stage pipedream")
 ddp() { "$python" "$here/ddp_peer.py" --nproc 2 --batch 256 --steps "$steps" | sed 's/samples\/s //'; }
 run() {  # run INDEX
   case $1 in
     0) ddp ;;
     1) OPENBLAS_NUM_THREADS=1 ddp ;;
     2) pipetrain --nproc 2 --data-parallel --microbatches 2 --microbatch-size 128 ;;
-    3) pipetrain --nproc 2 --schedule 1f1b --stage-bounds 0,5,9 --microbatches 8 --microbatch-size 32 ;;
+    3) pipetrain --nproc 2 --schedule 1f1b --stage-bounds 0,4,9 --microbatches 8 --microbatch-size 32 ;;
     4) pipetrain --nproc 2 --batch 256 --plan-out "$out/chosen.json" ;;
     5) pipetrain --nproc 1 --cores 1 --microbatches 2 --microbatch-size 128 | awk '{ print 2 * $1 }' ;;
+    6) pipetrain --nproc 2 --schedule pipedream --stage-bounds 0,4,9 --microbatches 2 --microbatch-size 128 ;;
   esac
 }
 for ((r = 0; r < repeats; ++r)); do
