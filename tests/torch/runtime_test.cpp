@@ -213,6 +213,11 @@ TEST(AsynchronousTraining, MatchesTheReferenceOfItsStalenessRule) {
       TrainConfig c = asyncConfig(schedule, stages);
       expectMatchesStalenessReference(c);
     }
+  {  // weights wider than the stash swap's 64 KiB block: 150 x 150 floats, a block and a part
+    TrainConfig c = smallConfig("mlp", {{"input", 16}, {"layers", 2}, {"width", 150}});
+    usePlan(c, "2bw", {1, 1, 1});
+    expectMatchesStalenessReference(c);
+  }
   for (int stages : {2, 3, 4}) {
     TrainConfig c = asyncConfig("pipedream", stages);
     c.plan.schedule.vertical_sync = true;

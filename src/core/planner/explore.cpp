@@ -631,10 +631,11 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   explorer.refine();
   // Among throughput ties (throughputTier) the larger micro-batch wins, then the leaner
   // plan. A profile prices a micro-batch as its own size scaled, so plans that differ
-  // only in how the batch is cut tie (a single stage has no bubble to trade); what a micro-batch costs beyond that
-  // (an action's dispatch, a smaller matrix product) favours the larger: data
-  // parallelism of the 8x1024 mlp at 128 x 2 ran 6-8% faster than at 64 x 4, which tied
-  // with it and won on memory (bench/ddp_comparison.sh, docs/runtime.md).
+  // only in how the batch is cut tie (a single stage has no bubble to trade); what a
+  // micro-batch costs beyond that (an action's dispatch, a smaller matrix product)
+  // favours the larger: data parallelism of the 8x1024 mlp at 128 x 2 ran 6-8% faster
+  // than at 64 x 4, which tied with it and won on memory (bench/ddp_comparison.sh,
+  // docs/runtime.md).
   std::stable_sort(result.ranked.begin(), result.ranked.end(), [](const Candidate& a, const Candidate& b) {
     const int64_t tier_a = throughputTier(a.report), tier_b = throughputTier(b.report);
     if (tier_a != tier_b) return tier_a > tier_b;
