@@ -275,8 +275,9 @@ int launch(TrainArgs& a) {
   runtime::checkConfig(a.config, a.nproc);  // the plan against the model and the job
   const int threads = blasThreadsPerRank(a);
   if (const int cores = localCores(a); a.nproc > cores) {
-    std::printf("note: %d ranks on %d cores share them. Switching between ranks costs CPU time and leaves "
-                "cores idle beyond what the simulator counts: 3 ranks on 2 cores trained slower than 2 "
+    std::printf("note: %d ranks on %d cores take turns on them. The kernel moves them between the cores, and "
+                "ranks wait for a core longer than the simulator's fixed placement says: on 2 cores, 3 ranks "
+                "trained 2-12%% slower than predicted and slower than 2 ranks "
                 "(docs/profiling.md#predicted-against-measured)\n",
                 a.nproc, cores);
     std::fflush(stdout);
