@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # pipetrain against the peer a user would pick instead: PyTorch's DDP (Debian's
 # python3-torch, Gloo, 2 processes, torch.set_num_threads(1); bench/ddp_peer.py) on the
-# same MLP (input 1024, 8 x 1024, 10 classes), global batch 256, SGD, beside pipetrain's data
-# parallelism (1 stage x 2 replicas, micro-batches 2 x 128), a 2-stage 1F1B pipeline
-# (8 x 32, cut after fc3: four layers of the eight and the head on the other side), the
-# same cut under PipeDream's asynchronous 1F1B (2 x 128: stale weights, not synchronous
-# SGD) and the plan pipetrain chooses for 2 ranks (`--batch 256`: schedule, stages,
-# replicas and micro-batching; synchronous schedules only), and beside what two cores can do at most: twice the
-# throughput of one process training the whole batch on one core (256 samples as 2 x
-# 128, so each core does a replica's work without an all-reduce). DDP runs twice: as a
-# user runs it, and with OPENBLAS_NUM_THREADS=1: torch.set_num_threads(1) does not reach Debian's OpenBLAS
-# (pthread build), which then runs a pool of one thread per core in each process (one
-# process: 940 samples/s against 560 with one BLAS thread, 2026-11-25). The
-# configurations alternate, REPEATS rounds; prints each one's median samples/s, its range
-# and the ratios to the faster DDP and to the two cores' ceiling.
+# same MLP (input 1024, 8 x 1024, 10 classes), global batch 256, SGD, beside pipetrain's
+# data parallelism (1 stage x 2 replicas, micro-batches 2 x 128), a 2-stage 1F1B
+# pipeline (8 x 32, cut after fc3: four layers of the eight and the head on the other
+# side), the same cut under PipeDream's asynchronous 1F1B (2 x 128: stale weights, not
+# synchronous SGD) and the plan pipetrain chooses for 2 ranks (`--batch 256`: schedule,
+# stages, replicas and micro-batching; synchronous schedules only), and beside what two
+# cores can do at most: twice the throughput of one process training the whole batch on
+# one core (256 samples as 2 x 128, so each core does a replica's work without an
+# all-reduce). DDP runs twice: as a user runs it, and with OPENBLAS_NUM_THREADS=1:
+# torch.set_num_threads(1) does not reach Debian's OpenBLAS (pthread build), which then
+# runs a pool of one thread per core in each process (one process: 940 samples/s against
+# 560 with one BLAS thread, 2026-11-25). The configurations alternate, REPEATS rounds;
+# prints each one's median samples/s, its range and the ratios to the faster DDP and to
+# the two cores' ceiling.
 # Usage: bench/ddp_comparison.sh [build-dir] [repeats] [steps]
 set -euo pipefail
 build=${1:-build}
