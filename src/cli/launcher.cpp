@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -14,7 +15,9 @@
 #include <fstream>
 #include <iterator>
 #include <thread>
+#include <vector>
 
+#include "pipetrain/cluster/cluster_spec.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
@@ -89,6 +92,22 @@ void stopAll(std::vector<Child>& children) {
   _exit(127);
 }
 
+// In a forked child: keeps this process (and the threads it will start) on the CPUs of
+// slot `slot`, `width` CPUs wide, among those it may run on; leaves it unpinned where
+// there are too few.
+void pinToSlot(int slot, int width) {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (static_cast<int>(cpus.size()) < (slot + 1) * width) return;
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int k = 0; k < width; ++k) CPU_SET(cpus[slot * width + k], &mine);
+  sched_setaffinity(0, sizeof mine, &mine);
+}
+
 std::string describe(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
@@ -155,7 +174,8 @@ void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int bla
 }
 
 std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int blas_threads_per_rank,
-                                    const std::function<void(int, const std::string&)>& on_line) {
+                                    const std::function<void(int, const std::string&)>& on_line,
+                                    int concurrent_ranks) {
   const int port = freePort();
   std::vector<Child> children(nproc);
   for (int r = 0; r < nproc; ++r) {
@@ -173,6 +193,8 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("PIPETRAIN_LAUNCHED", "1", 1);
+      if (concurrent_ranks > 0 && nproc > concurrent_ranks)
+        pinToSlot(cluster::sharedCoreOf(r, concurrent_ranks), blas_threads_per_rank);
       execAsRank(argv, blas_threads_per_rank);
     }
     close(fds[1]);

@@ -19,8 +19,14 @@ struct RankOutput {
 // every PROGRESS line. Returns the ranks' outputs if all exit cleanly; otherwise throws
 // Error naming the first rank that failed (after stopping the others).
 // `blas_threads_per_rank`: the BLAS threads each rank gets (its share of the cores).
+// `concurrent_ranks` > 0: how many ranks the cores run at once; where `nproc` exceeds
+// it, rank r is pinned to the cores of slot cluster::sharedCoreOf(r, concurrent_ranks)
+// (blas_threads_per_rank of this process's allowed CPUs each), the placement the
+// simulator prices; left to the kernel, the ranks waited for cores longer than that
+// (docs/profiling.md). 0: never pinned.
 std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int blas_threads_per_rank,
-                                    const std::function<void(int, const std::string&)>& on_line);
+                                    const std::function<void(int, const std::string&)>& on_line,
+                                    int concurrent_ranks = 0);
 
 // Runs each command line (this program's arguments) as a process with the thread
 // settings of a rank that has `blas_threads`, all at once, and waits for them all. Their

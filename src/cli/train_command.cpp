@@ -275,10 +275,8 @@ int launch(TrainArgs& a) {
   runtime::checkConfig(a.config, a.nproc);  // the plan against the model and the job
   const int threads = blasThreadsPerRank(a);
   if (const int cores = localCores(a); a.nproc > cores) {
-    std::printf("note: %d ranks on %d cores take turns on them. The kernel moves them between the cores, and "
-                "ranks wait for a core longer than the simulator's fixed placement says: on 2 cores, 3 ranks "
-                "trained 2-12%% slower than predicted and slower than 2 ranks "
-                "(docs/profiling.md#predicted-against-measured)\n",
+    std::printf("note: %d ranks on %d cores take turns on them, pinned round-robin as the simulator places "
+                "them; on 2 cores, 3 ranks trained slower than 2 (docs/profiling.md#predicted-against-measured)\n",
                 a.nproc, cores);
     std::fflush(stdout);
   }
@@ -289,9 +287,12 @@ int launch(TrainArgs& a) {
   std::vector<std::string> argv = a.argv;
   for (int attempt = 0;; ++attempt) {
     try {
-      outputs = launchLocal(argv, a.nproc, threads, [&](int rank, const std::string& line) {
-        if (rank == a.nproc - 1) showProgress(line, a.config.plan.samplesPerMinibatch(), tty, last_plain);
-      });
+      outputs = launchLocal(
+          argv, a.nproc, threads,
+          [&](int rank, const std::string& line) {
+            if (rank == a.nproc - 1) showProgress(line, a.config.plan.samplesPerMinibatch(), tty, last_plain);
+          },
+          localCores(a) / threads);
       break;
     } catch (const Error& e) {
       const std::string newest = newestCheckpoint(a.config.checkpoint_dir);

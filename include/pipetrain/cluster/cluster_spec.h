@@ -19,9 +19,11 @@
 //
 // Shared cores: devices that are processes on one host's CPU cores (more ranks than
 // cores) compete for them. A plan's devices in one group go onto its cores round-robin,
-// in rank order, and a core runs the devices on it that compute in turn, each at an
-// equal share of its speed: Linux keeps a thread on one core's run queue and shares a
-// core fairly, and pinning the ranks to cores changed no measured time (docs/profiling.md).
+// in rank order (sharedCoreOf), and a core runs the devices on it that compute in turn,
+// each at an equal share of its speed. `train` pins its local ranks to the cores by the
+// same rule when they outnumber the cores: left to the kernel, which moves them about,
+// 3 ranks on 2 cores ran up to 6% slower than pinned and 8-10% slower than this model
+// predicts, pinned within 3.4% (docs/profiling.md).
 // JSON form: docs/formats.md#cluster-spec ("pipetrain.cluster", version 1).
 #pragma once
 
@@ -79,6 +81,10 @@ struct SharedCores {
   std::vector<std::string> devices;
   int cores = 1;
 };
+
+// The core (0 .. cores-1) of the group's `position`-th device in rank order:
+// round-robin. The simulator and `train`'s launcher place ranks by it.
+inline int sharedCoreOf(int position, int cores) { return position % cores; }
 
 // What one transfer between two devices uses.
 struct Route {

@@ -200,8 +200,9 @@ class Simulation {
   }
 
   // Ranks on devices that share cores (ClusterSpec's shared_cores) go onto the group's
-  // cores round-robin in rank order, and a core with several ranks runs those that
-  // compute in turn, fairly (processor sharing). A rank alone on its core keeps the
+  // cores round-robin in rank order (cluster::sharedCoreOf), and a core with several
+  // ranks runs those that compute in turn, fairly (processor sharing). A rank alone on
+  // its core keeps the
   // plain path, so plans without oversubscription cost what they did without shared
   // cores, and only cores with several ranks are watched for finishing jobs.
   void shareCores() {
@@ -214,9 +215,16 @@ class Simulation {
     }
     for (std::size_t g = 0; g < ranks_of.size(); ++g) {
       const int cores = cluster.sharedCores()[g].cores, ranks = static_cast<int>(ranks_of[g].size());
-      for (int core = 0; core + cores < ranks; ++core) {  // the cores that get two ranks or more
-        for (int i = core; i < ranks; i += cores) core_of_rank_[ranks_of[g][i]] = static_cast<int>(cores_.size());
-        cores_.push_back({});
+      std::vector<int> on_core(cores, 0), index_of_core(cores, -1);
+      for (int i = 0; i < ranks; ++i) ++on_core[cluster::sharedCoreOf(i, cores)];
+      for (int i = 0; i < ranks; ++i) {
+        const int core = cluster::sharedCoreOf(i, cores);
+        if (on_core[core] < 2) continue;
+        if (index_of_core[core] < 0) {
+          index_of_core[core] = static_cast<int>(cores_.size());
+          cores_.push_back({});
+        }
+        core_of_rank_[ranks_of[g][i]] = index_of_core[core];
       }
     }
   }
