@@ -28,8 +28,11 @@ cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurren
 struct MeasuredRun {
   const plan::Plan* plan = nullptr;           // what ran
   // Measured seconds per stage and action type (F, B, I, W, STEP): the run's
-  // steady-state means (runtime::RankResult::action_seconds).
+  // steady-state means (runtime::RankResult::action_seconds), of wall time and of the
+  // ranks' time on a core.
   std::map<std::pair<int, schedule::ActionType>, double> action_seconds;
+  std::map<std::pair<int, schedule::ActionType>, double> action_cpu_seconds;
+  int concurrent_ranks = 1;  // how many ranks the cores ran at once (localCluster)
   std::vector<int64_t> stage_output_bytes;
   std::vector<int64_t> stage_param_bytes;     // what replicas all-reduce
   std::vector<std::vector<int>> stage_preds;  // the stages each stage reads (the plan's stage DAG)

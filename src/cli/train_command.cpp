@@ -74,13 +74,16 @@ Json historyJson(const std::vector<runtime::EvalPoint>& history) {
 
 Json actionSecondsJson(const std::vector<runtime::RankResult::ActionSeconds>& all) {
   Json out = Json::array();
-  for (const auto& a : all) out.push_back({{"stage", a.stage}, {"type", schedule::name(a.type)}, {"seconds", a.seconds}});
+  for (const auto& a : all)
+    out.push_back({{"stage", a.stage}, {"type", schedule::name(a.type)}, {"seconds", a.seconds},
+                   {"cpu_seconds", a.cpu_seconds}});
   return out;
 }
 
-// The ranks' steady-state action times (RankResult::action_seconds) per stage and type;
-// replicas of a stage are averaged.
-std::map<std::pair<int, schedule::ActionType>, double> meanActionSeconds(const std::vector<Json>& results) {
+// The ranks' steady-state action times (RankResult::action_seconds) per stage and type,
+// `field` "seconds" (wall) or "cpu_seconds"; replicas of a stage are averaged.
+std::map<std::pair<int, schedule::ActionType>, double> meanActionSeconds(const std::vector<Json>& results,
+                                                                         const char* field) {
   std::map<std::pair<int, schedule::ActionType>, std::pair<double, int>> sums;
   for (const Json& r : results)
     for (const Json& a : r["action_seconds"]) {
@@ -88,7 +91,7 @@ std::map<std::pair<int, schedule::ActionType>, double> meanActionSeconds(const s
       for (int t = 0; t < schedule::kNumActionTypes; ++t)
         if (type == schedule::name(static_cast<schedule::ActionType>(t))) {
           auto& [total, count] = sums[{a["stage"].get<int>(), static_cast<schedule::ActionType>(t)}];
-          total += a["seconds"].get<double>();
+          total += a[field].get<double>();
           ++count;
         }
     }
@@ -357,7 +360,11 @@ int launch(TrainArgs& a) {
     for (auto& a : rank) a.start -= first, a.end -= first;
   // What the simulator predicts for these measured stage times, next to what happened.
   const Json& any_result = results.front();
-  MeasuredRun measured{&plan, meanActionSeconds(results), any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
+  MeasuredRun measured{&plan,
+                       meanActionSeconds(results, "seconds"),
+                       meanActionSeconds(results, "cpu_seconds"),
+                       localCores(a) / threads,
+                       any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_param_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_preds"].get<std::vector<std::vector<int>>>()};
   sim::Evaluation prediction = predictRun(measured);

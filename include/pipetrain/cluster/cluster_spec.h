@@ -17,6 +17,12 @@
 // (`pipetrain profile-network` measures both). Left out, messages cost no host time
 // (a NIC or GPU moving the bytes on its own).
 //
+// All-reduce rate: a level or link may price a ring all-reduce's traffic at a rate of
+// its own. Gloo on CPU hosts sums the gradients on the cores that also train, so its
+// all-reduce over loopback moved 0.6 GB/s of ring traffic where single messages moved
+// 3-6 GB/s; priced at one rate, either the all-reduce or the activations were off by 5x.
+// Left out, the all-reduce moves at the link's bandwidth.
+//
 // Shared cores: devices that are processes on one host's CPU cores (more ranks than
 // cores) compete for them. A plan's devices in one group go onto its cores round-robin,
 // in rank order (sharedCoreOf), and a core runs the devices on it that compute in turn,
@@ -63,6 +69,7 @@ struct Level {
   double bandwidth = 0;        // bytes per second, per direction
   double latency = 0;          // seconds
   HostCost host;
+  double allreduce_bandwidth = 0;  // a ring all-reduce's rate (see above); 0 = bandwidth
 };
 
 struct Link {
@@ -74,6 +81,7 @@ struct Link {
   double bandwidth = 0;
   double latency = 0;
   HostCost host;
+  double allreduce_bandwidth = 0;  // as Level's
 };
 
 // Devices that share `cores` cores (see above); a device is in at most one group.
@@ -89,14 +97,21 @@ inline int sharedCoreOf(int position, int cores) { return position % cores; }
 // What one transfer between two devices uses.
 struct Route {
   Route() = default;
-  Route(double bandwidth, double latency, int send_port, int recv_port, HostCost host = {})
-      : bandwidth(bandwidth), latency(latency), send_port(send_port), recv_port(recv_port), host(host) {}
+  Route(double bandwidth, double latency, int send_port, int recv_port, HostCost host = {},
+        double allreduce_bandwidth = 0)
+      : bandwidth(bandwidth),
+        latency(latency),
+        send_port(send_port),
+        recv_port(recv_port),
+        host(host),
+        allreduce_bandwidth(allreduce_bandwidth > 0 ? allreduce_bandwidth : bandwidth) {}
 
   double bandwidth = 0;        // bytes/s; infinity for a device talking to itself
   double latency = 0;
   int send_port = -1;          // contention resources; -1 = none (same device)
   int recv_port = -1;
   HostCost host;               // free for a device talking to itself
+  double allreduce_bandwidth = 0;  // a ring all-reduce's traffic over this route, bytes/s
 };
 
 class ClusterSpec {

@@ -87,6 +87,12 @@ struct LatestWeightCorrections {
 struct RunResult {
   double wait_seconds = 0;                  // blocked in receives and in the final wait for sends
   std::vector<trace::TimedAction> actions;  // compute, STEP, ALLREDUCE; waits excluded
+  // Per entry of `actions`, the rank's thread's time on a core meanwhile: the action's
+  // work without the time it waited for a core that other ranks held (ranks that
+  // outnumber the cores), which its wall time includes. (With several BLAS threads a
+  // rank's compute also runs on threads this does not count; such ranks have cores of
+  // their own, and their wall times are their work.)
+  std::vector<double> action_cpu_seconds;
   int max_sends_held = 0;                   // payloads kept for sends not yet known delivered
 };
 

@@ -109,6 +109,7 @@ struct RankResult {
     int stage = 0;
     schedule::ActionType type = schedule::ActionType::F;
     double seconds = 0;
+    double cpu_seconds = 0;  // the thread's time on a core (RunResult::action_cpu_seconds)
   };
   std::vector<ActionSeconds> action_seconds;
   std::vector<int64_t> stage_output_bytes;  // per stage, what one micro-batch sends its consumers

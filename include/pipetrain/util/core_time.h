@@ -18,4 +18,10 @@ struct ThreadCoreTime {
 // times each layer on a core of its own (docs/profiling.md).
 ThreadCoreTime threadCoreTime();
 
+// The calling thread's time on a core since it started, from the thread's CPU clock:
+// the running time above, cheap enough to read around every action a rank runs (a
+// system call, not a file), so that an action's work can be told from the time it
+// waited for its core.
+double threadCpuSeconds();
+
 }  // namespace pipetrain::util

@@ -84,7 +84,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
     memory.push_back(static_cast<double>(cluster.device(d).memory_bytes));
     if (d + 1 < devices_) {
       const auto hop = cluster.route(d, d + 1);
-      hop_bandwidth.push_back(hop.bandwidth);
+      hop_bandwidth.push_back(hop.allreduce_bandwidth);  // only the ring uses them
       hop_latency.push_back(hop.latency);
       hop_host_.push_back(hop.host);
     }
@@ -243,7 +243,7 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   if (end - first < 2) return b;
   // The ring: hops d -> d + 1 inside the block, and the last device back to the first.
   const auto wrap = cluster_.route(end - 1, first);
-  b.ring_bandwidth = std::min(rangeOf(min_hop_bandwidth_, first, end - 1, false), wrap.bandwidth);
+  b.ring_bandwidth = std::min(rangeOf(min_hop_bandwidth_, first, end - 1, false), wrap.allreduce_bandwidth);
   b.ring_latency = std::max(rangeOf(max_hop_latency_, first, end - 1, true), wrap.latency);
   return b;
 }

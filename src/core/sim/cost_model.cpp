@@ -94,7 +94,7 @@ double CostModel::ringAllreduceOf(int stage) const {
   double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
   for (int i = 0; i < n; ++i) {
     const auto r = cluster_.route(cluster_.indexOf(devices[i]), cluster_.indexOf(devices[(i + 1) % n]));
-    bandwidth = std::min(bandwidth, r.bandwidth);
+    bandwidth = std::min(bandwidth, r.allreduce_bandwidth);
     latency = std::max(latency, r.latency);
   }
   return ringAllreduceSeconds(stages_[stage].param_bytes, n, bandwidth, latency);

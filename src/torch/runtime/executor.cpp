@@ -14,6 +14,7 @@
 #include "optimizer_state.h"
 #include "pipetrain/schedule/program_memory.h"
 #include "pipetrain/schedule/staleness.h"
+#include "pipetrain/util/core_time.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -607,6 +608,7 @@ struct PipelineExecutor::Impl {
       }
       const Action& a = actions[i];
       const auto start = Clock::now();
+      const double cpu_start = util::threadCpuSeconds();
       bool compute = true;  // waiting and sending are not actions of the timeline
       switch (a.type) {
         case ActionType::RECV_F:
@@ -642,7 +644,10 @@ struct PipelineExecutor::Impl {
       // A stashed version is dropped once nothing later reads it (the accounting's rule).
       for (; next_retirement < retirements.size() && retirements[next_retirement].position <= i; ++next_retirement)
         stash[retirements[next_retirement].stage].erase(retirements[next_retirement].version);
-      if (compute) result.actions.push_back({a, seconds(start), seconds(Clock::now())});
+      if (compute) {
+        result.actions.push_back({a, seconds(start), seconds(Clock::now())});
+        result.action_cpu_seconds.push_back(util::threadCpuSeconds() - cpu_start);
+      }
       auto done = minibatch_done_at.find(i);
       if (done != minibatch_done_at.end() && on_minibatch) {
         auto loss = minibatch_loss.find(done->second);

@@ -10,7 +10,6 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <numeric>
 
 #include "optimizer_state.h"
 #include "pipetrain/plan/plan_program.h"
@@ -190,14 +189,20 @@ std::vector<trace::TimedAction> finalMinibatch(std::vector<trace::TimedAction> a
 // run's first two mini-batches ran (heap growth, first messages) when it ran more.
 // The mean, not the median: a mini-batch takes the sum of its actions, slow ones
 // included (on the 2-stage mlp a backward pass's mean was 5% above its median).
-// `durations` holds them in the order they ran.
-std::vector<RankResult::ActionSeconds> steadyActionSeconds(
-    const std::map<std::pair<int, schedule::ActionType>, std::vector<double>>& durations, int64_t minibatches) {
+// `durations` holds them in the order they ran, each as its wall and its CPU time.
+struct ActionDuration {
+  double wall = 0, cpu = 0;
+};
+using ActionDurations = std::map<std::pair<int, schedule::ActionType>, std::vector<ActionDuration>>;
+
+std::vector<RankResult::ActionSeconds> steadyActionSeconds(const ActionDurations& durations, int64_t minibatches) {
   std::vector<RankResult::ActionSeconds> out;
   for (const auto& [key, all] : durations) {
     const std::size_t warm_up = minibatches > 2 ? all.size() * 2 / static_cast<std::size_t>(minibatches) : 0;
-    const double sum = std::accumulate(all.begin() + static_cast<std::ptrdiff_t>(warm_up), all.end(), 0.0);
-    out.push_back({key.first, key.second, sum / static_cast<double>(all.size() - warm_up)});
+    double wall = 0, cpu = 0;
+    for (std::size_t i = warm_up; i < all.size(); ++i) wall += all[i].wall, cpu += all[i].cpu;
+    const double n = static_cast<double>(all.size() - warm_up);
+    out.push_back({key.first, key.second, wall / n, cpu / n});
   }
   return out;
 }
@@ -343,7 +348,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
       saveCheckpoint(c.checkpoint_dir, run_id, c.checkpoint_keep, position, identity, c.plan, rank_state, t);
   };
 
-  std::map<std::pair<int, schedule::ActionType>, std::vector<double>> durations;  // in the order they ran
+  ActionDurations durations;
   int64_t minibatches_run = 0;
   const Clock::time_point origin = sharedOrigin(t);
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
@@ -373,9 +378,10 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
       } else {
         result.core_wait_seconds = result.core_run_seconds = -1;
       }
-      for (const auto& a : r.actions) {
+      for (std::size_t i = 0; i < r.actions.size(); ++i) {
+        const trace::TimedAction& a = r.actions[i];
         result.busy_seconds += a.end - a.start;
-        durations[{a.action.stage, a.action.type}].push_back(a.end - a.start);
+        durations[{a.action.stage, a.action.type}].push_back({a.end - a.start, r.action_cpu_seconds[i]});
       }
       minibatches_run += end - first;
       result.wait_seconds += r.wait_seconds;

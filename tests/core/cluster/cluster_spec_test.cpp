@@ -194,6 +194,27 @@ TEST(ClusterSpec, HostCostsRoundTripAndReachRoutes) {
               {"c.json", "link 'a' - 'b'", "host_overhead"});
 }
 
+TEST(ClusterSpec, AllreduceBandwidthRoundTripsAndDefaultsToTheBandwidth) {
+  Json j = twoNodesJson();
+  j["levels"][0]["allreduce_bandwidth"] = 20.0;
+  j["links"] = Json::parse(R"([{"a": "gpu0", "b": "gpu4", "bandwidth": 5.0, "latency": 0, "allreduce_bandwidth": 2.0}])");
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  EXPECT_DOUBLE_EQ(c.route(1, 2).allreduce_bandwidth, 20.0);
+  EXPECT_DOUBLE_EQ(c.route(1, 2).bandwidth, 100.0);  // messages keep the level's rate
+  EXPECT_DOUBLE_EQ(c.route(1, 5).allreduce_bandwidth, 10.0);  // the rack level gives none
+  EXPECT_DOUBLE_EQ(c.route(4, 0).allreduce_bandwidth, 2.0);   // the link's
+  const Json written = c.toJson();
+  EXPECT_FALSE(written["levels"][1].contains("allreduce_bandwidth"));  // left out where not given
+  EXPECT_EQ(ClusterSpec::fromJson(written, "written").toJson(), written);
+
+  j["levels"][0]["allreduce_bandwidth"] = 0;
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "levels[0].allreduce_bandwidth"});
+  cluster::Level bad{"node", 2, 1.0, 0.0};
+  bad.allreduce_bandwidth = -1;
+  const std::vector<Device> two = {{"a", "cpu", 1.0, 1}, {"b", "cpu", 1.0, 1}};
+  expectError([&] { ClusterSpec(two, {bad}, {}, "c.json"); }, {"c.json", "'node'", "allreduce_bandwidth"});
+}
+
 TEST(ClusterSpec, RejectsBadSharedCores) {
   const std::vector<Device> two = {{"a", "cpu", 1.0, 1}, {"b", "cpu", 1.0, 1}};
   expectError([&] { ClusterSpec(two, {}, {}, "c.json", {{{"a", "z"}, 1}}); }, {"c.json", "shared_cores[0]", "'z'"});

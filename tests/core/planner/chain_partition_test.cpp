@@ -231,6 +231,28 @@ TEST(ChainPartition, PrefersAPipelineWhenWeightsAreExpensiveToReduce) {
   EXPECT_EQ(p.stages[0].devices.size(), 2u);
 }
 
+TEST(ChainPartition, PricesTheAllReduceAtItsOwnRate) {
+  // 1 GB of weights and 4 GB activations over 1 GB/s links: a pipeline pays 4 s per
+  // message, more than a stage computes, data parallelism an all-reduce of 1 s that
+  // overlaps the backward pass; data parallelism wins.
+  const auto graph = graph::LayerGraph::uniformChain(2, 1, 1, 1, int64_t{4} << 30, int64_t{1} << 30);
+  const std::vector<cluster::Device> two = {{"a", "cpu", 1.0, int64_t{1} << 40}, {"b", "cpu", 1.0, int64_t{1} << 40}};
+  cluster::Level host{"host", 2, 1e9, 0.0};
+  PartitionOptions o;
+  o.microbatches = 4;
+  EXPECT_EQ(partitionChain(graph, cluster::ClusterSpec(two, {host}, {}), o, {}).plan.numStages(), 1);
+  // The same links, whose all-reduce moves 1e7 B/s (CPU hosts summing on their cores):
+  // 100 s to reduce, and a pipeline wins, in the DP as in the simulator.
+  host.allreduce_bandwidth = 1e7;
+  const cluster::ClusterSpec slow_reduce(two, {host}, {});
+  const plan::Plan chosen = partitionChain(graph, slow_reduce, o, {}).plan;
+  ASSERT_EQ(chosen.numStages(), 2);
+  plan::Plan replicated = chosen;
+  replicated.stages = {{{"layer0", "layer1"}, {"a", "b"}}};
+  EXPECT_LT(sim::evaluatePlan(graph, slow_reduce, chosen).report.iteration_time,
+            sim::evaluatePlan(graph, slow_reduce, replicated).report.iteration_time);
+}
+
 TEST(ChainPartition, LongChainsArePlannedOverBlocks) {
   const auto graph = graph::LayerGraph::uniformChain(1000, 1, 1, 1, 1000, 1000);
   const auto cluster = cluster::ClusterSpec::uniform(8, int64_t{1} << 40, 1e9, 0);

@@ -67,6 +67,21 @@ TEST(Simulator, ReplicasMeetAtAllReduce) {
   EXPECT_NEAR(costs.allreduceSeconds(0), 2.0 * 1 / 2 * 4000 / 1e9, 1e-15);
 }
 
+TEST(Simulator, AllReducePricedAtItsOwnRateAndMessagesAtTheBandwidth) {
+  // Gloo on CPU hosts: messages at 1 GB/s, the all-reduce's ring traffic at 0.25 GB/s.
+  Scenario s = twoStages("1f1b", 4, 1e6, 1e9, 0, 2);
+  s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 1000000, 4000);
+  cluster::Level level{"host", 3, 1e9, 0.0};
+  level.allreduce_bandwidth = 0.25e9;
+  s.cluster = cluster::ClusterSpec(s.cluster.devices(), {level}, {});
+  const CostModel costs(s.graph, s.cluster, s.plan);
+  EXPECT_NEAR(costs.allreduceSeconds(0), 2.0 * 1 / 2 * 4000 / 0.25e9, 1e-15);
+  const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+  ASSERT_FALSE(e.timeline.transfers.empty());
+  const auto& t = e.timeline.transfers.front();
+  EXPECT_NEAR(t.end - t.start, 1e6 / 1e9, 1e-12);
+}
+
 // When the last replica began its last backward pass of the mini-batch, on stage 0.
 double lastBackwardStart(const Evaluation& e) {
   double start = 0;
