@@ -9,23 +9,22 @@
 namespace pipetrain::cli {
 namespace {
 
-// Gloo over loopback on these machines. Point to point it moves 3-5 GB/s with ~20-50 us
-// latency (docs/profiling.md), but its all-reduce of a 32 MiB stage took 56 ms (0.6 GB/s
-// of ring traffic): it sums on the cores that also train. The links are priced at the
-// all-reduce rate, the one that decides between replicas and stages; activations
-// (KiB to a few MiB per micro-batch) are then overpriced by milliseconds at most.
+// Gloo over loopback on these machines, two rates. Point to point it moves 3.3-6 GB/s
+// (`pipetrain profile-network --nproc 2`, 2026-11-26: 6.1, 6.9, 6.0, 3.3, 3.4 GB/s at
+// 128 KiB, 512 KiB, 1, 4, 16 MiB) after ~50 us; its all-reduce of a 32 MiB stage took
+// 56 ms, 0.6 GB/s of ring traffic: it sums on the cores that also train. Priced at the
+// all-reduce's rate, as they were until 2026-11-26, fmnist-cnn's 0.4-0.8 MB activations
+// cost 1.7 ms each on the critical path, and its prediction from measured stages came
+// out 4-10% slow; each rate now prices its own traffic (cluster_spec.h).
 constexpr double kLoopbackBandwidth = 3.4e9;
 constexpr double kLoopbackAllreduceBandwidth = 0.6e9;
 constexpr double kLoopbackLatency = 50e-6;
 // And each message costs both processes CPU time they do not train in: Gloo's call and
 // its I/O thread, and the kernel copying the bytes through the socket. `pipetrain
-// profile-network --nproc 2`, five runs on an idle machine: 35-50 us per message (median
-// 46) and the bytes at 3.2-3.5 GB/s (median 3.36), on each side (three later runs: 31-41
-// us, 3.3-4.0 GB/s). The rate is the 16 MiB message's: a 128 KiB one, which stays in the
-// caches, copied at ~11 GB/s, so small activations are overpriced by up to ~30 us each
-// side. A 2-stage pipeline of the 8 x 1024 mlp at micro-batch 32 sends 16 messages of
-// 128 KiB per rank and mini-batch: 1.4 ms of a ~90 ms step, which the schedules'
-// rankings felt (docs/runtime.md).
+// profile-network`: 28-46 us per message (runs on several days) and, on top, 9, 41,
+// 100, 363 us for 128 KiB, 512 KiB, 1 MiB, 4 MiB: 11-15 GB/s while the bytes stay in the
+// caches, which activations of a micro-batch do here (mlp 128 KiB, fmnist-cnn 0.4-0.8
+// MB). A 16 MiB message took 3.5 ms, 4.8 GB/s: underpriced 2x by this rate.
 constexpr cluster::HostCost kLoopbackHostCost{35e-6, 11e9};
 
 }  // namespace

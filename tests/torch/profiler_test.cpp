@@ -309,6 +309,7 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
     for (double cpu : m.message_cpu_seconds) EXPECT_GE(cpu, 0);
   }
   EXPECT_TRUE(profiles[1].pairs.empty());
+  EXPECT_GT(p.allreduce_seconds, 0);
 
   const cluster::ClusterSpec c = clusterFromNetwork(p);
   ASSERT_EQ(c.size(), 3);
@@ -359,6 +360,13 @@ TEST(ProfileNetwork, HostsBecomeLevels) {
   c = clusterFromNetwork(twoHosts({"a", "a", "b"}));
   ASSERT_EQ(c.levels().size(), 1u);
   EXPECT_DOUBLE_EQ(c.levels()[0].bandwidth, 1e9);
+
+  // An all-reduce of the MiB over the 3 ranks in 1 ms + the ring's 4 latencies of 100 us:
+  // each rank sent 4/3 MiB in the 1 ms, the top level's all-reduce rate.
+  NetworkProfile reduced = twoHosts({"a", "a", "b"});
+  reduced.allreduce_seconds = 1e-3 + 4 * 100e-6;
+  EXPECT_DOUBLE_EQ(clusterFromNetwork(reduced).levels().back().allreduce_bandwidth, 4.0 / 3 * (1 << 20) / 1e-3);
+  EXPECT_EQ(clusterFromNetwork(twoHosts({"a", "a", "b"})).levels().back().allreduce_bandwidth, 0);  // not measured
 
   NetworkProfile twice = twoHosts({"a", "a"});
   twice.ranks[1].local_rank = 0;

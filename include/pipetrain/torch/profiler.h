@@ -120,6 +120,10 @@ struct NetworkProfile {
   std::vector<RankHost> ranks;     // indexed by rank
   std::vector<int64_t> sizes;      // the bandwidth message sizes
   std::vector<PairMeasurement> pairs;  // rank 0 against ranks 1 .. world-1, in order
+  // All ranks' all-reduce (sum) of the largest size's bytes as rank 0 timed it, the
+  // median of the repeats; 0 = not measured. Gloo on CPU hosts sums on the cores, and
+  // its all-reduce can run far below the messages' bandwidth (cluster_spec.h).
+  double allreduce_seconds = 0;
 };
 
 // Collective: every rank of `transport` calls it with its own RankHost. Rank 0 measures

@@ -147,6 +147,22 @@ void answerRankZero(runtime::Transport& t, const NetworkOptions& o, torch::Tenso
   t.send(torch::tensor(cpu, torch::kDouble), 0, kCpuTag)->wait();
 }
 
+// Every rank: the median time of an all-reduce of `bytes` over all ranks, as data-parallel
+// replicas reduce their gradients (float sums).
+double timeAllReduce(runtime::Transport& t, int64_t bytes, const NetworkOptions& o) {
+  std::vector<int> everyone(t.worldSize());
+  for (int r = 0; r < t.worldSize(); ++r) everyone[r] = r;
+  std::vector<torch::Tensor> gradients{torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::kFloat)};
+  std::vector<double> times;
+  for (int i = 0; i < o.warmup + o.repeats; ++i) {
+    t.barrier();  // all start together: the time is the reduction's, not the stragglers'
+    const auto start = Clock::now();
+    t.allReduceSum(gradients, everyone);
+    if (i >= o.warmup) times.push_back(secondsSince(start));
+  }
+  return median(times);
+}
+
 }  // namespace
 
 RankHost thisHost(int local_rank) {
@@ -160,7 +176,10 @@ RankHost thisHost(int local_rank) {
   return h;
 }
 
-NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const NetworkOptions& o) {
+NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const NetworkOptions& options) {
+  // Smallest size first: the cluster takes the largest message's figures from the back.
+  NetworkOptions o = options;
+  std::sort(o.sizes.begin(), o.sizes.end());
   const int world = t.worldSize();
   if (world < 2) throw Error("profile-network: needs at least 2 ranks to measure between, this job has 1");
   if (o.sizes.empty()) throw Error("profile-network: no message sizes to measure bandwidth with");
@@ -171,7 +190,7 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
 
   NetworkProfile p;
   p.sizes = o.sizes;
-  torch::Tensor data = torch::zeros({*std::max_element(o.sizes.begin(), o.sizes.end())}, torch::kUInt8);
+  torch::Tensor data = torch::zeros({o.sizes.back()}, torch::kUInt8);
   if (t.rank() == 0) {
     p.ranks.push_back(self);
     for (int r = 1; r < world; ++r) p.ranks.push_back(receiveHost(t, r));
@@ -180,6 +199,8 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
     sendHost(t, self);
     answerRankZero(t, o, data);
   }
+  const double allreduce = timeAllReduce(t, o.sizes.back(), o);
+  if (t.rank() == 0) p.allreduce_seconds = allreduce;
   t.barrier();  // nobody leaves (and closes its connections) while rank 0 still measures
   return p;
 }
@@ -240,6 +261,14 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
     if (even) levels.push_back(same.level("host", static_cast<int>(k)));
     levels.push_back(cross.level("network", world));
   }
+  // The all-reduce ran over every rank, so its ring rate is the top level's (the ring's
+  // slowest hops cross it): its time less the ring's 2(n-1) latencies, for the 2(n-1)/n
+  // of the bytes each rank sends (sim::ringAllreduceSeconds). Where the latencies take
+  // it all, the time says nothing about a rate, and the level keeps its bandwidth.
+  const double steps = 2.0 * (world - 1);
+  const double moving = p.allreduce_seconds - steps * levels.back().latency;
+  if (p.allreduce_seconds > 0 && moving > 0.05 * p.allreduce_seconds)
+    levels.back().allreduce_bandwidth = steps / world * largest / moving;
   return cluster::ClusterSpec(std::move(devices), std::move(levels), {}, "measured network");
 }
 
