@@ -2,6 +2,7 @@
 // as a LayerGraph for `simulate --graph` and the planners (docs/profiling.md).
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -33,7 +34,8 @@ struct ProfileArgs {
   bool load_data = false;
   std::string data_dir;  // --data-dir
   std::vector<std::string> model_options;
-  int64_t batch = 0;
+  // --batch: the profile's batch, then other sizes to time the layers at (other_batches).
+  std::vector<int64_t> batches;
   profiler::ProfileOptions options;
   int threads = 0;  // 0 = leave LibTorch's and BLAS's defaults
   std::string share;  // "K/P": time share K of P (ProfileOptions::share)
@@ -41,13 +43,15 @@ struct ProfileArgs {
   std::string out;
 };
 
-// The shares' processes meet through files in one directory: `ready.K` once share K is
-// ready to time, `done.K` once it has timed (profiler::ProfileRendezvous).
+// The shares' processes meet through files in one directory: `ready.R.K` once share K is
+// ready to time its R-th profile (one per batch size), `done.R.K` once it has timed it
+// (profiler::ProfileRendezvous).
 class DirectoryRendezvous : public profiler::ProfileRendezvous {
  public:
   DirectoryRendezvous(std::string dir, int share, int shares) : dir_(std::move(dir)), share_(share), shares_(shares) {}
 
   void readyToTime() override {
+    ++round_;
     mark("ready");
     // Every process builds the model and settles its heap first: seconds, not minutes.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -70,18 +74,20 @@ class DirectoryRendezvous : public profiler::ProfileRendezvous {
 
  private:
   void mark(const std::string& what) const {
-    const std::string path = dir_ + "/" + what + "." + std::to_string(share_);
+    const std::string path = dir_ + "/" + what + "." + std::to_string(round_) + "." + std::to_string(share_);
     std::ofstream file(path);
     if (!file) throw Error("--rendezvous: cannot write " + path);
   }
   int count(const std::string& what) const {
     int n = 0;
-    for (int k = 0; k < shares_; ++k) n += std::filesystem::exists(dir_ + "/" + what + "." + std::to_string(k));
+    for (int k = 0; k < shares_; ++k)
+      n += std::filesystem::exists(dir_ + "/" + what + "." + std::to_string(round_) + "." + std::to_string(k));
     return n;
   }
 
   std::string dir_;
   int share_, shares_;
+  int round_ = 0;
   std::chrono::steady_clock::time_point timing_since_;
 };
 
@@ -131,7 +137,7 @@ std::string ms(double seconds) {
 void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
   std::printf("profile of %s at batch %lld: medians of %d passes after %d or more warm-up passes; "
               "%d LibTorch intra-op threads, %d BLAS threads\n",
-              (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batch), a.options.repeats, a.options.warmup,
+              (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batches[0]), a.options.repeats, a.options.warmup,
               at::get_num_threads(), blasThreads());
   if (a.load_data)
     std::printf("the forward time of the first layer that reads the model input includes loading a batch of %s\n",
@@ -160,10 +166,26 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
   }
   std::printf("%-14s %-18s %9s %9s %9s %9s %9s %12s %12s\n", "total", "", ms(f).c_str(), ms(i).c_str(), ms(w).c_str(),
               ms(split_w).c_str(), ms(step).c_str(), text::humanBytes(act).c_str(), text::humanBytes(params).c_str());
+  for (std::size_t k = 1; k < a.batches.size(); ++k) {
+    double passes = 0;
+    for (int l = 0; l < g.size(); ++l) {
+      const graph::PassSeconds t = g.secondsAt(l, a.batches[k]);
+      passes += t.forward + t.backward_input + t.backward_weight;
+    }
+    const double in_proportion = (f + i + w) * static_cast<double>(a.batches[k]) / static_cast<double>(a.batches[0]);
+    std::printf("at batch %lld: F + I + W %s ms, %.2fx batch %lld's in proportion\n",
+                static_cast<long long>(a.batches[k]), ms(passes).c_str(),
+                in_proportion > 0 ? passes / in_proportion : 0.0, static_cast<long long>(a.batches[0]));
+  }
 }
 
 int run(ProfileArgs& a) {
-  if (a.batch < 1) throw Error("--batch must be at least 1, not " + std::to_string(a.batch));
+  for (int64_t b : a.batches)
+    if (b < 1) throw Error("--batch must be at least 1, not " + std::to_string(b));
+  if (a.batches.empty()) throw Error("--batch: give the batch size to time the layers at");
+  for (std::size_t k = 1; k < a.batches.size(); ++k)
+    if (std::count(a.batches.begin(), a.batches.begin() + static_cast<std::ptrdiff_t>(k), a.batches[k]))
+      throw Error("--batch lists " + std::to_string(a.batches[k]) + " twice");
   if (a.threads < 0) throw Error("--threads must be at least 1");
   if (!a.share.empty()) parseShare(a.share, a.options);
   if (!a.rendezvous.empty() && a.share.empty()) throw Error("--rendezvous needs --share K/P");
@@ -181,18 +203,30 @@ int run(ProfileArgs& a) {
   // The batches a first stage would load: consecutive micro-batches of epoch 0's order.
   std::unique_ptr<data::Dataset> dataset;
   std::optional<data::SampleOrder> order;
-  int64_t next = 0, batches = 0;
+  int64_t next = 0, batch = 0;
   if (a.load_data) {
     if (!a.data_dir.empty()) a.data.fashion_mnist_dir = a.data.fortunes_dir = a.data_dir;
     dataset = data::openDataset(a.data, model.input);
     order.emplace(dataset->size(), a.data.seed, 0);
-    batches = order->minibatchesPerEpoch(a.batch, 1);
-    if (batches == 0)
+    const int64_t largest = *std::max_element(a.batches.begin(), a.batches.end());
+    if (order->minibatchesPerEpoch(largest, 1) == 0)
       throw Error("the dataset has " + std::to_string(dataset->size()) + " samples, fewer than --batch " +
-                  std::to_string(a.batch));
-    a.options.load_batch = [&] { dataset->get(order->microbatch(next++ % batches, 0, a.batch, 1)); };
+                  std::to_string(largest));
+    a.options.load_batch = [&] {
+      dataset->get(order->microbatch(next++ % order->minibatchesPerEpoch(batch, 1), 0, batch, 1));
+    };
   }
-  const graph::LayerGraph g = profiler::profileModel(model, a.batch, a.options);
+  // One profile per batch size, the first the graph's; the others' compute times become
+  // its layers' other_batches (what a pass costs beyond its samples: docs/profiling.md).
+  std::vector<graph::LayerGraph> profiles;
+  for (int64_t b : a.batches) {
+    batch = b;
+    next = 0;
+    profiles.push_back(profiler::profileModel(model, b, a.options));
+  }
+  const graph::LayerGraph g =
+      profiles.size() == 1 ? profiles[0]
+                           : profiles[0].withOtherBatches({profiles.begin() + 1, profiles.end()}, "profile");
   printTable(a, g);
   json_io::writeFile(a.out, g.toJson());
   std::printf("wrote %s\n", a.out.c_str());
@@ -218,7 +252,12 @@ Command addProfileCommand(CLI::App& app) {
   cmd->add_option("--data-dir", a->data_dir, "with --dataset: where its files are (default: the Debian package's folder)");
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--batch", a->batch, "samples per measured batch (e.g. the micro-batch size)")->required();
+  cmd->add_option("--batch", a->batches,
+                  "samples per measured batch (e.g. the micro-batch size); several (32,128): the layers are timed "
+                  "at each, and the planners interpolate between them")
+      ->required()
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--warmup", a->options.warmup, "untimed passes over the model first; more until one touches no new memory page")->capture_default_str();
   cmd->add_option("--repeats", a->options.repeats, "timed passes over the model (each layer's median is kept)")->capture_default_str();
   cmd->add_option("--optimizer", a->options.optimizer, "adam or sgd (momentum): optimizer state per parameter")

@@ -193,6 +193,15 @@ expect "profile wrote" "wrote"
 check "profile with the data the first stage loads" "$bin" profile "${mlp[@]}" --batch 4 --repeats 1 \
   --dataset synthetic --out "$tmp/profile_data.json"
 expect "loading said" "includes loading a batch of synthetic"
+check "profile at two batch sizes" "$bin" profile "${mlp[@]}" --batch 4,16 --repeats 1 --dataset synthetic \
+  --out "$tmp/profile_two.json"
+expect "the second size summed" "at batch 16: F + I + W"
+check "the second size's times are in the file" python3 -c '
+import json, sys
+layers = json.load(open(sys.argv[1]))["layers"]
+assert all([o["batch"] for o in l["other_batches"]] == [16] for l in layers), layers
+assert all(l["other_batches"][0]["forward_seconds"] > 0 for l in layers), layers' "$tmp/profile_two.json"
+refuses "profile a batch size twice" "lists 4 twice" "$bin" profile "${mlp[@]}" --batch 4,8,4 --out "$tmp/p4.json"
 refuses "profile a batch larger than the data" "fewer than --batch" "$bin" profile "${mlp[@]}" --batch 5000 \
   --dataset synthetic --out "$tmp/p2.json"
 refuses "profile data that does not fit the model" "fortunes serves byte tokens" "$bin" profile "${mlp[@]}" \

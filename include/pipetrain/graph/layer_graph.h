@@ -1,8 +1,10 @@
 // LayerGraph: a model as a DAG of layers with profiled costs.
 //
 // A chain is the special case where every layer consumes only its predecessor.
-// Costs are for one batch of `batch_size` samples (the batch the profiler ran);
-// the cost model scales them linearly to a plan's micro-batch size.
+// Costs are for one batch of `batch_size` samples (the batch the profiler ran). A
+// layer's compute times may also be given at other batch sizes (Layer::other_batches);
+// secondsAt() gives them at any micro-batch size, and every cost model and planner
+// takes a layer's times from it. Bytes scale linearly with the micro-batch.
 // JSON form: docs/formats.md#layer-graph ("pipetrain.layer_graph", version 1).
 #pragma once
 
@@ -14,6 +16,20 @@
 #include "pipetrain/util/json_io.h"
 
 namespace pipetrain::graph {
+
+// A layer's compute times for one pass over a batch.
+struct PassSeconds {
+  double forward = 0;
+  double backward_input = 0;
+  double backward_weight = 0;
+  double split_weight = 0;  // Layer::splitWeightSeconds()
+};
+
+// A layer's compute times measured at another batch size than the graph's.
+struct TimedAtBatch {
+  int64_t batch = 0;
+  PassSeconds seconds;
+};
 
 struct Layer {
   std::string name;
@@ -37,7 +53,15 @@ struct Layer {
   // at once beyond what existed before it ran (docs/profiling.md). Informational; -1 =
   // not measured, and then absent from the JSON form.
   int64_t peak_memory_bytes = -1;
+  // The same layer timed at other batch sizes (`pipetrain profile --batch 32,128`): a
+  // layer is no cheaper per sample at 32 than at 128 only if nothing in it is fixed per
+  // pass, and a matrix product of the 8 x 1024 mlp took 0.63x as long per sample at 128
+  // as at 32 (docs/profiling.md). Empty: times scale linearly from the graph's batch.
+  std::vector<TimedAtBatch> other_batches;
 
+  PassSeconds passSeconds() const {
+    return {forward_seconds, backward_input_seconds, backward_weight_seconds, splitWeightSeconds()};
+  }
   double backwardSeconds() const { return backward_input_seconds + backward_weight_seconds; }
   double splitWeightSeconds() const { return split_weight_seconds >= 0 ? split_weight_seconds : backward_weight_seconds; }
 };
@@ -63,6 +87,12 @@ class LayerGraph {
   int64_t batchSize() const { return batch_size_; }
   const Layer& layer(int index) const { return layers_[index]; }
   const std::vector<Layer>& layers() const { return layers_; }  // topological order
+  // Layer `index`'s compute times for a micro-batch of `batch` samples. Between two
+  // batch sizes it was timed at, interpolated linearly (a cost fixed per pass and one
+  // per sample); outside them, in proportion to the nearest: below the smallest that
+  // is optimistic (what is fixed per pass shrinks with it), above the largest an upper
+  // bound. Timed at one size only, plain proportion.
+  PassSeconds secondsAt(int index, int64_t batch) const;
 
   // -1 when there is no such layer.
   int indexOf(const std::string& name) const;
@@ -76,6 +106,11 @@ class LayerGraph {
   double overlapFactor() const { return overlap_factor_; }
   // Throws Error outside [0.5, 1].
   void setOverlapFactor(double factor);
+
+  // This graph with each layer's compute times in `timed` (profiles of the same model at
+  // other batch sizes) added as its other_batches. Throws Error naming `origin` where a
+  // profile is of another model or of a batch size given twice.
+  LayerGraph withOtherBatches(const std::vector<LayerGraph>& timed, const std::string& origin) const;
 
  private:
   std::vector<Layer> layers_;

@@ -149,7 +149,7 @@ class ChainProblem {
   PartitionOptions options_;
   const schedule::ScheduleTraits* traits_ = nullptr;  // of options_.schedule, looked up once
   int devices_ = 0;
-  double scale_ = 1;                      // micro-batch size / profiled batch size
+  double scale_ = 1;                      // micro-batch size / profiled batch size: bytes scale by it
   int extra_weight_buffers_ = 0;
   std::vector<int> block_start_;          // first layer of each block, then the layer count
   StageSums layerSums(int layer) const;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <queue>
 
 #include "pipetrain/util/error.h"
@@ -38,7 +39,50 @@ std::string describeCycle(const std::vector<Layer>& layers, const std::vector<st
   return text + "'" + layers[cycle.front()].name + "'";
 }
 
+// Checks a layer's other batch sizes and sorts them, smallest first.
+void checkOtherBatches(Layer& l, int64_t batch_size, const std::string& origin) {
+  const std::string where = origin + ": layer '" + l.name + "'";
+  for (const TimedAtBatch& t : l.other_batches) {
+    const std::string at = where + ", other_batches at " + std::to_string(t.batch);
+    if (t.batch < 1) throw Error(where + ": other_batches: batch must be at least 1 (found " + std::to_string(t.batch) + ")");
+    if (t.batch == batch_size) throw Error(at + ": the graph's own batch_size; its times are the layer's fields");
+    for (double s : {t.seconds.forward, t.seconds.backward_input, t.seconds.backward_weight, t.seconds.split_weight})
+      if (!(s >= 0 && s < std::numeric_limits<double>::infinity()))
+        throw Error(at + ": times must be non-negative and finite seconds");
+  }
+  std::sort(l.other_batches.begin(), l.other_batches.end(),
+            [](const TimedAtBatch& a, const TimedAtBatch& b) { return a.batch < b.batch; });
+  for (std::size_t i = 1; i < l.other_batches.size(); ++i)
+    if (l.other_batches[i].batch == l.other_batches[i - 1].batch)
+      throw Error(where + ": other_batches lists batch " + std::to_string(l.other_batches[i].batch) + " twice");
+}
+
+PassSeconds scaled(const PassSeconds& s, double factor) {
+  return {s.forward * factor, s.backward_input * factor, s.backward_weight * factor, s.split_weight * factor};
+}
+
 }  // namespace
+
+PassSeconds LayerGraph::secondsAt(int index, int64_t batch) const {
+  const Layer& l = layers_[index];
+  const double b = static_cast<double>(batch);
+  if (l.other_batches.empty()) return scaled(l.passSeconds(), b / static_cast<double>(batch_size_));
+  std::vector<TimedAtBatch> points = l.other_batches;  // sorted; the graph's batch goes in its place
+  const TimedAtBatch own{batch_size_, l.passSeconds()};
+  points.insert(std::lower_bound(points.begin(), points.end(), own,
+                                 [](const TimedAtBatch& x, const TimedAtBatch& y) { return x.batch < y.batch; }),
+                own);
+  if (batch <= points.front().batch) return scaled(points.front().seconds, b / static_cast<double>(points.front().batch));
+  if (batch >= points.back().batch) return scaled(points.back().seconds, b / static_cast<double>(points.back().batch));
+  std::size_t hi = 1;
+  while (points[hi].batch < batch) ++hi;
+  const TimedAtBatch& lo = points[hi - 1];
+  const double w = (b - static_cast<double>(lo.batch)) / static_cast<double>(points[hi].batch - lo.batch);
+  auto mix = [w](double x, double y) { return x + w * (y - x); };
+  const PassSeconds &x = lo.seconds, &y = points[hi].seconds;
+  return {mix(x.forward, y.forward), mix(x.backward_input, y.backward_input), mix(x.backward_weight, y.backward_weight),
+          mix(x.split_weight, y.split_weight)};
+}
 
 LayerGraph::LayerGraph(std::vector<Layer> layers, int64_t batch_size, std::string origin) : batch_size_(batch_size) {
   if (batch_size < 1) throw Error(origin + ": batch_size must be at least 1 (found " + std::to_string(batch_size) + ")");
@@ -49,6 +93,7 @@ LayerGraph::LayerGraph(std::vector<Layer> layers, int64_t batch_size, std::strin
   for (int i = 0; i < n; ++i) {
     const std::string& name = layers[i].name;
     if (name.empty()) throw Error(origin + ": layers[" + std::to_string(i) + "] has an empty name");
+    checkOtherBatches(layers[i], batch_size, origin);
     auto [it, inserted] = given_index.emplace(name, i);
     if (!inserted)
       throw Error(origin + ": layer '" + name + "' is defined twice (layers[" + std::to_string(it->second) +
@@ -138,6 +183,22 @@ LayerGraph LayerGraph::uniformChain(int n, double forward_seconds, double backwa
     layers.push_back(std::move(l));
   }
   return LayerGraph(std::move(layers), 1, "uniform chain");
+}
+
+LayerGraph LayerGraph::withOtherBatches(const std::vector<LayerGraph>& timed, const std::string& origin) const {
+  std::vector<Layer> layers = layers_;
+  for (const LayerGraph& other : timed) {
+    const std::string which = origin + ": the profile at batch " + std::to_string(other.batchSize());
+    if (other.size() != size()) throw Error(which + " has " + std::to_string(other.size()) + " layers, not " + std::to_string(size()));
+    for (int i = 0; i < size(); ++i) {
+      if (other.layer(i).name != layers[i].name)
+        throw Error(which + ": layer " + std::to_string(i) + " is '" + other.layer(i).name + "', not '" + layers[i].name + "'");
+      layers[i].other_batches.push_back({other.batchSize(), other.layer(i).passSeconds()});
+    }
+  }
+  LayerGraph g(std::move(layers), batch_size_, origin);  // checks the batch sizes
+  g.overlap_factor_ = overlap_factor_;
+  return g;
 }
 
 void LayerGraph::setOverlapFactor(double factor) {

@@ -13,7 +13,8 @@ constexpr int kVersion = 1;
 Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
                "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
-               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_weight_seconds"});
+               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_weight_seconds",
+               "other_batches"});
   Layer l;
   l.name = c.field("name").asString();
   l.kind = c.stringOr("kind", "layer");
@@ -52,6 +53,19 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   // Optional (files written before the profiler measured them have none).
   if (c.has("split_weight_seconds")) l.split_weight_seconds = c.field("split_weight_seconds").asSeconds();
   if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asBytes();
+  if (c.has("other_batches"))
+    for (const auto& item : c.field("other_batches").asArray()) {
+      item.allowOnly({"batch", "forward_seconds", "backward_input_seconds", "backward_weight_seconds",
+                      "split_weight_seconds"});
+      TimedAtBatch t;
+      t.batch = item.field("batch").asIntIn(1, limits::kMaxMicrobatchSize);
+      t.seconds.forward = item.field("forward_seconds").asSeconds();
+      t.seconds.backward_input = item.field("backward_input_seconds").asSeconds();
+      t.seconds.backward_weight = item.field("backward_weight_seconds").asSeconds();
+      t.seconds.split_weight = item.has("split_weight_seconds") ? item.field("split_weight_seconds").asSeconds()
+                                                                : t.seconds.backward_weight;
+      l.other_batches.push_back(t);
+    }
   return l;
 }
 
@@ -101,6 +115,16 @@ json_io::Json LayerGraph::toJson() const {
     if (l.optimizer_seconds > 0) layer["optimizer_seconds"] = l.optimizer_seconds;
     if (l.split_weight_seconds >= 0) layer["split_weight_seconds"] = l.split_weight_seconds;
     if (l.peak_memory_bytes >= 0) layer["peak_memory_bytes"] = l.peak_memory_bytes;
+    if (!l.other_batches.empty()) {
+      json_io::Json others = json_io::Json::array();
+      for (const TimedAtBatch& t : l.other_batches)
+        others.push_back({{"batch", t.batch},
+                          {"forward_seconds", t.seconds.forward},
+                          {"backward_input_seconds", t.seconds.backward_input},
+                          {"backward_weight_seconds", t.seconds.backward_weight},
+                          {"split_weight_seconds", t.seconds.split_weight}});
+      layer["other_batches"] = std::move(others);
+    }
     layers.push_back(std::move(layer));
   }
   j["layers"] = std::move(layers);

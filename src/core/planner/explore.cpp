@@ -85,7 +85,10 @@ plan::Plan multiStagePlan(const std::string& name, const graph::LayerGraph& grap
   const int chunks = t.placement == schedule::Placement::kLooped ? kInterleavedChunks : 1;
   const int stages = width * schedule::stagesPerRank(t, chunks);
   std::vector<double> costs;
-  for (const auto& l : graph.layers()) costs.push_back(l.forward_seconds + l.backwardSeconds());
+  for (int i = 0; i < graph.size(); ++i) {
+    const graph::PassSeconds t = graph.secondsAt(i, microbatch_size);
+    costs.push_back(t.forward + t.backward_input + t.backward_weight);
+  }
   const std::vector<int> bounds = plan::balancedChainSplit(costs, stages);
   plan::Plan p;
   p.microbatch_size = microbatch_size;
@@ -245,14 +248,9 @@ class Explorer {
     std::sort(speeds.rbegin(), speeds.rend());
     fastest_speeds_.push_back(0);
     for (double v : speeds) fastest_speeds_.push_back(fastest_speeds_.back() + v);
-    // Prefix sums over the layers at the graph's batch: F + I + W, and optimizer steps.
-    work_prefix_.push_back(0);
+    // Prefix sums over the layers of the optimizer steps (workPrefix: the passes').
     step_prefix_.push_back(0);
-    for (const graph::Layer& l : graph.layers()) {
-      work_prefix_.push_back(work_prefix_.back() + l.forward_seconds + l.backward_input_seconds +
-                             l.backward_weight_seconds);
-      step_prefix_.push_back(step_prefix_.back() + l.optimizer_seconds);
-    }
+    for (const graph::Layer& l : graph.layers()) step_prefix_.push_back(step_prefix_.back() + l.optimizer_seconds);
   }
 
   // Samples/s that no plan on at most `width` devices at micro-batch size `b` can
@@ -262,7 +260,7 @@ class Explorer {
   // skipped before its DPs run.
   double combinationBound(int64_t b, int width) const {
     const double microbatches = static_cast<double>(o_.global_batch / b);
-    const double work = microbatches * work_prefix_.back() * scaleOf(b) + step_prefix_.back();
+    const double work = microbatches * workPrefix(b).back() + step_prefix_.back();
     return work > 0 ? static_cast<double>(o_.global_batch) * fastest_speeds_[width] / work
                     : std::numeric_limits<double>::infinity();
   }
@@ -532,11 +530,11 @@ class Explorer {
   // The same bound for `like` with the stages of a chain's runs (each device holds one
   // stage), from sums over the graph's layers rather than a cost model of a named plan.
   double computeBound(const plan::Plan& like, const ChainRuns& runs) const {
-    const double scale = scaleOf(like.microbatch_size);
+    const std::vector<double>& work_prefix = workPrefix(like.microbatch_size);
     double slowest = 0;
     for (int s = 0; s < runs.numStages(); ++s) {
       const int first = runs.layer[s], end = runs.layer[s + 1];
-      const double work = (work_prefix_[end] - work_prefix_[first]) * scale, step = step_prefix_[end] - step_prefix_[first];
+      const double work = work_prefix[end] - work_prefix[first], step = step_prefix_[end] - step_prefix_[first];
       for (int d = runs.device[s]; d < runs.device[s + 1]; ++d)
         slowest = std::max(slowest, busySeconds(like, runs.device[s + 1] - runs.device[s], work, step,
                                                 cluster_.device(d).speed));
@@ -544,8 +542,19 @@ class Explorer {
     return boundOf(like, slowest);
   }
 
-  // Layer times scale from the graph's batch to micro-batch size b, as in sim::CostModel.
-  double scaleOf(int64_t b) const { return static_cast<double>(b) / graph_.batchSize(); }
+  // Prefix sums over the layers of a micro-batch's F + I + W at size b ([k]: layers
+  // [0, k)), the layers' times as sim::CostModel takes them (LayerGraph::secondsAt).
+  const std::vector<double>& workPrefix(int64_t b) const {
+    std::vector<double>& prefix = work_prefix_[b];
+    if (prefix.empty()) {
+      prefix.push_back(0);
+      for (int i = 0; i < graph_.size(); ++i) {
+        const graph::PassSeconds t = graph_.secondsAt(i, b);
+        prefix.push_back(prefix.back() + t.forward + t.backward_input + t.backward_weight);
+      }
+    }
+    return prefix;
+  }
 
   // A replica's compute per mini-batch: its share of the micro-batches at `work` each,
   // one optimizer step.
@@ -595,7 +604,8 @@ class Explorer {
   double best_ = 0;             // the best simulated throughput so far
   int simulated_ = 0;
   std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds
-  std::vector<double> work_prefix_, step_prefix_;  // [k]: layers [0, k) (see the constructor)
+  std::vector<double> step_prefix_;  // [k]: layers [0, k) (see the constructor)
+  mutable std::map<int64_t, std::vector<double>> work_prefix_;  // by micro-batch size: workPrefix()
   std::map<std::string, std::optional<Partition>> relaxed_;  // partitionShared's optima, by what they share
   std::map<std::string, std::optional<GraphPartition>> graph_relaxed_;  // graphShared's
 };

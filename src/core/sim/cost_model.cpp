@@ -20,6 +20,7 @@ double transferSeconds(double bytes, const cluster::Route& route) {
 
 CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan)
     : graph_(graph), cluster_(cluster), plan_(plan) {
+  // Bytes scale with the micro-batch; compute times come from the graph (secondsAt).
   const double scale = static_cast<double>(plan.microbatch_size) / graph.batchSize();
   const plan::StageGraph sg = plan::stageGraph(plan, graph);
   dag_.preds = sg.preds;
@@ -31,11 +32,13 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
   for (const plan::Stage& st : plan.stages) {
     StageCosts c;
     for (const std::string& name : st.layers) {
-      const graph::Layer& l = graph.layer(graph.indexOf(name));
-      c.forward += l.forward_seconds * scale;
-      c.backward_input += l.backward_input_seconds * scale;
-      c.backward_weight += l.backward_weight_seconds * scale;
-      c.split_weight += l.splitWeightSeconds() * scale;
+      const int index = graph.indexOf(name);
+      const graph::Layer& l = graph.layer(index);
+      const graph::PassSeconds t = graph.secondsAt(index, plan.microbatch_size);
+      c.forward += t.forward;
+      c.backward_input += t.backward_input;
+      c.backward_weight += t.backward_weight;
+      c.split_weight += t.split_weight;
       c.optimizer_step += l.optimizer_seconds;  // per step, whatever the micro-batch
       c.activation_bytes += l.saved_activation_bytes * scale;
       c.param_bytes += l.param_bytes;

@@ -125,6 +125,53 @@ TEST(LayerGraph, SplitWeightSecondsDefaultToTheWeightPass) {
               {"g.json", "layers[0].split_weight_seconds"});
 }
 
+TEST(LayerGraph, TimesAtOtherBatchesInterpolateBetweenAndScaleBeyond) {
+  // Timed at 4 (the graph's batch: F 1 s) and at 16 (F 2.5 s) and 8 (F 1.6 s), listed
+  // out of order.
+  Json layer = layerJson("a");
+  layer["other_batches"] = Json::parse(R"([
+    {"batch": 16, "forward_seconds": 2.5, "backward_input_seconds": 2.0, "backward_weight_seconds": 1.0},
+    {"batch": 8, "forward_seconds": 1.6, "backward_input_seconds": 1.5, "backward_weight_seconds": 0.8,
+     "split_weight_seconds": 0.9}])");
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layer, layerJson("b")}), "g.json");
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 4).forward, 1.0);
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 8).forward, 1.6);
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 6).forward, 1.3);                   // halfway between 4 and 8
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 12).backward_input, 1.75);          // halfway between 8 and 16
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 12).split_weight, (0.9 + 1.0) / 2);  // given at 8, the W pass at 16
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 2).forward, 0.5);                   // in proportion below the smallest
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 32).forward, 5.0);                  // ... and above the largest
+  // A layer timed at the graph's batch only scales in proportion, as graphs always did.
+  EXPECT_DOUBLE_EQ(g.secondsAt(1, 12).forward, 3.0);
+  EXPECT_DOUBLE_EQ(g.secondsAt(1, 12).split_weight, 1.5);
+  const Json written = g.toJson();
+  EXPECT_EQ(written["layers"][0]["other_batches"][0]["batch"], 8);  // smallest first
+  EXPECT_FALSE(written["layers"][1].contains("other_batches"));
+  EXPECT_EQ(LayerGraph::fromJson(written, "written").toJson(), written);
+
+  layer["other_batches"][0]["batch"] = 4;
+  expectError([&] { LayerGraph::fromJson(graphJson({layer}), "g.json"); }, {"g.json", "'a'", "batch_size"});
+  layer["other_batches"][0]["batch"] = 8;
+  expectError([&] { LayerGraph::fromJson(graphJson({layer}), "g.json"); }, {"g.json", "'a'", "batch 8 twice"});
+  layer["other_batches"][0]["batch"] = 0;
+  expectError([&] { LayerGraph::fromJson(graphJson({layer}), "g.json"); }, {"g.json", "other_batches[0].batch"});
+  layer["other_batches"][0] = Json{{"batch", 16}, {"forward_seconds", -1}, {"backward_input_seconds", 1},
+                                   {"backward_weight_seconds", 1}};
+  expectError([&] { LayerGraph::fromJson(graphJson({layer}), "g.json"); },
+              {"g.json", "other_batches[0].forward_seconds"});
+}
+
+TEST(LayerGraph, ProfilesAtOtherBatchesBecomeOtherBatches) {
+  const LayerGraph at4 = LayerGraph::uniformChain(3, 1, 2, 3), at16 = LayerGraph(at4.layers(), 16);
+  const LayerGraph both = at4.withOtherBatches({at16}, "profile");
+  ASSERT_EQ(both.layer(2).other_batches.size(), 1u);
+  EXPECT_EQ(both.layer(2).other_batches[0].batch, 16);
+  EXPECT_DOUBLE_EQ(both.secondsAt(2, 16).backward_weight, 3);  // as timed at 16, not 4 x 3
+  expectError([&] { both.withOtherBatches({at16}, "profile"); }, {"profile", "batch 16 twice"});
+  expectError([&] { at4.withOtherBatches({LayerGraph::uniformChain(2, 1, 1, 1)}, "profile"); },
+              {"profile", "batch 1", "2 layers, not 3"});
+}
+
 TEST(LayerGraph, SortsTopologicallyKeepingTheGivenOrderWherePossible) {
   // Listed: a, c, b, d with c reading b; the only move needed is b before c.
   const LayerGraph g = LayerGraph::fromJson(

@@ -23,6 +23,7 @@ graph::LayerGraph chainProfile(const std::vector<int64_t>& bytes, int timer) {
     layer.backward_weight_seconds = 100 * (timer + 1);
     layer.split_weight_seconds = 1000 * (timer + 1);
     layer.optimizer_seconds = 0.5 * (timer + 1);
+    layer.other_batches = {{128, {2.0 * (timer + 1), 0, 0, 0}}};
     layer.output_bytes = 64;
     layers.push_back(layer);
   }
@@ -63,6 +64,8 @@ TEST(ProfileShares, MergeTakesEachLayerFromTheProfileThatTimedIt) {
     EXPECT_EQ(merged.layer(l).backward_weight_seconds, 100 * timer);
     EXPECT_EQ(merged.layer(l).split_weight_seconds, 1000 * timer);
     EXPECT_EQ(merged.layer(l).optimizer_seconds, 0.5 * timer);
+    ASSERT_EQ(merged.layer(l).other_batches.size(), 1u);
+    EXPECT_EQ(merged.layer(l).other_batches[0].seconds.forward, 2 * timer);
     EXPECT_EQ(merged.layer(l).param_bytes, bytes[l]);
   }
   EXPECT_EQ(merged.batchSize(), 32);

@@ -89,6 +89,30 @@ TEST(Explore, AmongTiesTheLargerMicrobatchWins) {
   EXPECT_EQ(e.best().plan.microbatch_size, 8);
 }
 
+TEST(Explore, PricesEachMicrobatchSizeAtItsOwnTimes) {
+  // Eight layers timed at micro-batch 4 and at 8, where a pass takes 1.2x as long as at
+  // 4, not 2x: per sample the larger is cheaper. Data parallelism on two devices must
+  // then predict micro-batches of 8 at 2 / 1.2 = 1.67x the throughput of those of 4,
+  // and the planner's prediction must be the simulator's for the plan it ranks.
+  std::vector<graph::Layer> layers = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20).layers();
+  for (graph::Layer& l : layers) l.other_batches = {{8, {1.2e-3, 1.2e-3, 1.2e-3, 1.2e-3}}};
+  const graph::LayerGraph graph(layers, 4, "timed at 4 and 8");
+  const cluster::ClusterSpec pair{{{"a0", "gpu", 1, 1 << 30}, {"a1", "gpu", 1, 1 << 30}}, {{"node", 2, 1e12, 1e-9}}, {}};
+  ExploreOptions o;
+  o.global_batch = 32;
+  o.schedule = "gpipe";
+  o.microbatch_sizes = {4, 8};
+  const Exploration e = explore(graph, pair, o);
+  double at[9] = {};
+  for (const Candidate& c : e.ranked)
+    if (c.plan.stages.size() == 1 && c.plan.stages[0].devices.size() == 2) at[c.plan.microbatch_size] = c.report.throughput;
+  ASSERT_GT(at[4], 0);
+  ASSERT_GT(at[8], 0);
+  EXPECT_NEAR(at[8] / at[4], 2 / 1.2, 1e-3);
+  EXPECT_EQ(e.best().plan.microbatch_size, 8);
+  EXPECT_DOUBLE_EQ(sim::evaluatePlan(graph, pair, e.best().plan).report.throughput, e.best().report.throughput);
+}
+
 TEST(Explore, PruningByTheComputeBoundKeepsTheExhaustiveChoice) {
   // No plan beats its compute bound, so pruning proposals whose bound cannot reach the
   // best simulated throughput must leave the winner as the exhaustive search finds it.
