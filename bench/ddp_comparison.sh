@@ -6,7 +6,8 @@
 # pipeline (8 x 32, cut after fc3: four layers of the eight and the head on the other
 # side), the same cut under PipeDream's asynchronous 1F1B (2 x 128: stale weights, not
 # synchronous SGD) and the plan pipetrain chooses for 2 ranks (`--batch 256`: schedule,
-# stages, replicas and micro-batching; synchronous schedules only), and beside what two
+# stages, replicas and micro-batching; synchronous schedules only, and again with
+# --allow-async, where the asynchronous schedules compete too), and beside what two
 # cores can do at most: twice the throughput of one process training the whole batch on
 # one core (256 samples as 2 x 128, so each core does a replica's work without an
 # all-reduce). DDP runs twice: as a user runs it, and with OPENBLAS_NUM_THREADS=1:
@@ -37,7 +38,7 @@ pipetrain() {  # pipetrain ARGS...: samples/s of one run
   "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["throughput"])' "$out/s.json"
 }
 names=("DDP (PyTorch 1.13)" "DDP, 1 BLAS thread each" "pipetrain data parallel" "pipetrain 2-stage 1f1b"
-       "pipetrain's plan" "2 x one process, one core" "pipetrain 2-stage pipedream")
+       "pipetrain's plan" "2 x one process, one core" "pipetrain 2-stage pipedream" "pipetrain's plan, async allowed")
 ddp() { "$python" "$here/ddp_peer.py" --nproc 2 --batch 256 --steps "$steps" | sed 's/samples\/s //'; }
 run() {  # run INDEX
   case $1 in
@@ -48,6 +49,7 @@ run() {  # run INDEX
     4) pipetrain --nproc 2 --batch 256 --plan-out "$out/chosen.json" ;;
     5) pipetrain --nproc 1 --cores 1 --microbatches 2 --microbatch-size 128 | awk '{ print 2 * $1 }' ;;
     6) pipetrain --nproc 2 --schedule pipedream --stage-bounds 0,4,9 --microbatches 2 --microbatch-size 128 ;;
+    7) pipetrain --nproc 2 --batch 256 --allow-async --plan-out "$out/chosen_async.json" ;;
   esac
 }
 for ((r = 0; r < repeats; ++r)); do
@@ -60,13 +62,17 @@ read -r ddp_default _ _ <<<"$(median "$out/0")"
 read -r ddp_one_thread _ _ <<<"$(median "$out/1")"
 ddp=$(awk -v a="$ddp_default" -v b="$ddp_one_thread" 'BEGIN { print (a > b ? a : b) }')
 read -r ceiling _ _ <<<"$(median "$out/5")"
-printf '%-28s %10s %20s %8s %12s\n' "mlp 8x1024, batch 256" "samples/s" "range" "vs DDP" "vs ceiling"
+printf '%-32s %10s %20s %8s %12s\n' "mlp 8x1024, batch 256" "samples/s" "range" "vs DDP" "vs ceiling"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 for i in "${!names[@]}"; do
   read -r m lo hi <<<"$(median "$out/$i")"
-  printf '%-28s %10.1f %20s %8s %12s\n' "${names[$i]}" "$m" "$lo-$hi" "$(ratio "$m" "$ddp")" "$(ratio "$m" "$ceiling")"
+  printf '%-32s %10.1f %20s %8s %12s\n' "${names[$i]}" "$m" "$lo-$hi" "$(ratio "$m" "$ddp")" "$(ratio "$m" "$ceiling")"
 done
-chosen=$(tr -d ' \n' <"$out/chosen.json")
-field() { grep -o "\"$1\":[^,}]*" <<<"$chosen" | head -1 | sed 's/.*://; s/"//g'; }
-echo "(median of $repeats alternating runs, $steps steps each; the last plan chosen: $(field name)," \
-  "$(grep -o '"layers"' <<<"$chosen" | wc -l) stage(s), micro-batch $(field microbatch_size) x $(field microbatches))"
+describe() {  # describe PLAN-FILE: schedule, stages and micro-batching of a plan
+  local plan
+  plan=$(tr -d ' \n' <"$1")
+  field() { grep -o "\"$1\":[^,}]*" <<<"$plan" | head -1 | sed 's/.*://; s/"//g'; }
+  echo "$(field name), $(grep -o '"layers"' <<<"$plan" | wc -l) stage(s), micro-batch $(field microbatch_size) x $(field microbatches)"
+}
+echo "(median of $repeats alternating runs, $steps steps each; the last plans chosen: $(describe "$out/chosen.json");" \
+  "async allowed: $(describe "$out/chosen_async.json"))"
