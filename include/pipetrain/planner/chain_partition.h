@@ -160,7 +160,7 @@ class ChainProblem {
   // Sparse tables over the devices (level k holds ranges of 2^k), so that deviceBlock()
   // is O(1) instead of a walk over the block's devices: on 1024 devices that walk, and
   // the route it asks for at every step, took a third of the exploration.
-  std::vector<std::vector<double>> min_speed_, min_memory_, min_hop_bandwidth_, max_hop_latency_;
+  std::vector<std::vector<double>> min_speed_, min_memory_, min_hop_allreduce_bandwidth_, max_hop_latency_;
 };
 
 struct Partition {

@@ -84,7 +84,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
     memory.push_back(static_cast<double>(cluster.device(d).memory_bytes));
     if (d + 1 < devices_) {
       const auto hop = cluster.route(d, d + 1);
-      hop_bandwidth.push_back(hop.allreduce_bandwidth);  // only the ring uses them
+      hop_bandwidth.push_back(hop.allreduce_bandwidth);  // the all-reduce ring's
       hop_latency.push_back(hop.latency);
       hop_host_.push_back(hop.host);
     }
@@ -92,7 +92,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   min_speed_ = sparseTable(std::move(speed), false);
   min_memory_ = sparseTable(std::move(memory), false);
   if (devices_ > 1) {
-    min_hop_bandwidth_ = sparseTable(std::move(hop_bandwidth), false);
+    min_hop_allreduce_bandwidth_ = sparseTable(std::move(hop_bandwidth), false);
     max_hop_latency_ = sparseTable(std::move(hop_latency), true);
   }
 
@@ -245,7 +245,7 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   if (end - first < 2) return b;
   // The ring: hops d -> d + 1 inside the block, and the last device back to the first.
   const auto wrap = cluster_.route(end - 1, first);
-  b.ring_bandwidth = std::min(rangeOf(min_hop_bandwidth_, first, end - 1, false), wrap.allreduce_bandwidth);
+  b.ring_bandwidth = std::min(rangeOf(min_hop_allreduce_bandwidth_, first, end - 1, false), wrap.allreduce_bandwidth);
   b.ring_latency = std::max(rangeOf(max_hop_latency_, first, end - 1, true), wrap.latency);
   return b;
 }
