@@ -18,6 +18,10 @@ namespace {
 // out 4-10% slow; each rate now prices its own traffic (cluster_spec.h).
 constexpr double kLoopbackBandwidth = 3.4e9;
 constexpr double kLoopbackAllreduceBandwidth = 0.6e9;
+// And the all-reduce is CPU work: rank 0's process CPU in it was 80-84% of its time
+// (`pipetrain profile-network --sizes 1M,16M`, 2026-11-26: 18.9 ms of 23.3, 23.3 of 29.0;
+// 32M: 36.6 of 42.1), 0.72-0.92 GB/s of ring traffic through each rank's CPU.
+constexpr double kLoopbackAllreduceHostBandwidth = 0.8e9;
 constexpr double kLoopbackLatency = 50e-6;
 // And each message costs both processes CPU time they do not train in: Gloo's call and
 // its I/O thread, and the kernel copying the bytes through the socket. `pipetrain
@@ -38,6 +42,7 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
   if (n > concurrent_ranks) shared.push_back({device_names, concurrent_ranks});
   cluster::Level loopback{"loopback", n, kLoopbackBandwidth, kLoopbackLatency, kLoopbackHostCost};
   loopback.allreduce_bandwidth = kLoopbackAllreduceBandwidth;
+  loopback.allreduce_host_bandwidth = kLoopbackAllreduceHostBandwidth;
   return cluster::ClusterSpec(std::move(devices), {loopback}, {}, "this machine's ranks", std::move(shared));
 }
 

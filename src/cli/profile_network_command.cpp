@@ -2,6 +2,7 @@
 // transport, written as a ClusterSpec (docs/profiling.md#network). Like `train`: without
 // RANK in the environment it launches --nproc local ranks of itself; with RANK set it is
 // one rank (torchrun conventions, LOCAL_RANK naming its device on the host).
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -52,14 +53,17 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
     std::printf("\n");
   }
   if (p.allreduce_seconds > 0)
-    std::printf("all-reduce of %s over %zu ranks: %.2f ms\n", text::humanBytes(p.sizes.back()).c_str(), p.ranks.size(),
-                p.allreduce_seconds * 1e3);
+    std::printf("all-reduce of %s over %zu ranks: %.2f ms, %.2f ms of rank 0's CPU\n",
+                text::humanBytes(p.sizes.back()).c_str(), p.ranks.size(), p.allreduce_seconds * 1e3,
+                p.allreduce_cpu_seconds * 1e3);
   std::printf("cluster: %d devices of %s each;", c.size(), text::humanBytes(c.device(0).memory_bytes).c_str());
   for (const auto& l : c.levels()) {
     std::printf(" level '%s' (groups of %d) %s, %s, host CPU %s + bytes at %s per side", l.name.c_str(),
                 l.group_size, rate(l.bandwidth).c_str(), micros(l.latency).c_str(), micros(l.host.overhead).c_str(),
                 rate(l.host.copy_bandwidth).c_str());
     if (l.allreduce_bandwidth > 0) std::printf(", all-reduce traffic at %s", rate(l.allreduce_bandwidth).c_str());
+    if (!std::isinf(l.allreduce_host_bandwidth))
+      std::printf(" (%s through each rank's CPU)", rate(l.allreduce_host_bandwidth).c_str());
     std::printf(";");
   }
   std::printf("\n");

@@ -183,7 +183,7 @@ int runRank(TrainArgs& a) {
   const auto result = runtime::trainRank(a.config, *transport, [&](const runtime::Progress& p) {
     if (p.reports) log.write(p);
     if (p.eval) return;
-    if (launched)
+    if (launched && p.reports)  // the loss is the last stage's: rank 0's under a V schedule
       std::printf("PROGRESS %d %lld %lld %.6f %.3f\n", p.epoch, static_cast<long long>(p.step),
                   static_cast<long long>(p.steps), p.loss, p.samples_per_second);
     else if (p.reports && plainLineDue(p.step, p.steps, last_plain))
@@ -292,8 +292,8 @@ int launch(TrainArgs& a) {
     try {
       outputs = launchLocal(
           argv, a.nproc, threads,
-          [&](int rank, const std::string& line) {
-            if (rank == a.nproc - 1) showProgress(line, a.config.plan.samplesPerMinibatch(), tty, last_plain);
+          [&](int, const std::string& line) {
+            showProgress(line, a.config.plan.samplesPerMinibatch(), tty, last_plain);
           },
           localCores(a) / threads);
       break;

@@ -310,6 +310,7 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
   }
   EXPECT_TRUE(profiles[1].pairs.empty());
   EXPECT_GT(p.allreduce_seconds, 0);
+  EXPECT_GT(p.allreduce_cpu_seconds, 0);
 
   const cluster::ClusterSpec c = clusterFromNetwork(p);
   ASSERT_EQ(c.size(), 3);
@@ -365,7 +366,10 @@ TEST(ProfileNetwork, HostsBecomeLevels) {
   // each rank sent 4/3 MiB in the 1 ms, the top level's all-reduce rate.
   NetworkProfile reduced = twoHosts({"a", "a", "b"});
   reduced.allreduce_seconds = 1e-3 + 4 * 100e-6;
-  EXPECT_DOUBLE_EQ(clusterFromNetwork(reduced).levels().back().allreduce_bandwidth, 4.0 / 3 * (1 << 20) / 1e-3);
+  reduced.allreduce_cpu_seconds = 2e-3;  // ... and 2 ms of rank 0's CPU
+  const cluster::Level& top = clusterFromNetwork(reduced).levels().back();
+  EXPECT_DOUBLE_EQ(top.allreduce_bandwidth, 4.0 / 3 * (1 << 20) / 1e-3);
+  EXPECT_DOUBLE_EQ(top.allreduce_host_bandwidth, 4.0 / 3 * (1 << 20) / 2e-3);
   EXPECT_EQ(clusterFromNetwork(twoHosts({"a", "a", "b"})).levels().back().allreduce_bandwidth, 0);  // not measured
 
   NetworkProfile twice = twoHosts({"a", "a"});

@@ -21,7 +21,11 @@
 // its own. Gloo on CPU hosts sums the gradients on the cores that also train, so its
 // all-reduce over loopback moved 0.6 GB/s of ring traffic where single messages moved
 // 3-6 GB/s; priced at one rate, either the all-reduce or the activations were off by 5x.
-// Left out, the all-reduce moves at the link's bandwidth.
+// Left out, the all-reduce moves at the link's bandwidth. And where the hosts' CPUs
+// move and sum that traffic themselves, `allreduce_host_bandwidth` is how much of it a
+// rank's CPU gets through per second: that time is the rank's core's, which no backward
+// pass can overlap (on this 2-core VM the all-reduce's Gloo threads stretched a data-
+// parallel backward pass by 12-18 ms). Left out, the all-reduce costs the CPUs nothing.
 //
 // Shared cores: devices that are processes on one host's CPU cores (more ranks than
 // cores) compete for them. A plan's devices in one group go onto its cores round-robin,
@@ -70,6 +74,8 @@ struct Level {
   double latency = 0;          // seconds
   HostCost host;
   double allreduce_bandwidth = 0;  // a ring all-reduce's rate (see above); 0 = bandwidth
+  // Its traffic through each rank's CPU (see above); infinity = none.
+  double allreduce_host_bandwidth = std::numeric_limits<double>::infinity();
 };
 
 struct Link {
@@ -82,6 +88,7 @@ struct Link {
   double latency = 0;
   HostCost host;
   double allreduce_bandwidth = 0;  // as Level's
+  double allreduce_host_bandwidth = std::numeric_limits<double>::infinity();
 };
 
 // Devices that share `cores` cores (see above); a device is in at most one group.
@@ -98,13 +105,14 @@ inline int sharedCoreOf(int position, int cores) { return position % cores; }
 struct Route {
   Route() = default;
   Route(double bandwidth, double latency, int send_port, int recv_port, HostCost host = {},
-        double allreduce_bandwidth = 0)
+        double allreduce_bandwidth = 0, double allreduce_host_bandwidth = std::numeric_limits<double>::infinity())
       : bandwidth(bandwidth),
         latency(latency),
         send_port(send_port),
         recv_port(recv_port),
         host(host),
-        allreduce_bandwidth(allreduce_bandwidth > 0 ? allreduce_bandwidth : bandwidth) {}
+        allreduce_bandwidth(allreduce_bandwidth > 0 ? allreduce_bandwidth : bandwidth),
+        allreduce_host_bandwidth(allreduce_host_bandwidth) {}
 
   double bandwidth = 0;        // bytes/s; infinity for a device talking to itself
   double latency = 0;
@@ -112,6 +120,7 @@ struct Route {
   int recv_port = -1;
   HostCost host;               // free for a device talking to itself
   double allreduce_bandwidth = 0;  // a ring all-reduce's traffic over this route, bytes/s
+  double allreduce_host_bandwidth = std::numeric_limits<double>::infinity();  // ... and through each end's CPU
 };
 
 class ClusterSpec {

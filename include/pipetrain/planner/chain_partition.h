@@ -25,6 +25,7 @@
 // HostCost, the simulator's.
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,7 @@ struct StageChoice {
 struct DeviceBlock {
   int first = 0, end = 0;
   double speed = 0, memory_bytes = 0, ring_bandwidth = 0, ring_latency = 0;
+  double ring_host_bandwidth = std::numeric_limits<double>::infinity();  // Route::allreduce_host_bandwidth
   int replicas() const { return end - first; }
 };
 
@@ -161,6 +163,7 @@ class ChainProblem {
   // is O(1) instead of a walk over the block's devices: on 1024 devices that walk, and
   // the route it asks for at every step, took a third of the exploration.
   std::vector<std::vector<double>> min_speed_, min_memory_, min_hop_allreduce_bandwidth_, max_hop_latency_;
+  std::vector<std::vector<double>> min_hop_allreduce_host_bandwidth_;
 };
 
 struct Partition {

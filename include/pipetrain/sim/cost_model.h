@@ -25,6 +25,9 @@ namespace pipetrain::sim {
 // Ring all-reduce of `bytes` over `n` ranks: 2(n-1) steps, each moving bytes/n over the
 // slowest hop of the ring (`bandwidth`, `latency`).
 double ringAllreduceSeconds(double bytes, int n, double bandwidth, double latency);
+// The CPU time it takes each rank where the hosts move and sum the ring's traffic
+// (cluster_spec.h, allreduce_host_bandwidth): the 2(n-1)/n of the bytes each rank sends.
+double ringAllreduceHostSeconds(double bytes, int n, double host_bandwidth);
 // One message alone on its route.
 double transferSeconds(double bytes, const cluster::Route& route);
 
@@ -58,8 +61,10 @@ class CostModel {
   // route's host cost (cluster_spec.h), zero where the cluster gives none.
   double hostSeconds(const schedule::Action& message, int rank, int peer_rank) const;
   cluster::Route route(int from_rank, int to_rank) const;
-  // Ring all-reduce of stage s's gradients over its replicas.
-  double allreduceSeconds(int stage) const;
+  // Ring all-reduce of stage s's gradients over its replicas: how long it takes, and how
+  // much of each replica's core it takes (ringAllreduceHostSeconds).
+  double allreduceSeconds(int stage) const { return allreduce_[stage].seconds; }
+  double allreduceHostSeconds(int stage) const { return allreduce_[stage].host_seconds; }
   // An overlapped F&B pair takes this share of F + B (the profile's overlap factor).
   double overlapFactor() const { return graph_.overlapFactor(); }
 
@@ -72,9 +77,12 @@ class CostModel {
   std::vector<StageCosts> stages_;
   std::vector<int> replicas_;
   std::vector<int> rank_device_;
-  std::vector<double> allreduce_seconds_;  // per stage, priced once: the simulator asks per STEP
+  struct AllreduceCost {
+    double seconds = 0, host_seconds = 0;
+  };
+  std::vector<AllreduceCost> allreduce_;  // per stage, priced once: the simulator asks per STEP
 
-  double ringAllreduceOf(int stage) const;
+  AllreduceCost ringAllreduceOf(int stage) const;
 };
 
 }  // namespace pipetrain::sim

@@ -124,6 +124,7 @@ struct NetworkProfile {
   // median of the repeats; 0 = not measured. Gloo on CPU hosts sums on the cores, and
   // its all-reduce can run far below the messages' bandwidth (cluster_spec.h).
   double allreduce_seconds = 0;
+  double allreduce_cpu_seconds = 0;  // rank 0's process CPU time per all-reduce, all its threads
 };
 
 // Collective: every rank of `transport` calls it with its own RankHost. Rank 0 measures

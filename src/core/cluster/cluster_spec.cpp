@@ -23,9 +23,11 @@ void checkHostCost(const HostCost& h, const std::string& where) {
   if (!validBandwidth(h.copy_bandwidth)) throw Error(where + ": host_copy_bandwidth must be positive (or \"inf\")");
 }
 
-// 0 = left out (the link's bandwidth).
-void checkAllreduceBandwidth(double b, const std::string& where) {
-  if (!(b == 0 || validBandwidth(b))) throw Error(where + ": allreduce_bandwidth must be positive (or \"inf\")");
+// allreduce_bandwidth 0 = left out (the link's bandwidth).
+void checkAllreduceRates(double bandwidth, double host_bandwidth, const std::string& where) {
+  if (!(bandwidth == 0 || validBandwidth(bandwidth)))
+    throw Error(where + ": allreduce_bandwidth must be positive (or \"inf\")");
+  if (!validBandwidth(host_bandwidth)) throw Error(where + ": allreduce_host_bandwidth must be positive (or \"inf\")");
 }
 
 // Units that own ports at level `level`: single devices at level 0, the groups of the
@@ -66,7 +68,7 @@ ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels,
     if (!validBandwidth(l.bandwidth)) throw Error(where + ": bandwidth must be positive (or \"inf\")");
     if (!validLatency(l.latency)) throw Error(where + ": latency must be non-negative and finite");
     checkHostCost(l.host, where);
-    checkAllreduceBandwidth(l.allreduce_bandwidth, where);
+    checkAllreduceRates(l.allreduce_bandwidth, l.allreduce_host_bandwidth, where);
   }
   std::set<std::pair<int, int>> pairs;
   for (const Link& k : links_) {
@@ -79,7 +81,7 @@ ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels,
     if (!validBandwidth(k.bandwidth)) throw Error(where + ": bandwidth must be positive (or \"inf\")");
     if (!validLatency(k.latency)) throw Error(where + ": latency must be non-negative and finite");
     checkHostCost(k.host, where);
-    checkAllreduceBandwidth(k.allreduce_bandwidth, where);
+    checkAllreduceRates(k.allreduce_bandwidth, k.allreduce_host_bandwidth, where);
   }
   core_group_.assign(devices_.size(), -1);
   for (std::size_t g = 0; g < shared_cores_.size(); ++g) {
@@ -139,7 +141,7 @@ Route ClusterSpec::route(int from, int to) const {
   if (it != link_ports_.end()) {
     const int first_link_port = num_ports_ - 2 * static_cast<int>(links_.size());
     const Link& k = links_[(it->second - first_link_port) / 2];
-    return Route{k.bandwidth, k.latency, it->second, it->second, k.host, k.allreduce_bandwidth};
+    return Route{k.bandwidth, k.latency, it->second, it->second, k.host, k.allreduce_bandwidth, k.allreduce_host_bandwidth};
   }
   if (levels_.empty())
     throw Error("cluster: no route from device '" + devices_[from].name + "' to device '" + devices_[to].name +
@@ -155,7 +157,7 @@ Route ClusterSpec::route(int from, int to) const {
   const Level& lv = levels_[level];
   const int base = level_port_base_[level];
   return Route{lv.bandwidth, lv.latency, base + 2 * unitOf(levels_, level, from),
-               base + 2 * unitOf(levels_, level, to) + 1, lv.host, lv.allreduce_bandwidth};
+               base + 2 * unitOf(levels_, level, to) + 1, lv.host, lv.allreduce_bandwidth, lv.allreduce_host_bandwidth};
 }
 
 }  // namespace pipetrain::cluster

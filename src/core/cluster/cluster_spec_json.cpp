@@ -37,13 +37,18 @@ void writeHostCost(const HostCost& h, json_io::Json& j) {
   j["host_copy_bandwidth"] = writeBandwidth(h.copy_bandwidth);
 }
 
-// A level's or link's optional "allreduce_bandwidth", written only where given.
-double readAllreduceBandwidth(const json_io::JsonCursor& c) {
-  return c.has("allreduce_bandwidth") ? readBandwidth(c.field("allreduce_bandwidth")) : 0;
+// A level's or link's optional "allreduce_bandwidth" and "allreduce_host_bandwidth",
+// written only where given.
+template <typename LevelOrLink>
+void readAllreduceRates(const json_io::JsonCursor& c, LevelOrLink& l) {
+  if (c.has("allreduce_bandwidth")) l.allreduce_bandwidth = readBandwidth(c.field("allreduce_bandwidth"));
+  if (c.has("allreduce_host_bandwidth")) l.allreduce_host_bandwidth = readBandwidth(c.field("allreduce_host_bandwidth"));
 }
 
-void writeAllreduceBandwidth(double b, json_io::Json& j) {
-  if (b > 0) j["allreduce_bandwidth"] = writeBandwidth(b);
+template <typename LevelOrLink>
+void writeAllreduceRates(const LevelOrLink& l, json_io::Json& j) {
+  if (l.allreduce_bandwidth > 0) j["allreduce_bandwidth"] = writeBandwidth(l.allreduce_bandwidth);
+  if (!std::isinf(l.allreduce_host_bandwidth)) j["allreduce_host_bandwidth"] = writeBandwidth(l.allreduce_host_bandwidth);
 }
 
 // One entry of "devices": a device, or {"count": N, "name_prefix": P, ...} standing for
@@ -73,22 +78,23 @@ void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
 
 Level readLevel(const json_io::JsonCursor& c) {
   c.allowOnly({"name", "group_size", "bandwidth", "latency", "host_overhead", "host_copy_bandwidth",
-               "allreduce_bandwidth"});
+               "allreduce_bandwidth", "allreduce_host_bandwidth"});
   Level l;
   l.name = c.field("name").asString();
   l.group_size = static_cast<int>(c.field("group_size").asIntIn(1, limits::kMaxDevices));
   l.bandwidth = readBandwidth(c.field("bandwidth"));
   l.latency = c.field("latency").asSeconds();
   l.host = readHostCost(c);
-  l.allreduce_bandwidth = readAllreduceBandwidth(c);
+  readAllreduceRates(c, l);
   return l;
 }
 
 Link readLink(const json_io::JsonCursor& c) {
-  c.allowOnly({"a", "b", "bandwidth", "latency", "host_overhead", "host_copy_bandwidth", "allreduce_bandwidth"});
+  c.allowOnly({"a", "b", "bandwidth", "latency", "host_overhead", "host_copy_bandwidth", "allreduce_bandwidth",
+               "allreduce_host_bandwidth"});
   Link k{c.field("a").asString(), c.field("b").asString(), readBandwidth(c.field("bandwidth")),
          c.field("latency").asSeconds(), readHostCost(c)};
-  k.allreduce_bandwidth = readAllreduceBandwidth(c);
+  readAllreduceRates(c, k);
   return k;
 }
 
@@ -133,13 +139,13 @@ json_io::Json ClusterSpec::toJson() const {
                            {"bandwidth", writeBandwidth(l.bandwidth)},
                            {"latency", l.latency}};
     writeHostCost(l.host, level);
-    writeAllreduceBandwidth(l.allreduce_bandwidth, level);
+    writeAllreduceRates(l, level);
     levels.push_back(std::move(level));
   }
   for (const Link& k : links_) {
     json_io::Json link = {{"a", k.a}, {"b", k.b}, {"bandwidth", writeBandwidth(k.bandwidth)}, {"latency", k.latency}};
     writeHostCost(k.host, link);
-    writeAllreduceBandwidth(k.allreduce_bandwidth, link);
+    writeAllreduceRates(k, link);
     links.push_back(std::move(link));
   }
   j["devices"] = std::move(devices);

@@ -78,13 +78,14 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   extra_weight_buffers_ = options.extra_weight_buffers;
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
 
-  std::vector<double> speed, memory, hop_bandwidth, hop_latency;
+  std::vector<double> speed, memory, hop_bandwidth, hop_host_bandwidth, hop_latency;
   for (int d = 0; d < devices_; ++d) {
     speed.push_back(cluster.device(d).speed);
     memory.push_back(static_cast<double>(cluster.device(d).memory_bytes));
     if (d + 1 < devices_) {
       const auto hop = cluster.route(d, d + 1);
       hop_bandwidth.push_back(hop.allreduce_bandwidth);  // the all-reduce ring's
+      hop_host_bandwidth.push_back(hop.allreduce_host_bandwidth);
       hop_latency.push_back(hop.latency);
       hop_host_.push_back(hop.host);
     }
@@ -93,6 +94,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   min_memory_ = sparseTable(std::move(memory), false);
   if (devices_ > 1) {
     min_hop_allreduce_bandwidth_ = sparseTable(std::move(hop_bandwidth), false);
+    min_hop_allreduce_host_bandwidth_ = sparseTable(std::move(hop_host_bandwidth), false);
     max_hop_latency_ = sparseTable(std::move(hop_latency), true);
   }
 
@@ -246,6 +248,8 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   // The ring: hops d -> d + 1 inside the block, and the last device back to the first.
   const auto wrap = cluster_.route(end - 1, first);
   b.ring_bandwidth = std::min(rangeOf(min_hop_allreduce_bandwidth_, first, end - 1, false), wrap.allreduce_bandwidth);
+  b.ring_host_bandwidth =
+      std::min(rangeOf(min_hop_allreduce_host_bandwidth_, first, end - 1, false), wrap.allreduce_host_bandwidth);
   b.ring_latency = std::max(rangeOf(max_hop_latency_, first, end - 1, true), wrap.latency);
   return b;
 }
@@ -277,10 +281,12 @@ double ChainProblem::stageSeconds(const StageSums& stage, const DeviceBlock& dev
   const bool per_microbatch = traits_->step_rule == schedule::StepRule::kPerMicrobatch;
   const int steps = per_microbatch ? share : 1;
   const double compute = (stage.compute * share + stage.step * steps) / devices.speed;
-  // Each all-reduce overlaps the backward pass before it.
+  // Each all-reduce overlaps the backward pass before it, but not what it takes of the
+  // replicas' cores (as the simulator prices it).
   const double allreduce = sim::ringAllreduceSeconds(stage.params, r, devices.ring_bandwidth, devices.ring_latency);
+  const double host = sim::ringAllreduceHostSeconds(stage.params, r, devices.ring_host_bandwidth);
   const double last_backward = stage.backward / devices.speed;
-  return compute + steps * std::max(0.0, allreduce - last_backward);
+  return compute + steps * std::max(host, allreduce - last_backward);
 }
 
 double ChainProblem::boundarySeconds(int block, int device) const {

@@ -14,6 +14,10 @@ double ringAllreduceSeconds(double bytes, int n, double bandwidth, double latenc
   return steps * latency + steps / n * bytes / bandwidth;
 }
 
+double ringAllreduceHostSeconds(double bytes, int n, double host_bandwidth) {
+  return n < 2 ? 0 : 2.0 * (n - 1) / n * bytes / host_bandwidth;  // bytes / inf = 0: no host cost
+}
+
 double transferSeconds(double bytes, const cluster::Route& route) {
   return bytes / route.bandwidth + route.latency;  // bytes / inf = 0 on the same device
 }
@@ -48,7 +52,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
   }
   replicas_ = plan::stageReplicas(plan);
   for (const std::string& d : plan::rankDevices(plan)) rank_device_.push_back(cluster.indexOf(d));
-  for (int s = 0; s < plan.numStages(); ++s) allreduce_seconds_.push_back(ringAllreduceOf(s));
+  for (int s = 0; s < plan.numStages(); ++s) allreduce_.push_back(ringAllreduceOf(s));
 }
 
 double CostModel::computeSeconds(const schedule::Action& a, int rank) const {
@@ -88,19 +92,19 @@ cluster::Route CostModel::route(int from_rank, int to_rank) const {
   return cluster_.route(rank_device_[from_rank], rank_device_[to_rank]);
 }
 
-double CostModel::allreduceSeconds(int stage) const { return allreduce_seconds_[stage]; }
-
-double CostModel::ringAllreduceOf(int stage) const {
+CostModel::AllreduceCost CostModel::ringAllreduceOf(int stage) const {
   const int n = replicas_[stage];
-  if (n < 2) return 0;
+  if (n < 2) return {};
   const auto& devices = plan_.stages[stage].devices;
-  double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
+  double bandwidth = std::numeric_limits<double>::infinity(), host_bandwidth = bandwidth, latency = 0;
   for (int i = 0; i < n; ++i) {
     const auto r = cluster_.route(cluster_.indexOf(devices[i]), cluster_.indexOf(devices[(i + 1) % n]));
     bandwidth = std::min(bandwidth, r.allreduce_bandwidth);
+    host_bandwidth = std::min(host_bandwidth, r.allreduce_host_bandwidth);
     latency = std::max(latency, r.latency);
   }
-  return ringAllreduceSeconds(stages_[stage].param_bytes, n, bandwidth, latency);
+  const double bytes = stages_[stage].param_bytes;
+  return {ringAllreduceSeconds(bytes, n, bandwidth, latency), ringAllreduceHostSeconds(bytes, n, host_bandwidth)};
 }
 
 }  // namespace pipetrain::sim

@@ -169,10 +169,12 @@ class Simulation {
       case ActionType::ALLREDUCE: {
         // Bucketed all-reduce: gradients stream out while the last backward pass still
         // runs, so the reduction starts when every replica has begun that pass and only
-        // what outlasts it delays the rank.
+        // what outlasts it delays the rank. What it takes of the rank's core (hosts that
+        // move and sum the traffic themselves) the pass cannot overlap: it comes after.
         int& seen = reduces_seen_[{r, a.stage}];
         const Meeting& meeting = meetings_.at({a.stage, seen});
-        end = std::max(start, meeting.gradients_started + c_.allreduceSeconds(a.stage));
+        end = std::max(start + c_.allreduceHostSeconds(a.stage),
+                       meeting.gradients_started + c_.allreduceSeconds(a.stage));
         ++seen;
         timeline_.ranks[r].push_back({a, start, end});
         break;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <utility>
 
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
@@ -148,19 +149,23 @@ void answerRankZero(runtime::Transport& t, const NetworkOptions& o, torch::Tenso
 }
 
 // Every rank: the median time of an all-reduce of `bytes` over all ranks, as data-parallel
-// replicas reduce their gradients (float sums).
-double timeAllReduce(runtime::Transport& t, int64_t bytes, const NetworkOptions& o) {
+// replicas reduce their gradients (float sums), and the median process CPU time it took.
+std::pair<double, double> timeAllReduce(runtime::Transport& t, int64_t bytes, const NetworkOptions& o) {
   std::vector<int> everyone(t.worldSize());
   for (int r = 0; r < t.worldSize(); ++r) everyone[r] = r;
   std::vector<torch::Tensor> gradients{torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::kFloat)};
-  std::vector<double> times;
+  std::vector<double> times, cpu;
   for (int i = 0; i < o.warmup + o.repeats; ++i) {
     t.barrier();  // all start together: the time is the reduction's, not the stragglers'
+    const double cpu_start = processCpuSeconds();
     const auto start = Clock::now();
     t.allReduceSum(gradients, everyone);
-    if (i >= o.warmup) times.push_back(secondsSince(start));
+    if (i >= o.warmup) {
+      times.push_back(secondsSince(start));
+      cpu.push_back(processCpuSeconds() - cpu_start);
+    }
   }
-  return median(times);
+  return {median(times), median(cpu)};
 }
 
 }  // namespace
@@ -199,8 +204,11 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
     sendHost(t, self);
     answerRankZero(t, o, data);
   }
-  const double allreduce = timeAllReduce(t, o.sizes.back(), o);
-  if (t.rank() == 0) p.allreduce_seconds = allreduce;
+  const auto [allreduce, allreduce_cpu] = timeAllReduce(t, o.sizes.back(), o);
+  if (t.rank() == 0) {
+    p.allreduce_seconds = allreduce;
+    p.allreduce_cpu_seconds = allreduce_cpu;
+  }
   t.barrier();  // nobody leaves (and closes its connections) while rank 0 still measures
   return p;
 }
@@ -264,11 +272,14 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
   // The all-reduce ran over every rank, so its ring rate is the top level's (the ring's
   // slowest hops cross it): its time less the ring's 2(n-1) latencies, for the 2(n-1)/n
   // of the bytes each rank sends (sim::ringAllreduceSeconds). Where the latencies take
-  // it all, the time says nothing about a rate, and the level keeps its bandwidth.
+  // it all, the time says nothing about a rate, and the level keeps its bandwidth. The
+  // same traffic over rank 0's CPU time is the rate its CPU moved it at (the ranks of a
+  // thread-per-rank test share one process clock, and so overstate it).
   const double steps = 2.0 * (world - 1);
   const double moving = p.allreduce_seconds - steps * levels.back().latency;
   if (p.allreduce_seconds > 0 && moving > 0.05 * p.allreduce_seconds)
     levels.back().allreduce_bandwidth = steps / world * largest / moving;
+  if (p.allreduce_cpu_seconds > 0) levels.back().allreduce_host_bandwidth = steps / world * largest / p.allreduce_cpu_seconds;
   return cluster::ClusterSpec(std::move(devices), std::move(levels), {}, "measured network");
 }
 

@@ -197,15 +197,23 @@ TEST(ClusterSpec, HostCostsRoundTripAndReachRoutes) {
 TEST(ClusterSpec, AllreduceBandwidthRoundTripsAndDefaultsToTheBandwidth) {
   Json j = twoNodesJson();
   j["levels"][0]["allreduce_bandwidth"] = 20.0;
+  j["levels"][0]["allreduce_host_bandwidth"] = 30.0;
   j["links"] = Json::parse(R"([{"a": "gpu0", "b": "gpu4", "bandwidth": 5.0, "latency": 0, "allreduce_bandwidth": 2.0}])");
   const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
   EXPECT_DOUBLE_EQ(c.route(1, 2).allreduce_bandwidth, 20.0);
   EXPECT_DOUBLE_EQ(c.route(1, 2).bandwidth, 100.0);  // messages keep the level's rate
   EXPECT_DOUBLE_EQ(c.route(1, 5).allreduce_bandwidth, 10.0);  // the rack level gives none
   EXPECT_DOUBLE_EQ(c.route(4, 0).allreduce_bandwidth, 2.0);   // the link's
+  EXPECT_DOUBLE_EQ(c.route(1, 2).allreduce_host_bandwidth, 30.0);
+  EXPECT_TRUE(std::isinf(c.route(1, 5).allreduce_host_bandwidth));  // costs no CPU where not given
   const Json written = c.toJson();
   EXPECT_FALSE(written["levels"][1].contains("allreduce_bandwidth"));  // left out where not given
+  EXPECT_FALSE(written["levels"][1].contains("allreduce_host_bandwidth"));
   EXPECT_EQ(ClusterSpec::fromJson(written, "written").toJson(), written);
+
+  j["levels"][0]["allreduce_host_bandwidth"] = -3;
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "levels[0].allreduce_host_bandwidth"});
+  j["levels"][0]["allreduce_host_bandwidth"] = 30.0;
 
   j["levels"][0]["allreduce_bandwidth"] = 0;
   expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "levels[0].allreduce_bandwidth"});

@@ -251,6 +251,16 @@ TEST(ChainPartition, PricesTheAllReduceAtItsOwnRate) {
   replicated.stages = {{{"layer0", "layer1"}, {"a", "b"}}};
   EXPECT_LT(sim::evaluatePlan(graph, slow_reduce, chosen).report.iteration_time,
             sim::evaluatePlan(graph, slow_reduce, replicated).report.iteration_time);
+
+  // Fast on the wire, but the hosts' CPUs move the all-reduce's traffic at 1e7 B/s:
+  // 100 s of each replica's core that no backward pass hides.
+  host.allreduce_bandwidth = 0;
+  host.allreduce_host_bandwidth = 1e7;
+  const cluster::ClusterSpec cpu_reduce(two, {host}, {});
+  const plan::Plan on_cpus = partitionChain(graph, cpu_reduce, o, {}).plan;
+  ASSERT_EQ(on_cpus.numStages(), 2);
+  EXPECT_LT(sim::evaluatePlan(graph, cpu_reduce, on_cpus).report.iteration_time,
+            sim::evaluatePlan(graph, cpu_reduce, replicated).report.iteration_time);
 }
 
 TEST(ChainPartition, LongChainsArePlannedOverBlocks) {

@@ -82,6 +82,25 @@ TEST(Simulator, AllReducePricedAtItsOwnRateAndMessagesAtTheBandwidth) {
   EXPECT_NEAR(t.end - t.start, 1e6 / 1e9, 1e-12);
 }
 
+TEST(Simulator, AllReduceOnTheHostsCpusComesAfterTheBackwardPass) {
+  // The all-reduce's 500 bytes take 0.5 s on the wire, hidden by the 1 s backward pass;
+  // but each replica's CPU moves its 500 bytes at 250 B/s: 2 s of the core after the pass.
+  Scenario s = twoStages("1f1b", 4, 0, 1000, 0, 2);
+  s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, 500);
+  cluster::Level level{"host", 3, 1000, 0.0};
+  level.allreduce_host_bandwidth = 250;
+  s.cluster = cluster::ClusterSpec(s.cluster.devices(), {level}, {});
+  const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+  bool seen = false;
+  for (const auto& t : e.timeline.ranks[0])
+    if (t.action.type == schedule::ActionType::ALLREDUCE) {
+      EXPECT_NEAR(t.end - t.start, 2.0, 1e-9);
+      seen = true;
+    }
+  EXPECT_TRUE(seen);
+  EXPECT_NEAR(CostModel(s.graph, s.cluster, s.plan).allreduceHostSeconds(0), 2.0, 1e-12);
+}
+
 // When the last replica began its last backward pass of the mini-batch, on stage 0.
 double lastBackwardStart(const Evaluation& e) {
   double start = 0;
