@@ -55,16 +55,17 @@ cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurren
 sim::Evaluation predictRun(const MeasuredRun& run) {
   const plan::Plan& plan = *run.plan;
   const std::vector<std::string> devices = plan::rankDevices(plan);
-  // Ranks that outnumbered the cores took turns on them, and an action's wall time holds
-  // the turns of the ranks beside it: priced at those times and given a core each, 3
-  // ranks on 2 cores were predicted 8-10% slow (fmnist-cnn, docs/profiling.md). Their
-  // actions are priced at their time on a core instead, and the simulator shares the
-  // cores as the launcher pinned them (cluster::sharedCoreOf). Ranks with cores of their
-  // own keep wall times: with several BLAS threads a rank's compute runs on threads that
-  // its CPU clock does not count.
+  // An action's wall time also holds what else ran on its core meanwhile: other ranks'
+  // turns where ranks outnumbered the cores (priced so, 3 ranks on 2 cores were
+  // predicted 8-10% slow: fmnist-cnn, docs/profiling.md), and the transport's threads
+  // copying messages and summing the all-reduce (a data-parallel backward pass ran 62-71
+  // ms of wall for 50-53 on its core). The simulator prices both itself (shared cores as
+  // the launcher pinned them, the routes' host costs), so actions are priced at their
+  // time on a core. With several BLAS threads a rank's compute also runs on threads its
+  // CPU clock does not count; such ranks keep wall times.
   const int ranks = static_cast<int>(devices.size());
   const bool shared = ranks > run.concurrent_ranks;
-  const auto& seconds = shared ? run.action_cpu_seconds : run.action_seconds;
+  const auto& seconds = run.blas_threads == 1 ? run.action_cpu_seconds : run.action_seconds;
   auto mean = [&](int s, schedule::ActionType t) {
     auto it = seconds.find({s, t});
     return it == seconds.end() ? 0.0 : it->second;

@@ -33,6 +33,7 @@ struct MeasuredRun {
   std::map<std::pair<int, schedule::ActionType>, double> action_seconds;
   std::map<std::pair<int, schedule::ActionType>, double> action_cpu_seconds;
   int concurrent_ranks = 1;  // how many ranks the cores ran at once (localCluster)
+  int blas_threads = 1;      // each rank's
   std::vector<int64_t> stage_output_bytes;
   std::vector<int64_t> stage_param_bytes;     // what replicas all-reduce
   std::vector<std::vector<int>> stage_preds;  // the stages each stage reads (the plan's stage DAG)

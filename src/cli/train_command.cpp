@@ -364,6 +364,7 @@ int launch(TrainArgs& a) {
                        meanActionSeconds(results, "seconds"),
                        meanActionSeconds(results, "cpu_seconds"),
                        localCores(a) / threads,
+                       threads,
                        any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_param_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_preds"].get<std::vector<std::vector<int>>>()};
