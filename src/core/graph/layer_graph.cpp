@@ -66,20 +66,22 @@ PassSeconds scaled(const PassSeconds& s, double factor) {
 PassSeconds LayerGraph::secondsAt(int index, int64_t batch) const {
   const Layer& l = layers_[index];
   const double b = static_cast<double>(batch);
-  if (l.other_batches.empty()) return scaled(l.passSeconds(), b / static_cast<double>(batch_size_));
-  std::vector<TimedAtBatch> points = l.other_batches;  // sorted; the graph's batch goes in its place
+  // The timed sizes nearest `batch` from below and from above, among the graph's own
+  // and the layer's others (the constructor checked that none repeats).
   const TimedAtBatch own{batch_size_, l.passSeconds()};
-  points.insert(std::lower_bound(points.begin(), points.end(), own,
-                                 [](const TimedAtBatch& x, const TimedAtBatch& y) { return x.batch < y.batch; }),
-                own);
-  if (batch <= points.front().batch) return scaled(points.front().seconds, b / static_cast<double>(points.front().batch));
-  if (batch >= points.back().batch) return scaled(points.back().seconds, b / static_cast<double>(points.back().batch));
-  std::size_t hi = 1;
-  while (points[hi].batch < batch) ++hi;
-  const TimedAtBatch& lo = points[hi - 1];
-  const double w = (b - static_cast<double>(lo.batch)) / static_cast<double>(points[hi].batch - lo.batch);
+  const TimedAtBatch *below = nullptr, *above = nullptr;
+  auto consider = [&](const TimedAtBatch& p) {
+    if (p.batch <= batch && (!below || p.batch > below->batch)) below = &p;
+    if (p.batch >= batch && (!above || p.batch < above->batch)) above = &p;
+  };
+  consider(own);
+  for (const TimedAtBatch& p : l.other_batches) consider(p);
+  if (!below) return scaled(above->seconds, b / static_cast<double>(above->batch));
+  if (!above) return scaled(below->seconds, b / static_cast<double>(below->batch));
+  if (below == above) return below->seconds;
+  const double w = (b - static_cast<double>(below->batch)) / static_cast<double>(above->batch - below->batch);
   auto mix = [w](double x, double y) { return x + w * (y - x); };
-  const PassSeconds &x = lo.seconds, &y = points[hi].seconds;
+  const PassSeconds &x = below->seconds, &y = above->seconds;
   return {mix(x.forward, y.forward), mix(x.backward_input, y.backward_input), mix(x.backward_weight, y.backward_weight),
           mix(x.split_weight, y.split_weight)};
 }
