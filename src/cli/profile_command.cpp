@@ -168,10 +168,7 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
               ms(split_w).c_str(), ms(step).c_str(), text::humanBytes(act).c_str(), text::humanBytes(params).c_str());
   for (std::size_t k = 1; k < a.batches.size(); ++k) {
     double passes = 0;
-    for (int l = 0; l < g.size(); ++l) {
-      const graph::PassSeconds t = g.secondsAt(l, a.batches[k]);
-      passes += t.forward + t.backward_input + t.backward_weight;
-    }
+    for (int l = 0; l < g.size(); ++l) passes += g.secondsAt(l, a.batches[k]).forwardBackward();
     const double in_proportion = (f + i + w) * static_cast<double>(a.batches[k]) / static_cast<double>(a.batches[0]);
     std::printf("at batch %lld: F + I + W %s ms, %.2fx batch %lld's in proportion\n",
                 static_cast<long long>(a.batches[k]), ms(passes).c_str(),

@@ -23,6 +23,9 @@ struct PassSeconds {
   double backward_input = 0;
   double backward_weight = 0;
   double split_weight = 0;  // Layer::splitWeightSeconds()
+
+  // A micro-batch's forward and whole backward pass: F + I + W.
+  double forwardBackward() const { return forward + backward_input + backward_weight; }
 };
 
 // A layer's compute times measured at another batch size than the graph's.

@@ -212,9 +212,8 @@ StageSums StageSums::operator-(const StageSums& o) const {
 StageSums ChainProblem::layerSums(int layer) const {
   const graph::Layer& l = graph_.layer(layer);
   const graph::PassSeconds t = graph_.secondsAt(layer, options_.microbatch_size);
-  const double backward = t.backward_input + t.backward_weight;
-  return {t.forward + backward,
-          backward,
+  return {t.forwardBackward(),
+          t.backward_input + t.backward_weight,
           l.optimizer_seconds,
           static_cast<double>(l.saved_activation_bytes) * scale_,
           static_cast<double>(l.param_bytes),

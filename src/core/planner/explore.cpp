@@ -85,10 +85,7 @@ plan::Plan multiStagePlan(const std::string& name, const graph::LayerGraph& grap
   const int chunks = t.placement == schedule::Placement::kLooped ? kInterleavedChunks : 1;
   const int stages = width * schedule::stagesPerRank(t, chunks);
   std::vector<double> costs;
-  for (int i = 0; i < graph.size(); ++i) {
-    const graph::PassSeconds t = graph.secondsAt(i, microbatch_size);
-    costs.push_back(t.forward + t.backward_input + t.backward_weight);
-  }
+  for (int i = 0; i < graph.size(); ++i) costs.push_back(graph.secondsAt(i, microbatch_size).forwardBackward());
   const std::vector<int> bounds = plan::balancedChainSplit(costs, stages);
   plan::Plan p;
   p.microbatch_size = microbatch_size;
@@ -548,10 +545,8 @@ class Explorer {
     std::vector<double>& prefix = work_prefix_[b];
     if (prefix.empty()) {
       prefix.push_back(0);
-      for (int i = 0; i < graph_.size(); ++i) {
-        const graph::PassSeconds t = graph_.secondsAt(i, b);
-        prefix.push_back(prefix.back() + t.forward + t.backward_input + t.backward_weight);
-      }
+      for (int i = 0; i < graph_.size(); ++i)
+        prefix.push_back(prefix.back() + graph_.secondsAt(i, b).forwardBackward());
     }
     return prefix;
   }
