@@ -78,14 +78,14 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   extra_weight_buffers_ = options.extra_weight_buffers;
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
 
-  std::vector<double> speed, memory, hop_bandwidth, hop_host_bandwidth, hop_latency;
+  std::vector<double> speed, memory, hop_allreduce_bandwidth, hop_allreduce_host_bandwidth, hop_latency;
   for (int d = 0; d < devices_; ++d) {
     speed.push_back(cluster.device(d).speed);
     memory.push_back(static_cast<double>(cluster.device(d).memory_bytes));
     if (d + 1 < devices_) {
       const auto hop = cluster.route(d, d + 1);
-      hop_bandwidth.push_back(hop.allreduce_bandwidth);  // the all-reduce ring's
-      hop_host_bandwidth.push_back(hop.allreduce_host_bandwidth);
+      hop_allreduce_bandwidth.push_back(hop.allreduce_bandwidth);
+      hop_allreduce_host_bandwidth.push_back(hop.allreduce_host_bandwidth);
       hop_latency.push_back(hop.latency);
       hop_host_.push_back(hop.host);
     }
@@ -93,8 +93,8 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   min_speed_ = sparseTable(std::move(speed), false);
   min_memory_ = sparseTable(std::move(memory), false);
   if (devices_ > 1) {
-    min_hop_allreduce_bandwidth_ = sparseTable(std::move(hop_bandwidth), false);
-    min_hop_allreduce_host_bandwidth_ = sparseTable(std::move(hop_host_bandwidth), false);
+    min_hop_allreduce_bandwidth_ = sparseTable(std::move(hop_allreduce_bandwidth), false);
+    min_hop_allreduce_host_bandwidth_ = sparseTable(std::move(hop_allreduce_host_bandwidth), false);
     max_hop_latency_ = sparseTable(std::move(hop_latency), true);
   }
 
