@@ -1,28 +1,39 @@
 # pipetrain: the two commands a user needs are `make demo` and `make test`.
-# Both install Debian's build dependencies first (idempotent; needs root or sudo).
+# Both install Debian's build dependencies first (idempotent; needs root or sudo), then
+# the pinned PyTorch wheel (requirements-torch.txt) into the virtual environment .venv,
+# whose LibTorch the build links and whose torch the tests' Python runs.
 
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 DEPS_STAMP := $(BUILD_DIR)/.deps-installed
+VENV ?= .venv
+PYTHON := $(abspath $(VENV))/bin/python
+TORCH_STAMP := $(VENV)/.torch-installed
 
 .PHONY: all deps build demo test test-fast sanitize bench clean
 
 all: build
 
 # Packages the build and the tests need; see README "Dependencies".
-DEBIAN_PACKAGES := cmake ninja-build g++ libtorch-dev libgloo-dev libopenblas0-pthread \
+# libgloo-dev for its headers only: the wheel's LibTorch holds gloo but not its headers.
+DEBIAN_PACKAGES := cmake ninja-build g++ python3-venv libgloo-dev \
   nlohmann-json3-dev libcli11-dev zlib1g-dev googletest libgtest-dev libbenchmark-dev \
-  dataset-fashion-mnist fortunes python3-torch chromium
+  dataset-fashion-mnist fortunes chromium
 
 # Re-run when the package list above changes.
 $(DEPS_STAMP): Makefile
 	@./scripts/install-deps.sh $(DEBIAN_PACKAGES)
 	@mkdir -p $(BUILD_DIR) && touch $@
 
-deps: $(DEPS_STAMP)
+# Re-run when the pin changes.
+$(TORCH_STAMP): requirements-torch.txt $(DEPS_STAMP)
+	@./scripts/install-torch.sh $(VENV) requirements-torch.txt
+	@touch $@
 
-$(BUILD_DIR)/build.ninja: $(DEPS_STAMP) CMakeLists.txt
-	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+deps: $(DEPS_STAMP) $(TORCH_STAMP)
+
+$(BUILD_DIR)/build.ninja: $(DEPS_STAMP) $(TORCH_STAMP) CMakeLists.txt
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETRAIN_PYTHON=$(PYTHON)
 
 build: $(BUILD_DIR)/build.ninja
 	cmake --build $(BUILD_DIR) -j $(JOBS)

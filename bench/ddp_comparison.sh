@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# pipetrain against the peer a user would pick instead: PyTorch's DDP (Debian's
-# python3-torch, Gloo, 2 processes, torch.set_num_threads(1); bench/ddp_peer.py) on the
+# pipetrain against the peer a user would pick instead: PyTorch's DDP (the pinned
+# torch of .venv, Gloo, 2 processes, torch.set_num_threads(1); bench/ddp_peer.py) on the
 # same MLP (input 1024, 8 x 1024, 10 classes), global batch 256, SGD, beside pipetrain's
 # data parallelism (1 stage x 2 replicas, micro-batches 2 x 128), a 2-stage 1F1B
 # pipeline (8 x 32, cut after fc3: four layers of the eight and the head on the other
@@ -22,10 +22,10 @@ build=${1:-build}
 repeats=${2:-5}
 steps=${3:-30}
 bin="$build/pipetrain"
-python=/usr/bin/python3
 here=$(cd "$(dirname "$0")" && pwd)
+python=${PIPETRAIN_PYTHON:-$here/../.venv/bin/python}  # the pinned torch (make deps)
 if ! "$python" -c "import torch" 2>/dev/null; then
-  echo "needs Debian's python3-torch (apt-get install python3-torch)" >&2
+  echo "needs $python with torch: run make deps (requirements-torch.txt)" >&2
   exit 2
 fi
 out=$(mktemp -d)
@@ -37,7 +37,7 @@ pipetrain() {  # pipetrain ARGS...: samples/s of one run
   "$bin" train "${model[@]}" "$@" --summary-json "$out/s.json" >"$out/log" 2>&1 || { cat "$out/log" >&2; exit 1; }
   "$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["throughput"])' "$out/s.json"
 }
-names=("DDP (PyTorch 1.13)" "DDP, 1 BLAS thread each" "pipetrain data parallel" "pipetrain 2-stage 1f1b"
+names=("DDP (PyTorch 2.11)" "DDP, 1 BLAS thread each" "pipetrain data parallel" "pipetrain 2-stage 1f1b"
        "pipetrain's plan" "2 x one process, one core" "pipetrain 2-stage pipedream" "pipetrain's plan, async allowed")
 ddp() { "$python" "$here/ddp_peer.py" --nproc 2 --batch 256 --steps "$steps" | sed 's/samples\/s //'; }
 run() {  # run INDEX

@@ -1,6 +1,6 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The peer a user would pick instead of pipetrain's data parallelism: PyTorch's
-DistributedDataParallel (Debian's python3-torch, Gloo, torch.set_num_threads(1) per
+DistributedDataParallel (the pinned torch of .venv, Gloo, torch.set_num_threads(1) per
 process, which Debian's OpenBLAS does not obey: bench/ddp_comparison.sh also runs it with
 OPENBLAS_NUM_THREADS=1), training the same MLP as pipetrain's `mlp` model (input ->
 `layers` x [Linear(width), ReLU] -> Linear(classes)) with SGD on random data at the same

@@ -7,7 +7,7 @@
 #     --model-option width=256 --dataset fashion-mnist --microbatches 8 --microbatch-size 32 \
 #     --epochs 2 --max-steps 30 --nproc 2 --stage-bounds 0,1,2 --optimizer sgd --lr 0.02 \
 #     --schedule 1f1b   (then --schedule 2bw)
-# Needs Debian's python3-torch (not a build dependency). Usage: bench/delayed_sgd_check.py
+# Needs the pinned torch of .venv (make deps): run it with .venv/bin/python. Usage: bench/delayed_sgd_check.py
 import copy
 import gzip
 

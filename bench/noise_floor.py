@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """How closely can any profile predict a run on this machine? The noise floor.
 
 One process per core times the same fixed work (a 32 x 1024 by 1024 x 1024 matrix
@@ -10,7 +10,7 @@ never changes makes the error of that profile the least error any prediction fro
 profile can have here: the machine's own drift.
 
 Usage: bench/noise_floor.py [seconds] [processes]   (defaults: 120, 2)
-Needs Debian's python3-torch (installed by `make deps`).
+Needs the pinned torch of .venv (installed by `make deps`): run it with .venv/bin/python.
 """
 import bisect
 import json
@@ -55,7 +55,7 @@ def main():
     try:
         import torch  # noqa: F401 (the workers' import, checked once here)
     except ImportError:
-        sys.exit(f"{sys.executable} has no torch: run it with Debian's python3-torch (/usr/bin/python3)")
+        sys.exit(f"{sys.executable} has no torch: run it with .venv/bin/python (make deps)")
     with tempfile.TemporaryDirectory() as tmp:
         paths = [f"{tmp}/{p}.json" for p in range(processes)]
         workers = [subprocess.Popen([sys.executable, __file__, "--worker", str(seconds), p]) for p in paths]

@@ -8,6 +8,7 @@ bench/pipeline_throughput.sh "$build" mlp
 bench/pipeline_throughput.sh "$build" gpt
 bench/prediction_accuracy.sh "$build" 2
 for model in mlp gpt fmnist-cnn; do bench/profile_vs_run.sh "$build" 3 "$model"; done
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then bench/noise_floor.py 120 2; fi
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then bench/ddp_comparison.sh "$build"; fi
+python=${PIPETRAIN_PYTHON:-.venv/bin/python}  # the pinned torch (make deps)
+if "$python" -c "import torch" 2>/dev/null; then "$python" bench/noise_floor.py 120 2; fi
+if "$python" -c "import torch" 2>/dev/null; then bench/ddp_comparison.sh "$build"; fi
 if [ -x /usr/bin/python3 ]; then bench/graph_comparison.sh "$build"; fi

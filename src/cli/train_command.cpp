@@ -116,6 +116,8 @@ Json resultToJson(const runtime::RankResult& r) {
           {"history", historyJson(r.history)},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"start_memory_bytes", r.start_memory_bytes},
+          {"device", r.device},
+          {"peak_device_memory_bytes", r.peak_device_memory_bytes},
           {"weight_versions", r.weight_versions},
           {"weight_bytes", r.weight_bytes},
           {"stage_param_bytes", r.stage_param_bytes},
@@ -347,6 +349,8 @@ int launch(TrainArgs& a) {
                      {"core_run_fraction", core_run < 0 ? -1.0 : train > 0 ? core_run / train : 0},
                      {"peak_memory_bytes", r["peak_memory_bytes"]},
                      {"start_memory_bytes", r["start_memory_bytes"]},
+                     {"device", r["device"]},
+                     {"peak_device_memory_bytes", r["peak_device_memory_bytes"]},
                      {"weight_versions", r["weight_versions"]},
                      {"weight_bytes", r["weight_bytes"]},
                      {"action_seconds", r["action_seconds"]}});
@@ -403,9 +407,13 @@ int launch(TrainArgs& a) {
     const double core_wait = r["core_wait_fraction"];
     char core[64] = "";
     if (core_wait >= 0) std::snprintf(core, sizeof core, ", waited for a core %.1f%%", 100 * core_wait);
-    std::printf("rank %d: bubble %.1f%% (predicted %.1f%%; waiting for messages %.1f%%, framework %.1f%%)%s, "
-                "weights %s in %d version(s) (predicted %d), peak memory %s\n",
-                r["rank"].get<int>(), 100 * r["bubble_fraction"].get<double>(),
+    // On a GPU, the caching allocator's peak beside the process's resident set.
+    const double device_peak = r["peak_device_memory_bytes"];
+    const std::string device = r["device"].get<std::string>() +
+                               (device_peak >= 0 ? ", peak GPU memory " + text::humanBytes(device_peak) : "");
+    std::printf("rank %d on %s: bubble %.1f%% (predicted %.1f%%; waiting for messages %.1f%%, framework %.1f%%)%s, "
+                "weights %s in %d version(s) (predicted %d), peak host memory %s\n",
+                r["rank"].get<int>(), device.c_str(), 100 * r["bubble_fraction"].get<double>(),
                 100 * r["predicted_bubble_fraction"].get<double>(), 100 * r["wait_fraction"].get<double>(),
                 100 * r["overhead_fraction"].get<double>(), core, text::humanBytes(r["weight_bytes"].get<double>()).c_str(),
                 r["weight_versions"].get<int>(), r["predicted_weight_versions"].get<int>(),
@@ -438,6 +446,13 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   // A later --option overrides an earlier one, so scripts can append to a base command.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--model", c.model, modelNameList())->capture_default_str();
+  c.device = "auto";
+  cmd->add_option("--device", c.device,
+                  "cpu; cuda (local rank r takes GPU r mod the GPUs, so ranks may share one); cuda:N or cuda:N,M,... "
+                  "(rank r the list's entry r mod its length); auto: cuda where LibTorch sees a GPU")
+      ->capture_default_str();
+  cmd->add_option("--precision", c.precision, "fp32, or bf16 (autocast; fp32 master weights and optimizer state)")
+      ->capture_default_str();
   cmd->add_option("--model-file", c.model_file,
                   "your own model: a TorchScript file saved from Python (docs/byo.md); needs --data-file");
   cmd->add_option("--data-file", c.data.file,

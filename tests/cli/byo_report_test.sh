@@ -6,7 +6,7 @@
 set -u
 src=${1:?source dir}
 bin=${PIPETRAIN:?set PIPETRAIN}
-python=/usr/bin/python3
+python=${PIPETRAIN_PYTHON:?the Python with the pinned torch (set by CMake)}
 . "$(dirname "$0")/harness.sh"
 
 check "the example writes a model and data" "$python" "$src/examples/byo/make_model.py" "$tmp"

@@ -40,6 +40,7 @@ class FaultyTransport : public Transport {
     tick("all-reduce");
     return inner_.startAllReduceSum(std::move(flat), group);
   }
+  void prepareGroup(const std::vector<int>& group) override { inner_.prepareGroup(group); }
   void barrier() override {
     tick("barrier");
     inner_.barrier();

@@ -24,6 +24,7 @@ class Watching : public Transport {
     if (in_backward_) ++started_in_backward;
     return inner_.startAllReduceSum(flat, group);
   }
+  void prepareGroup(const std::vector<int>& group) override { inner_.prepareGroup(group); }
   void barrier() override { inner_.barrier(); }
   int started = 0, started_in_backward = 0;
 

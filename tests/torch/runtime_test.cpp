@@ -181,24 +181,6 @@ TEST(PipelineTraining, OutgoingMessagesAreReleasedWithinAnEpoch) {
 
 // --- asynchronous schedules --------------------------------------------------------
 
-// Trains `config` pipelined and compares every rank with the single-process reference
-// that replays the Program's staleness rule.
-void expectMatchesStalenessReference(const TrainConfig& config, bool gloo = false) {
-  const std::string label = config.model + " " + config.plan.schedule.name +
-                            (config.plan.schedule.vertical_sync ? " (vertical sync)" : "") + " on " +
-                            std::to_string(config.plan.numStages()) + " stages";
-  std::vector<RankResult> results;
-  try {
-    results = runInProcess(config, rankCount(config), gloo);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << label << ": " << e.what();
-    return;
-  }
-  const models::Model reference = trainStalenessReference(config);
-  for (const RankResult& r : results)
-    EXPECT_LT(relativeError(r.parameters, stageParameters(config, reference, r)), 1e-5) << label << " rank " << r.rank;
-}
-
 TrainConfig asyncConfig(const std::string& schedule, int stages) {
   TrainConfig c = smallConfig("mlp", {{"input", 16}, {"layers", 6}, {"width", 32}});
   c.plan.schedule.pipemare_lr_warmup = false;

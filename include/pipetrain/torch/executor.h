@@ -28,6 +28,10 @@
 // tensor). Its backward pass sums the gradients its consumers send back for each
 // output, and sends each producing stage the gradients of what it received from it.
 //
+// The model computes on its device (models::Model::device), in `precision`: forward
+// passes run under autocast for bf16. Inputs, labels and received messages are placed
+// on that device; the loss stays there until a mini-batch is done.
+//
 // Receives are posted a few actions ahead of the action that needs them, so messages
 // arrive while the rank computes. Message shapes come from a dry run of the model at
 // construction, never from the wire.
@@ -44,6 +48,7 @@
 
 #include "pipetrain/schedule/program.h"
 #include "pipetrain/torch/models.h"
+#include "pipetrain/torch/precision.h"
 #include "pipetrain/torch/transport.h"
 #include "pipetrain/trace/timeline.h"
 
@@ -91,7 +96,8 @@ struct RunResult {
   // work without the time it waited for a core that other ranks held (ranks that
   // outnumber the cores), which its wall time includes. (With several BLAS threads a
   // rank's compute also runs on threads this does not count; such ranks have cores of
-  // their own, and their wall times are their work.)
+  // their own, and their wall times are their work.) On a GPU: the action's time on the
+  // device, between events recorded on its stream (action_timer.h), as are its times.
   std::vector<double> action_cpu_seconds;
   int max_sends_held = 0;                   // payloads kept for sends not yet known delivered
 };
@@ -118,7 +124,8 @@ class PipelineExecutor {
   // built identically on every rank.
   PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                    std::vector<StageLayers> stages, int64_t microbatch_size, Transport& transport,
-                   const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {});
+                   const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {},
+                   Precision precision = Precision::kFp32);
   ~PipelineExecutor();
 
   // Runs `program` once: the constructor's, or another of the same plan with another

@@ -71,6 +71,8 @@ struct Model {
   // A model loaded from TorchScript: the file's module, whose parameters and buffers the
   // layers share (so saving it saves the trained weights). Null for the zoo's models.
   std::shared_ptr<torch::jit::Module> script;
+  // Where the parameters and buffers live (moveTo); inputs and messages go there too.
+  torch::Device device = torch::kCPU;
 
   // One node per layer with the model's edges (graphInputs), parameter bytes (fp32) and
   // output bytes per sample measured by a dry forward pass of one sample through the DAG
@@ -88,6 +90,10 @@ struct Model {
 // "channels", "image_size", "hidden", "classes", ...). Unknown keys are an Error
 // listing the known ones.
 using ModelConfig = std::map<std::string, int64_t>;
+
+// Moves every layer's parameters and buffers (and the TorchScript module's, which they
+// share) to `device`, in place: tensors taken from the model before stay valid.
+void moveTo(Model& model, const torch::Device& device);
 
 // Known names: fmnist-cnn, mlp, vgg16, resnet50, gpt (chains); multimodal, dlrm,
 // candle-uno, fmnist-branch (DAGs). Every built model passes checkWiring.

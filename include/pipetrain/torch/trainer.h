@@ -41,6 +41,8 @@ struct TrainConfig {
   uint64_t seed = 0;                     // model initialisation and data order
   bool evaluate = true;                  // test accuracy and loss at every epoch end
   int threads = 0;                       // intra-op threads; 0 = leave LibTorch's default
+  std::string device = "cpu";            // each rank's, by runtime::rankDevice (device.h)
+  std::string precision = "fp32";        // fp32 or bf16 (autocast; precision.h)
   std::string export_path;               // model_file only: rank 0 writes the trained TorchScript here
   // Checkpoints (checkpoint.h) into this folder, when set: at every epoch's end and, when
   // `checkpoint_every` > 0, every that many mini-batches within an epoch (an asynchronous
@@ -94,6 +96,10 @@ struct RankResult {
   double core_wait_seconds = 0;
   double core_run_seconds = 0;
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
+  std::string device;                    // where the rank computed (describeDevice)
+  // On a GPU: the most bytes LibTorch's caching allocator held allocated at once during
+  // training (-1 on the CPU, where peak_memory_bytes tells).
+  int64_t peak_device_memory_bytes = -1;
   // Its resident set as trainRank began (LibTorch and the libraries loaded, no model
   // yet): the peak less this is what the model and its training added.
   int64_t start_memory_bytes = 0;

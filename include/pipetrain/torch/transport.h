@@ -44,6 +44,12 @@ class Transport {
   virtual std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) = 0;
   // Blocks until every rank has arrived.
   virtual void barrier() = 0;
+  // Readies the collectives of `group` (sorted, contains rank()) before their first use;
+  // every rank of the group calls it, groups in the same order on every rank. A
+  // reduction started later, from an autograd hook, then never waits for its peers to
+  // connect: on a GPU such hooks run on the backward pass's own thread, which ranks that
+  // are threads of one process share.
+  virtual void prepareGroup(const std::vector<int>& group) { (void)group; }
 
   // 0, 1, ..., worldSize() - 1: the group of a collective over the whole job.
   std::vector<int> allRanks() const {

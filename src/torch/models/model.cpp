@@ -94,6 +94,15 @@ int64_t correctPredictions(const Model& model, const torch::Tensor& output, cons
   return output.argmax(-1).eq(labels).sum().item<int64_t>();
 }
 
+void moveTo(Model& model, const torch::Device& device) {
+  if (model.device == device) return;
+  // Module::to changes each tensor's data in place (set_data), so the layers and the
+  // script keep sharing them.
+  if (model.script) model.script->to(device);
+  for (Layer& layer : model.layers) layer.module.ptr()->to(device);
+  model.device = device;
+}
+
 std::vector<torch::Tensor> Model::parameters(int first, int last) const {
   checkRange(*this, first, last);
   std::vector<torch::Tensor> out;
@@ -117,7 +126,7 @@ graph::LayerGraph Model::layerGraph() const {
   checkWiring(*this);
   EvalScope eval_scope(layers);
   torch::NoGradGuard no_grad;
-  std::map<std::string, torch::Tensor> values{{kModelInput, constantInput(input, 1)}};  // one sample
+  std::map<std::string, torch::Tensor> values{{kModelInput, constantInput(input, 1).to(device)}};  // one sample
   std::vector<graph::Layer> nodes;
   for (int l = 0; l < static_cast<int>(layers.size()); ++l) {
     const Layer& layer = layers[l];

@@ -55,14 +55,11 @@ torch::Tensor BlockImpl::attention(const torch::Tensor& x) {  // (N, T, C)
   std::vector<torch::Tensor> parts = qkv->forward(x).split(c, 2);  // 3 x (N, T, C)
   auto toHeads = [&](const torch::Tensor& y) { return y.view({n, t, heads, d}).transpose(1, 2); };
   torch::Tensor q = toHeads(parts[0]), k = toHeads(parts[1]), v = toHeads(parts[2]);  // (N, H, T, D)
-  torch::Tensor scores = torch::matmul(q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(d));  // (N, H, T, T)
-  if (causal) {
-    // Position i may only attend to positions <= i. The mask is rebuilt per call (T x T
-    // booleans, cheap) rather than stored, so it is neither a parameter nor state.
-    torch::Tensor future = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);  // (T, T)
-    scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-  }
-  torch::Tensor y = torch::matmul(torch::softmax(scores, -1), v);  // (N, H, T, D)
+  // PyTorch's fused attention: on a GPU a flash-attention kernel that never holds the
+  // (T, T) scores (at context 1024 they would be most of a block's activations), on the
+  // CPU its own fused kernel. Causal: position i attends to positions <= i.
+  torch::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                     /*is_causal=*/causal);  // (N, H, T, D)
   return proj->forward(y.transpose(1, 2).contiguous().view({n, t, c}));  // (N, T, C)
 }
 

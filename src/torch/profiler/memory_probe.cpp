@@ -23,7 +23,7 @@ class AllocationCounter : public impl::ProfilerStateBase {
   explicit AllocationCounter(c10::DeviceType type)
       : impl::ProfilerStateBase(impl::ProfilerConfig(impl::ProfilerState::Disabled)), type_(type) {}
 
-  void reportMemoryUsage(void*, int64_t alloc_size, int64_t, int64_t, c10::Device device) override {
+  void reportMemoryUsage(void*, int64_t alloc_size, size_t, size_t, c10::Device device) override {
     if (device.type() != type_) return;
     const int64_t now = current_.fetch_add(alloc_size) + alloc_size;
     int64_t peak = peak_.load();
@@ -41,6 +41,14 @@ class AllocationCounter : public impl::ProfilerStateBase {
   std::atomic<int64_t> current_{0};
   std::atomic<int64_t> peak_{0};
 };
+
+#ifdef PIPETRAIN_WITH_CUDA
+// The caching allocator's allocated bytes on GPU `index`: current and peak.
+c10::CachingAllocator::Stat allocatedBytes(int index) {
+  constexpr auto kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(index).allocated_bytes[kAggregate];
+}
+#endif
 
 }  // namespace
 
@@ -70,8 +78,7 @@ MemoryProbe::MemoryProbe(const torch::Device& device) : state_(std::make_unique<
     namespace alloc = c10::cuda::CUDACachingAllocator;
     const int index = device.has_index() ? device.index() : 0;
     alloc::resetPeakStats(index);
-    state_->cuda_base =
-        alloc::getDeviceStats(index).allocated_bytes[static_cast<size_t>(alloc::StatType::AGGREGATE)].current;
+    state_->cuda_base = allocatedBytes(index).current;
     state_->cuda_stats = true;
   }
 #endif
@@ -88,10 +95,7 @@ int64_t MemoryProbe::current() const {
   if (state_->counter) return state_->counter->current();
 #ifdef PIPETRAIN_WITH_CUDA
   if (state_->cuda_stats) {
-    namespace alloc = c10::cuda::CUDACachingAllocator;
-    const int index = state_->device.has_index() ? state_->device.index() : 0;
-    return alloc::getDeviceStats(index).allocated_bytes[static_cast<size_t>(alloc::StatType::AGGREGATE)].current -
-           state_->cuda_base;
+    return allocatedBytes(state_->device.has_index() ? state_->device.index() : 0).current - state_->cuda_base;
   }
 #endif
   return -1;
@@ -101,10 +105,7 @@ int64_t MemoryProbe::peak() const {
   if (state_->counter) return state_->counter->peak();
 #ifdef PIPETRAIN_WITH_CUDA
   if (state_->cuda_stats) {
-    namespace alloc = c10::cuda::CUDACachingAllocator;
-    const int index = state_->device.has_index() ? state_->device.index() : 0;
-    return alloc::getDeviceStats(index).allocated_bytes[static_cast<size_t>(alloc::StatType::AGGREGATE)].peak -
-           state_->cuda_base;
+    return allocatedBytes(state_->device.has_index() ? state_->device.index() : 0).peak - state_->cuda_base;
   }
 #endif
   return -1;

@@ -62,8 +62,11 @@ std::vector<int> stagesWritten(const RankState& s, int rank) {
   return out;
 }
 
+// What a rank writes. Every tensor goes in as a CPU copy, so that a checkpoint written
+// on one kind of device resumes on another.
 Shard shardOf(const RankState& s, int rank) {
   Shard shard;
+  auto add = [&shard](const std::string& key, const torch::Tensor& t) { shard.insert(key, t.detach().cpu()); };
   for (int stage : stagesWritten(s, rank)) {
     const auto state = s.executor.parameterState(stage);
     std::size_t i = 0;  // the stage's parameters, in models::Model::parameters order
@@ -72,12 +75,12 @@ Shard shardOf(const RankState& s, int rank) {
       const auto& module = *s.model.layers[l].module.ptr();
       for (const auto& p : module.named_parameters()) {
         const std::string key = tensorKey(layer, p.key());
-        shard.insert(key, p.value().detach());
-        for (const auto& [field, tensor] : state.at(i)) shard.insert(stateKey(key, field), tensor);
+        add(key, p.value());
+        for (const auto& [field, tensor] : state.at(i)) add(stateKey(key, field), tensor);
         ++i;
       }
-      for (const auto& b : module.named_buffers()) shard.insert(tensorKey(layer, b.key()), b.value().detach());
-      shard.insert(stepsKey(layer), torch::tensor(s.executor.stepsTaken(stage), torch::kLong));
+      for (const auto& b : module.named_buffers()) add(tensorKey(layer, b.key()), b.value());
+      add(stepsKey(layer), torch::tensor(s.executor.stepsTaken(stage), torch::kLong));
     }
   }
   shard.insert(kRngKey, at::detail::getDefaultCPUGenerator().get_state());

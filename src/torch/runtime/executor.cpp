@@ -10,11 +10,11 @@
 #include <set>
 #include <vector>
 
+#include "action_timer.h"
 #include "gradient_buckets.h"
 #include "optimizer_state.h"
 #include "pipetrain/schedule/program_memory.h"
 #include "pipetrain/schedule/staleness.h"
-#include "pipetrain/util/core_time.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -48,6 +48,7 @@ constexpr int64_t kBucketBytes = 4 << 20;
 struct Edge {
   std::vector<int> layers;                    // producer layers whose outputs cross
   std::vector<std::vector<int64_t>> shapes;   // their shapes for one micro-batch
+  torch::ScalarType dtype = torch::kFloat;    // the message's (one tensor's own; packs are fp32)
   // Several tensors travel as one (N, total) fp32 pack; one travels as it is (every
   // edge of a chain), so a chain's messages are never copied.
   bool packed() const { return layers.size() > 1; }
@@ -131,6 +132,7 @@ struct PipelineExecutor::Impl {
   std::vector<StageLayers> stages;
   Transport& transport;
   LatestWeightCorrections corrections;
+  Precision precision;
   bool latest = false;  // backward passes read the current weights
   std::map<std::pair<int, int>, Edge> edges;  // (producer stage, consumer stage)
   std::vector<char> reads_input;             // per stage: runs a layer reading the model input
@@ -175,11 +177,11 @@ struct PipelineExecutor::Impl {
   };
   std::map<int, InFlight> sends;  // by position in the Program
   int max_sends_held = 0;
-  std::map<int, std::pair<double, int>> minibatch_loss;  // sum, count
+  std::map<int, std::pair<torch::Tensor, int>> minibatch_loss;  // sum (on the device), count
 
   Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, Transport& t,
-       const LatestWeightCorrections& c)
-      : program(&p), rank(r), model(m), stages(std::move(s)), transport(t), corrections(c),
+       const LatestWeightCorrections& c, Precision precision)
+      : program(&p), rank(r), model(m), stages(std::move(s)), transport(t), corrections(c), precision(precision),
         latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
 
   // What the executor needs to know of the training Program before running it.
@@ -275,7 +277,7 @@ struct PipelineExecutor::Impl {
     // A gradient has the shape of the activations it belongs to.
     const bool forward = a.type == ActionType::RECV_F;
     const Edge& edge = forward ? edges.at({a.peer_stage, a.stage}) : edges.at({a.stage, a.peer_stage});
-    torch::Tensor buffer = torch::empty(edge.messageShape());
+    torch::Tensor buffer = torch::empty(edge.messageShape(), torch::dtype(edge.dtype).device(model.device));
     auto op = transport.recv(buffer, p.rankOf(a.peer_stage, a.microbatch), tag);
     received[tag] = Posted{buffer, std::move(op)};
   }
@@ -327,7 +329,7 @@ struct PipelineExecutor::Impl {
                                                   std::map<int, std::vector<torch::Tensor>>* leaves) {
     const int s = a.stage, j = a.microbatch;
     std::map<std::string, torch::Tensor> values;
-    if (reads_input[s]) values[models::kModelInput] = data.inputs(j);
+    if (reads_input[s]) values[models::kModelInput] = data.inputs(j).to(model.device);
     for (int q : p.stage_preds[s]) {
       const Edge& edge = edges.at({q, s});
       std::vector<torch::Tensor> tensors;
@@ -366,14 +368,16 @@ struct PipelineExecutor::Impl {
     const int s = a.stage, j = a.microbatch;
     Activation act;
     std::map<std::string, torch::Tensor> values = takeInputs(p, a, data, true, &act.inputs);
+    AutocastScope autocast(precision, model.device);
     withWeights(a, [&] { values = models::forwardLayers(model, stages[s].layers, std::move(values)); });
     if (split_stages.count(s))
       for (int l : stages[s].layers) act.layer_outputs.push_back(values.at(model.layers[l].name));
     act.outputs = sentOutputs(p, s, values);
     if (p.isLastStage(s)) {
-      torch::Tensor loss = models::lossOf(model, modelOutput(values), data.labels(j));
+      torch::Tensor loss = models::lossOf(model, modelOutput(values), data.labels(j).to(model.device));
+      // Summed where it was computed: reading it here would wait for the device.
       auto& [sum, count] = minibatch_loss[j / p.microbatches];
-      sum += loss.item<double>();
+      sum = sum.defined() ? sum + loss.detach() : loss.detach();
       ++count;
       act.loss = loss * steps.loss_scale[j];
     }
@@ -382,6 +386,7 @@ struct PipelineExecutor::Impl {
 
   void evalForward(const schedule::Program& p, const Action& a, const MicrobatchData& data, EvalResult& result) {
     const int s = a.stage, j = a.microbatch;
+    AutocastScope autocast(precision, model.device);
     const auto values = models::forwardLayers(model, stages[s].layers, takeInputs(p, a, data, false, nullptr));
     if (!p.isLastStage(s)) {
       Activation act;
@@ -393,7 +398,7 @@ struct PipelineExecutor::Impl {
     const torch::Tensor& y = modelOutput(values);
     const int64_t valid = data.valid_samples ? data.valid_samples(j) : y.size(0);
     if (valid <= 0) return;
-    const torch::Tensor out = y.narrow(0, 0, valid), labels = data.labels(j).narrow(0, 0, valid);
+    const torch::Tensor out = y.narrow(0, 0, valid), labels = data.labels(j).narrow(0, 0, valid).to(model.device);
     result.loss_sum += models::lossOf(model, out, labels).item<double>() * labels.numel();
     result.correct += models::correctPredictions(model, out, labels);
     result.positions += labels.numel();
@@ -599,6 +604,7 @@ struct PipelineExecutor::Impl {
     }
     RunResult result;
     auto seconds = [origin](Clock::time_point t) { return std::chrono::duration<double>(t - origin).count(); };
+    ActionTimer timer(model.device, origin);
     std::size_t next_retirement = 0;
     int posted = 0;
     for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
@@ -608,20 +614,19 @@ struct PipelineExecutor::Impl {
       }
       const Action& a = actions[i];
       const auto start = Clock::now();
-      const double cpu_start = util::threadCpuSeconds();
-      bool compute = true;  // waiting and sending are not actions of the timeline
+      const bool compute = !eval && a.type != ActionType::RECV_F && a.type != ActionType::RECV_B &&
+                           a.type != ActionType::SEND_F && a.type != ActionType::SEND_B;
+      if (compute) timer.start();  // waiting and sending are not actions of the timeline
       switch (a.type) {
         case ActionType::RECV_F:
         case ActionType::RECV_B:
           arrived[tagOf(p, a)] = takeReceived(p, a);
           result.wait_seconds += seconds(Clock::now()) - seconds(start);
           if (!eval) releaseDeliveredSends(i);
-          compute = false;
           break;
         case ActionType::SEND_F:
         case ActionType::SEND_B:
           send(p, a, i, eval == nullptr);
-          compute = false;
           break;
         case ActionType::F:
           if (eval) evalForward(p, a, data, *eval);
@@ -644,17 +649,17 @@ struct PipelineExecutor::Impl {
       // A stashed version is dropped once nothing later reads it (the accounting's rule).
       for (; next_retirement < retirements.size() && retirements[next_retirement].position <= i; ++next_retirement)
         stash[retirements[next_retirement].stage].erase(retirements[next_retirement].version);
-      if (compute) {
-        result.actions.push_back({a, seconds(start), seconds(Clock::now())});
-        result.action_cpu_seconds.push_back(util::threadCpuSeconds() - cpu_start);
-      }
+      if (compute) timer.stop(a);
       auto done = minibatch_done_at.find(i);
       if (done != minibatch_done_at.end() && on_minibatch) {
         auto loss = minibatch_loss.find(done->second);
-        on_minibatch(done->second, loss == minibatch_loss.end() ? std::nan("") : loss->second.first / loss->second.second);
+        on_minibatch(done->second, loss == minibatch_loss.end()
+                                       ? std::nan("")
+                                       : loss->second.first.item<double>() / loss->second.second);
         if (loss != minibatch_loss.end()) minibatch_loss.erase(loss);
       }
     }
+    timer.finish(result.actions, result.action_cpu_seconds);
     const auto flush = Clock::now();
     for (auto& [position, s] : sends) s.op->wait();
     sends.clear();
@@ -677,8 +682,9 @@ bool readsModelInput(const models::Model& model, const StageLayers& stage) {
 
 PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                                    std::vector<StageLayers> stages, int64_t microbatch_size, Transport& transport,
-                                   const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections)
-    : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), transport, corrections)) {
+                                   const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections,
+                                   Precision precision)
+    : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), transport, corrections, precision)) {
   Impl& m = *impl_;
   if (static_cast<int>(m.stages.size()) != program.num_stages)
     throw Error("the plan has " + std::to_string(m.stages.size()) + " stages, the schedule " +
@@ -697,9 +703,11 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   std::map<std::string, torch::Tensor> values;
   {
     torch::NoGradGuard no_grad;
+    AutocastScope autocast(precision, model.device);  // messages have the dtypes training sends
     std::vector<int> all(layers);
     std::iota(all.begin(), all.end(), 0);
-    values = models::forwardLayers(model, all, {{models::kModelInput, models::constantInput(model.input, microbatch_size)}});
+    values = models::forwardLayers(
+        model, all, {{models::kModelInput, models::constantInput(model.input, microbatch_size).to(model.device)}});
   }
   for (int l = 0; l < layers; ++l)
     for (const std::string& input : models::layerInputs(model, l)) {
@@ -726,6 +734,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
         throw Error("layer '" + model.layers[l].name + "' sends a " + std::string(c10::toString(y.scalar_type())) +
                     " tensor to another stage beside others; only fp32 tensors travel packed");
       edge.shapes.push_back(y.sizes().vec());
+      edge.dtype = y.scalar_type();
       if (counted.insert(l).second) output_bytes_[ends.first] += models::tensorBytes(y);
     }
   }
@@ -823,7 +832,7 @@ void PipelineExecutor::loadParameterState(int s, const std::vector<TensorMap>& s
     if (v != optimizer.end()) {
       if (v->second.sizes() != params[i].sizes())
         throw Error("stage " + std::to_string(s) + ": T2's velocity has another shape than its parameter");
-      velocity.push_back(v->second.detach().clone());
+      velocity.push_back(v->second.detach().to(params[i].device(), /*non_blocking=*/false, /*copy=*/true));
       optimizer.erase(v);
     }
     setOptimizerState(*m.optimizers.at(s), params[i], optimizer);

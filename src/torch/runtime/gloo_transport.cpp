@@ -79,6 +79,26 @@ class GlooOp : public PendingOp {
   std::string what_;
 };
 
+// Gloo moves host memory. A device tensor travels through a host copy: a send copies it
+// out before it starts (the copy waits for the work that computes the tensor); a receive
+// or reduction lands in host memory and is copied into the device tensor by wait().
+class StagedOp : public PendingOp {
+ public:
+  StagedOp(std::unique_ptr<PendingOp> op, torch::Tensor host, torch::Tensor device)
+      : op_(std::move(op)), host_(std::move(host)), device_(std::move(device)) {}
+  void wait() override {
+    op_->wait();
+    if (device_.defined()) device_.copy_(host_);
+    device_.reset();
+  }
+
+ private:
+  std::unique_ptr<PendingOp> op_;
+  torch::Tensor host_, device_;
+};
+
+bool onHost(const torch::Tensor& t) { return t.device().is_cpu(); }
+
 class GlooTransport : public Transport {
  public:
   explicit GlooTransport(const Rendezvous& rv) : rv_(rv) {
@@ -100,12 +120,20 @@ class GlooTransport : public Transport {
   int worldSize() const override { return rv_.world_size; }
 
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override {
+    if (!onHost(tensor)) {
+      const torch::Tensor host = tensor.to(torch::kCPU);
+      return std::make_unique<StagedOp>(send(host, to, tag), host, torch::Tensor());
+    }
     std::vector<at::Tensor> tensors{tensor.is_contiguous() ? tensor : tensor.contiguous()};
     return std::make_unique<GlooOp>(world_->send(tensors, to, static_cast<int>(tag)), rv_.timeout,
                                     "rank " + std::to_string(rv_.rank) + ": send to rank " + std::to_string(to));
   }
 
   std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) override {
+    if (!onHost(buffer)) {
+      const torch::Tensor host = torch::empty(buffer.sizes(), buffer.options().device(torch::kCPU));
+      return std::make_unique<StagedOp>(recv(host, from, tag), host, buffer);
+    }
     std::vector<at::Tensor> tensors{buffer};
     return std::make_unique<GlooOp>(world_->recv(tensors, from, static_cast<int>(tag)), rv_.timeout,
                                     "rank " + std::to_string(rv_.rank) + ": receive from rank " + std::to_string(from));
@@ -127,10 +155,16 @@ class GlooTransport : public Transport {
   }
 
   std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) override {
+    if (!onHost(flat)) {
+      const torch::Tensor host = flat.to(torch::kCPU);
+      return std::make_unique<StagedOp>(startAllReduceSum(host, group), host, flat);
+    }
     std::vector<at::Tensor> list{flat};
     return std::make_unique<GlooOp>(groupOf(group).allreduce(list), rv_.timeout,
                                     "rank " + std::to_string(rv_.rank) + ": all-reduce with " + peersOf(group));
   }
+
+  void prepareGroup(const std::vector<int>& group) override { groupOf(group); }
 
   void barrier() override {
     GlooOp(world_->barrier(), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": barrier with " + peersOf(allRanks()))

@@ -33,6 +33,7 @@ GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, std::vector<
     : params_(std::move(params)), group_(std::move(group)), transport_(transport),
       hooked_(std::make_shared<Hooked>()) {
   hooked_->owner = this;
+  transport_.prepareGroup(group_);
   bucket_of_.assign(params_.size(), -1);
   std::vector<std::vector<std::size_t>> members;
   int64_t bytes = bucket_bytes;  // forces a first bucket

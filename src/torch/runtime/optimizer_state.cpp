@@ -6,7 +6,7 @@ namespace pipetrain::runtime {
 namespace {
 
 // LibTorch keys an optimizer's state by the address of the parameter's TensorImpl.
-std::string keyOf(const torch::Tensor& param) { return c10::guts::to_string(param.unsafeGetTensorImpl()); }
+void* keyOf(const torch::Tensor& param) { return param.unsafeGetTensorImpl(); }
 
 const torch::Tensor& required(const std::map<std::string, torch::Tensor>& state, const std::string& name) {
   auto it = state.find(name);
@@ -19,7 +19,7 @@ torch::Tensor sameShape(const std::map<std::string, torch::Tensor>& state, const
   const torch::Tensor& t = required(state, name);
   if (t.sizes() != param.sizes())
     throw Error("optimizer state: '" + name + "' has another shape than its parameter");
-  return t.detach().clone();
+  return t.detach().to(param.device(), /*non_blocking=*/false, /*copy=*/true);  // a checkpoint's tensors are on the CPU
 }
 
 }  // namespace
@@ -49,7 +49,7 @@ std::map<std::string, torch::Tensor> optimizerState(torch::optim::Optimizer& opt
 
 void setOptimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& param,
                        const std::map<std::string, torch::Tensor>& state) {
-  const std::string key = keyOf(param);
+  void* const key = keyOf(param);
   optimizer.state().erase(key);
   if (state.empty()) return;
   const std::string family = state.begin()->first.substr(0, state.begin()->first.find('.'));

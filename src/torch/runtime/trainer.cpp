@@ -9,9 +9,12 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <mutex>
 
+#include "../profiler/memory_probe.h"
 #include "optimizer_state.h"
+#include "pipetrain/torch/device.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/schedule/passes.h"
@@ -226,6 +229,7 @@ void checkNumbers(const TrainConfig& c) {
     throw Error("--export writes the trained model back into its TorchScript file's form; it needs --model-file");
   if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
   if (c.lr <= 0) throw Error("--lr must be positive");
+  parsePrecision(c.precision);
   if (c.checkpoint_every < 0) throw Error("--checkpoint-every must be a positive number of mini-batches");
   if (c.checkpoint_keep < 1) throw Error("--keep-checkpoints must be at least 1");
   if (c.checkpoint_every > 0 && c.checkpoint_dir.empty()) throw Error("--checkpoint-every needs --checkpoint-dir");
@@ -280,8 +284,14 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
   const int64_t start_memory = residentBytes();
   if (c.threads > 0) at::set_num_threads(c.threads);
   checkNumbers(c);
+  const torch::Device device = rankDevice(c.device, localRank(t.rank()));
   models::Model model = buildModelExclusively(c);
   const schedule::StageDag dag = checkPlan(c, t.worldSize(), model);
+  // On a GPU, from before the weights arrive: the peak holds them, the optimizer's state,
+  // the activations and the messages.
+  std::optional<profiler::MemoryProbe> device_memory;
+  if (!device.is_cpu()) device_memory.emplace(device);
+  models::moveTo(model, device);
   const std::vector<StageLayers> stages = stageLayers(c.plan, model);
   const schedule::Program one = plan::programForPlan(c.plan, dag, 1);
   const std::vector<int> mine = one.stagesOfRank(t.rank());
@@ -321,7 +331,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
   const schedule::Program forward_only = schedule::forwardOnly(one);
   PipelineExecutor executor(one, t.rank(), model, stages, b, t,
                             [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); },
-                            correctionsOf(c.plan.schedule));
+                            correctionsOf(c.plan.schedule), parsePrecision(c.precision));
   if (probe) executor.setWeightProbe(probe);
   result.stage_output_bytes = executor.stageOutputBytes();
   result.stage_preds = one.stage_preds;
@@ -406,7 +416,10 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     }
     save();
   }
+  if (device_memory) result.peak_device_memory_bytes = device_memory->peak();
+  result.device = describeDevice(device);
   if (!c.export_path.empty()) {
+    models::moveTo(model, torch::kCPU);  // a file any machine loads
     gatherModel(model, stages, one, t);
     if (t.rank() == 0) models::saveScriptedModel(model, c.export_path);
   }
@@ -424,6 +437,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
 
 models::Model trainReference(const TrainConfig& c) {
   models::Model model = buildModelExclusively(c);
+  models::moveTo(model, rankDevice(c.device, 0));
   auto optimizer = makeOptimizer(c, model.parameters(0, static_cast<int>(model.layers.size())));
   auto train = data::openDataset(c.data, model.input);
   const data::SampleOrder order(train->size(), c.seed, 0);
@@ -437,8 +451,13 @@ models::Model trainReference(const TrainConfig& c) {
     }
     const data::Batch batch = train->get(idx);
     optimizer->zero_grad();
-    torch::Tensor out = models::forwardModel(model, batch.inputs);
-    models::lossOf(model, out, batch.labels).backward();
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(parsePrecision(c.precision), model.device);
+      loss = models::lossOf(model, models::forwardModel(model, batch.inputs.to(model.device)),
+                            batch.labels.to(model.device));
+    }
+    loss.backward();
     optimizer->step();
   }
   return model;
@@ -452,6 +471,7 @@ models::Model trainStalenessReference(const TrainConfig& c) {
   const int ns = c.plan.numStages();
   const schedule::Program program =
       plan::programForPlan(c.plan, plan::stageDag(c.plan, model.layerGraph()), static_cast<int>(c.max_steps_per_epoch));
+  models::moveTo(model, rankDevice(c.device, 0));
   const int total = program.totalMicrobatches(), m = program.microbatches;
 
   // Per stage and micro-batch: the versions its F and B read.
@@ -485,8 +505,12 @@ models::Model trainStalenessReference(const TrainConfig& c) {
   for (int j = 0; j < total; ++j) {
     const data::Batch batch = train->get(order.microbatch(j / m, j % m, c.plan.microbatch_size, m));
     for (int s = 0; s < ns; ++s) load(s, read_f[s][j]);
-    torch::Tensor out = models::forwardModel(model, batch.inputs);
-    torch::Tensor loss = models::lossOf(model, out, batch.labels) * steps.loss_scale[j];
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(parsePrecision(c.precision), model.device);
+      loss = models::lossOf(model, models::forwardModel(model, batch.inputs.to(model.device)),
+                            batch.labels.to(model.device)) * steps.loss_scale[j];
+    }
     for (int s = 0; s < ns; ++s) load(s, read_b[s][j]);
     loss.backward();
     for (int s = 0; s < ns; ++s) {

@@ -1,0 +1,122 @@
+// Training on a GPU, and what a run's device and precision mean on any machine.
+//
+// The Cuda tests need a CUDA device and skip where LibTorch sees none (CI, this
+// project's own machines): scripts/device_check.sh runs them on a lent GPU. There every
+// rank is a thread on the one GPU, over the in-process transport or over Gloo through
+// host copies, and each schedule must end with the parameters of single-GPU training of
+// its rule (synchronous SGD, or the Program's staleness), as on the CPU.
+#include <gtest/gtest.h>
+
+#include <torch/cuda.h>
+
+#include "../core/expect_error.h"
+#include "pipetrain/torch/device.h"
+#include "pipetrain/torch/precision.h"
+#include "training_harness.h"
+
+namespace pipetrain::runtime {
+namespace {
+
+#define REQUIRE_GPU() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "LibTorch sees no CUDA device here"
+
+TrainConfig onGpu(TrainConfig c) {
+  c.device = "cuda";
+  return c;
+}
+
+const std::vector<std::pair<std::string, models::ModelConfig>>& gpuModels() {
+  static const std::vector<std::pair<std::string, models::ModelConfig>> all = {
+      {"mlp", {{"input", 16}, {"layers", 6}, {"width", 32}}},
+      {"gpt", {{"layers", 4}, {"width", 32}, {"heads", 2}, {"context", 8}}},
+  };
+  return all;
+}
+
+TEST(Devices, RankDevicesFromTheOption) {
+  EXPECT_TRUE(rankDevice("cpu", 3).is_cpu());
+  EXPECT_EQ(rankDevice("auto", 0).is_cuda(), torch::cuda::is_available());
+  testing::expectError([&] { rankDevice("gpu", 0); }, {"--device gpu: expected cpu, cuda"});
+  if (!torch::cuda::is_available()) {
+    testing::expectError([&] { rankDevice("cuda", 0); }, {"--device cuda: LibTorch sees no CUDA device"});
+    return;
+  }
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  EXPECT_EQ(rankDevice("cuda", gpus).index(), 0);  // ranks beyond the GPUs share them
+  EXPECT_EQ(rankDevice("cuda:0,0", 1).index(), 0);
+  testing::expectError([&] { rankDevice("cuda:x", 0); }, {"'x' is not a GPU number"});
+  testing::expectError([&] { rankDevice("cuda:" + std::to_string(gpus), 0); }, {"does not exist"});
+}
+
+TEST(Devices, PrecisionNames) {
+  EXPECT_EQ(parsePrecision("bf16"), Precision::kBf16);
+  EXPECT_STREQ(precisionName(parsePrecision("fp32")), "fp32");
+  testing::expectError([&] { parsePrecision("fp16"); }, {"--precision fp16: expected fp32 or bf16"});
+}
+
+// bf16 by autocast, on whatever device there is: the pipeline matches single-process
+// training at the same precision, and that training is not fp32's (autocast acted).
+TEST(Devices, Bf16MatchesSingleProcessAtItsPrecision) {
+  TrainConfig c = smallConfig("mlp", {{"input", 16}, {"layers", 4}, {"width", 32}});
+  c.device = "auto";
+  usePlan(c, "1f1b", {1, 1});
+  c.precision = "bf16";
+  // Micro-batches round their bf16 products apart from the whole batch's: a bound of
+  // bf16's precision (2^-8), not fp32's.
+  expectMatchesReference(c, /*gloo=*/false, /*sgd_bound=*/4e-3);
+  TrainConfig fp32 = c;
+  fp32.precision = "fp32";
+  const models::Model a = trainReference(c), b = trainReference(fp32);
+  const int n = static_cast<int>(a.layers.size());
+  EXPECT_GT(relativeError(a.parameters(0, n), b.parameters(0, n)), 1e-5);
+}
+
+TEST(Cuda, SynchronousSchedulesMatchSingleGpu) {
+  REQUIRE_GPU();
+  for (const auto& [model, config] : gpuModels())
+    for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"})
+      for (int ranks : {1, 2, 3}) {
+        SCOPED_TRACE(model + " " + schedule + " ranks=" + std::to_string(ranks));
+        TrainConfig c = onGpu(smallConfig(model, config));
+        usePlan(c, schedule, std::vector<int>(ranks, 1));
+        expectMatchesReference(c);
+      }
+}
+
+TEST(Cuda, PipeDreamMatchesItsStalenessRule) {
+  REQUIRE_GPU();
+  for (int stages : {1, 2, 3}) {
+    TrainConfig c = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 6}, {"width", 32}}));
+    usePlan(c, "pipedream", std::vector<int>(stages, 1));
+    expectMatchesStalenessReference(c);
+  }
+}
+
+// Ranks on one GPU over Gloo: every message and reduction through host memory.
+TEST(Cuda, OverGlooThroughHostCopies) {
+  REQUIRE_GPU();
+  TrainConfig c = onGpu(smallConfig("gpt", {{"layers", 4}, {"width", 32}, {"heads", 2}, {"context", 8}}));
+  usePlan(c, "1f1b", {1, 1, 1});
+  expectMatchesReference(c, /*gloo=*/true);
+  TrainConfig replicated = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 4}, {"width", 32}}));
+  usePlan(replicated, "1f1b", {2, 1});  // the first stage's gradients all-reduced
+  expectMatchesReference(replicated, /*gloo=*/true);
+  TrainConfig stale = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 6}, {"width", 32}}));
+  usePlan(stale, "pipedream", {1, 1, 1});
+  expectMatchesStalenessReference(stale, /*gloo=*/true);
+}
+
+TEST(Cuda, RanksReportTheirDeviceAndItsMemory) {
+  REQUIRE_GPU();
+  TrainConfig c = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 4}, {"width", 32}}));
+  usePlan(c, "1f1b", {1, 1});
+  for (const RankResult& r : runInProcess(c, 2)) {
+    EXPECT_EQ(r.device.rfind("cuda:0", 0), 0u) << r.device;
+    EXPECT_GT(r.peak_device_memory_bytes, 0);
+    EXPECT_TRUE(r.parameters.front().is_cuda());
+    for (const auto& a : r.action_seconds) EXPECT_GT(a.cpu_seconds, 0) << "device time of stage " << a.stage;
+  }
+}
+
+}  // namespace
+}  // namespace pipetrain::runtime
