@@ -39,8 +39,9 @@ tail -n 30 "$out/cuda_tests.log"
 small=(--model gpt --model-option layers=8 --model-option width=256 --model-option heads=4
        --model-option context=128 --dataset synthetic --device cuda --timeout 60)
 # Every schedule from the CLI: 2 ranks as processes on the one GPU, over Gloo.
+# SCHEDULES="" skips this part (and the checkpoint's) when a rerun needs only the figures.
 log "every schedule from the CLI, 2 processes on the GPU"
-for schedule in gpipe 1f1b zb-h1 zb-h2 interleaved zb-v dualpipev pipedream 2bw pipemare; do
+for schedule in ${SCHEDULES-gpipe 1f1b zb-h1 zb-h2 interleaved zb-v dualpipev pipedream 2bw pipemare}; do
   case $schedule in
     interleaved) bounds=(--stage-bounds 0,3,5,8,10 --chunks 2) ;;
     zb-v | dualpipev) bounds=(--stage-bounds 0,3,5,8,10) ;;
@@ -68,6 +69,7 @@ PY
 done
 
 # A GPU run's checkpoint resumes on the CPU.
+if [ -n "${SCHEDULES-all}" ]; then
 log "checkpoint: cuda, then resumed on the cpu"
 ckpt=$out/ckpt
 timeout 120 "$bin/pipetrain" train "${small[@]}" --nproc 2 --schedule 1f1b --microbatches 4 --microbatch-size 8 \
@@ -79,77 +81,59 @@ timeout 200 "$bin/pipetrain" train "${small[@]}" --device cpu --nproc 2 --schedu
 note "{\"check\": \"checkpoint_cuda_to_cpu\", \"rc_gpu\": $rc1, \"rc_cpu_resume\": $?}"
 rm -rf "$ckpt"
 tail -n 2 "$out/ckpt_cpu.log"
+fi
+
+# The rate of a pipetrain run in its steady state: samples/s between its step FIRST and
+# its last step, read off the reporting rank's --log-jsonl (each step's wall clock), so
+# that start-up, warm-up and the first steps' autotuning stay out.
+steady() {  # LOG FIRST SAMPLES_PER_STEP
+  "$python" - "$@" <<'PY'
+import json, sys
+path, first, per_step = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+steps = [json.loads(l) for l in open(path) if '"event": "step"' in l or '"event":"step"' in l]
+a = next(x for x in steps if x["step"] >= first)
+b = steps[-1]
+print((b["step"] - a["step"]) * per_step / (b["wall_seconds"] - a["wall_seconds"]))
+PY
+}
 
 # (b) efficiency: one stage against a plain LibTorch loop, a GPT-2-small-sized model in
-# bf16. pipetrain's rate is the marginal one between a 20- and a 100-step run, so that
-# start-up and warm-up cancel out; the plain loop times 80 steps after 20 warm-up ones.
+# bf16, alternated three times. The plain loop times 100 steps after 20 warm-up ones;
+# pipetrain runs 120 steps and is timed from step 20 on.
 gpt=(--model gpt --model-option layers=12 --model-option width=768 --model-option heads=12
-     --model-option context=1024 --dataset synthetic --precision bf16 --device cuda)
+     --model-option context=1024 --dataset synthetic --precision bf16 --device cuda --no-eval --epochs 1)
 log "(b) plain loop vs one stage"
-for round in 1 2; do
-  timeout 150 "$bin/plain_loop" --model gpt --model-option layers=12 --model-option width=768 --model-option heads=12 \
-    --model-option context=1024 --batch 8 --steps 80 --warmup 20 --device cuda \
+for round in 1 2 3; do
+  timeout 120 "$bin/plain_loop" --model gpt --model-option layers=12 --model-option width=768 --model-option heads=12 \
+    --model-option context=1024 --batch 8 --steps 100 --warmup 20 --device cuda \
     --precision bf16 >"$out/plain_$round.json" 2>"$out/plain_$round.err"
-  echo "{\"check\": \"plain_loop\", \"round\": $round, \"result\": $(cat "$out/plain_$round.json" || echo null)}" >>"$results"
-  for steps in 20 100; do
-    timeout 200 "$bin/pipetrain" train "${gpt[@]}" --nproc 1 --schedule gpipe --stage-bounds 0,14 --microbatches 1 \
-      --microbatch-size 8 --epochs 1 --max-steps $steps --no-eval --summary-json "$out/one_${round}_$steps.json" \
-      >"$out/one_${round}_$steps.log" 2>&1
-  done
-  "$python" - "$round" "$out/one_${round}_20.json" "$out/one_${round}_100.json" >>"$results" <<'PY'
-import json, sys
-try:
-    a, b = (json.load(open(p)) for p in sys.argv[2:4])
-    ta, tb = (s["samples"] / s["throughput"] for s in (a, b))
-    rate = (b["samples"] - a["samples"]) / (tb - ta)
-    print(json.dumps({"check": "one_stage", "round": int(sys.argv[1]), "samples_per_second": rate,
-                      "tokens_per_second": rate * 1024, "peak_gpu_memory": b["ranks"][0]["peak_device_memory_bytes"],
-                      "device": b["ranks"][0]["device"], "final_loss": b["final_loss"]}))
-except Exception as e:
-    print(json.dumps({"check": "one_stage", "round": int(sys.argv[1]), "error": str(e)}))
-PY
+  note "{\"check\": \"plain_loop\", \"round\": $round, \"result\": $(cat "$out/plain_$round.json" || echo null)}"
+  timeout 150 "$bin/pipetrain" train "${gpt[@]}" --nproc 1 --schedule gpipe --stage-bounds 0,14 --microbatches 1 \
+    --microbatch-size 8 --max-steps 120 --log-jsonl "$out/one_$round.jsonl" >"$out/one_$round.log" 2>&1
+  note "{\"check\": \"one_stage\", \"round\": $round, \"samples_per_second\": $(steady "$out/one_$round.jsonl" 20 8 || echo null)}"
 done
 
 # (e) the peer: torch.distributed.pipelining in one process on the GPU, against
 # pipetrain's one stage over the same 4 micro-batches of 2.
-log "(e) torch.distributed.pipelining on the GPU"
-timeout 240 "$python" "$src/bench/device/pipelining_peer.py" --batch 8 --microbatches 4 --steps 80 --warmup 20 \
-  --precision bf16 >>"$results" 2>"$out/peer.err"
-for steps in 20 100; do
-  timeout 200 "$bin/pipetrain" train "${gpt[@]}" --nproc 1 --schedule gpipe --stage-bounds 0,14 --microbatches 4 \
-    --microbatch-size 2 --epochs 1 --max-steps $steps --no-eval --summary-json "$out/mb4_$steps.json" \
-    >"$out/mb4_$steps.log" 2>&1
+log "(e) torch.distributed.pipelining on the GPU, and pipetrain at 4 x 2"
+for round in 1 2; do
+  timeout 150 "$python" "$src/bench/device/pipelining_peer.py" --batch 8 --microbatches 4 --steps 80 --warmup 20 \
+    --precision bf16 --schedules ScheduleGPipe,Schedule1F1B,ScheduleInterleaved1F1B >>"$results" 2>"$out/peer_$round.err"
+  timeout 150 "$bin/pipetrain" train "${gpt[@]}" --nproc 1 --schedule gpipe --stage-bounds 0,14 --microbatches 4 \
+    --microbatch-size 2 --max-steps 100 --log-jsonl "$out/mb4_$round.jsonl" >"$out/mb4_$round.log" 2>&1
+  note "{\"check\": \"one_stage_4x2\", \"round\": $round, \"samples_per_second\": $(steady "$out/mb4_$round.jsonl" 20 8 || echo null)}"
 done
-"$python" - "$out/mb4_20.json" "$out/mb4_100.json" >>"$results" <<'PY'
-import json, sys
-try:
-    a, b = (json.load(open(p)) for p in sys.argv[1:3])
-    ta, tb = (s["samples"] / s["throughput"] for s in (a, b))
-    rate = (b["samples"] - a["samples"]) / (tb - ta)
-    print(json.dumps({"check": "one_stage_4_microbatches", "samples_per_second": rate, "tokens_per_second": rate * 1024}))
-except Exception as e:
-    print(json.dumps({"check": "one_stage_4_microbatches", "error": str(e)}))
-PY
 
-# (c) overhead of ranks sharing the GPU: the same GPT on 1, 2 and 4 processes (1F1B).
+# (c) ranks sharing the GPU: the same GPT, 8 micro-batches of 1, on 1, 2 and 4 processes
+# (1F1B, Gloo through host copies).
 log "(c) 1, 2, 4 processes sharing the GPU"
-for n in 2 4; do
+for n in 1 2 4; do
   bounds=$("$python" -c "n=$n; print(','.join(str(round(i*14/n)) for i in range(n+1)))")
-  timeout 200 "$bin/pipetrain" train "${gpt[@]}" --nproc $n --schedule 1f1b --stage-bounds "$bounds" --microbatches 8 \
-    --microbatch-size 1 --epochs 1 --max-steps 12 --no-eval --summary-json "$out/shared_$n.json" \
+  timeout 150 "$bin/pipetrain" train "${gpt[@]}" --nproc $n --schedule 1f1b --stage-bounds "$bounds" --microbatches 8 \
+    --microbatch-size 1 --max-steps 40 --log-jsonl "$out/shared_$n.jsonl" --summary-json "$out/shared_$n.json" \
     >"$out/shared_$n.log" 2>&1
-  "$python" - "$n" "$out/shared_$n.json" >>"$results" <<'PY'
-import json, sys
-try:
-    s = json.load(open(sys.argv[2]))
-    print(json.dumps({"check": "shared_gpu", "ranks": int(sys.argv[1]), "samples_per_second": s["throughput"],
-                      "bubble": [round(r["bubble_fraction"], 3) for r in s["ranks"]],
-                      "wait": [round(r["wait_fraction"], 3) for r in s["ranks"]],
-                      "peak_gpu_memory": [r["peak_device_memory_bytes"] for r in s["ranks"]]}))
-except Exception as e:
-    print(json.dumps({"check": "shared_gpu", "ranks": int(sys.argv[1]), "error": str(e)}))
-PY
-  tail -n 4 "$out/shared_$n.log"
+  note "{\"check\": \"shared_gpu\", \"ranks\": $n, \"samples_per_second\": $(steady "$out/shared_$n.jsonl" 10 8 || echo null)}"
+  tail -n 5 "$out/shared_$n.log"
 done
 log "done"
 cat "$results"

@@ -131,9 +131,10 @@ class PipelineExecutor {
   // Runs `program` once: the constructor's, or another of the same plan with another
   // number of mini-batches (training runs an epoch in segments between checkpoints); it
   // must outlive the run. Every run starts from the weights as they are (version 0) and
-  // ends drained. `on_minibatch(k, loss)` is called after this rank's last action of
-  // the run's mini-batch k, with the mean loss of the micro-batches of k it ran through
-  // the last stage (NaN on ranks without the last stage).
+  // ends drained. `on_minibatch(k, loss)` is called for every mini-batch k of the run,
+  // in order, after this rank's last action of mini-batch k + 1 (of k, for the run's
+  // last), with the mean loss of the micro-batches of k it ran through the last stage
+  // (NaN on ranks without the last stage).
   RunResult run(const schedule::Program& program, const MicrobatchData& data, Clock::time_point origin,
                 const std::function<void(int, double)>& on_minibatch = {});
 

@@ -12,6 +12,9 @@
 #include <optional>
 #include <sstream>
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/script.h>
 
 #include "pipetrain/util/error.h"
@@ -272,6 +275,30 @@ void loadCheckpoint(const Checkpoint& c, const checkpoint::Identity& identity, c
   }
 }
 
+namespace {
+
+// What torch.save writes for a dict of tensors, in the form torch.load reads by default
+// (weights_only, since PyTorch 2.6): torch::pickle_save tags the dict with its element
+// types, a global that weights_only refuses, so the pickle is written here untagged.
+std::string weightsOnlyPickle(const c10::Dict<std::string, torch::Tensor>& dict) {
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler([&](const char* bytes, size_t n) { pickled.insert(pickled.end(), bytes, bytes + n); },
+                              nullptr, nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(dict);
+  pickler.stop();
+  std::string archive;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* bytes, size_t n) {
+    archive.append(static_cast<const char*>(bytes), n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  return archive;
+}
+
+}  // namespace
+
 void exportCheckpoint(const Checkpoint& c, const std::string& out, const std::string& model_file) {
   const Manifest& m = c.manifest;
   Shards shards(c);
@@ -284,8 +311,7 @@ void exportCheckpoint(const Checkpoint& c, const std::string& out, const std::st
   if (script.empty()) {
     c10::Dict<std::string, torch::Tensor> dict;
     for (const auto& [name, tensor] : tensors) dict.insert(name, tensor);
-    const std::vector<char> bytes = torch::pickle_save(dict);
-    text::writeFileAtomically(out, std::string(bytes.begin(), bytes.end()));
+    text::writeFileAtomically(out, weightsOnlyPickle(dict));
     return;
   }
   torch::jit::Module module;

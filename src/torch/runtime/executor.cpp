@@ -7,6 +7,7 @@
 #include <tuple>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -607,6 +608,10 @@ struct PipelineExecutor::Impl {
     ActionTimer timer(model.device, origin);
     std::size_t next_retirement = 0;
     int posted = 0;
+    std::optional<std::pair<int, std::pair<torch::Tensor, int>>> unreported;  // mini-batch, its loss
+    auto meanLoss = [](const std::pair<torch::Tensor, int>& loss) {
+      return loss.first.defined() ? loss.first.item<double>() / loss.second : std::nan("");  // NaN: not the last stage
+    };
     for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
       for (; posted < static_cast<int>(actions.size()) && posted <= i + kReceiveLookahead; ++posted) {
         const Action& ahead = actions[posted];
@@ -651,14 +656,16 @@ struct PipelineExecutor::Impl {
         stash[retirements[next_retirement].stage].erase(retirements[next_retirement].version);
       if (compute) timer.stop(a);
       auto done = minibatch_done_at.find(i);
-      if (done != minibatch_done_at.end() && on_minibatch) {
-        auto loss = minibatch_loss.find(done->second);
-        on_minibatch(done->second, loss == minibatch_loss.end()
-                                       ? std::nan("")
-                                       : loss->second.first.item<double>() / loss->second.second);
-        if (loss != minibatch_loss.end()) minibatch_loss.erase(loss);
+      if (done != minibatch_done_at.end()) {
+        // Reported one mini-batch late: reading a loss waits for the device to compute it,
+        // and by then the next mini-batch's work is queued, so a GPU never idles while the
+        // host catches up.
+        if (unreported && on_minibatch) on_minibatch(unreported->first, meanLoss(unreported->second));
+        unreported = {done->second, minibatch_loss[done->second]};
+        minibatch_loss.erase(done->second);
       }
     }
+    if (unreported && on_minibatch) on_minibatch(unreported->first, meanLoss(unreported->second));
     timer.finish(result.actions, result.action_cpu_seconds);
     const auto flush = Clock::now();
     for (auto& [position, s] : sends) s.op->wait();
