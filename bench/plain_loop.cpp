@@ -1,7 +1,7 @@
 // The baseline of pipetrain's efficiency on one device: a plain LibTorch training loop
 // of a zoo model, as a user would write it (batch from the dataset, to the device,
 // forward under autocast, loss, backward, Adam step), with nothing of pipetrain's
-// runtime. scripts/device_check.sh runs it beside `pipetrain train --nproc 1` on the
+// runtime; --pin-memory copies the batch as a careful user would. scripts/device_check.sh runs it beside `pipetrain train --nproc 1` on the
 // same model, data, batch and precision and compares their throughputs.
 //
 //   plain_loop --model gpt --model-option layers=12 ... --batch 8 --steps 30 --warmup 5
@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> options;
   int64_t batch = 8, steps = 30, warmup = 5, synthetic_size = 4096;
   double lr = 1e-3;
+  bool pin_memory = false;
   app.add_option("--model", model);
   app.add_option("--model-option", options, "KEY=N");
   app.add_option("--batch", batch);
@@ -42,6 +43,9 @@ int main(int argc, char** argv) {
   app.add_option("--precision", precision_name);
   app.add_option("--synthetic-size", synthetic_size);
   app.add_option("--lr", lr);
+  app.add_flag("--pin-memory", pin_memory,
+               "copy each batch through pinned memory without waiting (as DataLoader(pin_memory=True) and "
+               "non_blocking=True do); without it, the plain .to(device) of a first loop");
   CLI11_PARSE(app, argc, argv);
   try {
     models::ModelConfig config;
@@ -79,7 +83,10 @@ int main(int argc, char** argv) {
       torch::Tensor loss;
       {
         runtime::AutocastScope autocast(precision, device);
-        loss = models::lossOf(m, models::forwardModel(m, b.inputs.to(device)), b.labels.to(device));
+        auto toDevice = [&](const torch::Tensor& t) {
+          return pin_memory && device.is_cuda() ? t.pin_memory().to(device, /*non_blocking=*/true) : t.to(device);
+        };
+        loss = models::lossOf(m, models::forwardModel(m, toDevice(b.inputs)), toDevice(b.labels));
       }
       loss.backward();
       optimizer.step();
@@ -92,10 +99,10 @@ int main(int argc, char** argv) {
     const double per_sample = tokens ? static_cast<double>(m.input.sample_shape.front()) : 1.0;
     std::printf("{\"model\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"batch\": %lld, \"steps\": %lld, "
                 "\"seconds\": %.4f, \"samples_per_second\": %.3f, \"tokens_per_second\": %.1f, "
-                "\"parameters\": %lld, \"final_loss\": %.5f}\n",
+                "\"parameters\": %lld, \"final_loss\": %.5f, \"pin_memory\": %s}\n",
                 model.c_str(), runtime::describeDevice(device).c_str(), runtime::precisionName(precision),
                 static_cast<long long>(batch), static_cast<long long>(steps), seconds, samples_per_second,
-                tokens ? samples_per_second * per_sample : 0.0, static_cast<long long>(parameter_count), loss_value);
+                tokens ? samples_per_second * per_sample : 0.0, static_cast<long long>(parameter_count), loss_value, pin_memory ? "true" : "false");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "plain_loop: %s\n", e.what());

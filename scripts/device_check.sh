@@ -98,20 +98,25 @@ PY
 }
 
 # (b) efficiency: one stage against a plain LibTorch loop, a GPT-2-small-sized model in
-# bf16, alternated three times. The plain loop times 100 steps after 20 warm-up ones;
+# bf16, alternated ROUNDS times (3; ONLY_B=1 stops after this part), the loop with its
+# batches copied plainly and through pinned memory. The plain loop times 100 steps after 20 warm-up ones;
 # pipetrain runs 120 steps and is timed from step 20 on.
 gpt=(--model gpt --model-option layers=12 --model-option width=768 --model-option heads=12
      --model-option context=1024 --dataset synthetic --precision bf16 --device cuda --no-eval --epochs 1)
 log "(b) plain loop vs one stage"
-for round in 1 2 3; do
-  timeout 120 "$bin/plain_loop" --model gpt --model-option layers=12 --model-option width=768 --model-option heads=12 \
-    --model-option context=1024 --batch 8 --steps 100 --warmup 20 --device cuda \
-    --precision bf16 >"$out/plain_$round.json" 2>"$out/plain_$round.err"
-  note "{\"check\": \"plain_loop\", \"round\": $round, \"result\": $(cat "$out/plain_$round.json" || echo null)}"
+for round in $(seq "${ROUNDS:-3}"); do
+  for pin in "" --pin-memory; do
+    timeout 120 "$bin/plain_loop" --model gpt --model-option layers=12 --model-option width=768 --model-option heads=12 \
+      --model-option context=1024 --batch 8 --steps 100 --warmup 20 --device cuda \
+      --precision bf16 $pin >"$out/plain_$round$pin.json" 2>"$out/plain_$round.err"
+    note "{\"check\": \"plain_loop\", \"round\": $round, \"result\": $(cat "$out/plain_$round$pin.json" || echo null)}"
+  done
   timeout 150 "$bin/pipetrain" train "${gpt[@]}" --nproc 1 --schedule gpipe --stage-bounds 0,14 --microbatches 1 \
     --microbatch-size 8 --max-steps 120 --log-jsonl "$out/one_$round.jsonl" >"$out/one_$round.log" 2>&1
   note "{\"check\": \"one_stage\", \"round\": $round, \"samples_per_second\": $(steady "$out/one_$round.jsonl" 20 8 || echo null)}"
 done
+
+[ -n "${ONLY_B:-}" ] && { log "done"; cat "$results"; exit 0; }
 
 # (e) the peer: torch.distributed.pipelining in one process on the GPU, against
 # pipetrain's one stage over the same 4 micro-batches of 2.

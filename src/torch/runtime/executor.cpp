@@ -323,6 +323,16 @@ struct PipelineExecutor::Impl {
       for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(params[s][i], (*swapped)[i]);
   }
 
+  // Host data (a batch's inputs or labels) onto the model's device without making the
+  // host wait: through pinned memory, copied on the device's stream (the caching host
+  // allocator keeps the pinned block until the copy has run). A copy from pageable memory
+  // would first wait for all the work queued before it, so the device would idle while
+  // the host queued the next pass.
+  torch::Tensor toDevice(const torch::Tensor& t) const {
+    if (model.device.is_cpu()) return t;
+    return t.pin_memory().to(model.device, /*non_blocking=*/true);
+  }
+
   // The stage's inputs by producer name: what its producer stages sent, as leaves that
   // collect gradients when training, and the model input where a layer reads it.
   std::map<std::string, torch::Tensor> takeInputs(const schedule::Program& p, const Action& a,
@@ -330,7 +340,7 @@ struct PipelineExecutor::Impl {
                                                   std::map<int, std::vector<torch::Tensor>>* leaves) {
     const int s = a.stage, j = a.microbatch;
     std::map<std::string, torch::Tensor> values;
-    if (reads_input[s]) values[models::kModelInput] = data.inputs(j).to(model.device);
+    if (reads_input[s]) values[models::kModelInput] = toDevice(data.inputs(j));
     for (int q : p.stage_preds[s]) {
       const Edge& edge = edges.at({q, s});
       std::vector<torch::Tensor> tensors;
@@ -369,13 +379,14 @@ struct PipelineExecutor::Impl {
     const int s = a.stage, j = a.microbatch;
     Activation act;
     std::map<std::string, torch::Tensor> values = takeInputs(p, a, data, true, &act.inputs);
+    const torch::Tensor labels = p.isLastStage(s) ? toDevice(data.labels(j)) : torch::Tensor();
     AutocastScope autocast(precision, model.device);
     withWeights(a, [&] { values = models::forwardLayers(model, stages[s].layers, std::move(values)); });
     if (split_stages.count(s))
       for (int l : stages[s].layers) act.layer_outputs.push_back(values.at(model.layers[l].name));
     act.outputs = sentOutputs(p, s, values);
     if (p.isLastStage(s)) {
-      torch::Tensor loss = models::lossOf(model, modelOutput(values), data.labels(j).to(model.device));
+      torch::Tensor loss = models::lossOf(model, modelOutput(values), labels);
       // Summed where it was computed: reading it here would wait for the device.
       auto& [sum, count] = minibatch_loss[j / p.microbatches];
       sum = sum.defined() ? sum + loss.detach() : loss.detach();
@@ -399,7 +410,7 @@ struct PipelineExecutor::Impl {
     const torch::Tensor& y = modelOutput(values);
     const int64_t valid = data.valid_samples ? data.valid_samples(j) : y.size(0);
     if (valid <= 0) return;
-    const torch::Tensor out = y.narrow(0, 0, valid), labels = data.labels(j).narrow(0, 0, valid).to(model.device);
+    const torch::Tensor out = y.narrow(0, 0, valid), labels = toDevice(data.labels(j).narrow(0, 0, valid));
     result.loss_sum += models::lossOf(model, out, labels).item<double>() * labels.numel();
     result.correct += models::correctPredictions(model, out, labels);
     result.positions += labels.numel();
@@ -588,7 +599,12 @@ struct PipelineExecutor::Impl {
     opt.step();
     for (std::size_t i = 0; i < params[s].size(); ++i) {
       if (correct) delta[i].add_(params[s][i].data(), 1 - gamma);  // + (1 - gamma) w_{t+1}
-      if (params[s][i].grad().defined()) params[s][i].mutable_grad().zero_();
+      // Cleared, not zeroed, where no bucket owns the storage: the next backward pass
+      // writes the gradient instead of adding it to zeros (a kernel less per parameter).
+      if (params[s][i].grad().defined()) {
+        if (buckets.count(s)) params[s][i].mutable_grad().zero_();
+        else params[s][i].mutable_grad().reset();
+      }
       aliases[s][i].mutable_grad().reset();
     }
     version[s] = a.version;
