@@ -16,4 +16,11 @@ namespace pipetrain::schedule {
 // actions around it with the offending one in [brackets].
 void validate(const Program& program);
 
+// The contract of a channel that matches messages by their order instead of a tag
+// (NCCL's point-to-point calls between two ranks): for every ordered pair of ranks, the
+// sender posts its messages to the receiver in the order the receiver posts their
+// receives. REQUIRES: validate(program) passed. Throws Error naming the two ranks, the
+// first message where the orders part and the positions of both.
+void validateInOrderDelivery(const Program& program);
+
 }  // namespace pipetrain::schedule

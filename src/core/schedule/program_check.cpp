@@ -270,4 +270,36 @@ class Checker {
 
 void validate(const Program& program) { Checker(program).run(); }
 
+void validateInOrderDelivery(const Program& program) {
+  struct Posted {
+    MessageKey message;
+    int position;
+  };
+  // Per (sender, receiver): the sends in the sender's order, the receives in the receiver's.
+  std::map<std::pair<int, int>, std::vector<Posted>> sends, receives;
+  for (int r = 0; r < program.numRanks(); ++r)
+    for (int i = 0; i < static_cast<int>(program.ranks[r].size()); ++i) {
+      const Action& a = program.ranks[r][i];
+      if (a.type != ActionType::SEND_F && a.type != ActionType::SEND_B && a.type != ActionType::RECV_F &&
+          a.type != ActionType::RECV_B)
+        continue;
+      const int peer = program.rankOf(a.peer_stage, a.microbatch);
+      if (isSend(a.type)) sends[{r, peer}].push_back({messageOf(a), i});
+      else receives[{peer, r}].push_back({messageOf(a), i});
+    }
+  for (const auto& [ends, sent] : sends) {
+    const std::vector<Posted>& got = receives[ends];
+    const auto [from, to] = ends;
+    for (std::size_t k = 0; k < sent.size() && k < got.size(); ++k) {
+      if (sent[k].message == got[k].message) continue;
+      throw Error("schedule \"" + program.schedule + "\": rank " + std::to_string(from) + " sends rank " +
+                  std::to_string(to) + " its message " + std::to_string(k + 1) + " (" +
+                  toString(program.ranks[from][sent[k].position]) + ", action " + std::to_string(sent[k].position) +
+                  ") while rank " + std::to_string(to) + " expects " +
+                  toString(program.ranks[to][got[k].position]) + " (action " + std::to_string(got[k].position) +
+                  "): a channel without tags (NCCL) would deliver one as the other");
+    }
+  }
+}
+
 }  // namespace pipetrain::schedule

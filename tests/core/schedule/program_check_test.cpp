@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
@@ -110,6 +112,33 @@ TEST(ProgramCheck, DetectsUnmatchedSend) {
   r1.erase(r1.begin());
   const std::string e = errorOf(p);
   EXPECT_TRUE(contains(e, "no rank receives this message")) << e;
+}
+
+// Sends that overtake each other are fine with tags (Gloo), not with a channel that
+// matches by order (NCCL): the second contract names the pair and the first mismatch.
+TEST(ProgramCheck, InOrderDeliveryNamesTheFirstOvertakingSend) {
+  ScheduleSpec spec;
+  spec.name = "gpipe";
+  spec.microbatches = 2;
+  Program p = buildProgram(spec, chainDag(2));
+  EXPECT_NO_THROW(validateInOrderDelivery(p));
+  auto& r0 = p.ranks[0];
+  auto sendOf = [&](int mb) {
+    return std::find_if(r0.begin(), r0.end(),
+                        [&](const Action& a) { return a.type == ActionType::SEND_F && a.microbatch == mb; });
+  };
+  const Action first = *sendOf(0);
+  r0.erase(sendOf(0));
+  r0.insert(sendOf(1) + 1, first);
+  EXPECT_EQ(errorOf(p), "");  // still a valid Program
+  try {
+    validateInOrderDelivery(p);
+    ADD_FAILURE() << "overtaking sends accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(contains(m, "rank 0 sends rank 1 its message 1 (0SEND_F1")) << m;
+    EXPECT_TRUE(contains(m, "NCCL")) << m;
+  }
 }
 
 TEST(ProgramCheck, DetectsStashingViolation) {

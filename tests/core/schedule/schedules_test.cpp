@@ -15,6 +15,16 @@
 namespace pipetrain::schedule {
 namespace {
 
+// Both contracts: the executors' (validate), and a channel's that matches messages by
+// order instead of tags (NCCL). The V placements (zb-v, dualpipev) break the second:
+// between two neighbours, activations of one chunk and gradients of the other cross in
+// orders the two sides post differently (VSchedulesPostMessagesOutOfOrder); an NCCL
+// channel must post their receives in the sender's order, or the lowering change.
+void validateForEveryChannel(const Program& p) {
+  validate(p);
+  if (traits(p.schedule).placement != Placement::kV) validateInOrderDelivery(p);
+}
+
 Program build(const std::string& name, int p, int m, int chunks = 1, int minibatches = 1, bool vsync = false) {
   ScheduleSpec spec;
   spec.name = name;
@@ -44,8 +54,21 @@ TEST(Schedules, EveryScheduleValidatesOverManyShapes) {
           if (looped && m % p != 0) continue;
           if (m < t.min_microbatches_per_rank * p) continue;
           SCOPED_TRACE(name + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " k=" + std::to_string(k));
-          EXPECT_NO_THROW(validate(build(name, p, m, chunks, k)));
+          EXPECT_NO_THROW(validateForEveryChannel(build(name, p, m, chunks, k)));
         }
+}
+
+TEST(Schedules, VSchedulesPostMessagesOutOfOrder) {
+  for (const std::string name : {"zb-v", "dualpipev"}) {
+    const Program p = build(name, 4, 8);
+    validate(p);
+    try {
+      validateInOrderDelivery(p);
+      ADD_FAILURE() << name << " now keeps every pair's order: let validateForEveryChannel check it";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("without tags (NCCL)"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Schedules, ZeroBubbleH2OnReplicasAndBranches) {
@@ -56,14 +79,14 @@ TEST(Schedules, ZeroBubbleH2OnReplicasAndBranches) {
   spec.microbatches = 8;
   spec.minibatches = 2;
   const Program replicated = buildProgram(spec, chainDag(3), {2, 1, 2});
-  validate(replicated);
+  validateForEveryChannel(replicated);
   int reduces = 0;
   for (const Action& a : replicated.ranks[0]) reduces += a.type == ActionType::ALLREDUCE;
   EXPECT_EQ(reduces, 2);
   StageDag dag;
   dag.preds = {{}, {0}, {0}, {1, 2}};
   dag.succs = {{1, 2}, {3}, {3}, {}};
-  validate(buildProgram(spec, dag));
+  validateForEveryChannel(buildProgram(spec, dag));
 }
 
 // The chain plan of a 4-branch model on 16 GPUs (bench/graph_comparison.sh): stage 3's
@@ -77,7 +100,7 @@ TEST(Schedules, ReplicasBehindFewerReplicasDoNotDeadlock) {
     spec.name = name;
     spec.microbatches = 16;
     spec.minibatches = 2;
-    EXPECT_NO_THROW(validate(buildProgram(spec, dag, {4, 4, 1, 4, 1, 1, 1}))) << name;
+    EXPECT_NO_THROW(validateForEveryChannel(buildProgram(spec, dag, {4, 4, 1, 4, 1, 1, 1}))) << name;
   }
   // Without replicas the warm-up is the depth to the sink, as ever.
   ScheduleSpec spec;
@@ -118,7 +141,7 @@ TEST(Schedules, AsynchronousReplicasMeetWithoutDeadlock) {
       spec.name = name;
       spec.microbatches = 8 << (trial % 2);
       spec.minibatches = 2;
-      EXPECT_NO_THROW(validate(buildProgram(spec, dag, replicas))) << name << " trial " << trial;
+      EXPECT_NO_THROW(validateForEveryChannel(buildProgram(spec, dag, replicas))) << name << " trial " << trial;
       ++checked;
     }
   }
@@ -126,7 +149,7 @@ TEST(Schedules, AsynchronousReplicasMeetWithoutDeadlock) {
   ScheduleSpec spec;
   spec.name = "pipedream";
   spec.microbatches = 8;
-  EXPECT_NO_THROW(validate(buildProgram(spec, chainDag(4), {1, 4, 2, 1})));
+  EXPECT_NO_THROW(validateForEveryChannel(buildProgram(spec, chainDag(4), {1, 4, 2, 1})));
 }
 
 TEST(Schedules, OneFOneBOrderMatchesPipeDreamFlush) {
@@ -238,7 +261,7 @@ TEST(Schedules, ReplicasRunTheirOwnWarmupAndAllReduceBeforeStep) {
   EXPECT_EQ(computeText(p, 0), "0F0 0F2 0B0 0B2");
   EXPECT_EQ(computeText(p, 1), "0F1 0F3 0B1 0B3");
   EXPECT_EQ(toString(p.ranks[0][p.ranks[0].size() - 2]), "0ALLREDUCE");
-  validate(p);
+  validateForEveryChannel(p);
 }
 
 // Replicas whose count does not divide the micro-batches take shares that differ by one
@@ -265,7 +288,7 @@ TEST(Schedules, ReplicasMayTakeUnevenShares) {
         EXPECT_EQ(name, "2bw") << e.what();
         continue;
       }
-      EXPECT_NO_THROW(validate(p));
+      EXPECT_NO_THROW(validateForEveryChannel(p));
       const StepCombination c = stepCombination(p);
       for (int s = 0; s < n; ++s)
         for (auto [version, combined] : c.combined[s]) EXPECT_EQ(combined, spec.microbatches) << "stage " << s;
@@ -299,7 +322,7 @@ TEST(Schedules, PipeDreamReplicasStepTogetherAfterEveryRound) {
   spec.microbatches = 4;
   spec.minibatches = 2;
   const Program p = buildProgram(spec, chainDag(2), {2, 1});
-  validate(p);
+  validateForEveryChannel(p);
   std::string rank0;
   for (const Action& a : p.ranks[0])
     if (!isComm(a.type)) rank0 += (rank0.empty() ? "" : " ") + toString(a);
@@ -308,7 +331,7 @@ TEST(Schedules, PipeDreamReplicasStepTogetherAfterEveryRound) {
             "0B6v2 0ALLREDUCE 0STEPv4");
   spec.vertical_sync = true;
   const Program vs = buildProgram(spec, chainDag(2), {2, 1});
-  validate(vs);
+  validateForEveryChannel(vs);
   // Stage 1 steps once per micro-batch, stage 0 once per two: micro-batch 4 read stage
   // 0's version 1 (two micro-batches in), so it reads stage 1's version 2.
   for (const Action& a : vs.ranks[2])
@@ -332,7 +355,7 @@ TEST(Schedules, DagWarmupComesFromTheLongestDownstreamPath) {
   ScheduleSpec spec;
   spec.microbatches = 4;
   const Program p = buildProgram(spec, dag);
-  validate(p);
+  validateForEveryChannel(p);
   EXPECT_EQ(computeText(p, 0), "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3");  // depth 2
   EXPECT_EQ(computeText(p, 1), "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3");  // depth 1
 }
