@@ -86,8 +86,7 @@ int runRank(const NetworkArgs& a) {
   const profiler::NetworkOptions options = networkOptions(a);
   runtime::Rendezvous rv = runtime::Rendezvous::fromEnvironment();
   rv.timeout = std::chrono::seconds(a.timeout_seconds);
-  const char* local = std::getenv("LOCAL_RANK");
-  const int local_rank = local && *local ? std::atoi(local) : rv.rank;
+  const int local_rank = runtime::localRank(rv.rank);
   auto transport = runtime::makeGlooTransport(rv);
   const profiler::NetworkProfile p = profiler::profileNetwork(*transport, profiler::thisHost(local_rank), options);
   if (rv.rank != 0) return 0;

@@ -16,9 +16,6 @@ namespace pipetrain::runtime {
 // A GPU that is asked for and absent, or a malformed spec, is an Error naming it.
 torch::Device rankDevice(const std::string& spec, int local_rank);
 
-// LOCAL_RANK from the environment (torchrun's and the launcher's), else `fallback`.
-int localRank(int fallback);
-
 // "cpu", or "cuda:0 (NVIDIA H200)": for the summary and the logs.
 std::string describeDevice(const torch::Device& device);
 

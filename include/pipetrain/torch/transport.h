@@ -82,6 +82,10 @@ struct Rendezvous {
   static Rendezvous fromEnvironment();
 };
 
+// LOCAL_RANK from the environment (torchrun's and the launcher's: the rank's index on its
+// host), else `fallback`; a malformed value is an Error naming the variable.
+int localRank(int fallback);
+
 // Gloo over TCP, rendezvous through c10d's TCPStore hosted by rank 0.
 std::unique_ptr<Transport> makeGlooTransport(const Rendezvous& rendezvous);
 

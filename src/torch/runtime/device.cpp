@@ -8,7 +8,6 @@
 #include "pipetrain/util/error.h"
 
 #ifdef PIPETRAIN_WITH_CUDA  // set by CMakeLists.txt for CUDA builds of LibTorch
-#include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -49,15 +48,6 @@ torch::Device rankDevice(const std::string& spec, int local_rank) {
                   " visible)");
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-}
-
-int localRank(int fallback) {
-  const char* value = std::getenv("LOCAL_RANK");
-  if (!value || !*value) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(value, &end, 10);
-  if (*end != '\0' || v < 0 || v > 1 << 20) throw Error(std::string("LOCAL_RANK=") + value + " is not a rank");
-  return static_cast<int>(v);
 }
 
 std::string describeDevice(const torch::Device& device) {

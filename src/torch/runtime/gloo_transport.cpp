@@ -228,6 +228,8 @@ Rendezvous Rendezvous::fromEnvironment() {
   return rv;
 }
 
+int localRank(int fallback) { return intFromEnv("LOCAL_RANK", fallback, false); }
+
 std::unique_ptr<Transport> makeGlooTransport(const Rendezvous& rendezvous) {
   return std::make_unique<GlooTransport>(rendezvous);
 }

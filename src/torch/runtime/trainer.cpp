@@ -438,6 +438,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
 models::Model trainReference(const TrainConfig& c) {
   models::Model model = buildModelExclusively(c);
   models::moveTo(model, rankDevice(c.device, 0));
+  const Precision precision = parsePrecision(c.precision);
   auto optimizer = makeOptimizer(c, model.parameters(0, static_cast<int>(model.layers.size())));
   auto train = data::openDataset(c.data, model.input);
   const data::SampleOrder order(train->size(), c.seed, 0);
@@ -453,7 +454,7 @@ models::Model trainReference(const TrainConfig& c) {
     optimizer->zero_grad();
     torch::Tensor loss;
     {
-      AutocastScope autocast(parsePrecision(c.precision), model.device);
+      AutocastScope autocast(precision, model.device);
       loss = models::lossOf(model, models::forwardModel(model, batch.inputs.to(model.device)),
                             batch.labels.to(model.device));
     }
@@ -472,6 +473,7 @@ models::Model trainStalenessReference(const TrainConfig& c) {
   const schedule::Program program =
       plan::programForPlan(c.plan, plan::stageDag(c.plan, model.layerGraph()), static_cast<int>(c.max_steps_per_epoch));
   models::moveTo(model, rankDevice(c.device, 0));
+  const Precision precision = parsePrecision(c.precision);
   const int total = program.totalMicrobatches(), m = program.microbatches;
 
   // Per stage and micro-batch: the versions its F and B read.
@@ -507,7 +509,7 @@ models::Model trainStalenessReference(const TrainConfig& c) {
     for (int s = 0; s < ns; ++s) load(s, read_f[s][j]);
     torch::Tensor loss;
     {
-      AutocastScope autocast(parsePrecision(c.precision), model.device);
+      AutocastScope autocast(precision, model.device);
       loss = models::lossOf(model, models::forwardModel(model, batch.inputs.to(model.device)),
                             batch.labels.to(model.device)) * steps.loss_scale[j];
     }
