@@ -155,7 +155,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   json_io::Json busy = json_io::Json::array(), alone = json_io::Json::array();
   for (const sim::RankReport& r : e.best().report.ranks) busy.push_back(r.busy_seconds);
   const cluster::ClusterSpec unshared = localCluster(request.ranks, memory, request.ranks);
-  for (const sim::RankReport& r : sim::evaluatePlan(graph, unshared, e.best().plan).report.ranks)
+  for (const sim::RankReport& r : sim::predictReport(graph, unshared, e.best().plan).ranks)
     alone.push_back(r.busy_seconds);
   planner["chosen"] = {{"throughput", e.best().report.throughput},
                        {"iteration_seconds", e.best().report.iteration_time},

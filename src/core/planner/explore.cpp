@@ -455,7 +455,7 @@ class Explorer {
           --budget;
           try {
             plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
-            c.report = sim::evaluatePlan(graph_, cluster_, c.plan).report;
+            c.report = sim::predictReport(graph_, cluster_, c.plan);
           } catch (const Error&) {
             continue;  // e.g. a Program the validator refuses
           }
@@ -485,7 +485,7 @@ class Explorer {
       }
       ++simulated_;
       try {
-        p.candidate.report = sim::evaluatePlan(graph_, cluster_, p.candidate.plan).report;
+        p.candidate.report = sim::predictReport(graph_, cluster_, p.candidate.plan);
         p.drop.reason = memoryShortfall(p.candidate.report);
       } catch (const Error& e) {
         p.drop.reason = e.what();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <optional>
 
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/program_check.h"
@@ -68,73 +70,120 @@ Report emptyReport(const schedule::Program& program, const CostModel& costs) {
   return report;
 }
 
-}  // namespace
-
-int64_t Report::peakMemoryBytes() const {
-  int64_t peak = 0;
-  for (const RankReport& r : ranks) peak = std::max(peak, r.peak_memory_bytes);
-  return peak;
-}
-
-json_io::Json Report::toJson() const {
-  json_io::Json ranks_json = json_io::Json::array();
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    const RankReport& rr = ranks[r];
-    ranks_json.push_back({{"rank", r},
-                          {"device", rr.device},
-                          {"busy_seconds", rr.busy_seconds},
-                          {"bubble_fraction", rr.bubble_fraction},
-                          {"peak_activations", rr.peak_activations},
-                          {"weight_versions", rr.weight_versions},
-                          {"peak_memory_bytes", rr.peak_memory_bytes},
-                          {"memory_capacity_bytes", rr.memory_capacity_bytes}});
-  }
-  return {{"schedule", schedule},
-          {"stages", stages},
-          {"microbatches", microbatches},
-          {"samples_per_minibatch", samples_per_minibatch},
-          {"iteration_time", iteration_time},
-          {"throughput", throughput},
-          {"bubble_fraction", bubble_fraction},
-          {"makespan", makespan},
-          {"ranks", ranks_json}};
-}
-
-// Mini-batches before the steady-state window, and in it.
+// Mini-batches before the steady-state window, and in it. A flushing schedule's
+// mini-batches after the first all take the same time (to 1e-14), so predictReport
+// takes a window of one there.
 constexpr int kSteadyFrom = 1;
 constexpr int kSteadyWindow = 4;
+// A pipeline's start-up transient lasts about as many micro-batches per replica as it
+// has stages (zero-bubble schedules' warm-up about twice that): past this many depths
+// the simulated iteration grows by the same time per micro-batch to within 1e-13
+// (sim_test Evaluate.ExtrapolatedReportMatchesFullSimulation).
+constexpr int kTransientDepths = 4;
+
+struct Simulated {
+  schedule::Program program;
+  trace::Timeline timeline;
+};
+
+Simulated simulated(const plan::Plan& plan, const CostModel& costs, int minibatches) {
+  Simulated s{plan::programForPlan(plan, costs.dag(), minibatches), {}};
+  s.timeline = simulate(s.program, costs);
+  return s;
+}
+
+// The steady state of `plan` as simulated: the mean mini-batch of a window after the
+// first, so it is one figure whatever trace was asked for (a single K+1 - K difference
+// swung by 8% with K under pipedream).
+Report steadyReport(const plan::Plan& plan, const CostModel& costs, int minibatches_in_window) {
+  Simulated first = simulated(plan, costs, kSteadyFrom);
+  Simulated window = simulated(plan, costs, kSteadyFrom + minibatches_in_window);
+  Report report = emptyReport(window.program, costs);
+  report.iteration_time = (window.timeline.makespan() - first.timeline.makespan()) / minibatches_in_window;
+  std::vector<double> busy = busyPerRank(window.timeline), busy_first = busyPerRank(first.timeline);
+  for (std::size_t r = 0; r < busy.size(); ++r) busy[r] = (busy[r] - busy_first[r]) / minibatches_in_window;
+  fillMemory(report, window.program, costs);
+  finish(report, busy);
+  return report;
+}
+
+// The report at `m` micro-batches on the line through the reports at m1 and m2: the
+// iteration, each rank's compute and each rank's activations grow linearly in the
+// steady state.
+Report extrapolated(const Report& a, const Report& b, int m1, int m2, int m, int64_t microbatch_size) {
+  const double t = static_cast<double>(m - m1) / (m2 - m1);
+  auto line = [t](double x, double y) { return x + t * (y - x); };
+  Report report = b;
+  report.microbatches = m;
+  report.samples_per_minibatch = m * microbatch_size;
+  report.iteration_time = line(a.iteration_time, b.iteration_time);
+  std::vector<double> busy;
+  for (std::size_t r = 0; r < report.ranks.size(); ++r) {
+    RankReport& rr = report.ranks[r];
+    busy.push_back(line(a.ranks[r].busy_seconds, b.ranks[r].busy_seconds));
+    rr.peak_activations = line(a.ranks[r].peak_activations, b.ranks[r].peak_activations);
+    rr.peak_memory_bytes = static_cast<int64_t>(
+        std::llround(line(static_cast<double>(a.ranks[r].peak_memory_bytes), static_cast<double>(b.ranks[r].peak_memory_bytes))));
+  }
+  finish(report, busy);
+  return report;
+}
+
+}  // namespace
+
+// Replicas take micro-batches in turn, so past the transient the iteration is periodic
+// in a quantum of micro-batches that every replica group divides (and the ranks, where
+// a rank runs several stages): m1 and m2 leave m's remainder modulo it, and are a whole
+// number of quanta apart.
+std::optional<std::pair<int, int>> extrapolationPoints(const plan::Plan& plan) {
+  int64_t quantum = 1, widest = 1;
+  for (int r : plan::stageReplicas(plan)) {
+    quantum = std::lcm(quantum, int64_t{r});
+    widest = std::max<int64_t>(widest, r);
+  }
+  if (schedule::multiStage(schedule::traits(plan.schedule.name)))
+    quantum = std::lcm(quantum, static_cast<int64_t>(plan::rankDevices(plan).size()));
+  const int64_t transient = int64_t{kTransientDepths} * plan.numStages() * widest;
+  const int64_t step = (transient + quantum - 1) / quantum * quantum;
+  const int64_t m1 = plan.microbatches % quantum + step, m2 = m1 + step;
+  if (plan.microbatches < 2 * m2) return std::nullopt;
+  return std::make_pair(static_cast<int>(m1), static_cast<int>(m2));
+}
+
+Report predictReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan) {
+  const CostModel costs(graph, cluster, plan);
+  const int window = schedule::isAsynchronous(plan.schedule.name) ? kSteadyWindow : 1;
+  const auto points = extrapolationPoints(plan);
+  if (!points) return steadyReport(plan, costs, window);
+  plan::Plan shorter = plan;
+  Report a, b;
+  try {
+    shorter.microbatches = points->first;
+    a = steadyReport(shorter, costs, window);
+    shorter.microbatches = points->second;
+    b = steadyReport(shorter, costs, window);
+  } catch (const Error&) {
+    return steadyReport(plan, costs, window);  // the schedule refuses the plan: say so with its own numbers
+  }
+  return extrapolated(a, b, points->first, points->second, plan.microbatches, plan.microbatch_size);
+}
+
+Report simulatedReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan) {
+  return steadyReport(plan, CostModel(graph, cluster, plan), kSteadyWindow);
+}
 
 Evaluation evaluatePlan(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                         const plan::Plan& plan, int minibatches) {
   if (minibatches < 1) throw Error("mini-batches to simulate must be at least 1");
   const CostModel costs(graph, cluster, plan);
-  // The steady state: the mean mini-batch of a window after the first, so it is one
-  // figure whatever trace was asked for (a single K+1 - K difference swung by 8% with K
-  // under pipedream).
-  const schedule::Program first = plan::programForPlan(plan, costs.dag(), kSteadyFrom);
-  const schedule::Program window = plan::programForPlan(plan, costs.dag(), kSteadyFrom + kSteadyWindow);
-  const trace::Timeline first_timeline = simulate(first, costs), window_timeline = simulate(window, costs);
-
   Evaluation e;
-  if (minibatches == kSteadyFrom) {
-    e.program = first;
-    e.timeline = first_timeline;
-  } else if (minibatches == kSteadyFrom + kSteadyWindow) {
-    e.program = window;
-    e.timeline = window_timeline;
-  } else {
-    e.program = plan::programForPlan(plan, costs.dag(), minibatches);
-    e.timeline = simulate(e.program, costs);
-  }
+  e.report = predictReport(graph, cluster, plan);
+  Simulated trace = simulated(plan, costs, minibatches);
+  e.program = std::move(trace.program);
+  e.timeline = std::move(trace.timeline);
   e.timeline.title = plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages, " +
                      std::to_string(plan.microbatches) + " micro-batches";
-  e.report = emptyReport(e.program, costs);
   e.report.makespan = e.timeline.makespan();
-  e.report.iteration_time = (window_timeline.makespan() - first_timeline.makespan()) / kSteadyWindow;
-  std::vector<double> busy = busyPerRank(window_timeline), busy_first = busyPerRank(first_timeline);
-  for (std::size_t r = 0; r < busy.size(); ++r) busy[r] = (busy[r] - busy_first[r]) / kSteadyWindow;
-  fillMemory(e.report, window, costs);
-  finish(e.report, busy);
   return e;
 }
 
@@ -181,6 +230,36 @@ UniformScenario uniformScenario(const plan::ScheduleOptions& schedule, int ranks
     u.plan.stages.push_back(
         {{u.graph.layer(s).name}, {u.cluster.device(v > 1 ? schedule::placedRank(t.placement, s, ranks) : s).name}});
   return u;
+}
+
+int64_t Report::peakMemoryBytes() const {
+  int64_t peak = 0;
+  for (const RankReport& r : ranks) peak = std::max(peak, r.peak_memory_bytes);
+  return peak;
+}
+
+json_io::Json Report::toJson() const {
+  json_io::Json ranks_json = json_io::Json::array();
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const RankReport& rr = ranks[r];
+    ranks_json.push_back({{"rank", r},
+                          {"device", rr.device},
+                          {"busy_seconds", rr.busy_seconds},
+                          {"bubble_fraction", rr.bubble_fraction},
+                          {"peak_activations", rr.peak_activations},
+                          {"weight_versions", rr.weight_versions},
+                          {"peak_memory_bytes", rr.peak_memory_bytes},
+                          {"memory_capacity_bytes", rr.memory_capacity_bytes}});
+  }
+  return {{"schedule", schedule},
+          {"stages", stages},
+          {"microbatches", microbatches},
+          {"samples_per_minibatch", samples_per_minibatch},
+          {"iteration_time", iteration_time},
+          {"throughput", throughput},
+          {"bubble_fraction", bubble_fraction},
+          {"makespan", makespan},
+          {"ranks", ranks_json}};
 }
 
 }  // namespace pipetrain::sim
