@@ -46,4 +46,7 @@ struct SpTree {
 
 SpTree seriesParallel(const LayerGraph& graph);
 
+// Whether the tree has a parallel node: branches that could run side by side.
+bool hasBranches(const SpTree& tree);
+
 }  // namespace pipetrain::graph

@@ -58,6 +58,9 @@ struct PartitionOptions {
   // share that relaxation's optimum, which is each one's optimum wherever it fits
   // (fitsMemory): the exploration solves one DP for several schedules.
   bool check_memory = true;
+  // The graph partitioner's budget of DP transitions (its tree search gives up past
+  // it); ~10 million a second on this machine. The exploration shares a smaller one.
+  int64_t max_graph_steps = 30'000'000;
 };
 
 // One stage: blocks [first_block, end_block) on devices [first_device, end_device).

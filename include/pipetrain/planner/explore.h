@@ -24,8 +24,9 @@ namespace pipetrain::planner {
 
 // Which partitioner proposes plans: PipeDream's chain DP over the layers' topological
 // order, GraphPipe's over the series-parallel tree (graph_partition.h), or both with the
-// simulator choosing (auto; on a chain both would propose the same, so only the chain
-// DP runs).
+// simulator choosing (auto). Under auto the graph partitioner runs only where the tree
+// has parallel branches (a skip connection alone makes none: there it would propose
+// what the chain DP does, at up to 1000x the cost), and within a budget of DP steps.
 enum class Partitioner { kAuto, kChain, kGraph };
 Partitioner partitionerFromName(const std::string& name);  // "auto", "chain", "graph"; Error otherwise
 const char* partitionerName(Partitioner p);
@@ -73,6 +74,7 @@ struct Exploration {
   int cluster_devices = 0;              // of the cluster explored
   int graph_layers = 0;                 // of the model explored
   std::vector<std::string> graph_notes; // the graph partitioner's (parts taken as chains)
+  int64_t graph_search_steps = 0;       // the graph partitioner's DP transitions, all searches
 
   const Candidate& best() const { return ranked.front(); }
   // One sentence on why ranked[1] lost to ranked[0] ("" with fewer than two).

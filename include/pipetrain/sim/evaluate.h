@@ -11,7 +11,7 @@
 // A mini-batch of many micro-batches is not simulated whole: past the pipeline's
 // start-up transient every further micro-batch per replica adds the same time, compute
 // and activations, so the report is extrapolated from two shorter mini-batches (m1 and
-// 2 m1, some 4 x stages x replicas). That agrees with simulating all of them to 1e-13
+// 2 m1, some 2 x stages x replicas). That agrees with simulating all of them to 1e-13
 // on the schedules with a periodic steady state and to 1e-3 on GPipe's (sim_test), and
 // made the planner 20x faster on PipeDream's GNMT at 4096 micro-batches.
 #pragma once

@@ -134,4 +134,10 @@ class Decomposer {
 
 SpTree seriesParallel(const LayerGraph& graph) { return Decomposer(graph).run(); }
 
+bool hasBranches(const SpTree& tree) {
+  for (const SpNode& node : tree.nodes)
+    if (node.kind == SpNode::Kind::kParallel) return true;
+  return false;
+}
+
 }  // namespace pipetrain::graph

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <set>
 
+#include "pipetrain/graph/series_parallel.h"
 #include "pipetrain/plan/partition.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/planner/chain_partition.h"
@@ -33,15 +34,29 @@ constexpr int kInterleavedChunks = 2;
 // The widest plan the graph partitioner is asked for: 0.5 s for 33 layers on 32 devices
 // (bench/planner_bench graphPartition), about 4x more per doubling.
 constexpr int kMaxGraphDevices = 64;
+// The graph partitioner's budget of DP steps for a whole exploration beside the chain DP
+// (about 0.4 s on this machine), and alone (--partitioner graph). Small models never
+// reach it; PipeDream's ResNet-50 and Inception-v3 reach it at their first search on 16
+// or more devices, whose plans then come from the chain DP.
+constexpr int64_t kGraphStepsBesideChain = 4'000'000;
+constexpr int64_t kGraphStepsAlone = 30'000'000;
 const double kTie = std::log(1.001);
 // Throughputs within 0.1% tie (the simulator's differences that small are rounding): they
 // fall into one bucket of kTie on a log scale. explore() ranks by it and whySlower()
 // explains by it, so that a "tie" means one thing.
 int64_t throughputTier(const sim::Report& r) { return static_cast<int64_t>(std::floor(std::log(r.throughput) / kTie)); }
-// The refinement's simulations: at most this many, and at most this many ranks simulated
-// in all (a plan on 264 devices gets 7 neighbours, about 0.2 s; one on 1024 devices 2).
+// The refinement's simulations: at most this many, and at most this much work simulated
+// in all, in ranks x micro-batches (simulationWork): a plan on 264 devices at 64
+// micro-batches gets 7 neighbours, about 0.2 s; one on 1024 devices 2.
 constexpr int kRefineSimulations = 128;
-constexpr int kRefineRanks = 2048;
+constexpr int64_t kRefineWork = 2048 * 64;
+
+// What simulating a plan costs: ranks x the micro-batches predictReport simulates.
+int64_t simulationWork(const plan::Plan& p) {
+  const auto points = sim::extrapolationPoints(p);
+  const int64_t microbatches = points ? points->first + points->second : p.microbatches;
+  return static_cast<int64_t>(plan::rankDevices(p).size()) * microbatches;
+}
 constexpr std::size_t kRefineStarts = 3;
 
 // The sizes to try: the given ones, or the powers of two dividing the batch; either way
@@ -238,7 +253,8 @@ class Explorer {
   Explorer(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o,
            Exploration& result)
       : graph_(graph), cluster_(cluster), o_(o), result_(result),
-        graph_partitioner_(o.partitioner == Partitioner::kGraph || (o.partitioner == Partitioner::kAuto && !graph.isChain())),
+        graph_partitioner_(o.partitioner == Partitioner::kGraph ||
+                           (o.partitioner == Partitioner::kAuto && graph::hasBranches(graph::seriesParallel(graph)))),
         chain_partitioner_(o.partitioner != Partitioner::kGraph) {
     std::vector<double> speeds;
     for (int d = 0; d < cluster.size(); ++d) speeds.push_back(cluster.device(d).speed);
@@ -320,9 +336,12 @@ class Explorer {
       std::optional<GraphPartition> optimum;
       try {
         optimum = solveGraph(graph_, cluster_, free, search);
+      } catch (const GraphSearchGaveUp&) {
+        throw;
       } catch (const Error&) {
         // no tiling at all (divisibility): the schedule's own search says why
       }
+      if (optimum) result_.graph_search_steps += optimum->search_steps;
       it = graph_relaxed_.emplace(key, std::move(optimum)).first;
     }
     po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
@@ -336,11 +355,10 @@ class Explorer {
     return o_.prune && simulated_ >= kAlwaysSimulated && bound < best_ * std::exp(-2 * kTie);
   }
 
-  // Every proposal for one schedule, micro-batch size and width.
+  // Every proposal for one schedule, micro-batch size and width: the partitioners' or a
+  // multi-stage schedule's balanced split.
   void explore(const std::string& name, int64_t b, int width) {
     const int m = static_cast<int>(o_.global_batch / b);
-    plan::ScheduleOptions schedule;
-    schedule.name = name;
     const schedule::ScheduleTraits& t = schedule::traits(name);
     if (schedule::multiStage(t)) {
       const int per_rank = schedule::stagesPerRank(t, kInterleavedChunks);
@@ -351,40 +369,76 @@ class Explorer {
       });
       return;
     }
+    if (graph_partitioner_) exploreGraph(name, b, width);
+    if (chain_partitioner_) exploreChain(name, b, width);
+  }
+
+  PartitionOptions partitionOptions(const std::string& name, int64_t b, int width) const {
     PartitionOptions po;
     po.schedule = name;
     po.microbatch_size = b;
-    po.microbatches = m;
+    po.microbatches = static_cast<int>(o_.global_batch / b);
     po.max_devices = width;
     po.use_all_devices = o_.use_all_devices;
     po.max_blocks = o_.max_blocks;
-    // The DP's bottleneck objective does not see the schedule's bubble, so the best pure
-    // pipeline and pure data parallelism are proposed beside its optimum and the
-    // simulator decides.
-    if (graph_partitioner_ && width > kMaxGraphDevices)
+    return po;
+  }
+
+  std::vector<int> replicaLimits() const {
+    return o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1};
+  }
+
+  // The graph partitioner's plans (GraphPipe's): within its budget of states, on at most
+  // kMaxGraphDevices devices.
+  void exploreGraph(const std::string& name, int64_t b, int width) {
+    if (width > kMaxGraphDevices) {
       addGraphNote("plans on more than " + std::to_string(kMaxGraphDevices) +
                    " devices come from the chain DP only: the graph search grows with the cube of the devices");
-    const std::vector<int> replica_limits =
-        o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1};
-    if (graph_partitioner_ && width <= kMaxGraphDevices) {
-      for (int max_replicas : replica_limits) {
-        po.max_replicas = max_replicas;
-        // Where the down-set search ran, the tree's plan too: they price transfers
-        // differently (solveGraph), and the simulator decides.
-        bool every_convex_partition = false;
-        for (const GraphSearch search : {GraphSearch::kAuto, GraphSearch::kSeriesParallel}) {
-          if (search == GraphSearch::kSeriesParallel && !every_convex_partition) break;  // kAuto ran the tree
-          consider(name, b, width, [&]() -> std::optional<Candidate> {
-            GraphPlan g = o_.prune ? graphShared(po, schedule, search)
-                                   : partitionGraph(graph_, cluster_, po, schedule, search);
-            every_convex_partition = g.partition.every_convex_partition;
-            for (const std::string& note : g.partition.notes) addGraphNote(note);
-            return Candidate{std::move(g.plan), {}, g.partition.objective, 0, "graph"};
-          });
-        }
+      return;
+    }
+    PartitionOptions po = partitionOptions(name, b, width);
+    plan::ScheduleOptions schedule;
+    schedule.name = name;
+    for (int max_replicas : replicaLimits()) {
+      po.max_replicas = max_replicas;
+      const int64_t budget = chain_partitioner_ ? kGraphStepsBesideChain : kGraphStepsAlone;
+      po.max_graph_steps = budget - result_.graph_search_steps;
+      if (po.max_graph_steps <= 0) {
+        addGraphNote("the graph partitioner's budget of " + std::to_string(budget) + " DP steps ran out" +
+                     (chain_partitioner_ ? ": the other combinations' plans come from the chain DP" : ""));
+        return;
+      }
+      // Where the down-set search ran, the tree's plan too: they price transfers
+      // differently (solveGraph), and the simulator decides.
+      bool every_convex_partition = false;
+      for (const GraphSearch search : {GraphSearch::kAuto, GraphSearch::kSeriesParallel}) {
+        if (search == GraphSearch::kSeriesParallel && !every_convex_partition) break;  // kAuto ran the tree
+        consider(name, b, width, [&]() -> std::optional<Candidate> {
+          std::optional<GraphPlan> found;
+          try {
+            found = o_.prune ? graphShared(po, schedule, search) : partitionGraph(graph_, cluster_, po, schedule, search);
+          } catch (const GraphSearchGaveUp&) {
+            result_.graph_search_steps += po.max_graph_steps;
+            throw;
+          }
+          GraphPlan& g = *found;
+          every_convex_partition = g.partition.every_convex_partition;
+          if (!o_.prune) result_.graph_search_steps += g.partition.search_steps;
+          for (const std::string& note : g.partition.notes) addGraphNote(note);
+          return Candidate{std::move(g.plan), {}, g.partition.objective, 0, "graph"};
+        });
       }
     }
-    if (!chain_partitioner_) return;
+  }
+
+  // The chain DP's optimum, its best pure pipeline and pure data parallelism: the DP's
+  // bottleneck objective does not see the schedule's bubble, so the simulator decides.
+  void exploreChain(const std::string& name, int64_t b, int width) {
+    const int m = static_cast<int>(o_.global_batch / b);
+    PartitionOptions po = partitionOptions(name, b, width);
+    plan::ScheduleOptions schedule;
+    schedule.name = name;
+    const std::vector<int> replica_limits = replicaLimits();
     for (int max_replicas : replica_limits) {
       po.max_replicas = max_replicas;
       consider(name, b, width, [&]() -> std::optional<Candidate> {
@@ -430,7 +484,7 @@ class Explorer {
     }
     std::vector<Candidate> starts;  // copies: the walk adds to result_.ranked
     for (const Candidate* c : picked) starts.push_back(*c);
-    const int total = starts.empty() ? 0 : std::min(kRefineSimulations, kRefineRanks / devicesUsed(starts.front().plan));
+    const int total = starts.empty() ? 0 : std::min<int64_t>(kRefineSimulations, kRefineWork / simulationWork(starts.front().plan));
     int budget = 0;
     for (std::size_t k = 0; k < starts.size(); ++k) {
       Candidate& current = starts[k];

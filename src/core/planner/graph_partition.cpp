@@ -64,9 +64,10 @@ struct Entry {
 class SeriesParallelSearch final : public detail::StageGraphSearch {
  public:
   // `depth_floor`: memory is sized for at least this many stages to the end.
+  // `max_steps`: the budget of best() calls over all solves.
   SeriesParallelSearch(const graph::LayerGraph& graph, const ChainProblem& problem, const graph::SpTree& tree,
-                       int depth_floor)
-      : graph_(graph), problem_(problem), tree_(tree), depth_floor_(depth_floor) {
+                       int depth_floor, int64_t max_steps)
+      : graph_(graph), problem_(problem), tree_(tree), depth_floor_(depth_floor), max_steps_(max_steps) {
     const cluster::ClusterSpec& c = problem.cluster();
     bool identical = c.links().empty();
     for (int d = 1; d < problem.numDevices(); ++d)
@@ -99,6 +100,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
 
   int solve(double limit) override {
     limit_ = limit;
+    if (gaveUp()) return kNoPartition;
     dense_.assign(dense_.size(), Entry{kUnsolved, {}});
     deep_.clear();
     used_ = 0;
@@ -115,6 +117,9 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
     collect(root(used_), p);
     return p;
   }
+
+  bool gaveUp() const override { return steps_ > max_steps_; }
+  int64_t steps() const override { return steps_; }
 
  private:
   State root(int devices) const { return {tree_.root, 0, width(tree_.root), 0, devices, 0}; }
@@ -181,6 +186,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
   }
 
   int best(const State& s) {
+    if (++steps_ > max_steps_) return kNoPartition;  // gave up: solve() answers nothing
     const State key = canonical(s);
     Entry& slot = entry(key);
     if (slot.depth == kUnsolved) {
@@ -310,6 +316,8 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
   int period_ = 1;  // windows this many devices apart price alike (canonical())
   double limit_ = kInfinity;
   int used_ = 0;  // devices of the partition solve() found
+  const int64_t max_steps_;
+  int64_t steps_ = 0;  // best() calls over all solves: the DP's transitions
 };
 
 // The stage graph's real depths. The search counts a run of a by-level series as deep
@@ -362,7 +370,9 @@ std::optional<GraphPartition> bisect(detail::StageGraphSearch& search, const gra
   double high = search.partition().objective, low = 0;
   for (int round = 0; round < 64 && high - low > kBisectionTolerance * high; ++round) {
     const double mid = (low + high) / 2;
-    if (search.solve(mid) == kNoPartition) {
+    const int depth = search.solve(mid);
+    if (search.gaveUp()) return std::nullopt;
+    if (depth == kNoPartition) {
       low = mid;
     } else {
       high = std::min(mid, search.partition().objective);
@@ -376,7 +386,7 @@ std::optional<GraphPartition> bisect(detail::StageGraphSearch& search, const gra
 // The search at one floor under the depths memory is sized for: every convex partition
 // where the down-set search can afford it, else the tree's.
 GraphPartition solveWithDepthFloor(const graph::LayerGraph& graph, const graph::SpTree& tree,
-                                   const ChainProblem& problem, int floor, GraphSearch kind) {
+                                   const ChainProblem& problem, int floor, GraphSearch kind, int64_t max_steps) {
   std::optional<GraphPartition> result;
   if (kind == GraphSearch::kAuto)
     if (auto down_sets = detail::makeDownSetSearch(graph, problem, floor)) {
@@ -384,8 +394,14 @@ GraphPartition solveWithDepthFloor(const graph::LayerGraph& graph, const graph::
       if (result) result->every_convex_partition = true;
     }
   if (!result) {
-    SeriesParallelSearch search(graph, problem, tree, floor);
+    SeriesParallelSearch search(graph, problem, tree, floor, max_steps);
     result = bisect(search, graph, problem, floor);
+    if (!result)
+      throw GraphSearchGaveUp("graph planner: the search over the series-parallel tree stopped at its budget of " +
+                  std::to_string(problem.options().max_graph_steps) + " DP steps (" + std::to_string(graph.size()) +
+                  " layers on " + std::to_string(problem.numDevices()) +
+                  " devices); plan this model with the chain partitioner, or on fewer devices");
+    result->search_steps = search.steps();
     result->notes = tree.linearised;
   }
   setDepths(*result, graph);
@@ -399,9 +415,12 @@ GraphPartition solveGraph(const graph::LayerGraph& graph, const cluster::Cluster
   const ChainProblem problem(graph, cluster, options);
   const graph::SpTree tree = graph::seriesParallel(graph);
   // Deepen the floor until it covers the plan found.
-  if (!wholePipelineDepth(options)) return solveWithDepthFloor(graph, tree, problem, 1, search);
+  if (!wholePipelineDepth(options)) return solveWithDepthFloor(graph, tree, problem, 1, search, options.max_graph_steps);
+  int64_t steps = 0;  // one budget for every floor's search
   for (int floor = 1;;) {
-    GraphPartition p = solveWithDepthFloor(graph, tree, problem, floor, search);
+    GraphPartition p = solveWithDepthFloor(graph, tree, problem, floor, search, options.max_graph_steps - steps);
+    steps += p.search_steps;
+    p.search_steps = steps;
     if (p.depth <= floor) return p;
     floor = p.depth;
   }

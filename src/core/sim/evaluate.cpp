@@ -76,10 +76,10 @@ Report emptyReport(const schedule::Program& program, const CostModel& costs) {
 constexpr int kSteadyFrom = 1;
 constexpr int kSteadyWindow = 4;
 // A pipeline's start-up transient lasts about as many micro-batches per replica as it
-// has stages (zero-bubble schedules' warm-up about twice that): past this many depths
+// has stages (ZB-H2 warm-up about twice that): past this many depths
 // the simulated iteration grows by the same time per micro-batch to within 1e-13
 // (sim_test Evaluate.ExtrapolatedReportMatchesFullSimulation).
-constexpr int kTransientDepths = 4;
+constexpr int kTransientDepths = 2;
 
 struct Simulated {
   schedule::Program program;
