@@ -2,16 +2,23 @@
 // chains and large hierarchical clusters, and how it grows with layers and devices; and
 // the whole exploration (`plan --schedule auto`: every schedule x micro-batch size x
 // width, scored by the simulator) against devices, with its peak resident memory.
-// Run: build/planner_bench   (or `make bench`)
+// And `plan` on layer profiles nobody here wrote: PipeDream's published ones
+// (bench/profiles) on PipeDream's cluster shape at 4 to 1024 GPUs, for each partitioner.
+// Run: build/planner_bench   (or `make bench`);
+//      build/planner_bench --benchmark_filter=published --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <random>
 
 #include "pipetrain/planner/chain_partition.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/planner/graph_partition.h"
+#include "pipetrain/sim/evaluate.h"
 #include "../tests/core/fork_join.h"
 
 namespace {
@@ -142,6 +149,84 @@ BENCHMARK(exploration)
     ->ArgNames({"devices", "batch", "prune", "layers"})
     ->Args({4, 1024, 0, 64})->Args({32, 1024, 0, 64})->Args({256, 1024, 0, 64})
     ->Iterations(1)->Unit(benchmark::kMillisecond);
+
+// PipeDream's cluster shape (bench/profiles/pipedream-32gpus.json): servers of 8 GPUs
+// at 60 GB/s, 3 GB/s between servers, memory that never binds.
+cluster::ClusterSpec pipedreamCluster(int gpus) {
+  std::vector<cluster::Device> d;
+  for (int i = 0; i < gpus; ++i) d.push_back({"gpu" + std::to_string(i), "gpu", 1.0, int64_t{1} << 40});
+  std::vector<cluster::Level> levels{{"server", std::min(8, gpus), 60e9, 0.0}};
+  if (gpus > 8) levels.push_back({"cluster", gpus, 3e9, 0.0});
+  return cluster::ClusterSpec(d, levels, {});
+}
+
+const char* const kPublished[] = {"alexnet", "vgg16", "gnmt", "resnet50", "inception-v3"};
+
+// What one `plan` run measured, in its own process (so that peak memory is its own).
+struct PlanRun {
+  double seconds = 0, peak_mib = 0, throughput = 0, simulated_throughput = 0;
+  int stages = 0, microbatch_size = 0;
+  bool failed = false;
+};
+
+PlanRun planInChild(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                    const planner::ExploreOptions& o) {
+  int fds[2];
+  if (pipe(fds) != 0) return {0, 0, 0, 0, 0, 0, true};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    PlanRun run;
+    try {
+      const auto start = std::chrono::steady_clock::now();
+      const planner::Exploration e = planner::explore(graph, cluster, o);
+      run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      run.throughput = e.best().report.throughput;
+      // The choice simulated whole, without the extrapolation the planner ranks by.
+      run.simulated_throughput = sim::simulatedReport(graph, cluster, e.best().plan).throughput;
+      run.stages = e.best().plan.numStages();
+      run.microbatch_size = static_cast<int>(e.best().plan.microbatch_size);
+    } catch (const std::exception&) {
+      run.failed = true;
+    }
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    run.peak_mib = usage.ru_maxrss / 1024.0;
+    const ssize_t written = write(fds[1], &run, sizeof run);
+    _exit(written == sizeof run ? 0 : 1);
+  }
+  close(fds[1]);
+  PlanRun run;
+  if (read(fds[0], &run, sizeof run) != sizeof run) run.failed = true;
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  return run;
+}
+
+// `plan --batch 4096` with every default but the partitioner (0 auto, 1 chain, 2 graph).
+void published(benchmark::State& state) {
+  const std::string model = kPublished[state.range(0)];
+  const auto graph = graph::LayerGraph::load(std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/pipedream-" + model + ".json");
+  const auto cluster = pipedreamCluster(static_cast<int>(state.range(1)));
+  planner::ExploreOptions o;
+  o.global_batch = 4096;
+  o.partitioner = state.range(2) == 0 ? planner::Partitioner::kAuto
+                  : state.range(2) == 1 ? planner::Partitioner::kChain : planner::Partitioner::kGraph;
+  PlanRun run;
+  for (auto _ : state) {
+    run = planInChild(graph, cluster, o);
+    state.SetIterationTime(run.seconds);
+  }
+  state.SetLabel(model + (run.failed ? " (no plan)" : ""));
+  state.counters["peak_MiB"] = run.peak_mib;
+  state.counters["throughput"] = run.throughput;  // predicted, samples/s
+  state.counters["simulated"] = run.simulated_throughput;  // the choice simulated whole
+  state.counters["stages"] = run.stages;
+  state.counters["microbatch"] = run.microbatch_size;
+}
+BENCHMARK(published)
+    ->ArgNames({"model", "gpus", "partitioner"})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {4, 32, 128, 1024}, {0, 1, 2}})
+    ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -70,9 +70,10 @@ Report emptyReport(const schedule::Program& program, const CostModel& costs) {
   return report;
 }
 
-// Mini-batches before the steady-state window, and in it. A flushing schedule's
-// mini-batches after the first all take the same time (to 1e-14), so predictReport
-// takes a window of one there.
+// Mini-batches before the steady-state window, and in it. Where a flushing schedule's
+// short mini-batches are extrapolated, those after the first took the same time to 1e-14
+// (PipeDream's GNMT on 32 GPUs), so the window is one mini-batch there; a whole one of
+// 4096 micro-batches whose ports queue up did not (0.1% apart on PipeDream's AlexNet).
 constexpr int kSteadyFrom = 1;
 constexpr int kSteadyWindow = 4;
 // A pipeline's start-up transient lasts about as many micro-batches per replica as it
@@ -80,6 +81,7 @@ constexpr int kSteadyWindow = 4;
 // the simulated iteration grows by the same time per micro-batch to within 1e-13
 // (sim_test Evaluate.ExtrapolatedReportMatchesFullSimulation).
 constexpr int kTransientDepths = 2;
+constexpr double kSettledTolerance = 1e-9;
 
 struct Simulated {
   schedule::Program program;
@@ -92,19 +94,57 @@ Simulated simulated(const plan::Plan& plan, const CostModel& costs, int minibatc
   return s;
 }
 
+// Seconds each resource that work queues on is occupied: every rank's compute, then
+// every network port's wire time.
+std::vector<double> resourceLoads(const trace::Timeline& t, const CostModel& costs) {
+  std::vector<double> load = busyPerRank(t);
+  load.resize(t.numRanks() + costs.cluster().numPorts(), 0.0);
+  for (const trace::Transfer& x : t.transfers) {
+    const cluster::Route route = costs.route(x.from_rank, x.to_rank);
+    const double wire = x.bytes / route.bandwidth;
+    if (route.send_port >= 0) load[t.numRanks() + route.send_port] += wire;
+    if (route.recv_port >= 0) load[t.numRanks() + route.recv_port] += wire;
+  }
+  return load;
+}
+
+struct Steady {
+  Report report;
+  std::vector<double> loads;  // per mini-batch, as resourceLoads
+};
+
 // The steady state of `plan` as simulated: the mean mini-batch of a window after the
 // first, so it is one figure whatever trace was asked for (a single K+1 - K difference
 // swung by 8% with K under pipedream).
-Report steadyReport(const plan::Plan& plan, const CostModel& costs, int minibatches_in_window) {
+Steady steadyState(const plan::Plan& plan, const CostModel& costs, int minibatches_in_window) {
   Simulated first = simulated(plan, costs, kSteadyFrom);
   Simulated window = simulated(plan, costs, kSteadyFrom + minibatches_in_window);
-  Report report = emptyReport(window.program, costs);
+  Steady steady{emptyReport(window.program, costs), resourceLoads(window.timeline, costs)};
+  Report& report = steady.report;
   report.iteration_time = (window.timeline.makespan() - first.timeline.makespan()) / minibatches_in_window;
-  std::vector<double> busy = busyPerRank(window.timeline), busy_first = busyPerRank(first.timeline);
-  for (std::size_t r = 0; r < busy.size(); ++r) busy[r] = (busy[r] - busy_first[r]) / minibatches_in_window;
+  const std::vector<double> loads_first = resourceLoads(first.timeline, costs);
+  for (std::size_t k = 0; k < steady.loads.size(); ++k)
+    steady.loads[k] = (steady.loads[k] - loads_first[k]) / minibatches_in_window;
+  const std::vector<double> busy(steady.loads.begin(), steady.loads.begin() + window.timeline.numRanks());
   fillMemory(report, window.program, costs);
   finish(report, busy);
-  return report;
+  return steady;
+}
+
+Report steadyReport(const plan::Plan& plan, const CostModel& costs, int minibatches_in_window) {
+  return steadyState(plan, costs, minibatches_in_window).report;
+}
+
+// Whether the iteration between two steady states grows at least as fast as every
+// resource's load: otherwise some queue (a port fed by more senders than it drains)
+// grows with every micro-batch and binds later, beyond m2 (PipeDream's AlexNet on 32
+// GPUs: 24 replicas feeding 3 grew by 12.29 us per micro-batch up to 800 of them,
+// then by 12.42), and the line through the two would not hold.
+bool settled(const Steady& a, const Steady& b, int m1, int m2) {
+  const double slope = (b.report.iteration_time - a.report.iteration_time) / (m2 - m1);
+  for (std::size_t k = 0; k < a.loads.size(); ++k)
+    if ((b.loads[k] - a.loads[k]) / (m2 - m1) > slope * (1 + kSettledTolerance)) return false;
+  return true;
 }
 
 // The report at `m` micro-batches on the line through the reports at m1 and m2: the
@@ -153,19 +193,24 @@ std::optional<std::pair<int, int>> extrapolationPoints(const plan::Plan& plan) {
 Report predictReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan) {
   const CostModel costs(graph, cluster, plan);
   const int window = schedule::isAsynchronous(plan.schedule.name) ? kSteadyWindow : 1;
-  const auto points = extrapolationPoints(plan);
-  if (!points) return steadyReport(plan, costs, window);
-  plan::Plan shorter = plan;
-  Report a, b;
-  try {
-    shorter.microbatches = points->first;
-    a = steadyReport(shorter, costs, window);
-    shorter.microbatches = points->second;
-    b = steadyReport(shorter, costs, window);
-  } catch (const Error&) {
-    return steadyReport(plan, costs, window);  // the schedule refuses the plan: say so with its own numbers
+  if (const auto points = extrapolationPoints(plan)) {
+    plan::Plan shorter = plan;
+    Steady a, b;
+    try {
+      shorter.microbatches = points->first;
+      a = steadyState(shorter, costs, window);
+      shorter.microbatches = points->second;
+      b = steadyState(shorter, costs, window);
+      // A queue still growing between them binds later (PipeDream's AlexNet: it did
+      // from 120 and 240 micro-batches to 1552 and 3088): the whole mini-batch, then.
+      if (settled(a, b, points->first, points->second))
+        return extrapolated(a.report, b.report, points->first, points->second, plan.microbatches,
+                            plan.microbatch_size);
+    } catch (const Error&) {
+      // the schedule refuses the plan: the whole mini-batch says so with its own numbers
+    }
   }
-  return extrapolated(a, b, points->first, points->second, plan.microbatches, plan.microbatch_size);
+  return steadyReport(plan, costs, kSteadyWindow);
 }
 
 Report simulatedReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan) {

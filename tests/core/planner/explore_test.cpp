@@ -9,6 +9,7 @@
 #include "../expect_error.h"
 #include "../fork_join.h"
 #include "pipetrain/plan/plan_program.h"
+#include "pipetrain/planner/graph_partition.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 
@@ -262,6 +263,41 @@ TEST(Explore, TheGraphPartitionerProposesOnMultiBranchModelsOnly) {
   testing::expectError([] { partitionerFromName("tree"); }, {"unknown partitioner 'tree'", "auto, chain, graph"});
 }
 
+
+// Four branches of 40 layers on 32 devices: the tree search there takes billions of
+// steps unbounded. The exploration stops it at its budget of DP steps (not of seconds)
+// and plans from the chain DP, with a note.
+TEST(Explore, TheGraphSearchStopsAtItsBudgetOfSteps) {
+  const graph::LayerGraph deep = testing::forkJoin(4, 40, [](int b, int k) {
+    graph::Layer l;
+    l.forward_seconds = l.backward_input_seconds = l.backward_weight_seconds = 1e-3 * (1 + (b + k) % 3);
+    l.output_bytes = l.saved_activation_bytes = 1 << 16;
+    l.param_bytes = 1 << 20;
+    return l;
+  }, [] {
+    graph::Layer join;
+    join.name = "join";
+    return join;
+  }());
+  std::vector<cluster::Device> devices;
+  for (int d = 0; d < 32; ++d) devices.push_back({"gpu" + std::to_string(d), "gpu", 1.0, int64_t{1} << 36});
+  const cluster::ClusterSpec cluster(devices, {{"node", 8, 60e9, 1e-6}, {"net", 32, 3e9, 1e-5}}, {});
+  ExploreOptions o;
+  o.global_batch = 64;
+  o.schedule = "1f1b";
+  const Exploration e = explore(deep, cluster, o);
+  EXPECT_LE(e.graph_search_steps, 4'000'000);
+  EXPECT_GT(e.graph_search_steps, 0);
+  ASSERT_FALSE(e.graph_notes.empty());
+  EXPECT_NE(e.graph_notes.back().find("budget of 4000000 DP steps ran out"), std::string::npos) << e.graph_notes.back();
+  EXPECT_FALSE(e.ranked.empty());
+  // Alone, the partitioner says where it stopped.
+  PartitionOptions po;
+  po.microbatches = 64;
+  po.max_graph_steps = 1000;
+  testing::expectError([&] { partitionGraph(deep, cluster, po, {}, GraphSearch::kSeriesParallel); },
+                       {"budget of 1000 DP steps", "161 layers on 32 devices", "chain partitioner"});
+}
 
 // A random chain of `n` layers of uneven compute, some with activations large enough
 // that their transfer matters.
