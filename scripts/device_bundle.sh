@@ -7,5 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 mkdir -p .device/bin
-for b in pipetrain pipetrain_torch_tests plain_loop; do strip -o ".device/bin/$b" "$build/$b"; done
+for b in pipetrain pipetrain-torch pipetrain_torch_tests plain_loop; do strip -o ".device/bin/$b" "$build/$b"; done
 du -sh .device/bin/*

@@ -5,12 +5,12 @@
 #
 #   bash scripts/device_check.sh BIN OUT
 #
-# BIN holds pipetrain, pipetrain_torch_tests and plain_loop (scripts/device_bundle.sh
+# BIN holds pipetrain, pipetrain-torch, pipetrain_torch_tests and plain_loop (scripts/device_bundle.sh
 # strips them into .device/bin); OUT receives the logs, the summaries and results.jsonl,
 # one JSON line per figure. Every step has its own time limit, and a step that fails
 # is reported and the next one runs.
 set -uo pipefail
-bin=$(realpath "${1:?BIN: the folder with pipetrain, pipetrain_torch_tests, plain_loop}")
+bin=$(realpath "${1:?BIN: the folder with pipetrain, pipetrain-torch, pipetrain_torch_tests, plain_loop}")
 out=$(realpath -m "${2:?OUT: where the results go}")
 mkdir -p "$out"
 src=$(cd "$(dirname "$0")/.." && pwd)

@@ -13,7 +13,7 @@ Command addExportCommand(CLI::App& app) {
     std::string checkpoint, out, model_file;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("export", "Write a checkpoint's model as one file Python loads");
+  CLI::App* cmd = app.add_subcommand("export", torchCommandDescription("export"));
   cmd->add_option("checkpoint", a->checkpoint, "a checkpoint folder, or a --checkpoint-dir (its newest intact one)")
       ->required();
   cmd->add_option("--out", a->out, "the model file to write")->required();

@@ -7,7 +7,7 @@
 namespace pipetrain::cli {
 
 Command addInfoCommand(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("info", "Show the LibTorch build, threads, devices and matmul speed");
+  CLI::App* cmd = app.add_subcommand("info", torchCommandDescription("info"));
   return {cmd, [] {
             const auto info = torchside::probeTorch();
             std::printf("pipetrain 0.1.0\nLibTorch %s, %d intra-op threads\n", info.version.c_str(),

@@ -1,4 +1,6 @@
-// pipetrain: pipeline-parallel training. See README.md for the commands.
+// pipetrain: pipeline-parallel training. See README.md for the commands. The same main
+// makes `pipetrain` (no LibTorch; hands the torch commands to pipetrain-torch) and
+// `pipetrain-torch` (everything): commands.h.
 #include <iostream>
 #include <vector>
 
@@ -11,17 +13,14 @@ int main(int argc, char** argv) {
   pipetrain::util::retainFreedMemory();
   CLI::App app{"pipetrain: plan, simulate and run pipeline-parallel training"};
   app.require_subcommand(1);
-  const std::vector<pipetrain::cli::Command> commands = {
+  std::vector<pipetrain::cli::Command> commands = {
       pipetrain::cli::addScheduleCommand(app),
       pipetrain::cli::addSimulateCommand(app),
-      pipetrain::cli::addInfoCommand(app),
       pipetrain::cli::addPlanCommand(app),
-      pipetrain::cli::addTrainCommand(app, std::vector<std::string>(argv, argv + argc)),
-      pipetrain::cli::addProfileCommand(app),
       pipetrain::cli::addReportCommand(app),
-      pipetrain::cli::addExportCommand(app),
-      pipetrain::cli::addProfileNetworkCommand(app, std::vector<std::string>(argv, argv + argc)),
   };
+  for (auto& command : pipetrain::cli::addTorchCommands(app, std::vector<std::string>(argv, argv + argc)))
+    commands.push_back(std::move(command));
 
   try {
     app.parse(argc, argv);

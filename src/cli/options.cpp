@@ -4,28 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <type_traits>
 
-#include "pipetrain/torch/models.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
-
-static_assert(std::is_same_v<models::ModelConfig, std::map<std::string, int64_t>>,
-              "options.h spells out models::ModelConfig; keep the two the same type");
-
-std::map<std::string, int64_t> parseModelOptions(const std::vector<std::string>& options) {
-  models::ModelConfig out;
-  for (const auto& o : options) {
-    const auto eq = o.find('=');
-    char* end = nullptr;
-    const long long v = eq == std::string::npos ? 0 : std::strtoll(o.c_str() + eq + 1, &end, 10);
-    if (eq == std::string::npos || !end || *end != '\0' || eq + 1 == o.size())
-      throw Error("--model-option \"" + o + "\": expected KEY=INTEGER, e.g. layers=8");
-    out[o.substr(0, eq)] = v;
-  }
-  return out;
-}
 
 int64_t parseByteSize(const std::string& text, const std::string& option) {
   char* end = nullptr;
@@ -57,12 +39,6 @@ CLI::Validator positive() {
         return "";
       },
       "POSITIVE");
-}
-
-std::string modelNameList() {
-  std::string names;
-  for (const std::string& name : models::modelNames()) names += (names.empty() ? "" : ", ") + name;
-  return names;
 }
 
 void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner) {

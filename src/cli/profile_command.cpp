@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "model_options.h"
 #include "options.h"
 #include "pipetrain/torch/data.h"
 #include "pipetrain/torch/profiler.h"
@@ -234,7 +235,7 @@ int run(ProfileArgs& a) {
 
 Command addProfileCommand(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
-  CLI::App* cmd = app.add_subcommand("profile", "Measure a model's per-layer times and memory; write a layer graph");
+  CLI::App* cmd = app.add_subcommand("profile", torchCommandDescription("profile"));
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   auto* zoo = cmd->add_option("--model", a->model, modelNameList());
   auto* file = cmd->add_option("--model-file", a->model_file, "your own TorchScript model (docs/byo.md)");

@@ -124,8 +124,7 @@ int launch(const NetworkArgs& a) {
 Command addProfileNetworkCommand(CLI::App& app, const std::vector<std::string>& argv) {
   auto a = std::make_shared<NetworkArgs>();
   a->argv = argv;
-  CLI::App* cmd = app.add_subcommand("profile-network",
-                                     "Measure latency and bandwidth between ranks over Gloo; write a cluster spec");
+  CLI::App* cmd = app.add_subcommand("profile-network", torchCommandDescription("profile-network"));
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--nproc", a->nproc, "local ranks to launch (ignored when RANK is set)")->capture_default_str();
   cmd->add_option("--sizes", a->sizes, "bandwidth message sizes, e.g. 1M,4M,16M (binary K/M/G)")

@@ -17,6 +17,7 @@
 #include "auto_plan.h"
 #include "commands.h"
 #include "launcher.h"
+#include "model_options.h"
 #include "options.h"
 #include "prediction.h"
 #include "report_pages.h"
@@ -442,7 +443,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   auto a = std::make_shared<TrainArgs>();
   a->argv = argv;
   auto& c = a->config;
-  CLI::App* cmd = app.add_subcommand("train", "Train a model with pipeline parallelism on local or launched ranks");
+  CLI::App* cmd = app.add_subcommand("train", torchCommandDescription("train"));
   // A later --option overrides an earlier one, so scripts can append to a base command.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--model", c.model, modelNameList())->capture_default_str();
