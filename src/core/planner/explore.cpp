@@ -3,14 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
 #include <optional>
-#include <cstdio>
 #include <set>
 
+#include "explore_internal.h"
 #include "pipetrain/graph/series_parallel.h"
 #include "pipetrain/plan/partition.h"
 #include "pipetrain/plan/plan_program.h"
@@ -26,8 +25,10 @@
 namespace pipetrain::planner {
 namespace {
 
-// Mini-batches simulated before the measured one: enough for asynchronous schedules to
-// reach their steady state.
+using detail::devicesUsed;
+using detail::kTie;
+using detail::throughputTier;
+
 // Proposals simulated before any is pruned by its compute bound.
 constexpr int kAlwaysSimulated = 5;
 constexpr int kInterleavedChunks = 2;
@@ -40,18 +41,14 @@ constexpr int kMaxGraphDevices = 64;
 // or more devices, whose plans then come from the chain DP.
 constexpr int64_t kGraphStepsBesideChain = 4'000'000;
 constexpr int64_t kGraphStepsAlone = 30'000'000;
-const double kTie = std::log(1.001);
-// Throughputs within 0.1% tie (the simulator's differences that small are rounding): they
-// fall into one bucket of kTie on a log scale. explore() ranks by it and whySlower()
-// explains by it, so that a "tie" means one thing.
-int64_t throughputTier(const sim::Report& r) { return static_cast<int64_t>(std::floor(std::log(r.throughput) / kTie)); }
 // The refinement's simulations: at most this many, and at most this much work simulated
 // in all, in ranks x micro-batches (simulationWork): a plan on 264 devices at 64
 // micro-batches gets 7 neighbours, about 0.2 s; one on 1024 devices 2.
 constexpr int kRefineSimulations = 128;
 constexpr int64_t kRefineWork = 2048 * 64;
 
-// What simulating a plan costs: ranks x the micro-batches predictReport simulates.
+// What simulating a plan costs: ranks x the micro-batches predictReport simulates (where
+// the extrapolation holds; more where it simulates the mini-batch whole).
 int64_t simulationWork(const plan::Plan& p) {
   const auto points = sim::extrapolationPoints(p);
   const int64_t microbatches = points ? points->first + points->second : p.microbatches;
@@ -137,21 +134,6 @@ std::string planKey(const plan::Plan& p) {
   return key;
 }
 
-// A device runs one rank (several stages under interleaved and V schedules).
-int devicesUsed(const plan::Plan& p) { return static_cast<int>(plan::rankDevices(p).size()); }
-
-double maxBusy(const sim::Report& r) {
-  double m = 0;
-  for (const auto& rank : r.ranks) m = std::max(m, rank.busy_seconds);
-  return m;
-}
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 }  // namespace
 
 Partitioner partitionerFromName(const std::string& name) {
@@ -177,71 +159,6 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
   for (const auto& s : schedule::scheduleNames())
     if (o.allow_async || !schedule::isAsynchronous(s)) names.push_back(s);
   return names;
-}
-
-std::string whySlower(const Candidate& winner, const Candidate& loser) {
-  const sim::Report &w = winner.report, &l = loser.report;
-  if (throughputTier(l) == throughputTier(w)) {  // a tie on throughput: what broke it, as explore() ranks ties
-    if (loser.plan.microbatch_size < winner.plan.microbatch_size)
-      return "the same predicted throughput, but smaller micro-batches (" + std::to_string(loser.plan.microbatch_size) +
-             " against " + std::to_string(winner.plan.microbatch_size) + ")";
-    if (l.peakMemoryBytes() <= w.peakMemoryBytes() * 1.01)
-      return "a tie: the same predicted throughput and peak memory (listed second)";
-    return "the same predicted throughput, but a peak of " + text::humanBytes(static_cast<double>(l.peakMemoryBytes())) +
-           " per device against " + text::humanBytes(static_cast<double>(w.peakMemoryBytes()));
-  }
-  std::string why = fixed(100.0 * (1.0 - l.throughput / w.throughput), 1) + "% lower throughput: ";
-  if (l.bubble_fraction > w.bubble_fraction + 0.02)
-    return why + "more idle time (mean bubble " + fixed(l.bubble_fraction, 3) + " vs " + fixed(w.bubble_fraction, 3) + ")";
-  if (maxBusy(l) * l.samples_per_minibatch > maxBusy(w) * w.samples_per_minibatch * 1.02)
-    return why + "a slower bottleneck rank (" + fixed(maxBusy(l) / l.samples_per_minibatch * 1e3, 3) + " vs " +
-           fixed(maxBusy(w) / w.samples_per_minibatch * 1e3, 3) + " ms busy per sample)";
-  return why + "communication and synchronisation (iteration " + fixed(l.iteration_time * 1e3, 2) + " vs " +
-         fixed(w.iteration_time * 1e3, 2) + " ms per " + std::to_string(l.samples_per_minibatch) + " samples)";
-}
-
-std::string Exploration::runnerUpLost() const { return ranked.size() < 2 ? "" : whySlower(ranked[0], ranked[1]); }
-
-std::string Exploration::idleDevicesNote() const {
-  if (ranked.empty()) return "";
-  const plan::Plan& p = best().plan;
-  const int used = devicesUsed(p);
-  if (used >= cluster_devices) return "";
-  std::string note = "the chosen plan uses " + std::to_string(used) + " of the cluster's " +
-                     std::to_string(cluster_devices) + " devices";
-  for (std::size_t i = 1; i < ranked.size(); ++i)
-    if (devicesUsed(ranked[i].plan) == cluster_devices)
-      return note + "; the best plan on all of them (#" + std::to_string(i + 1) + ") was predicted slower";
-  // No candidate used them all. A plan of s stages x r replicas does when s * r = D and
-  // r replicas can split the micro-batches: find the nearest such count m'. (Under a
-  // per-mini-batch step m' >= r will do; PipeDream's per-round step needs r | m'.)
-  const int m = p.microbatches;
-  const schedule::ScheduleTraits& traits = schedule::traits(p.schedule.name);
-  int best_m = 0, best_stages = 0;
-  for (int stages = 1; stages <= std::min(cluster_devices, graph_layers); ++stages) {
-    if (cluster_devices % stages != 0) continue;
-    const int r = cluster_devices / stages;
-    const int down = m / r * r, up = down + r;
-    for (int candidate : {std::max(m, r), down, up})
-      if (schedule::replicasCanSplit(traits, candidate, r) &&
-          (best_m == 0 || std::abs(candidate - m) < std::abs(best_m - m))) {
-        best_m = candidate;
-        best_stages = stages;
-      }
-  }
-  const std::string idle = std::to_string(cluster_devices - used) + " sit idle";
-  if (best_m == m)  // the numbers allow it: the partitioner's plans on every device were no faster
-    return note + ": " + idle + "; the partitioner found no plan on all of them that it predicts faster";
-  note += ": " + idle + ", and no plan could use them all with " +
-          std::to_string(m) + " micro-batches per mini-batch (" + p.schedule.name +
-          (traits.step_rule == schedule::StepRule::kPerMinibatch
-               ? ": every replica needs a micro-batch of its own"
-               : ": a stage's replicas must divide the micro-batches") + ")";
-  if (best_m > 0)
-    note += "; " + std::to_string(best_m) + " micro-batches (a batch of " + std::to_string(best_m * p.microbatch_size) +
-            ") would let " + std::to_string(best_stages) + " stage(s) x " +
-            std::to_string(cluster_devices / best_stages) + " replicas use every device";
-  return note;
 }
 
 namespace {
@@ -335,6 +252,7 @@ class Explorer {
       free.check_memory = false;
       std::optional<GraphPartition> optimum;
       try {
+        free.max_graph_steps = graphStepsLeft();
         optimum = solveGraph(graph_, cluster_, free, search);
       } catch (const GraphSearchGaveUp&) {
         throw;
@@ -347,8 +265,16 @@ class Explorer {
     po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
     if (it->second && fitsMemory(*it->second, graph_, cluster_, po))
       return {toPlan(*it->second, graph_, cluster_, po, schedule), *it->second};
-    return partitionGraph(graph_, cluster_, po, schedule, search);
+    po.max_graph_steps = graphStepsLeft();
+    GraphPlan g = partitionGraph(graph_, cluster_, po, schedule, search);
+    result_.graph_search_steps += g.partition.search_steps;
+    return g;
   }
+
+  // The graph partitioner's budget of DP steps for the whole exploration, less what its
+  // searches took so far.
+  int64_t graphStepsBudget() const { return chain_partitioner_ ? kGraphStepsBesideChain : kGraphStepsAlone; }
+  int64_t graphStepsLeft() const { return graphStepsBudget() - result_.graph_search_steps; }
 
   // Whether a combination of that bound cannot beat the best plan simulated so far.
   bool cannotWin(double bound) const {
@@ -388,8 +314,8 @@ class Explorer {
     return o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1};
   }
 
-  // The graph partitioner's plans (GraphPipe's): within its budget of states, on at most
-  // kMaxGraphDevices devices.
+  // The graph partitioner's plans (GraphPipe's): within its budget of DP steps, on at
+  // most kMaxGraphDevices devices.
   void exploreGraph(const std::string& name, int64_t b, int width) {
     if (width > kMaxGraphDevices) {
       addGraphNote("plans on more than " + std::to_string(kMaxGraphDevices) +
@@ -401,10 +327,8 @@ class Explorer {
     schedule.name = name;
     for (int max_replicas : replicaLimits()) {
       po.max_replicas = max_replicas;
-      const int64_t budget = chain_partitioner_ ? kGraphStepsBesideChain : kGraphStepsAlone;
-      po.max_graph_steps = budget - result_.graph_search_steps;
-      if (po.max_graph_steps <= 0) {
-        addGraphNote("the graph partitioner's budget of " + std::to_string(budget) + " DP steps ran out" +
+      if (graphStepsLeft() <= 0) {
+        addGraphNote("the graph partitioner's budget of " + std::to_string(graphStepsBudget()) + " DP steps ran out" +
                      (chain_partitioner_ ? ": the other combinations' plans come from the chain DP" : ""));
         return;
       }
@@ -416,14 +340,19 @@ class Explorer {
         consider(name, b, width, [&]() -> std::optional<Candidate> {
           std::optional<GraphPlan> found;
           try {
-            found = o_.prune ? graphShared(po, schedule, search) : partitionGraph(graph_, cluster_, po, schedule, search);
+            if (o_.prune) {
+              found = graphShared(po, schedule, search);
+            } else {
+              po.max_graph_steps = graphStepsLeft();
+              found = partitionGraph(graph_, cluster_, po, schedule, search);
+              result_.graph_search_steps += found->partition.search_steps;
+            }
           } catch (const GraphSearchGaveUp&) {
-            result_.graph_search_steps += po.max_graph_steps;
+            result_.graph_search_steps = graphStepsBudget();  // a search gives up on what was left
             throw;
           }
           GraphPlan& g = *found;
           every_convex_partition = g.partition.every_convex_partition;
-          if (!o_.prune) result_.graph_search_steps += g.partition.search_steps;
           for (const std::string& note : g.partition.notes) addGraphNote(note);
           return Candidate{std::move(g.plan), {}, g.partition.objective, 0, "graph"};
         });
@@ -711,44 +640,6 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
                 std::to_string(result.dropped.size()) + " combinations tried), e.g.:" + reasons);
   }
   return result;
-}
-
-json_io::Json Exploration::toJson() const {
-  auto candidateJson = [](const Candidate& c) {
-    json_io::Json stages = json_io::Json::array();
-    for (const auto& s : c.plan.stages)
-      stages.push_back({{"layers", s.layers}, {"replicas", s.devices.size()}, {"devices", s.devices}});
-    json_io::Json memory = json_io::Json::object();
-    for (const auto& r : c.report.ranks) memory[r.device] = std::max<int64_t>(memory.value(r.device, int64_t{0}), r.peak_memory_bytes);
-    return json_io::Json{{"schedule", c.plan.schedule.name},
-                         {"partitioner", c.partitioner},
-                         {"depth", c.depth},
-                         {"chunks", c.plan.schedule.chunks},
-                         {"asynchronous", schedule::isAsynchronous(c.plan.schedule.name)},
-                         {"stages", stages},
-                         {"microbatch_size", c.plan.microbatch_size},
-                         {"microbatches", c.plan.microbatches},
-                         {"predicted_throughput", c.report.throughput},
-                         {"predicted_iteration_seconds", c.report.iteration_time},
-                         {"bubble_fraction", c.report.bubble_fraction},
-                         {"peak_memory_bytes", memory}};
-  };
-  json_io::Json j = candidateJson(best());
-  j["search_seconds"] = search_seconds;
-  j["pruned"] = pruned;
-  j["pruned_combinations"] = pruned_combinations;
-  j["async_included"] = async_included;
-  j["runner_up_lost"] = runnerUpLost();
-  j["idle_devices_note"] = idleDevicesNote();
-  j["graph_notes"] = graph_notes;
-  json_io::Json table = json_io::Json::array();
-  for (const auto& c : ranked) table.push_back(candidateJson(c));
-  j["candidates"] = table;
-  json_io::Json drops = json_io::Json::array();
-  for (const auto& d : dropped)
-    drops.push_back({{"schedule", d.schedule}, {"microbatch_size", d.microbatch_size}, {"devices", d.devices}, {"reason", d.reason}});
-  j["dropped"] = drops;
-  return j;
 }
 
 }  // namespace pipetrain::planner

@@ -201,8 +201,8 @@ Report predictReport(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       a = steadyState(shorter, costs, window);
       shorter.microbatches = points->second;
       b = steadyState(shorter, costs, window);
-      // A queue still growing between them binds later (PipeDream's AlexNet: it did
-      // from 120 and 240 micro-batches to 1552 and 3088): the whole mini-batch, then.
+      // A queue still growing between them binds later (PipeDream's AlexNet: from 112
+      // and 208 micro-batches it had not yet): the whole mini-batch, then.
       if (settled(a, b, points->first, points->second))
         return extrapolated(a.report, b.report, points->first, points->second, plan.microbatches,
                             plan.microbatch_size);
