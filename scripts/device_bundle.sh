@@ -7,5 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 mkdir -p .device/bin
+cmake --build "$build" --target plain_loop
 for b in pipetrain pipetrain-torch pipetrain_torch_tests plain_loop; do strip -o ".device/bin/$b" "$build/$b"; done
 du -sh .device/bin/*

@@ -22,7 +22,7 @@ constexpr int64_t kSide = 28;
 constexpr int64_t kClasses = 10;
 constexpr uint32_t kImagesMagic = 0x00000803;
 constexpr uint32_t kLabelsMagic = 0x00000801;
-const char* const kInstallHint =
+const char* const kFashionMnistInstallHint =
     "install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist)";
 
 bool fits(const InputSpec& input) {
@@ -32,7 +32,7 @@ bool fits(const InputSpec& input) {
 }
 
 void requireFile(const std::string& path) {
-  if (!fs::is_regular_file(path)) throw Error(path + ": not found; " + kInstallHint);
+  if (!fs::is_regular_file(path)) throw Error(path + ": not found; " + kFashionMnistInstallHint);
 }
 
 class FashionMnist : public Dataset {
@@ -76,7 +76,7 @@ std::unique_ptr<Dataset> openFashionMnist(const DataOptions& options, const Inpu
                 "any of them needs classes=10. Or use the synthetic dataset, which serves any shape.");
   }
   const std::string& dir = options.fashion_mnist_dir;
-  if (!fs::is_directory(dir)) throw Error(dir + ": no such directory; " + kInstallHint);
+  if (!fs::is_directory(dir)) throw Error(dir + ": no such directory; " + kFashionMnistInstallHint);
 
   const std::string prefix = dir + "/" + (options.split == "train" ? "train" : "t10k");
   const std::string images_path = prefix + "-images-idx3-ubyte.gz";

@@ -16,12 +16,12 @@ namespace fs = std::filesystem;
 using models::InputKind;
 using models::InputSpec;
 
-const char* const kInstallHint = "install the Debian package fortunes (apt-get install fortunes)";
+const char* const kFortunesInstallHint = "install the Debian package fortunes (apt-get install fortunes)";
 
 // The *.dat files are strfile indexes, not text, and the *.u8 names are symlinks to the
 // same files: skipping both keeps every fortune exactly once.
 std::vector<uint8_t> readCorpus(const std::string& dir) {
-  if (!fs::is_directory(dir)) throw Error(dir + ": no such directory; " + kInstallHint);
+  if (!fs::is_directory(dir)) throw Error(dir + ": no such directory; " + kFortunesInstallHint);
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_symlink() || !entry.is_regular_file() || entry.path().extension() == ".dat") continue;
@@ -35,7 +35,7 @@ std::vector<uint8_t> readCorpus(const std::string& dir) {
     bytes.insert(bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     if (in.bad()) throw Error(path.string() + ": read error");
   }
-  if (bytes.empty()) throw Error(dir + ": no fortune text files; " + kInstallHint);
+  if (bytes.empty()) throw Error(dir + ": no fortune text files; " + kFortunesInstallHint);
   return bytes;
 }
 
