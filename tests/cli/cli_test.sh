@@ -26,6 +26,13 @@ check "schedule csv export" "$bin" schedule --schedule zb-h1 --stages 3 --microb
 check "schedule csv import" "$bin" schedule --csv "$tmp/zb.csv"
 printf '0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n' >"$tmp/deadlock.csv"
 refuses "deadlocked csv" "deadlocks" "$bin" schedule --csv "$tmp/deadlock.csv"
+# pipetrain hands the torch commands to pipetrain-torch beside it, --help included; alone,
+# it says what is missing.
+check "train help through pipetrain-torch" "$bin" train --help
+expect "train help" "--microbatches"
+mkdir -p "$tmp/alone" && cp "$bin" "$tmp/alone/pipetrain"
+refuses "pipetrain without pipetrain-torch" "pipetrain-torch, which is missing" "$tmp/alone/pipetrain" info
+check "schedule without pipetrain-torch" "$tmp/alone/pipetrain" schedule --schedule 1f1b --stages 2 --microbatches 2
 refuses "unknown schedule" "unknown schedule" "$bin" schedule --schedule nope --stages 2 --microbatches 2
 refuses "zero stages" "stages" "$bin" schedule --schedule 1f1b --stages 0 --microbatches 2
 refuses "bad number" "microbatches" "$bin" schedule --schedule 1f1b --stages 2 --microbatches x

@@ -398,9 +398,9 @@ GraphPartition solveWithDepthFloor(const graph::LayerGraph& graph, const graph::
     result = bisect(search, graph, problem, floor);
     if (!result)
       throw GraphSearchGaveUp("graph planner: the search over the series-parallel tree stopped at its budget of " +
-                  std::to_string(problem.options().max_graph_steps) + " DP steps (" + std::to_string(graph.size()) +
-                  " layers on " + std::to_string(problem.numDevices()) +
-                  " devices); plan this model with the chain partitioner, or on fewer devices");
+                              std::to_string(problem.options().max_graph_steps) + " DP steps (" +
+                              std::to_string(graph.size()) + " layers on " + std::to_string(problem.numDevices()) +
+                              " devices); plan this model with the chain partitioner, or on fewer devices");
     result->search_steps = search.steps();
     result->notes = tree.linearised;
   }
