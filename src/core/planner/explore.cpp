@@ -52,7 +52,7 @@ constexpr int64_t kRefineWork = 2048 * 64;
 int64_t simulationWork(const plan::Plan& p) {
   const auto points = sim::extrapolationPoints(p);
   const int64_t microbatches = points ? points->first + points->second : p.microbatches;
-  return static_cast<int64_t>(plan::rankDevices(p).size()) * microbatches;
+  return devicesUsed(p) * microbatches;
 }
 constexpr std::size_t kRefineStarts = 3;
 

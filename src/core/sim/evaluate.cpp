@@ -190,8 +190,10 @@ std::optional<std::pair<int, int>> extrapolationPoints(const plan::Plan& plan) {
   return std::make_pair(static_cast<int>(m1), static_cast<int>(m2));
 }
 
-Report predictReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan) {
-  const CostModel costs(graph, cluster, plan);
+namespace {
+
+// predictReport with the plan's cost model at hand (evaluatePlan builds it once for both).
+Report predictReport(const plan::Plan& plan, const CostModel& costs) {
   const int window = schedule::isAsynchronous(plan.schedule.name) ? kSteadyWindow : 1;
   if (const auto points = extrapolationPoints(plan)) {
     plan::Plan shorter = plan;
@@ -213,6 +215,12 @@ Report predictReport(const graph::LayerGraph& graph, const cluster::ClusterSpec&
   return steadyReport(plan, costs, kSteadyWindow);
 }
 
+}  // namespace
+
+Report predictReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan) {
+  return predictReport(plan, CostModel(graph, cluster, plan));
+}
+
 Report simulatedReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan) {
   return steadyReport(plan, CostModel(graph, cluster, plan), kSteadyWindow);
 }
@@ -222,7 +230,7 @@ Evaluation evaluatePlan(const graph::LayerGraph& graph, const cluster::ClusterSp
   if (minibatches < 1) throw Error("mini-batches to simulate must be at least 1");
   const CostModel costs(graph, cluster, plan);
   Evaluation e;
-  e.report = predictReport(graph, cluster, plan);
+  e.report = predictReport(plan, costs);
   Simulated trace = simulated(plan, costs, minibatches);
   e.program = std::move(trace.program);
   e.timeline = std::move(trace.timeline);
