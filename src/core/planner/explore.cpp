@@ -11,7 +11,6 @@
 
 #include "explore_internal.h"
 #include "pipetrain/graph/series_parallel.h"
-#include "pipetrain/plan/partition.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/planner/chain_partition.h"
 #include "pipetrain/planner/graph_partition.h"
@@ -19,19 +18,21 @@
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
-#include "pipetrain/util/limits.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::planner {
 namespace {
 
 using detail::devicesUsed;
+using detail::kInterleavedChunks;
+using detail::microbatchSizes;
+using detail::multiStagePlan;
+using detail::widths;
 using detail::kTie;
 using detail::throughputTier;
 
 // Proposals simulated before any is pruned by its compute bound.
 constexpr int kAlwaysSimulated = 5;
-constexpr int kInterleavedChunks = 2;
 // The widest plan the graph partitioner is asked for: 0.5 s for 33 layers on 32 devices
 // (bench/planner_bench graphPartition), about 4x more per doubling.
 constexpr int kMaxGraphDevices = 64;
@@ -55,63 +56,6 @@ int64_t simulationWork(const plan::Plan& p) {
   return devicesUsed(p) * microbatches;
 }
 constexpr std::size_t kRefineStarts = 3;
-
-// The sizes to try: the given ones, or the powers of two dividing the batch; either way
-// only those giving at most limits::kMaxMicrobatches micro-batches of a servable size.
-std::vector<int64_t> microbatchSizes(const ExploreOptions& o) {
-  std::vector<int64_t> sizes;
-  if (!o.microbatch_sizes.empty()) {
-    for (int64_t b : o.microbatch_sizes)
-      if (b < 1 || o.global_batch % b != 0)
-        throw Error("micro-batch size " + std::to_string(b) + " does not divide the batch of " +
-                    std::to_string(o.global_batch));
-    sizes = o.microbatch_sizes;
-  } else {
-    for (int64_t b = 1; b <= o.global_batch; b *= 2)
-      if (o.global_batch % b == 0) sizes.push_back(b);
-  }
-  std::vector<int64_t> servable;
-  for (int64_t b : sizes)
-    if (b <= limits::kMaxMicrobatchSize && o.global_batch / b <= limits::kMaxMicrobatches) servable.push_back(b);
-  if (servable.empty())
-    throw Error("a batch of " + std::to_string(o.global_batch) + " splits into no more than " +
-                std::to_string(limits::kMaxMicrobatches) + " micro-batches of at most " +
-                std::to_string(limits::kMaxMicrobatchSize) + " samples with " +
-                (o.microbatch_sizes.empty() ? "a power-of-two size dividing it" : "the sizes given"));
-  return servable;
-}
-
-std::vector<int> widths(int devices) {
-  std::vector<int> w;
-  for (int d = 1; d < devices; d *= 2) w.push_back(d);
-  w.push_back(devices);
-  return w;
-}
-
-// A schedule whose ranks run several stages (interleaved 1F1B with two chunks, the V
-// schedules): `width` ranks, layers balanced by compute, stages placed as the schedule
-// places them.
-plan::Plan multiStagePlan(const std::string& name, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
-                          int width, int64_t microbatch_size, int microbatches) {
-  const schedule::ScheduleTraits& t = schedule::traits(name);
-  const int chunks = t.placement == schedule::Placement::kLooped ? kInterleavedChunks : 1;
-  const int stages = width * schedule::stagesPerRank(t, chunks);
-  std::vector<double> costs;
-  for (int i = 0; i < graph.size(); ++i) costs.push_back(graph.secondsAt(i, microbatch_size).forwardBackward());
-  const std::vector<int> bounds = plan::balancedChainSplit(costs, stages);
-  plan::Plan p;
-  p.microbatch_size = microbatch_size;
-  p.microbatches = microbatches;
-  p.schedule.name = name;
-  p.schedule.chunks = chunks;
-  for (int s = 0; s < stages; ++s) {
-    plan::Stage st;
-    for (int l = bounds[s]; l < bounds[s + 1]; ++l) st.layers.push_back(graph.layer(l).name);
-    st.devices.push_back(cluster.device(schedule::placedRank(t.placement, s, width)).name);
-    p.stages.push_back(std::move(st));
-  }
-  return p;
-}
 
 // The rank that misses its memory most, or "" when all fit.
 std::string memoryShortfall(const sim::Report& r) {

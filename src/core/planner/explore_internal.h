@@ -1,11 +1,16 @@
-// What explore.cpp (the search) and exploration_summary.cpp (its explanations) must
-// agree on.
+// What explore.cpp (the search), combinations.cpp (what it tries) and
+// exploration_summary.cpp (its explanations) share.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "pipetrain/cluster/cluster_spec.h"
+#include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/plan/plan.h"
+#include "pipetrain/planner/explore.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/sim/evaluate.h"
 
@@ -21,5 +26,16 @@ inline int64_t throughputTier(const sim::Report& r) {
 
 // A device runs one rank (several stages under interleaved and V schedules).
 inline int devicesUsed(const plan::Plan& p) { return static_cast<int>(plan::rankDevices(p).size()); }
+
+// Interleaved 1F1B's chunks per rank in the exploration.
+constexpr int kInterleavedChunks = 2;
+
+// The micro-batch sizes to try (Error where none serves the batch).
+std::vector<int64_t> microbatchSizes(const ExploreOptions& o);
+// The widths to try on `devices`: the powers of two below it, and all of them.
+std::vector<int> widths(int devices);
+// A multi-stage schedule's plan on `width` ranks, its layers balanced by compute.
+plan::Plan multiStagePlan(const std::string& name, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                          int width, int64_t microbatch_size, int microbatches);
 
 }  // namespace pipetrain::planner::detail
