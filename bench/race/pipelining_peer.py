@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""The peer: torch.distributed.pipelining training a TorchScript model over Gloo on CPUs,
+run as its users run it, under torchrun (one process per pipeline rank; torchrun's
+default of one thread per process).
+
+The model file is the one pipetrain trains (race_models.py): its top-level children are
+cut into stages at the same layer bounds as pipetrain's `--stage-bounds`, so both
+systems run the same modules on the same weights. Stages are placed as pipetrain places
+them: one per rank (ScheduleGPipe, Schedule1F1B), looped (rank r holds r, r+p, ...;
+ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble) or a V (rank r holds r and
+2p-1-r; ScheduleZBVZeroBubble, ScheduleDualPipeV).
+
+Trains `--steps` mini-batches of `--microbatches` x `--microbatch-size` samples, taken
+in order from the data file (wrapping around), with SGD (momentum 0.9, as pipetrain's
+`--optimizer sgd`) and mean cross-entropy per micro-batch (scaled by 1/M, as pipetrain
+does). Rank 0 prints one JSON line: samples/s over every step (barrier to barrier, as
+pipetrain's summary counts them) and each rank's peak RSS. `--save-params FILE` writes
+the trained parameters under the model's own state_dict names.
+
+    torchrun --nproc-per-node 2 pipelining_peer.py --model-file mlp.pt --data-file mlp.data.pt \
+        --schedule Schedule1F1B --stage-bounds 0,4,9 --microbatches 8 --microbatch-size 32 --steps 30
+"""
+import argparse
+import datetime
+import json
+import resource
+import time
+from collections import OrderedDict
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining import schedules
+
+V_SHAPED = {"ScheduleZBVZeroBubble", "ScheduleDualPipeV"}
+
+
+def stages_of_rank(schedule, rank, world, stages):
+    """The stage indices rank `rank` holds, placed as pipetrain places them."""
+    if issubclass(getattr(schedules, schedule), schedules.PipelineScheduleSingle):
+        if stages != world:
+            raise SystemExit(f"{schedule} runs one stage per rank: {stages} stages on {world} ranks")
+        return [rank]
+    if schedule in V_SHAPED:
+        if stages != 2 * world:
+            raise SystemExit(f"{schedule} runs two stages per rank in a V: {stages} stages on {world} ranks")
+        return [rank, 2 * world - 1 - rank]
+    if stages % world:
+        raise SystemExit(f"{schedule}: {stages} stages do not loop evenly over {world} ranks")
+    return list(range(rank, stages, world))
+
+
+def loss_fn(output, target):
+    """Mean cross-entropy of a micro-batch: class scores (N, C) or token scores (N, T, V)."""
+    return F.cross_entropy(output.reshape(-1, output.size(-1)), target.reshape(-1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model-file", required=True)
+    p.add_argument("--data-file", required=True)
+    p.add_argument("--schedule", required=True, help="a class of torch.distributed.pipelining.schedules")
+    p.add_argument("--stage-bounds", required=True, help="layer bounds of the stages, e.g. 0,4,9")
+    p.add_argument("--microbatches", type=int, required=True)
+    p.add_argument("--microbatch-size", type=int, required=True)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
+    p.add_argument("--save-params", help="write the trained parameters here (torch.save)")
+    a = p.parse_args()
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    bounds = [int(b) for b in a.stage_bounds.split(",")]
+    model = torch.jit.load(a.model_file)
+    children = list(model.named_children())
+    if bounds[0] != 0 or bounds[-1] != len(children) or bounds != sorted(set(bounds)):
+        raise SystemExit(f"--stage-bounds {a.stage_bounds} do not cut the model's {len(children)} layers")
+    stage_count = len(bounds) - 1
+    held = stages_of_rank(a.schedule, rank, world, stage_count)
+    device = torch.device("cpu")
+    modules = {s: nn.Sequential(OrderedDict(children[bounds[s]:bounds[s + 1]])) for s in held}
+    stages = [PipelineStage(modules[s], s, stage_count, device) for s in held]
+    cls = getattr(schedules, a.schedule)
+    single = issubclass(cls, schedules.PipelineScheduleSingle)
+    schedule = cls(stages[0] if single else stages, n_microbatches=a.microbatches, loss_fn=loss_fn)
+    params = [q for m in modules.values() for q in m.parameters()]
+    optimizer = torch.optim.SGD(params, lr=a.lr, momentum=0.9)
+
+    data = torch.load(a.data_file)
+    batch = a.microbatches * a.microbatch_size
+    batches = data["inputs"].size(0) // batch
+    if batches == 0:
+        raise SystemExit(f"{a.data_file}: fewer samples than one mini-batch of {batch}")
+    first, last = 0 in held, stage_count - 1 in held
+
+    dist.barrier()
+    start = time.perf_counter()
+    for step in range(a.steps):
+        rows = slice((step % batches) * batch, (step % batches + 1) * batch)
+        args = (data["inputs"][rows],) if first else ()
+        kwargs = {"target": data["labels"][rows], "losses": []} if last else {}
+        optimizer.zero_grad(set_to_none=True)
+        schedule.step(*args, **kwargs)
+        optimizer.step()
+    dist.barrier()
+    seconds = time.perf_counter() - start
+
+    rss = [None] * world
+    dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    trained = [None] * world
+    dist.all_gather_object(trained, {k: v for m in modules.values() for k, v in m.state_dict().items()}
+                           if a.save_params else None)
+    if rank == 0:
+        if a.save_params:
+            torch.save({k: v for part in trained for k, v in part.items()}, a.save_params)
+        print(json.dumps({"schedule": a.schedule, "world_size": world, "samples_per_second": a.steps * batch / seconds,
+                          "seconds": seconds, "peak_rss_bytes": rss}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
