@@ -130,7 +130,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   if (request.args.batch == 0) {
     o.microbatch_sizes = {request.args.microbatch_size};
   } else {
-    for (int64_t b = profiled; b <= global_batch; b *= 2) o.microbatch_sizes.push_back(b);
+    for (int64_t b = profiled; b <= global_batch; b *= 2)
+      if (global_batch % b == 0) o.microbatch_sizes.push_back(b);  // 256 of 384 would leave a remainder
   }
   o.schedule = request.args.schedule.name.empty() ? "auto" : request.args.schedule.name;
   o.max_replicas = request.allow_replication ? 0 : 1;

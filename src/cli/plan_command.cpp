@@ -17,13 +17,21 @@ namespace {
 struct PlanArgs {
   std::string graph, cluster, out, report;
   planner::ExploreOptions explore;
+  int microbatches = 0;  // 0: the planner's choice
   int top = 10;
   bool json = false;
 };
 
-int run(const PlanArgs& a) {
+int run(PlanArgs a) {
   const auto graph = graph::LayerGraph::load(a.graph);
   const auto cluster = cluster::ClusterSpec::load(a.cluster);
+  if (a.microbatches > 0) {
+    if (!a.explore.microbatch_sizes.empty()) throw Error("give --microbatches or --microbatch-sizes, not both");
+    if (a.explore.global_batch % a.microbatches != 0)
+      throw Error("--microbatches " + std::to_string(a.microbatches) + " does not divide --batch " +
+                  std::to_string(a.explore.global_batch));
+    a.explore.microbatch_sizes = {a.explore.global_batch / a.microbatches};
+  }
   const planner::Exploration e = planner::explore(graph, cluster, a.explore);
   if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());
   if (!a.report.empty())
@@ -51,6 +59,12 @@ Command addPlanCommand(CLI::App& app) {
                 "let auto consider asynchronous schedules (pipedream, 2bw, pipemare), which change training semantics");
   cmd->add_option("--microbatch-sizes", a->explore.microbatch_sizes,
                   "micro-batch sizes to try (default: powers of two dividing --batch)")->delimiter(',');
+  cmd->add_option("--microbatches", a->microbatches, "micro-batches per mini-batch (default: the planner's choice)")
+      ->check(positive());
+  cmd->add_flag("--no-replication", [a](int64_t) { a->explore.max_replicas = 1; },
+                "plan pure pipelines: no stage on more than one device");
+  cmd->add_flag("--use-all-devices", a->explore.use_all_devices,
+                "only plans that occupy every device of the cluster (as `train` plans its ranks)");
   cmd->add_option("--max-blocks", a->explore.max_blocks, "plan longer chains over this many blocks of layers")
       ->check(positive())->capture_default_str();
   cmd->add_flag("--exhaustive", [a](int64_t) { a->explore.prune = false; },

@@ -4,7 +4,7 @@
 
 #include "commands.h"
 #include "options.h"
-#include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/csv_schedule.h"
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/program_memory.h"
 #include "pipetrain/schedule/schedules.h"
@@ -35,16 +35,41 @@ schedule::Program withoutComm(schedule::Program p) {
   return p;
 }
 
+// What reading a user's CSV schedule found: that it is valid, how it was read, and how
+// it compares with pipetrain's own generators.
+void describeCsv(const schedule::CsvSchedule& csv, const std::string& file) {
+  const schedule::Program& p = csv.program;
+  std::cout << file << ": a valid schedule of " << p.numRanks() << " ranks, " << p.num_stages << " stages, "
+            << p.microbatches << " micro-batches\n";
+  if (csv.notation == schedule::BackwardNotation::kOlder)
+    std::cout << "  read in PyTorch's older notation: B the input gradients, W the weight gradients, BW the full "
+                 "backward (printed below as I, W and B)\n";
+  if (csv.gave_communication)
+    std::cout << "  its SEND/RECV actions are the messages lowering needs; " << csv.late_sends
+              << " send(s) are posted later than right after the action that makes their data (kept where the file "
+                 "puts them; receives wait right before the action that needs them)\n";
+  if (const auto match = schedule::closestGenerator(p)) {
+    if (match->first_difference.empty())
+      std::cout << "  the same compute order as pipetrain's " << match->name << "\n";
+    else
+      std::cout << "  closest to pipetrain's " << match->name << ": " << match->identical_ranks << " of " << match->ranks
+                << " ranks in the same order; first difference at " << match->first_difference << "\n";
+  }
+}
+
 int run(const ScheduleArgs& args) {
   schedule::Program program;
   if (!args.csv_in.empty()) {
-    program = schedule::programFromCsv(text::readFile(args.csv_in), args.csv_in);
+    const schedule::CsvSchedule csv = schedule::readCsvSchedule(text::readFile(args.csv_in), args.csv_in);
+    schedule::validateCsvSchedule(csv);
+    describeCsv(csv, args.csv_in);
+    program = csv.program;
   } else {
     if (args.stages < 1) throw Error("--stages must be at least 1 (or give --csv FILE)");
     const int stages = args.stages * schedule::stagesPerRank(schedule::traits(args.spec.name), args.spec.chunks);
     program = schedule::buildProgram(args.spec, schedule::chainDag(stages));
+    schedule::validate(program);
   }
-  schedule::validate(program);
   std::cout << schedule::toText(args.with_comm ? program : withoutComm(program));
   if (args.memory) {
     const auto footprint = schedule::accountMemory(program);
@@ -74,7 +99,7 @@ Command addScheduleCommand(CLI::App& app) {
       ->check(positive())->capture_default_str();
   cmd->add_option("--chunks", args->spec.chunks, "interleaved: stages per rank V")->check(positive())->capture_default_str();
   cmd->add_flag("--vertical-sync", args->spec.vertical_sync, "pipedream: every stage reads the input stage's version");
-  cmd->add_option("--csv", args->csv_in, "read and validate a per-rank CSV of compute actions instead");
+  cmd->add_option("--csv", args->csv_in, "read and validate a per-rank CSV schedule instead (PyTorch's: compute actions in either of its notations, with or without SEND/RECV)");
   cmd->add_option("--write-csv", args->csv_out, "write the compute actions as a per-rank CSV");
   cmd->add_flag("--with-comm", args->with_comm, "also print the SEND/RECV actions lowering adds");
   cmd->add_flag("--memory", args->memory, "print each rank's peak activations and weight versions");

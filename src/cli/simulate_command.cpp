@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "options.h"
 #include "report_pages.h"
-#include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/csv_schedule.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/trace/chrome_trace.h"
 #include "pipetrain/trace/svg_gantt.h"
@@ -91,7 +91,9 @@ int run(const SimulateArgs& a) {
   sim::Evaluation e;
   if (!a.csv.empty()) {
     const sim::CostModel costs(graph, cluster, plan);
-    e = sim::evaluateProgram(schedule::programFromCsv(text::readFile(a.csv), a.csv, costs.dag()), costs);
+    const schedule::CsvSchedule csv = schedule::readCsvSchedule(text::readFile(a.csv), a.csv, costs.dag());
+    schedule::validateCsvSchedule(csv);  // errors with the file's line and column
+    e = sim::evaluateProgram(csv.program, costs);
   } else {
     e = sim::evaluatePlan(graph, cluster, plan, a.minibatches);
   }

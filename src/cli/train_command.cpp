@@ -172,6 +172,20 @@ bool plainLineDue(long long step, long long steps, std::chrono::steady_clock::ti
   return true;
 }
 
+// The checkpoint this run resumes from (runtime::checkpointToResume), said when `say`;
+// leaves config.resume naming it, or empty.
+std::optional<runtime::Checkpoint> resolveResume(runtime::TrainConfig& config, bool say) {
+  std::optional<runtime::Checkpoint> from = runtime::checkpointToResume(config.resume, config.checkpoint_dir);
+  if (say && from)
+    std::printf("resuming from %s: %lld mini-batches trained\n", from->dir.c_str(),
+                static_cast<long long>(from->manifest.position.minibatches));
+  else if (say && !config.resume.empty())
+    std::printf("no checkpoint in %s yet: training from the start\n", config.resume.c_str());
+  std::fflush(stdout);
+  config.resume = from ? from->dir : "";
+  return from;
+}
+
 // One rank: Gloo transport from the environment. Under the launcher it reports progress
 // and its result in lines the launcher reads; started by hand (torchrun, Slurm), the
 // reporting rank prints progress for people.
@@ -181,6 +195,8 @@ int runRank(TrainArgs& a) {
   if (const char* t = std::getenv("OMP_NUM_THREADS"); t && a.config.threads == 0) a.config.threads = std::atoi(t);
   const bool launched = std::getenv("PIPETRAIN_LAUNCHED") != nullptr;
   auto transport = runtime::makeGlooTransport(rv);
+  // Under the launcher, it has said so; under torchrun every start of a job runs this.
+  resolveResume(a.config, !launched && transport->rank() == 0);
   MetricsLog log(a.log_jsonl);
   auto last_plain = std::chrono::steady_clock::now();
   const auto result = runtime::trainRank(a.config, *transport, [&](const runtime::Progress& p) {
@@ -548,9 +564,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             // --resume without a plan goes on under the checkpoint's, on as many ranks as
             // it ran (another --nproc plans afresh: any plan loads a checkpoint).
             std::optional<runtime::Checkpoint> resumed;
-            if (!is_rank && !a->config.resume.empty()) {
-              resumed = runtime::findCheckpoint(a->config.resume);
-              a->config.resume = resumed->dir;  // every rank resumes from this one
+            if (!is_rank) resumed = resolveResume(a->config, true);
+            if (resumed) {  // every rank resumes from this one
               a->argv.insert(a->argv.end(), {"--resume", resumed->dir});
               if (!cmd->count("--nproc")) a->nproc = resumed->manifest.world_size;
             }

@@ -24,8 +24,19 @@ refuses "overlap factor range" "overlap_factor" "$bin" simulate --schedule dualp
 check "schedule interleaved" "$bin" schedule --schedule interleaved --stages 2 --microbatches 4 --chunks 2
 check "schedule csv export" "$bin" schedule --schedule zb-h1 --stages 3 --microbatches 6 --write-csv "$tmp/zb.csv"
 check "schedule csv import" "$bin" schedule --csv "$tmp/zb.csv"
+expect "a csv is said valid" "zb.csv: a valid schedule of 3 ranks"
+expect "and what it matches" "the same compute order as pipetrain's zb-h1"
 printf '0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n' >"$tmp/deadlock.csv"
 refuses "deadlocked csv" "deadlocks" "$bin" schedule --csv "$tmp/deadlock.csv"
+refuses "schedule errors name the cell" "for 1F1 at line 2, column 1" "$bin" schedule --csv "$tmp/deadlock.csv"
+# PyTorch's older notation (B input gradients, W weight gradients, BW the full backward),
+# and a file with its own communication.
+printf '0F0,0SEND_F0,0RECV_B0,0BW0\n1RECV_F0,1F0,1B0,1SEND_B0,1W0\n' >"$tmp/comms.csv"
+check "older notation with communication" "$bin" schedule --csv "$tmp/comms.csv"
+expect "older notation said" "read in PyTorch's older notation"
+expect "communication checked" "its SEND/RECV actions are the messages lowering needs"
+check "simulate a csv with communication" "$bin" simulate --csv "$tmp/comms.csv" --uniform 1,2,1 --stages 2 \
+  --microbatches 1
 # pipetrain hands the torch commands to pipetrain-torch beside it, --help included; alone,
 # it says what is missing.
 check "train help through pipetrain-torch" "$bin" train --help
@@ -265,6 +276,14 @@ check "plan one schedule" "$bin" plan --graph "$graph" --cluster "$cluster4" --b
 expect "plan fixed schedule" '"schedule": "gpipe"'
 refuses "plan micro-batch" "does not divide" "$bin" plan --graph "$graph" --cluster "$cluster4" --batch 64 \
   --microbatch-sizes 3
+# train's narrowing options, on plan too: no replicas, every device, a micro-batch count.
+check "plan a pure pipeline on every device" "$bin" plan --graph "$graph" --cluster "$src/examples/clusters/gpu-server.json" --batch 64 \
+  --no-replication --use-all-devices --microbatches 8 --out "$tmp/pure.json"
+check "its stages hold one device each" "$PIPETRAIN_PYTHON" -c 'import json, sys
+p = json.load(open(sys.argv[1]))
+assert all(len(s["devices"]) == 1 for s in p["stages"]) and p["microbatches"] == 8, p' "$tmp/pure.json"
+refuses "plan micro-batch count" "--microbatches 7 does not divide --batch 64" "$bin" plan --graph "$graph" \
+  --cluster "$cluster4" --batch 64 --microbatches 7
 cat >"$tmp/tiny.json" <<EOF
 {"format": "pipetrain.cluster", "version": 1,
  "devices": [{"count": 2, "name_prefix": "d", "memory_bytes": 1000}],

@@ -22,7 +22,7 @@
 
 #include "pipetrain/checkpoint/manifest.h"
 #include "pipetrain/plan/plan.h"
-#include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/csv_schedule.h"
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/util/error.h"

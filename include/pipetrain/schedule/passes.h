@@ -1,6 +1,5 @@
-// Passes over Programs: lowering to explicit communication, the forward-only Program
-// that evaluation runs, and the CSV reader for user-written schedules (which goes
-// through the same passes).
+// Passes over Programs: lowering to explicit communication, and the forward-only Program
+// that evaluation runs. (Users' CSV schedules go through the same passes: csv_schedule.h.)
 #pragma once
 
 #include <string>
@@ -22,12 +21,5 @@ Program lower(const Program& compute_only);
 // Dropping the backward passes keeps every rank's forwards in their order, which
 // cannot introduce a deadlock.
 Program forwardOnly(const Program& program);
-
-// Reads a per-rank CSV of compute actions (row r = rank r, e.g. "0F0,0F1,0B0,0B1").
-// The schedule is taken as synchronous: one mini-batch, every action reads version 0,
-// each rank ends with a STEP per stage. Stages form `dag` (a chain when empty). The
-// result is lowered; run validate() on it. Errors name the row and column.
-Program programFromCsv(const std::string& csv_text, const std::string& origin,
-                       const StageDag& dag = {});
 
 }  // namespace pipetrain::schedule

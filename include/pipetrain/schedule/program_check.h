@@ -8,13 +8,20 @@
 // symbolically (no deadlock), with replicas meeting at their ALLREDUCEs.
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include "pipetrain/schedule/program.h"
 
 namespace pipetrain::schedule {
 
-// Throws Error naming the rank, the position and the action, followed by that rank's
-// actions around it with the offending one in [brackets].
-void validate(const Program& program);
+// Where an action was written, for messages ("line 2, column 7" of a user's CSV), or "".
+using ActionLocator = std::function<std::string(const Action&)>;
+
+// Throws Error naming the rank, the position and the action (and where it was written,
+// when `where` knows), followed by that rank's actions around it with the offending one
+// in [brackets].
+void validate(const Program& program, const ActionLocator& where = {});
 
 // The contract of a channel that matches messages by their order instead of a tag
 // (NCCL's point-to-point calls between two ranks): for every ordered pair of ranks, the

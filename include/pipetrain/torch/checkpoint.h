@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ struct Checkpoint {
 // Throws Error naming the file and what is wrong when `path` is a checkpoint that is
 // truncated, corrupted or of an unknown format, or holds no intact checkpoint.
 Checkpoint findCheckpoint(const std::string& path);
+
+// What `--resume` resumes from: findCheckpoint(resume), except that a run whose
+// --resume is its own --checkpoint-dir starts from the beginning (nullopt) while that
+// folder holds no intact checkpoint. So the first start of a job and every restart can
+// run one command, as torchrun's --max-restarts and a batch system's requeues do.
+std::optional<Checkpoint> checkpointToResume(const std::string& resume, const std::string& checkpoint_dir);
 
 // Collective: every rank calls it at the same point. Writes the checkpoint of `position`
 // under `root`, then (rank 0) removes all but the newest `keep` and any folder a crash

@@ -29,7 +29,7 @@ bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::S
 
 class Checker {
  public:
-  explicit Checker(const Program& p) : p_(p) {}
+  Checker(const Program& p, const ActionLocator& where) : p_(p), where_(where) {}
 
   // Messages as dense integers, for hashing. REQUIRES: stages and micro-batch in range.
   uint64_t keyOf(const MessageKey& m) const {
@@ -56,8 +56,14 @@ class Checker {
     }
     if (to < static_cast<int>(actions.size())) context += " ...";
     throw Error("schedule \"" + p_.schedule + "\": rank " + std::to_string(rank) + ", action " +
-                std::to_string(pos) + " (" + toString(actions[pos]) + "): " + why + "\n  rank " +
+                std::to_string(pos) + " (" + describe(actions[pos]) + "): " + why + "\n  rank " +
                 std::to_string(rank) + ":" + context);
+  }
+
+  // An action's text, and where its author wrote it when the locator knows.
+  std::string describe(const Action& a) const {
+    const std::string at = where_ ? where_(a) : "";
+    return toString(a) + (at.empty() ? "" : ", " + at);
   }
 
   void checkShape() const {
@@ -208,7 +214,7 @@ class Checker {
     for (int r = 0; r < p_.numRanks(); ++r)
       if (pos[r] < static_cast<int>(p_.ranks[r].size()))
         blocked += "\n  rank " + std::to_string(r) + " waits at action " + std::to_string(pos[r]) + " (" +
-                   toString(p_.ranks[r][pos[r]]) + ")";
+                   describe(p_.ranks[r][pos[r]]) + ")";
     if (!blocked.empty()) throw Error("schedule \"" + p_.schedule + "\" deadlocks:" + blocked);
   }
 
@@ -264,11 +270,12 @@ class Checker {
   }
 
   const Program& p_;
+  const ActionLocator& where_;
 };
 
 }  // namespace
 
-void validate(const Program& program) { Checker(program).run(); }
+void validate(const Program& program, const ActionLocator& where) { Checker(program, where).run(); }
 
 void validateInOrderDelivery(const Program& program) {
   struct Posted {

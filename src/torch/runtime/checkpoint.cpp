@@ -170,10 +170,10 @@ Checkpoint readChecked(const fs::path& dir) {
 
 }  // namespace
 
-Checkpoint findCheckpoint(const std::string& path) {
-  const fs::path root(path);
-  if (fs::exists(root / checkpoint::kManifestFile)) return readChecked(root);
-  if (!fs::is_directory(root)) throw Error("--resume " + path + ": no such checkpoint folder");
+namespace {
+
+// The newest intact checkpoint in a folder of them, if any.
+std::optional<Checkpoint> newestIntact(const fs::path& root) {
   std::optional<Checkpoint> best;
   for (const fs::path& dir : checkpointFolders(root)) {
     if (!fs::exists(dir / checkpoint::kManifestFile)) continue;  // incomplete, not broken
@@ -184,8 +184,29 @@ Checkpoint findCheckpoint(const std::string& path) {
       std::cerr << "skipping " << e.what() << "\n";
     }
   }
+  return best;
+}
+
+}  // namespace
+
+Checkpoint findCheckpoint(const std::string& path) {
+  const fs::path root(path);
+  if (fs::exists(root / checkpoint::kManifestFile)) return readChecked(root);
+  if (!fs::is_directory(root)) throw Error("--resume " + path + ": no such checkpoint folder");
+  std::optional<Checkpoint> best = newestIntact(root);
   if (!best) throw Error("--resume " + path + ": no intact checkpoint in this folder");
   return *best;
+}
+
+std::optional<Checkpoint> checkpointToResume(const std::string& resume, const std::string& checkpoint_dir) {
+  if (resume.empty()) return std::nullopt;
+  const fs::path root(resume);
+  const bool own_folder = !checkpoint_dir.empty() && fs::weakly_canonical(root) == fs::weakly_canonical(checkpoint_dir);
+  if (own_folder && !fs::exists(root / checkpoint::kManifestFile)) {
+    if (!fs::exists(root)) return std::nullopt;
+    return newestIntact(root);
+  }
+  return findCheckpoint(resume);
 }
 
 std::string saveCheckpoint(const std::string& root, int64_t run, int keep, const checkpoint::Position& position,

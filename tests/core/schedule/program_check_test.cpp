@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/csv_schedule.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
 
@@ -97,8 +97,8 @@ TEST(ProgramCheck, DetectsWeightPassBeforeInputPass) {
   EXPECT_TRUE(contains(errorOfCsv("0F0,0W0,0I0\n"), "must follow its input-gradient pass"));
 }
 
-TEST(ProgramCheck, RejectsCommunicationInCsvAndBadCells) {
-  EXPECT_TRUE(contains(errorOfCsv("0F0,0SEND_F0,0B0\n"), "only compute actions"));
+TEST(ProgramCheck, RejectsUnneededCommunicationInCsvAndBadCells) {
+  EXPECT_TRUE(contains(errorOfCsv("0F0,0SEND_F0,0B0\n"), "line 1, column 2: 0SEND_F0>1 is no message of this schedule"));
   EXPECT_TRUE(contains(errorOfCsv("0F0,0Q0\n"), "line 1, column 2"));
   EXPECT_TRUE(contains(errorOfCsv("0F0,0B0\n0F1,0B1\n"), "stage 0 appears on rank 0 and rank 1"));
 }

@@ -11,7 +11,7 @@
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/planner/explore.h"
-#include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/csv_schedule.h"
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/sim/evaluate.h"
