@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -341,7 +342,9 @@ class Explorer {
     for (const Candidate& c : result_.ranked) order.push_back(&c);
     std::stable_sort(order.begin(), order.end(),
                      [](const Candidate* a, const Candidate* b) { return a->report.throughput > b->report.throughput; });
-    auto refinable = [&](const Candidate& c) { return chainRuns(c.plan, graph_, cluster_).has_value(); };
+    auto refinable = [&](const Candidate& c) {
+      return chainRuns(c.plan, graph_, cluster_).has_value() || multiStageBounds(c.plan, graph_).has_value();
+    };
     // The best of each partitioner first (a graph plan ranked below chain plans may
     // refine past them), then the next best.
     std::vector<const Candidate*> picked;
@@ -363,20 +366,10 @@ class Explorer {
       Candidate& current = starts[k];
       budget += total / static_cast<int>(starts.size()) + (k == 0 ? total % static_cast<int>(starts.size()) : 0);
       while (budget > 0) {
-        // Neighbours are priced as runs and named as plans only when simulated.
-        const ChainRuns runs = *chainRuns(current.plan, graph_, cluster_);
-        plan::Plan shell = current.plan;
-        shell.stages.clear();
-        std::vector<std::pair<double, ChainRuns>> neighbours;
-        for (ChainRuns& r : neighbourRuns(current.plan, runs, cluster_, o_.max_replicas))
-          if (!o_.use_all_devices || r.device.back() == cluster_.size())
-            neighbours.emplace_back(computeBound(shell, r), std::move(r));
-        std::stable_sort(neighbours.begin(), neighbours.end(),
-                         [](const auto& a, const auto& b) { return a.first > b.first; });
         std::optional<Candidate> better;
-        for (auto& [bound, r] : neighbours) {
+        for (auto& [bound, name] : neighboursOf(current.plan)) {
           if (budget == 0 || bound <= (better ? *better : current).report.throughput * std::exp(kTie)) break;
-          plan::Plan p = planOfRuns(shell, r, graph_, cluster_);
+          plan::Plan p = name();
           if (!seen_.insert(planKey(p)).second) continue;
           Candidate c{std::move(p), {}, 0, 0, "refined"};
           --budget;
@@ -395,6 +388,28 @@ class Explorer {
         current = std::move(*better);
       }
     }
+  }
+
+  // The neighbours of a refinable plan (neighbours.h), each with its compute bound, best
+  // bound first. A chain's are priced as runs and named as plans only when simulated.
+  std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan) const {
+    std::vector<std::pair<double, std::function<plan::Plan()>>> out;
+    if (const std::optional<ChainRuns> runs = chainRuns(plan, graph_, cluster_)) {
+      auto shell = std::make_shared<plan::Plan>(plan);
+      shell->stages.clear();
+      for (ChainRuns& r : neighbourRuns(plan, *runs, cluster_, o_.max_replicas))
+        if (!o_.use_all_devices || r.device.back() == cluster_.size()) {
+          const double bound = computeBound(*shell, r);
+          out.emplace_back(bound, [this, shell, r = std::move(r)] { return planOfRuns(*shell, r, graph_, cluster_); });
+        }
+    } else if (const std::optional<std::vector<int>> bounds = multiStageBounds(plan, graph_)) {
+      for (plan::Plan& p : multiStageNeighbours(plan, *bounds, graph_)) {
+        const double bound = computeBound(p);
+        out.emplace_back(bound, [p = std::move(p)] { return p; });
+      }
+    }
+    std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    return out;
   }
 
   // Simulates the proposals, most promising first, until no other can win: a plan's

@@ -1,5 +1,8 @@
 #include "pipetrain/planner/neighbours.h"
 
+#include <cstdlib>
+#include <functional>
+
 #include "pipetrain/schedule/schedule_traits.h"
 
 namespace pipetrain::planner {
@@ -35,6 +38,84 @@ plan::Plan planOfRuns(const plan::Plan& like, const ChainRuns& runs, const graph
     for (int d = runs.device[s]; d < runs.device[s + 1]; ++d) stage.devices.push_back(cluster.device(d).name);
   }
   return p;
+}
+
+std::optional<std::vector<int>> multiStageBounds(const plan::Plan& plan, const graph::LayerGraph& graph) {
+  if (!schedule::multiStage(schedule::traits(plan.schedule.name))) return std::nullopt;
+  std::vector<int> bounds;
+  int next_layer = 0;
+  for (const plan::Stage& s : plan.stages) {
+    if (s.devices.size() != 1 || s.layers.empty()) return std::nullopt;
+    bounds.push_back(next_layer);
+    for (const std::string& name : s.layers)
+      if (graph.indexOf(name) != next_layer++) return std::nullopt;
+  }
+  if (next_layer != graph.size()) return std::nullopt;
+  bounds.push_back(next_layer);
+  return bounds;
+}
+
+namespace {
+
+// Every split of `layers` layers into `stages` non-empty runs (their bounds), or none when
+// there are more than `limit`.
+std::vector<std::vector<int>> everySplit(int layers, int stages, std::size_t limit) {
+  // C(layers - 1, stages - 1), stopping once past the limit.
+  double count = 1;
+  for (int k = 1; k < stages && count <= static_cast<double>(limit); ++k) count = count * (layers - k) / k;
+  if (count > static_cast<double>(limit)) return {};
+  std::vector<std::vector<int>> out;
+  std::vector<int> bounds{0};
+  std::function<void()> extend = [&] {
+    const int s = static_cast<int>(bounds.size()) - 1;
+    if (s == stages - 1) {
+      bounds.push_back(layers);
+      out.push_back(bounds);
+      bounds.pop_back();
+      return;
+    }
+    for (int to = bounds.back() + 1; to <= layers - (stages - 1 - s); ++to) {
+      bounds.push_back(to);
+      extend();
+      bounds.pop_back();
+    }
+  };
+  extend();
+  return out;
+}
+
+}  // namespace
+
+std::vector<plan::Plan> multiStageNeighbours(const plan::Plan& plan, const std::vector<int>& bounds,
+                                             const graph::LayerGraph& graph) {
+  std::vector<plan::Plan> out;
+  auto split = [&](const std::vector<int>& moved) {
+    plan::Plan p = plan;
+    for (std::size_t s = 0; s + 1 < moved.size(); ++s) {
+      p.stages[s].layers.clear();
+      for (int l = moved[s]; l < moved[s + 1]; ++l) p.stages[s].layers.push_back(graph.layer(l).name);
+    }
+    out.push_back(std::move(p));
+  };
+  const int layers = bounds.back(), stages = static_cast<int>(bounds.size()) - 1;
+  if (const auto all = everySplit(layers, stages, kEverySplitUpTo); !all.empty()) {
+    for (const std::vector<int>& other : all)
+      if (other != bounds) split(other);
+    return out;
+  }
+  const int inner = stages - 1;  // boundaries between stages
+  // Boundary b, or b and the next together (a stage moved whole), by `step` layers.
+  for (int b = 1; b <= inner; ++b)
+    for (int together = 1; together <= 2 && b + together - 1 <= inner; ++together)
+    for (int step : {-2, -1, 1, 2}) {
+      if (together == 2 && std::abs(step) == 2) continue;
+      std::vector<int> moved = bounds;
+      for (int k = b; k < b + together; ++k) moved[k] += step;
+      bool ordered = true;
+      for (std::size_t k = 1; k < moved.size(); ++k) ordered = ordered && moved[k] > moved[k - 1];
+      if (ordered) split(moved);
+    }
+  return out;
 }
 
 std::vector<ChainRuns> neighbourRuns(const plan::Plan& plan, const ChainRuns& runs,

@@ -119,9 +119,9 @@ std::vector<Action> mergeCommunication(const std::vector<Written>& row, const st
       continue;
     }
     if (!needed.count(keyOf(a)))
-      throw Error(at + " is no message of this schedule: " + rank_name + " needs none between stages " +
-                  std::to_string(a.stage) + " and " + std::to_string(a.peer_stage) + " for micro-batch " +
-                  std::to_string(a.microbatch) + " (stages on one rank exchange nothing)");
+      throw Error(at + " is no message of this schedule: messages cross the stage edges between two ranks, and " +
+                  rank_name + " has none with stage " + std::to_string(a.peer_stage) + " for micro-batch " +
+                  std::to_string(a.microbatch) + " of stage " + std::to_string(a.stage));
     given.insert(keyOf(a));
     const std::optional<std::size_t> endpoint = endpointOf(a, compute_at);
     if (isSend(a.type)) {
