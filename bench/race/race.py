@@ -101,7 +101,7 @@ class Race:
         if proc.returncode != 0:
             lines = (err + out).splitlines()
             errors = [l.split("]: ", 1)[-1] for l in lines if "Error: " in l or "error: " in l]
-            return f"exit {proc.returncode}: " + (errors[0] if errors else lines[-1] if lines else "")[:160]
+            return f"exit {proc.returncode}: " + (errors[0] if errors else lines[-1] if lines else "")[:100]
         if ours:
             s = json.load(open(f"{self.work}/summary.json"))
             return s["throughput"], max(r["peak_memory_bytes"] for r in s["ranks"])

@@ -39,7 +39,8 @@ if [ -n "$rank1" ] && kill -KILL "$rank1"; then passed=$((passed + 1)); else
 wait "$agent"
 status=$?
 [ "$status" -eq 0 ] && passed=$((passed + 1)) ||
-  { failed=$((failed + 1)); echo "FAIL: torchrun --max-restarts 1 did not finish the job (exit $status)"; tail -20 "$tmp/restarted.out"; }
+  { failed=$((failed + 1)); echo "FAIL: torchrun --max-restarts 1 did not finish the job (exit $status)"
+    grep -v "^epoch" "$tmp/restarted.out" | grep -i -B2 -A8 "error" | head -40; }
 expect "the first start had nothing to resume" "no checkpoint in $tmp/ckpt yet: training from the start" "$tmp/restarted.out"
 # torchrun restarts quietly (its agent logs at INFO): the second start's line says it.
 expect "the restart resumed from a checkpoint" "resuming from $tmp/ckpt/step-" "$tmp/restarted.out"

@@ -62,9 +62,9 @@ std::optional<std::vector<int>> multiStageBounds(const plan::Plan& plan, const g
 // stage moved whole), every stage keeping a layer. The exploration's first such plan
 // splits compute evenly (combinations.cpp), blind to the optimizer steps and the
 // transfers the simulator prices. Moves between two stages of one device change no
-// device's compute, so a walk of single moves stalls on such plateaus: on random 7-9
-// layer chains on 2 devices it reached the best split in 16 of 24 cases, where trying
-// every split (pruned by the compute bound) reaches it in all.
+// device's compute, so a walk of such moves stalls on plateaus: on random 7-9 layer
+// chains on 2 devices it reached the best split in 16 of 24 cases, where trying every
+// split (pruned by the compute bound) reaches it in all (explore_test.cpp).
 inline constexpr std::size_t kEverySplitUpTo = 512;
 std::vector<plan::Plan> multiStageNeighbours(const plan::Plan& plan, const std::vector<int>& bounds,
                                              const graph::LayerGraph& graph);

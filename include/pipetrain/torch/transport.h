@@ -77,6 +77,10 @@ struct Rendezvous {
   int rank = 0;
   int world_size = 1;
   std::chrono::milliseconds timeout{60000};
+  // Prefix of this start's keys in the store: "/worker/attempt_N" under torchrun, whose
+  // store outlives its restarts (TORCHELASTIC_RESTART_COUNT=N, as torch's env://
+  // rendezvous does); a restarted rank would otherwise read the dead ranks' addresses.
+  std::string store_prefix;
   // Reads the variables above from the environment; missing or malformed ones are an
   // Error naming the variable.
   static Rendezvous fromEnvironment();

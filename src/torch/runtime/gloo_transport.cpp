@@ -109,6 +109,7 @@ class GlooTransport : public Transport {
     options.timeout = rv.timeout;
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(rv.master_addr, options);
+      if (!rv.store_prefix.empty()) store_ = c10::make_intrusive<c10d::PrefixStore>(rv.store_prefix, store_);
     } catch (const std::exception& e) {
       throw Error("rank " + std::to_string(rv.rank) + ": cannot reach the rendezvous at " + rv.master_addr + ":" +
                   std::to_string(rv.master_port) + ": " + e.what());
@@ -223,6 +224,8 @@ Rendezvous Rendezvous::fromEnvironment() {
   rv.master_port = intFromEnv("MASTER_PORT", rv.master_port, false);
   rv.rank = intFromEnv("RANK", 0, true);
   rv.world_size = intFromEnv("WORLD_SIZE", 1, true);
+  if (const int attempt = intFromEnv("TORCHELASTIC_RESTART_COUNT", -1, false); attempt >= 0)
+    rv.store_prefix = "/worker/attempt_" + std::to_string(attempt);
   if (rv.rank >= rv.world_size)
     throw Error("RANK=" + std::to_string(rv.rank) + " is not below WORLD_SIZE=" + std::to_string(rv.world_size));
   return rv;
