@@ -238,11 +238,13 @@ TEST(Profiler, TheLossIsPricedOnTheLayerWhoseOutputIsTheModels) {
   std::sort(backward.begin(), backward.end());
   const graph::LayerGraph g = profileModel(model, batch, {1, 3, "sgd"});
   const graph::Layer& head = g.layer(g.size() - 1);
-  // Half, not all: this machine's speed drifts between the two measurements.
-  EXPECT_GE(head.forward_seconds, 0.5 * forward[2]);
-  EXPECT_GE(head.backwardSeconds(), 0.5 * backward[2]);
+  // Half of the fastest, not the median: this machine's speed drifts between the two
+  // measurements, and under ctest -j2 the loss alone once took 2x the profile's median
+  // in its median run (36 ms against 17 ms).
+  EXPECT_GE(head.forward_seconds, 0.5 * forward.front());
+  EXPECT_GE(head.backwardSeconds(), 0.5 * backward.front());
   // The hidden layer before it computes no loss.
-  EXPECT_LT(g.layer(0).forward_seconds, 0.5 * forward[2]);
+  EXPECT_LT(g.layer(0).forward_seconds, 0.5 * forward.front());
 }
 
 TEST(Profiler, SharesTimeTheirOwnLayersAndMergeIntoOneProfile) {
