@@ -23,10 +23,7 @@ kill_rank1_after_first_checkpoint() {
   local log=$1 launcher rank1=""; shift
   "$@" >"$log" 2>&1 &
   launcher=$!
-  for _ in $(seq 200); do
-    compgen -G "$tmp/ckpt/step-*/manifest.json" >/dev/null && break
-    sleep 0.05
-  done
+  wait_for_checkpoint "$tmp/ckpt" 200
   rank1=$(for p in $(pgrep -P "$launcher"); do tr '\0' '\n' <"/proc/$p/environ" | grep -qx RANK=1 && echo "$p"; done)
   kill -KILL "$rank1"
   wait "$launcher"

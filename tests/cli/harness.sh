@@ -22,6 +22,12 @@ refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on 
     failed=$((failed + 1)); echo "FAIL: $name: stderr lacks '$text':"; head -5 "$tmp/err"
   else passed=$((passed + 1)); fi
 }
+wait_for_checkpoint() {  # wait_for_checkpoint DIR TRIES: until DIR holds a complete checkpoint (20 tries a second)
+  for _ in $(seq "$2"); do
+    compgen -G "$1/step-*/manifest.json" >/dev/null && return
+    sleep 0.05
+  done
+}
 finish() {  # finish NAME: the summary line, and the exit status
   echo "$1: $passed passed, $failed failed"
   [ "$failed" -eq 0 ]

@@ -28,10 +28,7 @@ restartable=("${torchrun[@]}" --max-restarts 1 "$bin" "${args[@]}" --checkpoint-
   --resume "$tmp/ckpt" --export "$tmp/restarted.pt")
 "${restartable[@]}" >"$tmp/restarted.out" 2>&1 &
 agent=$!
-for _ in $(seq 400); do
-  compgen -G "$tmp/ckpt/step-*/manifest.json" >/dev/null && break
-  sleep 0.05
-done
+wait_for_checkpoint "$tmp/ckpt" 400
 rank1=$(for p in $(pgrep -P "$agent"; for c in $(pgrep -P "$agent"); do pgrep -P "$c"; done); do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx RANK=1 && echo "$p"; done | head -1)
 if [ -n "$rank1" ] && kill -KILL "$rank1"; then passed=$((passed + 1)); else
