@@ -6,6 +6,8 @@
 
 #include <regex>
 
+#include "../expect_error.h"
+
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
@@ -13,16 +15,7 @@
 namespace pipetrain::schedule {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::expectError;
 
 Program built(const std::string& name, int ranks, int microbatches) {
   ScheduleSpec spec;
@@ -68,9 +61,8 @@ TEST(CsvSchedule, ReadsPyTorchsOlderNotation) {
   }
   // A B and a W of one micro-batch, without any BW, is the older notation too.
   EXPECT_EQ(readCsvSchedule("0F0,0B0,0W0\n", "zb.csv").notation, BackwardNotation::kOlder);
-  const std::string mixed = errorOf([] { readCsvSchedule("0F0,0I0,0W0,0F1,0BW1\n", "mixed.csv"); });
-  EXPECT_TRUE(contains(mixed, "mixed.csv: line 1, column 2: 0I0 is PyTorch's current notation")) << mixed;
-  EXPECT_TRUE(contains(mixed, "line 1, column 5 uses its older one")) << mixed;
+  expectError([] { readCsvSchedule("0F0,0I0,0W0,0F1,0BW1\n", "mixed.csv"); },
+              {"mixed.csv: line 1, column 2: 0I0 is PyTorch's current notation", "line 1, column 5 uses its older one"});
 }
 
 TEST(CsvSchedule, ReadsCommunicationAsLoweringWouldPlaceIt) {
@@ -103,28 +95,26 @@ TEST(CsvSchedule, CommunicationThatDisagreesWithTheComputeIsRefusedWithItsPositi
       "0F0,0SEND_F0,0RECV_B0,0B0\n"
       "1RECV_F0,1F0,1B0,1SEND_B0\n";
   EXPECT_NO_THROW(readCsvSchedule(good, "ok.csv"));
-  const std::string missing = errorOf([] { readCsvSchedule("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0\n", "m.csv"); });
-  EXPECT_TRUE(contains(missing, "m.csv: rank 1 lacks 1SEND_B0>0")) << missing;
-  const std::string late = errorOf([] { readCsvSchedule("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n", "r.csv"); });
-  EXPECT_TRUE(contains(late, "r.csv: line 2, column 2: 1RECV_F0<0 comes after 1F0")) << late;
-  const std::string early = errorOf([] { readCsvSchedule("0SEND_F0,0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "s.csv"); });
-  EXPECT_TRUE(contains(early, "s.csv: line 1, column 1: 0SEND_F0>1 sends before")) << early;
+  expectError([] { readCsvSchedule("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0\n", "m.csv"); },
+              {"m.csv: rank 1 lacks 1SEND_B0>0"});
+  expectError([] { readCsvSchedule("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n", "r.csv"); },
+              {"r.csv: line 2, column 2: 1RECV_F0<0 comes after 1F0"});
+  expectError([] { readCsvSchedule("0SEND_F0,0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "s.csv"); },
+              {"s.csv: line 1, column 1: 0SEND_F0>1 sends before"});
   // Stages 1 and 2 share rank 1 in a V: nothing travels between them.
   std::string v = withCommunication(built("zb-v", 2, 4));
   v.insert(v.find('\n') + 1, "1SEND_F0>2,");
-  const std::string same_rank = errorOf([&] { readCsvSchedule(v, "v.csv"); });
-  EXPECT_TRUE(contains(same_rank, "v.csv: line 2, column 1: 1SEND_F0>2 is no message of this schedule")) << same_rank;
+  expectError([&] { readCsvSchedule(v, "v.csv"); }, {"v.csv: line 2, column 1: 1SEND_F0>2 is no message of this schedule"});
 }
 
 TEST(CsvSchedule, ValidatorFindingsNameTheCell) {
   // Rank 1 wants micro-batch 1 first; rank 0 will not send it before B0 returns.
   const CsvSchedule deadlock = readCsvSchedule("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n", "d.csv");
-  const std::string e = errorOf([&] { validateCsvSchedule(deadlock); });
-  EXPECT_TRUE(contains(e, "rank 0 waits at action 2 (0RECV_B0<1, for 0B0 at line 1, column 2)")) << e;
-  EXPECT_TRUE(contains(e, "rank 1 waits at action 0 (1RECV_F1<0, for 1F1 at line 2, column 1)")) << e;
+  expectError([&] { validateCsvSchedule(deadlock); },
+              {"rank 0 waits at action 2 (0RECV_B0<1, for 0B0 at line 1, column 2)",
+               "rank 1 waits at action 0 (1RECV_F1<0, for 1F1 at line 2, column 1)"});
   const CsvSchedule order = readCsvSchedule("0F1,0B0,0F0,0B1\n", "o.csv");
-  const std::string o = errorOf([&] { validateCsvSchedule(order); });
-  EXPECT_TRUE(contains(o, "(0B0v0, line 1, column 2)")) << o;
+  expectError([&] { validateCsvSchedule(order); }, {"(0B0v0, line 1, column 2)"});
 }
 
 TEST(CsvSchedule, SaysWhichGeneratorItMatches) {
@@ -144,7 +134,7 @@ TEST(CsvSchedule, SaysWhichGeneratorItMatches) {
   ASSERT_TRUE(near);
   EXPECT_EQ(near->name, "dualpipev");
   EXPECT_EQ(near->identical_ranks, 3);
-  EXPECT_TRUE(contains(near->first_difference, "rank 3, action 0: 4F0 3F0")) << near->first_difference;
+  EXPECT_NE(near->first_difference.find("rank 3, action 0: 4F0 3F0"), std::string::npos) << near->first_difference;
 }
 
 }  // namespace
