@@ -57,6 +57,8 @@ class CostModel {
   double computeSeconds(const schedule::Action& action, int rank) const;
   // Bytes of the message a SEND_F, SEND_B, RECV_F or RECV_B action moves.
   double messageBytes(const schedule::Action& message) const;
+  // Bytes per micro-batch on the stage DAG's edge `from` -> `to` (either direction).
+  double edgeBytes(int from, int to) const;
   // CPU seconds that such an action takes from `rank`, talking to `peer_rank`: the
   // route's host cost (cluster_spec.h), zero where the cluster gives none.
   double hostSeconds(const schedule::Action& message, int rank, int peer_rank) const;

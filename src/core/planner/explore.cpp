@@ -18,6 +18,7 @@
 #include "pipetrain/planner/neighbours.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
+#include "pipetrain/sim/throughput_bound.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
 
@@ -336,7 +337,7 @@ class Explorer {
   // each start with its share of the budget of simulations (what one leaves passes to
   // the next). Each step's plan joins the ranking.
   // Neighbours are simulated by their compute bound, best first, and only while the
-  // bound can beat the best so far: the pruning of evaluateProposals().
+  // bound can beat the best so far: the pruning of search().
   void refine() {
     std::vector<const Candidate*> order;
     for (const Candidate& c : result_.ranked) order.push_back(&c);
@@ -372,14 +373,16 @@ class Explorer {
           plan::Plan p = name();
           if (!seen_.insert(planKey(p)).second) continue;
           Candidate c{std::move(p), {}, 0, 0, "refined"};
-          --budget;
+          const double to_beat = (better ? *better : current).report.throughput;
           try {
             plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
+            // The compute bound ordered it; its ports may bound it lower.
+            if (resourceBound(c.plan) <= to_beat * std::exp(kTie)) continue;
+            --budget;
             c.report = sim::predictReport(graph_, cluster_, c.plan);
           } catch (const Error&) {
             continue;  // e.g. a Program the validator refuses
           }
-          const double to_beat = (better ? *better : current).report.throughput;
           if (memoryShortfall(c.report).empty() && c.report.throughput > to_beat * std::exp(kTie)) better = std::move(c);
         }
         if (!better) break;
@@ -404,7 +407,7 @@ class Explorer {
         }
     } else if (const std::optional<std::vector<int>> bounds = multiStageBounds(plan, graph_)) {
       for (plan::Plan& p : multiStageNeighbours(plan, *bounds, graph_)) {
-        const double bound = computeBound(p);
+        const double bound = resourceBound(p);
         out.emplace_back(bound, [p = std::move(p)] { return p; });
       }
     }
@@ -412,34 +415,44 @@ class Explorer {
     return out;
   }
 
-  // Simulates the proposals, most promising first, until no other can win: a plan's
-  // throughput is at most its compute bound (no rank computes faster than its share),
-  // so once the best simulated plan beats every remaining bound beyond a tie, the rest
-  // are pruned unsimulated. The first kAlwaysSimulated are simulated regardless, so
-  // the ranked table has rows to compare.
-  void evaluateProposals() {
-    std::stable_sort(proposals_.begin(), proposals_.end(),
-                     [](const Proposal& a, const Proposal& b) { return a.bound > b.bound; });
-    for (Proposal& p : proposals_) {
-      if (cannotWin(p.bound)) {
-        ++result_.pruned;
-        continue;
+  // Best first: every schedule x micro-batch size x width is a combination, bounded by
+  // combinationBound(), and solving it (its partitioners' DPs) yields proposals, each
+  // bounded by resourceBound() at most the combination's. Whatever has the highest
+  // bound is done next: a proposal is simulated, a combination solved. Once the best
+  // simulated plan beats every remaining bound beyond a tie, the rest are pruned
+  // unsolved and unsimulated. So a plan starved by its ports on 128 devices waits
+  // behind a better-bounded one on 32, whose simulation then rules it out; the first
+  // kAlwaysSimulated proposals are simulated regardless, so the ranked table has rows
+  // to compare.
+  void search(const std::vector<int>& widths, const std::vector<std::string>& names, const std::vector<int64_t>& sizes) {
+    struct Combination {
+      std::string name;
+      int64_t b;
+      int width;
+      double bound;
+    };
+    std::vector<Combination> combinations;
+    for (int width : widths)
+      for (const std::string& name : names)
+        for (int64_t b : sizes) combinations.push_back({name, b, width, combinationBound(b, width)});
+    std::stable_sort(combinations.begin(), combinations.end(),
+                     [](const Combination& x, const Combination& y) { return x.bound > y.bound; });
+    std::size_t next = 0;
+    while (true) {
+      const Proposal* top = bestProposal();
+      const bool solve = next < combinations.size() && (!top || combinations[next].bound > top->bound);
+      if (solve) {
+        const Combination& c = combinations[next++];
+        if (cannotWin(c.bound))
+          ++result_.pruned_combinations;
+        else
+          explore(c.name, c.b, c.width);
+      } else if (top) {
+        evaluate(takeBestProposal());
+      } else {
+        break;
       }
-      ++simulated_;
-      try {
-        p.candidate.report = sim::predictReport(graph_, cluster_, p.candidate.plan);
-        p.drop.reason = memoryShortfall(p.candidate.report);
-      } catch (const Error& e) {
-        p.drop.reason = e.what();
-      }
-      if (!p.drop.reason.empty()) {
-        result_.dropped.push_back(std::move(p.drop));
-        continue;
-      }
-      best_ = std::max(best_, p.candidate.report.throughput);
-      result_.ranked.push_back(std::move(p.candidate));
     }
-    proposals_.clear();
   }
 
  private:
@@ -447,27 +460,53 @@ class Explorer {
     Candidate candidate;
     Dropped drop;
     double bound = 0;  // samples/s no simulation of the plan can exceed
+    int order = 0;     // among equal bounds, the first proposed goes first
+  };
+  struct ByBound {
+    bool operator()(const Proposal& a, const Proposal& b) const {
+      return a.bound != b.bound ? a.bound < b.bound : a.order > b.order;
+    }
   };
 
-  // Samples per second if every rank only computed: the mini-batch over the busiest
-  // device's compute (its stages' forward and backward passes over its share of the
-  // micro-batches, and their optimizer steps).
-  double computeBound(const plan::Plan& plan) const {
-    const sim::CostModel costs(graph_, cluster_, plan);
-    const auto stage_ranks = plan::stageRanks(plan);
-    std::vector<double> busy(costs.numRanks(), 0.0);
-    for (int s = 0; s < plan.numStages(); ++s) {
-      const sim::StageCosts& c = costs.stage(s);
-      for (int r : stage_ranks[s])
-        busy[r] += busySeconds(plan, static_cast<int>(stage_ranks[s].size()),
-                               c.forward + c.backward_input + c.backward_weight, c.optimizer_step,
-                               cluster_.device(costs.deviceOfRank(r)).speed);
-    }
-    return boundOf(plan, busy.empty() ? 0.0 : *std::max_element(busy.begin(), busy.end()));
+  const Proposal* bestProposal() const { return proposals_.empty() ? nullptr : &proposals_.front(); }
+  Proposal takeBestProposal() {
+    std::pop_heap(proposals_.begin(), proposals_.end(), ByBound{});
+    Proposal p = std::move(proposals_.back());
+    proposals_.pop_back();
+    return p;
   }
 
-  // The same bound for `like` with the stages of a chain's runs (each device holds one
-  // stage), from sums over the graph's layers rather than a cost model of a named plan.
+  // Simulates a proposal and ranks it, or records why it was dropped; one that cannot
+  // win is pruned unsimulated.
+  void evaluate(Proposal p) {
+    if (cannotWin(p.bound)) {
+      ++result_.pruned;
+      return;
+    }
+    ++simulated_;
+    try {
+      p.candidate.report = sim::predictReport(graph_, cluster_, p.candidate.plan);
+      p.drop.reason = memoryShortfall(p.candidate.report);
+    } catch (const Error& e) {
+      p.drop.reason = e.what();
+    }
+    if (!p.drop.reason.empty()) {
+      result_.dropped.push_back(std::move(p.drop));
+      return;
+    }
+    best_ = std::max(best_, p.candidate.report.throughput);
+    result_.ranked.push_back(std::move(p.candidate));
+  }
+
+  // Samples/s that no simulation of the plan can exceed (sim::throughputBound): its
+  // busiest rank's compute or port's traffic per mini-batch.
+  double resourceBound(const plan::Plan& plan) const {
+    return sim::throughputBound(sim::CostModel(graph_, cluster_, plan));
+  }
+
+  // A looser bound for `like` with the stages of a chain's runs (each device holds one
+  // stage): their compute alone, from sums over the graph's layers rather than a cost
+  // model of a named plan.
   double computeBound(const plan::Plan& like, const ChainRuns& runs) const {
     const std::vector<double>& work_prefix = workPrefix(like.microbatch_size);
     double slowest = 0;
@@ -506,7 +545,7 @@ class Explorer {
                                : std::numeric_limits<double>::infinity();
   }
 
-  // Checks a proposal once and queues it for evaluateProposals(), or records why not.
+  // Checks a proposal once and queues it for search(), or records why not.
   void consider(const std::string& name, int64_t b, int width, const std::function<std::optional<Candidate>()>& propose) {
     Dropped drop{name, b, width, ""};
     try {
@@ -522,8 +561,9 @@ class Explorer {
       // Memory is judged later, from the schedule's footprint rather than validate's estimate.
       plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
       c.depth = schedule::pipelineDepth(plan::stageDag(c.plan, graph_));
-      const double bound = computeBound(c.plan);
-      proposals_.push_back({std::move(c), drop, bound});
+      const double bound = resourceBound(c.plan);
+      proposals_.push_back({std::move(c), drop, bound, proposed_++});
+      std::push_heap(proposals_.begin(), proposals_.end(), ByBound{});
       return;
     } catch (const Error& e) {
       drop.reason = e.what();
@@ -537,7 +577,8 @@ class Explorer {
   Exploration& result_;
   const bool graph_partitioner_, chain_partitioner_;  // which propose plans (ExploreOptions::partitioner)
   std::set<std::string> seen_;  // plans proposed so far, by planKey()
-  std::vector<Proposal> proposals_;
+  std::vector<Proposal> proposals_;  // a heap by ByBound: the highest bound on top
+  int proposed_ = 0;
   double best_ = 0;             // the best simulated throughput so far
   int simulated_ = 0;
   std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds
@@ -556,25 +597,10 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   result.cluster_devices = cluster.size();
   result.graph_layers = graph.size();
   Explorer explorer(graph, cluster, o, result);
-  // The widest first: its proposals are simulated, best bound first, before a narrower
-  // width is proposed, so the best plan found there rules out the narrow combinations
-  // (whose bound is lower: fewer devices) before their DPs run.
-  std::vector<int> all_widths = o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size());
-  std::sort(all_widths.rbegin(), all_widths.rend());
+  const std::vector<int> all_widths = o.use_all_devices ? std::vector<int>{cluster.size()} : widths(cluster.size());
   const std::vector<std::string> names = schedulesToExplore(o);
-  const std::vector<int64_t> sizes = microbatchSizes(o);
   for (const std::string& name : names) result.async_included |= schedule::isAsynchronous(name);
-  for (int width : all_widths) {
-    for (const std::string& name : names)
-      for (int64_t b : sizes) {
-        if (explorer.cannotWin(explorer.combinationBound(b, width))) {
-          ++result.pruned_combinations;
-          continue;
-        }
-        explorer.explore(name, b, width);
-      }
-    explorer.evaluateProposals();
-  }
+  explorer.search(all_widths, names, microbatchSizes(o));
   explorer.refine();
   // Among throughput ties (throughputTier) the larger micro-batch wins, then the leaner
   // plan. A profile prices a micro-batch as its own size scaled, so plans that differ

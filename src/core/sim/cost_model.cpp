@@ -77,6 +77,10 @@ double CostModel::messageBytes(const schedule::Action& message) const {
   const bool own_stage_produced = message.type == ActionType::SEND_F || message.type == ActionType::RECV_B;
   const int from = own_stage_produced ? message.stage : message.peer_stage;
   const int to = own_stage_produced ? message.peer_stage : message.stage;
+  return edgeBytes(from, to);
+}
+
+double CostModel::edgeBytes(int from, int to) const {
   const auto& succs = dag_.succs[from];
   const auto it = std::find(succs.begin(), succs.end(), to);
   assert(it != succs.end());

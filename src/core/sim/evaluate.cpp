@@ -173,8 +173,10 @@ Report extrapolated(const Report& a, const Report& b, int m1, int m2, int m, int
 
 // Replicas take micro-batches in turn, so past the transient the iteration is periodic
 // in a quantum of micro-batches that every replica group divides (and the ranks, where
-// a rank runs several stages): m1 and m2 leave m's remainder modulo it, and are a whole
-// number of quanta apart.
+// a rank runs several stages): m1 is the first count past the transient that leaves m's
+// remainder modulo it, m2 the first a whole number of quanta further that is past two
+// transients. Worth it while the two cost less to simulate than m: m1 + m2 < 2m, with
+// m beyond m2.
 std::optional<std::pair<int, int>> extrapolationPoints(const plan::Plan& plan) {
   int64_t quantum = 1, widest = 1;
   for (int r : plan::stageReplicas(plan)) {
@@ -183,10 +185,11 @@ std::optional<std::pair<int, int>> extrapolationPoints(const plan::Plan& plan) {
   }
   if (schedule::multiStage(schedule::traits(plan.schedule.name)))
     quantum = std::lcm(quantum, static_cast<int64_t>(plan::rankDevices(plan).size()));
-  const int64_t transient = int64_t{kTransientDepths} * plan.numStages() * widest;
-  const int64_t step = (transient + quantum - 1) / quantum * quantum;
-  const int64_t m1 = plan.microbatches % quantum + step, m2 = m1 + step;
-  if (plan.microbatches < 2 * m2) return std::nullopt;
+  const int64_t m = plan.microbatches, transient = int64_t{kTransientDepths} * plan.numStages() * widest;
+  // The first count >= `least` congruent to m modulo the quantum.
+  auto aligned = [&](int64_t least) { return least + ((m - least) % quantum + quantum) % quantum; };
+  const int64_t m1 = aligned(transient), m2 = std::max(m1 + quantum, aligned(2 * transient));
+  if (m2 >= m) return std::nullopt;
   return std::make_pair(static_cast<int>(m1), static_cast<int>(m2));
 }
 
