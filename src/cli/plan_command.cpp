@@ -68,7 +68,7 @@ Command addPlanCommand(CLI::App& app) {
   cmd->add_option("--max-blocks", a->explore.max_blocks, "plan longer chains over this many blocks of layers")
       ->check(positive())->capture_default_str();
   cmd->add_flag("--exhaustive", [a](int64_t) { a->explore.prune = false; },
-                "simulate every proposal, also those whose compute bound cannot beat the best (slower, same choice)");
+                "simulate every proposal, also those whose bound (compute, ports, round trips) cannot beat the best (slower, same choice)");
   addPartitionerOption(cmd, a->explore.partitioner);
   cmd->add_option("--out", a->out, "write the chosen plan JSON here");
   cmd->add_option("--report", a->report, "write an HTML report (the plan, the ranking, the predicted Gantt chart)");

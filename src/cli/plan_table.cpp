@@ -46,7 +46,7 @@ std::vector<std::string> explorationNotes(const planner::Exploration& e) {
   std::vector<std::string> notes;
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "%zu candidates ranked, %d proposals and %d combinations pruned by their compute bound, %zu "
+                "%zu candidates ranked, %d proposals and %d combinations pruned by their bounds, %zu "
                 "combinations dropped, searched in %.3f s",
                 e.ranked.size(), e.pruned, e.pruned_combinations, e.dropped.size(), e.search_seconds);
   notes.push_back(buf);

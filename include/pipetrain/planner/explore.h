@@ -39,7 +39,7 @@ struct ExploreOptions {
   int max_blocks = 128;                 // see PartitionOptions
   int max_replicas = 0;                 // see PartitionOptions
   bool use_all_devices = false;         // only plans that occupy every device (a job's ranks)
-  // Shortcuts that keep the choice: skip what a compute bound says cannot win, and share
+  // Shortcuts that keep the choice: skip what a bound says cannot win, and share
   // one DP among schedules with the same stage times where it fits their memory. False:
   // solve and simulate everything (the reference the shortcuts are tested against).
   bool prune = true;
@@ -67,7 +67,7 @@ struct Dropped {
 struct Exploration {
   std::vector<Candidate> ranked;        // fitting candidates, best throughput first
   std::vector<Dropped> dropped;
-  int pruned = 0;                       // proposals left unsimulated: their compute bound could not win
+  int pruned = 0;                       // proposals left unsimulated: their bound (sim::throughputBound) could not win
   int pruned_combinations = 0;          // schedule x micro-batch x width left unsolved: likewise
   double search_seconds = 0;
   bool async_included = false;

@@ -6,6 +6,8 @@
 // which schedule produced the Program.
 #pragma once
 
+#include <cassert>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -33,11 +35,33 @@ struct Program {
 
   int numRanks() const { return static_cast<int>(ranks.size()); }
   int totalMicrobatches() const { return microbatches * minibatches; }
-  int rankOf(int stage, int microbatch) const;
+  int rankOf(int stage, int microbatch) const {
+    const auto& replicas = stage_ranks[stage];
+    assert(!replicas.empty());
+    return replicas[static_cast<std::size_t>(microbatch) % replicas.size()];
+  }
   bool isLastStage(int stage) const { return stage_succs[stage].empty(); }
   bool isFirstStage(int stage) const { return stage_preds[stage].empty(); }
   // Stages this rank runs, in increasing order.
   std::vector<int> stagesOfRank(int rank) const;
+};
+
+// A dense number for every message a Program can send: (edge of the stage DAG,
+// direction, micro-batch). Tables indexed by message are then vectors, not hash maps:
+// the validator and the simulator look one up per action.
+class MessageIndex {
+ public:
+  explicit MessageIndex(const Program& program);
+  std::size_t size() const { return 2 * edges_ * total_; }
+  // REQUIRES: producer -> consumer is an edge of the DAG, the micro-batch in range.
+  std::size_t of(bool backward, int producer, int consumer, int microbatch) const;
+  // The message a SEND_F, RECV_F, SEND_B or RECV_B action moves.
+  std::size_t of(const Action& message) const;
+
+ private:
+  const Program& program_;
+  std::vector<std::size_t> first_edge_;  // per producer stage: the number of its first out-edge
+  std::size_t edges_ = 0, total_ = 0;
 };
 
 // Sets the stage DAG to a chain 0 -> 1 -> ... -> n-1.

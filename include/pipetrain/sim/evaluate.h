@@ -35,6 +35,9 @@
 
 namespace pipetrain::sim {
 
+// Mini-batches in the steady-state window of a whole simulation (see above).
+constexpr int kSteadyWindow = 4;
+
 struct RankReport {
   std::string device;
   double busy_seconds = 0;       // compute per mini-batch

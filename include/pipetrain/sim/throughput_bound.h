@@ -7,10 +7,18 @@
 // over 3 GB/s) is bounded by its busiest port, far below its compute's bound.
 #pragma once
 
+#include <string>
+
 #include "pipetrain/sim/cost_model.h"
 
 namespace pipetrain::sim {
 
 double throughputBound(const CostModel& costs);
+
+// What a bound from loads alone is multiplied by under `schedule`: an asynchronous
+// schedule never drains, and its report is the mean mini-batch of a window after the
+// first (kSteadyWindow), whose work may start while the first still runs, in gaps that
+// a load does not see; the window is allowed one more mini-batch. 1 for the others.
+double windowAllowance(const std::string& schedule);
 
 }  // namespace pipetrain::sim

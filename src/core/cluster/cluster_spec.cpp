@@ -137,8 +137,8 @@ Route ClusterSpec::route(int from, int to) const {
 
   // An explicit link wins over the hierarchy. Each direction is one resource, so it
   // is both the send and the receive port of the transfer.
-  auto it = link_ports_.find(static_cast<int64_t>(from) * size() + to);
-  if (it != link_ports_.end()) {
+  if (auto it = link_ports_.empty() ? link_ports_.end() : link_ports_.find(static_cast<int64_t>(from) * size() + to);
+      it != link_ports_.end()) {
     const int first_link_port = num_ports_ - 2 * static_cast<int>(links_.size());
     const Link& k = links_[(it->second - first_link_port) / 2];
     return Route{k.bandwidth, k.latency, it->second, it->second, k.host, k.allreduce_bandwidth, k.allreduce_host_bandwidth};

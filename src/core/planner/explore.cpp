@@ -33,7 +33,7 @@ using detail::widths;
 using detail::kTie;
 using detail::throughputTier;
 
-// Proposals simulated before any is pruned by its compute bound.
+// Proposals simulated before any is pruned by its bound.
 constexpr int kAlwaysSimulated = 5;
 // The widest plan the graph partitioner is asked for: 0.5 s for 33 layers on 32 devices
 // (bench/planner_bench graphPartition), about 4x more per doubling.
@@ -434,7 +434,8 @@ class Explorer {
     std::vector<Combination> combinations;
     for (int width : widths)
       for (const std::string& name : names)
-        for (int64_t b : sizes) combinations.push_back({name, b, width, combinationBound(b, width)});
+        for (int64_t b : sizes)
+          combinations.push_back({name, b, width, sim::windowAllowance(name) * combinationBound(b, width)});
     std::stable_sort(combinations.begin(), combinations.end(),
                      [](const Combination& x, const Combination& y) { return x.bound > y.bound; });
     std::size_t next = 0;
@@ -521,13 +522,16 @@ class Explorer {
   }
 
   // Prefix sums over the layers of a micro-batch's F + I + W at size b ([k]: layers
-  // [0, k)), the layers' times as sim::CostModel takes them (LayerGraph::secondsAt).
+  // [0, k)), the layers' times as sim::CostModel takes them (LayerGraph::secondsAt), W
+  // the cheaper of the fused and the split one, as sim::throughputBound takes it.
   const std::vector<double>& workPrefix(int64_t b) const {
     std::vector<double>& prefix = work_prefix_[b];
     if (prefix.empty()) {
       prefix.push_back(0);
-      for (int i = 0; i < graph_.size(); ++i)
-        prefix.push_back(prefix.back() + graph_.secondsAt(i, b).forwardBackward());
+      for (int i = 0; i < graph_.size(); ++i) {
+        const graph::PassSeconds t = graph_.secondsAt(i, b);
+        prefix.push_back(prefix.back() + t.forward + t.backward_input + std::min(t.backward_weight, t.split_weight));
+      }
     }
     return prefix;
   }
@@ -541,7 +545,7 @@ class Explorer {
 
   // No plan is faster than its busiest device computes.
   static double boundOf(const plan::Plan& plan, double busiest_seconds) {
-    return busiest_seconds > 0 ? static_cast<double>(plan.samplesPerMinibatch()) / busiest_seconds
+    return busiest_seconds > 0 ? sim::windowAllowance(plan.schedule.name) * static_cast<double>(plan.samplesPerMinibatch()) / busiest_seconds
                                : std::numeric_limits<double>::infinity();
   }
 

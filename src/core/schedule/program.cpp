@@ -1,13 +1,33 @@
 #include "pipetrain/schedule/program.h"
 
+#include <algorithm>
 #include <cassert>
 
 namespace pipetrain::schedule {
 
-int Program::rankOf(int stage, int microbatch) const {
-  const auto& replicas = stage_ranks[stage];
-  assert(!replicas.empty());
-  return replicas[static_cast<std::size_t>(microbatch) % replicas.size()];
+MessageIndex::MessageIndex(const Program& program)
+    : program_(program), total_(static_cast<std::size_t>(program.totalMicrobatches())) {
+  for (const auto& succs : program.stage_succs) {
+    first_edge_.push_back(edges_);
+    edges_ += succs.size();
+  }
+}
+
+std::size_t MessageIndex::of(bool backward, int producer, int consumer, int microbatch) const {
+  const auto& succs = program_.stage_succs[producer];
+  const auto at = std::find(succs.begin(), succs.end(), consumer);
+  assert(at != succs.end() && microbatch >= 0 && static_cast<std::size_t>(microbatch) < total_);
+  const std::size_t edge = first_edge_[producer] + static_cast<std::size_t>(at - succs.begin());
+  return (edge * 2 + (backward ? 1 : 0)) * total_ + static_cast<std::size_t>(microbatch);
+}
+
+std::size_t MessageIndex::of(const Action& a) const {
+  switch (a.type) {
+    case ActionType::SEND_F: return of(false, a.stage, a.peer_stage, a.microbatch);
+    case ActionType::RECV_F: return of(false, a.peer_stage, a.stage, a.microbatch);
+    case ActionType::SEND_B: return of(true, a.peer_stage, a.stage, a.microbatch);
+    default: assert(a.type == ActionType::RECV_B); return of(true, a.stage, a.peer_stage, a.microbatch);
+  }
 }
 
 std::vector<int> Program::stagesOfRank(int rank) const {

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <tuple>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "pipetrain/util/error.h"
@@ -29,14 +27,7 @@ bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::S
 
 class Checker {
  public:
-  Checker(const Program& p, const ActionLocator& where) : p_(p), where_(where) {}
-
-  // Messages as dense integers, for hashing. REQUIRES: stages and micro-batch in range.
-  uint64_t keyOf(const MessageKey& m) const {
-    const auto [backward, producer, consumer, mb] = m;
-    const uint64_t n = p_.num_stages;
-    return ((static_cast<uint64_t>(backward) * n + producer) * n + consumer) * p_.totalMicrobatches() + mb;
-  }
+  Checker(const Program& p, const ActionLocator& where) : p_(p), where_(where), messages_(p) {}
 
   void run() {
     checkShape();
@@ -87,7 +78,8 @@ class Checker {
     static_assert(static_cast<int>(ActionType::F) == 0 && static_cast<int>(ActionType::W) == 3,
                   "compute types come first in ActionType");
     std::vector<std::vector<int>> count(4, std::vector<int>(static_cast<std::size_t>(n) * total, 0));
-    std::unordered_map<uint64_t, std::pair<int, int>> sends, recvs;  // -> (rank, position)
+    // by message (MessageIndex): (rank, position), or rank -1 where none
+    std::vector<std::pair<int, int>> sends(messages_.size(), {-1, 0}), recvs(messages_.size(), {-1, 0});
     // Each stage's ranks, sorted once: a STEP on each of 8192 replicas searched them all.
     std::vector<std::vector<int>> sorted_owners = p_.stage_ranks;
     for (auto& owners : sorted_owners) std::sort(owners.begin(), owners.end());
@@ -123,8 +115,8 @@ class Checker {
         if (std::find(succs.begin(), succs.end(), consumer) == succs.end())
           fail(r, i, "stage " + std::to_string(consumer) + " does not consume stage " + std::to_string(producer));
         auto& table = isSend(a.type) ? sends : recvs;
-        const uint64_t key = keyOf(messageOf(a));
-        if (table.count(key)) fail(r, i, "duplicate; the same message also appears on rank " + std::to_string(table[key].first));
+        const std::size_t key = messages_.of(a);
+        if (table[key].first >= 0) fail(r, i, "duplicate; the same message also appears on rank " + std::to_string(table[key].first));
         table[key] = {r, i};
         const int peer_rank = p_.rankOf(a.peer_stage, mb);
         if (peer_rank == r) fail(r, i, "both stages run on this rank, no communication is needed");
@@ -149,11 +141,10 @@ class Checker {
           throw Error(prefix() + " needs one B, or one I and one W; found " + std::to_string(b) + " B, " +
                       std::to_string(in) + " I, " + std::to_string(w) + " W");
       }
-    for (const auto& [key, where] : sends)
-      if (!recvs.count(key)) fail(where.first, where.second, "no rank receives this message");
-    for (const auto& [key, where] : recvs)
-      if (!sends.count(key)) fail(where.first, where.second, "no rank sends this message");
-
+    for (std::size_t key = 0; key < sends.size(); ++key)
+      if (sends[key].first >= 0 && recvs[key].first < 0) fail(sends[key].first, sends[key].second, "no rank receives this message");
+    for (std::size_t key = 0; key < recvs.size(); ++key)
+      if (recvs[key].first >= 0 && sends[key].first < 0) fail(recvs[key].first, recvs[key].second, "no rank sends this message");
   }
 
   // Symbolic execution: RECV waits for its SEND, ALLREDUCE for all replicas; everything
@@ -163,7 +154,7 @@ class Checker {
     auto idx = [total](int s, int j) { return static_cast<std::size_t>(s) * total + j; };
     std::vector<char> forward(n * static_cast<std::size_t>(total)), input_grad(forward.size()), weight_grad(forward.size());
     std::vector<int> f_version(forward.size(), -1), i_version(forward.size(), -1);
-    std::unordered_set<uint64_t> sent, received;
+    std::vector<char> sent(messages_.size()), received(messages_.size());  // by message
     std::vector<std::vector<int>> latest(p_.numRanks(), std::vector<int>(n, 0));
     // ALLREDUCE rendezvous: (stage, k-th) -> replicas arrived
     std::map<std::pair<int, int>, int> arrived;
@@ -179,14 +170,14 @@ class Checker {
           const int i = pos[r];
           const Action& a = p_.ranks[r][i];
           if (a.type == ActionType::RECV_F || a.type == ActionType::RECV_B) {
-            const uint64_t key = keyOf(messageOf(a));
-            if (!sent.count(key)) break;
-            received.insert(key);
+            const std::size_t key = messages_.of(a);
+            if (!sent[key]) break;
+            received[key] = 1;
           } else if (isSend(a.type)) {
             const bool backward = a.type == ActionType::SEND_B;
             const std::size_t k = idx(a.stage, a.microbatch);
             if (!(backward ? input_grad[k] : forward[k])) fail(r, i, "sends a result this rank has not computed yet");
-            sent.insert(keyOf(messageOf(a)));
+            sent[messages_.of(a)] = 1;
           } else if (a.type == ActionType::ALLREDUCE) {
             const int k = reduces_done[r][a.stage];
             const int replicas = static_cast<int>(p_.stage_ranks[a.stage].size());
@@ -221,7 +212,7 @@ class Checker {
   template <typename Index>
   void runCompute(int r, int i, const Action& a, int latest, Index idx, std::vector<char>& forward,
                   std::vector<char>& input_grad, std::vector<char>& weight_grad, std::vector<int>& f_version,
-                  std::vector<int>& i_version, const std::unordered_set<uint64_t>& received) {
+                  std::vector<int>& i_version, const std::vector<char>& received) {
     const int s = a.stage, j = a.microbatch;
     const std::size_t k = idx(s, j);
     if (a.version > latest)
@@ -234,8 +225,7 @@ class Checker {
                          std::to_string(other) + " for micro-batch " + std::to_string(j) +
                          ", which this rank computes only later");
       } else {
-        const MessageKey key = backward ? MessageKey{true, s, other, j} : MessageKey{false, other, s, j};
-        if (!received.count(keyOf(key)))
+        if (!received[backward ? messages_.of(true, s, other, j) : messages_.of(false, other, s, j)])
           fail(r, i, std::string("needs the ") + (backward ? "gradient" : "activation") + " of stage " +
                          std::to_string(other) + " from rank " + std::to_string(p_.rankOf(other, j)) +
                          ", but no " + (backward ? "RECV_B" : "RECV_F") + " precedes it");
@@ -271,6 +261,7 @@ class Checker {
 
   const Program& p_;
   const ActionLocator& where_;
+  const MessageIndex messages_;
 };
 
 }  // namespace

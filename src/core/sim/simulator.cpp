@@ -6,6 +6,7 @@
 #include <queue>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace pipetrain::sim {
@@ -21,7 +22,8 @@ class Simulation {
   Simulation(const schedule::Program& p, const CostModel& c)
       : p_(p), c_(c), total_(p.totalMicrobatches()), pos_(p.numRanks(), 0), clock_(p.numRanks(), 0),
         forward_done_(index(p.num_stages, 0), kUnknown), input_grad_done_(forward_done_.size(), kUnknown),
-        port_free_(c.cluster().numPorts(), 0) {
+        port_free_(c.cluster().numPorts(), 0), messages_(p), arrival_(messages_.size(), kUnknown),
+        waiter_(messages_.size(), -1) {
     timeline_.ranks.resize(p.numRanks());
     shareCores();
   }
@@ -57,39 +59,20 @@ class Simulation {
 
   std::size_t index(int stage, int mb) const { return static_cast<std::size_t>(stage) * total_ + mb; }
 
-  // Messages are keyed by (direction, from stage, to stage, micro-batch).
-  uint64_t messageKey(bool backward, int from, int to, int mb) const {
-    return ((static_cast<uint64_t>(backward) * p_.num_stages + from) * p_.num_stages + to) * total_ + mb;
-  }
-  uint64_t messageKeyOf(const Action& a) const {
-    switch (a.type) {
-      case ActionType::SEND_F: return messageKey(false, a.stage, a.peer_stage, a.microbatch);
-      case ActionType::RECV_F: return messageKey(false, a.peer_stage, a.stage, a.microbatch);
-      case ActionType::SEND_B: return messageKey(true, a.stage, a.peer_stage, a.microbatch);
-      default: return messageKey(true, a.peer_stage, a.stage, a.microbatch);
-    }
-  }
-
   // Earliest time the next action of rank r may start, or kUnknown if it waits for
   // something not yet simulated (then the rank is parked until that event happens).
   double readyTime(int r) {
     const Action& a = p_.ranks[r][pos_[r]];
     double t = clock_[r];
-    auto need = [&](double when, uint64_t wake_key) {
-      if (when == kUnknown) {
-        waiters_[wake_key].push_back(r);
-        return false;
-      }
-      t = std::max(t, when);
-      return true;
-    };
     switch (a.type) {
       case ActionType::RECV_F:
       case ActionType::RECV_B: {
-        const uint64_t key = messageKeyOf(a);
-        auto it = arrival_.find(key);
-        if (!need(it == arrival_.end() ? kUnknown : it->second, key)) return kUnknown;
-        return t;
+        const std::size_t message = messages_.of(a);
+        if (arrival_[message] == kUnknown) {
+          waiter_[message] = r;  // only its receiver waits for a message
+          return kUnknown;
+        }
+        return std::max(t, arrival_[message]);
       }
       case ActionType::F:
         // Inputs from stages on this rank were computed earlier in its list; inputs
@@ -131,12 +114,9 @@ class Simulation {
     if (t != kUnknown) ready_.push({t, r});
   }
 
-  void wake(uint64_t key) {
-    auto it = waiters_.find(key);
-    if (it == waiters_.end()) return;
-    std::vector<int> ranks = std::move(it->second);
-    waiters_.erase(it);
-    for (int r : ranks) schedule(r);
+  void wake(std::size_t message) {
+    const int r = std::exchange(waiter_[message], -1);
+    if (r >= 0) schedule(r);
   }
 
   // Runs rank r's next action from `start`; false while it still computes on shared
@@ -303,9 +283,9 @@ class Simulation {
     if (route.recv_port >= 0) port_free_[route.recv_port] = start + wire;
     const double arrival = start + wire + route.latency;
     timeline_.transfers.push_back({a, r, to_rank, start, arrival, bytes});
-    const uint64_t key = messageKeyOf(a);
-    arrival_[key] = arrival;
-    wake(key);
+    const std::size_t message = messages_.of(a);
+    arrival_[message] = arrival;
+    wake(message);
   }
 
   struct Meeting {
@@ -327,8 +307,9 @@ class Simulation {
   std::vector<double> clock_;
   std::vector<double> forward_done_, input_grad_done_;
   std::vector<double> port_free_;
-  std::unordered_map<uint64_t, double> arrival_;
-  std::unordered_map<uint64_t, std::vector<int>> waiters_;
+  const schedule::MessageIndex messages_;
+  std::vector<double> arrival_;  // by message: when it arrives, or kUnknown
+  std::vector<int> waiter_;      // by message: the rank parked until it arrives, or -1
   std::unordered_map<std::pair<int, int>, Meeting, PairHash> meetings_;
   std::unordered_map<std::pair<int, int>, int, PairHash> reduces_seen_;
   std::unordered_map<std::pair<int, int>, double, PairHash> gradients_started_;  // (rank, stage)
