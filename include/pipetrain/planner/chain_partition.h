@@ -76,6 +76,12 @@ struct DeviceBlock {
   int first = 0, end = 0;
   double speed = 0, memory_bytes = 0, ring_bandwidth = 0, ring_latency = 0;
   double ring_host_bandwidth = std::numeric_limits<double>::infinity();  // Route::allreduce_host_bandwidth
+  // What a stage's price on the block needs beyond its sums, priced once per block (the
+  // DP prices every range of layers on every block it tries): whether the replicas may
+  // split the micro-batches, the busiest replica's micro-batches and optimizer steps,
+  // and its ring all-reduce as seconds + seconds per byte of parameters.
+  bool usable = false;
+  double share = 0, steps = 0, ring_seconds = 0, ring_seconds_per_byte = 0, ring_host_seconds_per_byte = 0;
   int replicas() const { return end - first; }
 };
 
@@ -161,7 +167,8 @@ class ChainProblem {
 
   std::vector<StageSums> prefix_;         // over blocks: prefix_[b] = blocks [0, b)
   std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block
-  std::vector<cluster::HostCost> hop_host_;  // [d]: a message's host cost between devices d and d + 1
+  std::vector<cluster::Route> hop_;  // [d]: the route from device d to d + 1
+  bool hop_host_costs_ = false;      // whether any hop's messages take host time
   // Sparse tables over the devices (level k holds ranges of 2^k), so that deviceBlock()
   // is O(1) instead of a walk over the block's devices: on 1024 devices that walk, and
   // the route it asks for at every step, took a third of the exploration.

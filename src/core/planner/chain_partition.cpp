@@ -87,7 +87,8 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
       hop_allreduce_bandwidth.push_back(hop.allreduce_bandwidth);
       hop_allreduce_host_bandwidth.push_back(hop.allreduce_host_bandwidth);
       hop_latency.push_back(hop.latency);
-      hop_host_.push_back(hop.host);
+      hop_.push_back(hop);
+      hop_host_costs_ |= !hop.host.free();
     }
   }
   min_speed_ = sparseTable(std::move(speed), false);
@@ -243,54 +244,59 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   DeviceBlock b{first, end, kInfinity, kInfinity, kInfinity, 0.0};
   b.speed = rangeOf(min_speed_, first, end, false);
   b.memory_bytes = rangeOf(min_memory_, first, end, false);
-  if (end - first < 2) return b;
+  const int r = end - first;
+  b.usable = replicasUsable(r);
+  b.share = schedule::busiestReplicaShare(options_.microbatches, r);
+  // Every replica steps its whole share of the weights once per mini-batch, or after
+  // each of its micro-batches under PipeDream (1F1B-RR: replicas all-reduce every round).
+  b.steps = traits_->step_rule == schedule::StepRule::kPerMicrobatch ? b.share : 1;
+  if (r < 2) return b;
   // The ring: hops d -> d + 1 inside the block, and the last device back to the first.
   const auto wrap = cluster_.route(end - 1, first);
   b.ring_bandwidth = std::min(rangeOf(min_hop_allreduce_bandwidth_, first, end - 1, false), wrap.allreduce_bandwidth);
   b.ring_host_bandwidth =
       std::min(rangeOf(min_hop_allreduce_host_bandwidth_, first, end - 1, false), wrap.allreduce_host_bandwidth);
   b.ring_latency = std::max(rangeOf(max_hop_latency_, first, end - 1, true), wrap.latency);
+  // The simulator's formulas (sim/cost_model.h), linear in the bytes.
+  b.ring_seconds = sim::ringAllreduceSeconds(0, r, b.ring_bandwidth, b.ring_latency);
+  b.ring_seconds_per_byte = sim::ringAllreduceSeconds(1, r, b.ring_bandwidth, 0);
+  b.ring_host_seconds_per_byte = sim::ringAllreduceHostSeconds(1, r, b.ring_host_bandwidth);
   return b;
 }
 
 double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) const {
-  const int r = devices.replicas();
-  if (options_.check_memory && replicasUsable(r) && stageMemoryBytes(i, j, r) > devices.memory_bytes) return kInfinity;
+  if (options_.check_memory && devices.usable && stageMemoryBytes(i, j, devices.replicas()) > devices.memory_bytes)
+    return kInfinity;
   return stageSeconds(prefix_[j] - prefix_[i], devices);
 }
 
 double ChainProblem::hostSeconds(int i, int j, const DeviceBlock& devices) const {
+  if (!hop_host_costs_) return 0;  // most clusters: the DP asks for every stage it tries
   double per_microbatch = 0;  // an activation one way, its gradient the other, per cut
   if (i > 0 && devices.first > 0 && cut_bytes_[i] > 0)
-    per_microbatch += 2 * hop_host_[devices.first - 1].seconds(cut_bytes_[i]);
+    per_microbatch += 2 * hop_[devices.first - 1].host.seconds(cut_bytes_[i]);
   if (j < numBlocks() && devices.end < numDevices() && cut_bytes_[j] > 0)
-    per_microbatch += 2 * hop_host_[devices.end - 1].seconds(cut_bytes_[j]);
+    per_microbatch += 2 * hop_[devices.end - 1].host.seconds(cut_bytes_[j]);
   if (per_microbatch == 0) return 0;
   return schedule::busiestReplicaShare(options_.microbatches, devices.replicas()) * per_microbatch;
 }
 
 double ChainProblem::stageSeconds(const StageSums& stage, const DeviceBlock& devices) const {
-  const int r = devices.replicas();
-  const int m = options_.microbatches;
   // Replicas take every r-th micro-batch; the busiest one sets the pace.
-  if (!replicasUsable(r)) return kInfinity;
-  const int share = schedule::busiestReplicaShare(m, r);
-  // Every replica steps its whole share of the weights once per mini-batch, or after
-  // each of its micro-batches under PipeDream (1F1B-RR: replicas all-reduce every round).
-  const bool per_microbatch = traits_->step_rule == schedule::StepRule::kPerMicrobatch;
-  const int steps = per_microbatch ? share : 1;
-  const double compute = (stage.compute * share + stage.step * steps) / devices.speed;
+  if (!devices.usable) return kInfinity;
+  const double compute = (stage.compute * devices.share + stage.step * devices.steps) / devices.speed;
   // Each all-reduce overlaps the backward pass before it, but not what it takes of the
   // replicas' cores (as the simulator prices it).
-  const double allreduce = sim::ringAllreduceSeconds(stage.params, r, devices.ring_bandwidth, devices.ring_latency);
-  const double host = sim::ringAllreduceHostSeconds(stage.params, r, devices.ring_host_bandwidth);
+  const double allreduce = devices.ring_seconds + devices.ring_seconds_per_byte * stage.params;
+  const double host = devices.ring_host_seconds_per_byte * stage.params;
   const double last_backward = stage.backward / devices.speed;
-  return compute + steps * std::max(host, allreduce - last_backward);
+  return compute + devices.steps * std::max(host, allreduce - last_backward);
 }
 
 double ChainProblem::boundarySeconds(int block, int device) const {
   if (block == 0 || device == 0) return 0;
-  return messagesSeconds(cut_bytes_[block], device - 1, device);
+  // The hop's route, priced once: the DP asks for every cut of every stage it tries.
+  return cut_bytes_[block] > 0 ? options_.microbatches * sim::transferSeconds(cut_bytes_[block], hop_[device - 1]) : 0;
 }
 
 double ChainProblem::messagesSeconds(double bytes, int from_device, int to_device) const {
