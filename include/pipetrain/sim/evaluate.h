@@ -77,6 +77,12 @@ Evaluation evaluatePlan(const graph::LayerGraph& graph, const cluster::ClusterSp
 
 // evaluatePlan's report without a trace: what the planner ranks by.
 Report predictReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan);
+// predictReport, or nothing where the plan cannot reach `to_beat` samples/s: a
+// mini-batch predictReport would simulate whole (a queue that binds later) is not
+// simulated when the line through the two shorter ones, which that queue only slows,
+// or its busiest resource already falls short. What the planner's search calls.
+std::optional<Report> predictReportAbove(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                                         const plan::Plan& plan, double to_beat);
 // The shorter mini-batches (m1, m2 micro-batches) predictReport simulates in place of
 // the plan's, or nothing where it simulates the plan as it is (too few to gain from it).
 std::optional<std::pair<int, int>> extrapolationPoints(const plan::Plan& plan);

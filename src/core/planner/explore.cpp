@@ -379,7 +379,9 @@ class Explorer {
             // The compute bound ordered it; its ports may bound it lower.
             if (resourceBound(c.plan) <= to_beat * std::exp(kTie)) continue;
             --budget;
-            c.report = sim::predictReport(graph_, cluster_, c.plan);
+            std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, c.plan, to_beat * std::exp(kTie));
+            if (!report) continue;
+            c.report = std::move(*report);
           } catch (const Error&) {
             continue;  // e.g. a Program the validator refuses
           }
@@ -484,9 +486,15 @@ class Explorer {
       ++result_.pruned;
       return;
     }
+    const double to_beat = simulated_ >= kAlwaysSimulated ? best_ * std::exp(-2 * kTie) : 0;
     ++simulated_;
     try {
-      p.candidate.report = sim::predictReport(graph_, cluster_, p.candidate.plan);
+      std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, p.candidate.plan, to_beat);
+      if (!report) {
+        ++result_.pruned;  // its queues bind it below the best after all
+        return;
+      }
+      p.candidate.report = std::move(*report);
       p.drop.reason = memoryShortfall(p.candidate.report);
     } catch (const Error& e) {
       p.drop.reason = e.what();

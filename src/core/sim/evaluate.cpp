@@ -195,22 +195,30 @@ std::optional<std::pair<int, int>> extrapolationPoints(const plan::Plan& plan) {
 
 namespace {
 
-// predictReport with the plan's cost model at hand (evaluatePlan builds it once for both).
-Report predictReport(const plan::Plan& plan, const CostModel& costs) {
+// predictReport with the plan's cost model at hand (evaluatePlan builds it once for
+// both), or nothing where it cannot reach `to_beat` samples/s (predictReportAbove).
+std::optional<Report> predictReport(const plan::Plan& plan, const CostModel& costs, double to_beat) {
   const int window = schedule::isAsynchronous(plan.schedule.name) ? kSteadyWindow : 1;
   if (const auto points = extrapolationPoints(plan)) {
+    const auto [m1, m2] = *points;
     plan::Plan shorter = plan;
     Steady a, b;
     try {
-      shorter.microbatches = points->first;
+      shorter.microbatches = m1;
       a = steadyState(shorter, costs, window);
-      shorter.microbatches = points->second;
+      shorter.microbatches = m2;
       b = steadyState(shorter, costs, window);
+      const Report line = extrapolated(a.report, b.report, m1, m2, plan.microbatches, plan.microbatch_size);
       // A queue still growing between them binds later (PipeDream's AlexNet: from 112
-      // and 208 micro-batches it had not yet): the whole mini-batch, then.
-      if (settled(a, b, points->first, points->second))
-        return extrapolated(a.report, b.report, points->first, points->second, plan.microbatches,
-                            plan.microbatch_size);
+      // and 208 micro-batches it had not yet): the whole mini-batch, then. It only
+      // slows the iteration's growth, so the line is the most it can reach, and no
+      // more than its busiest resource allows either.
+      if (settled(a, b, m1, m2)) return line;
+      double iteration = line.iteration_time;
+      const double t = static_cast<double>(plan.microbatches - m1) / (m2 - m1);
+      for (std::size_t k = 0; k < a.loads.size(); ++k)
+        iteration = std::max(iteration, a.loads[k] + t * (b.loads[k] - a.loads[k]));
+      if (line.samples_per_minibatch / iteration < to_beat) return std::nullopt;
     } catch (const Error&) {
       // the schedule refuses the plan: the whole mini-batch says so with its own numbers
     }
@@ -221,7 +229,12 @@ Report predictReport(const plan::Plan& plan, const CostModel& costs) {
 }  // namespace
 
 Report predictReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan) {
-  return predictReport(plan, CostModel(graph, cluster, plan));
+  return *predictReport(plan, CostModel(graph, cluster, plan), 0);
+}
+
+std::optional<Report> predictReportAbove(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                                         const plan::Plan& plan, double to_beat) {
+  return predictReport(plan, CostModel(graph, cluster, plan), to_beat);
 }
 
 Report simulatedReport(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan) {
@@ -233,7 +246,7 @@ Evaluation evaluatePlan(const graph::LayerGraph& graph, const cluster::ClusterSp
   if (minibatches < 1) throw Error("mini-batches to simulate must be at least 1");
   const CostModel costs(graph, cluster, plan);
   Evaluation e;
-  e.report = predictReport(plan, costs);
+  e.report = *predictReport(plan, costs, 0);
   Simulated trace = simulated(plan, costs, minibatches);
   e.program = std::move(trace.program);
   e.timeline = std::move(trace.timeline);
