@@ -114,13 +114,16 @@ TEST(Explore, PricesEachMicrobatchSizeAtItsOwnTimes) {
   EXPECT_DOUBLE_EQ(sim::evaluatePlan(graph, pair, e.best().plan).report.throughput, e.best().report.throughput);
 }
 
-TEST(Explore, PruningByTheComputeBoundKeepsTheExhaustiveChoice) {
-  // No plan beats its compute bound, so pruning proposals whose bound cannot reach the
-  // best simulated throughput must leave the winner as the exhaustive search finds it.
+TEST(Explore, PruningByBoundsKeepsTheExhaustiveChoice) {
+  // No plan beats its bound (sim::throughputBound, throughput_bound_test.cpp), so
+  // pruning proposals whose bound cannot reach the best simulated throughput, and
+  // combinations whose bound is above theirs, must leave the winner as the exhaustive
+  // search finds it, asynchronous schedules included.
   TwoNodes s;
-  for (int64_t batch : {16, 32, 64}) {
+  for (int64_t batch : {16, 32, 64, -32}) {
     ExploreOptions o;
-    o.global_batch = batch;
+    o.global_batch = std::abs(batch);
+    o.allow_async = batch < 0;
     const Exploration pruned = explore(s.graph, s.cluster, o);
     o.prune = false;
     const Exploration all = explore(s.graph, s.cluster, o);
