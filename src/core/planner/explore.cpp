@@ -379,7 +379,8 @@ class Explorer {
             // The compute bound ordered it; its ports may bound it lower.
             if (resourceBound(c.plan) <= to_beat * std::exp(kTie)) continue;
             --budget;
-            std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, c.plan, to_beat * std::exp(kTie));
+            std::optional<sim::Report> report =
+                sim::predictReportAbove(graph_, cluster_, c.plan, to_beat * std::exp(kTie));
             if (!report) continue;
             c.report = std::move(*report);
           } catch (const Error&) {
@@ -426,7 +427,8 @@ class Explorer {
   // behind a better-bounded one on 32, whose simulation then rules it out; the first
   // kAlwaysSimulated proposals are simulated regardless, so the ranked table has rows
   // to compare.
-  void search(const std::vector<int>& widths, const std::vector<std::string>& names, const std::vector<int64_t>& sizes) {
+  void search(const std::vector<int>& widths, const std::vector<std::string>& names,
+              const std::vector<int64_t>& sizes) {
     struct Combination {
       std::string name;
       int64_t b;
@@ -553,7 +555,8 @@ class Explorer {
 
   // No plan is faster than its busiest device computes.
   static double boundOf(const plan::Plan& plan, double busiest_seconds) {
-    return busiest_seconds > 0 ? sim::windowAllowance(plan.schedule.name) * static_cast<double>(plan.samplesPerMinibatch()) / busiest_seconds
+    return busiest_seconds > 0 ? sim::windowAllowance(plan.schedule.name) *
+                                     static_cast<double>(plan.samplesPerMinibatch()) / busiest_seconds
                                : std::numeric_limits<double>::infinity();
   }
 

@@ -116,7 +116,8 @@ class Checker {
           fail(r, i, "stage " + std::to_string(consumer) + " does not consume stage " + std::to_string(producer));
         auto& table = isSend(a.type) ? sends : recvs;
         const std::size_t key = messages_.of(a);
-        if (table[key].first >= 0) fail(r, i, "duplicate; the same message also appears on rank " + std::to_string(table[key].first));
+        if (table[key].first >= 0)
+          fail(r, i, "duplicate; the same message also appears on rank " + std::to_string(table[key].first));
         table[key] = {r, i};
         const int peer_rank = p_.rankOf(a.peer_stage, mb);
         if (peer_rank == r) fail(r, i, "both stages run on this rank, no communication is needed");
@@ -142,9 +143,11 @@ class Checker {
                       std::to_string(in) + " I, " + std::to_string(w) + " W");
       }
     for (std::size_t key = 0; key < sends.size(); ++key)
-      if (sends[key].first >= 0 && recvs[key].first < 0) fail(sends[key].first, sends[key].second, "no rank receives this message");
+      if (sends[key].first >= 0 && recvs[key].first < 0)
+        fail(sends[key].first, sends[key].second, "no rank receives this message");
     for (std::size_t key = 0; key < recvs.size(); ++key)
-      if (recvs[key].first >= 0 && sends[key].first < 0) fail(recvs[key].first, recvs[key].second, "no rank sends this message");
+      if (recvs[key].first >= 0 && sends[key].first < 0)
+        fail(recvs[key].first, recvs[key].second, "no rank sends this message");
   }
 
   // Symbolic execution: RECV waits for its SEND, ALLREDUCE for all replicas; everything

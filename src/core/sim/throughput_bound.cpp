@@ -111,7 +111,8 @@ double throughputBound(const CostModel& costs) {
       const int replicas = static_cast<int>(stage_ranks[s].size());
       const int share = static_cast<int>(m) / replicas;  // every replica runs at least this many
       if (share < 1) continue;
-      const int in_flight = schedule::inflightMicrobatchesBound(traits.kind, stages, schedule::busiestReplicaShare(plan.microbatches, replicas));
+      const int in_flight = schedule::inflightMicrobatchesBound(
+          traits.kind, stages, schedule::busiestReplicaShare(plan.microbatches, replicas));
       busiest = std::max(busiest, share * roundTrip(s) / in_flight);
     }
   }

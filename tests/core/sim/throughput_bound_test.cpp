@@ -90,7 +90,8 @@ TEST(ThroughputBound, NoSimulationOfAChainExceedsIt) {
       const int stages = multi ? (layers / per_rank) * per_rank : 2 + static_cast<int>(rng() % 3);
       std::vector<int> bounds{0}, replicas;
       for (int s = 1; s <= stages; ++s) bounds.push_back(multi ? s : s * layers / stages);
-      for (int s = 0; s < stages && !multi; ++s) replicas.push_back(t.replicable ? 1 + static_cast<int>(rng() % 3) : 1);
+      for (int s = 0; s < stages && !multi; ++s)
+        replicas.push_back(t.replicable ? 1 + static_cast<int>(rng() % 3) : 1);
       const std::vector<std::string> used(names.begin(), names.begin() + bounds.back());
       const graph::LayerGraph g = multi ? randomChain(rng, stages) : graph;  // the same names, l0, l1, ...
       int devices = multi ? stages / per_rank : 0;
@@ -105,16 +106,18 @@ TEST(ThroughputBound, NoSimulationOfAChainExceedsIt) {
 TEST(ThroughputBound, NoSimulationOfABranchingGraphExceedsIt) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 20; ++trial) {
-    const graph::LayerGraph graph =
-        testing::forkJoin(3, 2, [&](int, int) { return randomLayer(rng); }, [&] { graph::Layer j = randomLayer(rng); j.name = "join"; return j; }());
+    graph::Layer join = randomLayer(rng);
+    join.name = "join";
+    const graph::LayerGraph graph = testing::forkJoin(3, 2, [&](int, int) { return randomLayer(rng); }, join);
     const cluster::ClusterSpec cluster = randomCluster(rng, 8);
-    for (const std::string& name : {"gpipe", "1f1b", "zb-h1", "pipedream", "2bw"}) {
+    for (const char* name : {"gpipe", "1f1b", "zb-h1", "pipedream", "2bw"}) {
       plan::Plan p;
       p.schedule.name = name;
       p.microbatches = 2 + static_cast<int>(rng() % 30);
       int device = 0;
       for (int b = 0; b < 3; ++b)
-        p.stages.push_back({{"b" + std::to_string(b) + "_0", "b" + std::to_string(b) + "_1"}, {"dev" + std::to_string(device++)}});
+        p.stages.push_back(
+            {{"b" + std::to_string(b) + "_0", "b" + std::to_string(b) + "_1"}, {"dev" + std::to_string(device++)}});
       p.stages.push_back({{"join"}, {"dev" + std::to_string(device++)}});
       if (schedule::traits(name).replicable) p.stages[1].devices.push_back("dev" + std::to_string(device++));
       expectBelowBound(graph, cluster, p);
