@@ -53,7 +53,7 @@ inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks
     threads.emplace_back([&, r] {
       try {
         std::unique_ptr<Transport> own;
-        if (gloo) own = makeGlooTransport(Rendezvous{"127.0.0.1", port, r, ranks, std::chrono::seconds(20)});
+        if (gloo) own = makeGlooTransport(Rendezvous{"127.0.0.1", port, r, ranks, std::chrono::seconds(20), ""});
         results[r] = trainRank(config, gloo ? *own : *group[r], {}, probe);
       } catch (...) {
         errors[r] = std::current_exception();

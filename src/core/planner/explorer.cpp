@@ -1,0 +1,427 @@
+#include "explorer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "pipetrain/graph/series_parallel.h"
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/sim/throughput_bound.h"
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::planner::detail {
+namespace {
+
+// Proposals simulated before any is pruned by its bound.
+constexpr int kAlwaysSimulated = 5;
+// The widest plan the graph partitioner is asked for: 0.5 s for 33 layers on 32 devices
+// (bench/planner_bench graphPartition), about 4x more per doubling.
+constexpr int kMaxGraphDevices = 64;
+// The graph partitioner's budget of DP steps for a whole exploration beside the chain DP
+// (about 0.4 s on this machine), and alone (--partitioner graph). Small models never
+// reach it; PipeDream's ResNet-50 and Inception-v3 reach it at their first search on 16
+// or more devices, whose plans then come from the chain DP.
+constexpr int64_t kGraphStepsBesideChain = 4'000'000;
+constexpr int64_t kGraphStepsAlone = 30'000'000;
+
+}  // namespace
+
+// The rank that misses its memory most, or "" when all fit.
+std::string memoryShortfall(const sim::Report& r) {
+  for (const auto& rank : r.ranks)
+    if (rank.peak_memory_bytes > rank.memory_capacity_bytes)
+      return "needs " + text::humanBytes(static_cast<double>(rank.peak_memory_bytes)) + " on " + rank.device +
+             ", which has " + text::humanBytes(static_cast<double>(rank.memory_capacity_bytes));
+  return "";
+}
+
+// Everything that tells two proposals apart (the explorer sets no other schedule option),
+// written directly: a JSON dump of a 1024-device plan cost more than its simulation.
+std::string planKey(const plan::Plan& p) {
+  std::string key = p.schedule.name + "/" + std::to_string(p.schedule.chunks) + "/" +
+                    std::to_string(p.microbatch_size) + "/" + std::to_string(p.microbatches);
+  for (const plan::Stage& s : p.stages) {
+    key += "|" + s.layers.front() + "+" + std::to_string(s.layers.size()) + ":";
+    for (const std::string& d : s.devices) key += d + ",";
+  }
+  return key;
+}
+
+Explorer::Explorer(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o,
+                   Exploration& result)
+    : graph_(graph), cluster_(cluster), o_(o), result_(result),
+      graph_partitioner_(o.partitioner == Partitioner::kGraph ||
+                         (o.partitioner == Partitioner::kAuto && graph::hasBranches(graph::seriesParallel(graph)))),
+      chain_partitioner_(o.partitioner != Partitioner::kGraph) {
+  std::vector<double> speeds;
+  for (int d = 0; d < cluster.size(); ++d) speeds.push_back(cluster.device(d).speed);
+  std::sort(speeds.rbegin(), speeds.rend());
+  fastest_speeds_.push_back(0);
+  for (double v : speeds) fastest_speeds_.push_back(fastest_speeds_.back() + v);
+  // Prefix sums over the layers of the optimizer steps (workPrefix: the passes').
+  step_prefix_.push_back(0);
+  for (const graph::Layer& l : graph.layers()) step_prefix_.push_back(step_prefix_.back() + l.optimizer_seconds);
+}
+
+// Samples/s that no plan on at most `width` devices at micro-batch size `b` can
+// exceed: the mini-batch's compute spread perfectly over the `width` fastest devices
+// (replicas only add work: each steps its own copy). Every proposal's compute bound is
+// below it, so a combination whose bound cannot beat the best simulated plan is
+// skipped before its DPs run.
+double Explorer::combinationBound(int64_t b, int width) const {
+  const double microbatches = static_cast<double>(o_.global_batch / b);
+  const double work = microbatches * workPrefix(b).back() + step_prefix_.back();
+  return work > 0 ? static_cast<double>(o_.global_batch) * fastest_speeds_[width] / work
+                  : std::numeric_limits<double>::infinity();
+}
+
+// partitionChain, through the optimum without memory limits that the schedules with
+// the same stage times share (PartitionOptions::check_memory): where it fits this
+// schedule's memory, no partition can do better, and the schedule's own DPs are not
+// run. Results are the same; on clusters where memory does not bind, one DP serves
+// gpipe, 1f1b, zb-h1 and zb-h2 (and 2bw, pipemare).
+ChainPlan Explorer::partitionShared(PartitionOptions po, const plan::ScheduleOptions& schedule) {
+  const std::string key = sharedKey(po);
+  auto it = relaxed_.find(key);
+  if (it == relaxed_.end()) {
+    PartitionOptions free = po;
+    free.check_memory = false;
+    free.assumed_depth = 1;
+    std::optional<Partition> optimum;
+    try {
+      optimum = solveChain(ChainProblem(graph_, cluster_, free));
+    } catch (const Error&) {
+      // no tiling at all (divisibility): the schedule's own DP says why
+    }
+    it = relaxed_.emplace(key, std::move(optimum)).first;
+  }
+  if (it->second) {
+    po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
+    po.assumed_depth = static_cast<int>(it->second->stages.size());
+    const ChainProblem problem(graph_, cluster_, po);
+    if (fitsMemory(*it->second, problem)) {
+      Partition p = *it->second;
+      p.objective = problem.objective(p.stages);
+      p.assumed_depth = po.assumed_depth;
+      return {toPlan(p, problem, schedule), p};
+    }
+  }
+  return partitionChain(graph_, cluster_, po, schedule);
+}
+
+void Explorer::addGraphNote(const std::string& note) {
+  auto& notes = result_.graph_notes;
+  if (std::find(notes.begin(), notes.end(), note) == notes.end()) notes.push_back(note);
+}
+
+// What decides a stage's time (not its memory): schedules that agree on it share the
+// partitioners' optima without memory checks.
+std::string Explorer::sharedKey(const PartitionOptions& po) {
+  const schedule::ScheduleTraits& t = schedule::traits(po.schedule);
+  return std::to_string(po.microbatch_size) + "/" + std::to_string(po.max_devices) + "/" +
+         std::to_string(po.use_all_devices) + "/" + std::to_string(po.max_replicas) + "/" +
+         std::to_string(t.replicable) + "/" + std::to_string(static_cast<int>(t.step_rule));
+}
+
+// partitionShared's counterpart for the graph partitioner, whose search costs far more.
+GraphPlan Explorer::graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule, GraphSearch search) {
+  const std::string key = sharedKey(po) + "/" + std::to_string(static_cast<int>(search));
+  auto it = graph_relaxed_.find(key);
+  if (it == graph_relaxed_.end()) {
+    PartitionOptions free = po;
+    free.check_memory = false;
+    std::optional<GraphPartition> optimum;
+    try {
+      free.max_graph_steps = graphStepsLeft();
+      optimum = solveGraph(graph_, cluster_, free, search);
+    } catch (const GraphSearchGaveUp&) {
+      throw;
+    } catch (const Error&) {
+      // no tiling at all (divisibility): the schedule's own search says why
+    }
+    if (optimum) result_.graph_search_steps += optimum->search_steps;
+    it = graph_relaxed_.emplace(key, std::move(optimum)).first;
+  }
+  po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
+  if (it->second && fitsMemory(*it->second, graph_, cluster_, po))
+    return {toPlan(*it->second, graph_, cluster_, po, schedule), *it->second};
+  po.max_graph_steps = graphStepsLeft();
+  GraphPlan g = partitionGraph(graph_, cluster_, po, schedule, search);
+  result_.graph_search_steps += g.partition.search_steps;
+  return g;
+}
+
+// The graph partitioner's budget of DP steps for the whole exploration, less what its
+// searches took so far.
+int64_t Explorer::graphStepsBudget() const { return chain_partitioner_ ? kGraphStepsBesideChain : kGraphStepsAlone; }
+
+int64_t Explorer::graphStepsLeft() const { return graphStepsBudget() - result_.graph_search_steps; }
+
+// Whether a combination of that bound cannot beat the best plan simulated so far.
+bool Explorer::cannotWin(double bound) const {
+  return o_.prune && simulated_ >= kAlwaysSimulated && bound < best_ * std::exp(-2 * kTie);
+}
+
+// Every proposal for one schedule, micro-batch size and width: the partitioners' or a
+// multi-stage schedule's balanced split.
+void Explorer::explore(const std::string& name, int64_t b, int width) {
+  const int m = static_cast<int>(o_.global_batch / b);
+  const schedule::ScheduleTraits& t = schedule::traits(name);
+  if (schedule::multiStage(t)) {
+    const int per_rank = schedule::stagesPerRank(t, kInterleavedChunks);
+    if (width < 2 || graph_.size() < width * per_rank || m % width != 0 || m < t.min_microbatches_per_rank * width)
+      return;
+    consider(name, b, width, [&]() -> std::optional<Candidate> {
+      return Candidate{multiStagePlan(name, graph_, cluster_, width, b, m), {}, 0, 0, "balanced"};
+    });
+    return;
+  }
+  if (graph_partitioner_) exploreGraph(name, b, width);
+  if (chain_partitioner_) exploreChain(name, b, width);
+}
+
+PartitionOptions Explorer::partitionOptions(const std::string& name, int64_t b, int width) const {
+  PartitionOptions po;
+  po.schedule = name;
+  po.microbatch_size = b;
+  po.microbatches = static_cast<int>(o_.global_batch / b);
+  po.max_devices = width;
+  po.use_all_devices = o_.use_all_devices;
+  po.max_blocks = o_.max_blocks;
+  return po;
+}
+
+std::vector<int> Explorer::replicaLimits() const {
+  return o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1};
+}
+
+// The graph partitioner's plans (GraphPipe's): within its budget of DP steps, on at
+// most kMaxGraphDevices devices.
+void Explorer::exploreGraph(const std::string& name, int64_t b, int width) {
+  if (width > kMaxGraphDevices) {
+    addGraphNote("plans on more than " + std::to_string(kMaxGraphDevices) +
+                 " devices come from the chain DP only: the graph search grows with the cube of the devices");
+    return;
+  }
+  PartitionOptions po = partitionOptions(name, b, width);
+  plan::ScheduleOptions schedule;
+  schedule.name = name;
+  for (int max_replicas : replicaLimits()) {
+    po.max_replicas = max_replicas;
+    if (graphStepsLeft() <= 0) {
+      addGraphNote("the graph partitioner's budget of " + std::to_string(graphStepsBudget()) + " DP steps ran out" +
+                   (chain_partitioner_ ? ": the other combinations' plans come from the chain DP" : ""));
+      return;
+    }
+    // Where the down-set search ran, the tree's plan too: they price transfers
+    // differently (solveGraph), and the simulator decides.
+    bool every_convex_partition = false;
+    for (const GraphSearch search : {GraphSearch::kAuto, GraphSearch::kSeriesParallel}) {
+      if (search == GraphSearch::kSeriesParallel && !every_convex_partition) break;  // kAuto ran the tree
+      consider(name, b, width, [&]() -> std::optional<Candidate> {
+        std::optional<GraphPlan> found;
+        try {
+          if (o_.prune) {
+            found = graphShared(po, schedule, search);
+          } else {
+            po.max_graph_steps = graphStepsLeft();
+            found = partitionGraph(graph_, cluster_, po, schedule, search);
+            result_.graph_search_steps += found->partition.search_steps;
+          }
+        } catch (const GraphSearchGaveUp&) {
+          result_.graph_search_steps = graphStepsBudget();  // a search gives up on what was left
+          throw;
+        }
+        GraphPlan& g = *found;
+        every_convex_partition = g.partition.every_convex_partition;
+        for (const std::string& note : g.partition.notes) addGraphNote(note);
+        return Candidate{std::move(g.plan), {}, g.partition.objective, 0, "graph"};
+      });
+    }
+  }
+}
+
+// The chain DP's optimum, its best pure pipeline and pure data parallelism: the DP's
+// bottleneck objective does not see the schedule's bubble, so the simulator decides.
+void Explorer::exploreChain(const std::string& name, int64_t b, int width) {
+  const int m = static_cast<int>(o_.global_batch / b);
+  PartitionOptions po = partitionOptions(name, b, width);
+  plan::ScheduleOptions schedule;
+  schedule.name = name;
+  const std::vector<int> replica_limits = replicaLimits();
+  for (int max_replicas : replica_limits) {
+    po.max_replicas = max_replicas;
+    consider(name, b, width, [&]() -> std::optional<Candidate> {
+      // The exhaustive search (prune off) takes no shortcut: it is the reference.
+      const ChainPlan chain = o_.prune ? partitionShared(po, schedule) : partitionChain(graph_, cluster_, po, schedule);
+      return Candidate{chain.plan, {}, chain.partition.objective, 0, "chain"};
+    });
+  }
+  if (o_.max_replicas == 1 || width < 2 || m % width != 0 || !schedule::traits(name).replicable) return;
+  po.max_replicas = o_.max_replicas;
+  consider(name, b, width, [&]() -> std::optional<Candidate> {
+    const ChainProblem problem(graph_, cluster_, po);
+    if (!problem.allowedDevices(0, width)) return std::nullopt;
+    const Partition all{{{0, problem.numBlocks(), 0, width}}, 0, 1};
+    return Candidate{toPlan(all, problem, schedule), {}, problem.objective(all.stages), 0, "chain"};
+  });
+}
+
+// Best first: every schedule x micro-batch size x width is a combination, bounded by
+// combinationBound(), and solving it (its partitioners' DPs) yields proposals, each
+// bounded by resourceBound() at most the combination's. Whatever has the highest
+// bound is done next: a proposal is simulated, a combination solved. Once the best
+// simulated plan beats every remaining bound beyond a tie, the rest are pruned
+// unsolved and unsimulated. So a plan starved by its ports on 128 devices waits
+// behind a better-bounded one on 32, whose simulation then rules it out; the first
+// kAlwaysSimulated proposals are simulated regardless, so the ranked table has rows
+// to compare.
+void Explorer::search(const std::vector<int>& widths, const std::vector<std::string>& names,
+            const std::vector<int64_t>& sizes) {
+  struct Combination {
+    std::string name;
+    int64_t b;
+    int width;
+    double bound;
+  };
+  std::vector<Combination> combinations;
+  for (int width : widths)
+    for (const std::string& name : names)
+      for (int64_t b : sizes)
+        combinations.push_back({name, b, width, sim::windowAllowance(name) * combinationBound(b, width)});
+  std::stable_sort(combinations.begin(), combinations.end(),
+                   [](const Combination& x, const Combination& y) { return x.bound > y.bound; });
+  std::size_t next = 0;
+  while (true) {
+    const Proposal* top = bestProposal();
+    const bool solve = next < combinations.size() && (!top || combinations[next].bound > top->bound);
+    if (solve) {
+      const Combination& c = combinations[next++];
+      if (cannotWin(c.bound))
+        ++result_.pruned_combinations;
+      else
+        explore(c.name, c.b, c.width);
+    } else if (top) {
+      evaluate(takeBestProposal());
+    } else {
+      break;
+    }
+  }
+}
+
+Explorer::Proposal Explorer::takeBestProposal() {
+  std::pop_heap(proposals_.begin(), proposals_.end(), ByBound{});
+  Proposal p = std::move(proposals_.back());
+  proposals_.pop_back();
+  return p;
+}
+
+// Simulates a proposal and ranks it, or records why it was dropped; one that cannot
+// win is pruned unsimulated.
+void Explorer::evaluate(Proposal p) {
+  if (cannotWin(p.bound)) {
+    ++result_.pruned;
+    return;
+  }
+  const double to_beat = simulated_ >= kAlwaysSimulated ? best_ * std::exp(-2 * kTie) : 0;
+  ++simulated_;
+  try {
+    std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, p.candidate.plan, to_beat);
+    if (!report) {
+      ++result_.pruned;  // its queues bind it below the best after all
+      return;
+    }
+    p.candidate.report = std::move(*report);
+    p.drop.reason = memoryShortfall(p.candidate.report);
+  } catch (const Error& e) {
+    p.drop.reason = e.what();
+  }
+  if (!p.drop.reason.empty()) {
+    result_.dropped.push_back(std::move(p.drop));
+    return;
+  }
+  best_ = std::max(best_, p.candidate.report.throughput);
+  result_.ranked.push_back(std::move(p.candidate));
+}
+
+// Samples/s that no simulation of the plan can exceed (sim::throughputBound): its
+// busiest rank's compute or port's traffic per mini-batch.
+double Explorer::resourceBound(const plan::Plan& plan) const {
+  return sim::throughputBound(sim::CostModel(graph_, cluster_, plan));
+}
+
+// A looser bound for `like` with the stages of a chain's runs (each device holds one
+// stage): their compute alone, from sums over the graph's layers rather than a cost
+// model of a named plan.
+double Explorer::computeBound(const plan::Plan& like, const ChainRuns& runs) const {
+  const std::vector<double>& work_prefix = workPrefix(like.microbatch_size);
+  double slowest = 0;
+  for (int s = 0; s < runs.numStages(); ++s) {
+    const int first = runs.layer[s], end = runs.layer[s + 1];
+    const double work = work_prefix[end] - work_prefix[first], step = step_prefix_[end] - step_prefix_[first];
+    for (int d = runs.device[s]; d < runs.device[s + 1]; ++d)
+      slowest = std::max(slowest, busySeconds(like, runs.device[s + 1] - runs.device[s], work, step,
+                                              cluster_.device(d).speed));
+  }
+  return boundOf(like, slowest);
+}
+
+// Prefix sums over the layers of a micro-batch's F + I + W at size b ([k]: layers
+// [0, k)), the layers' times as sim::CostModel takes them (LayerGraph::secondsAt), W
+// the cheaper of the fused and the split one, as sim::throughputBound takes it.
+const std::vector<double>& Explorer::workPrefix(int64_t b) const {
+  std::vector<double>& prefix = work_prefix_[b];
+  if (prefix.empty()) {
+    prefix.push_back(0);
+    for (int i = 0; i < graph_.size(); ++i) {
+      const graph::PassSeconds t = graph_.secondsAt(i, b);
+      prefix.push_back(prefix.back() + t.forward + t.backward_input + std::min(t.backward_weight, t.split_weight));
+    }
+  }
+  return prefix;
+}
+
+// A replica's compute per mini-batch: its share of the micro-batches at `work` each,
+// one optimizer step.
+double Explorer::busySeconds(const plan::Plan& plan, int replicas, double work, double step, double speed) {
+  const double share = static_cast<double>(plan.microbatches) / static_cast<double>(replicas);
+  return (share * work + step) / speed;
+}
+
+// No plan is faster than its busiest device computes.
+double Explorer::boundOf(const plan::Plan& plan, double busiest_seconds) {
+  return busiest_seconds > 0 ? sim::windowAllowance(plan.schedule.name) *
+                                   static_cast<double>(plan.samplesPerMinibatch()) / busiest_seconds
+                             : std::numeric_limits<double>::infinity();
+}
+
+// Checks a proposal once and queues it for search(), or records why not.
+void Explorer::consider(const std::string& name, int64_t b, int width, const std::function<std::optional<Candidate>()>& propose) {
+  Dropped drop{name, b, width, ""};
+  try {
+    std::optional<Candidate> proposed = propose();
+    if (!proposed || !seen_.insert(planKey(proposed->plan)).second) return;
+    Candidate& c = *proposed;
+    drop.devices = devicesUsed(c.plan);
+    if (o_.use_all_devices && drop.devices < cluster_.size()) {
+      drop.reason = "leaves " + std::to_string(cluster_.size() - drop.devices) + " devices idle";
+      result_.dropped.push_back(std::move(drop));
+      return;
+    }
+    // Memory is judged later, from the schedule's footprint rather than validate's estimate.
+    plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
+    c.depth = schedule::pipelineDepth(plan::stageDag(c.plan, graph_));
+    const double bound = resourceBound(c.plan);
+    proposals_.push_back({std::move(c), drop, bound, proposed_++});
+    std::push_heap(proposals_.begin(), proposals_.end(), ByBound{});
+    return;
+  } catch (const Error& e) {
+    drop.reason = e.what();
+  }
+  result_.dropped.push_back(std::move(drop));
+}
+
+}  // namespace pipetrain::planner::detail

@@ -1,0 +1,99 @@
+// Explorer: one exploration's state and steps (explore.h's explore()): what was
+// proposed (to simulate each plan once), kept and dropped. explorer.cpp proposes plans
+// and simulates them best first; refine.cpp walks from the best to better neighbours.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "explore_internal.h"
+#include "pipetrain/planner/chain_partition.h"
+#include "pipetrain/planner/graph_partition.h"
+#include "pipetrain/planner/neighbours.h"
+
+namespace pipetrain::planner::detail {
+
+// Why a simulated plan cannot run: the rank that misses its memory most, or "" when all fit.
+std::string memoryShortfall(const sim::Report& r);
+// Everything that tells two proposals apart (the explorer sets no other schedule option).
+std::string planKey(const plan::Plan& p);
+
+class Explorer {
+ public:
+  Explorer(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o,
+           Exploration& result);
+
+  // Proposes and simulates, best first, every schedule x micro-batch size x width.
+  void search(const std::vector<int>& widths, const std::vector<std::string>& names,
+              const std::vector<int64_t>& sizes);
+  // Then walks from the best chain and multi-stage plans to better simulated neighbours.
+  void refine();
+
+ private:
+  struct Proposal {
+    Candidate candidate;
+    Dropped drop;
+    double bound = 0;  // samples/s no simulation of the plan can exceed
+    int order = 0;     // among equal bounds, the first proposed goes first
+  };
+  struct ByBound {
+    bool operator()(const Proposal& a, const Proposal& b) const {
+      return a.bound != b.bound ? a.bound < b.bound : a.order > b.order;
+    }
+  };
+
+  // Proposing (explorer.cpp).
+  void explore(const std::string& name, int64_t b, int width);
+  void exploreGraph(const std::string& name, int64_t b, int width);
+  void exploreChain(const std::string& name, int64_t b, int width);
+  void consider(const std::string& name, int64_t b, int width, const std::function<std::optional<Candidate>()>& propose);
+  ChainPlan partitionShared(PartitionOptions po, const plan::ScheduleOptions& schedule);
+  GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule, GraphSearch search);
+  static std::string sharedKey(const PartitionOptions& po);
+  PartitionOptions partitionOptions(const std::string& name, int64_t b, int width) const;
+  std::vector<int> replicaLimits() const;
+  void addGraphNote(const std::string& note);
+  int64_t graphStepsBudget() const;
+  int64_t graphStepsLeft() const;
+
+  // Simulating, best first (explorer.cpp).
+  const Proposal* bestProposal() const { return proposals_.empty() ? nullptr : &proposals_.front(); }
+  Proposal takeBestProposal();
+  void evaluate(Proposal p);
+  bool cannotWin(double bound) const;
+
+  // Bounds (explorer.cpp).
+  double combinationBound(int64_t b, int width) const;
+  double resourceBound(const plan::Plan& plan) const;
+  double computeBound(const plan::Plan& like, const ChainRuns& runs) const;
+  const std::vector<double>& workPrefix(int64_t b) const;
+  static double busySeconds(const plan::Plan& plan, int replicas, double work, double step, double speed);
+  static double boundOf(const plan::Plan& plan, double busiest_seconds);
+
+  // Refining (refine.cpp).
+  std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan) const;
+
+  const graph::LayerGraph& graph_;
+  const cluster::ClusterSpec& cluster_;
+  const ExploreOptions& o_;
+  Exploration& result_;
+  const bool graph_partitioner_, chain_partitioner_;  // which propose plans (ExploreOptions::partitioner)
+  std::set<std::string> seen_;  // plans proposed so far, by planKey()
+  std::vector<Proposal> proposals_;  // a heap by ByBound: the highest bound on top
+  int proposed_ = 0;
+  double best_ = 0;             // the best simulated throughput so far
+  int simulated_ = 0;
+  std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds
+  std::vector<double> step_prefix_;  // [k]: layers [0, k) (see the constructor)
+  mutable std::map<int64_t, std::vector<double>> work_prefix_;  // by micro-batch size: workPrefix()
+  std::map<std::string, std::optional<Partition>> relaxed_;  // partitionShared's optima, by what they share
+  std::map<std::string, std::optional<GraphPartition>> graph_relaxed_;  // graphShared's
+};
+
+}  // namespace pipetrain::planner::detail

@@ -1,0 +1,116 @@
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "explorer.h"
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/sim/evaluate.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::planner::detail {
+namespace {
+
+// The refinement's simulations: at most this many, and at most this much work simulated
+// in all, in ranks x micro-batches (simulationWork): a plan on 264 devices at 64
+// micro-batches gets 7 neighbours, about 0.2 s; one on 1024 devices 2.
+constexpr int kRefineSimulations = 128;
+constexpr int64_t kRefineWork = 2048 * 64;
+
+// What simulating a plan costs: ranks x the micro-batches predictReport simulates (where
+// the extrapolation holds; more where it simulates the mini-batch whole).
+int64_t simulationWork(const plan::Plan& p) {
+  const auto points = sim::extrapolationPoints(p);
+  const int64_t microbatches = points ? points->first + points->second : p.microbatches;
+  return devicesUsed(p) * microbatches;
+}
+constexpr std::size_t kRefineStarts = 3;
+
+}  // namespace
+
+// Simulation-guided refinement (neighbours.h): from each of a few good plans that are
+// chain plans, step to the best simulated neighbour while one beats it beyond a tie,
+// each start with its share of the budget of simulations (what one leaves passes to
+// the next). Each step's plan joins the ranking.
+// Neighbours are simulated by their compute bound, best first, and only while the
+// bound can beat the best so far: the pruning of search().
+void Explorer::refine() {
+  std::vector<const Candidate*> order;
+  for (const Candidate& c : result_.ranked) order.push_back(&c);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Candidate* a, const Candidate* b) { return a->report.throughput > b->report.throughput; });
+  auto refinable = [&](const Candidate& c) {
+    return chainRuns(c.plan, graph_, cluster_).has_value() || multiStageBounds(c.plan, graph_).has_value();
+  };
+  // The best of each partitioner first (a graph plan ranked below chain plans may
+  // refine past them), then the next best.
+  std::vector<const Candidate*> picked;
+  std::set<std::string> partitioners;
+  for (const Candidate* c : order)
+    if (!partitioners.count(c->partitioner) && refinable(*c)) {
+      partitioners.insert(c->partitioner);
+      picked.push_back(c);
+    }
+  for (const Candidate* c : order) {
+    if (picked.size() >= kRefineStarts) break;
+    if (std::find(picked.begin(), picked.end(), c) == picked.end() && refinable(*c)) picked.push_back(c);
+  }
+  std::vector<Candidate> starts;  // copies: the walk adds to result_.ranked
+  for (const Candidate* c : picked) starts.push_back(*c);
+  const int total = starts.empty() ? 0 : std::min<int64_t>(kRefineSimulations, kRefineWork / simulationWork(starts.front().plan));
+  int budget = 0;
+  for (std::size_t k = 0; k < starts.size(); ++k) {
+    Candidate& current = starts[k];
+    budget += total / static_cast<int>(starts.size()) + (k == 0 ? total % static_cast<int>(starts.size()) : 0);
+    while (budget > 0) {
+      std::optional<Candidate> better;
+      for (auto& [bound, name] : neighboursOf(current.plan)) {
+        if (budget == 0 || bound <= (better ? *better : current).report.throughput * std::exp(kTie)) break;
+        plan::Plan p = name();
+        if (!seen_.insert(planKey(p)).second) continue;
+        Candidate c{std::move(p), {}, 0, 0, "refined"};
+        const double to_beat = (better ? *better : current).report.throughput;
+        try {
+          plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
+          // The compute bound ordered it; its ports may bound it lower.
+          if (resourceBound(c.plan) <= to_beat * std::exp(kTie)) continue;
+          --budget;
+          std::optional<sim::Report> report =
+              sim::predictReportAbove(graph_, cluster_, c.plan, to_beat * std::exp(kTie));
+          if (!report) continue;
+          c.report = std::move(*report);
+        } catch (const Error&) {
+          continue;  // e.g. a Program the validator refuses
+        }
+        if (memoryShortfall(c.report).empty() && c.report.throughput > to_beat * std::exp(kTie)) better = std::move(c);
+      }
+      if (!better) break;
+      better->depth = schedule::pipelineDepth(plan::stageDag(better->plan, graph_));
+      result_.ranked.push_back(*better);
+      current = std::move(*better);
+    }
+  }
+}
+
+// The neighbours of a refinable plan (neighbours.h), each with its compute bound, best
+// bound first. A chain's are priced as runs and named as plans only when simulated.
+std::vector<std::pair<double, std::function<plan::Plan()>>> Explorer::neighboursOf(const plan::Plan& plan) const {
+  std::vector<std::pair<double, std::function<plan::Plan()>>> out;
+  if (const std::optional<ChainRuns> runs = chainRuns(plan, graph_, cluster_)) {
+    auto shell = std::make_shared<plan::Plan>(plan);
+    shell->stages.clear();
+    for (ChainRuns& r : neighbourRuns(plan, *runs, cluster_, o_.max_replicas))
+      if (!o_.use_all_devices || r.device.back() == cluster_.size()) {
+        const double bound = computeBound(*shell, r);
+        out.emplace_back(bound, [this, shell, r = std::move(r)] { return planOfRuns(*shell, r, graph_, cluster_); });
+      }
+  } else if (const std::optional<std::vector<int>> bounds = multiStageBounds(plan, graph_)) {
+    for (plan::Plan& p : multiStageNeighbours(plan, *bounds, graph_)) {
+      const double bound = resourceBound(p);
+      out.emplace_back(bound, [p = std::move(p)] { return p; });
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+}  // namespace pipetrain::planner::detail
