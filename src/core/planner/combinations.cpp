@@ -1,4 +1,4 @@
-// The combinations the exploration tries (explore.cpp): micro-batch sizes, widths, and
+// The combinations the exploration tries (explorer.cpp): micro-batch sizes, widths, and
 // the balanced plans of schedules whose ranks run several stages.
 #include "explore_internal.h"
 #include "pipetrain/plan/partition.h"

@@ -1,5 +1,5 @@
-// What explore.cpp (the search), combinations.cpp (what it tries) and
-// exploration_summary.cpp (its explanations) share.
+// What the exploration (explore.cpp, explorer.cpp, refine.cpp), combinations.cpp (what it
+// tries) and exploration_summary.cpp (its explanations) share.
 #pragma once
 
 #include <cmath>
