@@ -1,6 +1,8 @@
 // `pipetrain train` without --plan or --stage-bounds on local ranks: profile the model
-// at the run's micro-batch size as a rank would run it, plan it for this machine's
-// ranks with the planner (every rank used), print the ranked table, write the plan.
+// at the run's micro-batch size as a rank would run it (or take the profile from the
+// profile cache, graph/profile_cache.h, where an earlier run took it under the same
+// key), plan it for this machine's ranks with the planner (every rank used), print the
+// ranked table, write the plan.
 #pragma once
 
 #include <string>
@@ -23,6 +25,7 @@ struct AutoPlanRequest {
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
   std::string out;                        // where the plan is written
   int timeout_seconds = 60;               // a profiling process stopped this long ends the run
+  bool reprofile = false;                 // measure again even where the profile cache has this profile
 };
 
 struct LocalPlan {

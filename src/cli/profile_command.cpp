@@ -42,6 +42,9 @@ struct ProfileArgs {
   std::string share;  // "K/P": time share K of P (ProfileOptions::share)
   std::string rendezvous;  // with --share: the directory the shares' processes meet in
   std::string out;
+  bool progress = false;
+  bool time_every_layer = false;
+  int timed_passes = 0;  // of the first batch size's profile, the graph's
 };
 
 // The shares' processes meet through files in one directory: `ready.R.K` once share K is
@@ -54,12 +57,15 @@ class DirectoryRendezvous : public profiler::ProfileRendezvous {
   void readyToTime() override {
     ++round_;
     mark("ready");
-    // Every process builds the model and settles its heap first: seconds, not minutes.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    // Every process builds the model and settles its heap first: seconds for most
+    // models, but a share of ResNet-50's passes at 32 images took a minute each. The
+    // launcher ends them all when one fails (runLikeRanks); this is for shares started
+    // by hand.
+    const auto deadline = std::chrono::steady_clock::now() + kWaitLimit;
     while (count("ready") < shares_) {
       if (std::chrono::steady_clock::now() > deadline)
         throw Error("profile share " + std::to_string(share_) + ": only " + std::to_string(count("ready")) + " of " +
-                    std::to_string(shares_) + " profiles were ready to time after 120 s (" + dir_ + ")");
+                    std::to_string(shares_) + " profiles were ready to time after 10 min (" + dir_ + ")");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     timing_since_ = std::chrono::steady_clock::now();
@@ -67,7 +73,7 @@ class DirectoryRendezvous : public profiler::ProfileRendezvous {
   void doneTiming() override { mark("done"); }
   bool othersTiming() override {
     if (count("done") >= shares_) return false;
-    if (std::chrono::steady_clock::now() - timing_since_ > std::chrono::minutes(10))
+    if (std::chrono::steady_clock::now() - timing_since_ > kWaitLimit)
       throw Error("profile share " + std::to_string(share_) + ": the other profiles were still timing after 10 min (" +
                   dir_ + ")");
     return true;
@@ -86,6 +92,7 @@ class DirectoryRendezvous : public profiler::ProfileRendezvous {
     return n;
   }
 
+  static constexpr std::chrono::minutes kWaitLimit{10};
   std::string dir_;
   int share_, shares_;
   int round_ = 0;
@@ -138,7 +145,7 @@ std::string ms(double seconds) {
 void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
   std::printf("profile of %s at batch %lld: medians of %d passes after %d or more warm-up passes; "
               "%d LibTorch intra-op threads, %d BLAS threads\n",
-              (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batches[0]), a.options.repeats, a.options.warmup,
+              (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batches[0]), a.timed_passes, a.options.warmup,
               at::get_num_threads(), blasThreads());
   if (a.load_data)
     std::printf("the forward time of the first layer that reads the model input includes loading a batch of %s\n",
@@ -177,6 +184,26 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
   }
 }
 
+// A line on stderr every few seconds at most (a small model's passes take
+// milliseconds): which batch size, how far, how long it has left. `train` shows its
+// first profiling process's (the others would say the same).
+void printProgress(const profiler::ProfileProgress& p, int64_t batch, const std::vector<int64_t>& batches) {
+  using Clock = std::chrono::steady_clock;
+  static Clock::time_point last_line = Clock::now();
+  if (Clock::now() - last_line < std::chrono::seconds(2)) return;
+  last_line = Clock::now();
+  const auto at = std::find(batches.begin(), batches.end(), batch) - batches.begin();
+  std::string sizes;
+  if (batches.size() > 1)
+    sizes = " (size " + std::to_string(at + 1) + " of " + std::to_string(batches.size()) + ")";
+  if (p.timing)
+    std::fprintf(stderr, "profiling at micro-batch %lld%s: timed pass %d of at most %d, %.0f s so far, at most %.0f s left\n",
+                 static_cast<long long>(batch), sizes.c_str(), p.timed, p.repeats, p.elapsed_seconds, p.seconds_left);
+  else
+    std::fprintf(stderr, "profiling at micro-batch %lld%s: warm-up pass %d, %.0f s so far, about %.0f s left\n",
+                 static_cast<long long>(batch), sizes.c_str(), p.passes, p.elapsed_seconds, p.seconds_left);
+}
+
 int run(ProfileArgs& a) {
   for (int64_t b : a.batches)
     if (b < 1) throw Error("--batch must be at least 1, not " + std::to_string(b));
@@ -186,6 +213,7 @@ int run(ProfileArgs& a) {
       throw Error("--batch lists " + std::to_string(a.batches[k]) + " twice");
   if (a.threads < 0) throw Error("--threads must be at least 1");
   if (!a.share.empty()) parseShare(a.share, a.options);
+  a.options.time_identical_once = !a.time_every_layer;
   if (!a.rendezvous.empty() && a.share.empty()) throw Error("--rendezvous needs --share K/P");
   std::optional<DirectoryRendezvous> rendezvous;
   if (!a.rendezvous.empty()) {
@@ -217,14 +245,21 @@ int run(ProfileArgs& a) {
   // One profile per batch size, the first the graph's; the others' compute times become
   // its layers' other_batches (what a pass costs beyond its samples: docs/profiling.md).
   std::vector<graph::LayerGraph> profiles;
+  int timed_first = 0;
   for (int64_t b : a.batches) {
     batch = b;
     next = 0;
+    a.options.progress = [&](const profiler::ProfileProgress& p) {
+      a.timed_passes = p.timed;
+      if (a.progress) printProgress(p, b, a.batches);
+    };
     profiles.push_back(profiler::profileModel(model, b, a.options));
+    if (profiles.size() == 1) timed_first = a.timed_passes;
   }
   const graph::LayerGraph g =
       profiles.size() == 1 ? profiles[0]
                            : profiles[0].withOtherBatches({profiles.begin() + 1, profiles.end()}, "profile");
+  a.timed_passes = timed_first;
   printTable(a, g);
   json_io::writeFile(a.out, g.toJson());
   std::printf("wrote %s\n", a.out.c_str());
@@ -260,6 +295,14 @@ Command addProfileCommand(CLI::App& app) {
   cmd->add_option("--repeats", a->options.repeats, "timed passes over the model (each layer's median is kept)")->capture_default_str();
   cmd->add_option("--optimizer", a->options.optimizer, "adam or sgd (momentum): optimizer state per parameter")
       ->capture_default_str();
+  cmd->add_option("--min-repeats", a->options.min_repeats,
+                  "stop timing after this many passes once their totals agree within --spread (0: time --repeats)")
+      ->capture_default_str();
+  cmd->add_option("--spread", a->options.spread, "with --min-repeats: how close the timed passes must agree")
+      ->capture_default_str();
+  cmd->add_flag("--time-every-layer", a->time_every_layer,
+                "time each layer itself, even one identical to an earlier layer (which otherwise takes its times)");
+  cmd->add_flag("--progress", a->progress, "report each pass on stderr (pass, timed passes, time left)");
   cmd->add_option("--threads", a->threads,
                   "profile as a `train --nproc` rank with this many cores: BLAS threads (LibTorch's pool gets 1)");
   cmd->add_option("--share", a->share,

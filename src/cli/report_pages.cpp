@@ -120,6 +120,9 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
 
   const plan::Plan plan = plan::Plan::fromJson(s.field("plan").node(), origin + ": plan");
   page.tables.push_back(planStagesTable(plan));
+  if (s.has("planner"))
+    if (const std::string before = beforeTrainingText(s.field("planner")); !before.empty())
+      page.facts.push_back({"before training", before});
   if (s.has("planner")) {
     page.tables.push_back(tableFromJson(s.field("planner").node(), origin + ": planner"));
     if (s.field("planner").has("notes"))
@@ -179,6 +182,16 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   if (!train_loss.points.empty() || !test_loss.points.empty()) page.lines.push_back(loss);
   if (!test_accuracy.points.empty()) page.lines.push_back(accuracy);
   return page;
+}
+
+std::string beforeTrainingText(const JsonCursor& planner) {
+  if (!planner.has("profile") || !planner.has("planning_seconds")) return "";
+  const JsonCursor profile = planner.field("profile");
+  std::string text = text::format("profiling %.1f s", profile.field("seconds").asNumber());
+  if (profile.boolOr("cached", false))
+    text += text::format(" (from the profile cache; measuring it took %.1f s on ", profile.numberOr("measured_seconds", 0)) +
+            profile.stringOr("measured", "?") + ")";
+  return text + text::format(", planning %.2f s", planner.field("planning_seconds").asNumber());
 }
 
 Json tableToJson(const report::Table& t) {

@@ -26,6 +26,11 @@ report::Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan,
 report::Page pageForRun(const json_io::Json& summary, const std::vector<json_io::Json>& metrics,
                         const std::string& origin);
 
+// What came before training, from a run summary's "planner" (auto_plan.h): "profiling
+// 0.0 s (from the cache, measured in 312 s on ...), planning 0.02 s"; "" when the
+// summary holds no such figures (a plan file, or a summary from before them).
+std::string beforeTrainingText(const json_io::JsonCursor& planner);
+
 json_io::Json tableToJson(const report::Table& table);
 report::Table tableFromJson(const json_io::Json& json, const std::string& origin);
 

@@ -21,6 +21,7 @@
 #include "options.h"
 #include "prediction.h"
 #include "report_pages.h"
+#include "run_profile.h"
 #include "train_plan.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
@@ -46,6 +47,7 @@ struct TrainArgs {
   std::string plan;
   std::string plan_out;
   bool no_replication = false;
+  bool reprofile = false;
   bool allow_async = false;
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
   int cores = 0;  // for all local ranks together; 0 = the machine's
@@ -389,6 +391,10 @@ int launch(TrainArgs& a) {
                        any_result["stage_output_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_param_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_preds"].get<std::vector<std::vector<int>>>()};
+  // The run's stage times into the cached profile it was planned from (run_profile.h),
+  // where every rank had its own cores: taking turns on them stretches the times.
+  if (!a.planner.is_null() && a.planner.contains("profile") && a.nproc <= localCores(a) / threads)
+    sharpenCachedProfile(a.planner["profile"], plan, measured.action_seconds);
   sim::Evaluation prediction = predictRun(measured);
   const sim::Report& predicted = prediction.report;
   prediction.timeline.title = "predicted: " + timeline.title;
@@ -419,6 +425,9 @@ int launch(TrainArgs& a) {
                 "and converges differently\n",
                 schedule_name.c_str(), schedule::traits(schedule_name).summary);
   std::printf("simulator, from the measured stage times: %.1f samples/s\n", predicted.throughput);
+  if (!a.planner.is_null())
+    if (const std::string before = beforeTrainingText(json_io::JsonCursor(a.planner, "planner")); !before.empty())
+      std::printf("before training: %s\n", before.c_str());
   if (accuracy >= 0) std::printf("test accuracy %.4f, test loss %.4f, final training loss %.4f\n", accuracy, test_loss, loss);
   for (const auto& r : ranks) {
     const double core_wait = r["core_wait_fraction"];
@@ -516,6 +525,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->check(positive());
   cmd->add_option("--plan-out", a->plan_out, "without --plan: where to write the plan the planner chooses");
   cmd->add_flag("--no-replication", a->no_replication, "without --plan: plan a pure pipeline, no replicated stages");
+  cmd->add_flag("--reprofile", a->reprofile,
+                "without --plan: profile the model again even where the profile cache holds its profile "
+                "($PIPETRAIN_CACHE_DIR, else ~/.cache/pipetrain/profiles)");
   addPartitionerOption(cmd, a->partitioner);
   cmd->add_option("--stage-bounds", pa.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)")
       ->delimiter(',')
@@ -615,7 +627,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             } else {
               AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), localCores(*a), a->model_options, a->plan_args,
                                       !a->no_replication, a->allow_async, a->partitioner, out,
-                                      a->timeout_seconds};
+                                      a->timeout_seconds, a->reprofile};
               LocalPlan local = planLocalRun(a->config, request);
               a->config.plan = std::move(local.plan);
               a->planner = std::move(local.planner);

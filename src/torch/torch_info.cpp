@@ -7,6 +7,8 @@
 
 namespace pipetrain::torchside {
 
+std::string torchVersion() { return TORCH_VERSION; }
+
 TorchInfo probeTorch(int n) {
   TorchInfo info;
   info.version = TORCH_VERSION;

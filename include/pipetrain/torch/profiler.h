@@ -43,9 +43,27 @@ class ProfileRendezvous {
   virtual bool othersTiming() = 0;  // throws Error after a time-out
 };
 
+// Where a profile stands, after each pass over the model (ProfileOptions::progress).
+struct ProfileProgress {
+  bool timing = false;             // false: still warming up (untimed passes)
+  int passes = 0;                  // passes so far, warm-up included (a pass: one step's forward and backward passes of both kinds)
+  int timed = 0;                   // of them timed
+  int repeats = 0;                 // timed passes at most
+  double elapsed_seconds = 0;
+  double seconds_left = 0;         // at most, at the mean pass so far
+};
+
 struct ProfileOptions {
   int warmup = 2;                  // untimed passes over the model first; more until one touches no new memory page
-  int repeats = 5;                 // timed passes; each layer's median is reported
+  int repeats = 5;                 // timed passes at most; each layer's median is reported
+  // With min_repeats > 0, timing stops after min_repeats passes once the timed passes'
+  // totals lie within `spread` of their median (NOTE(repeats) in profile_model.cpp).
+  int min_repeats = 0;
+  double spread = 0.03;
+  std::function<void(const ProfileProgress&)> progress = nullptr;  // called after every pass
+  // A layer identical to an earlier one of its share (module, parameters, inputs,
+  // output) takes its times instead of being timed (NOTE(identical-layers)).
+  bool time_identical_once = true;
   std::string optimizer = "adam";  // adam or sgd (momentum): its state per parameter and step time
   // Times only share `share` of `shares` (plan::profileShares), as one of `shares`
   // profiles that run at once, one per rank: a profile that holds the whole model streams
@@ -79,6 +97,12 @@ struct ProfileOptions {
 // Throws Error for batch < 1, warmup < 0, repeats < 1, in_flight < 1, an unknown
 // optimizer, a share outside [0, shares), or a model that fails models::checkWiring.
 graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const ProfileOptions& options = {});
+
+// Seconds of one forward and backward pass of the whole model on a batch of `batch`
+// (random input, as profileModel's) on `threads` intra-op threads (0: as they are),
+// after one untimed: what a profile's pass will cost, for choosing its sizes before
+// profiling. Leaves the model and the thread count as they were.
+double stepSeconds(const models::Model& model, int64_t batch, int threads = 0);
 
 // Optimizer state bytes for `param_bytes` of parameters: "adam" 2x, "sgd" 1x (momentum).
 // Throws Error naming the known optimizers otherwise.

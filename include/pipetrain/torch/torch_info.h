@@ -16,6 +16,8 @@ struct TorchInfo {
   int matmul_size = 0;
 };
 
+std::string torchVersion();  // e.g. "2.11.0"
+
 // Runs a few n x n fp32 matmuls (after a warm-up) to measure matmul_gflops.
 TorchInfo probeTorch(int matmul_size = 512);
 

@@ -165,6 +165,41 @@ void settle(const Run& run, int warmup) {
   }
 }
 
+// NOTE(repeats): a profile's cost is its passes, and on a large model each takes
+// seconds (ResNet-50 at 32 images of 224 x 224: about 9 s a pass on one core), so `train`
+// times at most ProfileOptions::repeats passes but stops after min_repeats once their
+// totals agree within `spread` of their median: more passes would move the medians by
+// less than the machine's own drift between runs. Whether the timed passes are steady
+// enough to stop.
+bool steady(const std::vector<double>& pass_seconds, const ProfileOptions& o) {
+  if (o.min_repeats < 1 || static_cast<int>(pass_seconds.size()) < o.min_repeats) return false;
+  const double mid = median(pass_seconds);
+  const auto [low, high] = std::minmax_element(pass_seconds.begin(), pass_seconds.end());
+  return *high - *low <= o.spread * mid;
+}
+
+// NOTE(identical-layers): models repeat their layers: ResNet-50's 16 bottleneck blocks
+// are 4 kinds (the first of each stage downsamples), a transformer's blocks one. A layer
+// whose module, parameters, buffers, inputs and output match an earlier layer's of the
+// same share is not timed: it takes that layer's times, and a pass costs a fraction
+// (ResNet-50's passes about 40%: its repeated blocks had timed within 5% of each
+// other). What the signature cannot see, a module's plain attributes, is left to the
+// run's measured stage times (plan/measured_profile.h). A layer's signature:
+std::string signature(const models::Layer& layer, const std::vector<torch::Tensor>& inputs,
+                      const torch::Tensor& output) {
+  std::string s = layer.kind + "|" + layer.module.ptr()->name();
+  const auto shape = [](const torch::Tensor& t) {
+    std::string text = std::string(t.dtype().name()) + "[";
+    for (int64_t d : t.sizes()) text += std::to_string(d) + ",";
+    return text + "]";
+  };
+  for (const auto& p : layer.module.ptr()->named_parameters(/*recurse=*/true))
+    s += "|p " + p.key() + " " + shape(p.value()) + (p.value().requires_grad() ? "" : " frozen");
+  for (const auto& b : layer.module.ptr()->named_buffers(/*recurse=*/true)) s += "|b " + b.key() + " " + shape(b.value());
+  for (const torch::Tensor& input : inputs) s += "|in " + shape(input);
+  return s + "|out " + shape(output) + (layer.inputs.empty() ? "" : "|merge " + std::to_string(static_cast<int>(layer.merge)));
+}
+
 // A layer's medians over the timed passes.
 struct Timings {
   double forward = 0, input = 0, weight = 0;
@@ -185,11 +220,12 @@ class LayerSteps {
  public:
   LayerSteps(std::vector<LayerRun>& runs, const std::string& optimizer) {
     for (LayerRun& run : runs) {
+      sums_.emplace_back();
       for (std::size_t k = 0; k < run.params.size(); ++k) {
         torch::Tensor& p = run.params[k];
         lent_.emplace_back(p, p.grad());
         if (!run.grad_sums[k].defined()) run.grad_sums[k] = torch::zeros_like(p);
-        p.mutable_grad() = run.grad_sums[k];
+        sums_.back().emplace_back(p, run.grad_sums[k]);
       }
       if (run.params.empty())
         optimizers_.push_back(nullptr);
@@ -207,13 +243,20 @@ class LayerSteps {
   LayerSteps& operator=(const LayerSteps&) = delete;
 
   bool has(std::size_t layer) const { return optimizers_[layer] != nullptr; }
+  // The executor's STEP: the optimizer's step, then the gradients cleared, which since
+  // LibTorch 2.0 sets them to none. So each step is lent the sums anew: lent once, every
+  // step after the first found no gradient and skipped every parameter (Adam's step on
+  // ResNet-50's 25M parameters profiled at a few milliseconds, where the run took
+  // seconds).
   void step(std::size_t layer) {
+    for (auto& [param, sum] : sums_[layer]) param.mutable_grad() = sum;
     optimizers_[layer]->step();
-    optimizers_[layer]->zero_grad();  // the executor's STEP clears the gradients too
+    optimizers_[layer]->zero_grad();
   }
 
  private:
   std::vector<std::pair<torch::Tensor, torch::Tensor>> lent_;  // (parameter, its own gradient)
+  std::vector<std::vector<std::pair<torch::Tensor, torch::Tensor>>> sums_;  // per layer: (parameter, its sum)
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers_;
 };
 
@@ -364,13 +407,28 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
       if (timed) step[l].push_back(t);
     }
   };
+  const auto started = Clock::now();
+  int passes = 0, timed_passes = 0;
+  std::vector<double> pass_seconds;  // the timed passes'
   const auto both = [&](bool timed) {
+    const auto start = Clock::now();
     pass(/*split=*/false, timed);
     pass(/*split=*/true, timed);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    ++passes;
+    if (timed) {
+      ++timed_passes;
+      pass_seconds.push_back(seconds);
+    }
+    if (o.progress) {
+      const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+      const int planned = timed_passes > 0 || passes >= o.warmup ? o.repeats - timed_passes : o.warmup - passes + o.repeats;
+      o.progress({timed_passes > 0, passes, timed_passes, o.repeats, elapsed, planned * elapsed / passes});
+    }
   };
   settle([&] { both(false); }, o.warmup);
   if (o.rendezvous) o.rendezvous->readyToTime();
-  for (int rep = 0; rep < o.repeats; ++rep) both(true);
+  for (int rep = 0; rep < o.repeats && !steady(pass_seconds, o); ++rep) both(true);
   const double loading = loading_layer >= 0 ? loadingSeconds(device, o) : 0.0;  // while the other shares time too
   if (o.rendezvous) {
     o.rendezvous->doneTiming();
@@ -421,10 +479,44 @@ int64_t optimizerStateBytes(const std::string& optimizer, int64_t param_bytes) {
   throw Error("unknown optimizer '" + optimizer + "' (known: adam, sgd)");
 }
 
+double stepSeconds(const models::Model& model, int64_t batch, int threads) {
+  if (batch < 1) throw Error("profile: the batch size must be at least 1, not " + std::to_string(batch));
+  models::checkWiring(model);
+  const int threads_before = at::get_num_threads();
+  struct RestoreThreads {
+    int threads;
+    ~RestoreThreads() { at::set_num_threads(threads); }
+  } restore{threads_before};
+  if (threads > 0) at::set_num_threads(threads);
+  ModelStateGuard state(model);
+  const torch::Device device = deviceOf(model);
+  const torch::Tensor input = typicalInput(model.input, batch).to(device);
+  torch::Tensor labels;
+  {
+    torch::NoGradGuard no_grad;
+    labels = typicalLabels(model, models::forwardModel(model, input));
+  }
+  std::vector<torch::Tensor> params;
+  for (const models::Layer& layer : model.layers)
+    for (const torch::Tensor& p : layer.module.ptr()->parameters())
+      if (p.requires_grad()) params.push_back(p);
+  // Gradients returned, not accumulated: the model's .grad stays as it was.
+  const auto step = [&] {
+    const torch::Tensor loss = models::lossOf(model, models::forwardModel(model, input), labels);
+    if (!params.empty()) torch::autograd::grad({loss}, params, {}, false, false, /*allow_unused=*/true);
+  };
+  step();  // the first touches memory and initialises the kernels
+  return secondsOf(device, step);
+}
+
 graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const ProfileOptions& o) {
   if (batch < 1) throw Error("profile: the batch size must be at least 1, not " + std::to_string(batch));
   if (o.warmup < 0) throw Error("profile: warm-up runs must be 0 or more, not " + std::to_string(o.warmup));
   if (o.repeats < 1) throw Error("profile: repeats must be at least 1, not " + std::to_string(o.repeats));
+  if (o.min_repeats < 0 || o.min_repeats > o.repeats)
+    throw Error("profile: the least repeats must lie between 0 and the repeats (" + std::to_string(o.repeats) +
+                "), not " + std::to_string(o.min_repeats));
+  if (!(o.spread >= 0)) throw Error("profile: the spread must be 0 or more");
   if (o.in_flight < 1)
     throw Error("profile: micro-batches in flight must be at least 1, not " + std::to_string(o.in_flight));
   if (o.shares < 1 || o.share < 0 || o.share >= o.shares)
@@ -444,6 +536,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   const std::map<std::string, int> last_reader = models::lastReaders(model);
   std::vector<LayerRun> runs;
   std::vector<int64_t> output_bytes;
+  std::vector<std::string> signatures;
   for (int l = 0; l < n; ++l) {
     const std::vector<std::string> sources = models::layerInputs(model, l);
     const std::vector<torch::Tensor> given = models::gatherInputs(model, l, values);
@@ -467,6 +560,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
       output = run.forward();
     }
     output_bytes.push_back(models::tensorBytes(output));
+    signatures.push_back(signature(model.layers[l], run.inputs, output));
     for (const std::string& source : sources)
       if (last_reader.at(source) == l) values.erase(source);
     values[model.layers[l].name] = output;
@@ -483,10 +577,24 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   const std::vector<int> bounds = plan::profileShares(param_bytes, o.shares);
   const int share = plan::shareOfProcess(o.share, static_cast<int>(bounds.size()) - 1);
   const int first = bounds[share], end = bounds[share + 1];
-  std::vector<LayerRun> timed(runs.begin() + first, runs.begin() + end);
-  const auto inShare = [&](int l) { return l >= first && l < end ? l - first : -1; };
-  const std::vector<Timings> times =
-      timeLayers(timed, device, o, inShare(firstInputReader(model)), OutputLoss{inShare(n - 1), labels});
+  // Of the share's layers, each one that repeats an earlier one is not timed itself
+  // (NOTE(identical-layers)): timed[k] is runs[timed_layers[k]], and layer l takes the
+  // times of timed[slot[l]].
+  const int loading = firstInputReader(model);
+  std::map<std::string, int> slot_of;  // signature -> slot in `timed`
+  std::vector<int> timed_layers, slot(n, -1);
+  for (int l = first; l < end; ++l) {
+    // The layer that loads the batch and the one that computes the loss do more than
+    // their module: they are timed as themselves.
+    const std::string key = o.time_identical_once && l != loading && l != n - 1 ? signatures[l] : "#" + std::to_string(l);
+    const auto [it, added] = slot_of.emplace(key, static_cast<int>(timed_layers.size()));
+    if (added) timed_layers.push_back(l);
+    slot[l] = it->second;
+  }
+  std::vector<LayerRun> timed;
+  for (int l : timed_layers) timed.push_back(runs[l]);
+  const auto slotOf = [&](int l) { return l >= first && l < end ? slot[l] : -1; };
+  const std::vector<Timings> times = timeLayers(timed, device, o, slotOf(loading), OutputLoss{slotOf(n - 1), labels});
   std::vector<graph::Layer> nodes;
   for (int l = 0; l < n; ++l) {
     const models::Layer& layer = model.layers[l];
@@ -496,7 +604,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     node.kind = layer.kind;
     node.inputs = models::graphInputs(model, l);
     if (l >= first && l < end) {
-      const Timings& t = times[l - first];
+      const Timings& t = times[slot[l]];
       node.forward_seconds = t.forward;
       node.backward_input_seconds = t.input;
       node.backward_weight_seconds = t.weight;

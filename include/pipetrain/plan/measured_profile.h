@@ -1,0 +1,37 @@
+// A run's measured stage times back into the layer profile it was planned from, so that
+// the next plan is priced from what the run really did (the executor's own work per
+// action, the caches as a pipeline's rank leaves them) rather than from the profile
+// alone. `train` does this to the profile cache's entry after each run
+// (graph/profile_cache.h).
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/plan/plan.h"
+#include "pipetrain/schedule/action.h"
+
+namespace pipetrain::plan {
+
+// Mean seconds per micro-batch of each stage's compute actions (F, B, I, W) and per
+// mini-batch of its STEP, as the run measured them.
+using StageSeconds = std::map<std::pair<int, schedule::ActionType>, double>;
+
+struct SharpenedProfile {
+  graph::LayerGraph graph;
+  std::string note;  // what moved, for the log: "stage 0 F x1.12, B x1.31; ..."
+};
+
+// `profile` with each stage's layers scaled so that the stage's forward, backward
+// (whole, or I and W apart), and optimizer step at the plan's micro-batch size come to
+// the measured times' geometric mean with the `runs_merged` runs merged before: each
+// figure moves by (measured / profiled)^(1 / (runs_merged + 1)), every layer of the
+// stage and every batch size it was timed at by the same factor. A stage's figure that
+// either side lacks (0, or not measured) stays as it was.
+// Throws Error when the plan names a layer the profile does not have.
+SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& plan, const StageSeconds& measured,
+                                int runs_merged);
+
+}  // namespace pipetrain::plan

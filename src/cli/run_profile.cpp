@@ -1,0 +1,288 @@
+#include "run_profile.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "launcher.h"
+#include "pipetrain/plan/profile_shares.h"
+#include "pipetrain/torch/profiler.h"
+#include "pipetrain/torch/torch_info.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::cli {
+namespace {
+
+// The profile's passes (ProfileOptions): warm-up at least, then timed until steady
+// (profile_model.cpp, NOTE(settling) and NOTE(repeats)).
+constexpr int kWarmup = 2, kMinRepeats = 3, kRepeats = 5;
+// What a profile may cost, roughly (timedSizes): per size, the warm-up passes, one to
+// settle and the timed ones, most often the fewest, with one to spare; each pass a whole
+// and a split backward, about 2.5 training passes; the busiest of P processes timing up
+// to 1.5 / P of the model (the shares are split by parameters, not by time).
+constexpr double kProfileBudgetSeconds = 20;
+constexpr double kPassesPerSize = kWarmup + 1 + kMinRepeats + 1;
+constexpr double kPassCost = 2.5;
+constexpr double kBusiestShare = 1.5;
+
+// The largest size worth timing: with a batch, 4x the largest power of two up to 32
+// that divides it, at most the batch, since a larger micro-batch costs less per sample
+// (the 8 x 1024 mlp's passes at 128 took 0.63x those at 32 in proportion); without,
+// the run's micro-batch size.
+int64_t wantedSize(const ProfileRequest& r) {
+  if (r.batch <= 0) return r.microbatch_size;
+  int64_t p = 1;
+  while (p < 32 && r.batch % (2 * p) == 0) p *= 2;
+  return std::min(r.batch, 4 * p);
+}
+
+// How the ranks will be profiled: how many processes at once, and what each holds.
+struct Processes {
+  int count = 1;
+  std::vector<int> in_flight;  // micro-batches held between forward and backward, per process
+};
+
+// `pipetrain profile` as the ranks will run: one process per rank with a rank's thread
+// settings, all at once, so that ranks sharing caches and memory share them while
+// profiled too. (Timed one layer at a time, a layer ran up to 1.5x faster alone than
+// beside another rank; in passes over the model, as now, two ranks' profiles matched
+// one profiled alone on this 2-core machine: docs/profiling.md.) Each process times its
+// share of the layers (plan/profile_shares.h) with as many micro-batches in flight as
+// the schedule's rank holds (profile_model.cpp, NOTE(in-flight)), so that it streams a
+// rank's weights and activations, not the whole model's, through the caches it shares;
+// and they time together (ProfileRendezvous). With more ranks than the cores run at
+// once, only as many profile as run at once: the profile is then a core's speed, and
+// the cluster says that the ranks share the cores (time-slicing left in the profile
+// would be counted twice; and it lands unevenly: of three profiles on two cores, one
+// took 1.7x as long as the other two, which ran as fast as alone).
+Processes processesFor(const ProfileRequest& r) {
+  Processes p;
+  p.count = std::min(r.ranks, std::max(1, r.cores / r.blas_threads));
+  // 1F1B's under auto; with a batch, at the most micro-batches the planner may choose.
+  const int microbatches =
+      r.batch > 0 ? static_cast<int>(r.batch / std::max<int64_t>(1, wantedSize(r) / 4)) : r.microbatches;
+  p.in_flight = plan::profileInFlight(r.schedule, p.count, microbatches);
+  return p;
+}
+
+struct Sizes {
+  std::vector<int64_t> timed;  // the graph's batch size first
+  double estimated_seconds = 0;
+};
+
+// The sizes to time: with a batch, two 4x apart, between which the planners
+// interpolate (LayerGraph::secondsAt); the run's own without. Both shrink until the
+// profile fits kProfileBudgetSeconds, priced by one training pass of the model at one
+// sample: a share of ResNet-50's passes at 32 images of 224 x 224 took a minute on one
+// of this machine's cores, and its profile five minutes before a fifty-second run.
+// Above the larger size the costs then scale in proportion, an upper bound, which the
+// run's measured stage times correct (sharpenCachedProfile).
+Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Processes& processes) {
+  const double per_sample = profiler::stepSeconds(model, 1, r.blas_threads);
+  const double busiest_share = std::min(1.0, kBusiestShare / processes.count);
+  const auto cost = [&](int64_t size) {
+    return kPassesPerSize * kPassCost * per_sample * static_cast<double>(size) * busiest_share;
+  };
+  const auto lowOf = [&](int64_t size) { return r.batch > 0 ? std::max<int64_t>(1, size / 4) : size; };
+  const auto costOf = [&](int64_t top) { return cost(top) + (lowOf(top) < top ? cost(lowOf(top)) : 0); };
+  int64_t top = wantedSize(r);
+  while (top > 1 && costOf(top) > kProfileBudgetSeconds) top /= 2;
+  Sizes s{{lowOf(top)}, costOf(top)};
+  if (lowOf(top) < top) s.timed.push_back(top);
+  return s;
+}
+
+std::string joined(const std::vector<int64_t>& sizes) {
+  std::string text;
+  for (int64_t b : sizes) text += (text.empty() ? "" : ",") + std::to_string(b);
+  return text;
+}
+
+std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig& config, const ProfileRequest& r,
+                                                      const Processes& processes, const Sizes& sizes,
+                                                      const std::string& rendezvous) {
+  std::vector<std::vector<std::string>> commands;
+  for (int k = 0; k < processes.count; ++k) {
+    std::vector<std::string> argv{"pipetrain", "profile", "--batch", joined(sizes.timed),
+                                  "--optimizer", config.optimizer, "--warmup", std::to_string(kWarmup),
+                                  "--repeats", std::to_string(kRepeats), "--min-repeats", std::to_string(kMinRepeats),
+                                  "--share", std::to_string(k) + "/" + std::to_string(processes.count),
+                                  "--rendezvous", rendezvous,
+                                  "--in-flight", std::to_string(processes.in_flight[k]),
+                                  "--out", k == 0 ? r.out : r.out + "." + std::to_string(k)};
+    if (k == 0) argv.push_back("--progress");  // the others would say the same
+    // The dataset too: the first stage's forward passes load its micro-batches
+    // (profile_model.cpp, NOTE(input-loading)).
+    if (config.model_file.empty()) {
+      argv.insert(argv.end(), {"--model", config.model, "--dataset", config.data.name});
+      if (config.data.fashion_mnist_dir != data::DataOptions().fashion_mnist_dir)
+        argv.insert(argv.end(), {"--data-dir", config.data.fashion_mnist_dir});
+    } else {
+      argv.insert(argv.end(), {"--model-file", config.model_file, "--data-file", config.data.file});
+    }
+    for (const auto& o : r.model_options) argv.insert(argv.end(), {"--model-option", o});
+    commands.push_back(std::move(argv));
+  }
+  return commands;
+}
+
+// The profiles `path`, `path.1`, ... of one model, taken in shares (process k timed
+// share k), merged into `path`; the others are removed.
+graph::LayerGraph mergeProfiles(const std::string& path, int count) {
+  std::vector<graph::LayerGraph> graphs;
+  for (int k = 0; k < count; ++k) {
+    const std::string file = k == 0 ? path : path + "." + std::to_string(k);
+    graphs.push_back(graph::LayerGraph::load(file));
+    if (k > 0) std::remove(file.c_str());
+  }
+  const graph::LayerGraph merged = plan::mergeProfileShares(graphs);
+  json_io::writeFile(path, merged.toJson());
+  return merged;
+}
+
+graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r,
+                          const Processes& processes) {
+  const Sizes sizes = timedSizes(model, r, processes);
+  // The processes time together (profiler::ProfileRendezvous), meeting in this directory.
+  const std::string rendezvous = r.out + ".rendezvous";
+  std::filesystem::remove_all(rendezvous);
+  std::filesystem::create_directories(rendezvous);
+  struct RemoveAfter {
+    const std::string& dir;
+    ~RemoveAfter() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } remove_after{rendezvous};
+  std::string held;
+  for (int k : processes.in_flight) held += (held.empty() ? "" : ",") + std::to_string(k);
+  std::printf("profiling %s at micro-batch %s in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
+              "a share of the layers each, micro-batches in flight %s; about %.0f s\n",
+              config.model.c_str(), joined(sizes.timed).c_str(), processes.count, r.blas_threads,
+              processes.count < r.ranks ? " (the ranks then share the cores)" : "", held.c_str(),
+              sizes.estimated_seconds);
+  std::fflush(stdout);
+  runLikeRanks(profileCommands(config, r, processes, sizes, rendezvous), r.blas_threads,
+               std::chrono::seconds(r.timeout_seconds));
+  return mergeProfiles(r.out, processes.count);
+}
+
+// Everything the profile's numbers depend on (graph/profile_cache.h): the model (a
+// file by its bytes), what the first stage loads, the largest size wanted (the sizes
+// timed follow from it and the model's cost), the processes with their threads and
+// micro-batches in flight, the method (this build of pipetrain, LibTorch's version)
+// and the machine.
+graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRequest& r, const Processes& processes) {
+  graph::ProfileKey key;
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto bytes = ec ? 0 : std::filesystem::file_size(self, ec);
+  const auto written = ec ? 0 : std::filesystem::last_write_time(self, ec).time_since_epoch().count();
+  key.add("pipetrain", self.string() + " " + std::to_string(bytes) + " " + std::to_string(written));
+  key.add("libtorch", torchside::torchVersion());
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  key.add("host", std::string(host) + ", " + std::to_string(std::thread::hardware_concurrency()) + " cores");
+  if (config.model_file.empty()) {
+    std::vector<std::string> options = r.model_options;
+    std::sort(options.begin(), options.end());
+    std::string model = config.model;
+    for (const std::string& o : options) model += " " + o;
+    key.add("model", model);
+    key.add("data", config.data.name + " " + config.data.fashion_mnist_dir);
+  } else {
+    key.add("model file", graph::fileDigest(config.model_file));
+    const auto data_bytes = std::filesystem::file_size(config.data.file, ec);
+    key.add("data file", config.data.file + " " + std::to_string(ec ? 0 : data_bytes));
+  }
+  key.add("optimizer", config.optimizer);
+  key.add("largest size", std::to_string(wantedSize(r)) + (r.batch > 0 ? " and a quarter" : ""));
+  std::string held;
+  for (int k : processes.in_flight) held += (held.empty() ? "" : ",") + std::to_string(k);
+  key.add("processes", std::to_string(processes.count) + " x " + std::to_string(r.blas_threads) +
+                           " threads, in flight " + held);
+  key.add("passes", std::to_string(kWarmup) + " warm-up, " + std::to_string(kMinRepeats) + " to " +
+                        std::to_string(kRepeats) + " timed, identical layers once, budget " +
+                        std::to_string(kProfileBudgetSeconds));
+  return key;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+std::vector<int64_t> plannedSizes(int64_t batch, int64_t smallest) {
+  // Below the smallest timed size costs would scale in proportion from it: too
+  // optimistic, since what a pass costs whatever its samples would shrink with them.
+  // The smallest times powers of two, and the batch over powers of two, so that data
+  // parallelism (the batch over the ranks) and pipelines of many micro-batches are
+  // both there, for a batch that is no power of two too.
+  std::vector<int64_t> sizes;
+  for (int64_t b = smallest; b <= batch; b *= 2)
+    if (batch % b == 0) sizes.push_back(b);
+  for (int64_t parts = 1; batch / parts >= smallest; parts *= 2)
+    if (batch % parts == 0) sizes.push_back(batch / parts);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
+RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r) {
+  const Processes processes = processesFor(r);
+  const graph::ProfileCache cache(graph::ProfileCache::defaultDir());
+  RunProfile run{{}, "", profileKey(config, r, processes), {}};
+  const auto start = std::chrono::steady_clock::now();
+  std::string problem;
+  const std::optional<graph::CachedProfile> cached = r.reprofile ? std::nullopt : cache.find(run.key, &problem);
+  if (!problem.empty()) std::printf("the profile cache's entry cannot be used (%s): profiling again\n", problem.c_str());
+  if (cached) {
+    run.graph = cached->graph;
+    run.cached_path = cached->path;
+    json_io::writeFile(r.out, run.graph.toJson());
+    std::printf("profile: from the cache, %s (measured %s in %.0f s%s; --reprofile measures again)\n",
+                cached->path.c_str(), cached->created.c_str(), cached->profiling_seconds,
+                cached->runs_merged > 0 ? (", sharpened by " + std::to_string(cached->runs_merged) + " run(s)").c_str()
+                                        : "");
+    run.summary = {{"cached", true}, {"path", cached->path}, {"measured_seconds", cached->profiling_seconds},
+                   {"measured", cached->created}, {"runs_merged", cached->runs_merged}};
+  } else {
+    run.graph = measure(config, model, r, processes);
+    const double seconds = secondsSince(start);
+    try {
+      run.cached_path = cache.store(run.key, run.graph, seconds);
+      std::printf("profiled in %.1f s; kept in the profile cache for the next run: %s\n", seconds,
+                  run.cached_path.c_str());
+    } catch (const Error& e) {
+      std::printf("profiled in %.1f s; not kept for the next run: %s\n", seconds, e.what());
+    }
+    run.summary = {{"cached", false}, {"path", run.cached_path}, {"measured_seconds", seconds}, {"runs_merged", 0}};
+  }
+  run.summary["seconds"] = secondsSince(start);
+  std::fflush(stdout);
+  return run;
+}
+
+void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
+                          const plan::StageSeconds& measured) {
+  const std::string path = profile_summary.value("path", std::string());
+  if (path.empty()) return;
+  try {
+    const graph::ProfileCache cache(std::filesystem::path(path).parent_path().string());
+    const graph::LayerGraph before = graph::LayerGraph::load(path);
+    const plan::SharpenedProfile after = plan::sharpenProfile(before, plan, measured, profile_summary.value("runs_merged", 0));
+    const int runs = cache.refine(path, after.graph);
+    std::printf("profile sharpened by this run's stage times (%s; %d run(s) merged): %s\n", after.note.c_str(), runs,
+                path.c_str());
+  } catch (const Error& e) {
+    std::printf("the cached profile was not sharpened: %s\n", e.what());
+  }
+}
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,56 @@
+// The layer profile a `train` run plans from: from the profile cache where an earlier
+// run took it under the same key (graph/profile_cache.h), else measured now, by one
+// `pipetrain profile` process per rank as the ranks will run, at sizes its cost allows,
+// and kept in the cache for the next run. After the run, its measured stage times
+// sharpen the cached profile (plan/measured_profile.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/graph/profile_cache.h"
+#include "pipetrain/plan/measured_profile.h"
+#include "pipetrain/torch/models.h"
+#include "pipetrain/torch/trainer.h"
+#include "pipetrain/util/json_io.h"
+
+namespace pipetrain::cli {
+
+struct ProfileRequest {
+  int ranks = 1;
+  int blas_threads = 1;                   // each rank's share of the cores
+  int cores = 1;                          // the cores all ranks share
+  std::vector<std::string> model_options; // as given on the command line (KEY=VALUE)
+  std::string schedule;                   // "" = the planner chooses
+  int64_t microbatch_size = 32;           // without a batch: the run's
+  int microbatches = 8;
+  int64_t batch = 0;                      // > 0: the planner chooses the micro-batching
+  std::string out;                        // where the measured profile is written
+  int timeout_seconds = 60;               // a profiling process stopped this long ends the run
+  bool reprofile = false;                 // measure again even where the cache holds it
+};
+
+struct RunProfile {
+  graph::LayerGraph graph;
+  // The cache entry the profile is kept in ("" when it could not be stored), and its key.
+  std::string cached_path;
+  graph::ProfileKey key;
+  // For the summary: {"cached", "path", "seconds" (this run's), "measured_seconds",
+  // "measured" (when), "runs_merged"}.
+  json_io::Json summary;
+};
+
+RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& request);
+
+// The micro-batch sizes the planner may choose for `batch` from a profile whose
+// smallest timed size is `smallest` (the graph's batch size).
+std::vector<int64_t> plannedSizes(int64_t batch, int64_t smallest);
+
+// The run's measured stage times into the cached profile, which then prices the next
+// plan; says on stdout what moved. Nothing where the profile is not in the cache.
+void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
+                          const plan::StageSeconds& measured);
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,83 @@
+#include "pipetrain/plan/measured_profile.h"
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::plan {
+namespace {
+
+using schedule::ActionType;
+
+// What each of a stage's figures is multiplied by.
+struct Factors {
+  double forward = 1, input = 1, weight = 1, split_weight = 1, step = 1;
+};
+
+void scale(graph::PassSeconds& t, const Factors& f) {
+  t.forward *= f.forward;
+  t.backward_input *= f.input;
+  t.backward_weight *= f.weight;
+  t.split_weight *= f.split_weight;
+}
+
+}  // namespace
+
+SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& plan, const StageSeconds& measured,
+                                int runs_merged) {
+  std::vector<graph::Layer> layers = profile.layers();
+  std::string note;
+  const auto measuredOf = [&](int stage, ActionType type) {
+    const auto it = measured.find({stage, type});
+    return it == measured.end() ? 0.0 : it->second;
+  };
+  const auto toward = [&](double seen, double profiled) {
+    return seen > 0 && profiled > 0 ? std::pow(seen / profiled, 1.0 / (runs_merged + 1)) : 1.0;
+  };
+  for (int s = 0; s < plan.numStages(); ++s) {
+    std::vector<int> members;
+    graph::PassSeconds profiled;
+    double step = 0;
+    for (const std::string& name : plan.stages[s].layers) {
+      const int i = profile.indexOf(name);
+      if (i < 0)
+        throw Error("plan stage " + std::to_string(s) + " holds layer '" + name + "', which the profile does not have");
+      members.push_back(i);
+      const graph::PassSeconds t = profile.secondsAt(i, plan.microbatch_size);
+      profiled.forward += t.forward;
+      profiled.backward_input += t.backward_input;
+      profiled.backward_weight += t.backward_weight;
+      profiled.split_weight += t.split_weight;
+      step += profile.layer(i).optimizer_seconds;
+    }
+    Factors f;
+    f.forward = toward(measuredOf(s, ActionType::F), profiled.forward);
+    f.input = f.weight = f.split_weight =
+        toward(measuredOf(s, ActionType::B), profiled.backward_input + profiled.backward_weight);
+    if (measuredOf(s, ActionType::I) > 0) f.input = toward(measuredOf(s, ActionType::I), profiled.backward_input);
+    if (measuredOf(s, ActionType::W) > 0) f.split_weight = toward(measuredOf(s, ActionType::W), profiled.split_weight);
+    f.step = toward(measuredOf(s, ActionType::STEP), step);
+    for (int i : members) {
+      graph::Layer& l = layers[i];
+      // A split W never timed on its own is priced as the fused one (splitWeightSeconds);
+      // measured, it gets a figure of its own.
+      l.split_weight_seconds = l.splitWeightSeconds() * f.split_weight;
+      l.forward_seconds *= f.forward;
+      l.backward_input_seconds *= f.input;
+      l.backward_weight_seconds *= f.weight;
+      l.optimizer_seconds *= f.step;
+      for (graph::TimedAtBatch& other : l.other_batches) scale(other.seconds, f);
+    }
+    char line[128];
+    std::snprintf(line, sizeof line, "%sstage %d: F x%.2f, I x%.2f, W x%.2f, step x%.2f", s ? "; " : "", s, f.forward,
+                  f.input, measuredOf(s, ActionType::W) > 0 ? f.split_weight : f.weight, f.step);
+    note += line;
+  }
+  SharpenedProfile out{graph::LayerGraph(std::move(layers), profile.batchSize(), "profile sharpened by a run"), note};
+  out.graph.setOverlapFactor(profile.overlapFactor());
+  return out;
+}
+
+}  // namespace pipetrain::plan

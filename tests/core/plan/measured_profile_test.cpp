@@ -1,0 +1,98 @@
+// sharpenProfile: a run's stage times move the profile's layers, the first run all the
+// way, later runs toward the geometric mean of all of them.
+#include "pipetrain/plan/measured_profile.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::plan {
+namespace {
+
+using schedule::ActionType;
+
+std::vector<std::string> namesOf(const graph::LayerGraph& g) {
+  std::vector<std::string> names;
+  for (const auto& l : g.layers()) names.push_back(l.name);
+  return names;
+}
+
+// Stage `s`'s figures at the plan's micro-batch size, summed over its layers.
+graph::PassSeconds stageSeconds(const graph::LayerGraph& g, const Plan& plan, int s) {
+  graph::PassSeconds sum;
+  for (const std::string& name : plan.stages[s].layers) {
+    const graph::PassSeconds t = g.secondsAt(g.indexOf(name), plan.microbatch_size);
+    sum.forward += t.forward;
+    sum.backward_input += t.backward_input;
+    sum.backward_weight += t.backward_weight;
+    sum.split_weight += t.split_weight;
+  }
+  return sum;
+}
+
+Plan twoStages(const graph::LayerGraph& g, const std::string& schedule, int64_t microbatch_size) {
+  ScheduleOptions o;
+  o.name = schedule;
+  return chainPlan(namesOf(g), {0, 1, 4}, {}, o, microbatch_size, 4);
+}
+
+TEST(SharpenProfile, TheFirstRunSetsEachStageToWhatItMeasured) {
+  const graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
+  const Plan plan = twoStages(g, "1f1b", g.batchSize());
+  const StageSeconds measured{{{0, ActionType::F}, 1.5e-3}, {{0, ActionType::B}, 6e-3},
+                              {{1, ActionType::F}, 2.4e-3}, {{1, ActionType::B}, 9e-3}};
+  const SharpenedProfile s = sharpenProfile(g, plan, measured, 0);
+  EXPECT_NEAR(stageSeconds(s.graph, plan, 0).forward, 1.5e-3, 1e-12);
+  EXPECT_NEAR(stageSeconds(s.graph, plan, 0).backward_input + stageSeconds(s.graph, plan, 0).backward_weight, 6e-3, 1e-12);
+  EXPECT_NEAR(stageSeconds(s.graph, plan, 1).forward, 2.4e-3, 1e-12);
+  // The stage's layers move together: each of stage 1's three by 2.4 / 3.
+  for (int i = 1; i < 4; ++i) EXPECT_NEAR(s.graph.layer(i).forward_seconds, 0.8e-3, 1e-12);
+  // I and W keep their proportion under a whole backward pass.
+  EXPECT_NEAR(s.graph.layer(0).backward_input_seconds / s.graph.layer(0).backward_weight_seconds, 2.0, 1e-9);
+  EXPECT_NE(s.note.find("stage 1: F x0.80"), std::string::npos) << s.note;
+}
+
+TEST(SharpenProfile, LaterRunsMoveTowardTheGeometricMean) {
+  const graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
+  const Plan plan = twoStages(g, "1f1b", g.batchSize());
+  const SharpenedProfile first = sharpenProfile(g, plan, {{{0, ActionType::F}, 2e-3}}, 0);
+  const SharpenedProfile second = sharpenProfile(first.graph, plan, {{{0, ActionType::F}, 8e-3}}, 1);
+  EXPECT_NEAR(stageSeconds(second.graph, plan, 0).forward, 4e-3, 1e-12);  // sqrt(2 x 8)
+  // What was not measured stays.
+  EXPECT_DOUBLE_EQ(second.graph.layer(2).forward_seconds, 1e-3);
+  EXPECT_DOUBLE_EQ(second.graph.layer(0).backward_input_seconds, 2e-3);
+}
+
+TEST(SharpenProfile, SplitBackwardsMoveIAndWApartAtEveryTimedSize) {
+  const graph::LayerGraph at8 = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
+  const graph::LayerGraph at32(graph::LayerGraph::uniformChain(4, 3e-3, 6e-3, 3e-3, 400, 100).layers(), 3);
+  graph::LayerGraph g = at8.withOtherBatches({at32}, "test");
+  ASSERT_EQ(g.batchSize(), 1);  // uniformChain's; the other size is 3
+  const Plan plan = twoStages(g, "zb-h1", 1);
+  const StageSeconds measured{{{0, ActionType::I}, 4e-3}, {{0, ActionType::W}, 0.5e-3}};
+  const SharpenedProfile s = sharpenProfile(g, plan, measured, 0);
+  EXPECT_NEAR(s.graph.layer(0).backward_input_seconds, 4e-3, 1e-12);
+  EXPECT_NEAR(s.graph.layer(0).splitWeightSeconds(), 0.5e-3, 1e-12);
+  ASSERT_EQ(s.graph.layer(0).other_batches.size(), 1u);
+  EXPECT_NEAR(s.graph.layer(0).other_batches[0].seconds.backward_input, 12e-3, 1e-12);
+}
+
+TEST(SharpenProfile, APlanOfAnotherModelIsRefused) {
+  const graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
+  const graph::LayerGraph other = graph::LayerGraph::uniformChain(5, 1e-3, 2e-3, 1e-3, 100, 100);
+  ScheduleOptions o;
+  o.name = "1f1b";
+  const Plan plan = chainPlan(namesOf(other), {0, 1, 5}, {}, o, 1, 4);
+  try {
+    sharpenProfile(g, plan, {}, 0);
+    FAIL() << "a layer the profile lacks was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer4"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pipetrain::plan
