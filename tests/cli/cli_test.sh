@@ -97,6 +97,24 @@ check "measured gantt" grep -q "measured" "$tmp/train.svg"
 check "train plans itself" "${train[@]}" --nproc 2 --schedule 1f1b --no-replication --plan-out "$tmp/auto.json"
 expect "planner table" "chosen: 1f1b, 2 stages"
 check "the plan it trained" grep -q '"pipetrain.plan"' "$tmp/auto.json"
+# The profile cache: the same run plans from it at once, --reprofile measures again, and
+# so does a run whose cached profile is damaged.
+check "the same run again" "${train[@]}" --nproc 2 --schedule 1f1b --no-replication --summary-json "$tmp/cached.json"
+expect "its profile came from the cache" "profile: from the cache"
+expect "its stage times sharpened the cached profile" "profile sharpened by this run's stage times"
+expect "it says what came before training" "before training: profiling"
+check "the summary says how long profiling and planning took" python3 - "$tmp/cached.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["planner"]
+assert p["profile"]["cached"] is True and p["profile"]["measured_seconds"] > 0, p["profile"]
+assert p["profile"]["runs_merged"] >= 1 and 0 <= p["planning_seconds"] < 60, p
+PY
+check "--reprofile measures again" "${train[@]}" --nproc 2 --schedule 1f1b --no-replication --reprofile
+expect "profiled anew" "kept in the profile cache for the next run"
+for f in "$PIPETRAIN_CACHE_DIR"/*.json; do case $f in *.key.json) ;; *) echo '{"format": ' >"$f" ;; esac; done
+check "a damaged cached profile is measured again" "${train[@]}" --nproc 2 --schedule 1f1b --no-replication
+expect "it says why" "the profile cache's entry cannot be used"
+expect "and keeps the new one" "kept in the profile cache for the next run"
 refuses "pipeline longer than the model" "too few" "${train[@]}" --nproc 9 --no-replication
 check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1 --summary-json "$tmp/three.json"
 check "3 ranks on 2 cores: each rank's time on a core, and its compute predicted shared and alone" \
@@ -219,6 +237,11 @@ import json, sys
 layers = json.load(open(sys.argv[1]))["layers"]
 assert all([o["batch"] for o in l["other_batches"]] == [16] for l in layers), layers
 assert all(l["other_batches"][0]["forward_seconds"] > 0 for l in layers), layers' "$tmp/profile_two.json"
+check "profile until the passes agree, with progress" "$bin" profile "${mlp[@]}" --batch 4 --repeats 9 --min-repeats 2 \
+  --spread 1000 --progress --out "$tmp/profile_min.json"
+expect "two passes were enough" "medians of 2 passes"
+refuses "profile: fewer repeats than the least" "least repeats" "$bin" profile "${mlp[@]}" --batch 4 --repeats 2 \
+  --min-repeats 3 --out "$tmp/p5.json"
 refuses "profile a batch size twice" "lists 4 twice" "$bin" profile "${mlp[@]}" --batch 4,8,4 --out "$tmp/p4.json"
 refuses "profile a batch larger than the data" "fewer than --batch" "$bin" profile "${mlp[@]}" --batch 5000 \
   --dataset synthetic --out "$tmp/p2.json"

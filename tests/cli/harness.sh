@@ -2,6 +2,8 @@
 # Usage: . harness.sh; the checks; then `finish NAME` as the last line.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Each script's profiles are its own, never the user's cache (run_profile.h).
+export PIPETRAIN_CACHE_DIR="$tmp/profile-cache"
 passed=0 failed=0
 
 check() {  # check NAME COMMAND...: the command must succeed; its stdout is kept in $tmp/out

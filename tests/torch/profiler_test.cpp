@@ -164,6 +164,48 @@ TEST(Profiler, RefusesBadArguments) {
   EXPECT_THROW(profileModel(model, 4, {2, 1, "adam", 0, 1, 0}), Error);
 }
 
+// fc1 and fc2 of the small mlp are the same module on the same shapes; fc0 loads the
+// batch and the head computes the loss, so they are timed as themselves.
+TEST(Profiler, ALayerIdenticalToAnEarlierOneTakesItsTimes) {
+  const models::Model model = smallMlp();
+  ASSERT_EQ(model.layers.size(), 4u);
+  ProfileOptions once{1, 3, "adam"};
+  const graph::LayerGraph g = profileModel(model, 8, once);
+  EXPECT_EQ(g.layer(2).forward_seconds, g.layer(1).forward_seconds);
+  EXPECT_EQ(g.layer(2).backward_weight_seconds, g.layer(1).backward_weight_seconds);
+  EXPECT_EQ(g.layer(2).optimizer_seconds, g.layer(1).optimizer_seconds);
+  EXPECT_NE(g.layer(0).forward_seconds, g.layer(1).forward_seconds);
+  ProfileOptions every = once;
+  every.time_identical_once = false;
+  const graph::LayerGraph h = profileModel(model, 8, every);
+  EXPECT_NE(h.layer(2).forward_seconds, h.layer(1).forward_seconds);  // timed apart: never equal to the nanosecond
+}
+
+// Every step is timed with the gradients it steps (LibTorch 2 clears them to none after
+// each): Adam over a layer's weights reads and writes them all, far more than nothing.
+TEST(Profiler, EveryTimedStepStepsTheLayersWeights) {
+  const models::Model wide = models::buildModel("mlp", {{"input", 512}, {"layers", 2}, {"width", 512}, {"classes", 10}}, 3);
+  const graph::LayerGraph g = profileModel(wide, 4, {1, 5, "adam"});
+  // A step of 1 MiB of weights, two moments and a gradient: at 20 GB/s still 0.25 ms.
+  EXPECT_GT(g.layer(1).optimizer_seconds, 50e-6) << "the step found no gradients to apply";
+}
+
+TEST(Profiler, StopsTimingOnceThePassesAgree) {
+  const models::Model model = smallMlp();
+  int timed = 0;
+  ProfileOptions o{1, 50, "sgd"};
+  o.min_repeats = 2;
+  o.spread = 1e9;  // any two passes agree
+  o.progress = [&](const ProfileProgress& p) { timed = p.timed; };
+  profileModel(model, 4, o);
+  EXPECT_EQ(timed, 2);
+  o.spread = 0;  // no two passes agree: every repeat is timed
+  profileModel(model, 4, o);
+  EXPECT_EQ(timed, 50);
+  o.min_repeats = 51;
+  EXPECT_THROW(profileModel(model, 4, o), Error);
+}
+
 // Counts what the profile asks of its companions, and keeps it running two passes more.
 class CountingRendezvous : public ProfileRendezvous {
  public:

@@ -56,14 +56,6 @@ struct ProfileProgress {
 struct ProfileOptions {
   int warmup = 2;                  // untimed passes over the model first; more until one touches no new memory page
   int repeats = 5;                 // timed passes at most; each layer's median is reported
-  // With min_repeats > 0, timing stops after min_repeats passes once the timed passes'
-  // totals lie within `spread` of their median (NOTE(repeats) in profile_model.cpp).
-  int min_repeats = 0;
-  double spread = 0.03;
-  std::function<void(const ProfileProgress&)> progress = nullptr;  // called after every pass
-  // A layer identical to an earlier one of its share (module, parameters, inputs,
-  // output) takes its times instead of being timed (NOTE(identical-layers)).
-  bool time_identical_once = true;
   std::string optimizer = "adam";  // adam or sgd (momentum): its state per parameter and step time
   // Times only share `share` of `shares` (plan::profileShares), as one of `shares`
   // profiles that run at once, one per rank: a profile that holds the whole model streams
@@ -82,6 +74,14 @@ struct ProfileOptions {
   // the forward time of the first layer that reads the model input, if this share times
   // that layer (profile_model.cpp, NOTE(input-loading)). Unset: nothing is loaded.
   std::function<void()> load_batch = nullptr;
+  // With min_repeats > 0, timing stops after min_repeats passes once the timed passes'
+  // totals lie within `spread` of their median (NOTE(repeats) in profile_model.cpp).
+  int min_repeats = 0;
+  double spread = 0.03;
+  std::function<void(const ProfileProgress&)> progress = nullptr;  // called after every pass
+  // A layer identical to an earlier one of its share (module, parameters, inputs,
+  // output) takes its times instead of being timed (NOTE(identical-layers)).
+  bool time_identical_once = true;
 };
 
 // Profiles every layer of `model` on one batch of `batch` samples, in training mode, on
