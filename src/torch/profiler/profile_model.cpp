@@ -165,8 +165,8 @@ void settle(const Run& run, int warmup) {
   }
 }
 
-// NOTE(repeats): a profile's cost is its passes, and on a large model each takes
-// seconds (ResNet-50 at 32 images of 224 x 224: about 9 s a pass on one core), so `train`
+// NOTE(repeats): a profile's cost is its passes, and on a large model each takes long
+// (a share of ResNet-50 at 32 images of 224 x 224: a minute a pass on one core), so `train`
 // times at most ProfileOptions::repeats passes but stops after min_repeats once their
 // totals agree within `spread` of their median: more passes would move the medians by
 // less than the machine's own drift between runs. Whether the timed passes are steady
@@ -183,8 +183,9 @@ bool steady(const std::vector<double>& pass_seconds, const ProfileOptions& o) {
 // whose module, parameters, buffers, inputs and output match an earlier layer's of the
 // same share is not timed: it takes that layer's times, and a pass costs a fraction
 // (ResNet-50's at one image, 2 shares: 2.4 s a pass of the busier share against 3.7 s;
-// its repeated blocks had timed within 5% of each other). What the signature cannot see, a module's plain attributes, is left to the
-// run's measured stage times (plan/measured_profile.h). A layer's signature:
+// its repeated blocks had timed within 5% of each other). What the signature cannot
+// see, a module's plain attributes, is left to the run's measured stage times
+// (plan/measured_profile.h). A layer's signature:
 std::string signature(const models::Layer& layer, const std::vector<torch::Tensor>& inputs,
                       const torch::Tensor& output) {
   std::string s = layer.kind + "|" + layer.module.ptr()->name();
@@ -408,6 +409,7 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
   };
   const auto started = Clock::now();
   int passes = 0, timed_passes = 0;
+  bool done = false;  // timing, that is: later passes only keep the other shares company
   std::vector<double> pass_seconds;  // the timed passes'
   const auto both = [&](bool timed) {
     const auto start = Clock::now();
@@ -419,7 +421,7 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
       ++timed_passes;
       pass_seconds.push_back(seconds);
     }
-    if (o.progress) {
+    if (o.progress && !done) {
       const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
       const int planned = timed_passes > 0 || passes >= o.warmup ? o.repeats - timed_passes : o.warmup - passes + o.repeats;
       o.progress({timed_passes > 0, passes, timed_passes, o.repeats, elapsed, planned * elapsed / passes});
@@ -429,6 +431,7 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
   if (o.rendezvous) o.rendezvous->readyToTime();
   for (int rep = 0; rep < o.repeats && !steady(pass_seconds, o); ++rep) both(true);
   const double loading = loading_layer >= 0 ? loadingSeconds(device, o) : 0.0;  // while the other shares time too
+  done = true;
   if (o.rendezvous) {
     o.rendezvous->doneTiming();
     while (o.rendezvous->othersTiming()) both(false);
