@@ -27,38 +27,36 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 std::string profilePath(const std::string& plan_path) { return plan_path + ".profile.json"; }
 
 LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request) {
+  const ProfileRequest& job = request.profile;  // the ranks and their micro-batching
   const models::Model model = runtime::openModel(config);
   const int layers = static_cast<int>(model.layers.size());
-  if (!request.allow_replication && request.ranks > layers)
+  if (!request.allow_replication && job.ranks > layers)
     throw Error("--no-replication: model '" + config.model + "' has " + std::to_string(layers) +
-                " layers, too few for a pipeline over " + std::to_string(request.ranks) +
+                " layers, too few for a pipeline over " + std::to_string(job.ranks) +
                 " ranks; use fewer ranks (--nproc) or allow replicated stages");
   const std::string graph_path = profilePath(request.out);
-  ProfileRequest profile_request{request.ranks, request.blas_threads, request.cores, request.model_options,
-                                 request.args.schedule.name, request.args.microbatch_size, request.args.microbatches,
-                                 request.args.batch, graph_path, request.timeout_seconds, request.reprofile};
-  const RunProfile profile = profileForRun(config, model, profile_request);
+  const RunProfile profile = profileForRun(config, model, job, graph_path);
   const graph::LayerGraph& graph = profile.graph;
   const int64_t global_batch =
-      request.args.batch > 0 ? request.args.batch : request.args.microbatch_size * request.args.microbatches;
-  const int concurrent = std::max(1, request.cores / request.blas_threads);
+      job.args.batch > 0 ? job.args.batch : job.args.microbatch_size * job.args.microbatches;
+  const int concurrent = std::max(1, job.cores / job.blas_threads);
   const auto planning_start = std::chrono::steady_clock::now();
-  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / request.ranks;
+  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / job.ranks;
   planner::ExploreOptions o;
   o.global_batch = global_batch;
-  o.microbatch_sizes = request.args.batch > 0 ? plannedSizes(global_batch, graph.batchSize())
-                                              : std::vector<int64_t>{request.args.microbatch_size};
-  o.schedule = request.args.schedule.name.empty() ? "auto" : request.args.schedule.name;
+  o.microbatch_sizes = job.args.batch > 0 ? plannedSizes(global_batch, graph.batchSize())
+                                              : std::vector<int64_t>{job.args.microbatch_size};
+  o.schedule = job.args.schedule.name.empty() ? "auto" : job.args.schedule.name;
   o.max_replicas = request.allow_replication ? 0 : 1;
   o.allow_async = request.allow_async;
   o.partitioner = request.partitioner;
   o.use_all_devices = true;
-  const planner::Exploration e = planner::explore(graph, localCluster(request.ranks, memory, concurrent), o);
+  const planner::Exploration e = planner::explore(graph, localCluster(job.ranks, memory, concurrent), o);
   const double planning_seconds = secondsSince(planning_start);
-  std::printf("planned for %d local ranks in %.2f s:\n", request.ranks, planning_seconds);
+  std::printf("planned for %d local ranks in %.2f s:\n", job.ranks, planning_seconds);
   printExploration(e, 5);
   plan::Plan chosen = e.best().plan;
-  applyScheduleOptions(request.args.schedule, chosen);
+  applyScheduleOptions(job.args.schedule, chosen);
   json_io::writeFile(request.out, chosen.toJson());
   std::printf("plan: %s (profile: %s)\n", request.out.c_str(),
               profile.cached_path.empty() ? graph_path.c_str() : profile.cached_path.c_str());
@@ -74,7 +72,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest
   // a core of its own too: its work, to set beside the run's time on a core.
   json_io::Json busy = json_io::Json::array(), alone = json_io::Json::array();
   for (const sim::RankReport& r : e.best().report.ranks) busy.push_back(r.busy_seconds);
-  const cluster::ClusterSpec unshared = localCluster(request.ranks, memory, request.ranks);
+  const cluster::ClusterSpec unshared = localCluster(job.ranks, memory, job.ranks);
   for (const sim::RankReport& r : sim::predictReport(graph, unshared, e.best().plan).ranks)
     alone.push_back(r.busy_seconds);
   planner["chosen"] = {{"throughput", e.best().report.throughput},

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "run_profile.h"
 #include "train_plan.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/torch/trainer.h"
@@ -15,17 +16,11 @@
 namespace pipetrain::cli {
 
 struct AutoPlanRequest {
-  int ranks = 1;
-  int blas_threads = 1;                   // each rank's share of the cores
-  int cores = 1;                          // the cores all ranks share
-  std::vector<std::string> model_options; // as given on the command line (KEY=VALUE)
-  PlanArgs args;                          // micro-batching; schedule name "" = the planner chooses
+  ProfileRequest profile;                 // the ranks, their micro-batching and how to profile them
   bool allow_replication = true;
   bool allow_async = false;               // the planner may choose pipedream, 2bw, pipemare
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
   std::string out;                        // where the plan is written
-  int timeout_seconds = 60;               // a profiling process stopped this long ends the run
-  bool reprofile = false;                 // measure again even where the profile cache has this profile
 };
 
 struct LocalPlan {

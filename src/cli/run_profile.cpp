@@ -37,10 +37,10 @@ constexpr double kBusiestShare = 1.5;
 // (the 8 x 1024 mlp's passes at 128 took 0.63x those at 32 in proportion); without,
 // the run's micro-batch size.
 int64_t wantedSize(const ProfileRequest& r) {
-  if (r.batch <= 0) return r.microbatch_size;
+  if (r.args.batch <= 0) return r.args.microbatch_size;
   int64_t p = 1;
-  while (p < 32 && r.batch % (2 * p) == 0) p *= 2;
-  return std::min(r.batch, 4 * p);
+  while (p < 32 && r.args.batch % (2 * p) == 0) p *= 2;
+  return std::min(r.args.batch, 4 * p);
 }
 
 // How the ranks will be profiled: how many processes at once, and what each holds.
@@ -67,8 +67,8 @@ Processes processesFor(const ProfileRequest& r) {
   p.count = std::min(r.ranks, std::max(1, r.cores / r.blas_threads));
   // 1F1B's under auto; with a batch, at the most micro-batches the planner may choose.
   const int microbatches =
-      r.batch > 0 ? static_cast<int>(r.batch / std::max<int64_t>(1, wantedSize(r) / 4)) : r.microbatches;
-  p.in_flight = plan::profileInFlight(r.schedule, p.count, microbatches);
+      r.args.batch > 0 ? static_cast<int>(r.args.batch / std::max<int64_t>(1, wantedSize(r) / 4)) : r.args.microbatches;
+  p.in_flight = plan::profileInFlight(r.args.schedule.name, p.count, microbatches);
   return p;
 }
 
@@ -90,7 +90,7 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
   const auto cost = [&](int64_t size) {
     return kPassesPerSize * kPassCost * per_sample * static_cast<double>(size) * busiest_share;
   };
-  const auto lowOf = [&](int64_t size) { return r.batch > 0 ? std::max<int64_t>(1, size / 4) : size; };
+  const auto lowOf = [&](int64_t size) { return r.args.batch > 0 ? std::max<int64_t>(1, size / 4) : size; };
   const auto costOf = [&](int64_t top) { return cost(top) + (lowOf(top) < top ? cost(lowOf(top)) : 0); };
   int64_t top = wantedSize(r);
   while (top > 1 && costOf(top) > kProfileBudgetSeconds) top /= 2;
@@ -107,7 +107,7 @@ std::string joined(const std::vector<int64_t>& sizes) {
 
 std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig& config, const ProfileRequest& r,
                                                       const Processes& processes, const Sizes& sizes,
-                                                      const std::string& rendezvous) {
+                                                      const std::string& out, const std::string& rendezvous) {
   std::vector<std::vector<std::string>> commands;
   for (int k = 0; k < processes.count; ++k) {
     std::vector<std::string> argv{"pipetrain", "profile", "--batch", joined(sizes.timed),
@@ -116,7 +116,7 @@ std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig
                                   "--share", std::to_string(k) + "/" + std::to_string(processes.count),
                                   "--rendezvous", rendezvous,
                                   "--in-flight", std::to_string(processes.in_flight[k]),
-                                  "--out", k == 0 ? r.out : r.out + "." + std::to_string(k)};
+                                  "--out", k == 0 ? out : out + "." + std::to_string(k)};
     if (k == 0) argv.push_back("--progress");  // the others would say the same
     // The dataset too: the first stage's forward passes load its micro-batches
     // (profile_model.cpp, NOTE(input-loading)).
@@ -148,10 +148,10 @@ graph::LayerGraph mergeProfiles(const std::string& path, int count) {
 }
 
 graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r,
-                          const Processes& processes) {
+                          const Processes& processes, const std::string& out) {
   const Sizes sizes = timedSizes(model, r, processes);
   // The processes time together (profiler::ProfileRendezvous), meeting in this directory.
-  const std::string rendezvous = r.out + ".rendezvous";
+  const std::string rendezvous = out + ".rendezvous";
   std::filesystem::remove_all(rendezvous);
   std::filesystem::create_directories(rendezvous);
   struct RemoveAfter {
@@ -169,9 +169,9 @@ graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Mode
               processes.count < r.ranks ? " (the ranks then share the cores)" : "", held.c_str(),
               sizes.estimated_seconds);
   std::fflush(stdout);
-  runLikeRanks(profileCommands(config, r, processes, sizes, rendezvous), r.blas_threads,
+  runLikeRanks(profileCommands(config, r, processes, sizes, out, rendezvous), r.blas_threads,
                std::chrono::seconds(r.timeout_seconds));
-  return mergeProfiles(r.out, processes.count);
+  return mergeProfiles(out, processes.count);
 }
 
 // Everything the profile's numbers depend on (graph/profile_cache.h): the model (a
@@ -203,7 +203,7 @@ graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRe
     key.add("data file", config.data.file + " " + std::to_string(ec ? 0 : data_bytes));
   }
   key.add("optimizer", config.optimizer);
-  key.add("largest size", std::to_string(wantedSize(r)) + (r.batch > 0 ? " and a quarter" : ""));
+  key.add("largest size", std::to_string(wantedSize(r)) + (r.args.batch > 0 ? " and a quarter" : ""));
   std::string held;
   for (int k : processes.in_flight) held += (held.empty() ? "" : ",") + std::to_string(k);
   key.add("processes", std::to_string(processes.count) + " x " + std::to_string(r.blas_threads) +
@@ -236,7 +236,8 @@ std::vector<int64_t> plannedSizes(int64_t batch, int64_t smallest) {
   return sizes;
 }
 
-RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r) {
+RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r,
+                         const std::string& out) {
   const Processes processes = processesFor(r);
   const graph::ProfileCache cache(graph::ProfileCache::defaultDir());
   RunProfile run{{}, "", profileKey(config, r, processes), {}};
@@ -247,7 +248,7 @@ RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model
   if (cached) {
     run.graph = cached->graph;
     run.cached_path = cached->path;
-    json_io::writeFile(r.out, run.graph.toJson());
+    json_io::writeFile(out, run.graph.toJson());
     std::printf("profile: from the cache, %s (measured %s in %.0f s%s; --reprofile measures again)\n",
                 cached->path.c_str(), cached->created.c_str(), cached->profiling_seconds,
                 cached->runs_merged > 0 ? (", sharpened by " + std::to_string(cached->runs_merged) + " run(s)").c_str()
@@ -255,7 +256,7 @@ RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model
     run.summary = {{"cached", true}, {"path", cached->path}, {"measured_seconds", cached->profiling_seconds},
                    {"measured", cached->created}, {"runs_merged", cached->runs_merged}};
   } else {
-    run.graph = measure(config, model, r, processes);
+    run.graph = measure(config, model, r, processes, out);
     const double seconds = secondsSince(start);
     try {
       run.cached_path = cache.store(run.key, run.graph, seconds);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "train_plan.h"
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/graph/profile_cache.h"
 #include "pipetrain/plan/measured_profile.h"
@@ -23,11 +24,7 @@ struct ProfileRequest {
   int blas_threads = 1;                   // each rank's share of the cores
   int cores = 1;                          // the cores all ranks share
   std::vector<std::string> model_options; // as given on the command line (KEY=VALUE)
-  std::string schedule;                   // "" = the planner chooses
-  int64_t microbatch_size = 32;           // without a batch: the run's
-  int microbatches = 8;
-  int64_t batch = 0;                      // > 0: the planner chooses the micro-batching
-  std::string out;                        // where the measured profile is written
+  PlanArgs args;                          // the micro-batching, or the batch; schedule "" = the planner's
   int timeout_seconds = 60;               // a profiling process stopped this long ends the run
   bool reprofile = false;                 // measure again even where the cache holds it
 };
@@ -42,7 +39,9 @@ struct RunProfile {
   json_io::Json summary;
 };
 
-RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& request);
+// The profile, also written to `out` (a measured one is measured there).
+RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& request,
+                         const std::string& out);
 
 // The micro-batch sizes the planner may choose for `batch` from a profile whose
 // smallest timed size is `smallest` (the graph's batch size).

@@ -625,9 +625,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               a->config.plan = resumed->manifest.plan;
               json_io::writeFile(out, a->config.plan.toJson());
             } else {
-              AutoPlanRequest request{a->nproc, blasThreadsPerRank(*a), localCores(*a), a->model_options, a->plan_args,
-                                      !a->no_replication, a->allow_async, a->partitioner, out,
-                                      a->timeout_seconds, a->reprofile};
+              const ProfileRequest profile{a->nproc,         blasThreadsPerRank(*a), localCores(*a), a->model_options,
+                                           a->plan_args,     a->timeout_seconds,     a->reprofile};
+              const AutoPlanRequest request{profile, !a->no_replication, a->allow_async, a->partitioner, out};
               LocalPlan local = planLocalRun(a->config, request);
               a->config.plan = std::move(local.plan);
               a->planner = std::move(local.planner);
