@@ -120,10 +120,9 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
 
   const plan::Plan plan = plan::Plan::fromJson(s.field("plan").node(), origin + ": plan");
   page.tables.push_back(planStagesTable(plan));
-  if (s.has("planner"))
+  if (s.has("planner")) {
     if (const std::string before = beforeTrainingText(s.field("planner")); !before.empty())
       page.facts.push_back({"before training", before});
-  if (s.has("planner")) {
     page.tables.push_back(tableFromJson(s.field("planner").node(), origin + ": planner"));
     if (s.field("planner").has("notes"))
       for (const auto& note : s.field("planner").field("notes").asStringArray()) page.notes.push_back(note);

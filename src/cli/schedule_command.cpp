@@ -10,6 +10,7 @@
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/limits.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
@@ -66,8 +67,12 @@ int run(const ScheduleArgs& args) {
     program = csv.program;
   } else {
     if (args.stages < 1) throw Error("--stages must be at least 1 (or give --csv FILE)");
-    const int stages = args.stages * schedule::stagesPerRank(schedule::traits(args.spec.name), args.spec.chunks);
-    program = schedule::buildProgram(args.spec, schedule::chainDag(stages));
+    // In 64 bits: --stages 2147483647 times two stages per rank overflowed an int, and
+    // the chain of that many stages ran out of memory before any check.
+    const int64_t stages =
+        int64_t{args.stages} * schedule::stagesPerRank(schedule::traits(args.spec.name), args.spec.chunks);
+    limits::checkProgramSize(stages, args.spec.microbatches, args.spec.minibatches, "--stages");
+    program = schedule::buildProgram(args.spec, schedule::chainDag(static_cast<int>(stages)));
     schedule::validate(program);
   }
   std::cout << schedule::toText(args.with_comm ? program : withoutComm(program));

@@ -215,6 +215,10 @@ for bad in "--max-steps -5" "--max-steps 0" "--timeout 0" "--epochs -1"; do
   refuses "train $bad" "must be a positive number" "${train[@]}" --nproc 2 --data-parallel $bad
 done
 refuses "too many stages" "at most 8192" "$bin" schedule --schedule 1f1b --stages 100000 --microbatches 100000
+for s in gpipe zb-v interleaved; do
+  refuses "the most stages an int holds ($s)" "at most 8192" "$bin" schedule --schedule $s --stages 2147483647 \
+    --microbatches 1
+done
 refuses "too many chunks" "--chunks" "$bin" simulate --schedule interleaved --stages 2 --chunks 100000 \
   --microbatches 4 --uniform 1,2
 refuses "too many mini-batches" "mini-batches" "$bin" simulate --schedule 1f1b --stages 2 --microbatches 4 \
