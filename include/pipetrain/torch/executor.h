@@ -173,8 +173,4 @@ class PipelineExecutor {
   std::vector<int> my_stages_;
 };
 
-// Message tag shared by sender and receiver: unique per edge, direction and micro-batch.
-uint32_t messageTag(bool backward, int producer, int consumer, int microbatch, int num_stages,
-                    int microbatches);
-
 }  // namespace pipetrain::runtime

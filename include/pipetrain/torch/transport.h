@@ -14,6 +14,8 @@
 
 #include <torch/torch.h>
 
+#include "pipetrain/schedule/rank_facts.h"
+
 namespace pipetrain::runtime {
 
 // An operation in flight. wait() returns when it is complete, or throws Error.
@@ -24,8 +26,8 @@ class PendingOp {
 };
 
 // Message tags from here up (to INT32_MAX, Gloo's largest) are the runtime's own; the
-// executor's activation and gradient tags stay below.
-inline constexpr uint32_t kRuntimeTags = 0x7fffff00u;
+// Program's activation and gradient tags (schedule::messageTag) stay below.
+inline constexpr uint32_t kRuntimeTags = schedule::kMessageTags;
 
 class Transport {
  public:

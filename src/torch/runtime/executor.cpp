@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <tuple>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -14,23 +13,13 @@
 #include "action_timer.h"
 #include "gradient_buckets.h"
 #include "optimizer_state.h"
-#include "pipetrain/schedule/program_memory.h"
-#include "pipetrain/schedule/staleness.h"
+#include "pipetrain/schedule/rank_facts.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
 
 using schedule::Action;
 using schedule::ActionType;
-
-uint32_t messageTag(bool backward, int producer, int consumer, int microbatch, int num_stages, int microbatches) {
-  const uint64_t tag = ((static_cast<uint64_t>(backward) * num_stages + producer) * num_stages + consumer) *
-                           static_cast<uint64_t>(microbatches) + microbatch;
-  if (tag >= kRuntimeTags)
-    throw Error("too many stages x micro-batches to tag messages (" + std::to_string(num_stages) + " stages, " +
-                std::to_string(microbatches) + " micro-batches)");
-  return static_cast<uint32_t>(tag);
-}
 
 namespace {
 
@@ -153,16 +142,7 @@ struct PipelineExecutor::Impl {
   std::map<int, std::vector<torch::Tensor>> corrected;          // T2's w - tau * delta
   std::map<int, std::unique_ptr<GradientBuckets>> buckets;      // replicated stages
 
-  // Derived once from the Program.
-  std::vector<schedule::Retirement> retirements;  // this rank's, by position
-  std::vector<char> stash_at_step;                // per position: the STEP's old version is read later
-  schedule::StepCombination steps;                // loss scale and gradient factors
-  std::map<std::pair<int, int>, int> forward_version;  // (stage, micro-batch) on this rank
-  std::vector<int> stage_delay;
-  std::map<int, int> minibatch_done_at;           // position -> the mini-batch this rank is done with there
-  std::map<int, std::vector<int>> sends_delivered_at;  // RECV position -> positions of SENDs known received by then
-  std::map<int, int> completes_gradients_at;  // position of a stage's last B or W before its ALLREDUCE -> stage
-  std::set<int> split_stages;                 // stages whose backward runs as I then W
+  schedule::RankFacts facts;  // of `program`, derived once per Program
 
   // Per run.
   std::map<std::pair<int, int>, Activation> live;  // (stage, micro-batch)
@@ -185,95 +165,8 @@ struct PipelineExecutor::Impl {
       : program(&p), rank(r), model(m), stages(std::move(s)), transport(t), corrections(c), precision(precision),
         latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
 
-  // What the executor needs to know of the training Program before running it.
-  void deriveFacts() {
-    forward_version.clear();
-    split_stages.clear();
-    completes_gradients_at.clear();
-    minibatch_done_at.clear();
-    sends_delivered_at.clear();
-    const auto& actions = program->ranks[rank];
-    retirements = schedule::retirements(*program)[rank];
-    std::map<std::pair<int, int>, int> retired_at;
-    for (const auto& r : retirements) retired_at[{r.stage, r.version}] = r.position;
-    stash_at_step.assign(actions.size(), 0);
-    for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
-      const Action& a = actions[i];
-      if (a.type == ActionType::STEP) {
-        auto it = retired_at.find({a.stage, a.version - 1});
-        stash_at_step[i] = it != retired_at.end() && it->second > i;
-      }
-      if (a.type == ActionType::F) forward_version[{a.stage, a.microbatch}] = a.version;
-      if (a.type == ActionType::I) split_stages.insert(a.stage);
-      if (a.type == ActionType::ALLREDUCE)
-        for (int k = i - 1; k >= 0; --k)
-          if (actions[k].stage == a.stage && (actions[k].type == ActionType::B || actions[k].type == ActionType::W)) {
-            completes_gradients_at[k] = a.stage;
-            break;
-          }
-    }
-
-    steps = schedule::stepCombination(*program);
-    stage_delay = schedule::stageDelays(*program);
-    std::map<int, int> last_position;
-    for (int i = 0; i < static_cast<int>(actions.size()); ++i)
-      if (actions[i].microbatch >= 0) last_position[actions[i].microbatch / program->microbatches] = i;
-    for (const auto& [k, i] : last_position) minibatch_done_at[i] = k;
-    findDeliveredSends();
-  }
-
-  // NOTE(send-release): a send's payload must live until the transport has delivered it,
-  // and Gloo only says so when waited on. Waiting blindly could deadlock (the peer may be
-  // waiting for us), and keeping every payload of an epoch-long Program grew ranks by
-  // megabytes per mini-batch. So a send is waited for once this rank has received from
-  // the same peer a message the peer sent after receiving ours: by then it was delivered.
-  void findDeliveredSends() {
-    struct Ends {
-      int sender = -1, send_pos = -1, receiver = -1, recv_pos = -1;
-    };
-    std::map<std::tuple<int, int, uint32_t>, Ends> messages;  // (from, to, tag)
-    for (int r = 0; r < program->numRanks(); ++r)
-      for (int i = 0; i < static_cast<int>(program->ranks[r].size()); ++i) {
-        const Action& a = program->ranks[r][i];
-        const bool send = a.type == ActionType::SEND_F || a.type == ActionType::SEND_B;
-        const bool recv = a.type == ActionType::RECV_F || a.type == ActionType::RECV_B;
-        if (!send && !recv) continue;
-        const int peer = program->rankOf(a.peer_stage, a.microbatch);
-        Ends& e = messages[{send ? r : peer, send ? peer : r, tagOf(*program, a)}];
-        if (send) e.sender = r, e.send_pos = i, e.receiver = peer;
-        else e.recv_pos = i;
-      }
-    std::map<int, std::vector<std::pair<int, int>>> from_peer;  // peer -> (my RECV position, its SEND position)
-    for (const auto& [key, e] : messages)
-      if (e.receiver == rank) from_peer[e.sender].push_back({e.recv_pos, e.send_pos});
-    for (auto& [peer, list] : from_peer) std::sort(list.begin(), list.end());
-    for (const auto& [key, e] : messages) {
-      if (e.sender != rank) continue;
-      const auto& list = from_peer[e.receiver];
-      for (auto it = std::upper_bound(list.begin(), list.end(), std::make_pair(e.send_pos, INT32_MAX));
-           it != list.end(); ++it)
-        if (it->second > e.recv_pos) {
-          sends_delivered_at[it->first].push_back(e.send_pos);
-          break;
-        }
-    }
-  }
-
-  uint32_t tagOf(const schedule::Program& p, const Action& a) const {
-    const bool backward = a.type == ActionType::SEND_B || a.type == ActionType::RECV_B;
-    const bool sends = a.type == ActionType::SEND_F || a.type == ActionType::SEND_B;
-    // producer/consumer of the edge the message crosses
-    const int producer = backward == sends ? a.peer_stage : a.stage;
-    const int consumer = backward == sends ? a.stage : a.peer_stage;
-    return edgeTag(p, backward, producer, consumer, a.microbatch);
-  }
-
-  static uint32_t edgeTag(const schedule::Program& p, bool backward, int producer, int consumer, int microbatch) {
-    return messageTag(backward, producer, consumer, microbatch, p.num_stages, p.totalMicrobatches());
-  }
-
   void postReceive(const schedule::Program& p, const Action& a) {
-    const uint32_t tag = tagOf(p, a);
+    const uint32_t tag = schedule::messageTag(p, a);
     if (received.count(tag)) return;
     // A gradient has the shape of the activations it belongs to.
     const bool forward = a.type == ActionType::RECV_F;
@@ -284,7 +177,7 @@ struct PipelineExecutor::Impl {
   }
 
   torch::Tensor takeReceived(const schedule::Program& p, const Action& recv_action) {
-    auto it = received.find(tagOf(p, recv_action));
+    auto it = received.find(schedule::messageTag(p, recv_action));
     if (it == received.end()) throw Error("internal: receive not posted for " + schedule::toString(recv_action));
     it->second.op->wait();
     torch::Tensor t = it->second.buffer;
@@ -306,7 +199,7 @@ struct PipelineExecutor::Impl {
     } else if (latest && corrections.discrepancy && (a.type == ActionType::B || a.type == ActionType::I)) {
       // T2: the backward pass runs on w - tau * delta, an estimate of the weights its
       // forward pass read tau steps ago.
-      const int tau = version[s] - forward_version.at({s, a.microbatch});
+      const int tau = version[s] - facts.forward_version.at({s, a.microbatch});
       if (tau > 0) {
         torch::NoGradGuard no_grad;
         auto& u = corrected[s];
@@ -349,7 +242,7 @@ struct PipelineExecutor::Impl {
         for (int l : edge.layers) tensors.push_back(producer.outputs.at(l).detach());
         if (!training && --producer.consumers_left == 0) live.erase({q, j});
       } else {
-        const uint32_t tag = edgeTag(p, false, q, s, j);
+        const uint32_t tag = schedule::messageTag(p, false, q, s, j);
         tensors = edge.unpack(arrived.at(tag));
         arrived.erase(tag);
       }
@@ -382,7 +275,7 @@ struct PipelineExecutor::Impl {
     const torch::Tensor labels = p.isLastStage(s) ? toDevice(data.labels(j)) : torch::Tensor();
     AutocastScope autocast(precision, model.device);
     withWeights(a, [&] { values = models::forwardLayers(model, stages[s].layers, std::move(values)); });
-    if (split_stages.count(s))
+    if (facts.split_stages.count(s))
       for (int l : stages[s].layers) act.layer_outputs.push_back(values.at(model.layers[l].name));
     act.outputs = sentOutputs(p, s, values);
     if (p.isLastStage(s)) {
@@ -391,7 +284,7 @@ struct PipelineExecutor::Impl {
       auto& [sum, count] = minibatch_loss[j / p.microbatches];
       sum = sum.defined() ? sum + loss.detach() : loss.detach();
       ++count;
-      act.loss = loss * steps.loss_scale[j];
+      act.loss = loss * facts.steps.loss_scale[j];
     }
     live[{s, j}] = std::move(act);
   }
@@ -432,7 +325,7 @@ struct PipelineExecutor::Impl {
         consumer.input_grads.erase(s);
         finishIfDone(t, j);
       } else {
-        const uint32_t tag = edgeTag(*program, true, s, t, j);
+        const uint32_t tag = schedule::messageTag(*program, true, s, t, j);
         message = arrived.at(tag);
         arrived.erase(tag);
       }
@@ -543,15 +436,15 @@ struct PipelineExecutor::Impl {
       payload = edge.pack(tensors);
       if (!training && --act.consumers_left == 0) live.erase({s, j});
     }
-    auto op = transport.send(payload, p.rankOf(a.peer_stage, j), tagOf(p, a));
+    auto op = transport.send(payload, p.rankOf(a.peer_stage, j), schedule::messageTag(p, a));
     sends[position] = InFlight{payload, std::move(op)};
     max_sends_held = std::max(max_sends_held, static_cast<int>(sends.size()));
   }
 
-  // NOTE(send-release) above: these sends have certainly been delivered.
+  // These sends have certainly been delivered (NOTE(send-release) in schedule/rank_facts.cpp).
   void releaseDeliveredSends(int recv_position) {
-    auto it = sends_delivered_at.find(recv_position);
-    if (it == sends_delivered_at.end()) return;
+    auto it = facts.sends_delivered_at.find(recv_position);
+    if (it == facts.sends_delivered_at.end()) return;
     for (int position : it->second) {
       auto send = sends.find(position);
       if (send == sends.end()) continue;
@@ -566,8 +459,8 @@ struct PipelineExecutor::Impl {
   // Before the backward pass that completes a replicated stage's gradients: reduce each
   // bucket as soon as that pass has finished it.
   void armBuckets(int position) {
-    auto it = completes_gradients_at.find(position);
-    if (it != completes_gradients_at.end()) buckets.at(it->second)->arm();
+    auto it = facts.completes_gradients_at.find(position);
+    if (it != facts.completes_gradients_at.end()) buckets.at(it->second)->arm();
   }
 
   // Creates the stage's next version: stashes the old one if a later action reads it,
@@ -576,17 +469,17 @@ struct PipelineExecutor::Impl {
   void step(const Action& a, int position) {
     const int s = a.stage;
     torch::NoGradGuard no_grad;
-    if (stash_at_step[position]) {
+    if (facts.stash_at_step[position]) {
       stash[s][version[s]] = cloneAll(params[s]);
       peak_versions[s] = std::max(peak_versions[s], 1 + static_cast<int>(stash[s].size()));
     }
-    const double factor = steps.gradient_factor[s].at(a.version);
+    const double factor = facts.steps.gradient_factor[s].at(a.version);
     auto& opt = *optimizers.at(s);
     if (latest && corrections.lr_warmup)
       opt.param_groups()[0].options().set_lr(
-          base_lr[s] * schedule::learningRateScale(stage_delay[s], steps_taken[s], corrections.warmup_steps));
+          base_lr[s] * schedule::learningRateScale(facts.stage_delays[s], steps_taken[s], corrections.warmup_steps));
     const bool correct = latest && corrections.discrepancy;
-    const double gamma = schedule::correctionDecay(corrections.decay, stage_delay[s]);
+    const double gamma = schedule::correctionDecay(corrections.decay, facts.stage_delays[s]);
     auto& delta = velocity[s];
     if (correct && delta.empty())
       for (const auto& p : params[s]) delta.push_back(torch::zeros_like(p.detach()));
@@ -641,7 +534,7 @@ struct PipelineExecutor::Impl {
       switch (a.type) {
         case ActionType::RECV_F:
         case ActionType::RECV_B:
-          arrived[tagOf(p, a)] = takeReceived(p, a);
+          arrived[schedule::messageTag(p, a)] = takeReceived(p, a);
           result.wait_seconds += seconds(Clock::now()) - seconds(start);
           if (!eval) releaseDeliveredSends(i);
           break;
@@ -668,11 +561,12 @@ struct PipelineExecutor::Impl {
       }
       if (eval) continue;
       // A stashed version is dropped once nothing later reads it (the accounting's rule).
-      for (; next_retirement < retirements.size() && retirements[next_retirement].position <= i; ++next_retirement)
-        stash[retirements[next_retirement].stage].erase(retirements[next_retirement].version);
+      const auto& retiring = facts.retirements;
+      for (; next_retirement < retiring.size() && retiring[next_retirement].position <= i; ++next_retirement)
+        stash[retiring[next_retirement].stage].erase(retiring[next_retirement].version);
       if (compute) timer.stop(a);
-      auto done = minibatch_done_at.find(i);
-      if (done != minibatch_done_at.end()) {
+      auto done = facts.minibatch_done_at.find(i);
+      if (done != facts.minibatch_done_at.end()) {
         // Reported one mini-batch late: reading a loss waits for the device to compute it,
         // and by then the next mini-batch's work is queued, so a GPU never idles while the
         // host catches up.
@@ -780,7 +674,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
     if (program.stage_ranks[s].size() > 1)
       m.buckets[s] = std::make_unique<GradientBuckets>(m.params[s], program.stage_ranks[s], transport, kBucketBytes);
   }
-  m.deriveFacts();
+  m.facts = schedule::rankFacts(*m.program, m.rank);
 }
 
 PipelineExecutor::~PipelineExecutor() = default;
@@ -793,7 +687,7 @@ RunResult PipelineExecutor::run(const schedule::Program& program, const Microbat
         program.microbatches != m.program->microbatches)
       throw Error("internal: a Program of another layout than the executor's");
     m.program = &program;
-    m.deriveFacts();
+    m.facts = schedule::rankFacts(*m.program, m.rank);
   }
   return m.execute(program, data, origin, on_minibatch, nullptr);
 }

@@ -1,0 +1,110 @@
+#include "pipetrain/schedule/rank_facts.h"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <tuple>
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::SEND_B; }
+bool isMessage(ActionType t) { return isSend(t) || t == ActionType::RECV_F || t == ActionType::RECV_B; }
+
+// NOTE(send-release): a send's payload must live until the transport has delivered it,
+// and Gloo only says so when waited on. Waiting blindly could deadlock (the peer may be
+// waiting for us), and keeping every payload of an epoch-long Program grew ranks by
+// megabytes per mini-batch. So a send is waited for once this rank has received from
+// the same peer a message the peer sent after receiving ours: by then it was delivered.
+std::map<int, std::vector<int>> deliveredSends(const Program& program, int rank) {
+  struct Ends {
+    int sender = -1, send_pos = -1, receiver = -1, recv_pos = -1;
+  };
+  std::map<std::tuple<int, int, uint32_t>, Ends> messages;  // (from, to, tag)
+  for (int r = 0; r < program.numRanks(); ++r)
+    for (int i = 0; i < static_cast<int>(program.ranks[r].size()); ++i) {
+      const Action& a = program.ranks[r][i];
+      if (!isMessage(a.type)) continue;
+      const bool send = isSend(a.type);
+      const int peer = program.rankOf(a.peer_stage, a.microbatch);
+      Ends& e = messages[{send ? r : peer, send ? peer : r, messageTag(program, a)}];
+      if (send) e.sender = r, e.send_pos = i, e.receiver = peer;
+      else e.recv_pos = i;
+    }
+  std::map<int, std::vector<std::pair<int, int>>> from_peer;  // peer -> (my RECV position, its SEND position)
+  for (const auto& [key, e] : messages)
+    if (e.receiver == rank) from_peer[e.sender].push_back({e.recv_pos, e.send_pos});
+  for (auto& [peer, list] : from_peer) std::sort(list.begin(), list.end());
+  std::map<int, std::vector<int>> delivered;
+  for (const auto& [key, e] : messages) {
+    if (e.sender != rank) continue;
+    const auto& list = from_peer[e.receiver];
+    for (auto it = std::upper_bound(list.begin(), list.end(), std::make_pair(e.send_pos, INT_MAX)); it != list.end();
+         ++it)
+      if (it->second > e.recv_pos) {
+        delivered[it->first].push_back(e.send_pos);
+        break;
+      }
+  }
+  return delivered;
+}
+
+}  // namespace
+
+uint32_t messageTag(const Program& program, bool backward, int producer, int consumer, int microbatch) {
+  const uint64_t stages = program.num_stages;
+  const uint64_t tag = ((static_cast<uint64_t>(backward) * stages + producer) * stages + consumer) *
+                           static_cast<uint64_t>(program.totalMicrobatches()) +
+                       microbatch;
+  if (tag >= kMessageTags)
+    throw Error("too many stages x micro-batches to tag messages (" + std::to_string(program.num_stages) +
+                " stages, " + std::to_string(program.totalMicrobatches()) + " micro-batches)");
+  return static_cast<uint32_t>(tag);
+}
+
+uint32_t messageTag(const Program& program, const Action& message) {
+  const bool backward = message.type == ActionType::SEND_B || message.type == ActionType::RECV_B;
+  // The producer and consumer of the edge the message crosses: an activation leaves
+  // the producer, a gradient leaves the consumer.
+  const bool at_producer = backward != isSend(message.type);
+  const int producer = at_producer ? message.stage : message.peer_stage;
+  const int consumer = at_producer ? message.peer_stage : message.stage;
+  return messageTag(program, backward, producer, consumer, message.microbatch);
+}
+
+RankFacts rankFacts(const Program& program, int rank) {
+  RankFacts f;
+  f.rank = rank;
+  const auto& actions = program.ranks[rank];
+  const int n = static_cast<int>(actions.size());
+  f.stash_at_step.assign(n, 0);
+  f.retirements = retirements(program)[rank];
+  std::map<std::pair<int, int>, int> retired_at;  // (stage, version) -> position
+  for (const Retirement& r : f.retirements) retired_at[{r.stage, r.version}] = r.position;
+  std::map<int, int> last_position;  // mini-batch -> the rank's last action of it
+  for (int i = 0; i < n; ++i) {
+    const Action& a = actions[i];
+    if (a.type == ActionType::STEP) {
+      auto it = retired_at.find({a.stage, a.version - 1});
+      f.stash_at_step[i] = it != retired_at.end() && it->second > i;
+    }
+    if (a.type == ActionType::F) f.forward_version[{a.stage, a.microbatch}] = a.version;
+    if (a.type == ActionType::I) f.split_stages.insert(a.stage);
+    if (a.type == ActionType::ALLREDUCE)
+      for (int k = i - 1; k >= 0; --k)
+        if (actions[k].stage == a.stage && (actions[k].type == ActionType::B || actions[k].type == ActionType::W)) {
+          f.completes_gradients_at[k] = a.stage;
+          break;
+        }
+    if (a.microbatch >= 0) last_position[a.microbatch / program.microbatches] = i;
+  }
+  for (const auto& [k, i] : last_position) f.minibatch_done_at[i] = k;
+  f.sends_delivered_at = deliveredSends(program, rank);
+  f.steps = stepCombination(program);
+  f.stage_delays = stageDelays(program);
+  return f;
+}
+
+}  // namespace pipetrain::schedule

@@ -1,0 +1,166 @@
+// The facts an executor reads off a Program (rank_facts.h), on every generator: message
+// tags that pair each send with its receive, sends released only once certainly
+// delivered, stashes where an old version is read later, and where mini-batches end.
+#include "pipetrain/schedule/rank_facts.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <tuple>
+
+#include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/schedule/schedules.h"
+#include "pipetrain/util/error.h"
+#include "../expect_error.h"
+
+namespace pipetrain::schedule {
+namespace {
+
+bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::SEND_B; }
+bool isRecv(ActionType t) { return t == ActionType::RECV_F || t == ActionType::RECV_B; }
+
+Program build(const std::string& name, int ranks, int m, int minibatches, const std::vector<int>& replicas = {}) {
+  ScheduleSpec spec;
+  spec.name = name;
+  spec.microbatches = m;
+  spec.minibatches = minibatches;
+  spec.chunks = traits(name).placement == Placement::kLooped ? 2 : 1;
+  const int stages = replicas.empty() ? ranks * stagesPerRank(traits(name), spec.chunks) : static_cast<int>(replicas.size());
+  return buildProgram(spec, chainDag(stages), replicas);
+}
+
+// Every schedule on 2 to 4 ranks, and the replicable ones with a stage on 2 replicas.
+std::vector<Program> everySchedule() {
+  std::vector<Program> programs;
+  for (const std::string& name : scheduleNames()) {
+    for (int p : {2, 3, 4}) programs.push_back(build(name, p, 4 * p, 2));
+    if (traits(name).replicable) programs.push_back(build(name, 0, 8, 2, {2, 1, 2}));
+  }
+  return programs;
+}
+
+int positionOf(const Program& p, int rank, ActionType type, int microbatch) {
+  for (int i = 0; i < static_cast<int>(p.ranks[rank].size()); ++i)
+    if (p.ranks[rank][i].type == type && p.ranks[rank][i].microbatch == microbatch) return i;
+  return -1;
+}
+
+TEST(RankFacts, TagsPairEverySendWithItsReceive) {
+  for (const Program& p : everySchedule()) {
+    SCOPED_TRACE(p.schedule + " on " + std::to_string(p.numRanks()) + " ranks");
+    std::multiset<std::tuple<int, int, uint32_t>> sent, received;  // (from, to, tag)
+    for (int r = 0; r < p.numRanks(); ++r)
+      for (const Action& a : p.ranks[r]) {
+        if (!isSend(a.type) && !isRecv(a.type)) continue;
+        const int peer = p.rankOf(a.peer_stage, a.microbatch);
+        if (isSend(a.type)) sent.insert({r, peer, messageTag(p, a)});
+        if (isRecv(a.type)) received.insert({peer, r, messageTag(p, a)});
+      }
+    EXPECT_EQ(sent, received);
+    const std::set<std::tuple<int, int, uint32_t>> distinct(sent.begin(), sent.end());
+    EXPECT_EQ(distinct.size(), sent.size()) << "two messages share a tag";
+  }
+}
+
+// A send is released at a receive from its own peer, which the peer sent after taking
+// the send in: it cannot still be in flight.
+TEST(RankFacts, SendsAreReleasedOnlyOnceTheirPeerHasAnswered) {
+  for (const Program& p : everySchedule()) {
+    SCOPED_TRACE(p.schedule + " on " + std::to_string(p.numRanks()) + " ranks");
+    for (int r = 0; r < p.numRanks(); ++r) {
+      const RankFacts facts = rankFacts(p, r);
+      std::set<int> released;
+      for (const auto& [recv_pos, sends] : facts.sends_delivered_at) {
+        const Action& answer = p.ranks[r][recv_pos];
+        ASSERT_TRUE(isRecv(answer.type));
+        const int peer = p.rankOf(answer.peer_stage, answer.microbatch);
+        const uint32_t answer_tag = messageTag(p, answer);
+        int answer_sent_at = -1;  // on the peer
+        for (int k = 0; k < static_cast<int>(p.ranks[peer].size()); ++k)
+          if (isSend(p.ranks[peer][k].type) && messageTag(p, p.ranks[peer][k]) == answer_tag) answer_sent_at = k;
+        for (int send_pos : sends) {
+          const Action& send = p.ranks[r][send_pos];
+          ASSERT_TRUE(isSend(send.type));
+          EXPECT_LT(send_pos, recv_pos);
+          EXPECT_EQ(p.rankOf(send.peer_stage, send.microbatch), peer);
+          EXPECT_TRUE(released.insert(send_pos).second) << "released twice";
+          const uint32_t tag = messageTag(p, send);
+          int taken_at = -1;
+          for (int k = 0; k < static_cast<int>(p.ranks[peer].size()); ++k)
+            if (isRecv(p.ranks[peer][k].type) && messageTag(p, p.ranks[peer][k]) == tag) taken_at = k;
+          EXPECT_LT(taken_at, answer_sent_at) << toString(send) << " released at " << toString(answer);
+        }
+      }
+    }
+  }
+}
+
+TEST(RankFacts, OneFOneBReleasesAnActivationWhenItsGradientComesBack) {
+  const Program p = build("1f1b", 2, 4, 1);
+  const RankFacts facts = rankFacts(p, 0);
+  // Rank 1 sends B0 after taking F0 and before F1: F0 is delivered then, F1 may not be.
+  EXPECT_EQ(facts.sends_delivered_at.at(positionOf(p, 0, ActionType::RECV_B, 0)),
+            std::vector<int>{positionOf(p, 0, ActionType::SEND_F, 0)});
+}
+
+TEST(RankFacts, StashesOnlyVersionsReadLater) {
+  const Program gpipe = build("gpipe", 3, 6, 2), pipedream = build("pipedream", 3, 6, 2);
+  for (int r = 0; r < 3; ++r)
+    for (char stash : rankFacts(gpipe, r).stash_at_step) EXPECT_FALSE(stash) << "rank " << r;
+  // PipeDream's first stage steps after each backward pass while later micro-batches'
+  // forward passes, on older versions, still owe their backward passes.
+  const RankFacts first = rankFacts(pipedream, 0);
+  int stashed = 0;
+  for (std::size_t i = 0; i < first.stash_at_step.size(); ++i)
+    if (first.stash_at_step[i]) {
+      EXPECT_EQ(pipedream.ranks[0][i].type, ActionType::STEP);
+      ++stashed;
+    }
+  EXPECT_GT(stashed, 0);
+  for (const auto& [key, version] : first.forward_version) {
+    const auto [stage, microbatch] = key;
+    EXPECT_EQ(pipedream.ranks[0][positionOf(pipedream, 0, ActionType::F, microbatch)].version, version);
+    EXPECT_EQ(stage, 0);
+  }
+}
+
+TEST(RankFacts, MiniBatchesEndAtTheirLastAction) {
+  const Program p = build("1f1b", 3, 6, 3);
+  for (int r = 0; r < 3; ++r) {
+    const RankFacts facts = rankFacts(p, r);
+    ASSERT_EQ(facts.minibatch_done_at.size(), 3u);
+    int k = 0;
+    for (const auto& [position, minibatch] : facts.minibatch_done_at) {
+      EXPECT_EQ(minibatch, k++);
+      for (int i = position + 1; i < static_cast<int>(p.ranks[r].size()); ++i) {
+        if (p.ranks[r][i].microbatch < 0) continue;
+        EXPECT_GT(p.ranks[r][i].microbatch / p.microbatches, minibatch);
+      }
+    }
+  }
+}
+
+TEST(RankFacts, AReplicatedStageReducesAfterItsLastBackwardPass) {
+  for (const std::string name : {"1f1b", "zb-h1"}) {
+    SCOPED_TRACE(name);
+    const Program p = build(name, 0, 4, 2, {2, 1});
+    const RankFacts facts = rankFacts(p, 0);  // replica 0 of stage 0
+    ASSERT_EQ(facts.completes_gradients_at.size(), 2u);  // once per mini-batch
+    for (const auto& [position, stage] : facts.completes_gradients_at) {
+      EXPECT_EQ(stage, 0);
+      const ActionType t = p.ranks[0][position].type;
+      EXPECT_TRUE(t == ActionType::B || t == ActionType::W) << toString(p.ranks[0][position]);
+    }
+    EXPECT_EQ(facts.split_stages.size(), name == "zb-h1" ? 1u : 0u);
+  }
+}
+
+TEST(RankFacts, TooManyMessagesForTagsAreRefused) {
+  Program p;
+  p.num_stages = 8192;
+  p.microbatches = 1 << 20;
+  testing::expectError([&] { messageTag(p, true, 8190, 8191, 0); }, {"too many stages x micro-batches", "8192 stages"});
+}
+
+}  // namespace
+}  // namespace pipetrain::schedule
