@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -233,7 +234,24 @@ Rendezvous Rendezvous::fromEnvironment() {
 
 int localRank(int fallback) { return intFromEnv("LOCAL_RANK", fallback, false); }
 
+namespace {
+
+// c10d's flight recorder (torch 2.11) records every operation of every process group
+// in one process-wide buffer, and adds a group to its map before taking its lock: two
+// groups whose first operations run at once (ranks that are threads of one process, a
+// replica group's first reduction on an autograd thread) corrupted the map, and the
+// torch tests crashed in 3 of 7 runs (c10d::FlightRecorder::recordWithResetEnabled,
+// from ProcessGroupGloo::barrier). Its dumps serve NCCL hang debugging, which this
+// transport does not use: it is switched off, unless the user asked for it.
+void disableFlightRecorder() {
+  static std::once_flag once;
+  std::call_once(once, [] { setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0); });
+}
+
+}  // namespace
+
 std::unique_ptr<Transport> makeGlooTransport(const Rendezvous& rendezvous) {
+  disableFlightRecorder();
   return std::make_unique<GlooTransport>(rendezvous);
 }
 
