@@ -113,6 +113,25 @@ std::vector<torch::Tensor> cloneAll(const std::vector<torch::Tensor>& tensors) {
   return out;
 }
 
+// Everything one stage of this rank holds, on the stage's device: its weights (the
+// current version in the model's parameters, older ones stashed), its optimizer, T2's
+// buffers and, where the stage is replicated, its gradient buckets.
+struct StageState {
+  torch::Device device;
+  std::vector<torch::Tensor> params;                    // the model's parameters
+  std::vector<std::vector<torch::Tensor>> layer_params;  // the same, per layer of the stage (split W)
+  std::vector<torch::Tensor> aliases;                   // the same storage, untracked: what the optimizer updates
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  double base_lr = 0;
+  int version = 0;                                      // current, counted within one run
+  std::map<int, std::vector<torch::Tensor>> stash;      // older versions still read
+  int peak_versions = 1;
+  int64_t steps_taken = 0;                              // over the whole training (T1's k)
+  std::vector<torch::Tensor> velocity;                  // T2's delta
+  std::vector<torch::Tensor> corrected;                 // T2's w - tau * delta
+  std::unique_ptr<GradientBuckets> buckets;             // replicated stages
+};
+
 }  // namespace
 
 struct PipelineExecutor::Impl {
@@ -128,19 +147,7 @@ struct PipelineExecutor::Impl {
   std::vector<char> reads_input;             // per stage: runs a layer reading the model input
   WeightProbe probe;
 
-  // Per stage of this rank.
-  std::map<int, std::vector<torch::Tensor>> params;   // the model's parameters
-  std::map<int, std::vector<torch::Tensor>> layer_params;  // the same, per model layer (split W)
-  std::map<int, std::vector<torch::Tensor>> aliases;  // the same storage, untracked: what optimizers update
-  std::map<int, std::unique_ptr<torch::optim::Optimizer>> optimizers;
-  std::map<int, double> base_lr;
-  std::map<int, int> version;                                   // current, counted within one run
-  std::map<int, std::map<int, std::vector<torch::Tensor>>> stash;  // older versions still read
-  std::map<int, int> peak_versions;
-  std::map<int, int64_t> steps_taken;                           // over the whole training (T1's k)
-  std::map<int, std::vector<torch::Tensor>> velocity;           // T2's delta
-  std::map<int, std::vector<torch::Tensor>> corrected;          // T2's w - tau * delta
-  std::map<int, std::unique_ptr<GradientBuckets>> buckets;      // replicated stages
+  std::map<int, StageState> state;  // per stage of this rank
 
   schedule::RankFacts facts;  // of `program`, derived once per Program
 
@@ -171,7 +178,7 @@ struct PipelineExecutor::Impl {
     // A gradient has the shape of the activations it belongs to.
     const bool forward = a.type == ActionType::RECV_F;
     const Edge& edge = forward ? edges.at({a.peer_stage, a.stage}) : edges.at({a.stage, a.peer_stage});
-    torch::Tensor buffer = torch::empty(edge.messageShape(), torch::dtype(edge.dtype).device(model.device));
+    torch::Tensor buffer = torch::empty(edge.messageShape(), torch::dtype(edge.dtype).device(state.at(a.stage).device));
     auto op = transport.recv(buffer, p.rankOf(a.peer_stage, a.microbatch), tag);
     received[tag] = Posted{buffer, std::move(op)};
   }
@@ -188,32 +195,33 @@ struct PipelineExecutor::Impl {
   // Runs `compute` with the stage's parameters holding the weights action `a` reads.
   void withWeights(const Action& a, const std::function<void()>& compute) {
     const int s = a.stage;
+    StageState& st = state.at(s);
     std::vector<torch::Tensor>* swapped = nullptr;
-    if (a.version != version[s]) {
-      auto it = stash[s].find(a.version);
-      if (it == stash[s].end())
+    if (a.version != st.version) {
+      auto it = st.stash.find(a.version);
+      if (it == st.stash.end())
         throw Error("rank " + std::to_string(rank) + ": " + schedule::toString(a) + " reads weight version " +
                     std::to_string(a.version) + " of stage " + std::to_string(s) + ", which is neither current (v" +
-                    std::to_string(version[s]) + ") nor stashed");
+                    std::to_string(st.version) + ") nor stashed");
       swapped = &it->second;
     } else if (latest && corrections.discrepancy && (a.type == ActionType::B || a.type == ActionType::I)) {
       // T2: the backward pass runs on w - tau * delta, an estimate of the weights its
       // forward pass read tau steps ago.
-      const int tau = version[s] - facts.forward_version.at({s, a.microbatch});
+      const int tau = st.version - facts.forward_version.at({s, a.microbatch});
       if (tau > 0) {
         torch::NoGradGuard no_grad;
-        auto& u = corrected[s];
-        if (u.empty()) u = cloneAll(params[s]);
-        for (std::size_t i = 0; i < u.size(); ++i) torch::sub_out(u[i], params[s][i].data(), velocity[s][i], tau);
+        auto& u = st.corrected;
+        if (u.empty()) u = cloneAll(st.params);
+        for (std::size_t i = 0; i < u.size(); ++i) torch::sub_out(u[i], st.params[i].data(), st.velocity[i], tau);
         swapped = &u;
       }
     }
     if (swapped)
-      for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(params[s][i], (*swapped)[i]);
-    if (probe) probe(a, params[s]);
+      for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(st.params[i], (*swapped)[i]);
+    if (probe) probe(a, st.params);
     compute();
     if (swapped)
-      for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(params[s][i], (*swapped)[i]);
+      for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(st.params[i], (*swapped)[i]);
   }
 
   // Host data (a batch's inputs or labels) onto the model's device without making the
@@ -221,9 +229,10 @@ struct PipelineExecutor::Impl {
   // allocator keeps the pinned block until the copy has run). A copy from pageable memory
   // would first wait for all the work queued before it, so the device would idle while
   // the host queued the next pass.
-  torch::Tensor toDevice(const torch::Tensor& t) const {
-    if (model.device.is_cpu()) return t;
-    return t.pin_memory().to(model.device, /*non_blocking=*/true);
+  torch::Tensor toDevice(const torch::Tensor& t, int stage) const {
+    const torch::Device device = state.at(stage).device;
+    if (device.is_cpu()) return t;
+    return t.pin_memory().to(device, /*non_blocking=*/true);
   }
 
   // The stage's inputs by producer name: what its producer stages sent, as leaves that
@@ -233,7 +242,7 @@ struct PipelineExecutor::Impl {
                                                   std::map<int, std::vector<torch::Tensor>>* leaves) {
     const int s = a.stage, j = a.microbatch;
     std::map<std::string, torch::Tensor> values;
-    if (reads_input[s]) values[models::kModelInput] = toDevice(data.inputs(j));
+    if (reads_input[s]) values[models::kModelInput] = toDevice(data.inputs(j), s);
     for (int q : p.stage_preds[s]) {
       const Edge& edge = edges.at({q, s});
       std::vector<torch::Tensor> tensors;
@@ -272,8 +281,8 @@ struct PipelineExecutor::Impl {
     const int s = a.stage, j = a.microbatch;
     Activation act;
     std::map<std::string, torch::Tensor> values = takeInputs(p, a, data, true, &act.inputs);
-    const torch::Tensor labels = p.isLastStage(s) ? toDevice(data.labels(j)) : torch::Tensor();
-    AutocastScope autocast(precision, model.device);
+    const torch::Tensor labels = p.isLastStage(s) ? toDevice(data.labels(j), s) : torch::Tensor();
+    AutocastScope autocast(precision, state.at(s).device);
     withWeights(a, [&] { values = models::forwardLayers(model, stages[s].layers, std::move(values)); });
     if (facts.split_stages.count(s))
       for (int l : stages[s].layers) act.layer_outputs.push_back(values.at(model.layers[l].name));
@@ -291,7 +300,7 @@ struct PipelineExecutor::Impl {
 
   void evalForward(const schedule::Program& p, const Action& a, const MicrobatchData& data, EvalResult& result) {
     const int s = a.stage, j = a.microbatch;
-    AutocastScope autocast(precision, model.device);
+    AutocastScope autocast(precision, state.at(s).device);
     const auto values = models::forwardLayers(model, stages[s].layers, takeInputs(p, a, data, false, nullptr));
     if (!p.isLastStage(s)) {
       Activation act;
@@ -303,7 +312,7 @@ struct PipelineExecutor::Impl {
     const torch::Tensor& y = modelOutput(values);
     const int64_t valid = data.valid_samples ? data.valid_samples(j) : y.size(0);
     if (valid <= 0) return;
-    const torch::Tensor out = y.narrow(0, 0, valid), labels = toDevice(data.labels(j).narrow(0, 0, valid));
+    const torch::Tensor out = y.narrow(0, 0, valid), labels = toDevice(data.labels(j).narrow(0, 0, valid), s);
     result.loss_sum += models::lossOf(model, out, labels).item<double>() * labels.numel();
     result.correct += models::correctPredictions(model, out, labels);
     result.positions += labels.numel();
@@ -399,7 +408,7 @@ struct PipelineExecutor::Impl {
       // in layer order for four 1024-wide layers at micro-batch 32.
       const auto& layers = stages[s].layers;
       for (int k = static_cast<int>(layers.size()) - 1; k >= 0; --k) {
-        const std::vector<torch::Tensor>& weights = layer_params.at(layers[k]);
+        const std::vector<torch::Tensor>& weights = state.at(s).layer_params[k];
         if (weights.empty() || !act.layer_grads[k].defined()) continue;
         torch::autograd::backward({act.layer_outputs[k]}, {act.layer_grads[k]}, /*retain_graph=*/true,
                                   /*create_graph=*/false, weights);
@@ -454,13 +463,13 @@ struct PipelineExecutor::Impl {
   }
 
   // The buckets of the pass that completed the gradients are mostly reduced already.
-  void allReduce(int s) { buckets.at(s)->finish(); }
+  void allReduce(int s) { state.at(s).buckets->finish(); }
 
   // Before the backward pass that completes a replicated stage's gradients: reduce each
   // bucket as soon as that pass has finished it.
   void armBuckets(int position) {
     auto it = facts.completes_gradients_at.find(position);
-    if (it != facts.completes_gradients_at.end()) buckets.at(it->second)->arm();
+    if (it != facts.completes_gradients_at.end()) state.at(it->second).buckets->arm();
   }
 
   // Creates the stage's next version: stashes the old one if a later action reads it,
@@ -468,49 +477,50 @@ struct PipelineExecutor::Impl {
   // and T2's velocity, steps through the untracked aliases and clears the gradients.
   void step(const Action& a, int position) {
     const int s = a.stage;
+    StageState& st = state.at(s);
     torch::NoGradGuard no_grad;
     if (facts.stash_at_step[position]) {
-      stash[s][version[s]] = cloneAll(params[s]);
-      peak_versions[s] = std::max(peak_versions[s], 1 + static_cast<int>(stash[s].size()));
+      st.stash[st.version] = cloneAll(st.params);
+      st.peak_versions = std::max(st.peak_versions, 1 + static_cast<int>(st.stash.size()));
     }
     const double factor = facts.steps.gradient_factor[s].at(a.version);
-    auto& opt = *optimizers.at(s);
+    auto& opt = *st.optimizer;
     if (latest && corrections.lr_warmup)
       opt.param_groups()[0].options().set_lr(
-          base_lr[s] * schedule::learningRateScale(facts.stage_delays[s], steps_taken[s], corrections.warmup_steps));
+          st.base_lr * schedule::learningRateScale(facts.stage_delays[s], st.steps_taken, corrections.warmup_steps));
     const bool correct = latest && corrections.discrepancy;
     const double gamma = schedule::correctionDecay(corrections.decay, facts.stage_delays[s]);
-    auto& delta = velocity[s];
+    auto& delta = st.velocity;
     if (correct && delta.empty())
-      for (const auto& p : params[s]) delta.push_back(torch::zeros_like(p.detach()));
-    for (std::size_t i = 0; i < params[s].size(); ++i) {
-      torch::Tensor g = params[s][i].grad();
+      for (const auto& p : st.params) delta.push_back(torch::zeros_like(p.detach()));
+    for (std::size_t i = 0; i < st.params.size(); ++i) {
+      torch::Tensor g = st.params[i].grad();
       if (g.defined() && factor != 1.0) g.mul_(factor);
-      aliases[s][i].mutable_grad() = g;
-      if (correct) delta[i].mul_(gamma).sub_(params[s][i].data(), 1 - gamma);  // - (1 - gamma) w_t
+      st.aliases[i].mutable_grad() = g;
+      if (correct) delta[i].mul_(gamma).sub_(st.params[i].data(), 1 - gamma);  // - (1 - gamma) w_t
     }
     opt.step();
-    for (std::size_t i = 0; i < params[s].size(); ++i) {
-      if (correct) delta[i].add_(params[s][i].data(), 1 - gamma);  // + (1 - gamma) w_{t+1}
+    for (std::size_t i = 0; i < st.params.size(); ++i) {
+      if (correct) delta[i].add_(st.params[i].data(), 1 - gamma);  // + (1 - gamma) w_{t+1}
       // Cleared, not zeroed, where no bucket owns the storage: the next backward pass
       // writes the gradient instead of adding it to zeros (a kernel less per parameter).
-      if (params[s][i].grad().defined()) {
-        if (buckets.count(s)) params[s][i].mutable_grad().zero_();
-        else params[s][i].mutable_grad().reset();
+      if (st.params[i].grad().defined()) {
+        if (st.buckets) st.params[i].mutable_grad().zero_();
+        else st.params[i].mutable_grad().reset();
       }
-      aliases[s][i].mutable_grad().reset();
+      st.aliases[i].mutable_grad().reset();
     }
-    version[s] = a.version;
-    ++steps_taken[s];
+    st.version = a.version;
+    ++st.steps_taken;
   }
 
   // Runs `p` (the training Program, or a forward-only one when `eval` is given).
   RunResult execute(const schedule::Program& p, const MicrobatchData& data, Clock::time_point origin,
                     const std::function<void(int, double)>& on_minibatch, EvalResult* eval) {
     const auto& actions = p.ranks[rank];
-    for (auto& [s, v] : version) {
-      v = 0;  // the Program's version 0 is the weights as they are now
-      if (!stash[s].empty()) throw Error("internal: stashed versions left from the last run");
+    for (auto& [s, st] : state) {
+      st.version = 0;  // the Program's version 0 is the weights as they are now
+      if (!st.stash.empty()) throw Error("internal: stashed versions left from the last run");
     }
     RunResult result;
     auto seconds = [origin](Clock::time_point t) { return std::chrono::duration<double>(t - origin).count(); };
@@ -563,7 +573,7 @@ struct PipelineExecutor::Impl {
       // A stashed version is dropped once nothing later reads it (the accounting's rule).
       const auto& retiring = facts.retirements;
       for (; next_retirement < retiring.size() && retiring[next_retirement].position <= i; ++next_retirement)
-        stash[retiring[next_retirement].stage].erase(retiring[next_retirement].version);
+        state.at(retiring[next_retirement].stage).stash.erase(retiring[next_retirement].version);
       if (compute) timer.stop(a);
       auto done = facts.minibatch_done_at.find(i);
       if (done != facts.minibatch_done_at.end()) {
@@ -664,15 +674,14 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   }
   my_stages_ = program.stagesOfRank(rank);
   for (int s : my_stages_) {
-    m.params[s] = model.parameters(m.stages[s].layers);
-    for (int l : m.stages[s].layers) m.layer_params[l] = model.parameters(l, l + 1);
-    for (const auto& p : m.params[s]) m.aliases[s].push_back(p.data().set_requires_grad(true));
-    m.optimizers[s] = make_optimizer(m.aliases[s]);
-    m.base_lr[s] = m.optimizers[s]->param_groups().empty() ? 0.0 : m.optimizers[s]->param_groups()[0].options().get_lr();
-    m.version[s] = 0;
-    m.peak_versions[s] = 1;
+    StageState& st = m.state.emplace(s, StageState{model.device}).first->second;
+    st.params = model.parameters(m.stages[s].layers);
+    for (int l : m.stages[s].layers) st.layer_params.push_back(model.parameters(l, l + 1));
+    for (const auto& p : st.params) st.aliases.push_back(p.data().set_requires_grad(true));
+    st.optimizer = make_optimizer(st.aliases);
+    st.base_lr = st.optimizer->param_groups().empty() ? 0.0 : st.optimizer->param_groups()[0].options().get_lr();
     if (program.stage_ranks[s].size() > 1)
-      m.buckets[s] = std::make_unique<GradientBuckets>(m.params[s], program.stage_ranks[s], transport, kBucketBytes);
+      st.buckets = std::make_unique<GradientBuckets>(st.params, program.stage_ranks[s], transport, kBucketBytes);
   }
   m.facts = schedule::rankFacts(*m.program, m.rank);
 }
@@ -703,7 +712,7 @@ void PipelineExecutor::setWeightProbe(WeightProbe probe) { impl_->probe = std::m
 
 std::vector<torch::Tensor> PipelineExecutor::parameters() const {
   std::vector<torch::Tensor> out;
-  for (int s : my_stages_) out.insert(out.end(), impl_->params[s].begin(), impl_->params[s].end());
+  for (int s : my_stages_) out.insert(out.end(), impl_->state.at(s).params.begin(), impl_->state.at(s).params.end());
   return out;
 }
 
@@ -712,9 +721,10 @@ std::vector<StageWeights> PipelineExecutor::weights() const {
   for (int s : my_stages_) {
     StageWeights w;
     w.stage = s;
-    w.peak_versions = impl_->peak_versions[s];
-    w.extra_buffers = static_cast<int>(!impl_->velocity[s].empty()) + static_cast<int>(!impl_->corrected[s].empty());
-    for (const auto& p : impl_->params[s]) w.param_bytes += p.numel() * p.element_size();
+    const StageState& st = impl_->state.at(s);
+    w.peak_versions = st.peak_versions;
+    w.extra_buffers = static_cast<int>(!st.velocity.empty()) + static_cast<int>(!st.corrected.empty());
+    for (const auto& p : st.params) w.param_bytes += p.numel() * p.element_size();
     out.push_back(w);
   }
   return out;
@@ -726,9 +736,10 @@ constexpr const char* kVelocity = "t2.velocity";
 std::vector<PipelineExecutor::TensorMap> PipelineExecutor::parameterState(int s) const {
   Impl& m = *impl_;
   std::vector<TensorMap> out;
-  const auto& velocity = m.velocity[s];
-  for (std::size_t i = 0; i < m.aliases.at(s).size(); ++i) {
-    TensorMap state = optimizerState(*m.optimizers.at(s), m.aliases[s][i]);
+  const StageState& st = m.state.at(s);
+  const auto& velocity = st.velocity;
+  for (std::size_t i = 0; i < st.aliases.size(); ++i) {
+    TensorMap state = optimizerState(*st.optimizer, st.aliases[i]);
     if (!velocity.empty()) state[kVelocity] = velocity[i];
     out.push_back(std::move(state));
   }
@@ -737,11 +748,12 @@ std::vector<PipelineExecutor::TensorMap> PipelineExecutor::parameterState(int s)
 
 void PipelineExecutor::loadParameterState(int s, const std::vector<TensorMap>& state) {
   Impl& m = *impl_;
-  const auto& params = m.aliases.at(s);
+  StageState& st = m.state.at(s);
+  const auto& params = st.aliases;
   if (state.size() != params.size())
     throw Error("stage " + std::to_string(s) + ": state for " + std::to_string(state.size()) + " parameters, the stage has " +
                 std::to_string(params.size()));
-  auto& velocity = m.velocity[s];
+  auto& velocity = st.velocity;
   velocity.clear();
   for (std::size_t i = 0; i < params.size(); ++i) {
     TensorMap optimizer = state[i];
@@ -752,14 +764,14 @@ void PipelineExecutor::loadParameterState(int s, const std::vector<TensorMap>& s
       velocity.push_back(v->second.detach().to(params[i].device(), /*non_blocking=*/false, /*copy=*/true));
       optimizer.erase(v);
     }
-    setOptimizerState(*m.optimizers.at(s), params[i], optimizer);
+    setOptimizerState(*st.optimizer, params[i], optimizer);
   }
   // All or nothing: T2 starts its velocity at zero for every parameter or none.
   if (!velocity.empty() && velocity.size() != params.size())
     throw Error("stage " + std::to_string(s) + ": T2's velocity for some of its parameters only");
 }
 
-int64_t PipelineExecutor::stepsTaken(int s) const { return impl_->steps_taken[s]; }
-void PipelineExecutor::setStepsTaken(int s, int64_t steps) { impl_->steps_taken[s] = steps; }
+int64_t PipelineExecutor::stepsTaken(int s) const { return impl_->state.at(s).steps_taken; }
+void PipelineExecutor::setStepsTaken(int s, int64_t steps) { impl_->state.at(s).steps_taken = steps; }
 
 }  // namespace pipetrain::runtime
