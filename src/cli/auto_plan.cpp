@@ -26,9 +26,8 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 
 std::string profilePath(const std::string& plan_path) { return plan_path + ".profile.json"; }
 
-LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request) {
+LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& model, const AutoPlanRequest& request) {
   const ProfileRequest& job = request.profile;  // the ranks and their micro-batching
-  const models::Model model = runtime::openModel(config);
   const int layers = static_cast<int>(model.layers.size());
   if (!request.allow_replication && job.ranks > layers)
     throw Error("--no-replication: model '" + config.model + "' has " + std::to_string(layers) +

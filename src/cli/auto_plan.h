@@ -33,6 +33,7 @@ std::string profilePath(const std::string& plan_path);
 
 // Returns the chosen plan, also written to `request.out`. Throws Error when profiling
 // fails or no plan fits (with the planner's reasons).
-LocalPlan planLocalRun(const runtime::TrainConfig& config, const AutoPlanRequest& request);
+// `model` is the config's (runtime::openModel).
+LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& model, const AutoPlanRequest& request);
 
 }  // namespace pipetrain::cli

@@ -246,8 +246,8 @@ int localCores(const TrainArgs& a) {
 
 int blasThreadsPerRank(const TrainArgs& a) { return std::max(1, localCores(a) / a.nproc); }
 
-// Refuses an unknown model or a missing dataset before any long work.
-void checkModelAndData(const TrainArgs& a) { data::openDataset(a.config.data, runtime::openModel(a.config).input); }
+// Refuses a missing or unfitting dataset before any long work.
+void checkData(const TrainArgs& a, const models::Model& model) { data::openDataset(a.config.data, model.input); }
 
 // The launcher's own plan and profile when the user asked for neither (--plan-out keeps
 // them): gone when the command ends, however it ends.
@@ -295,8 +295,8 @@ std::string howToResume(const std::string& newest) {
          " to go on from it";
 }
 
-int launch(TrainArgs& a) {
-  runtime::checkConfig(a.config, a.nproc);  // the plan against the model and the job
+int launch(TrainArgs& a, const models::Model& model) {
+  runtime::checkConfig(a.config, model, a.nproc);  // the plan against the model and the job
   const int threads = blasThreadsPerRank(a);
   if (const int cores = localCores(a); a.nproc > cores) {
     std::printf("note: %d ranks on %d cores take turns on them, pinned round-robin as the simulator places "
@@ -590,8 +590,12 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                   throw Error(std::string("--batch leaves the micro-batching to the planner; drop ") + flag +
                               " (or drop --batch and give --microbatches and --microbatch-size)");
             }
+            // The launcher opens the model once, for every check and plan before the
+            // ranks start (each rank opens its own).
+            std::optional<models::Model> model;
             if (!is_rank) {
-              checkModelAndData(*a);
+              model = runtime::openModel(a->config);  // an unknown model fails here, first
+              checkData(*a, *model);
               prepareOutputs(*a);
             }
             // Every rank trains exactly the plan the launcher holds: it goes to them as a file.
@@ -615,7 +619,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               a->config.plan = plan::Plan::load(a->plan);
               if (!is_rank && !a->plan_out.empty()) json_io::writeFile(out, a->config.plan.toJson());
             } else if (hand_made) {
-              a->config.plan = planFromArgs(a->config, a->plan_args, world_size);
+              a->config.plan = planFromArgs(model ? *model : runtime::openModel(a->config), a->plan_args, world_size);
               if (!is_rank) json_io::writeFile(out, a->config.plan.toJson());
             } else if (is_rank) {
               throw Error("ranks started by hand need a plan: --plan FILE (from `pipetrain plan` or "
@@ -628,7 +632,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               const ProfileRequest profile{a->nproc,         blasThreadsPerRank(*a), localCores(*a), a->model_options,
                                            a->plan_args,     a->timeout_seconds,     a->reprofile};
               const AutoPlanRequest request{profile, !a->no_replication, a->allow_async, a->partitioner, out};
-              LocalPlan local = planLocalRun(a->config, request);
+              LocalPlan local = planLocalRun(a->config, *model, request);
               a->config.plan = std::move(local.plan);
               a->planner = std::move(local.planner);
             }
@@ -641,7 +645,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               if (a->plan.empty() || !a->plan_out.empty()) a->plan = out;
               a->argv.insert(a->argv.end(), {"--plan", a->plan});
             }
-            return is_rank ? runRank(*a) : launch(*a);
+            return is_rank ? runRank(*a) : launch(*a, *model);
           }};
 }
 

@@ -5,8 +5,7 @@
 
 namespace pipetrain::cli {
 
-plan::Plan planFromArgs(const runtime::TrainConfig& config, const PlanArgs& args, int world_size) {
-  const models::Model model = runtime::openModel(config);
+plan::Plan planFromArgs(const models::Model& model, const PlanArgs& args, int world_size) {
   std::vector<std::string> layers;
   for (const auto& l : model.layers) layers.push_back(l.name);
   plan::ScheduleOptions schedule = args.schedule;

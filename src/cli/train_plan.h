@@ -27,8 +27,8 @@ struct PlanArgs {
 
 // The plan that --stage-bounds or --data-parallel describe for `world_size` ranks (1f1b
 // unless a schedule is given). Throws Error when the numbers do not fit the model or
-// the job.
-plan::Plan planFromArgs(const runtime::TrainConfig& config, const PlanArgs& args, int world_size);
+// the job. `model` is the config's (runtime::openModel).
+plan::Plan planFromArgs(const models::Model& model, const PlanArgs& args, int world_size);
 
 // The plan the launcher chose, for the ranks: PlanArgs' schedule options (vertical sync,
 // PipeMare's) laid over the chosen plan's schedule when it is the one they name, or when

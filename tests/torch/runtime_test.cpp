@@ -150,21 +150,21 @@ TEST(PipelineTraining, RefusesWhatItCannotRun) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
   usePlan(c, "interleaved", {1, 1}, 2);
   c.plan.microbatches = 3;
-  EXPECT_THROW(checkConfig(c, 2), Error);  // m must be a multiple of the ranks
+  EXPECT_THROW(checkConfig(c, openModel(c), 2), Error);  // m must be a multiple of the ranks
   c = smallConfig("mlp", cases()[0].config);
   usePlan(c, "1f1b", {1, 1, 1});
-  EXPECT_THROW(checkConfig(c, 2), Error);  // three stages on two ranks
+  EXPECT_THROW(checkConfig(c, openModel(c), 2), Error);  // three stages on two ranks
   usePlan(c, "1f1b", {2, 2});
-  EXPECT_THROW(checkConfig(c, 3), Error);  // four replicas on three ranks
+  EXPECT_THROW(checkConfig(c, openModel(c), 3), Error);  // four replicas on three ranks
   c.plan.microbatches = 1;
-  EXPECT_THROW(checkConfig(c, 4), Error);  // two replicas cannot share one micro-batch
+  EXPECT_THROW(checkConfig(c, openModel(c), 4), Error);  // two replicas cannot share one micro-batch
   usePlan(c, "pipedream", {2, 2});
   c.plan.microbatches = 3;
-  EXPECT_THROW(checkConfig(c, 4), Error);  // nor three, stepping after every round of two
+  EXPECT_THROW(checkConfig(c, openModel(c), 4), Error);  // nor three, stepping after every round of two
   c = smallConfig("mlp", cases()[0].config);
   usePlan(c, "1f1b", {1, 1});
   std::swap(c.plan.stages[0].layers[0], c.plan.stages[1].layers[0]);
-  EXPECT_THROW(checkConfig(c, 2), Error);  // stages must be convex
+  EXPECT_THROW(checkConfig(c, openModel(c), 2), Error);  // stages must be convex
 }
 
 TEST(PipelineTraining, OutgoingMessagesAreReleasedWithinAnEpoch) {

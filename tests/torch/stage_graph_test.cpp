@@ -72,7 +72,7 @@ TEST(StageGraphTraining, StagesMustBeConvex) {
   TrainConfig c = fmnistBranch();
   // conv1 -> conv2 -> fusion: a stage of conv1 and fusion without conv2 is not convex.
   useGraphPlan(c, "1f1b", {{"conv1", "fusion", "head"}, {"conv2"}, {"mlp"}});
-  testing::expectError([&] { checkConfig(c, 3); }, {"convex"});
+  testing::expectError([&] { checkConfig(c, openModel(c), 3); }, {"convex"});
 }
 
 // x -> a; a -> b; (a, b) -> c. Stage {a} sends to both later stages, and its backward

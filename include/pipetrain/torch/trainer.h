@@ -142,7 +142,8 @@ checkpoint::Identity identityOf(const TrainConfig& config);
 // Checks the config's numbers and its plan against the model and the job's size before
 // any training, with messages that say what to change, and returns the validated
 // one-mini-batch Program: the launcher's check (trainRank makes the same checks).
-schedule::Program checkConfig(const TrainConfig& config, int world_size);
+// `model` is the config's (openModel), opened once by the caller.
+schedule::Program checkConfig(const TrainConfig& config, const models::Model& model, int world_size);
 
 // The model's layers (indices, in the model's order) that each stage of the plan runs.
 // Throws Error naming the stage and layer when a layer is unknown, in two stages or in

@@ -274,9 +274,9 @@ LatestWeightCorrections correctionsOf(const plan::ScheduleOptions& s) {
   return {s.pipemare_lr_warmup, s.pipemare_warmup_steps, s.pipemare_correction, s.pipemare_decay};
 }
 
-schedule::Program checkConfig(const TrainConfig& c, int world_size) {
+schedule::Program checkConfig(const TrainConfig& c, const models::Model& model, int world_size) {
   checkNumbers(c);
-  return plan::programForPlan(c.plan, checkPlan(c, world_size, buildModelExclusively(c)), 1);
+  return plan::programForPlan(c.plan, checkPlan(c, world_size, model), 1);
 }
 
 RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<void(const Progress&)>& on_progress,
