@@ -71,7 +71,7 @@ std::optional<Checkpoint> checkpointToResume(const std::string& resume, const st
 // at the same step; every rank passes the same. Returns the folder written.
 std::string saveCheckpoint(const std::string& root, int64_t run, int keep, const checkpoint::Position& position,
                            const checkpoint::Identity& identity, const plan::Plan& plan, const RankState& state,
-                           Transport& transport);
+                           Coordinator& coordinator);
 
 // Loads this rank's layers (weights, buffers, optimizer and T2 state, steps) from
 // `checkpoint`, and its random generator when the plan is the checkpoint's. Throws Error

@@ -3,7 +3,7 @@
 // It interprets the Program and nothing else: there is no schedule-specific code here.
 // F runs the stage's layers; B backpropagates; I computes only the input gradient and
 // W, later, the weight gradients (the zero-bubble split, both through autograd); SEND
-// and RECV move activations and gradients through the Transport; ALLREDUCE sums a
+// and RECV move activations and gradients through the DataChannel; ALLREDUCE sums a
 // replicated stage's gradients; STEP runs the stage's optimizer and creates the next
 // weight version.
 //
@@ -123,7 +123,7 @@ class PipelineExecutor {
   // convex sets of the model's layers whose DAG is the Program's. The model must be
   // built identically on every rank.
   PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
-                   std::vector<StageLayers> stages, int64_t microbatch_size, Transport& transport,
+                   std::vector<StageLayers> stages, int64_t microbatch_size, DataChannel& channel,
                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {},
                    Precision precision = Precision::kFp32);
   ~PipelineExecutor();

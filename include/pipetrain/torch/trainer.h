@@ -154,6 +154,12 @@ std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model
 LatestWeightCorrections correctionsOf(const plan::ScheduleOptions& schedule);
 
 // `probe`, when set, is handed to the executor (PipelineExecutor::setWeightProbe).
+// The Program's messages and gradient buckets go over `data`; everything the ranks agree
+// on besides (sizes, totals, the clock, checkpoints) over `coordinator`.
+RankResult trainRank(const TrainConfig& config, DataChannel& data, Coordinator& coordinator,
+                     const std::function<void(const Progress&)>& on_progress = {},
+                     const PipelineExecutor::WeightProbe& probe = {});
+// Both over one transport.
 RankResult trainRank(const TrainConfig& config, Transport& transport,
                      const std::function<void(const Progress&)>& on_progress = {},
                      const PipelineExecutor::WeightProbe& probe = {});

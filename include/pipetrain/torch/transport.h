@@ -1,6 +1,10 @@
-// Transport: how ranks exchange tensors. The runtime talks only to this interface, so
-// tests run whole pipelines in one process (InProcessTransport) and real jobs run over
-// c10d's Gloo process group (GlooTransport) with the same executor code.
+// How ranks exchange tensors, in two roles: a DataChannel carries the Program's
+// activations and gradients and the gradient buckets, on the ranks' devices; a
+// Coordinator agrees on small CPU values (sizes, ids, totals, the clock, checkpoints).
+// The executor talks only to the first, the trainer's bookkeeping only to the second,
+// so a GPU channel (NCCL) can carry the data while Gloo coordinates. Today one
+// Transport plays both: tests run whole pipelines in one process (InProcessTransport)
+// and real jobs run over c10d's Gloo process group (GlooTransport).
 //
 // Messages between two ranks are matched by tag; shapes are known to both sides in
 // advance (from the plan), so only the payload travels. Every wait is bounded: a peer
@@ -29,29 +33,49 @@ class PendingOp {
 // Program's activation and gradient tags (schedule::messageTag) stay below.
 inline constexpr uint32_t kRuntimeTags = schedule::kMessageTags;
 
-class Transport {
+// What carries a Program's messages and a replicated stage's gradient buckets: tensors
+// on the ranks' devices (activations, gradients), matched by tag. A channel that cannot
+// match by tag (NCCL matches each pair of ranks in call order) needs every pair to post
+// its messages in one order: schedule::validateInOrderDelivery checks a Program for it.
+class DataChannel {
  public:
-  virtual ~Transport() = default;
+  virtual ~DataChannel() = default;
   virtual int rank() const = 0;
   virtual int worldSize() const = 0;
 
   // Starts sending `tensor` to rank `to`. The tensor must stay alive until wait().
   virtual std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) = 0;
-  // Starts receiving into `buffer`, which has the message's shape and dtype.
+  // Starts receiving into `buffer`, which has the message's shape, dtype and device.
   virtual std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) = 0;
-  // Sums each tensor in place over the ranks of `group` (sorted, contains rank()).
-  virtual void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) = 0;
-  // Starts summing one contiguous tensor in place over `group`; it must stay alive until
-  // wait(). Every rank of the group starts its reductions in the same order.
+  // Starts summing one contiguous tensor in place over `group` (sorted, contains
+  // rank()); it must stay alive until wait(). Every rank of the group starts its
+  // reductions in the same order.
   virtual std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) = 0;
-  // Blocks until every rank has arrived.
-  virtual void barrier() = 0;
   // Readies the collectives of `group` (sorted, contains rank()) before their first use;
   // every rank of the group calls it, groups in the same order on every rank. A
   // reduction started later, from an autograd hook, then never waits for its peers to
   // connect: on a GPU such hooks run on the backward pass's own thread, which ranks that
   // are threads of one process share.
   virtual void prepareGroup(const std::vector<int>& group) { (void)group; }
+};
+
+// What the ranks agree on besides the Program's messages, always as small CPU tensors:
+// the dataset's size, the run's id, evaluation totals, checkpoint files, the trained
+// weights gathered for export, the shared clock (tags from kRuntimeTags up) and
+// barriers. It stays on the CPU (Gloo between processes) whatever carries the data, so
+// a data channel needs nothing but tensors on its devices.
+class Coordinator {
+ public:
+  virtual ~Coordinator() = default;
+  virtual int rank() const = 0;
+  virtual int worldSize() const = 0;
+
+  virtual std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) = 0;
+  virtual std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) = 0;
+  // Sums each tensor in place over the ranks of `group` (sorted, contains rank()).
+  virtual void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) = 0;
+  // Blocks until every rank has arrived.
+  virtual void barrier() = 0;
 
   // 0, 1, ..., worldSize() - 1: the group of a collective over the whole job.
   std::vector<int> allRanks() const {
@@ -61,12 +85,22 @@ class Transport {
   }
 };
 
+// Both over one connection: Gloo between processes, or threads of one process. Tags
+// keep the two kinds of message apart.
+class Transport : public DataChannel, public Coordinator {
+ public:
+  int rank() const override = 0;
+  int worldSize() const override = 0;
+  std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override = 0;
+  std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) override = 0;
+};
+
 // A moment every rank agrees on, each in its own steady clock: rank 0's now, carried to
 // the others with NTP's estimate of the clocks' offset (of a few ping-pongs, the one with
 // the shortest round trip). Ranks on one host share the monotonic clock and find offsets
 // near zero; on different hosts the offset absorbs the clocks' difference, so timelines
 // measured from this origin line up across ranks. Uses tags from kRuntimeTags up.
-std::chrono::steady_clock::time_point sharedOrigin(Transport& transport);
+std::chrono::steady_clock::time_point sharedOrigin(Coordinator& coordinator);
 
 // N transports for N ranks that live as threads of one process; for fast tests.
 std::vector<std::unique_ptr<Transport>> makeInProcessGroup(int world_size,

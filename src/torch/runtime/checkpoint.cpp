@@ -211,7 +211,7 @@ std::optional<Checkpoint> checkpointToResume(const std::string& resume, const st
 
 std::string saveCheckpoint(const std::string& root, int64_t run, int keep, const checkpoint::Position& position,
                            const checkpoint::Identity& identity, const plan::Plan& plan, const RankState& state,
-                           Transport& t) {
+                           Coordinator& t) {
   const fs::path dir = fs::path(root) / folderName(position.minibatches, run);
   std::error_code ec;
   fs::create_directories(dir, ec);

@@ -139,7 +139,7 @@ struct PipelineExecutor::Impl {
   int rank;
   models::Model& model;
   std::vector<StageLayers> stages;
-  Transport& transport;
+  DataChannel& channel;
   LatestWeightCorrections corrections;
   Precision precision;
   bool latest = false;  // backward passes read the current weights
@@ -167,9 +167,9 @@ struct PipelineExecutor::Impl {
   int max_sends_held = 0;
   std::map<int, std::pair<torch::Tensor, int>> minibatch_loss;  // sum (on the device), count
 
-  Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, Transport& t,
+  Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, DataChannel& t,
        const LatestWeightCorrections& c, Precision precision)
-      : program(&p), rank(r), model(m), stages(std::move(s)), transport(t), corrections(c), precision(precision),
+      : program(&p), rank(r), model(m), stages(std::move(s)), channel(t), corrections(c), precision(precision),
         latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
 
   void postReceive(const schedule::Program& p, const Action& a) {
@@ -179,7 +179,7 @@ struct PipelineExecutor::Impl {
     const bool forward = a.type == ActionType::RECV_F;
     const Edge& edge = forward ? edges.at({a.peer_stage, a.stage}) : edges.at({a.stage, a.peer_stage});
     torch::Tensor buffer = torch::empty(edge.messageShape(), torch::dtype(edge.dtype).device(state.at(a.stage).device));
-    auto op = transport.recv(buffer, p.rankOf(a.peer_stage, a.microbatch), tag);
+    auto op = channel.recv(buffer, p.rankOf(a.peer_stage, a.microbatch), tag);
     received[tag] = Posted{buffer, std::move(op)};
   }
 
@@ -445,7 +445,7 @@ struct PipelineExecutor::Impl {
       payload = edge.pack(tensors);
       if (!training && --act.consumers_left == 0) live.erase({s, j});
     }
-    auto op = transport.send(payload, p.rankOf(a.peer_stage, j), schedule::messageTag(p, a));
+    auto op = channel.send(payload, p.rankOf(a.peer_stage, j), schedule::messageTag(p, a));
     sends[position] = InFlight{payload, std::move(op)};
     max_sends_held = std::max(max_sends_held, static_cast<int>(sends.size()));
   }
@@ -608,10 +608,10 @@ bool readsModelInput(const models::Model& model, const StageLayers& stage) {
 }
 
 PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
-                                   std::vector<StageLayers> stages, int64_t microbatch_size, Transport& transport,
+                                   std::vector<StageLayers> stages, int64_t microbatch_size, DataChannel& channel,
                                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections,
                                    Precision precision)
-    : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), transport, corrections, precision)) {
+    : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), channel, corrections, precision)) {
   Impl& m = *impl_;
   if (static_cast<int>(m.stages.size()) != program.num_stages)
     throw Error("the plan has " + std::to_string(m.stages.size()) + " stages, the schedule " +
@@ -681,7 +681,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
     st.optimizer = make_optimizer(st.aliases);
     st.base_lr = st.optimizer->param_groups().empty() ? 0.0 : st.optimizer->param_groups()[0].options().get_lr();
     if (program.stage_ranks[s].size() > 1)
-      st.buckets = std::make_unique<GradientBuckets>(st.params, program.stage_ranks[s], transport, kBucketBytes);
+      st.buckets = std::make_unique<GradientBuckets>(st.params, program.stage_ranks[s], channel, kBucketBytes);
   }
   m.facts = schedule::rankFacts(*m.program, m.rank);
 }

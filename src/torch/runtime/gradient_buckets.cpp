@@ -28,12 +28,12 @@ class AfterAccumulation : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, std::vector<int> group, Transport& transport,
+GradientBuckets::GradientBuckets(std::vector<torch::Tensor> params, std::vector<int> group, DataChannel& channel,
                                  int64_t bucket_bytes)
-    : params_(std::move(params)), group_(std::move(group)), transport_(transport),
+    : params_(std::move(params)), group_(std::move(group)), channel_(channel),
       hooked_(std::make_shared<Hooked>()) {
   hooked_->owner = this;
-  transport_.prepareGroup(group_);
+  channel_.prepareGroup(group_);
   bucket_of_.assign(params_.size(), -1);
   std::vector<std::vector<std::size_t>> members;
   int64_t bytes = bucket_bytes;  // forces a first bucket
@@ -88,7 +88,7 @@ void GradientBuckets::gradientFinal(std::size_t param) {
 // so a bucket that is final waits for the buckets before it.
 void GradientBuckets::startReady() {
   for (; next_ < flat_.size() && pending_[next_] == 0; ++next_)
-    ops_.push_back(transport_.startAllReduceSum(flat_[next_], group_));
+    ops_.push_back(channel_.startAllReduceSum(flat_[next_], group_));
 }
 
 void GradientBuckets::finish() {

@@ -19,7 +19,7 @@ class GradientBuckets {
   // Buckets of about `bucket_bytes`, filled from the last parameter backwards (the order
   // in which a backward pass finishes them). Sets the parameters' gradients to zeroed
   // views of the buckets.
-  GradientBuckets(std::vector<torch::Tensor> params, std::vector<int> group, Transport& transport,
+  GradientBuckets(std::vector<torch::Tensor> params, std::vector<int> group, DataChannel& channel,
                   int64_t bucket_bytes);
   ~GradientBuckets();
   GradientBuckets(const GradientBuckets&) = delete;
@@ -40,7 +40,7 @@ class GradientBuckets {
 
   std::vector<torch::Tensor> params_;
   std::vector<int> group_;
-  Transport& transport_;
+  DataChannel& channel_;
   std::vector<torch::Tensor> flat_;          // per bucket
   std::vector<int> bucket_of_;               // per parameter
   std::vector<int> pending_;                 // per bucket: gradients not final yet

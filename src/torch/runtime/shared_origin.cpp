@@ -18,7 +18,7 @@ torch::Tensor stamp(int64_t value) { return torch::full({1}, value, torch::kLong
 
 }  // namespace
 
-Clock::time_point sharedOrigin(Transport& t) {
+Clock::time_point sharedOrigin(Coordinator& t) {
   t.barrier();
   torch::Tensor buffer = torch::zeros({1}, torch::kLong);
   if (t.rank() == 0) {

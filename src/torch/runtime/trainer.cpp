@@ -59,7 +59,7 @@ std::vector<torch::Tensor> cloneTensors(const std::vector<torch::Tensor>& tensor
 // Ranks that do not read data still need the dataset's size (for the epoch length):
 // the ranks that hold the dataset contribute its size, the others zero, and the sum is
 // divided by the number of holders.
-int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
+int64_t agreeOnSize(Coordinator& t, const data::Dataset* dataset) {
   std::vector<torch::Tensor> v{torch::full({2}, 0, torch::kLong)};
   if (dataset) {
     v[0][0] = dataset->size();
@@ -72,7 +72,7 @@ int64_t agreeOnSize(Transport& t, const data::Dataset* dataset) {
 
 // Names this run's checkpoints apart from an earlier run's at the same step: rank 0's
 // clock, which every rank learns.
-int64_t agreeOnRunId(Transport& t) {
+int64_t agreeOnRunId(Coordinator& t) {
   std::vector<torch::Tensor> id{torch::zeros({1}, torch::kLong)};
   if (t.rank() == 0)
     id[0][0] = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -126,7 +126,7 @@ struct EvalMode {
 // `test` is the test split on ranks that read data (null elsewhere), of `total` samples.
 std::pair<double, double> evaluate(const TrainConfig& c, models::Model& model, PipelineExecutor& executor,
                                    const schedule::Program& forward_only, const std::vector<StageLayers>& stages,
-                                   Transport& t, const data::Dataset* test, int64_t total) {
+                                   Coordinator& t, const data::Dataset* test, int64_t total) {
   const auto mine = executor.stagesOfRank();
   EvalMode eval_mode(model, stages, mine);
   const bool has_last = forward_only.isLastStage(mine.back());
@@ -160,9 +160,10 @@ std::pair<double, double> evaluate(const TrainConfig& c, models::Model& model, P
 }
 
 // Every layer's trained parameters and buffers onto every rank: each stage's rank for
-// micro-batch 0 contributes its layers' tensors, the other ranks zeros, summed over all.
+// micro-batch 0 contributes its layers' tensors, the other ranks zeros, summed over all
+// (as CPU copies: the coordinator's).
 void gatherModel(models::Model& model, const std::vector<StageLayers>& stages, const schedule::Program& program,
-                 Transport& t) {
+                 Coordinator& t) {
   std::vector<torch::Tensor> targets, sums;
   for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
     const bool owner = program.rankOf(s, 0) == t.rank();
@@ -171,7 +172,8 @@ void gatherModel(models::Model& model, const std::vector<StageLayers>& stages, c
       for (const auto& group : {module.parameters(), module.buffers()})
         for (const torch::Tensor& tensor : group) {
           targets.push_back(tensor);
-          sums.push_back(owner ? tensor.detach().clone() : torch::zeros_like(tensor));
+          sums.push_back(owner ? tensor.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                               : torch::zeros(tensor.sizes(), tensor.options().device(torch::kCPU)));
         }
     }
   }
@@ -281,6 +283,12 @@ schedule::Program checkConfig(const TrainConfig& c, const models::Model& model, 
 
 RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<void(const Progress&)>& on_progress,
                      const PipelineExecutor::WeightProbe& probe) {
+  return trainRank(c, t, t, on_progress, probe);
+}
+
+RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
+                     const std::function<void(const Progress&)>& on_progress,
+                     const PipelineExecutor::WeightProbe& probe) {
   const int64_t start_memory = residentBytes();
   if (c.threads > 0) at::set_num_threads(c.threads);
   checkNumbers(c);
@@ -329,7 +337,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
     return it->second;
   };
   const schedule::Program forward_only = schedule::forwardOnly(one);
-  PipelineExecutor executor(one, t.rank(), model, stages, b, t,
+  PipelineExecutor executor(one, t.rank(), model, stages, b, data,
                             [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); },
                             correctionsOf(c.plan.schedule), parsePrecision(c.precision));
   if (probe) executor.setWeightProbe(probe);
