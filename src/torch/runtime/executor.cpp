@@ -3,16 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <map>
-#include <numeric>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include "action_timer.h"
 #include "gradient_buckets.h"
 #include "optimizer_state.h"
+#include "stage_edges.h"
+#include "stage_state.h"
 #include "pipetrain/schedule/rank_facts.h"
 #include "pipetrain/util/error.h"
 
@@ -33,41 +32,6 @@ constexpr int kReceiveLookahead = 8;
 // nothing), large enough that a message's fixed cost is small. Not tuned further.
 constexpr int64_t kBucketBytes = 4 << 20;
 
-// What one edge of the stage graph carries per micro-batch: the outputs of the
-// producer's layers that the consumer reads, one message each way.
-struct Edge {
-  std::vector<int> layers;                    // producer layers whose outputs cross
-  std::vector<std::vector<int64_t>> shapes;   // their shapes for one micro-batch
-  torch::ScalarType dtype = torch::kFloat;    // the message's (one tensor's own; packs are fp32)
-  // Several tensors travel as one (N, total) fp32 pack; one travels as it is (every
-  // edge of a chain), so a chain's messages are never copied.
-  bool packed() const { return layers.size() > 1; }
-  std::vector<int64_t> messageShape() const {
-    if (!packed()) return shapes.front();
-    int64_t total = 0;
-    for (const auto& shape : shapes) total += c10::multiply_integers(shape.begin() + 1, shape.end());
-    return {shapes.front().front(), total};
-  }
-  torch::Tensor pack(const std::vector<torch::Tensor>& tensors) const {
-    if (!packed()) return tensors.front();
-    std::vector<torch::Tensor> flat;
-    for (const auto& t : tensors) flat.push_back(t.reshape({t.size(0), -1}));
-    return torch::cat(flat, 1);
-  }
-  // Views of `message`, one per layer.
-  std::vector<torch::Tensor> unpack(const torch::Tensor& message) const {
-    if (!packed()) return {message};
-    std::vector<torch::Tensor> out;
-    int64_t offset = 0;
-    for (const auto& shape : shapes) {
-      const int64_t width = c10::multiply_integers(shape.begin() + 1, shape.end());
-      out.push_back(message.narrow(1, offset, width).reshape(shape));
-      offset += width;
-    }
-    return out;
-  }
-};
-
 // What one (stage, micro-batch) keeps between its forward and backward passes.
 struct Activation {
   std::map<int, std::vector<torch::Tensor>> inputs;  // per producer stage: what it sent (leaves)
@@ -79,57 +43,6 @@ struct Activation {
   // Split backward only: each layer's output and, from I on, its gradient, so that W
   // differentiates each layer alone instead of the whole stage again.
   std::vector<torch::Tensor> layer_outputs, layer_grads;
-};
-
-// Exchanges the contents of two tensors of one shape through their `.data()` views,
-// which autograd's version counters do not see: a backward pass then reads whatever
-// the parameters' storage holds when it runs. On the CPU the bytes go through a buffer
-// that stays in the core's cache, a block at a time, with memcpy: a 16 MiB stage
-// swapped in 2 ms where std::swap_ranges took 12-14 (byte by byte), and every pass that
-// reads a stashed version swaps twice.
-void swapContents(const torch::Tensor& a, const torch::Tensor& b) {
-  torch::Tensor x = a.data(), y = b.data();
-  if (x.device().is_cpu() && x.is_contiguous() && y.is_contiguous() && x.dtype() == y.dtype()) {
-    constexpr std::size_t kBlock = 64 << 10;
-    static thread_local std::vector<char> buffer(kBlock);
-    auto *p = static_cast<char*>(x.data_ptr()), *q = static_cast<char*>(y.data_ptr());
-    for (std::size_t done = 0, n = x.nbytes(); done < n; done += kBlock) {
-      const std::size_t k = std::min(kBlock, n - done);
-      std::memcpy(buffer.data(), p + done, k);
-      std::memcpy(p + done, q + done, k);
-      std::memcpy(q + done, buffer.data(), k);
-    }
-    return;
-  }
-  torch::NoGradGuard no_grad;
-  const torch::Tensor t = x.clone();
-  x.copy_(y);
-  y.copy_(t);
-}
-
-std::vector<torch::Tensor> cloneAll(const std::vector<torch::Tensor>& tensors) {
-  std::vector<torch::Tensor> out;
-  for (const auto& t : tensors) out.push_back(t.detach().clone());
-  return out;
-}
-
-// Everything one stage of this rank holds, on the stage's device: its weights (the
-// current version in the model's parameters, older ones stashed), its optimizer, T2's
-// buffers and, where the stage is replicated, its gradient buckets.
-struct StageState {
-  torch::Device device;
-  std::vector<torch::Tensor> params;                    // the model's parameters
-  std::vector<std::vector<torch::Tensor>> layer_params;  // the same, per layer of the stage (split W)
-  std::vector<torch::Tensor> aliases;                   // the same storage, untracked: what the optimizer updates
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  double base_lr = 0;
-  int version = 0;                                      // current, counted within one run
-  std::map<int, std::vector<torch::Tensor>> stash;      // older versions still read
-  int peak_versions = 1;
-  int64_t steps_taken = 0;                              // over the whole training (T1's k)
-  std::vector<torch::Tensor> velocity;                  // T2's delta
-  std::vector<torch::Tensor> corrected;                 // T2's w - tau * delta
-  std::unique_ptr<GradientBuckets> buckets;             // replicated stages
 };
 
 }  // namespace
@@ -194,34 +107,16 @@ struct PipelineExecutor::Impl {
 
   // Runs `compute` with the stage's parameters holding the weights action `a` reads.
   void withWeights(const Action& a, const std::function<void()>& compute) {
-    const int s = a.stage;
-    StageState& st = state.at(s);
-    std::vector<torch::Tensor>* swapped = nullptr;
-    if (a.version != st.version) {
-      auto it = st.stash.find(a.version);
-      if (it == st.stash.end())
-        throw Error("rank " + std::to_string(rank) + ": " + schedule::toString(a) + " reads weight version " +
-                    std::to_string(a.version) + " of stage " + std::to_string(s) + ", which is neither current (v" +
-                    std::to_string(st.version) + ") nor stashed");
-      swapped = &it->second;
-    } else if (latest && corrections.discrepancy && (a.type == ActionType::B || a.type == ActionType::I)) {
-      // T2: the backward pass runs on w - tau * delta, an estimate of the weights its
-      // forward pass read tau steps ago.
-      const int tau = st.version - facts.forward_version.at({s, a.microbatch});
-      if (tau > 0) {
-        torch::NoGradGuard no_grad;
-        auto& u = st.corrected;
-        if (u.empty()) u = cloneAll(st.params);
-        for (std::size_t i = 0; i < u.size(); ++i) torch::sub_out(u[i], st.params[i].data(), st.velocity[i], tau);
-        swapped = &u;
-      }
-    }
-    if (swapped)
-      for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(st.params[i], (*swapped)[i]);
-    if (probe) probe(a, st.params);
-    compute();
-    if (swapped)
-      for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(st.params[i], (*swapped)[i]);
+    StageState& st = state.at(a.stage);
+    // T2: a backward pass on the current version runs on w - tau x delta, an estimate
+    // of the weights its forward pass read tau steps ago.
+    const bool t2 = latest && corrections.discrepancy && (a.type == ActionType::B || a.type == ActionType::I);
+    const int tau = t2 ? st.version - facts.forward_version.at({a.stage, a.microbatch}) : 0;
+    withVersion(st, a.version, tau, "rank " + std::to_string(rank) + ": " + schedule::toString(a) + " of stage " +
+                                        std::to_string(a.stage), [&] {
+      if (probe) probe(a, st.params);
+      compute();
+    });
   }
 
   // Host data (a batch's inputs or labels) onto the model's device without making the
@@ -472,46 +367,18 @@ struct PipelineExecutor::Impl {
     if (it != facts.completes_gradients_at.end()) state.at(it->second).buckets->arm();
   }
 
-  // Creates the stage's next version: stashes the old one if a later action reads it,
-  // rescales the gradients to the mean of the micro-batches combined, applies T1's rate
-  // and T2's velocity, steps through the untracked aliases and clears the gradients.
+  // The stage's next version (stage_state.h), with this rank's scale for its gradients
+  // and, under PipeMare, T1's rate and T2's decay for the stage's delay.
   void step(const Action& a, int position) {
     const int s = a.stage;
     StageState& st = state.at(s);
-    torch::NoGradGuard no_grad;
-    if (facts.stash_at_step[position]) {
-      st.stash[st.version] = cloneAll(st.params);
-      st.peak_versions = std::max(st.peak_versions, 1 + static_cast<int>(st.stash.size()));
-    }
-    const double factor = facts.steps.gradient_factor[s].at(a.version);
-    auto& opt = *st.optimizer;
+    StepOptions o;
+    o.stash_old = facts.stash_at_step[position];
+    o.gradient_factor = facts.steps.gradient_factor[s].at(a.version);
     if (latest && corrections.lr_warmup)
-      opt.param_groups()[0].options().set_lr(
-          st.base_lr * schedule::learningRateScale(facts.stage_delays[s], st.steps_taken, corrections.warmup_steps));
-    const bool correct = latest && corrections.discrepancy;
-    const double gamma = schedule::correctionDecay(corrections.decay, facts.stage_delays[s]);
-    auto& delta = st.velocity;
-    if (correct && delta.empty())
-      for (const auto& p : st.params) delta.push_back(torch::zeros_like(p.detach()));
-    for (std::size_t i = 0; i < st.params.size(); ++i) {
-      torch::Tensor g = st.params[i].grad();
-      if (g.defined() && factor != 1.0) g.mul_(factor);
-      st.aliases[i].mutable_grad() = g;
-      if (correct) delta[i].mul_(gamma).sub_(st.params[i].data(), 1 - gamma);  // - (1 - gamma) w_t
-    }
-    opt.step();
-    for (std::size_t i = 0; i < st.params.size(); ++i) {
-      if (correct) delta[i].add_(st.params[i].data(), 1 - gamma);  // + (1 - gamma) w_{t+1}
-      // Cleared, not zeroed, where no bucket owns the storage: the next backward pass
-      // writes the gradient instead of adding it to zeros (a kernel less per parameter).
-      if (st.params[i].grad().defined()) {
-        if (st.buckets) st.params[i].mutable_grad().zero_();
-        else st.params[i].mutable_grad().reset();
-      }
-      st.aliases[i].mutable_grad().reset();
-    }
-    st.version = a.version;
-    ++st.steps_taken;
+      o.lr = st.base_lr * schedule::learningRateScale(facts.stage_delays[s], st.steps_taken, corrections.warmup_steps);
+    if (latest && corrections.discrepancy) o.t2_decay = schedule::correctionDecay(corrections.decay, facts.stage_delays[s]);
+    stepStage(st, a.version, o);
   }
 
   // Runs `p` (the training Program, or a forward-only one when `eval` is given).
@@ -616,62 +483,10 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   if (static_cast<int>(m.stages.size()) != program.num_stages)
     throw Error("the plan has " + std::to_string(m.stages.size()) + " stages, the schedule " +
                 std::to_string(program.num_stages));
-  const int layers = static_cast<int>(model.layers.size());
-  std::vector<int> stage_of(layers, -1);
-  for (int s = 0; s < program.num_stages; ++s)
-    for (int l : m.stages[s].layers) {
-      if (l < 0 || l >= layers || stage_of[l] >= 0)
-        throw Error("stage " + std::to_string(s) + ": layer index " + std::to_string(l) +
-                    " is outside the model or in two stages");
-      stage_of[l] = s;
-    }
-  // Message shapes from a dry run of one micro-batch through the whole model; the edges
-  // from which layers read which.
-  std::map<std::string, torch::Tensor> values;
-  {
-    torch::NoGradGuard no_grad;
-    AutocastScope autocast(precision, model.device);  // messages have the dtypes training sends
-    std::vector<int> all(layers);
-    std::iota(all.begin(), all.end(), 0);
-    values = models::forwardLayers(
-        model, all, {{models::kModelInput, models::constantInput(model.input, microbatch_size).to(model.device)}});
-  }
-  for (int l = 0; l < layers; ++l)
-    for (const std::string& input : models::layerInputs(model, l)) {
-      if (input == models::kModelInput) continue;
-      const int producer = static_cast<int>(std::find_if(model.layers.begin(), model.layers.end(),
-                                                         [&](const models::Layer& x) { return x.name == input; }) -
-                                            model.layers.begin());
-      const int from = stage_of.at(producer), to = stage_of[l];
-      if (from == to) continue;
-      Edge& edge = m.edges[{from, to}];
-      if (std::find(edge.layers.begin(), edge.layers.end(), producer) == edge.layers.end()) edge.layers.push_back(producer);
-    }
-  output_bytes_.assign(program.num_stages, 0);
-  std::set<int> counted;  // each output once, however many stages read it
-  for (auto& [ends, edge] : m.edges) {
-    std::sort(edge.layers.begin(), edge.layers.end());
-    const auto& succs = program.stage_succs[ends.first];
-    if (std::find(succs.begin(), succs.end(), ends.second) == succs.end())
-      throw Error("stage " + std::to_string(ends.second) + " reads stage " + std::to_string(ends.first) +
-                  ", which the schedule does not connect to it");
-    for (int l : edge.layers) {
-      const torch::Tensor& y = values.at(model.layers[l].name);
-      if (edge.packed() && y.scalar_type() != torch::kFloat)
-        throw Error("layer '" + model.layers[l].name + "' sends a " + std::string(c10::toString(y.scalar_type())) +
-                    " tensor to another stage beside others; only fp32 tensors travel packed");
-      edge.shapes.push_back(y.sizes().vec());
-      edge.dtype = y.scalar_type();
-      if (counted.insert(l).second) output_bytes_[ends.first] += models::tensorBytes(y);
-    }
-  }
-  for (int s = 0; s < program.num_stages; ++s) {
-    for (int t : program.stage_succs[s])
-      if (!m.edges.count({s, t}))
-        throw Error("the schedule connects stage " + std::to_string(s) + " to stage " + std::to_string(t) +
-                    ", but no layer of the second reads the first");
-    m.reads_input.push_back(readsModelInput(model, m.stages[s]));
-  }
+  StageEdges edges = stageEdges(model, m.stages, program, microbatch_size, precision);
+  m.edges = std::move(edges.edges);
+  output_bytes_ = std::move(edges.output_bytes);
+  for (int s = 0; s < program.num_stages; ++s) m.reads_input.push_back(readsModelInput(model, m.stages[s]));
   my_stages_ = program.stagesOfRank(rank);
   for (int s : my_stages_) {
     StageState& st = m.state.emplace(s, StageState{model.device}).first->second;
