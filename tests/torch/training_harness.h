@@ -40,11 +40,18 @@ inline TrainConfig smallConfig(const std::string& model, models::ModelConfig mod
   return c;
 }
 
-// Ranks as threads, over the in-process transport or over real Gloo on loopback.
-inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, bool gloo = false,
-                                     const PipelineExecutor::WeightProbe& probe = {}) {
+// What the test's ranks talk over: the in-process transport (matching by tag, or by the
+// order each pair posts in, as NCCL does), or real Gloo on loopback.
+enum class Wire { kInProcess, kInProcessInOrder, kGloo };
+
+// Ranks as threads.
+// `timeout`: how long a rank waits for a peer before it gives up.
+inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, Wire wire,
+                                            const PipelineExecutor::WeightProbe& probe = {},
+                                            std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  const bool gloo = wire == Wire::kGloo;
   std::vector<std::unique_ptr<Transport>> group;
-  if (!gloo) group = makeInProcessGroup(ranks, std::chrono::seconds(20));
+  if (!gloo) group = makeInProcessGroup(ranks, timeout, wire == Wire::kInProcessInOrder);
   const int port = 29000 + static_cast<int>(::getpid() % 1000);
   std::vector<RankResult> results(ranks);
   std::vector<std::exception_ptr> errors(ranks);
@@ -53,7 +60,7 @@ inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks
     threads.emplace_back([&, r] {
       try {
         std::unique_ptr<Transport> own;
-        if (gloo) own = makeGlooTransport(Rendezvous{"127.0.0.1", port, r, ranks, std::chrono::seconds(20), ""});
+        if (gloo) own = makeGlooTransport(Rendezvous{"127.0.0.1", port, r, ranks, timeout, ""});
         results[r] = trainRank(config, gloo ? *own : *group[r], {}, probe);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -72,6 +79,11 @@ inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks
   }
   if (!messages.empty()) throw Error("training failed:" + messages);
   return results;
+}
+
+inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, bool gloo = false,
+                                            const PipelineExecutor::WeightProbe& probe = {}) {
+  return runInProcess(config, ranks, gloo ? Wire::kGloo : Wire::kInProcess, probe);
 }
 
 // The plan: `replicas.size()` ranks' stages (times `chunks` when looped, two in a V) of

@@ -102,9 +102,14 @@ class Transport : public DataChannel, public Coordinator {
 // measured from this origin line up across ranks. Uses tags from kRuntimeTags up.
 std::chrono::steady_clock::time_point sharedOrigin(Coordinator& coordinator);
 
-// N transports for N ranks that live as threads of one process; for fast tests.
-std::vector<std::unique_ptr<Transport>> makeInProcessGroup(int world_size,
-                                                           std::chrono::milliseconds timeout);
+// N transports for N ranks that live as threads of one process; for fast tests. With
+// `in_order`, each Program message (a tag below kRuntimeTags) must also meet its
+// receive in the order the pair posts them, as a channel that matches by order (NCCL)
+// would pair them: a receive whose counterpart in the sender's order has another tag is
+// an Error that names both. The tests prove with it that the executor keeps the order
+// schedule::validateInOrderDelivery checks.
+std::vector<std::unique_ptr<Transport>> makeInProcessGroup(int world_size, std::chrono::milliseconds timeout,
+                                                           bool in_order = false);
 
 // The rendezvous of torchrun: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE.
 struct Rendezvous {

@@ -12,9 +12,12 @@ namespace pipetrain::runtime {
 namespace {
 
 struct Shared {
-  explicit Shared(int n, std::chrono::milliseconds t) : world_size(n), timeout(t) {}
+  Shared(int n, std::chrono::milliseconds t, bool ordered) : world_size(n), timeout(t), in_order(ordered) {}
   const int world_size;
   const std::chrono::milliseconds timeout;
+  const bool in_order;
+  // In order: per (from, to), the tags of the Program messages sent, in sending order.
+  std::map<std::pair<int, int>, std::vector<uint32_t>> sent_tags;
   std::mutex mutex;
   std::condition_variable changed;
   std::map<std::tuple<int, int, uint32_t>, std::vector<torch::Tensor>> mailbox;  // FIFO per key
@@ -35,10 +38,12 @@ class Done : public PendingOp {
 
 class PendingRecv : public PendingOp {
  public:
-  PendingRecv(std::shared_ptr<Shared> s, torch::Tensor buffer, int from, int to, uint32_t tag)
-      : s_(std::move(s)), buffer_(std::move(buffer)), key_(from, to, tag) {}
+  // `order`: the receive's place among the pair's Program messages, or -1 (by tag only).
+  PendingRecv(std::shared_ptr<Shared> s, torch::Tensor buffer, int from, int to, uint32_t tag, int order)
+      : s_(std::move(s)), buffer_(std::move(buffer)), key_(from, to, tag), order_(order) {}
   void wait() override {
     std::unique_lock<std::mutex> lock(s_->mutex);
+    if (order_ >= 0) checkOrder(lock);
     const bool arrived = s_->changed.wait_for(lock, s_->timeout, [&] {
       auto it = s_->mailbox.find(key_);
       return it != s_->mailbox.end() && !it->second.empty();
@@ -57,9 +62,24 @@ class PendingRecv : public PendingOp {
   }
 
  private:
+  // The sender's message of the same place in the pair's order must be this one.
+  void checkOrder(std::unique_lock<std::mutex>& lock) {
+    const auto [from, to, tag] = key_;
+    const auto& sent = s_->sent_tags[{from, to}];
+    if (!s_->changed.wait_for(lock, s_->timeout, [&] { return static_cast<int>(sent.size()) > order_; }))
+      return;  // the wait below names the missing message
+    if (sent[order_] != tag)
+      throw Error("rank " + std::to_string(to) + ": its receive number " + std::to_string(order_ + 1) + " from rank " +
+                  std::to_string(from) + " expects tag " + std::to_string(tag) + ", but that rank's send number " +
+                  std::to_string(order_ + 1) + " to it has tag " + std::to_string(sent[order_]) +
+                  ": the two post their messages in different orders, which a channel that matches by order "
+                  "(NCCL) cannot carry");
+  }
+
   std::shared_ptr<Shared> s_;
   torch::Tensor buffer_;
   std::tuple<int, int, uint32_t> key_;
+  int order_;
 };
 
 class InProcessTransport : public Transport {
@@ -73,13 +93,15 @@ class InProcessTransport : public Transport {
     {
       std::lock_guard<std::mutex> lock(s_->mutex);
       s_->mailbox[{rank_, to, tag}].push_back(copy);
+      if (s_->in_order && tag < kRuntimeTags) s_->sent_tags[{rank_, to}].push_back(tag);
     }
     s_->changed.notify_all();
     return std::make_unique<Done>();
   }
 
   std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) override {
-    return std::make_unique<PendingRecv>(s_, std::move(buffer), from, rank_, tag);
+    const int order = s_->in_order && tag < kRuntimeTags ? receives_posted_[from]++ : -1;
+    return std::make_unique<PendingRecv>(s_, std::move(buffer), from, rank_, tag, order);
   }
 
   void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
@@ -125,12 +147,14 @@ class InProcessTransport : public Transport {
   std::shared_ptr<Shared> s_;
   int rank_;
   std::map<std::vector<int>, int> reductions_done_;  // per group, for matching
+  std::map<int, int> receives_posted_;               // per sender, in order: Program messages
 };
 
 }  // namespace
 
-std::vector<std::unique_ptr<Transport>> makeInProcessGroup(int world_size, std::chrono::milliseconds timeout) {
-  auto shared = std::make_shared<Shared>(world_size, timeout);
+std::vector<std::unique_ptr<Transport>> makeInProcessGroup(int world_size, std::chrono::milliseconds timeout,
+                                                           bool in_order) {
+  auto shared = std::make_shared<Shared>(world_size, timeout, in_order);
   std::vector<std::unique_ptr<Transport>> out;
   for (int r = 0; r < world_size; ++r) out.push_back(std::make_unique<InProcessTransport>(shared, r));
   return out;
