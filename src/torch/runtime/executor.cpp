@@ -112,8 +112,10 @@ struct PipelineExecutor::Impl {
     // of the weights its forward pass read tau steps ago.
     const bool t2 = latest && corrections.discrepancy && (a.type == ActionType::B || a.type == ActionType::I);
     const int tau = t2 ? st.version - facts.forward_version.at({a.stage, a.microbatch}) : 0;
-    withVersion(st, a.version, tau, "rank " + std::to_string(rank) + ": " + schedule::toString(a) + " of stage " +
-                                        std::to_string(a.stage), [&] {
+    auto what = [&] {
+      return "rank " + std::to_string(rank) + ": " + schedule::toString(a) + " of stage " + std::to_string(a.stage);
+    };
+    withVersion(st, a.version, tau, what, [&] {
       if (probe) probe(a, st.params);
       compute();
     });

@@ -42,13 +42,13 @@ std::vector<torch::Tensor> cloneAll(const std::vector<torch::Tensor>& tensors) {
 
 }  // namespace
 
-void withVersion(StageState& st, int version, int t2_steps, const std::string& what,
+void withVersion(StageState& st, int version, int t2_steps, const std::function<std::string()>& what,
                  const std::function<void()>& compute) {
   std::vector<torch::Tensor>* swapped = nullptr;
   if (version != st.version) {
     auto it = st.stash.find(version);
     if (it == st.stash.end())
-      throw Error(what + " reads weight version " + std::to_string(version) + ", which is neither current (v" +
+      throw Error(what() + " reads weight version " + std::to_string(version) + ", which is neither current (v" +
                   std::to_string(st.version) + ") nor stashed");
     swapped = &it->second;
   } else if (t2_steps > 0) {

@@ -45,9 +45,9 @@ struct StageState {
 // Runs `compute` with the stage's parameters holding weight version `version`: the
 // current one, or a stashed one swapped in for the call. With `t2_steps` > 0 (PipeMare's
 // T2, on the current version) it runs on w - t2_steps x velocity instead, an estimate of
-// the weights of that many steps ago. `what` names the action in the error when the
+// the weights of that many steps ago. `what()` names the action in the error when the
 // version is neither current nor stashed.
-void withVersion(StageState& stage, int version, int t2_steps, const std::string& what,
+void withVersion(StageState& stage, int version, int t2_steps, const std::function<std::string()>& what,
                  const std::function<void()>& compute);
 
 struct StepOptions {
