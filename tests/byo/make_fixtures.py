@@ -29,6 +29,9 @@ def main():
     torch.jit.script(HiddenStep()).save(f"{out}/hidden_step.pt")
     with open(f"{out}/not_a_model.pt", "w") as f:
         f.write("this is not TorchScript\n")
+    # What PyTorch users save instead of TorchScript: a state_dict, a pickled module.
+    torch.save(HiddenStep().state_dict(), f"{out}/state_dict.pt")
+    torch.save(HiddenStep(), f"{out}/pickled_module.pt")
 
 
 if __name__ == "__main__":

@@ -149,8 +149,17 @@ TEST(ByoModel, RegressionTargetsTrainWithMeanSquaredError) {
 TEST(ByoModel, RefusesWhatItCannotTrain) {
   TrainConfig c = byoConfig("hidden_step.pt");
   EXPECT_NE(errorOf([&] { openModel(c); }).find("does not reproduce forward()"), std::string::npos);
-  c.model_file = fixture("not_a_model.pt");
-  EXPECT_NE(errorOf([&] { openModel(c); }).find("not a TorchScript file"), std::string::npos);
+  // What is not TorchScript says what it is and how to save the model instead, without
+  // the loader's C++ stack frames.
+  for (const char* file : {"not_a_model.pt", "state_dict.pt", "pickled_module.pt"}) {
+    c.model_file = fixture(file);
+    const std::string error = errorOf([&] { openModel(c); });
+    EXPECT_NE(error.find("not a TorchScript file"), std::string::npos) << error;
+    EXPECT_NE(error.find("torch.jit.script(model).save"), std::string::npos) << error;
+    EXPECT_EQ(error.find("frame #"), std::string::npos) << error;
+  }
+  for (const char* file : {"state_dict.pt", "pickled_module.pt"})
+    EXPECT_NE(errorOf([&] { openModel(byoConfig(file)); }).find("written by torch.save"), std::string::npos) << file;
   c.model_file = fixture("missing.pt");
   EXPECT_NE(errorOf([&] { openModel(c); }).find("no such file"), std::string::npos);
   c.model_file = fixture("model.pt");

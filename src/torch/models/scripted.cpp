@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -66,6 +67,33 @@ torch::Tensor pack(const Wiring& w, int i, const std::vector<torch::Tensor>& val
 std::string lastLine(std::string message) {
   while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
   return message.substr(message.rfind('\n') + 1);  // npos + 1 == 0: the whole message
+}
+
+// Why torch::jit::load refused `path`, in a PyTorch user's words: what the file is, and
+// how to write one that loads. torch.save writes zip archives too, with a data.pkl but
+// no code/ folder (a pickled nn.Module or a state_dict); the zip's central directory,
+// at its end, names every entry. `reason` is the loader's own message, without the
+// C++ stack frames a c10::Error carries.
+std::string notTorchScript(const std::string& path, const std::string& reason) {
+  const std::string hint =
+      "; save the model as TorchScript: torch.jit.script(model).save(PATH), or torch.jit.trace(model, example).save(PATH)";
+  std::ifstream f(path, std::ios::binary);
+  std::string head(4, '\0');
+  f.read(head.data(), 4);
+  if (head != std::string("PK\x03\x04", 4)) {
+    const bool pickle = !head.empty() && static_cast<unsigned char>(head[0]) == 0x80;
+    return std::string("not a TorchScript file: TorchScript files are zip archives, and this one is ") +
+           (pickle ? "a Python pickle (torch.save's legacy format?)" : "not") + hint;
+  }
+  f.seekg(0, std::ios::end);
+  const std::streamoff size = f.tellg(), tail = std::min<std::streamoff>(size, 4 << 20);
+  std::string directory(static_cast<std::size_t>(tail), '\0');
+  f.seekg(size - tail);
+  f.read(directory.data(), tail);
+  if (directory.find("data.pkl") != std::string::npos && directory.find("/code/") == std::string::npos)
+    return "not a TorchScript file: written by torch.save (a pickled nn.Module or a state_dict), which keeps no "
+           "code to run" + hint;
+  return "not a TorchScript file saved by torch.jit.save or ScriptModule.save (" + reason + ")" + hint;
 }
 
 std::string childKind(const torch::jit::Module& child) {
@@ -138,9 +166,10 @@ class Loader {
     if (!std::filesystem::is_regular_file(path_)) fail("no such file");
     try {
       root_ = torch::jit::load(path_, torch::kCPU);
+    } catch (const c10::Error& e) {
+      fail(notTorchScript(path_, lastLine(e.what_without_backtrace())));
     } catch (const std::exception& e) {
-      fail(std::string("not a TorchScript file saved by torch.jit.save or ScriptModule.save (") +
-           lastLine(e.what()) + ")");
+      fail(notTorchScript(path_, lastLine(e.what())));
     }
     for (const auto& child : root_.named_children()) {
       names_.push_back(child.name);
