@@ -640,6 +640,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               const std::string difference = resumed->manifest.identity.differenceFrom(runtime::identityOf(a->config));
               if (!difference.empty())
                 throw Error("--resume " + resumed->dir + " does not match this run: " + difference);
+              // Refused here, before any rank starts: the ranks would each say it, and the
+              // launcher would then advise resuming the very checkpoint.
+              runtime::checkEpochsLeft(*resumed, a->config.epochs);
             }
             if (!is_rank) {
               if (a->plan.empty() || !a->plan_out.empty()) a->plan = out;

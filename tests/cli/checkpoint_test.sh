@@ -52,6 +52,14 @@ kill_rank1_after_first_checkpoint "$tmp/restarted.out" "${train[@]}" --checkpoin
   { failed=$((failed + 1)); echo "FAIL: --max-restarts did not finish the run (exit $status)"; tail -5 "$tmp/restarted.out"; }
 expect "restarted from a checkpoint" "restart 1 of 1, from checkpoint" "$tmp/restarted.out"
 
+# The finished run resumed with the same --epochs: refused before any rank starts, and
+# without advice to resume the very checkpoint.
+refuses "resume a finished run" "leaves nothing to train (raise --epochs)" "${train[@]}" --checkpoint-dir "$tmp/ckpt" \
+  --resume "$tmp/ckpt"
+if grep -q -- "--resume" "$tmp/err"; then
+  failed=$((failed + 1)); echo "FAIL: a finished run's refusal advises --resume:"; cat "$tmp/err"
+else passed=$((passed + 1)); fi
+
 check "python: every run ends with the same parameters" "$python" - "$tmp/whole.pt" "$tmp/resumed.pt" \
   "$tmp/exported.pt" "$tmp/restarted.pt" <<'PY'
 import sys
@@ -86,7 +94,7 @@ truncate -s 100 "$tmp/broken/rank-0.pt"
 refuses "truncated checkpoint" "rank-0.pt: truncated, 100 of" "$bin" export "$tmp/broken" --out "$tmp/x.pt"
 echo '{"format": "pipetrain.checkpoint", "version": 1, "position": 7}' >"$tmp/broken/manifest.json"
 refuses "bad manifest" "manifest.json: position: expected" "$bin" export "$tmp/broken" --out "$tmp/x.pt"
-refuses "not a checkpoint" "no such checkpoint folder" "$bin" export "$tmp/nowhere" --out "$tmp/x.pt"
+refuses "not a checkpoint" "checkpoint $tmp/nowhere: no such checkpoint folder" "$bin" export "$tmp/nowhere" --out "$tmp/x.pt"
 refuses "resume another model" "does not match this run: the model" "$bin" train --model-file "$tmp/dag_model.pt" \
   --data-file "$tmp/data.pt" --nproc 2 --stage-bounds 0,1,3 --microbatches 2 --microbatch-size 16 --resume "$tmp/ckpt"
 test ! -e "$tmp/x.pt" && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: a refused export wrote"; }

@@ -56,14 +56,20 @@ struct Checkpoint {
 // `path` is a checkpoint folder, or a folder of them (--checkpoint-dir): then the newest
 // whose files match its manifest (older or broken ones are named on stderr when skipped).
 // Throws Error naming the file and what is wrong when `path` is a checkpoint that is
-// truncated, corrupted or of an unknown format, or holds no intact checkpoint.
-Checkpoint findCheckpoint(const std::string& path);
+// truncated, corrupted or of an unknown format, or holds no intact checkpoint; the
+// message names `path` as the user gave it (`given_as`: "--resume", or a command's
+// "checkpoint" argument).
+Checkpoint findCheckpoint(const std::string& path, const std::string& given_as = "checkpoint");
 
 // What `--resume` resumes from: findCheckpoint(resume), except that a run whose
 // --resume is its own --checkpoint-dir starts from the beginning (nullopt) while that
 // folder holds no intact checkpoint. So the first start of a job and every restart can
 // run one command, as torchrun's --max-restarts and a batch system's requeues do.
 std::optional<Checkpoint> checkpointToResume(const std::string& resume, const std::string& checkpoint_dir);
+
+// Throws Error when `from` already ends epoch `epochs` (the run's --epochs): resuming it
+// would train nothing, and running the command again would not either.
+void checkEpochsLeft(const Checkpoint& from, int epochs);
 
 // Collective: every rank calls it at the same point. Writes the checkpoint of `position`
 // under `root`, then (rank 0) removes all but the newest `keep` and any folder a crash

@@ -189,12 +189,12 @@ std::optional<Checkpoint> newestIntact(const fs::path& root) {
 
 }  // namespace
 
-Checkpoint findCheckpoint(const std::string& path) {
+Checkpoint findCheckpoint(const std::string& path, const std::string& given_as) {
   const fs::path root(path);
   if (fs::exists(root / checkpoint::kManifestFile)) return readChecked(root);
-  if (!fs::is_directory(root)) throw Error("--resume " + path + ": no such checkpoint folder");
+  if (!fs::is_directory(root)) throw Error(given_as + " " + path + ": no such checkpoint folder");
   std::optional<Checkpoint> best = newestIntact(root);
-  if (!best) throw Error("--resume " + path + ": no intact checkpoint in this folder");
+  if (!best) throw Error(given_as + " " + path + ": no intact checkpoint in this folder");
   return *best;
 }
 
@@ -206,7 +206,13 @@ std::optional<Checkpoint> checkpointToResume(const std::string& resume, const st
     if (!fs::exists(root)) return std::nullopt;
     return newestIntact(root);
   }
-  return findCheckpoint(resume);
+  return findCheckpoint(resume, "--resume");
+}
+
+void checkEpochsLeft(const Checkpoint& from, int epochs) {
+  if (from.manifest.position.epoch >= epochs)
+    throw Error("checkpoint " + from.dir + " ends epoch " + std::to_string(from.manifest.position.epoch) +
+                ": --epochs " + std::to_string(epochs) + " leaves nothing to train (raise --epochs)");
 }
 
 std::string saveCheckpoint(const std::string& root, int64_t run, int keep, const checkpoint::Position& position,

@@ -353,12 +353,10 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   const checkpoint::Identity identity = identityOf(c);
   checkpoint::Position position;
   if (!c.resume.empty()) {
-    const Checkpoint from = findCheckpoint(c.resume);
+    const Checkpoint from = findCheckpoint(c.resume, "--resume");
     loadCheckpoint(from, identity, c.plan, rank_state);
     position = from.manifest.position;
-    if (position.epoch >= c.epochs)
-      throw Error("checkpoint " + from.dir + " ends epoch " + std::to_string(position.epoch) + ": --epochs " +
-                  std::to_string(c.epochs) + " leaves nothing to train (raise --epochs)");
+    checkEpochsLeft(from, c.epochs);
   }
   const int64_t run_id = c.checkpoint_dir.empty() ? 0 : agreeOnRunId(t);
   auto save = [&] {
