@@ -38,6 +38,8 @@ bool isComm(ActionType t) {
   return t == ActionType::SEND_F || t == ActionType::RECV_F || t == ActionType::SEND_B ||
          t == ActionType::RECV_B;
 }
+bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::SEND_B; }
+
 bool isBackward(ActionType t) { return t == ActionType::B || t == ActionType::I || t == ActionType::W; }
 
 std::string toString(const Action& a) {

@@ -83,7 +83,6 @@ std::optional<std::size_t> endpointOf(const Action& message, const std::map<Key,
   return std::nullopt;
 }
 
-bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::SEND_B; }
 
 // Rank r's actions: the file's compute actions and sends in the file's order, each
 // compute action preceded by the receives lowering gives it, then the STEPs. Checks the

@@ -23,7 +23,6 @@ MessageKey messageOf(const Action& a) {
   }
 }
 
-bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::SEND_B; }
 
 class Checker {
  public:

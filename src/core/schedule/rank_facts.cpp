@@ -10,9 +10,6 @@
 namespace pipetrain::schedule {
 namespace {
 
-bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::SEND_B; }
-bool isMessage(ActionType t) { return isSend(t) || t == ActionType::RECV_F || t == ActionType::RECV_B; }
-
 // NOTE(send-release): a send's payload must live until the transport has delivered it,
 // and Gloo only says so when waited on. Waiting blindly could deadlock (the peer may be
 // waiting for us), and keeping every payload of an epoch-long Program grew ranks by
@@ -26,7 +23,7 @@ std::map<int, std::vector<int>> deliveredSends(const Program& program, int rank)
   for (int r = 0; r < program.numRanks(); ++r)
     for (int i = 0; i < static_cast<int>(program.ranks[r].size()); ++i) {
       const Action& a = program.ranks[r][i];
-      if (!isMessage(a.type)) continue;
+      if (!isComm(a.type)) continue;
       const bool send = isSend(a.type);
       const int peer = program.rankOf(a.peer_stage, a.microbatch);
       Ends& e = messages[{send ? r : peer, send ? peer : r, messageTag(program, a)}];

@@ -16,8 +16,7 @@
 namespace pipetrain::schedule {
 namespace {
 
-bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::SEND_B; }
-bool isRecv(ActionType t) { return t == ActionType::RECV_F || t == ActionType::RECV_B; }
+bool isRecv(ActionType t) { return isComm(t) && !isSend(t); }
 
 Program build(const std::string& name, int ranks, int m, int minibatches, const std::vector<int>& replicas = {}) {
   ScheduleSpec spec;
