@@ -30,7 +30,13 @@ schedule::StageDag stageDag(const Plan& plan, const graph::LayerGraph& graph);
 
 // Generated, lowered and validated: the Program a plan means over `minibatches`
 // mini-batches. Throws Error if the schedule cannot use the plan's numbers.
-schedule::Program programForPlan(const Plan& plan, const schedule::StageDag& dag, int minibatches = 1);
+// Whether programForPlan checks the Program it builds (schedule::validate). The
+// planner's extrapolation builds one plan at several micro-batch counts and checks the
+// first only (the validator took a sixth of its time); the simulator still refuses a
+// Program that stalls.
+enum class Check { kValidate, kSkip };
+schedule::Program programForPlan(const Plan& plan, const schedule::StageDag& dag, int minibatches = 1,
+                                 Check check = Check::kValidate);
 
 // Weight-sized buffers a rank holds per stage beyond the Program's versions, one
 // gradient buffer and optimizer state: PipeMare's discrepancy correction keeps the

@@ -67,7 +67,8 @@ struct Dropped {
 struct Exploration {
   std::vector<Candidate> ranked;        // fitting candidates, best throughput first
   std::vector<Dropped> dropped;
-  int pruned = 0;                       // proposals left unsimulated: their bound (sim::throughputBound) could not win
+  int pruned = 0;                       // proposals not ranked: their bound (sim::throughputBound), or a shorter
+                                        // mini-batch simulated (sim::predictReportAbove), could not win
   int pruned_combinations = 0;          // schedule x micro-batch x width left unsolved: likewise
   double search_seconds = 0;
   bool async_included = false;

@@ -326,7 +326,7 @@ void Explorer::evaluate(Proposal p) {
     ++result_.pruned;
     return;
   }
-  const double to_beat = simulated_ >= kAlwaysSimulated ? best_ * std::exp(-2 * kTie) : 0;
+  const double to_beat = o_.prune && simulated_ >= kAlwaysSimulated ? best_ * std::exp(-2 * kTie) : 0;
   ++simulated_;
   try {
     std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, p.candidate.plan, to_beat);
