@@ -3,11 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/sim/evaluate.h"
+#include "pipetrain/util/error.h"
 
 namespace pipetrain::sim {
 namespace {
@@ -41,6 +43,27 @@ TEST(Simulator, TransfersAddLatencyAndWireTime) {
   EXPECT_NEAR(e.report.makespan, 4 + 2 * 2.25, 1e-9);
   ASSERT_EQ(e.timeline.transfers.size(), 2u);
   EXPECT_NEAR(e.timeline.transfers[0].end, 1 + 2.25, 1e-9);
+}
+
+TEST(Simulator, AProgramThatStallsIsRefusedNotTimedShort) {
+  // The planner validates one of a plan's Programs and simulates the rest unchecked:
+  // one whose ranks wait on each other must not come back as a short iteration.
+  Scenario s = twoStages("1f1b", 1, 1000, 1e9, 0);
+  const CostModel costs(s.graph, s.cluster, s.plan);
+  schedule::Program program = plan::programForPlan(s.plan, costs.dag(), 1);
+  // Rank 0 now waits for the gradient before it sends the activation.
+  auto& first = program.ranks[0];
+  const auto is = [](schedule::ActionType t) { return [t](const schedule::Action& a) { return a.type == t; }; };
+  const auto send = std::find_if(first.begin(), first.end(), is(schedule::ActionType::SEND_F));
+  const auto recv = std::find_if(first.begin(), first.end(), is(schedule::ActionType::RECV_B));
+  ASSERT_TRUE(send != first.end() && recv != first.end() && send < recv);
+  std::iter_swap(send, recv);
+  try {
+    simulate(program, costs);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stalls: rank"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Simulator, MessagesSharingAPortQueue) {
