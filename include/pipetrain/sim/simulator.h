@@ -10,6 +10,8 @@
 // Events are processed in time order, so ports serve messages first come, first served.
 #pragma once
 
+#include <vector>
+
 #include "pipetrain/schedule/program.h"
 #include "pipetrain/sim/cost_model.h"
 #include "pipetrain/trace/timeline.h"
@@ -19,5 +21,15 @@ namespace pipetrain::sim {
 // REQUIRES: schedule::validate(program) passed and the program's ranks and stages are
 // the cost model's.
 trace::Timeline simulate(const schedule::Program& program, const CostModel& costs);
+
+// What the planner needs of a simulation, without the timeline (recording it took a
+// fifth of the planner's time): bitwise what the timeline's makespan(), busySeconds()
+// and the transfers' wire time per port come to.
+struct Totals {
+  double makespan = 0;
+  std::vector<double> busy;       // per rank: Timeline::busySeconds
+  std::vector<double> port_wire;  // per network port: seconds its transfers occupy it
+};
+Totals simulateTotals(const schedule::Program& program, const CostModel& costs);
 
 }  // namespace pipetrain::sim

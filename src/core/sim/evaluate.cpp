@@ -89,35 +89,18 @@ constexpr double kStraightTolerance = 1e-6;
 // mean, and more (predictReport).
 constexpr double kFirstMinibatchSpread = 0.025;
 
-struct Simulated {
-  schedule::Program program;
-  trace::Timeline timeline;
-};
-
-Simulated simulated(const plan::Plan& plan, const CostModel& costs, int minibatches,
-                    plan::Check check = plan::Check::kValidate) {
-  Simulated s{plan::programForPlan(plan, costs.dag(), minibatches, check), {}};
-  s.timeline = simulate(s.program, costs);
-  return s;
-}
-
 // Seconds each resource that work queues on is occupied: every rank's compute, then
 // every network port's wire time.
-std::vector<double> resourceLoads(const trace::Timeline& t, const CostModel& costs) {
-  std::vector<double> load = busyPerRank(t);
-  load.resize(t.numRanks() + costs.cluster().numPorts(), 0.0);
-  for (const trace::Transfer& x : t.transfers) {
-    const cluster::Route route = costs.route(x.from_rank, x.to_rank);
-    const double wire = x.bytes / route.bandwidth;
-    if (route.send_port >= 0) load[t.numRanks() + route.send_port] += wire;
-    if (route.recv_port >= 0) load[t.numRanks() + route.recv_port] += wire;
-  }
+std::vector<double> resourceLoads(const Totals& t) {
+  std::vector<double> load = t.busy;
+  load.insert(load.end(), t.port_wire.begin(), t.port_wire.end());
   return load;
 }
 
 struct Steady {
-  Report report;
+  Report report;              // without memory until withMemory()
   std::vector<double> loads;  // per mini-batch, as resourceLoads
+  schedule::Program window;   // what the memory is accounted on
 };
 
 // The steady state of `plan` as simulated: the mean mini-batch of a window after the
@@ -127,23 +110,31 @@ struct Steady {
 // plan at more mini-batches, is not.
 Steady steadyState(const plan::Plan& plan, const CostModel& costs, int minibatches_in_window,
                    plan::Check check = plan::Check::kValidate) {
-  Simulated first = simulated(plan, costs, kSteadyFrom, check);
-  Simulated window = simulated(plan, costs, kSteadyFrom + minibatches_in_window, plan::Check::kSkip);
-  Steady steady{emptyReport(window.program, costs), resourceLoads(window.timeline, costs)};
+  const Totals first = simulateTotals(plan::programForPlan(plan, costs.dag(), kSteadyFrom, check), costs);
+  schedule::Program program =
+      plan::programForPlan(plan, costs.dag(), kSteadyFrom + minibatches_in_window, plan::Check::kSkip);
+  const Totals window = simulateTotals(program, costs);
+  Steady steady{emptyReport(program, costs), resourceLoads(window), std::move(program)};
   Report& report = steady.report;
-  report.iteration_time = (window.timeline.makespan() - first.timeline.makespan()) / minibatches_in_window;
-  const std::vector<double> loads_first = resourceLoads(first.timeline, costs);
+  report.iteration_time = (window.makespan - first.makespan) / minibatches_in_window;
+  const std::vector<double> loads_first = resourceLoads(first);
   for (std::size_t k = 0; k < steady.loads.size(); ++k)
     steady.loads[k] = (steady.loads[k] - loads_first[k]) / minibatches_in_window;
-  const std::vector<double> busy(steady.loads.begin(), steady.loads.begin() + window.timeline.numRanks());
-  fillMemory(report, window.program, costs);
-  finish(report, busy);
+  finish(report, std::vector<double>(steady.loads.begin(), steady.loads.begin() + window.busy.size()));
   return steady;
+}
+
+// The steady state's report with its memory: what a report returned needs, and one
+// only compared (the planner's shorter mini-batches) does not.
+Report withMemory(Steady& steady, const CostModel& costs) {
+  fillMemory(steady.report, steady.window, costs);
+  return steady.report;
 }
 
 Report steadyReport(const plan::Plan& plan, const CostModel& costs, int minibatches_in_window,
                     plan::Check check = plan::Check::kValidate) {
-  return steadyState(plan, costs, minibatches_in_window, check).report;
+  Steady steady = steadyState(plan, costs, minibatches_in_window, check);
+  return withMemory(steady, costs);
 }
 
 // Whether the iteration between two steady states grows at least as fast as every
@@ -225,7 +216,8 @@ std::optional<Report> predictReport(const plan::Plan& plan, const CostModel& cos
       double previous_line = 0;
       while (true) {
         const Report line = extrapolated(a.report, b.report, m1, m2, plan.microbatches, plan.microbatch_size);
-        if (settled(a, b, m1, m2)) return line;
+        if (settled(a, b, m1, m2))
+          return extrapolated(withMemory(a, costs), withMemory(b, costs), m1, m2, plan.microbatches, plan.microbatch_size);
         // A queue still growing between them binds later (PipeDream's AlexNet: from 112
         // and 208 micro-batches it had not yet). It only slows the iteration's growth,
         // so the line is the most the plan can reach, and no more than its busiest
@@ -259,7 +251,7 @@ std::optional<Report> predictReport(const plan::Plan& plan, const CostModel& cos
   // (PipeDream's AlexNet and GNMT), at half the simulation: where it falls short of
   // `to_beat` by more than four times that, the window is not simulated.
   if (synchronous && to_beat > 0) {
-    if (steadyReport(plan, costs, 1, std::exchange(check, plan::Check::kSkip)).throughput <
+    if (steadyState(plan, costs, 1, std::exchange(check, plan::Check::kSkip)).report.throughput <
         to_beat * (1 - kFirstMinibatchSpread))
       return std::nullopt;
   }
@@ -287,9 +279,8 @@ Evaluation evaluatePlan(const graph::LayerGraph& graph, const cluster::ClusterSp
   const CostModel costs(graph, cluster, plan);
   Evaluation e;
   e.report = *predictReport(plan, costs, 0);
-  Simulated trace = simulated(plan, costs, minibatches);
-  e.program = std::move(trace.program);
-  e.timeline = std::move(trace.timeline);
+  e.program = plan::programForPlan(plan, costs.dag(), minibatches);
+  e.timeline = simulate(e.program, costs);
   e.timeline.title = plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages, " +
                      std::to_string(plan.microbatches) + " micro-batches";
   e.report.makespan = e.timeline.makespan();

@@ -21,27 +21,33 @@ constexpr double kUnknown = -1;
 
 class Simulation {
  public:
-  Simulation(const schedule::Program& p, const CostModel& c)
-      : p_(p), c_(c), total_(p.totalMicrobatches()), pos_(p.numRanks(), 0), clock_(p.numRanks(), 0),
+  // Records the timeline where `record` is true, else only its totals.
+  Simulation(const schedule::Program& p, const CostModel& c, bool record)
+      : p_(p), c_(c), record_(record), total_(p.totalMicrobatches()), pos_(p.numRanks(), 0), clock_(p.numRanks(), 0),
         forward_done_(index(p.num_stages, 0), kUnknown), input_grad_done_(forward_done_.size(), kUnknown),
         port_free_(c.cluster().numPorts(), 0), messages_(p), arrival_(messages_.size(), kUnknown),
         waiter_(messages_.size(), -1) {
-    // Sized up front: growing them by doubling cost 7% of the planner's time.
-    timeline_.ranks.resize(p.numRanks());
-    std::size_t sends = 0;
-    for (int r = 0; r < p.numRanks(); ++r) {
-      std::size_t computes = 0;
-      for (const Action& a : p.ranks[r]) {
-        sends += schedule::isSend(a.type);
-        computes += !schedule::isComm(a.type);
+    if (record_) {
+      // Sized up front: growing them by doubling cost 7% of the planner's time.
+      timeline_.ranks.resize(p.numRanks());
+      std::size_t sends = 0;
+      for (int r = 0; r < p.numRanks(); ++r) {
+        std::size_t computes = 0;
+        for (const Action& a : p.ranks[r]) {
+          sends += schedule::isSend(a.type);
+          computes += !schedule::isComm(a.type);
+        }
+        timeline_.ranks[r].reserve(computes);
       }
-      timeline_.ranks[r].reserve(computes);
+      timeline_.transfers.reserve(sends);
+    } else {
+      totals_.busy.assign(p.numRanks(), 0.0);
+      totals_.port_wire.assign(c.cluster().numPorts(), 0.0);
     }
-    timeline_.transfers.reserve(sends);
     shareCores();
   }
 
-  trace::Timeline run() {
+  void run() {
     for (int r = 0; r < p_.numRanks(); ++r) schedule(r);
     while (true) {
       // A compute action that ends frees its share of the cores before anything starts
@@ -63,8 +69,10 @@ class Simulation {
       if (pos_[r] < static_cast<int>(p_.ranks[r].size()))
         throw Error("the " + p_.schedule + " Program stalls: rank " + std::to_string(r) + " waits forever at " +
                     schedule::toString(p_.ranks[r][pos_[r]]));
-    return std::move(timeline_);
   }
+
+  trace::Timeline timeline() && { return std::move(timeline_); }
+  Totals totals() && { return std::move(totals_); }
 
  private:
   struct Job {
@@ -176,7 +184,7 @@ class Simulation {
         end = std::max(start + c_.allreduceHostSeconds(a.stage),
                        meeting.gradients_started + c_.allreduceSeconds(a.stage));
         ++seen;
-        timeline_.ranks[r].push_back({a, start, end});
+        timed(r, a, start, end);
         break;
       }
       default: {  // SEND and RECV (the data is here): the host's share of the message first
@@ -194,8 +202,18 @@ class Simulation {
     return true;
   }
 
+  // The timeline's entry, or what Timeline::makespan and busySeconds would make of it.
+  void timed(int r, const Action& a, double start, double end) {
+    if (record_) {
+      timeline_.ranks[r].push_back({a, start, end});
+      return;
+    }
+    totals_.makespan = std::max(totals_.makespan, end);
+    if (schedule::isCompute(a.type) || a.type == ActionType::STEP) totals_.busy[r] += end - start;
+  }
+
   void computed(int r, const Action& a, double start, double end) {
-    timeline_.ranks[r].push_back({a, start, end});
+    timed(r, a, start, end);
     if (a.type == ActionType::F) forward_done_[index(a.stage, a.microbatch)] = end;
     if (a.type == ActionType::B || a.type == ActionType::I) input_grad_done_[index(a.stage, a.microbatch)] = end;
     clock_[r] = end;
@@ -302,7 +320,13 @@ class Simulation {
     if (route.send_port >= 0) port_free_[route.send_port] = start + wire;
     if (route.recv_port >= 0) port_free_[route.recv_port] = start + wire;
     const double arrival = start + wire + route.latency;
-    timeline_.transfers.push_back({a, r, to_rank, start, arrival, bytes});
+    if (record_) {
+      timeline_.transfers.push_back({a, r, to_rank, start, arrival, bytes});
+    } else {
+      totals_.makespan = std::max(totals_.makespan, arrival);
+      if (route.send_port >= 0) totals_.port_wire[route.send_port] += wire;
+      if (route.recv_port >= 0) totals_.port_wire[route.recv_port] += wire;
+    }
     const std::size_t message = messages_.of(a);
     arrival_[message] = arrival;
     wake(message);
@@ -322,6 +346,7 @@ class Simulation {
 
   const schedule::Program& p_;
   const CostModel& c_;
+  const bool record_;
   int total_;
   std::vector<int> pos_;
   std::vector<double> clock_;
@@ -337,15 +362,24 @@ class Simulation {
   std::vector<Core> cores_;
   // (start time, rank), earliest first; ties go to the lower rank for determinism.
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> ready_;
-  trace::Timeline timeline_;
+  trace::Timeline timeline_;  // where record_
+  Totals totals_;             // where not
 };
 
 }  // namespace
 
 trace::Timeline simulate(const schedule::Program& program, const CostModel& costs) {
-  trace::Timeline timeline = Simulation(program, costs).run();
+  Simulation simulation(program, costs, true);
+  simulation.run();
+  trace::Timeline timeline = std::move(simulation).timeline();
   timeline.source = "simulated";
   return timeline;
+}
+
+Totals simulateTotals(const schedule::Program& program, const CostModel& costs) {
+  Simulation simulation(program, costs, false);
+  simulation.run();
+  return std::move(simulation).totals();
 }
 
 }  // namespace pipetrain::sim
