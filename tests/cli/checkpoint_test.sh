@@ -87,6 +87,20 @@ d = torch.load('$tmp/zoo.pt')
 assert 'fc0.body.0.weight' in d and d['fc0.body.0.weight'].shape == (16, 8), sorted(d)
 "
 
+# A model whose layers hold submodules (the DAG example's branches are Sequentials):
+# its checkpoint exports under the module's own names, as the train-time export does.
+check "nested layers' run" "$bin" train --model-file "$tmp/dag_model.pt" --data-file "$tmp/data.pt" --nproc 2 \
+  --stage-bounds 0,1,3 --microbatches 2 --microbatch-size 16 --max-steps 3 --no-eval --checkpoint-dir "$tmp/dag" \
+  --export "$tmp/dag_trained.pt"
+check "nested layers' export" "$bin" export "$tmp/dag" --out "$tmp/dag_exported.pt"
+check "python: the nested export is the trained model" "$python" - "$tmp/dag_trained.pt" "$tmp/dag_exported.pt" <<'PY'
+import sys
+import torch
+trained, exported = (dict(torch.jit.load(p).named_parameters()) for p in sys.argv[1:])
+assert trained.keys() == exported.keys() and "deep.2.weight" in exported, sorted(exported)
+assert all(torch.equal(trained[k], exported[k]) for k in trained)
+PY
+
 # Broken checkpoints are refused, naming the file and the fault.
 newest=$(ls -d "$tmp/zoo"/step-* | tail -1)
 cp -r "$newest" "$tmp/broken"

@@ -112,6 +112,10 @@ Model loadScriptedModel(const std::string& path, const InputSpec& input);
 // Writes `model` (from loadScriptedModel) back as a TorchScript file with its current
 // weights, loadable in Python by torch.jit.load.
 void saveScriptedModel(const Model& model, const std::string& path);
+// The name a layer of a TorchScript model gives the tensor at `path_in_child` inside its
+// child, as its parameters, the optimizer and checkpoints know it: "0.conv1.weight" in
+// child "layer1" is layer1's "0_conv1_weight" (registered names hold no dots).
+std::string scriptedTensorName(std::string path_in_child);
 
 // ===== Wiring and forward passes =====================================================
 

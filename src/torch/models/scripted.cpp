@@ -108,13 +108,9 @@ class ScriptedLayerImpl : public torch::nn::Module {
  public:
   ScriptedLayerImpl(torch::jit::Module child, std::shared_ptr<const Wiring> wiring, int index)
       : child_(std::move(child)), wiring_(std::move(wiring)), index_(index) {
-    auto local = [](std::string name) {
-      std::replace(name.begin(), name.end(), '.', '_');  // registered names may not hold dots
-      return name;
-    };
     for (const auto& p : child_.named_parameters(/*recurse=*/true))
-      register_parameter(local(p.name), p.value, p.value.requires_grad());
-    for (const auto& b : child_.named_buffers(/*recurse=*/true)) register_buffer(local(b.name), b.value);
+      register_parameter(scriptedTensorName(p.name), p.value, p.value.requires_grad());
+    for (const auto& b : child_.named_buffers(/*recurse=*/true)) register_buffer(scriptedTensorName(b.name), b.value);
   }
 
   torch::Tensor forward(torch::Tensor x) {
@@ -332,6 +328,11 @@ class Loader {
 }  // namespace
 
 Model loadScriptedModel(const std::string& path, const InputSpec& input) { return Loader(path, input).load(); }
+
+std::string scriptedTensorName(std::string path_in_child) {
+  std::replace(path_in_child.begin(), path_in_child.end(), '.', '_');  // registered names may not hold dots
+  return path_in_child;
+}
 
 void saveScriptedModel(const Model& model, const std::string& path) {
   if (!model.script) throw Error("model '" + model.name + "' is not from a TorchScript file; only those export");

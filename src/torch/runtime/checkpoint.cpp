@@ -17,6 +17,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/script.h>
 
+#include "pipetrain/torch/models.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
 
@@ -348,9 +349,17 @@ void exportCheckpoint(const Checkpoint& c, const std::string& out, const std::st
     throw Error(script + ": cannot load the model the checkpoint was trained from (" + e.what_without_backtrace() +
                 "); name it with --model-file");
   }
+  // The module's tensors by the names the checkpoint gives them: layer, then the name
+  // inside it ("wide.0.weight" is layer "wide"'s "0_weight").
   std::map<std::string, torch::Tensor> targets;
-  for (const auto& p : module.named_parameters()) targets[p.name] = p.value;
-  for (const auto& b : module.named_buffers()) targets[b.name] = b.value;
+  auto target = [&](const std::string& path, const torch::Tensor& tensor) {
+    const std::size_t dot = path.find('.');
+    targets[dot == std::string::npos ? path
+                                     : path.substr(0, dot + 1) + models::scriptedTensorName(path.substr(dot + 1))] =
+        tensor;
+  };
+  for (const auto& p : module.named_parameters()) target(p.name, p.value);
+  for (const auto& b : module.named_buffers()) target(b.name, b.value);
   torch::NoGradGuard no_grad;
   for (const auto& [name, tensor] : tensors) {
     auto it = targets.find(name);
