@@ -80,6 +80,36 @@ struct PipelineExecutor::Impl {
   int max_sends_held = 0;
   std::map<int, std::pair<torch::Tensor, int>> minibatch_loss;  // sum (on the device), count
 
+  // A mini-batch's mean loss over every micro-batch of it: a replicated last stage's
+  // replicas each sum their own, and the sums meet in one small all-reduce over the
+  // replica group, started when the mini-batch ends here and read with the report, a
+  // mini-batch later (so no replica waits for it). NaN on ranks without the last stage.
+  struct MinibatchLoss {
+    int minibatch;
+    torch::Tensor sum_and_count;  // on the device, or undefined
+    std::unique_ptr<PendingOp> op;
+    double mean() {
+      if (!sum_and_count.defined()) return std::nan("");
+      if (op) op->wait();
+      const torch::Tensor host = sum_and_count.cpu();
+      return host[0].item<double>() / host[1].item<double>();
+    }
+  };
+
+  MinibatchLoss minibatchLoss(const schedule::Program& p, int minibatch) {
+    MinibatchLoss out{minibatch, {}, nullptr};
+    auto [sum, count] = minibatch_loss[minibatch];
+    minibatch_loss.erase(minibatch);
+    for (const auto& [s, st] : state) {
+      if (!p.isLastStage(s)) continue;
+      const auto options = torch::dtype(torch::kDouble).device(st.device);
+      out.sum_and_count = torch::stack({sum.defined() ? sum.to(options) : torch::zeros({}, options),
+                                        torch::full({}, static_cast<double>(count), options)});
+      if (p.stage_ranks[s].size() > 1) out.op = channel.startAllReduceSum(out.sum_and_count, p.stage_ranks[s]);
+    }
+    return out;
+  }
+
   Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, DataChannel& t,
        const LatestWeightCorrections& c, Precision precision)
       : program(&p), rank(r), model(m), stages(std::move(s)), channel(t), corrections(c), precision(precision),
@@ -396,10 +426,7 @@ struct PipelineExecutor::Impl {
     ActionTimer timer(model.device, origin);
     std::size_t next_retirement = 0;
     int posted = 0;
-    std::optional<std::pair<int, std::pair<torch::Tensor, int>>> unreported;  // mini-batch, its loss
-    auto meanLoss = [](const std::pair<torch::Tensor, int>& loss) {
-      return loss.first.defined() ? loss.first.item<double>() / loss.second : std::nan("");  // NaN: not the last stage
-    };
+    std::optional<MinibatchLoss> unreported;
     for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
       for (; posted < static_cast<int>(actions.size()) && posted <= i + kReceiveLookahead; ++posted) {
         const Action& ahead = actions[posted];
@@ -449,12 +476,11 @@ struct PipelineExecutor::Impl {
         // Reported one mini-batch late: reading a loss waits for the device to compute it,
         // and by then the next mini-batch's work is queued, so a GPU never idles while the
         // host catches up.
-        if (unreported && on_minibatch) on_minibatch(unreported->first, meanLoss(unreported->second));
-        unreported = {done->second, minibatch_loss[done->second]};
-        minibatch_loss.erase(done->second);
+        if (unreported && on_minibatch) on_minibatch(unreported->minibatch, unreported->mean());
+        unreported = minibatchLoss(p, done->second);
       }
     }
-    if (unreported && on_minibatch) on_minibatch(unreported->first, meanLoss(unreported->second));
+    if (unreported && on_minibatch) on_minibatch(unreported->minibatch, unreported->mean());
     timer.finish(result.actions, result.action_cpu_seconds);
     const auto flush = Clock::now();
     for (auto& [position, s] : sends) s.op->wait();

@@ -36,6 +36,55 @@ class Done : public PendingOp {
   void wait() override {}
 };
 
+using ReductionKey = std::pair<std::vector<int>, int>;  // the group, its k-th all-reduce
+
+// Adds `rank`'s tensors to the group's reduction `key`; the last to arrive sums them.
+void contribute(Shared& s, const ReductionKey& key, int rank, const std::vector<torch::Tensor>& tensors) {
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto& r = s.reductions[key];
+    auto& mine = r.parts[rank];  // present even with no tensors (a barrier)
+    for (const auto& t : tensors) mine.push_back(t.detach().clone());
+    if (r.parts.size() < key.first.size()) return;
+    // Sum in rank order so every rank gets bitwise the same result.
+    r.sum = r.parts.begin()->second;
+    for (auto it = std::next(r.parts.begin()); it != r.parts.end(); ++it)
+      for (std::size_t i = 0; i < r.sum.size(); ++i) r.sum[i] = r.sum[i] + it->second[i];
+    r.done = true;
+  }
+  s.changed.notify_all();
+}
+
+// Waits for the group's other ranks to contribute to `key` and copies the sum out.
+void collect(Shared& s, const ReductionKey& key, int rank, std::vector<torch::Tensor>& tensors) {
+  std::unique_lock<std::mutex> lock(s.mutex);
+  auto& r = s.reductions[key];
+  if (!s.changed.wait_for(lock, s.timeout, [&] { return r.done; })) {
+    // The ranks that never arrived are the ones to look at.
+    std::string missing;
+    for (int g : key.first)
+      if (!r.parts.count(g)) missing += (missing.empty() ? "rank " : ", rank ") + std::to_string(g);
+    throw Error("rank " + std::to_string(rank) + ": all-reduce timed out after " + std::to_string(s.timeout.count()) +
+                " ms waiting for " + missing);
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(r.sum[i]);
+  if (++r.collected == key.first.size()) s.reductions.erase(key);
+}
+
+// An all-reduce this rank has contributed to, as Gloo's: the sum arrives on wait().
+class PendingReduction : public PendingOp {
+ public:
+  PendingReduction(std::shared_ptr<Shared> s, ReductionKey key, int rank, torch::Tensor flat)
+      : s_(std::move(s)), key_(std::move(key)), rank_(rank), flat_{std::move(flat)} {}
+  void wait() override { collect(*s_, key_, rank_, flat_); }
+
+ private:
+  std::shared_ptr<Shared> s_;
+  ReductionKey key_;
+  int rank_;
+  std::vector<torch::Tensor> flat_;
+};
+
 class PendingRecv : public PendingOp {
  public:
   // `order`: the receive's place among the pair's Program messages, or -1 (by tag only).
@@ -105,37 +154,15 @@ class InProcessTransport : public Transport {
   }
 
   void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
-    const auto key = std::make_pair(group, reductions_done_[group]++);
-    std::unique_lock<std::mutex> lock(s_->mutex);
-    auto& r = s_->reductions[key];
-    auto& mine = r.parts[rank_];  // present even with no tensors (a barrier)
-    for (const auto& t : tensors) mine.push_back(t.detach().clone());
-    if (r.parts.size() == group.size()) {
-      // Sum in rank order so every rank gets bitwise the same result.
-      r.sum = r.parts.begin()->second;
-      for (auto it = std::next(r.parts.begin()); it != r.parts.end(); ++it)
-        for (std::size_t i = 0; i < r.sum.size(); ++i) r.sum[i] = r.sum[i] + it->second[i];
-      r.done = true;
-      s_->changed.notify_all();
-    }
-    if (!s_->changed.wait_for(lock, s_->timeout, [&] { return r.done; })) {
-      // The ranks that never arrived are the ones to look at.
-      std::string missing;
-      for (int g : group)
-        if (!r.parts.count(g)) missing += (missing.empty() ? "rank " : ", rank ") + std::to_string(g);
-      throw Error("rank " + std::to_string(rank_) + ": all-reduce timed out after " +
-                  std::to_string(s_->timeout.count()) + " ms waiting for " + missing);
-    }
-    for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(r.sum[i]);
-    if (++r.collected == group.size()) s_->reductions.erase(key);
+    const ReductionKey key{group, reductions_done_[group]++};
+    contribute(*s_, key, rank_, tensors);
+    collect(*s_, key, rank_, tensors);
   }
 
-  // Ranks are threads here, so the reduction happens at once: each thread blocks until
-  // the group's other threads start the same reduction.
   std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) override {
-    std::vector<torch::Tensor> one{flat};
-    allReduceSum(one, group);
-    return std::make_unique<Done>();
+    ReductionKey key{group, reductions_done_[group]++};
+    contribute(*s_, key, rank_, {flat});
+    return std::make_unique<PendingReduction>(s_, std::move(key), rank_, std::move(flat));
   }
 
   void barrier() override {
