@@ -69,14 +69,18 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   // speed while profiling from the schedule's part of an error). Where the ranks share
   // the cores, that compute stretches while they take turns; so each rank's compute on
   // a core of its own too: its work, to set beside the run's time on a core.
-  json_io::Json busy = json_io::Json::array(), alone = json_io::Json::array();
-  for (const sim::RankReport& r : e.best().report.ranks) busy.push_back(r.busy_seconds);
+  json_io::Json busy = json_io::Json::array(), alone = json_io::Json::array(), peak = json_io::Json::array();
+  for (const sim::RankReport& r : e.best().report.ranks) {
+    busy.push_back(r.busy_seconds);
+    peak.push_back(r.peak_memory_bytes);
+  }
   const cluster::ClusterSpec unshared = localCluster(job.ranks, memory, job.ranks);
   for (const sim::RankReport& r : sim::predictReport(graph, unshared, e.best().plan).ranks)
     alone.push_back(r.busy_seconds);
   planner["chosen"] = {{"throughput", e.best().report.throughput},
                        {"iteration_seconds", e.best().report.iteration_time},
                        {"rank_busy_seconds", busy},
+                       {"rank_peak_memory_bytes", peak},
                        {"rank_core_seconds", alone}};
   return {chosen, planner};
 }

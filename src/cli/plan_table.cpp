@@ -21,23 +21,49 @@ std::string stageShape(const plan::Plan& plan) {
   return out;
 }
 
+std::string planName(const plan::Plan& plan) {
+  if (planner::isDataParallel(plan))
+    return "data parallelism on " + std::to_string(plan.stages[0].devices.size()) + " devices (" +
+           plan.schedule.name + "'s order of passes)";
+  return plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages (" + stageShape(plan) + ")";
+}
+
 report::Table explorationTable(const planner::Exploration& e, int top) {
   report::Table t;
-  t.caption = "The planner's ranking (predicted, steady state)";
-  t.header = {"rank", "schedule", "by", "stages", "depth", "stages x repl", "mb", "m", "samples/s", "iter ms", "bubble",
-              "peak mem"};
+  t.caption = "The planner's ranking (predicted, steady state). by: what proposed the plan (chain: PipeDream's "
+              "partitioner over the layers in order; graph: GraphPipe's, branches as parallel stages; balanced: "
+              "equal stages for a schedule that places several on a device; refined: a simulated neighbour of "
+              "one of those)";
+  // The longest path of stages is their number but where branches run side by side.
+  bool branches = false;
+  for (const auto& c : e.ranked) branches = branches || c.depth != c.plan.numStages();
+  t.header = {"#", "schedule", "by", "stages"};
+  if (branches) t.header.push_back("depth");
+  for (const char* h : {"stages x repl", "mb", "m", "samples/s", "iter ms", "bubble", "peak mem"}) t.header.push_back(h);
   t.highlighted_row = 0;
-  const int rows = std::min<int>(top, static_cast<int>(e.ranked.size()));
-  for (int i = 0; i < rows; ++i) {
-    const auto& c = e.ranked[i];
+  // Synchronous data parallelism is listed once, at its best (planner::sameDataParallelRun).
+  std::vector<const plan::Plan*> listed;
+  for (const auto& c : e.ranked) {
+    if (static_cast<int>(t.rows.size()) >= top) break;
+    if (std::any_of(listed.begin(), listed.end(),
+                    [&](const plan::Plan* p) { return planner::sameDataParallelRun(*p, c.plan); }))
+      continue;
+    listed.push_back(&c.plan);
     std::string schedule = c.plan.schedule.name;
-    if (schedule::isAsynchronous(schedule)) schedule += "*";
-    t.rows.push_back({std::to_string(i + 1), schedule, c.partitioner, std::to_string(c.plan.numStages()),
-                      std::to_string(c.depth), stageShape(c.plan),
-                      std::to_string(c.plan.microbatch_size), std::to_string(c.plan.microbatches),
-                      text::format("%.6g", c.report.throughput), text::format("%.4g", c.report.iteration_time * 1e3),
-                      text::format("%.1f%%", 100 * c.report.bubble_fraction),
-                      text::humanBytes(static_cast<double>(c.report.peakMemoryBytes()))});
+    if (planner::isDataParallel(c.plan))
+      schedule = "data parallel";
+    else if (schedule::isAsynchronous(schedule))
+      schedule += "*";
+    std::vector<std::string> row{std::to_string(t.rows.size() + 1), schedule, c.partitioner,
+                                 std::to_string(c.plan.numStages())};
+    if (branches) row.push_back(std::to_string(c.depth));
+    for (std::string cell : {stageShape(c.plan), std::to_string(c.plan.microbatch_size),
+                             std::to_string(c.plan.microbatches), text::format("%.6g", c.report.throughput),
+                             text::format("%.4g", c.report.iteration_time * 1e3),
+                             text::format("%.1f%%", 100 * c.report.bubble_fraction),
+                             text::humanBytes(static_cast<double>(c.report.peakMemoryBytes()))})
+      row.push_back(std::move(cell));
+    t.rows.push_back(std::move(row));
   }
   return t;
 }
@@ -57,9 +83,9 @@ std::vector<std::string> explorationNotes(const planner::Exploration& e) {
   if (const std::string note = e.idleDevicesNote(); !note.empty()) notes.push_back("warning: " + note);
   for (const std::string& note : e.graph_notes) notes.push_back("graph partitioner: " + note);
   const auto& best = e.best();
-  std::snprintf(buf, sizeof buf, "chosen: %s, %d stages (%s), micro-batch %lld x %d, predicted %.6g samples/s",
-                best.plan.schedule.name.c_str(), best.plan.numStages(), stageShape(best.plan).c_str(),
-                static_cast<long long>(best.plan.microbatch_size), best.plan.microbatches, best.report.throughput);
+  std::snprintf(buf, sizeof buf, "chosen: %s, micro-batch %lld x %d, predicted %.6g samples/s",
+                planName(best.plan).c_str(), static_cast<long long>(best.plan.microbatch_size),
+                best.plan.microbatches, best.report.throughput);
   notes.push_back(buf);
   return notes;
 }
@@ -74,8 +100,8 @@ void printExploration(const planner::Exploration& e, int top) {
   auto line = [&](const std::vector<std::string>& cells) {
     std::string out;
     for (std::size_t c = 0; c < cells.size(); ++c) {
-      // Text columns (schedule, shape) left-aligned, numbers right-aligned.
-      const bool left = c == 1 || c == 3;
+      // Text columns (schedule, by, shape) left-aligned, numbers right-aligned.
+      const bool left = t.header[c] == "schedule" || t.header[c] == "by" || t.header[c] == "stages x repl";
       const std::string pad(width[c] - cells[c].size(), ' ');
       out += (c ? "  " : "") + (left ? cells[c] + pad : pad + cells[c]);
     }

@@ -1,5 +1,6 @@
 #include "report_pages.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -31,6 +32,59 @@ std::string layerSpan(const std::vector<std::string>& layers) {
 }
 
 double numberOr(const JsonCursor& c, const std::string& key) { return c.has(key) ? c.field(key).asNumber() : NAN; }
+
+std::string percent(double fraction) { return text::format("%.0f%%", 100 * fraction); }
+
+// The page's headline: how close the run came to its predictions, where each rank's
+// step went (from summary.json's per-rank fractions, as the console prints them), what
+// cost the most, and the busiest rank.
+std::vector<std::string> whereTheTimeWent(const JsonCursor& s, double measured, double predicted, double planned) {
+  std::vector<std::string> notes;
+  std::string reached = text::format("Measured %.1f samples/s", measured);
+  if (predicted > 0) reached += ": " + percent(measured / predicted) + " of the prediction from this run's own action times";
+  if (planned > 0) reached += (predicted > 0 ? ", " : ": ") + percent(measured / planned) + " of the planner's from the profile";
+  notes.push_back(reached + ".");
+  double compute = 0, messages = 0, schedule_idle = 0, framework = 0, core = 0;
+  int ranks = 0, core_ranks = 0, busiest = -1;
+  double busiest_compute = -1;
+  for (const auto& r : s.field("ranks").asArray()) {
+    const double idle = r.field("bubble_fraction").asNumber();
+    compute += 1 - idle;
+    messages += numberOr(r, "wait_fraction");
+    schedule_idle += numberOr(r, "predicted_bubble_fraction");
+    framework += numberOr(r, "overhead_fraction");
+    if (const double c = numberOr(r, "core_wait_fraction"); c >= 0) core += c, ++core_ranks;
+    if (1 - idle > busiest_compute) busiest_compute = 1 - idle, busiest = static_cast<int>(r.field("rank").asInt());
+    ++ranks;
+  }
+  if (ranks == 0) return notes;
+  compute /= ranks, messages /= ranks, schedule_idle /= ranks, framework /= ranks;
+  std::string went = "Of each rank's step, on average: compute " + percent(compute) + ", waiting for messages " +
+                     percent(messages) + " (the schedule's own idle time, predicted from this run: " +
+                     percent(schedule_idle) + "), framework " + percent(framework);
+  if (core_ranks > 0) {
+    core /= core_ranks;
+    went += "; waiting for a CPU core, inside all of these: " + percent(core);
+  }
+  notes.push_back(went + ".");
+  // The largest cost beyond the schedule's own idle time, named with what to try.
+  const double extra_messages = std::max(0.0, messages - schedule_idle);
+  if (core_ranks > 0 && core >= std::max(extra_messages, framework) && core > 0.05)
+    notes.push_back("The largest loss is waiting for a CPU core (" + percent(core) +
+                    "): the ranks and their threads outnumber the cores. Fewer ranks, or --threads 1, would give "
+                    "each its own.");
+  else if (extra_messages >= framework && extra_messages > 0.05)
+    notes.push_back("The largest loss is waiting for messages beyond the schedule's own idle time (" +
+                    percent(extra_messages) + "): the network or the transport is slower than the plan assumed; "
+                    "profile-network measures it.");
+  else if (framework > 0.05)
+    notes.push_back("The largest loss is the framework, time neither computing nor waiting (" + percent(framework) +
+                    "): more work per action (a larger micro-batch) amortises it.");
+  if (busiest >= 0)
+    notes.push_back("The busiest rank is rank " + std::to_string(busiest) + ", computing " + percent(busiest_compute) +
+                    " of its step: the bottleneck stage lives there.");
+  return notes;
+}
 
 }  // namespace
 
@@ -67,8 +121,7 @@ report::Page pageForExploration(const planner::Exploration& e, const graph::Laye
   const auto& best = e.best();
   report::Page page;
   page.title = title;
-  page.facts = {{"chosen", best.plan.schedule.name + ", " + std::to_string(best.plan.numStages()) + " stages (" +
-                               stageShape(best.plan) + ")"},
+  page.facts = {{"chosen", planName(best.plan)},
                 {"predicted throughput", text::format("%.6g samples/s", best.report.throughput)},
                 {"iteration", text::format("%.4g ms", 1e3 * best.report.iteration_time)},
                 {"mean bubble", text::format("%.1f%%", 100 * best.report.bubble_fraction)},
@@ -102,19 +155,24 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   report::Page page;
   page.title = model + " with " + schedule + " on " + std::to_string(world) + " ranks";
   const double measured = s.field("throughput").asNumber(), predicted = s.field("predicted_throughput").asNumber();
+  const double planned = s.has("planner") && s.field("planner").has("chosen")
+                             ? s.field("planner").field("chosen").numberOr("throughput", NAN)
+                             : NAN;
   page.facts = {{"model", model},
                 {"schedule", schedule},
                 {"ranks", std::to_string(world)},
                 {"samples trained", std::to_string(s.field("samples").asInt())},
-                {"throughput", text::format("%.1f samples/s measured", measured) + text::format(", %.1f predicted", predicted)},
-                {"wall time", text::format("%.1f s", s.field("wall_seconds").asNumber())},
-                {"final training loss", text::format("%.4f", s.field("final_loss").asNumber())}};
+                {"throughput, measured", text::format("%.1f samples/s", measured)}};
+  if (std::isfinite(planned))
+    page.facts.push_back({"predicted by the planner", text::format("%.1f samples/s, from the profile", planned)});
+  page.facts.push_back({"predicted from this run",
+                        text::format("%.1f samples/s: the simulator fed this run's measured time of each action",
+                                     predicted)});
+  page.facts.push_back({"wall time", text::format("%.1f s", s.field("wall_seconds").asNumber())});
+  page.facts.push_back({"final training loss", text::format("%.4f", s.field("final_loss").asNumber())});
   if (s.has("test_accuracy")) page.facts.push_back({"test accuracy", text::format("%.4f", s.field("test_accuracy").asNumber())});
   if (s.has("test_loss")) page.facts.push_back({"test loss", text::format("%.4f", s.field("test_loss").asNumber())});
-  if (predicted > 0)
-    page.notes.push_back(text::format("The run reached %.0f%% of the simulator's prediction from its own measured stage times; ",
-                             100 * measured / predicted) +
-                         "the gap is what the per-rank bars below call waiting for messages and framework time.");
+  for (const std::string& note : whereTheTimeWent(s, measured, predicted, planned)) page.notes.push_back(note);
   if (s.boolOr("asynchronous", false))
     page.notes.push_back(schedule + " is asynchronous: its updates use stale weights, so it is not synchronous SGD.");
 
@@ -136,29 +194,35 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   BarChart idle{"idle", "Where each rank's step went, besides compute (share of the step)", Unit::kFraction,
                 rankNames(ranks.size()), {}};
   BarChart memory{"memory", "Memory per rank", Unit::kBytes, idle.categories, {}};
-  BarChart::Series bubble{"idle, measured", {}}, bubble_predicted{"idle, predicted", {}},
-      wait{"waiting for messages", {}}, framework{"framework", {}};
+  BarChart::Series bubble{"idle, measured", {}}, bubble_predicted{"idle, predicted from this run", {}},
+      wait{"waiting for messages", {}}, framework{"framework", {}},
+      core_wait{"waiting for a CPU core (within the others and compute)", {}};
   // The process's peak less its resident set before the model was built: what training
-  // added, comparable with the simulator's peak (LibTorch alone is ~170 MiB here).
-  BarChart::Series peak{"peak added by training, measured", {}}, peak_predicted{"peak, predicted", {}},
-      weights{"weight copies", {}};
+  // added, comparable with the planner's peak (LibTorch alone is ~170 MiB here).
+  BarChart::Series peak{"peak added by training, measured", {}},
+      peak_predicted{"peak, predicted by the planner from the profile", {}}, weights{"weight copies", {}};
   for (const auto& r : ranks) {
     bubble.values.push_back(r.field("bubble_fraction").asNumber());
     bubble_predicted.values.push_back(numberOr(r, "predicted_bubble_fraction"));
     wait.values.push_back(numberOr(r, "wait_fraction"));
     framework.values.push_back(numberOr(r, "overhead_fraction"));
+    const double core = numberOr(r, "core_wait_fraction");
+    core_wait.values.push_back(core >= 0 ? core : NAN);
     peak.values.push_back(r.field("peak_memory_bytes").asNumber() - (r.has("start_memory_bytes")
                                                                           ? r.field("start_memory_bytes").asNumber()
                                                                           : 0.0));
     peak_predicted.values.push_back(numberOr(r, "predicted_peak_memory_bytes"));
     weights.values.push_back(numberOr(r, "weight_bytes"));
   }
-  idle.series = {bubble, bubble_predicted, wait, framework};
-  memory.series = {peak, peak_predicted, weights};
+  idle.series = {bubble, bubble_predicted, wait, framework, core_wait};
+  memory.series = {peak};
+  if (std::any_of(peak_predicted.values.begin(), peak_predicted.values.end(), [](double v) { return std::isfinite(v); }))
+    memory.series.push_back(peak_predicted);
+  memory.series.push_back(weights);
   page.bars = {idle, memory};
 
-  LineChart loss{"loss", "Training loss", "seconds since training began", "loss", {}};
-  LineChart accuracy{"accuracy", "Test accuracy", "seconds since training began", "accuracy", {}};
+  LineChart loss{"loss", "Training loss", "seconds since training began", "loss", INFINITY, {}};
+  LineChart accuracy{"accuracy", "Test accuracy", "seconds since training began", "accuracy", 1.0, {}};
   LineChart::Series train_loss{"training loss (each mini-batch)", {}, false}, test_loss{"test loss", {}, true},
       test_accuracy{"test accuracy", {}, true};
   // An evaluation, from the log or the summary's history (the same fields); -1 = none.

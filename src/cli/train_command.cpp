@@ -398,10 +398,15 @@ int launch(TrainArgs& a, const models::Model& model) {
   sim::Evaluation prediction = predictRun(measured);
   const sim::Report& predicted = prediction.report;
   prediction.timeline.title = "predicted: " + timeline.title;
+  // Memory as the planner predicted it from the profile (its layers' activations): the
+  // run's own stage times say nothing of it.
+  const bool planned_memory = !a.planner.is_null() && a.planner.contains("chosen") &&
+                              a.planner["chosen"].contains("rank_peak_memory_bytes") &&
+                              a.planner["chosen"]["rank_peak_memory_bytes"].size() == ranks.size();
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     ranks[r]["predicted_bubble_fraction"] = predicted.ranks[r].bubble_fraction;
     ranks[r]["predicted_weight_versions"] = predicted.ranks[r].weight_versions;
-    ranks[r]["predicted_peak_memory_bytes"] = predicted.ranks[r].peak_memory_bytes;
+    if (planned_memory) ranks[r]["predicted_peak_memory_bytes"] = a.planner["chosen"]["rank_peak_memory_bytes"][r];
   }
   const bool asynchronous = schedule::traits(schedule_name).asynchronous;
 
@@ -420,6 +425,7 @@ int launch(TrainArgs& a, const models::Model& model) {
   std::printf("trained %s with %s on %d ranks: %lld samples, %.1f samples/s, wall %.1f s\n", a.config.model.c_str(),
               schedule_name.c_str(), a.nproc, static_cast<long long>(samples),
               summary["throughput"].get<double>(), wall);
+  if (!a.config.export_path.empty()) std::printf("exported the trained model to %s\n", a.config.export_path.c_str());
   if (asynchronous)
     std::printf("note: %s is asynchronous (%s): its updates use stale weights, so it is not synchronous SGD "
                 "and converges differently\n",
@@ -486,7 +492,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--export", c.export_path, "with --model-file: write the trained model as TorchScript here");
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->add_option("--dataset", c.data.name, "fashion-mnist, fortunes or synthetic")->capture_default_str();
+  cmd->add_option("--dataset", c.data.name,
+                  "fashion-mnist, fortunes or synthetic (default: fashion-mnist for fmnist-cnn, else synthetic)");
   cmd->add_option("--data-dir", a->data_dir, "where the dataset's files are (default: the Debian package's folder)");
   cmd->add_option("--nproc", a->nproc, "local ranks to launch (ignored when RANK is set)")
       ->check(positive())->capture_default_str();
@@ -573,6 +580,15 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             if (!a->data_dir.empty()) a->config.data.fashion_mnist_dir = a->config.data.fortunes_dir = a->data_dir;
             if (a->plan_args.schedule.name == "auto") a->plan_args.schedule.name.clear();
             const bool is_rank = std::getenv("RANK") != nullptr;
+            // A zoo model trains on its own data unless told otherwise: fmnist-cnn on
+            // Fashion-MNIST (it trained on random noise by default before); the others on
+            // synthetic data, and the launcher says so.
+            if (a->config.model_file.empty() && a->config.data.file.empty() && !cmd->count("--dataset")) {
+              if (a->config.model == "fmnist-cnn") a->config.data.name = "fashion-mnist";
+              if (!is_rank && a->config.data.name == "synthetic")
+                std::printf("note: no --dataset: %s trains on synthetic data (random samples, nothing to learn)\n",
+                            a->config.model.c_str());
+            }
             // --resume without a plan goes on under the checkpoint's, on as many ranks as
             // it ran (another --nproc plans afresh: any plan loads a checkpoint).
             std::optional<runtime::Checkpoint> resumed;

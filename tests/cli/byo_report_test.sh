@@ -18,6 +18,7 @@ cp "$tmp/out" "$tmp/train.out"
 expect "planned" "chosen:" "$tmp/train.out"
 expect "accuracy" "test accuracy" "$tmp/train.out"
 expect "report written" "report: $tmp/run/report.html" "$tmp/train.out"
+expect "export confirmed" "exported the trained model to $tmp/trained.pt" "$tmp/train.out"
 for f in report.html summary.json metrics.jsonl; do
   check "report folder has $f" test -s "$tmp/run/$f"
 done
@@ -63,7 +64,26 @@ for page in run/report.html again.html; do
   expect "$page: measured Gantt" "measured" "$tmp/$page"
   expect "$page: loss curve" 'id="loss"' "$tmp/$page"
   expect "$page: accuracy curve" 'id="accuracy"' "$tmp/$page"
+  # The page explains itself: each throughput says where it comes from, the headline
+  # where the time went, the ranking's columns what they are.
+  expect "$page: measured throughput" "throughput, measured" "$tmp/$page"
+  expect "$page: the planner's prediction" "predicted by the planner" "$tmp/$page"
+  expect "$page: this run's prediction" "predicted from this run" "$tmp/$page"
+  expect "$page: where the time went" "on average: compute" "$tmp/$page"
+  expect "$page: the busiest rank" "The busiest rank is rank" "$tmp/$page"
+  expect "$page: the ranking says what by means" "by: what proposed the plan" "$tmp/$page"
+  expect "$page: positions, not ranks" "<th>#</th>" "$tmp/$page"
+  expect "$page: memory as the planner predicted it" "predicted by the planner from the profile" "$tmp/$page"
 done
+# The accuracy axis stops at 1; no tick reads more.
+check "accuracy axis within [0, 1]" "$python" - "$tmp/run/report.html" <<'PY'
+import re, sys
+page = open(sys.argv[1]).read()
+chart = page[page.index('id="accuracy"'):]
+chart = chart[:chart.index("</svg>")]
+ticks = [float(t) for t in re.findall(r'class="tick"[^>]*text-anchor="end">([0-9.]+)<', chart)]
+assert ticks and max(ticks) <= 1.0, ticks
+PY
 check "self-contained: nothing fetched" bash -c "! grep -Eq '(src|href)=\"(https?:)?//' '$tmp/run/report.html'"
 
 # A real browser: every page loads, its script runs without an error, and it draws.

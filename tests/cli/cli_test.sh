@@ -174,6 +174,12 @@ refuses "bad plan bounds" "stages" "${train[@]}" --nproc 2 --stage-bounds 0,1,2,
 refuses "unknown model" "unknown model" "${train[@]}" --nproc 2 --model nope
 refuses "missing dataset dir" "fashion" "$bin" train --model fmnist-cnn --dataset fashion-mnist --nproc 2 --max-steps 1 \
   --data-dir /nonexistent
+# fmnist-cnn trains on Fashion-MNIST unless told otherwise, not on random noise.
+refuses "fmnist-cnn's own data by default" "fashion" "$bin" train --model fmnist-cnn --nproc 2 \
+  --stage-bounds 0,2,4 --max-steps 1 --data-dir /nonexistent
+check "synthetic data is said" "$bin" train --model mlp --model-option input=8 --model-option layers=2 \
+  --model-option width=8 --nproc 2 --data-parallel --microbatches 2 --microbatch-size 4 --max-steps 1 --no-eval
+expect "the note on synthetic data" "no --dataset: mlp trains on synthetic data"
 # Faults from outside, as a crash or a hang would strike: a killed rank (SIGKILL) and a
 # stopped one (SIGSTOP: alive but silent) end the job, naming that rank, with nothing
 # left running. `fault SIGNAL` runs a long job on 3 ranks, signals rank 1 two seconds in.

@@ -78,7 +78,8 @@ struct Exploration {
   int64_t graph_search_steps = 0;       // the graph partitioner's DP transitions, all searches
 
   const Candidate& best() const { return ranked.front(); }
-  // One sentence on why ranked[1] lost to ranked[0] ("" with fewer than two).
+  // One sentence on why the runner-up (the next plan that runs differently:
+  // sameDataParallelRun) lost to ranked[0] ("" where there is none).
   std::string runnerUpLost() const;
   // When the best plan leaves devices idle: how many, and the nearest micro-batch count
   // that p stages x r replicas could split over every device (r must divide it); ""
@@ -93,6 +94,14 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& options);
 // Throws Error when the batch or schedule is unusable, or when nothing fits (listing
 // the reasons of the dropped combinations).
 Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& options);
+
+// Synchronous data parallelism: one stage under a schedule that steps once per
+// mini-batch. It runs alike under each such schedule: they only order its passes
+// differently, which changes its memory.
+bool isDataParallel(const plan::Plan& plan);
+// Whether `a` and `b` are that same run (replicas, micro-batch size and count): the
+// ranking lists it once.
+bool sameDataParallelRun(const plan::Plan& a, const plan::Plan& b);
 
 // Why `loser` is slower than `winner`, in the report's terms (bubble, bottleneck, memory).
 std::string whySlower(const Candidate& winner, const Candidate& loser);

@@ -4,6 +4,7 @@
 // empty parts are left out.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,7 @@ struct BarChart {
 
 struct LineChart {
   std::string id, title, x_label, y_label;
+  double y_most = INFINITY;  // the largest value the quantity can take (accuracy: 1); the axis stops there
   struct Series {
     std::string name;
     std::vector<std::pair<double, double>> points;

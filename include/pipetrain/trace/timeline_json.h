@@ -1,7 +1,9 @@
 // A Timeline as JSON, for files that carry one (a train summary, a rank's result):
-//   {"title": ..., "source": ..., "ranks": [[[action text, start, end(, true)], ...], ...]}
-// where a trailing `true` marks the F of an overlapped pair (its text cannot say it).
-// Transfers are not kept.
+//   {"title": ..., "source": ..., "ranks": [[[action text, start, end(, true)], ...], ...],
+//    "transfers": [[send action text, from rank, to rank, start, end, bytes], ...]}
+// where a trailing `true` marks the F of an overlapped pair (its text cannot say it), and
+// "transfers" is left out where there are none (a measured timeline's messages are not
+// traced).
 #pragma once
 
 #include <vector>

@@ -50,7 +50,20 @@ std::string whySlower(const Candidate& winner, const Candidate& loser) {
          fixed(w.iteration_time * 1e3, 2) + " ms per " + std::to_string(l.samples_per_minibatch) + " samples)";
 }
 
-std::string Exploration::runnerUpLost() const { return ranked.size() < 2 ? "" : whySlower(ranked[0], ranked[1]); }
+bool isDataParallel(const plan::Plan& plan) {
+  return plan.numStages() == 1 && !schedule::isAsynchronous(plan.schedule.name);
+}
+
+bool sameDataParallelRun(const plan::Plan& a, const plan::Plan& b) {
+  return isDataParallel(a) && isDataParallel(b) && a.stages[0].devices == b.stages[0].devices &&
+         a.microbatch_size == b.microbatch_size && a.microbatches == b.microbatches;
+}
+
+std::string Exploration::runnerUpLost() const {
+  for (std::size_t i = 1; i < ranked.size(); ++i)
+    if (!sameDataParallelRun(ranked[0].plan, ranked[i].plan)) return whySlower(ranked[0], ranked[i]);
+  return "";
+}
 
 std::string Exploration::idleDevicesNote() const {
   if (ranked.empty()) return "";

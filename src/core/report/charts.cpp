@@ -128,7 +128,12 @@ std::string lineChartSvg(const LineChart& chart) {
   if (!std::isfinite(x_lo)) x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;
   x_lo = std::min(x_lo, 0.0);
   if (y_lo > 0 && y_lo < 0.5 * y_hi) y_lo = 0;  // start at zero unless that flattens the curve
-  const std::vector<double> xt = niceTicks(x_lo, x_hi, 6), yt = niceTicks(y_lo, y_hi, 5);
+  const std::vector<double> xt = niceTicks(x_lo, x_hi, 6);
+  std::vector<double> yt = niceTicks(y_lo, y_hi, 5);
+  if (yt.back() > chart.y_most && y_hi <= chart.y_most) {  // round ticks past what can be: stop at the limit
+    yt.erase(std::remove_if(yt.begin(), yt.end(), [&](double t) { return t > chart.y_most; }), yt.end());
+    if (yt.empty() || yt.back() < chart.y_most) yt.push_back(chart.y_most);
+  }
   auto xOf = [&](double x) { return kLeft + kPlotW * (x - xt.front()) / (xt.back() - xt.front()); };
   auto yOf = [&](double y) { return kTop + kPlotH * (1 - (y - yt.front()) / (yt.back() - yt.front())); };
   const double width = kLeft + kPlotW + kRight, height = kTop + kPlotH + kBottom;

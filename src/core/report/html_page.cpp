@@ -1,6 +1,8 @@
 // The report page: sections in the order a reader asks their questions. What ran and
 // how fast; the plan and why; where each rank's time went, predicted above measured;
 // per-rank idle time and memory; and how training progressed.
+#include <algorithm>
+
 #include "charts.h"
 #include "pipetrain/report/report.h"
 #include "pipetrain/trace/svg_gantt.h"
@@ -92,8 +94,12 @@ std::string renderHtml(const Page& page) {
     html += section("plan", "Plan", body);
   }
   if (!page.timelines.empty()) {
+    // One time axis for all, so that a gap between predicted and measured shows as one.
+    trace::GanttOptions options;
+    for (const auto& t : page.timelines) options.span_seconds = std::max(options.span_seconds, t.makespan());
     std::string body;
-    for (const auto& t : page.timelines) body += "<div class=\"gantt\">" + trace::toSvgGantt(t) + "</div>\n";
+    for (const auto& t : page.timelines)
+      body += "<div class=\"gantt\">" + trace::toSvgGantt(t, options) + "</div>\n";
     html += section("timelines", "Timelines", body);
   }
   if (!page.bars.empty()) {

@@ -28,7 +28,7 @@ class Simulation {
         port_free_(c.cluster().numPorts(), 0), messages_(p), arrival_(messages_.size(), kUnknown),
         waiter_(messages_.size(), -1) {
     if (record_) {
-      // Sized up front: growing them by doubling cost 7% of the planner's time.
+      // Sized up front: growing them by doubling took 7% of a simulation's time.
       timeline_.ranks.resize(p.numRanks());
       std::size_t sends = 0;
       for (int r = 0; r < p.numRanks(); ++r) {

@@ -55,7 +55,8 @@ class GanttWriter {
     const double makespan = t.makespan();
     makespan_ = std::isfinite(makespan) && makespan > 0 ? makespan : 0;
     // A zero-length run still gets an axis; 1 ms is as good a span as any.
-    span_ = makespan_ > 0 ? makespan_ : 1e-3;
+    span_ = std::max(makespan_, std::isfinite(o.span_seconds) ? o.span_seconds : 0.0);
+    if (span_ <= 0) span_ = 1e-3;
     scale_ = plot_w_ / span_;
     show_wires_ = o.show_transfers && !t.transfers.empty();
     lane_h_ = show_wires_ ? std::clamp(std::floor(row_h_ / 5.0), 3.0, 6.0) : 0;
@@ -401,7 +402,8 @@ class GanttWriter {
     std::size_t actions = 0;
     for (const auto& rank : t_.ranks) actions += rank.size();
     text += "  \xC2\xB7  " + plural(t_.ranks.size(), "rank") + ", " + plural(actions, "action") + ", " +
-            plural(t_.transfers.size(), "transfer");
+            (t_.transfers.empty() && t_.source == "measured" ? std::string("messages not traced")
+                                                              : plural(t_.transfers.size(), "transfer"));
     out_ += "<text class=\"muted footer\" x=\"" + num(kPad) + "\" y=\"" + num(footer_y_) +
             "\" font-size=\"11\">" + text + "</text>\n";
     out_ += "<text class=\"muted\" x=\"" + num(width_ - kPad) + "\" y=\"" + num(footer_y_) +

@@ -31,9 +31,13 @@ std::vector<TimedAction> actionsFromJson(const Json& json, const std::string& or
 }
 
 Json timelineToJson(const Timeline& timeline) {
-  Json ranks = Json::array();
+  Json ranks = Json::array(), transfers = Json::array();
   for (const auto& r : timeline.ranks) ranks.push_back(actionsToJson(r));
-  return {{"title", timeline.title}, {"source", timeline.source}, {"ranks", ranks}};
+  for (const Transfer& t : timeline.transfers)
+    transfers.push_back({schedule::toString(t.send), t.from_rank, t.to_rank, t.start, t.end, t.bytes});
+  Json out = {{"title", timeline.title}, {"source", timeline.source}, {"ranks", ranks}};
+  if (!transfers.empty()) out["transfers"] = transfers;
+  return out;
 }
 
 Timeline timelineFromJson(const Json& json, const std::string& origin) {
@@ -44,6 +48,21 @@ Timeline timelineFromJson(const Json& json, const std::string& origin) {
   t.source = json.value("source", "");
   for (std::size_t r = 0; r < json["ranks"].size(); ++r)
     t.ranks.push_back(actionsFromJson(json["ranks"][r], origin + ": rank " + std::to_string(r)));
+  if (json.contains("transfers")) {
+    if (!json["transfers"].is_array()) throw Error(origin + ": \"transfers\" must be an array");
+    const int ranks = t.numRanks();
+    for (const auto& e : json["transfers"]) {
+      const bool ok = e.is_array() && e.size() == 6 && e[0].is_string() && e[1].is_number_integer() &&
+                      e[2].is_number_integer() && e[3].is_number() && e[4].is_number() && e[5].is_number();
+      if (!ok || e[1].get<int64_t>() < 0 || e[1].get<int64_t>() >= ranks || e[2].get<int64_t>() < 0 ||
+          e[2].get<int64_t>() >= ranks)
+        throw Error(origin + ": expected a transfer [send action, from rank, to rank, start, end, bytes] between its " +
+                    std::to_string(ranks) + " ranks, got " + e.dump());
+      t.transfers.push_back({schedule::parseAction(e[0].get<std::string>()), static_cast<int>(e[1].get<int64_t>()),
+                             static_cast<int>(e[2].get<int64_t>()), e[3].get<double>(), e[4].get<double>(),
+                             e[5].get<double>()});
+    }
+  }
   return t;
 }
 

@@ -65,6 +65,33 @@ TEST(Explore, RanksFittingCandidatesBestFirst) {
   EXPECT_TRUE(j["stages"][0].contains("replicas"));
 }
 
+TEST(Explore, DataParallelismIsOneRunWhateverTheSchedule) {
+  // Eight light layers on two devices of one fast node: data parallelism wins, ranked
+  // under each synchronous schedule; the runner-up is the next plan that runs otherwise.
+  const graph::LayerGraph graph = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 10);
+  const cluster::ClusterSpec pair{{{"a0", "gpu", 1, 1 << 30}, {"a1", "gpu", 1, 1 << 30}}, {{"node", 2, 1e12, 1e-9}}, {}};
+  ExploreOptions o;
+  o.global_batch = 32;
+  o.prune = false;
+  const Exploration e = explore(graph, pair, o);
+  ASSERT_TRUE(isDataParallel(e.best().plan));
+  int same = 0;
+  for (const auto& c : e.ranked) same += sameDataParallelRun(e.best().plan, c.plan);
+  EXPECT_GE(same, 2) << "data parallelism ranked under one schedule only: nothing to list once";
+  const Candidate* runner_up = nullptr;
+  for (const auto& c : e.ranked)
+    if (!sameDataParallelRun(e.best().plan, c.plan)) {
+      runner_up = &c;
+      break;
+    }
+  ASSERT_NE(runner_up, nullptr);
+  EXPECT_EQ(e.runnerUpLost(), whySlower(e.best(), *runner_up));
+  plan::Plan pipedream = e.best().plan;
+  pipedream.schedule.name = "pipedream";  // steps per micro-batch: another run
+  EXPECT_FALSE(isDataParallel(pipedream));
+  EXPECT_FALSE(sameDataParallelRun(e.best().plan, pipedream));
+}
+
 TEST(Explore, AmongTiesTheLargerMicrobatchWins) {
   // Two devices on a fast link: data parallelism (one stage, no bubble) prices micro-
   // batches of 4 and 8 alike, and the larger must rank first (the profile does not see

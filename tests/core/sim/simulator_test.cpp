@@ -45,6 +45,28 @@ TEST(Simulator, TransfersAddLatencyAndWireTime) {
   EXPECT_NEAR(e.timeline.transfers[0].end, 1 + 2.25, 1e-9);
 }
 
+TEST(Simulator, TotalsAreTheTimelines) {
+  // What the planner keeps of a simulation is bitwise what the timeline gives: messages
+  // that queue on a port, replicas that meet at an all-reduce.
+  for (Scenario s : {twoStages("gpipe", 4, 3000, 1000, 0.5), twoStages("1f1b", 6, 2000, 1000, 0, 3)}) {
+    const CostModel costs(s.graph, s.cluster, s.plan);
+    const schedule::Program program = plan::programForPlan(s.plan, costs.dag(), 2);
+    const trace::Timeline timeline = simulate(program, costs);
+    const Totals totals = simulateTotals(program, costs);
+    EXPECT_EQ(totals.makespan, timeline.makespan());
+    ASSERT_EQ(totals.busy.size(), static_cast<std::size_t>(timeline.numRanks()));
+    for (int r = 0; r < timeline.numRanks(); ++r) EXPECT_EQ(totals.busy[r], timeline.busySeconds(r)) << "rank " << r;
+    std::vector<double> wire(s.cluster.numPorts(), 0.0);
+    for (const trace::Transfer& x : timeline.transfers) {
+      const cluster::Route route = costs.route(x.from_rank, x.to_rank);
+      if (route.send_port >= 0) wire[route.send_port] += x.bytes / route.bandwidth;
+      if (route.recv_port >= 0) wire[route.recv_port] += x.bytes / route.bandwidth;
+    }
+    EXPECT_EQ(totals.port_wire, wire);
+    EXPECT_GT(*std::max_element(wire.begin(), wire.end()), 0.0);
+  }
+}
+
 TEST(Simulator, AProgramThatStallsIsRefusedNotTimedShort) {
   // The planner validates one of a plan's Programs and simulates the rest unchecked:
   // one whose ranks wait on each other must not come back as a short iteration.

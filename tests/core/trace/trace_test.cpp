@@ -8,6 +8,8 @@
 #include "pipetrain/trace/chrome_trace.h"
 #include "pipetrain/trace/svg_gantt.h"
 #include "pipetrain/trace/timeline.h"
+#include "pipetrain/trace/timeline_json.h"
+#include "pipetrain/util/error.h"
 #include "pipetrain/util/json_io.h"
 
 namespace pipetrain::trace {
@@ -178,6 +180,48 @@ TEST(SvgGantt, AxisPicksAUnitAndRoundTicks) {
   EXPECT_NE(us.find("time (\xC2\xB5s)"), std::string::npos);
   EXPECT_NE(us.find(">24</text>"), std::string::npos);  // every 2 µs
   EXPECT_NE(us.find("makespan 25.0 \xC2\xB5s"), std::string::npos);
+}
+
+TEST(SvgGantt, ChartsSideBySideShareATimeAxis) {
+  // Drawn on a span twice its makespan, the run covers half the axis: ticks to 14 ms.
+  GanttOptions options;
+  options.span_seconds = 0.0144;
+  const std::string svg = toSvgGantt(twoStages(), options);
+  EXPECT_NE(svg.find(">14</text>"), std::string::npos);
+  EXPECT_NE(svg.find("makespan 7.20 ms"), std::string::npos);
+  EXPECT_EQ(toSvgGantt(twoStages(), GanttOptions{}), toSvgGantt(twoStages()));
+}
+
+TEST(SvgGantt, AMeasuredTimelineSaysItsMessagesAreNotTraced) {
+  Timeline t = twoStages();
+  t.transfers.clear();
+  EXPECT_NE(toSvgGantt(t).find("0 transfers"), std::string::npos);
+  t.source = "measured";
+  const std::string svg = toSvgGantt(t);
+  EXPECT_EQ(svg.find("0 transfers"), std::string::npos);
+  EXPECT_NE(svg.find("messages not traced"), std::string::npos);
+}
+
+TEST(TimelineJson, TransfersTravelWithTheTimeline) {
+  const Timeline t = twoStages();
+  const Timeline back = timelineFromJson(timelineToJson(t), "test");
+  ASSERT_EQ(back.transfers.size(), t.transfers.size());
+  for (std::size_t i = 0; i < t.transfers.size(); ++i) {
+    EXPECT_EQ(back.transfers[i].send, t.transfers[i].send);
+    EXPECT_EQ(back.transfers[i].from_rank, t.transfers[i].from_rank);
+    EXPECT_EQ(back.transfers[i].to_rank, t.transfers[i].to_rank);
+    EXPECT_EQ(back.transfers[i].end, t.transfers[i].end);
+    EXPECT_EQ(back.transfers[i].bytes, t.transfers[i].bytes);
+  }
+  json_io::Json json = timelineToJson(t);
+  json["transfers"][0][2] = 7;  // a rank the timeline does not have
+  try {
+    timelineFromJson(json, "summary.json: measured_timeline");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("summary.json: measured_timeline: expected a transfer"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(SvgGantt, TransfersCanBeLeftOut) {
