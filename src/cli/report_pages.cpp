@@ -90,8 +90,8 @@ std::vector<std::string> whereTheTimeWent(const JsonCursor& s, double measured, 
 
 report::Table planStagesTable(const plan::Plan& plan) {
   report::Table t;
-  t.caption = plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages, micro-batch " +
-              std::to_string(plan.microbatch_size) + " x " + std::to_string(plan.microbatches);
+  t.caption = planName(plan) + ", micro-batch " + std::to_string(plan.microbatch_size) + " x " +
+              std::to_string(plan.microbatches);
   t.header = {"stage", "layers", "replicas", "devices"};
   for (int s = 0; s < plan.numStages(); ++s) {
     std::string devices;
@@ -153,7 +153,9 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   const std::string model = s.field("model").asString(), schedule = s.field("schedule").asString();
   const int64_t world = s.field("world_size").asInt();
   report::Page page;
-  page.title = model + " with " + schedule + " on " + std::to_string(world) + " ranks";
+  const plan::Plan plan = plan::Plan::fromJson(s.field("plan").node(), origin + ": plan");
+  page.title = model + " with " + (planner::isDataParallel(plan) ? "data parallelism" : schedule) + " on " +
+               std::to_string(world) + " ranks";
   const double measured = s.field("throughput").asNumber(), predicted = s.field("predicted_throughput").asNumber();
   const double planned = s.has("planner") && s.field("planner").has("chosen")
                              ? s.field("planner").field("chosen").numberOr("throughput", NAN)
@@ -165,9 +167,8 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
                 {"throughput, measured", text::format("%.1f samples/s", measured)}};
   if (std::isfinite(planned))
     page.facts.push_back({"predicted by the planner", text::format("%.1f samples/s, from the profile", planned)});
-  page.facts.push_back({"predicted from this run",
-                        text::format("%.1f samples/s: the simulator fed this run's measured time of each action",
-                                     predicted)});
+  page.facts.push_back({"predicted from this run", text::format("%.1f samples/s", predicted) +
+                                                        ": the simulator fed this run's measured time of each action"});
   page.facts.push_back({"wall time", text::format("%.1f s", s.field("wall_seconds").asNumber())});
   page.facts.push_back({"final training loss", text::format("%.4f", s.field("final_loss").asNumber())});
   if (s.has("test_accuracy")) page.facts.push_back({"test accuracy", text::format("%.4f", s.field("test_accuracy").asNumber())});
@@ -176,7 +177,6 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   if (s.boolOr("asynchronous", false))
     page.notes.push_back(schedule + " is asynchronous: its updates use stale weights, so it is not synchronous SGD.");
 
-  const plan::Plan plan = plan::Plan::fromJson(s.field("plan").node(), origin + ": plan");
   page.tables.push_back(planStagesTable(plan));
   if (s.has("planner")) {
     if (const std::string before = beforeTrainingText(s.field("planner")); !before.empty())
@@ -196,7 +196,7 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   BarChart memory{"memory", "Memory per rank", Unit::kBytes, idle.categories, {}};
   BarChart::Series bubble{"idle, measured", {}}, bubble_predicted{"idle, predicted from this run", {}},
       wait{"waiting for messages", {}}, framework{"framework", {}},
-      core_wait{"waiting for a CPU core (within the others and compute)", {}};
+      core_wait{"waiting for a CPU core (within the others)", {}};
   // The process's peak less its resident set before the model was built: what training
   // added, comparable with the planner's peak (LibTorch alone is ~170 MiB here).
   BarChart::Series peak{"peak added by training, measured", {}},

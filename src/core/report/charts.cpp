@@ -43,13 +43,21 @@ std::vector<double> niceTicks(double lo, double hi, int count) {
   return ticks;
 }
 
-std::string legend(const std::vector<std::string>& names, double x, double y) {
-  std::string out;
+// Coloured keys from (x, y) on, a row of 16 px each, wrapped before `right`.
+struct Legend {
+  std::string svg;
+  int rows = 1;
+};
+Legend legend(const std::vector<std::string>& names, double x, double y, double right) {
+  Legend out;
+  const double left = x;
   for (std::size_t i = 0; i < names.size(); ++i) {
-    out += "<rect x=\"" + number(x) + "\" y=\"" + number(y - 9) + "\" width=\"10\" height=\"10\" fill=\"" +
-           kPalette[i % kPaletteSize] + "\"/><text x=\"" + number(x + 14) + "\" y=\"" + number(y) + "\">" +
-           xmlEscape(names[i]) + "</text>";
-    x += 24 + 7.0 * static_cast<double>(names[i].size());
+    const double w = 24 + 7.0 * static_cast<double>(names[i].size());
+    if (x > left && x + w > right) x = left, y += 16, ++out.rows;
+    out.svg += "<rect x=\"" + number(x) + "\" y=\"" + number(y - 9) + "\" width=\"10\" height=\"10\" fill=\"" +
+               kPalette[i % kPaletteSize] + "\"/><text x=\"" + number(x + 14) + "\" y=\"" + number(y) + "\">" +
+               xmlEscape(names[i]) + "</text>";
+    x += w;
   }
   return out;
 }
@@ -72,7 +80,11 @@ std::string formatValue(double value, Unit unit) {
 }
 
 std::string barChartSvg(const BarChart& chart) {
-  constexpr double kLabelW = 90, kPlotW = 560, kBarH = 14, kGap = 10, kTop = 34, kRight = 90;
+  constexpr double kLabelW = 90, kPlotW = 560, kBarH = 14, kGap = 10, kRight = 90;
+  std::vector<std::string> names;
+  for (const auto& s : chart.series) names.push_back(s.name);
+  const Legend keys = legend(names, kLabelW, 16, kLabelW + kPlotW + kRight);
+  const double top = 34 + 16 * (keys.rows - 1);
   const std::size_t groups = chart.categories.size(), per = std::max<std::size_t>(1, chart.series.size());
   double max = 0;
   for (const auto& s : chart.series)
@@ -83,23 +95,21 @@ std::string barChartSvg(const BarChart& chart) {
   const double top_value = ticks.back();
   const double group_h = static_cast<double>(per) * kBarH + kGap;
   const double plot_h = static_cast<double>(groups) * group_h;
-  const double width = kLabelW + kPlotW + kRight, height = kTop + plot_h + 28;
+  const double width = kLabelW + kPlotW + kRight, height = top + plot_h + 28;
   auto xOf = [&](double v) { return kLabelW + kPlotW * v / top_value; };
 
   std::string out = "<svg class=\"chart\" id=\"" + xmlEscape(chart.id) + "\" xmlns=\"http://www.w3.org/2000/svg\" "
                     "viewBox=\"0 0 " + number(width) + " " + number(height) + "\" width=\"" + number(width) + "\">";
-  std::vector<std::string> names;
-  for (const auto& s : chart.series) names.push_back(s.name);
-  out += legend(names, kLabelW, 16);
+  out += keys.svg;
   for (double t : ticks) {
     const double x = xOf(t);
-    out += "<line class=\"grid\" x1=\"" + number(x) + "\" x2=\"" + number(x) + "\" y1=\"" + number(kTop - 4) +
-           "\" y2=\"" + number(kTop + plot_h) + "\"/><text class=\"tick\" x=\"" + number(x) + "\" y=\"" +
-           number(kTop + plot_h + 16) + "\" text-anchor=\"middle\">" + xmlEscape(formatValue(t, chart.unit)) +
+    out += "<line class=\"grid\" x1=\"" + number(x) + "\" x2=\"" + number(x) + "\" y1=\"" + number(top - 4) +
+           "\" y2=\"" + number(top + plot_h) + "\"/><text class=\"tick\" x=\"" + number(x) + "\" y=\"" +
+           number(top + plot_h + 16) + "\" text-anchor=\"middle\">" + xmlEscape(formatValue(t, chart.unit)) +
            "</text>";
   }
   for (std::size_t g = 0; g < groups; ++g) {
-    const double y0 = kTop + static_cast<double>(g) * group_h;
+    const double y0 = top + static_cast<double>(g) * group_h;
     out += "<text x=\"" + number(kLabelW - 8) + "\" y=\"" + number(y0 + static_cast<double>(per) * kBarH / 2 + 4) +
            "\" text-anchor=\"end\">" + xmlEscape(chart.categories[g]) + "</text>";
     for (std::size_t s = 0; s < chart.series.size(); ++s) {
@@ -117,7 +127,11 @@ std::string barChartSvg(const BarChart& chart) {
 }
 
 std::string lineChartSvg(const LineChart& chart) {
-  constexpr double kLeft = 64, kPlotW = 600, kPlotH = 220, kTop = 34, kRight = 24, kBottom = 44;
+  constexpr double kLeft = 64, kPlotW = 600, kPlotH = 220, kRight = 24, kBottom = 44;
+  std::vector<std::string> names;
+  for (const auto& s : chart.series) names.push_back(s.name);
+  const Legend keys = legend(names, kLeft, 16, kLeft + kPlotW + kRight);
+  const double top = 34 + 16 * (keys.rows - 1);
   double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
   for (const auto& s : chart.series)
     for (const auto& [x, y] : s.points) {
@@ -135,25 +149,23 @@ std::string lineChartSvg(const LineChart& chart) {
     if (yt.empty() || yt.back() < chart.y_most) yt.push_back(chart.y_most);
   }
   auto xOf = [&](double x) { return kLeft + kPlotW * (x - xt.front()) / (xt.back() - xt.front()); };
-  auto yOf = [&](double y) { return kTop + kPlotH * (1 - (y - yt.front()) / (yt.back() - yt.front())); };
-  const double width = kLeft + kPlotW + kRight, height = kTop + kPlotH + kBottom;
+  auto yOf = [&](double y) { return top + kPlotH * (1 - (y - yt.front()) / (yt.back() - yt.front())); };
+  const double width = kLeft + kPlotW + kRight, height = top + kPlotH + kBottom;
 
   std::string out = "<svg class=\"chart\" id=\"" + xmlEscape(chart.id) + "\" xmlns=\"http://www.w3.org/2000/svg\" "
                     "viewBox=\"0 0 " + number(width) + " " + number(height) + "\" width=\"" + number(width) + "\">";
-  std::vector<std::string> names;
-  for (const auto& s : chart.series) names.push_back(s.name);
-  out += legend(names, kLeft, 16);
+  out += keys.svg;
   for (double t : xt)
-    out += "<line class=\"grid\" x1=\"" + number(xOf(t)) + "\" x2=\"" + number(xOf(t)) + "\" y1=\"" + number(kTop) +
-           "\" y2=\"" + number(kTop + kPlotH) + "\"/><text class=\"tick\" x=\"" + number(xOf(t)) + "\" y=\"" +
-           number(kTop + kPlotH + 16) + "\" text-anchor=\"middle\">" + fmt(t) + "</text>";
+    out += "<line class=\"grid\" x1=\"" + number(xOf(t)) + "\" x2=\"" + number(xOf(t)) + "\" y1=\"" + number(top) +
+           "\" y2=\"" + number(top + kPlotH) + "\"/><text class=\"tick\" x=\"" + number(xOf(t)) + "\" y=\"" +
+           number(top + kPlotH + 16) + "\" text-anchor=\"middle\">" + fmt(t) + "</text>";
   for (double t : yt)
     out += "<line class=\"grid\" x1=\"" + number(kLeft) + "\" x2=\"" + number(kLeft + kPlotW) + "\" y1=\"" +
            number(yOf(t)) + "\" y2=\"" + number(yOf(t)) + "\"/><text class=\"tick\" x=\"" + number(kLeft - 6) +
            "\" y=\"" + number(yOf(t) + 4) + "\" text-anchor=\"end\">" + fmt(t) + "</text>";
   out += "<text class=\"axis\" x=\"" + number(kLeft + kPlotW / 2) + "\" y=\"" + number(height - 6) +
          "\" text-anchor=\"middle\">" + xmlEscape(chart.x_label) + "</text>";
-  out += "<text class=\"axis\" transform=\"translate(14 " + number(kTop + kPlotH / 2) +
+  out += "<text class=\"axis\" transform=\"translate(14 " + number(top + kPlotH / 2) +
          ") rotate(-90)\" text-anchor=\"middle\">" + xmlEscape(chart.y_label) + "</text>";
   for (std::size_t s = 0; s < chart.series.size(); ++s) {
     const char* colour = kPalette[s % kPaletteSize];
