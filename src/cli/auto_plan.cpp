@@ -13,6 +13,7 @@
 #include "run_profile.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/sim/evaluate.h"
+#include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
@@ -50,6 +51,9 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   o.allow_async = request.allow_async;
   o.partitioner = request.partitioner;
   o.use_all_devices = true;
+  // The profile's passes agree within this spread (profileForRun takes the default), so
+  // plans predicted closer than that are equals; their shape decides, not the noise.
+  o.noise = profiler::ProfileOptions{}.spread;
   const planner::Exploration e = planner::explore(graph, localCluster(job.ranks, memory, concurrent), o);
   const double planning_seconds = secondsSince(planning_start);
   std::printf("planned for %d local ranks in %.2f s:\n", job.ranks, planning_seconds);

@@ -79,7 +79,8 @@ std::vector<std::string> explorationNotes(const planner::Exploration& e) {
   notes.push_back(e.async_included
                       ? "* asynchronous: trains with stale weights, not synchronous SGD"
                       : "asynchronous schedules (pipedream, 2bw, pipemare) not considered; --allow-async adds them");
-  if (e.ranked.size() > 1) notes.push_back("runner-up lost: " + e.runnerUpLost());
+  if (const std::string note = e.noiseNote(); !note.empty()) notes.push_back(note);
+  if (const std::string lost = e.runnerUpLost(); !lost.empty()) notes.push_back("runner-up lost: " + lost);
   if (const std::string note = e.idleDevicesNote(); !note.empty()) notes.push_back("warning: " + note);
   for (const std::string& note : e.graph_notes) notes.push_back("graph partitioner: " + note);
   const auto& best = e.best();

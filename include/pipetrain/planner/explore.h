@@ -44,6 +44,11 @@ struct ExploreOptions {
   // solve and simulate everything (the reference the shortcuts are tested against).
   bool prune = true;
   Partitioner partitioner = Partitioner::kAuto;
+  // How far the profile's times may be off, as a fraction (train: the spread its timed
+  // passes agreed within). Plans predicted within it of the best are equals: the choice
+  // among them goes by the plan's shape (choiceOrder), so that profiling again, with
+  // other noise, chooses the same plan. 0: only throughput ties (0.1%) are equals.
+  double noise = 0;
 };
 
 struct Candidate {
@@ -76,6 +81,9 @@ struct Exploration {
   int graph_layers = 0;                 // of the model explored
   std::vector<std::string> graph_notes; // the graph partitioner's (parts taken as chains)
   int64_t graph_search_steps = 0;       // the graph partitioner's DP transitions, all searches
+  double noise = 0;                     // ExploreOptions::noise
+  int within_noise = 0;                 // distinct plans within it of the best prediction (the chosen one included)
+  double best_predicted = 0;            // the best prediction, where another plan within the noise was chosen
 
   const Candidate& best() const { return ranked.front(); }
   // One sentence on why the runner-up (the next plan that runs differently:
@@ -85,6 +93,9 @@ struct Exploration {
   // that p stages x r replicas could split over every device (r must divide it); ""
   // when every device is used.
   std::string idleDevicesNote() const;
+  // Where ExploreOptions::noise made several plans equals: how many, and how the choice
+  // among them was made; "" otherwise.
+  std::string noiseNote() const;
   json_io::Json toJson() const;         // the chosen plan's summary plus the table
 };
 

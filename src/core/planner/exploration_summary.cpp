@@ -60,9 +60,24 @@ bool sameDataParallelRun(const plan::Plan& a, const plan::Plan& b) {
 }
 
 std::string Exploration::runnerUpLost() const {
-  for (std::size_t i = 1; i < ranked.size(); ++i)
-    if (!sameDataParallelRun(ranked[0].plan, ranked[i].plan)) return whySlower(ranked[0], ranked[i]);
+  for (std::size_t i = 1; i < ranked.size(); ++i) {
+    if (sameDataParallelRun(ranked[0].plan, ranked[i].plan)) continue;
+    if (ranked[i].report.throughput > ranked[0].report.throughput)  // chosen within the noise
+      return "predicted " + text::format("%.1f%%", 100 * (ranked[i].report.throughput / ranked[0].report.throughput - 1)) +
+             " faster, within the profile's noise (" + text::format("%.0f%%", 100 * noise) +
+             "): the chosen plan's shape is preferred among equals";
+    return whySlower(ranked[0], ranked[i]);
+  }
   return "";
+}
+
+std::string Exploration::noiseNote() const {
+  if (within_noise < 2) return "";
+  std::string note = std::to_string(within_noise) + " plans are predicted within the profile's noise (" +
+                     text::format("%.0f%%", 100 * noise) + ") of the best";
+  if (best_predicted > 0) note += text::format(" (%.6g samples/s)", best_predicted);
+  return note + ": among them the larger micro-batch is chosen, then fewer stages, fewer devices, less memory, "
+                "so that profiling again chooses the same plan";
 }
 
 std::string Exploration::idleDevicesNote() const {
@@ -133,6 +148,7 @@ json_io::Json Exploration::toJson() const {
   j["pruned_combinations"] = pruned_combinations;
   j["async_included"] = async_included;
   j["runner_up_lost"] = runnerUpLost();
+  j["noise_note"] = noiseNote();
   j["idle_devices_note"] = idleDevicesNote();
   j["graph_notes"] = graph_notes;
   json_io::Json table = json_io::Json::array();

@@ -35,9 +35,40 @@ std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
   return names;
 }
 
+namespace {
+
+// Among plans the profile's noise cannot tell apart, the preferred shape: the larger
+// micro-batch (fewer actions, whose cost the profile does not see), then fewer stages
+// (fewer messages), fewer devices, less memory; then the ranking's order.
+bool choiceOrder(const Candidate& a, const Candidate& b) {
+  if (a.plan.microbatch_size != b.plan.microbatch_size) return a.plan.microbatch_size > b.plan.microbatch_size;
+  if (a.plan.numStages() != b.plan.numStages()) return a.plan.numStages() < b.plan.numStages();
+  if (detail::devicesUsed(a.plan) != detail::devicesUsed(b.plan))
+    return detail::devicesUsed(a.plan) < detail::devicesUsed(b.plan);
+  return a.report.peakMemoryBytes() < b.report.peakMemoryBytes();
+}
+
+// Moves the preferred plan among those within `noise` of the best prediction to the front.
+void chooseWithinNoise(Exploration& e, double noise) {
+  e.noise = noise;
+  const double floor = e.ranked.front().report.throughput * (1 - noise);
+  auto end = e.ranked.begin();
+  while (end != e.ranked.end() && end->report.throughput >= floor) ++end;
+  e.within_noise = 0;  // distinct runs: data parallelism once, whatever its schedules
+  for (auto it = e.ranked.begin(); it != end; ++it)
+    e.within_noise += std::none_of(e.ranked.begin(), it, [&](const Candidate& c) { return sameDataParallelRun(c.plan, it->plan); });
+  const auto chosen = std::min_element(e.ranked.begin(), end, choiceOrder);  // the first of equals: ranking order
+  if (chosen == e.ranked.begin()) return;
+  e.best_predicted = e.ranked.front().report.throughput;
+  std::rotate(e.ranked.begin(), chosen, chosen + 1);
+}
+
+}  // namespace
+
 Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   if (o.global_batch < 1) throw Error("the batch size must be at least 1 (got " + std::to_string(o.global_batch) + ")");
+  if (!(o.noise >= 0 && o.noise < 0.5)) throw Error("the profile's noise must be a fraction in [0, 0.5)");
   Exploration result;
   result.cluster_devices = cluster.size();
   result.graph_layers = graph.size();
@@ -62,6 +93,7 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
     if (a.plan.microbatch_size != b.plan.microbatch_size) return a.plan.microbatch_size > b.plan.microbatch_size;
     return a.report.peakMemoryBytes() < b.report.peakMemoryBytes();
   });
+  if (!result.ranked.empty() && o.noise > 0) chooseWithinNoise(result, o.noise);
   result.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.ranked.empty()) {
     std::string reasons;

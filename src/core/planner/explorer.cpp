@@ -162,7 +162,7 @@ int64_t Explorer::graphStepsLeft() const { return graphStepsBudget() - result_.g
 
 // Whether a combination of that bound cannot beat the best plan simulated so far.
 bool Explorer::cannotWin(double bound) const {
-  return o_.prune && simulated_ >= kAlwaysSimulated && bound < best_ * std::exp(-2 * kTie);
+  return o_.prune && simulated_ >= kAlwaysSimulated && bound < best_ * std::exp(-2 * kTie) * (1 - o_.noise);
 }
 
 // Every proposal for one schedule, micro-batch size and width: the partitioners' or a
@@ -326,7 +326,7 @@ void Explorer::evaluate(Proposal p) {
     ++result_.pruned;
     return;
   }
-  const double to_beat = o_.prune && simulated_ >= kAlwaysSimulated ? best_ * std::exp(-2 * kTie) : 0;
+  const double to_beat = o_.prune && simulated_ >= kAlwaysSimulated ? best_ * std::exp(-2 * kTie) * (1 - o_.noise) : 0;
   ++simulated_;
   try {
     std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, p.candidate.plan, to_beat);

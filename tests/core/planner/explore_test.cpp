@@ -92,6 +92,43 @@ TEST(Explore, DataParallelismIsOneRunWhateverTheSchedule) {
   EXPECT_FALSE(sameDataParallelRun(e.best().plan, pipedream));
 }
 
+TEST(Explore, WithinTheProfilesNoiseTheChoiceDoesNotFlip) {
+  // Eight layers timed at micro-batches of 4 and of 8, the larger taking twice as long
+  // up to noise of 2% a pass, as profiles of one model taken twice differ: data
+  // parallelism on two devices predicts the two sizes within 2% of each other, and
+  // without a noise band the faster by noise wins. Told that the times may be 3% off,
+  // every profile chooses the same plan, and says why.
+  const cluster::ClusterSpec pair{{{"a0", "gpu", 1, 1 << 30}, {"a1", "gpu", 1, 1 << 30}}, {{"node", 2, 1e12, 1e-9}}, {}};
+  std::set<int64_t> chosen, chosen_without;
+  for (int trial = 0; trial < 12; ++trial) {
+    std::vector<graph::Layer> layers = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20).layers();
+    std::mt19937 rng(trial);
+    std::uniform_real_distribution<double> jitter(0.98, 1.02);
+    for (graph::Layer& l : layers) {
+      const double f = 2e-3 * jitter(rng), b = 2e-3 * jitter(rng);
+      l.other_batches = {{8, {f, b, b, b}}};
+    }
+    const graph::LayerGraph noisy(layers, 4, "timed at 4 and 8");
+    ExploreOptions o;
+    o.global_batch = 32;
+    o.schedule = "1f1b";
+    o.microbatch_sizes = {4, 8};
+    o.noise = 0.03;
+    const Exploration e = explore(noisy, pair, o);
+    chosen.insert(e.best().plan.microbatch_size);
+    EXPECT_GE(e.within_noise, 2);
+    EXPECT_NE(e.noiseNote().find("within the profile's noise (3%)"), std::string::npos) << e.noiseNote();
+    if (e.best_predicted > e.best().report.throughput) {  // a faster prediction passed over: the runner-up says so
+      EXPECT_NE(e.runnerUpLost().find("faster, within the profile's noise"), std::string::npos) << e.runnerUpLost();
+    }
+    o.noise = 0;
+    chosen_without.insert(explore(noisy, pair, o).best().plan.microbatch_size);
+  }
+  EXPECT_EQ(chosen, std::set<int64_t>{8});
+  // What the test is worth: without the band the same profiles choose either size.
+  EXPECT_EQ(chosen_without, (std::set<int64_t>{4, 8}));
+}
+
 TEST(Explore, AmongTiesTheLargerMicrobatchWins) {
   // Two devices on a fast link: data parallelism (one stage, no bubble) prices micro-
   // batches of 4 and 8 alike, and the larger must rank first (the profile does not see
