@@ -9,6 +9,7 @@
 
 #include "action_timer.h"
 #include "gradient_buckets.h"
+#include "minibatch_loss.h"
 #include "optimizer_state.h"
 #include "stage_edges.h"
 #include "stage_state.h"
@@ -80,34 +81,13 @@ struct PipelineExecutor::Impl {
   int max_sends_held = 0;
   std::map<int, std::pair<torch::Tensor, int>> minibatch_loss;  // sum (on the device), count
 
-  // A mini-batch's mean loss over every micro-batch of it: a replicated last stage's
-  // replicas each sum their own, and the sums meet in one small all-reduce over the
-  // replica group, started when the mini-batch ends here and read with the report, a
-  // mini-batch later (so no replica waits for it). NaN on ranks without the last stage.
-  struct MinibatchLoss {
-    int minibatch;
-    torch::Tensor sum_and_count;  // on the device, or undefined
-    std::unique_ptr<PendingOp> op;
-    double mean() {
-      if (!sum_and_count.defined()) return std::nan("");
-      if (op) op->wait();
-      const torch::Tensor host = sum_and_count.cpu();
-      return host[0].item<double>() / host[1].item<double>();
-    }
-  };
-
+  // The loss of `minibatch` as far as this rank knows it, summed with its replicas'.
   MinibatchLoss minibatchLoss(const schedule::Program& p, int minibatch) {
-    MinibatchLoss out{minibatch, {}, nullptr};
-    auto [sum, count] = minibatch_loss[minibatch];
+    const auto [sum, count] = minibatch_loss[minibatch];
     minibatch_loss.erase(minibatch);
-    for (const auto& [s, st] : state) {
-      if (!p.isLastStage(s)) continue;
-      const auto options = torch::dtype(torch::kDouble).device(st.device);
-      out.sum_and_count = torch::stack({sum.defined() ? sum.to(options) : torch::zeros({}, options),
-                                        torch::full({}, static_cast<double>(count), options)});
-      if (p.stage_ranks[s].size() > 1) out.op = channel.startAllReduceSum(out.sum_and_count, p.stage_ranks[s]);
-    }
-    return out;
+    for (const auto& [s, st] : state)
+      if (p.isLastStage(s)) return MinibatchLoss(minibatch, sum, count, st.device, p.stage_ranks[s], channel);
+    return MinibatchLoss(minibatch);
   }
 
   Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, DataChannel& t,
@@ -476,11 +456,11 @@ struct PipelineExecutor::Impl {
         // Reported one mini-batch late: reading a loss waits for the device to compute it,
         // and by then the next mini-batch's work is queued, so a GPU never idles while the
         // host catches up.
-        if (unreported && on_minibatch) on_minibatch(unreported->minibatch, unreported->mean());
+        if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean());
         unreported = minibatchLoss(p, done->second);
       }
     }
-    if (unreported && on_minibatch) on_minibatch(unreported->minibatch, unreported->mean());
+    if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean());
     timer.finish(result.actions, result.action_cpu_seconds);
     const auto flush = Clock::now();
     for (auto& [position, s] : sends) s.op->wait();
