@@ -62,9 +62,13 @@ void writeFileAtomically(const std::string& path, const std::string& content) {
 }
 
 std::string format(const char* printf_format, double value) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, printf_format, value);
-  return buf;
+  // Sized by a first pass: a fixed buffer cut a report fact's text at 64 bytes.
+  const int length = std::snprintf(nullptr, 0, printf_format, value);
+  if (length <= 0) return "";
+  std::string out(static_cast<std::size_t>(length) + 1, '\0');
+  std::snprintf(out.data(), out.size(), printf_format, value);
+  out.pop_back();
+  return out;
 }
 
 std::string humanBytes(double bytes) {
