@@ -63,6 +63,19 @@ struct Layer {
   Merge merge = Merge::kConcat;       // used only with several inputs
 };
 
+// One weight that several layers share, as GPT-2 shares its input and output embeddings.
+// Each holder keeps its own copy (a stage on another rank could not share the tensor
+// anyway), and the copies stay equal because every holder steps with the same gradient:
+// the sum of all the holders' gradients (sumTiedGradients in one process; across stages,
+// runtime/tied_gradients.h), which is the gradient of the one shared weight.
+struct TiedWeight {
+  struct Holder {
+    int layer;         // index into Model::layers
+    std::string name;  // the parameter's name in that layer's module
+  };
+  std::vector<Holder> holders;  // by layer, at least two
+};
+
 // Copying a Model is shallow: the copy shares the layers' modules and parameters.
 struct Model {
   std::string name;
@@ -71,6 +84,7 @@ struct Model {
   // A model loaded from TorchScript: the file's module, whose parameters and buffers the
   // layers share (so saving it saves the trained weights). Null for the zoo's models.
   std::shared_ptr<torch::jit::Module> script;
+  std::vector<TiedWeight> tied;       // weights shared between layers (from a TorchScript file)
   // Where the parameters and buffers live (moveTo); inputs and messages go there too.
   torch::Device device = torch::kCPU;
 
@@ -85,6 +99,14 @@ struct Model {
   // Parameters of the given layers (indices), in that order.
   std::vector<torch::Tensor> parameters(const std::vector<int>& layers) const;
 };
+
+// The parameter a tied weight's holder holds. Throws Error when the layer has none so named.
+torch::Tensor heldParameter(const Model& model, const TiedWeight::Holder& holder);
+// Gives every holder of each tied weight the sum of the holders' gradients (an undefined
+// gradient counts as zero): the one-process form of what the runtime does across stages.
+void sumTiedGradients(const Model& model);
+// "'transformer_wte' and 'lm_head'": the layers sharing `weight`, for messages.
+std::string describeHolders(const Model& model, const TiedWeight& weight);
 
 // Integer options with defaults per model ("layers", "width", "heads", "context",
 // "channels", "image_size", "hidden", "classes", ...). Unknown keys are an Error

@@ -121,6 +121,39 @@ std::vector<torch::Tensor> Model::parameters(const std::vector<int>& indices) co
   return out;
 }
 
+torch::Tensor heldParameter(const Model& model, const TiedWeight::Holder& holder) {
+  checkRange(model, holder.layer, holder.layer + 1);
+  for (const auto& p : model.layers[holder.layer].module.ptr()->named_parameters())
+    if (p.key() == holder.name) return p.value();
+  throw Error("model '" + model.name + "': layer '" + model.layers[holder.layer].name + "' has no parameter '" +
+              holder.name + "'");
+}
+
+void sumTiedGradients(const Model& model) {
+  torch::NoGradGuard no_grad;
+  for (const TiedWeight& weight : model.tied) {
+    torch::Tensor sum;
+    for (const auto& holder : weight.holders) {
+      const torch::Tensor g = heldParameter(model, holder).grad();
+      if (g.defined()) sum = sum.defined() ? sum + g : g.clone();
+    }
+    if (!sum.defined()) continue;
+    for (const auto& holder : weight.holders) {
+      torch::Tensor p = heldParameter(model, holder);
+      if (p.grad().defined()) p.mutable_grad().copy_(sum);
+      else p.mutable_grad() = sum.clone();
+    }
+  }
+}
+
+std::string describeHolders(const Model& model, const TiedWeight& weight) {
+  std::string out;
+  for (std::size_t i = 0; i < weight.holders.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == weight.holders.size() ? " and " : ", ") + "'" +
+           model.layers.at(weight.holders[i].layer).name + "'";
+  return out;
+}
+
 graph::LayerGraph Model::layerGraph() const {
   using Clock = std::chrono::steady_clock;
   checkWiring(*this);

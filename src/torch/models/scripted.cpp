@@ -106,14 +106,17 @@ std::string childKind(const torch::jit::Module& child) {
 // holds, so the optimizer's in-place updates are the module's weights.
 class ScriptedLayerImpl : public torch::nn::Module {
  public:
-  ScriptedLayerImpl(torch::jit::Module child, std::shared_ptr<const Wiring> wiring, int index)
-      : child_(std::move(child)), wiring_(std::move(wiring)), index_(index) {
+  ScriptedLayerImpl(torch::jit::Module child, std::shared_ptr<const Wiring> wiring, int index, bool modifies_input)
+      : child_(std::move(child)), wiring_(std::move(wiring)), index_(index), modifies_input_(modifies_input) {
     for (const auto& p : child_.named_parameters(/*recurse=*/true))
       register_parameter(scriptedTensorName(p.name), p.value, p.value.requires_grad());
     for (const auto& b : child_.named_buffers(/*recurse=*/true)) register_buffer(scriptedTensorName(b.name), b.value);
   }
 
   torch::Tensor forward(torch::Tensor x) {
+    // A stage's input is a leaf that autograd forbids modifying in place (nn.ReLU(inplace=True)
+    // first on a stage); such a child gets a copy.
+    if (modifies_input_ && x.is_leaf() && x.requires_grad()) x = x.clone();
     const Wiring& w = *wiring_;
     const std::vector<torch::Tensor> in = unpack(w, index_, x);
     auto value = [&](int v) {
@@ -137,6 +140,7 @@ class ScriptedLayerImpl : public torch::nn::Module {
   torch::jit::Module child_;
   std::shared_ptr<const Wiring> wiring_;
   int index_;
+  bool modifies_input_;
 };
 TORCH_MODULE(ScriptedLayer);
 
@@ -175,13 +179,15 @@ class Loader {
     auto wiring = std::make_shared<Wiring>(wire());
     measure(*wiring);
     checkAgainstWhole();
+    findInPlaceChildren(*wiring);
 
     Model model;
     model.name = std::filesystem::path(path_).stem().string();
     model.input = input_;
+    model.tied = untie();
     for (int i = 0; i < wiring->layers(); ++i)
-      model.layers.push_back(
-          Layer{names_[i], childKind(children_[i]), torch::nn::AnyModule(ScriptedLayer(children_[i], wiring, i))});
+      model.layers.push_back(Layer{names_[i], childKind(children_[i]),
+                                   torch::nn::AnyModule(ScriptedLayer(children_[i], wiring, i, modifies_input_[i]))});
     model.script = std::make_shared<torch::jit::Module>(root_);
     return model;
   }
@@ -275,6 +281,61 @@ class Loader {
     }
   }
 
+  // Which children modify an input in place: each runs once more, with grad, on leaves
+  // that require grad, as a stage's first layer receives them.
+  void findInPlaceChildren(const Wiring& w) {
+    const EvalScope eval(root_);
+    for (int i = 0; i < w.layers(); ++i) {
+      std::vector<c10::IValue> args;
+      for (int v : w.reads[i]) {
+        torch::Tensor leaf = values_[v].detach().clone();
+        if (leaf.is_floating_point()) leaf.set_requires_grad(true);
+        args.emplace_back(leaf);
+      }
+      bool modifies = false;
+      try {
+        children_[i].forward(args);
+      } catch (const std::exception& e) {
+        modifies = std::string(e.what()).find("leaf Variable") != std::string::npos;
+      }
+      modifies_input_.push_back(modifies);
+    }
+  }
+
+  // Weights that several children hold as one tensor (tied embeddings): the first holder
+  // keeps the tensor and each later one gets its own copy in the module (the runtime keeps
+  // the copies equal), so that every layer's parameters are its own.
+  std::vector<TiedWeight> untie() {
+    std::map<const void*, TiedWeight> shared;
+    std::vector<const void*> order;
+    for (int i = 0; i < static_cast<int>(children_.size()); ++i)
+      for (const auto& p : children_[i].named_parameters(/*recurse=*/true)) {
+        const void* key = p.value.unsafeGetTensorImpl();
+        auto& holders = shared[key].holders;
+        if (holders.empty()) order.push_back(key);
+        if (holders.empty() || holders.back().layer != i) holders.push_back({i, p.name});
+      }
+    std::vector<TiedWeight> tied;
+    for (const void* key : order) {
+      TiedWeight& weight = shared[key];
+      if (weight.holders.size() < 2) continue;
+      for (std::size_t h = 1; h < weight.holders.size(); ++h) {
+        auto& holder = weight.holders[h];
+        torch::jit::Module owner = children_[holder.layer];
+        std::string leaf = holder.name;
+        for (auto dot = leaf.find('.'); dot != std::string::npos; dot = leaf.find('.')) {
+          owner = owner.attr(leaf.substr(0, dot)).toModule();
+          leaf = leaf.substr(dot + 1);
+        }
+        const torch::Tensor original = owner.attr(leaf).toTensor();
+        owner.register_parameter(leaf, original.detach().clone().set_requires_grad(original.requires_grad()), false);
+      }
+      for (auto& holder : weight.holders) holder.name = scriptedTensorName(holder.name);
+      tied.push_back(std::move(weight));
+    }
+    return tied;
+  }
+
   std::string describeShape(const std::vector<int>& reads) const {
     std::string out;
     for (int v : reads) out += (out.empty() ? "" : ", ") + c10::str(values_[v].sizes());
@@ -323,6 +384,7 @@ class Loader {
   std::vector<std::string> names_;
   std::vector<torch::jit::Module> children_;
   std::vector<torch::Tensor> values_;  // one sample's values, from measure()
+  std::vector<bool> modifies_input_;   // per child, from findInPlaceChildren()
 };
 
 }  // namespace

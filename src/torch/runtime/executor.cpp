@@ -13,6 +13,7 @@
 #include "optimizer_state.h"
 #include "stage_edges.h"
 #include "stage_state.h"
+#include "tied_gradients.h"
 #include "pipetrain/schedule/rank_facts.h"
 #include "pipetrain/util/error.h"
 
@@ -62,6 +63,7 @@ struct PipelineExecutor::Impl {
   WeightProbe probe;
 
   std::map<int, StageState> state;  // per stage of this rank
+  std::unique_ptr<TiedGradients> tied;  // models with weights shared between layers
 
   schedule::RankFacts facts;  // of `program`, derived once per Program
 
@@ -387,6 +389,8 @@ struct PipelineExecutor::Impl {
     StepOptions o;
     o.stash_old = facts.stash_at_step[position];
     o.gradient_factor = facts.steps.gradient_factor[s].at(a.version);
+    if (tied)
+      tied->beforeStep(s, a.version, [&](int stage, int v) { return facts.steps.gradient_factor[stage].at(v); });
     if (latest && corrections.lr_warmup)
       o.lr = st.base_lr * schedule::learningRateScale(facts.stage_delays[s], st.steps_taken, corrections.warmup_steps);
     if (latest && corrections.discrepancy) o.t2_decay = schedule::correctionDecay(corrections.decay, facts.stage_delays[s]);
@@ -506,6 +510,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
     if (program.stage_ranks[s].size() > 1)
       st.buckets = std::make_unique<GradientBuckets>(st.params, program.stage_ranks[s], channel, kBucketBytes);
   }
+  if (!model.tied.empty()) m.tied = std::make_unique<TiedGradients>(model, m.stages, program, rank, channel);
   m.facts = schedule::rankFacts(*m.program, m.rank);
 }
 

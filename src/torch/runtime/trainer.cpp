@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <mutex>
 
 #include "../profiler/memory_probe.h"
@@ -18,6 +19,7 @@
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/schedule/passes.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/core_time.h"
 #include "pipetrain/util/error.h"
@@ -269,6 +271,18 @@ std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model
   if (missing != placed.end())
     throw Error("plan: layer '" + model.layers[missing - placed.begin()].name + "' of model '" + model.name +
                 "' is in no stage");
+  // Tied copies on several stages stay equal only if every holder steps once per
+  // mini-batch with the summed gradient (runtime/tied_gradients.h).
+  for (const models::TiedWeight& weight : model.tied) {
+    std::set<int> holders;
+    for (const auto& h : weight.holders)
+      for (int s = 0; s < static_cast<int>(out.size()); ++s)
+        if (std::count(out[s].layers.begin(), out[s].layers.end(), h.layer)) holders.insert(s);
+    if (holders.size() > 1 && schedule::isAsynchronous(plan.schedule.name))
+      throw Error("plan: layers " + models::describeHolders(model, weight) + " share a weight and sit on different "
+                  "stages, which the asynchronous schedule " + plan.schedule.name + " would let drift apart; use a " +
+                  "synchronous schedule (1f1b, gpipe, zb-h1, ...) or put the layers on one stage");
+  }
   return out;
 }
 
@@ -465,6 +479,7 @@ models::Model trainReference(const TrainConfig& c) {
                             batch.labels.to(model.device));
     }
     loss.backward();
+    models::sumTiedGradients(model);
     optimizer->step();
   }
   return model;
@@ -474,6 +489,7 @@ models::Model trainStalenessReference(const TrainConfig& c) {
   using schedule::Action;
   using schedule::ActionType;
   models::Model model = buildModelExclusively(c);
+  if (!model.tied.empty()) throw Error("internal: the staleness reference does not take tied weights");
   const std::vector<StageLayers> stages = stageLayers(c.plan, model);
   const int ns = c.plan.numStages();
   const schedule::Program program =

@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+"""A PyTorch model as its author wrote it, as the TorchScript file pipetrain trains.
+
+pipetrain places layers on pipeline stages: the top-level children of a TorchScript
+module, wired by its `pipetrain_inputs` attribute (docs/byo.md). Models as people write
+them do work in forward() between their children (flatten, adding position embeddings
+computed from the input's length), loop over ModuleLists, use in-place activations and
+tie weights between layers. This tool traces forward() with torch.fx, cuts the graph at
+module boundaries and writes each piece as one child:
+
+- a layer is a module that is not a container: a top-level child, or an item of a
+  ModuleList, ModuleDict or Sequential (a ResNet's blocks, a transformer's blocks);
+- work in forward() outside any module joins the first layer that uses its result;
+- sizes and other non-tensor values are recomputed where they are used, not carried;
+- a layer output that has no batch dimension (position embeddings of arange(T)) is
+  expanded along the batch, since stages exchange batch-first tensors;
+- a weight used by two layers (tied embeddings) stays one tensor, which pipetrain keeps
+  equal across stages by summing its gradients;
+- `nn.ReLU(inplace=True)` and other modules' in-place flags are turned off, since a
+  stage's input may not be modified in place.
+
+The file's parameters keep the user's names (`pipetrain_state_dict` maps them), so the
+trained weights go back into the original class:
+
+    python3 python/pipetrain_capture.py capture 'examples/asis/gpt2.py:GPT(GPTConfig())' \\
+        --data-file data.pt --out model.pt
+    pipetrain train --model-file model.pt --data-file data.pt --export trained.pt
+    python3 python/pipetrain_capture.py state-dict trained.pt --out state_dict.pt
+    model.load_state_dict(torch.load("state_dict.pt"))
+
+Or from Python: `capture(model, example_input, "model.pt")`, `state_dict("trained.pt")`.
+"""
+import argparse
+import copy
+import dis
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from typing import Dict, List
+
+import torch
+import torch.fx
+from torch import nn
+
+CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
+INPUT = "input"
+
+
+class CaptureError(Exception):
+    """The model cannot be taken as it is: says which module or operation, and what to change."""
+
+
+class _Tracer(torch.fx.Tracer):
+    # Buffers read in forward() (a causal mask sliced to the input's length) must be
+    # graph values, and `assert` on a traced size is recorded rather than refused.
+    proxy_buffer_attributes = True
+
+    def to_bool(self, obj):
+        # fx's own trace_asserts misses Python 3.11's POP_JUMP_FORWARD_IF_TRUE.
+        if _in_assert(inspect.currentframe().f_back.f_back):
+            self.create_proxy("call_function", torch._assert, (obj, "assertion in forward()"), {})
+            return True
+        raise CaptureError(
+            f"forward() branches on a traced value ({obj.node.format_node()}); pipetrain needs one graph for every "
+            "batch: compute the condition from the module's configuration instead, or move the branch into a module "
+            "of its own")
+
+
+def _in_assert(frame) -> bool:
+    """Whether `frame` is testing the condition of an `assert` statement."""
+    insts = list(dis.get_instructions(frame.f_code))
+    at = next((i for i, inst in enumerate(insts) if inst.offset >= frame.f_lasti), None)
+    if at is None or at + 1 >= len(insts):
+        return False
+    jump, then = insts[at], insts[at + 1]
+    return ("POP_JUMP" in jump.opname and "IF_TRUE" in jump.opname and
+            (then.opname == "LOAD_ASSERTION_ERROR" or (then.opname == "LOAD_GLOBAL" and then.argval == "AssertionError")))
+
+
+def _values(gm: torch.fx.GraphModule, example: torch.Tensor) -> Dict[torch.fx.Node, object]:
+    """Every node's value on the example input."""
+    seen = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            seen[n] = super().run_node(n)
+            return seen[n]
+
+    with torch.no_grad():
+        Recorder(gm).run(example)
+    return seen
+
+
+def _unit_of_path(root: nn.Module, path: str) -> str:
+    """The layer a module belongs to: the shortest prefix of its path that is no container."""
+    parts = path.split(".") if path else []
+    module = root
+    for i, part in enumerate(parts):
+        if not isinstance(module, CONTAINERS) and i > 0:
+            return ".".join(parts[:i])
+        module = getattr(module, part) if not isinstance(module, (nn.ModuleList, nn.Sequential)) else module[int(part)]
+    return path
+
+
+def _module_path(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    return list(stack.keys())[-1] if stack else ""
+
+
+def _layer_name(unit: str) -> str:
+    return unit.replace(".", "_")
+
+
+class _Capture:
+    def __init__(self, model: nn.Module, example: torch.Tensor):
+        self.model = model
+        self.example = example
+        try:
+            graph = _Tracer().trace(model)
+        except CaptureError:
+            raise
+        except Exception as e:  # fx's own refusals: say what it met, and where
+            raise CaptureError(f"torch.fx cannot trace forward(): {type(e).__name__}: {e}") from e
+        self.gm = torch.fx.GraphModule(model, graph)
+        self.nodes = list(graph.nodes)
+        placeholders = [n for n in self.nodes if n.op == "placeholder"]
+        if len(placeholders) != 1:
+            raise CaptureError(
+                f"forward() takes {len(placeholders)} inputs ({', '.join(n.name for n in placeholders)}); pipetrain "
+                "feeds one tensor per sample: give the other arguments defaults, or take them from the first")
+        self.input = placeholders[0]
+        self.value = _values(self.gm, example)
+
+    def is_tensor(self, n) -> bool:
+        return isinstance(self.value.get(n), torch.Tensor)
+
+    def assign_units(self):
+        """Each node's layer: its module's, or for glue the first layer reading it."""
+        unit = {}
+        for n in self.nodes:
+            path = _module_path(n)
+            if n.op in ("call_module", "call_function", "call_method") and path:
+                unit[n] = _unit_of_path(self.model, path)
+        self.order = []
+        for n in self.nodes:
+            if n in unit and unit[n] not in self.order:
+                self.order.append(unit[n])
+        if not self.order:
+            raise CaptureError("forward() calls no module, so there is nothing to place on stages")
+        index = {u: i for i, u in enumerate(self.order)}
+        last = self.order[-1]
+        next_unit = last
+        for n in reversed(self.nodes):  # glue joins its first reader; unread glue the next layer
+            if n in unit:
+                next_unit = unit[n]
+                continue
+            if n.op in ("placeholder", "output"):
+                continue
+            readers = [unit[u] if u.op != "output" else last for u in n.users]
+            unit[n] = min(readers, key=index.__getitem__) if readers else next_unit
+        self.unit = unit
+        self.index = index
+
+    def check_order(self):
+        for n in self.nodes:
+            if n not in self.unit:
+                continue
+            for a in n.all_input_nodes:
+                if a in self.unit and self.index[self.unit[a]] > self.index[self.unit[n]] and self.is_tensor(a):
+                    raise CaptureError(
+                        f"'{self.unit[n]}' reads the output of '{self.unit[a]}', which forward() first calls later: "
+                        "a module called at two places cannot be one layer; give each call its own module")
+
+    def crossing_inputs(self, u: str) -> List[torch.fx.Node]:
+        """The tensors layer u reads from the model's input and from earlier layers, in
+        the order they are first read; non-tensor values are recomputed, not carried."""
+        inputs = []
+
+        def visit(n):
+            for a in n.all_input_nodes:
+                if a.op == "placeholder":
+                    if a not in inputs:
+                        inputs.append(a)
+                elif self.unit[a] != u:
+                    if a.op == "get_attr" or not self.is_tensor(a):
+                        visit(a)  # a weight or a size: taken or recomputed here
+                    elif a not in inputs:
+                        inputs.append(a)
+
+        for n in self.nodes:
+            if self.unit.get(n) == u:
+                visit(n)
+        return inputs
+
+    def output_of(self, u: str) -> torch.fx.Node:
+        outs = []
+        for n in self.nodes:
+            if self.unit.get(n) != u:
+                continue
+            if any(r.op == "output" or (self.unit[r] != u and self.is_tensor(n) and n.op != "get_attr") for r in n.users):
+                outs.append(n)
+        if len(outs) != 1 or not self.is_tensor(outs[0]):
+            what = ", ".join(o.format_node() for o in outs) or "nothing"
+            raise CaptureError(
+                f"layer '{u}' must hand one tensor to the layers after it, and hands on {what}; return one tensor from "
+                "the module, or wrap the modules that exchange several values in one module")
+        return outs[0]
+
+    def batch_first(self, n: torch.fx.Node) -> bool:
+        v = self.value[n]
+        return v.dim() > 0 and v.size(0) == self.example.size(0)
+
+    def crossing(self, u: str) -> List[torch.fx.Node]:
+        """crossing_inputs, plus the model's input where u must expand its output along the batch."""
+        inputs = self.crossing_inputs(u)
+        if not self.batch_first(self.output_of(u)) and self.input not in inputs:
+            inputs.insert(0, self.input)
+        return inputs
+
+    def child(self, u: str, inputs: List[torch.fx.Node]) -> torch.fx.GraphModule:
+        g = torch.fx.Graph()
+        env = {}
+        for a in inputs:
+            env[a] = g.placeholder(a.name)
+
+        def copy_node(n):
+            if n in env:
+                return env[n]
+            for a in n.all_input_nodes:
+                copy_node(a)
+            env[n] = g.node_copy(n, lambda a: env[a])
+            return env[n]
+
+        for n in self.nodes:
+            if self.unit.get(n) == u:
+                copy_node(n)
+        out = self.output_of(u)
+        result = env[out]
+        if not self.batch_first(out):  # the same rows for every sample
+            batch = g.call_method("size", (env[self.input], 0))
+            rows = g.call_method("unsqueeze", (result, 0))
+            result = g.call_method("expand", (rows, [batch] + [-1] * self.value[out].dim()))
+        g.output(result)
+        child = torch.fx.GraphModule(self.model, g, class_name=_layer_name(u))
+        child.graph.lint()
+        return child
+
+    def build(self) -> torch.jit.ScriptModule:
+        self.assign_units()
+        self.check_order()
+        wrapper = nn.Module()
+        wiring: Dict[str, List[str]] = {}
+        produced = {self.input: INPUT}
+        top = torch.fx.Graph()
+        top_env = {self.input: top.placeholder(INPUT)}
+        for u in self.order:
+            inputs = self.crossing(u)
+            name = _layer_name(u)
+            setattr(wrapper, name, self.child(u, inputs))
+            wiring[name] = [produced[a] for a in inputs]
+            out = self.output_of(u)
+            produced[out] = name
+            top_env[out] = top.call_module(name, tuple(top_env[a] for a in inputs))
+        final = next(n for n in self.nodes if n.op == "output").args[0]
+        if produced.get(final) != _layer_name(self.order[-1]):
+            raise CaptureError("forward() must return one tensor, the last layer's output")
+        top.output(top_env[final])
+        whole = torch.fx.GraphModule(wrapper, top, class_name=type(self.model).__name__ + "Layers")
+        whole.pipetrain_inputs = wiring
+        whole.pipetrain_state_dict = self.names(whole)
+        try:
+            scripted = torch.jit.script(whole)
+        except Exception as e:
+            raise CaptureError(f"TorchScript cannot compile the captured layers: {e}") from e
+        self.verify(scripted)
+        return scripted
+
+    def names(self, whole: nn.Module) -> Dict[str, str]:
+        """The file's state_dict keys -> the user's: a layer's tensors keep their paths."""
+        user = set(self.model.state_dict().keys())
+        out = {}
+        for key in whole.state_dict().keys():
+            inner = key.split(".", 1)[1]
+            if inner in user:
+                out[key] = inner
+        # Tied weights appear in the user's state_dict under every name; one holder is enough.
+        held = {id(t) for k, t in self.model.state_dict(keep_vars=True).items() if k in set(out.values())}
+        missing = [k for k, t in self.model.state_dict(keep_vars=True).items()
+                   if k not in set(out.values()) and id(t) not in held]
+        if missing:
+            print(f"note: forward() never reads {', '.join(missing)}; pipetrain trains without them, and they keep "
+                  "their values", file=sys.stderr)
+        return out
+
+    def verify(self, scripted):
+        with torch.no_grad():
+            want = self.model(self.example)
+            got = scripted(self.example)
+        if not isinstance(want, torch.Tensor) or want.shape != got.shape or not torch.allclose(want, got, 1e-4, 1e-5):
+            raise CaptureError("the captured layers do not reproduce forward() on the example input")
+
+
+def _no_inplace(model: nn.Module):
+    # A stage's first layer receives its input as a leaf that autograd must not see
+    # modified; the out-of-place operation computes the same values.
+    for m in model.modules():
+        if getattr(m, "inplace", False) is True:
+            m.inplace = False
+
+
+def capture(model: nn.Module, example: torch.Tensor, path: str = None) -> torch.jit.ScriptModule:
+    """`model` (left untouched) as pipetrain's layers; saved to `path` when given."""
+    copied = copy.deepcopy(model).eval()
+    _no_inplace(copied)
+    scripted = _Capture(copied, example).build()
+    if model.training:
+        scripted.train()
+    if path:
+        scripted.save(path)
+    return scripted
+
+
+def state_dict(trained_path: str) -> Dict[str, torch.Tensor]:
+    """A file pipetrain exported (`train --export`), as the original model's state_dict."""
+    module = torch.jit.load(trained_path, map_location="cpu")
+    if not hasattr(module, "pipetrain_state_dict"):
+        raise CaptureError(f"{trained_path} was not captured by pipetrain_capture: its state_dict() holds its own names")
+    names = dict(module.pipetrain_state_dict)
+    return {names[k]: v for k, v in module.state_dict().items() if k in names}
+
+
+def _load_model(spec: str) -> nn.Module:
+    """'file.py:EXPR' or 'package.module:EXPR', EXPR evaluated in that module."""
+    where, _, expr = spec.partition(":")
+    if not expr:
+        raise CaptureError(f"'{spec}': give MODULE:EXPRESSION, e.g. 'torchvision.models:resnet18(num_classes=10)'")
+    if where.endswith(".py"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(where)))
+        loaded = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(where))[0], where)
+        module = importlib.util.module_from_spec(loaded)
+        loaded.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    model = eval(expr, vars(module))
+    if not isinstance(model, nn.Module):
+        raise CaptureError(f"'{expr}' is a {type(model).__name__}, not an nn.Module")
+    return model
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("capture", help="write a model as pipetrain's TorchScript layers")
+    c.add_argument("model", help="FILE.py:EXPRESSION or MODULE:EXPRESSION that makes the nn.Module")
+    c.add_argument("--data-file", required=True, help="the data pipetrain will train on: its first inputs trace the model")
+    c.add_argument("--seed", type=int, default=0, help="torch.manual_seed before the model is made (default 0)")
+    c.add_argument("--out", required=True)
+    s = sub.add_parser("state-dict", help="turn a trained export back into the original model's state_dict")
+    s.add_argument("trained")
+    s.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "capture":
+            torch.manual_seed(args.seed)
+            model = _load_model(args.model)
+            example = torch.load(args.data_file, weights_only=True)["inputs"][:3]
+            if example.is_floating_point():
+                example = example.float()
+            scripted = capture(model, example, args.out)
+            names = list(scripted.pipetrain_inputs.keys())
+            print(f"wrote {args.out}: {len(names)} layers ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})")
+        else:
+            torch.save(state_dict(args.trained), args.out)
+            print(f"wrote {args.out}: load it with model.load_state_dict(torch.load({args.out!r}))")
+    except CaptureError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+// Weights tied between layers that sit on different stages (GPT-2's input and output
+// embeddings on the first and last): every holder keeps its own copy, and before a STEP
+// each copy's gradient becomes the sum over all holders, as Megatron sums the embedding
+// gradients of its first and last stages. The copies then take the same step and stay
+// equal, as the one shared weight of single-process training would.
+//
+// Needs a synchronous schedule (the trainer refuses the others): every holder stage
+// steps once per mini-batch into the same version, after all its backward passes.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "pipetrain/schedule/program.h"
+#include "pipetrain/torch/executor.h"
+#include "pipetrain/torch/models.h"
+#include "pipetrain/torch/transport.h"
+
+namespace pipetrain::runtime {
+
+class TiedGradients {
+ public:
+  // The tied weights that this rank's stages hold. Readies each one's all-reduce group
+  // (every rank holding a copy, replicas included), in the model's order on every rank.
+  // Throws Error where the Program steps one of this rank's holder stages before another
+  // one's backward passes and all-reduces of that mini-batch are done.
+  TiedGradients(const models::Model& model, const std::vector<StageLayers>& stages, const schedule::Program& program,
+                int rank, DataChannel& channel);
+
+  // Before `stage` steps into `version`: once per weight and version, every copy this
+  // rank holds gets the sum of all holders' gradients. `factor(stage, version)` is the
+  // scale the STEP will apply to that stage's gradients; the sum is of scaled gradients,
+  // each replicated stage's counted once, so every copy steps with the same gradient.
+  void beforeStep(int stage, int version, const std::function<double(int, int)>& factor);
+
+ private:
+  struct Copy {
+    int stage;
+    torch::Tensor param;
+    int replicas;  // of its stage: each replica holds the stage's whole gradient after its all-reduce
+  };
+  struct Group {
+    std::vector<Copy> copies;  // on this rank
+    std::vector<int> ranks;    // the all-reduce's, sorted; empty when one stage holds every copy
+    int reduced_version = -1;
+  };
+
+  DataChannel& channel_;
+  std::vector<Group> groups_;
+  std::map<int, std::vector<int>> groups_of_stage_;
+};
+
+}  // namespace pipetrain::runtime
