@@ -38,6 +38,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import warnings
 from typing import Dict, List
 
 import torch
@@ -243,7 +244,8 @@ class _Capture:
             rows = g.call_method("unsqueeze", (result, 0))
             result = g.call_method("expand", (rows, [batch] + [-1] * self.value[out].dim()))
         g.output(result)
-        child = torch.fx.GraphModule(self.model, g, class_name=_layer_name(u))
+        # Named after the module's class, which pipetrain shows as the layer's kind.
+        child = torch.fx.GraphModule(self.model, g, class_name=type(self.model.get_submodule(u)).__name__)
         child.graph.lint()
         return child
 
@@ -271,7 +273,9 @@ class _Capture:
         whole.pipetrain_inputs = wiring
         whole.pipetrain_state_dict = self.names(whole)
         try:
-            scripted = torch.jit.script(whole)
+            with warnings.catch_warnings():  # about fx's generated __init__, which TorchScript does not compile
+                warnings.filterwarnings("ignore", message=".*instance-level annotations.*")
+                scripted = torch.jit.script(whole)
         except Exception as e:
             raise CaptureError(f"TorchScript cannot compile the captured layers: {e}") from e
         self.verify(scripted)

@@ -79,13 +79,15 @@ struct Sizes {
 
 // The sizes to time: with a batch, two 4x apart, between which the planners
 // interpolate (LayerGraph::secondsAt); the run's own without. Both shrink until the
-// profile fits kProfileBudgetSeconds, priced by one training pass of the model at one
-// sample: a share of ResNet-50's passes at 32 images of 224 x 224 took a minute on one
+// profile fits kProfileBudgetSeconds, priced by one training pass of the model at two
+// samples: a share of ResNet-50's passes at 32 images of 224 x 224 took a minute on one
 // of this machine's cores, and its profile five minutes before a fifty-second run.
 // Above the larger size the costs then scale in proportion, an upper bound, which the
 // run's measured stage times correct (sharpenCachedProfile).
 Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Processes& processes) {
-  const double per_sample = profiler::stepSeconds(model, 1, r.blas_threads);
+  // Two samples, not one: BatchNorm refuses to train on one value per channel, which is
+  // what a ResNet's last blocks see of a single 28 x 28 image.
+  const double per_sample = profiler::stepSeconds(model, 2, r.blas_threads) / 2;
   const double busiest_share = std::min(1.0, kBusiestShare / processes.count);
   const auto cost = [&](int64_t size) {
     return kPassesPerSize * kPassCost * per_sample * static_cast<double>(size) * busiest_share;

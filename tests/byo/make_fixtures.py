@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -21,6 +22,35 @@ class HiddenStep(nn.Module):
         return self.b(torch.relu(self.a(x)) * 2.0)
 
 
+def captured(src, out):
+    """Models as written, through python/pipetrain_capture.py: the GPT-2-style example
+    (tied embeddings, positions from arange) before and after one SGD step of PyTorch's
+    own, and a torchvision ResNet (flatten in forward, in-place ReLUs)."""
+    sys.path[:0] = [f"{src}/python", f"{src}/examples/asis"]
+    import torchvision
+    from gpt2 import GPT, GPTConfig
+    from pipetrain_capture import capture
+
+    torch.manual_seed(2)
+    tokens = torch.randint(0, 16, (64, 8))
+    torch.save({"inputs": tokens, "labels": torch.randint(0, 16, (64, 8))}, f"{out}/tokens.pt")
+    gpt = GPT(GPTConfig(block_size=8, vocab_size=16, n_layer=2, n_head=2, n_embd=16))
+    capture(gpt, tokens[:3], f"{out}/gpt_tied.pt")
+    labels = torch.load(f"{out}/tokens.pt")["labels"]
+    sgd = torch.optim.SGD(gpt.parameters(), lr=0.05)  # one shared weight, stepped once
+    F.cross_entropy(gpt(tokens[:8]).flatten(0, 1), labels[:8].flatten()).backward()
+    sgd.step()
+    capture(gpt, tokens[:3], f"{out}/gpt_tied_stepped.pt")
+
+    images = torch.randn(64, 3, 16, 16)
+    torch.save({"inputs": images, "labels": torch.randint(0, 4, (64,))}, f"{out}/images.pt")
+    resnet = torchvision.models.resnet.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1], num_classes=4)
+    capture(resnet, images[:3], f"{out}/resnet.pt")
+    # Not captured: a ReLU(inplace=True) child that a stage may start with.
+    torch.jit.script(nn.Sequential(nn.Linear(16, 32), nn.ReLU(inplace=True), nn.Linear(32, 4))).save(
+        f"{out}/inplace_chain.pt")
+
+
 def main():
     src, out = sys.argv[1], sys.argv[2]
     os.makedirs(out, exist_ok=True)
@@ -32,6 +62,7 @@ def main():
     # What PyTorch users save instead of TorchScript: a state_dict, a pickled module.
     torch.save(HiddenStep().state_dict(), f"{out}/state_dict.pt")
     torch.save(HiddenStep(), f"{out}/pickled_module.pt")
+    captured(src, out)
 
 
 if __name__ == "__main__":

@@ -106,8 +106,10 @@ std::string childKind(const torch::jit::Module& child) {
 // holds, so the optimizer's in-place updates are the module's weights.
 class ScriptedLayerImpl : public torch::nn::Module {
  public:
-  ScriptedLayerImpl(torch::jit::Module child, std::shared_ptr<const Wiring> wiring, int index, bool modifies_input)
-      : child_(std::move(child)), wiring_(std::move(wiring)), index_(index), modifies_input_(modifies_input) {
+  ScriptedLayerImpl(std::string name, torch::jit::Module child, std::shared_ptr<const Wiring> wiring, int index,
+                    bool modifies_input)
+      : name_(std::move(name)), child_(std::move(child)), wiring_(std::move(wiring)), index_(index),
+        modifies_input_(modifies_input) {
     for (const auto& p : child_.named_parameters(/*recurse=*/true))
       register_parameter(scriptedTensorName(p.name), p.value, p.value.requires_grad());
     for (const auto& b : child_.named_buffers(/*recurse=*/true)) register_buffer(scriptedTensorName(b.name), b.value);
@@ -125,7 +127,16 @@ class ScriptedLayerImpl : public torch::nn::Module {
     };
     std::vector<c10::IValue> args;
     for (int v : w.reads[index_]) args.emplace_back(value(v));
-    const torch::Tensor y = child_.forward(std::move(args)).toTensor();
+    torch::Tensor y;
+    try {
+      y = child_.forward(std::move(args)).toTensor();
+    } catch (const c10::Error& e) {  // the model's own refusal, in its words, without the interpreter's traceback
+      throw Error("layer '" + name_ + "' fails on a micro-batch of " + std::to_string(x.size(0)) + ": " +
+                  lastLine(e.what_without_backtrace()));
+    } catch (const std::exception& e) {  // the interpreter's std::runtime_error
+      throw Error("layer '" + name_ + "' fails on a micro-batch of " + std::to_string(x.size(0)) + ": " +
+                  lastLine(e.what()));
+    }
     std::vector<torch::Tensor> out;
     for (int v : w.carried[index_ + 1]) out.push_back(v == index_ + 1 ? y : value(v));
     return pack(w, index_ + 1, out);
@@ -137,6 +148,7 @@ class ScriptedLayerImpl : public torch::nn::Module {
   }
 
  private:
+  std::string name_;
   torch::jit::Module child_;
   std::shared_ptr<const Wiring> wiring_;
   int index_;
@@ -187,7 +199,7 @@ class Loader {
     model.tied = untie();
     for (int i = 0; i < wiring->layers(); ++i)
       model.layers.push_back(Layer{names_[i], childKind(children_[i]),
-                                   torch::nn::AnyModule(ScriptedLayer(children_[i], wiring, i, modifies_input_[i]))});
+                                   torch::nn::AnyModule(ScriptedLayer(names_[i], children_[i], wiring, i, modifies_input_[i]))});
     model.script = std::make_shared<torch::jit::Module>(root_);
     return model;
   }
