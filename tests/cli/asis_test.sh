@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Models as people write them, from the README's commands: torchvision's resnet18 and a
+# GPT-2-style model with tied embeddings are captured by python/pipetrain_capture.py,
+# trained from the CLI on 2 and 3 ranks, exported, and loaded back into their original
+# classes with load_state_dict, where they score the test split as pipetrain did.
+# Usage: PIPETRAIN=path/to/pipetrain asis_test.sh SOURCE_DIR
+set -u
+src=${1:?source dir}
+bin=${PIPETRAIN:?set PIPETRAIN}
+python=${PIPETRAIN_PYTHON:?the Python with the pinned torch (set by CMake)}
+capture=$src/python/pipetrain_capture.py
+. "$(dirname "$0")/harness.sh"
+
+check "the data" "$python" "$src/examples/asis/make_data.py" "$tmp"
+check "capture resnet18" "$python" "$capture" capture 'torchvision.models:resnet18(num_classes=10)' \
+  --data-file "$tmp/fmnist_rgb.pt" --out "$tmp/resnet18.pt"
+expect "resnet18's blocks are layers" "14 layers (conv1, bn1, relu, maxpool, ...)"
+check "capture the GPT" "$python" "$capture" capture "$src/examples/asis/gpt2.py:GPT(GPTConfig())" \
+  --data-file "$tmp/fortunes.pt" --out "$tmp/gpt2.pt"
+
+# train NAME MODEL DATA RANKS [ARGS...]: trains, exports, and turns the export into a state_dict.
+train() {
+  local name=$1 model=$2 data=$3 ranks=$4; shift 4
+  check "$name trains" "$bin" train --model-file "$tmp/$model.pt" --data-file "$tmp/$data.pt" --nproc "$ranks" \
+    --epochs 1 --max-steps 6 --export "$tmp/$name.pt" --summary-json "$tmp/$name.json" "$@"
+  cp "$tmp/out" "$tmp/$name.out"
+  expect "$name exported" "exported the trained model to $tmp/$name.pt" "$tmp/$name.out"
+  check "$name as a state_dict" "$python" "$capture" state-dict "$tmp/$name.pt" --out "$tmp/$name.sd.pt"
+}
+# score NAME CLASS-EXPRESSION: the original class loads the state_dict and scores the test split as pipetrain did.
+score() {
+  check "$1 loads into its class and scores as pipetrain did" "$python" - "$src" "$tmp/$1" "$2" <<'PY'
+import json, sys
+import torch
+import torch.nn.functional as F
+src, run, make = sys.argv[1:4]
+sys.path.insert(0, f"{src}/examples/asis")
+import torchvision
+from gpt2 import GPT, GPTConfig
+model = eval(make)
+state = torch.load(f"{run}.sd.pt")
+model.load_state_dict(state, strict=True)
+if "lm_head.weight" in state:  # tied: both names hold the same trained values
+    assert torch.equal(state["lm_head.weight"], state["transformer.wte.weight"])
+data = torch.load(f"{run.rsplit('/', 1)[0]}/{'fortunes' if 'GPT' in make else 'fmnist_rgb'}.pt")
+model.eval()
+with torch.no_grad():
+    out = model(data["test_inputs"])
+labels = data["test_labels"]
+accuracy = (out.argmax(-1) == labels).float().mean().item()
+loss = F.cross_entropy(out.flatten(0, -2), labels.flatten()).item()
+summary = json.load(open(f"{run}.json"))
+print(f"python: accuracy {accuracy:.6f} loss {loss:.6f}; pipetrain: {summary['test_accuracy']:.6f} {summary['test_loss']:.6f}")
+assert abs(accuracy - summary["test_accuracy"]) < 1e-6, "accuracy differs"
+assert abs(loss - summary["test_loss"]) < 1e-4, "loss differs"
+PY
+}
+
+train resnet-2 resnet18 fmnist_rgb 2 --batch 32
+score resnet-2 'torchvision.models.resnet18(num_classes=10)'
+train resnet-3 resnet18 fmnist_rgb 3 --batch 48
+score resnet-3 'torchvision.models.resnet18(num_classes=10)'
+train gpt-2 gpt2 fortunes 2 --batch 32
+score gpt-2 'GPT(GPTConfig())'
+# A pipeline of 3 stages: the embedding on the first, the output layer on the last.
+train gpt-3 gpt2 fortunes 3 --batch 48 --schedule 1f1b --no-replication
+expect "the GPT on 3 stages" "chosen: 1f1b, 3 stages" "$tmp/gpt-3.out"
+score gpt-3 'GPT(GPTConfig())'
+refuses "tied layers apart under an asynchronous schedule" "share a weight and sit on different stages" \
+  "$bin" train --model-file "$tmp/gpt2.pt" --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32 --schedule pipedream \
+  --epochs 1 --max-steps 2
+
+# What cannot be captured says which operation and what to change.
+cat >"$tmp/branchy.py" <<'PY'
+import torch
+from torch import nn
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.a(x)
+        return x
+class TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+    def forward(self, x, y):
+        return self.a(x) + y
+PY
+check "small data" "$python" -c "import torch; torch.save({'inputs': torch.randn(8, 4), 'labels': torch.zeros(8, dtype=torch.long)}, '$tmp/small.pt')"
+refuses "a branch on a traced value" "forward() branches on a traced value" \
+  "$python" "$capture" capture "$tmp/branchy.py:Branchy()" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
+refuses "two inputs" "forward() takes 2 inputs (x, y)" \
+  "$python" "$capture" capture "$tmp/branchy.py:TwoInputs()" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
+refuses "not MODULE:EXPRESSION" "give MODULE:EXPRESSION" \
+  "$python" "$capture" capture "torchvision.models" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
+
+finish "cli models as written"
