@@ -38,6 +38,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import traceback
 import warnings
 from typing import Dict, List
 
@@ -78,6 +79,14 @@ def _in_assert(frame) -> bool:
     jump, then = insts[at], insts[at + 1]
     return ("POP_JUMP" in jump.opname and "IF_TRUE" in jump.opname and
             (then.opname == "LOAD_ASSERTION_ERROR" or (then.opname == "LOAD_GLOBAL" and then.argval == "AssertionError")))
+
+
+def _where(error: Exception) -> str:
+    """' at FILE:LINE (`code`)': the last frame of the error outside torch, the user's."""
+    torch_dir = os.path.dirname(torch.__file__)
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith(torch_dir) and f.filename != __file__]
+    return f" at {frames[-1].filename}:{frames[-1].lineno} (`{frames[-1].line}`)" if frames else ""
 
 
 def _values(gm: torch.fx.GraphModule, example: torch.Tensor) -> Dict[torch.fx.Node, object]:
@@ -122,8 +131,8 @@ class _Capture:
             graph = _Tracer().trace(model)
         except CaptureError:
             raise
-        except Exception as e:  # fx's own refusals: say what it met, and where
-            raise CaptureError(f"torch.fx cannot trace forward(): {type(e).__name__}: {e}") from e
+        except Exception as e:  # fx's own refusals: say what it met, and where in the user's code
+            raise CaptureError(f"torch.fx cannot trace forward(){_where(e)}: {type(e).__name__}: {e}") from e
         self.gm = torch.fx.GraphModule(model, graph)
         self.nodes = list(graph.nodes)
         placeholders = [n for n in self.nodes if n.op == "placeholder"]

@@ -22,6 +22,20 @@ class HiddenStep(nn.Module):
         return self.b(torch.relu(self.a(x)) * 2.0)
 
 
+class LoopedList(nn.Module):
+    """A ModuleList looped over in forward(): a container child, no layer as it is."""
+
+    def __init__(self):
+        super().__init__()
+        self.h = nn.ModuleList([nn.Linear(16, 16) for _ in range(2)])
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        for layer in self.h:
+            x = layer(x)
+        return self.head(x)
+
+
 def captured(src, out):
     """Models as written, through python/pipetrain_capture.py: the GPT-2-style example
     (tied embeddings, positions from arange) before and after one SGD step of PyTorch's
@@ -57,6 +71,7 @@ def main():
     subprocess.run([sys.executable, f"{src}/examples/byo/make_model.py", out], check=True)
     torch.manual_seed(1)
     torch.jit.script(HiddenStep()).save(f"{out}/hidden_step.pt")
+    torch.jit.script(LoopedList()).save(f"{out}/module_list.pt")
     with open(f"{out}/not_a_model.pt", "w") as f:
         f.write("this is not TorchScript\n")
     # What PyTorch users save instead of TorchScript: a state_dict, a pickled module.

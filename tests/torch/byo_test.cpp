@@ -148,7 +148,12 @@ TEST(ByoModel, RegressionTargetsTrainWithMeanSquaredError) {
 
 TEST(ByoModel, RefusesWhatItCannotTrain) {
   TrainConfig c = byoConfig("hidden_step.pt");
-  EXPECT_NE(errorOf([&] { openModel(c); }).find("does not reproduce forward()"), std::string::npos);
+  const std::string hidden = errorOf([&] { openModel(c); });
+  EXPECT_NE(hidden.find("does not reproduce forward()"), std::string::npos) << hidden;
+  EXPECT_NE(hidden.find("python/pipetrain_capture.py"), std::string::npos) << hidden;  // what to do instead
+  const std::string looped = errorOf([&] { openModel(byoConfig("module_list.pt")); });
+  EXPECT_NE(looped.find("child 'h' is a ModuleList, a container with no forward() of its own"), std::string::npos) << looped;
+  EXPECT_EQ(looped.find("frame #"), std::string::npos) << looped;
   // What is not TorchScript says what it is and how to save the model instead, without
   // the loader's C++ stack frames.
   for (const char* file : {"not_a_model.pt", "state_dict.pt", "pickled_module.pt"}) {

@@ -21,6 +21,11 @@ namespace pipetrain::models {
 namespace {
 
 constexpr const char* kInputName = "input";
+// What to do about a model written the usual way (work in forward() between children,
+// ModuleList loops): let the capture tool cut it.
+constexpr const char* kCaptureHint =
+    "; a model written the usual way trains as it is once python/pipetrain_capture.py has cut it into layers "
+    "(docs/byo.md, 'Your model as written')";
 constexpr const char* kInputsAttribute = "pipetrain_inputs";
 
 // Value 0 is the model's input, value i + 1 the output of child i.
@@ -276,12 +281,19 @@ class Loader {
     for (int i = 0; i < w.layers(); ++i) {
       std::vector<c10::IValue> args;
       for (int v : w.reads[i]) args.emplace_back(values_[v]);
+      if (!children_[i].find_method("forward"))
+        fail("child '" + names_[i] + "' is a " + childKind(children_[i]) +
+             ", a container with no forward() of its own, so it cannot be a layer" +
+             kCaptureHint);
       c10::IValue y;
       try {
         y = children_[i].forward(args);
+      } catch (const c10::Error& e) {
+        fail("child '" + names_[i] + "' fails on its inputs (one sample of " + describeShape(w.reads[i]) +
+             "): " + lastLine(e.what_without_backtrace()) + kCaptureHint);
       } catch (const std::exception& e) {  // the interpreter throws std::runtime_error
         fail("child '" + names_[i] + "' fails on its inputs (one sample of " + describeShape(w.reads[i]) +
-             "): " + lastLine(e.what()));
+             "): " + lastLine(e.what()) + kCaptureHint);
       }
       if (!y.isTensor()) fail("child '" + names_[i] + "' returns a " + y.tagKind() + ", not one tensor");
       values_.push_back(y.toTensor());
@@ -371,10 +383,9 @@ class Loader {
       fail(root_.hasattr(kInputsAttribute)
                ? std::string("running the children as ") + kInputsAttribute +
                      " declares does not reproduce forward(); check the declared inputs"
-               : std::string("running the top-level children in order does not reproduce forward(); make every "
-                             "step of forward() a child module (e.g. nn.Flatten), or declare the children's "
-                             "inputs in ") +
-                     kInputsAttribute);
+               : std::string("running the top-level children in order does not reproduce forward(), which does "
+                             "work between them") +
+                     kCaptureHint);
     const auto out = layered.sizes();
     if (input_.loss == LossKind::kMeanSquaredError) {
       if (layered.numel() != input_.num_classes)
