@@ -49,6 +49,13 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   o.schedule = job.args.schedule.name.empty() ? "auto" : job.args.schedule.name;
   o.max_replicas = request.allow_replication ? 0 : 1;
   o.allow_async = request.allow_async;
+  // Asynchronous schedules step stages apart, which would let tied copies on two stages
+  // drift apart (runtime/tied_gradients.h); the planner cannot yet keep them on one stage.
+  if (o.allow_async && !model.tied.empty()) {
+    o.allow_async = false;
+    std::printf("note: layers %s share a weight, so asynchronous schedules are not considered\n",
+                models::describeHolders(model, model.tied.front()).c_str());
+  }
   o.partitioner = request.partitioner;
   o.use_all_devices = true;
   // The profile's passes agree within this spread (profileForRun takes the default), so

@@ -66,6 +66,9 @@ score gpt-2 'GPT(GPTConfig())'
 train gpt-3 gpt2 fortunes 3 --batch 48 --schedule 1f1b --no-replication
 expect "the GPT on 3 stages" "chosen: 1f1b, 3 stages" "$tmp/gpt-3.out"
 score gpt-3 'GPT(GPTConfig())'
+check "the planner leaves asynchronous schedules out for tied layers" "$bin" train --model-file "$tmp/gpt2.pt" \
+  --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32 --allow-async --epochs 1 --max-steps 2 --no-eval
+expect "it says why" "layers 'transformer_wte' and 'lm_head' share a weight, so asynchronous schedules are not considered"
 refuses "tied layers apart under an asynchronous schedule" "share a weight and sit on different stages" \
   "$bin" train --model-file "$tmp/gpt2.pt" --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32 --schedule pipedream \
   --epochs 1 --max-steps 2
