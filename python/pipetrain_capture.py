@@ -337,7 +337,12 @@ def capture(model: nn.Module, example: torch.Tensor, path: str = None) -> torch.
 
 def state_dict(trained_path: str) -> Dict[str, torch.Tensor]:
     """A file pipetrain exported (`train --export`), as the original model's state_dict."""
-    module = torch.jit.load(trained_path, map_location="cpu")
+    if not os.path.isfile(trained_path):
+        raise CaptureError(f"{trained_path}: no such file")
+    try:
+        module = torch.jit.load(trained_path, map_location="cpu")
+    except Exception as e:
+        raise CaptureError(f"{trained_path} is not a TorchScript file (train --export writes one): {e}") from e
     if not hasattr(module, "pipetrain_state_dict"):
         raise CaptureError(f"{trained_path} was not captured by pipetrain_capture: its state_dict() holds its own names")
     names = dict(module.pipetrain_state_dict)

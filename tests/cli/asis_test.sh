@@ -97,6 +97,10 @@ refuses "a branch on a traced value" "forward() branches on a traced value" \
   "$python" "$capture" capture "$tmp/branchy.py:Branchy()" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
 refuses "two inputs" "forward() takes 2 inputs (x, y)" \
   "$python" "$capture" capture "$tmp/branchy.py:TwoInputs()" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
+refuses "state-dict of a missing file" "no such file" "$python" "$capture" state-dict "$tmp/missing.pt" --out "$tmp/x.pt"
+check "a TorchScript file of its own" "$python" -c "import torch; torch.jit.script(torch.nn.Linear(4, 4)).save('$tmp/plain.pt')"
+refuses "state-dict of a file not captured" "was not captured by pipetrain_capture" \
+  "$python" "$capture" state-dict "$tmp/plain.pt" --out "$tmp/x.pt"
 refuses "not MODULE:EXPRESSION" "give MODULE:EXPRESSION" \
   "$python" "$capture" capture "torchvision.models" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
 
