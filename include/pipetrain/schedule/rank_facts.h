@@ -56,4 +56,11 @@ struct RankFacts {
 // REQUIRES: program validated, 0 <= rank < program.numRanks().
 RankFacts rankFacts(const Program& program, int rank);
 
+// Whether, on `rank`, the stages in `stages` step equally often and the first of each
+// round of their STEPs comes after every B, I, W and ALLREDUCE of all of them before
+// their own STEP of that round: a gradient those stages share (tied weights,
+// runtime/tied_gradients.h) is then complete when the first of them steps. True of
+// every synchronous generator, for any set of a rank's stages.
+bool stepsFollowAllGradients(const Program& program, int rank, const std::set<int>& stages);
+
 }  // namespace pipetrain::schedule

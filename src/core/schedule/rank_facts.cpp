@@ -104,4 +104,34 @@ RankFacts rankFacts(const Program& program, int rank) {
   return f;
 }
 
+bool stepsFollowAllGradients(const Program& program, int rank, const std::set<int>& stages) {
+  std::map<int, std::vector<int>> steps;        // per stage: its STEPs' positions
+  std::map<int, std::vector<int>> last_before;  // per stage and STEP: its last gradient work before it
+  std::map<int, int> last_gradient;
+  const auto& actions = program.ranks.at(rank);
+  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
+    const Action& a = actions[i];
+    if (!stages.count(a.stage)) continue;
+    if (a.type == ActionType::B || a.type == ActionType::I || a.type == ActionType::W ||
+        a.type == ActionType::ALLREDUCE)
+      last_gradient[a.stage] = i;
+    if (a.type == ActionType::STEP) {
+      steps[a.stage].push_back(i);
+      auto it = last_gradient.find(a.stage);
+      last_before[a.stage].push_back(it == last_gradient.end() ? -1 : it->second);
+    }
+  }
+  if (steps.size() != stages.size()) return false;
+  const std::size_t rounds = steps.begin()->second.size();
+  for (const auto& [s, positions] : steps)
+    if (positions.size() != rounds) return false;
+  for (std::size_t k = 0; k < rounds; ++k) {
+    int first = static_cast<int>(actions.size());
+    for (const auto& [s, positions] : steps) first = std::min(first, positions[k]);
+    for (const auto& [s, gradients] : last_before)
+      if (gradients[k] > first) return false;
+  }
+  return true;
+}
+
 }  // namespace pipetrain::schedule

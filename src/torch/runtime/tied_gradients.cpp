@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "pipetrain/schedule/rank_facts.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -12,37 +13,6 @@ int stageOfLayer(const std::vector<StageLayers>& stages, int layer) {
   for (int s = 0; s < static_cast<int>(stages.size()); ++s)
     if (std::count(stages[s].layers.begin(), stages[s].layers.end(), layer)) return s;
   throw Error("internal: layer " + std::to_string(layer) + " is on no stage");
-}
-
-// Whether each mini-batch's first STEP among `local` (this rank's holder stages) comes
-// after every backward pass and all-reduce of all of them for that mini-batch.
-bool stepsAfterAllGradients(const schedule::Program& program, int rank, const std::set<int>& local) {
-  using schedule::ActionType;
-  std::map<int, std::vector<int>> steps;       // per stage: its STEPs' positions
-  std::map<int, std::vector<int>> last_before;  // per stage and STEP: its last gradient work before it
-  const auto& actions = program.ranks[rank];
-  std::map<int, int> last_gradient;
-  for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
-    const auto& a = actions[i];
-    if (!local.count(a.stage)) continue;
-    if (a.type == ActionType::B || a.type == ActionType::I || a.type == ActionType::W ||
-        a.type == ActionType::ALLREDUCE)
-      last_gradient[a.stage] = i;
-    if (a.type == ActionType::STEP) {
-      steps[a.stage].push_back(i);
-      last_before[a.stage].push_back(last_gradient.count(a.stage) ? last_gradient[a.stage] : -1);
-    }
-  }
-  std::size_t rounds = steps.empty() ? 0 : steps.begin()->second.size();
-  for (const auto& [s, positions] : steps)
-    if (positions.size() != rounds || steps.size() != local.size()) return false;
-  for (std::size_t k = 0; k < rounds; ++k) {
-    int first = actions.size();
-    for (const auto& [s, positions] : steps) first = std::min(first, positions[k]);
-    for (const auto& [s, gradients] : last_before)
-      if (gradients[k] > first) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -64,7 +34,7 @@ TiedGradients::TiedGradients(const models::Model& model, const std::vector<Stage
           {s, models::heldParameter(model, holder), static_cast<int>(program.stage_ranks[s].size())});
     }
     if (group.copies.empty()) continue;
-    if (local.size() > 1 && !stepsAfterAllGradients(program, rank, local))
+    if (local.size() > 1 && !schedule::stepsFollowAllGradients(program, rank, local))
       throw Error("layers " + models::describeHolders(model, weight) + " share a weight, and rank " +
                   std::to_string(rank) + " steps one of their stages before the other's gradients are complete; put " +
                   "the layers on one stage or choose another schedule");

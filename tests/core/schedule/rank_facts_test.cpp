@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -152,6 +153,35 @@ TEST(RankFacts, AReplicatedStageReducesAfterItsLastBackwardPass) {
     }
     EXPECT_EQ(facts.split_stages.size(), name == "zb-h1" ? 1u : 0u);
   }
+}
+
+// Tied weights on two stages of one rank (a V's first and last) are summed at the first
+// of their STEPs: every synchronous generator has both stages' gradients complete there.
+TEST(RankFacts, SynchronousSchedulesStepAfterAllOfARanksGradients) {
+  for (const Program& p : everySchedule()) {
+    if (traits(p.schedule).asynchronous) continue;
+    SCOPED_TRACE(p.schedule + " on " + std::to_string(p.numRanks()) + " ranks");
+    for (int r = 0; r < p.numRanks(); ++r) {
+      const std::vector<int> mine = p.stagesOfRank(r);
+      EXPECT_TRUE(stepsFollowAllGradients(p, r, {mine.begin(), mine.end()})) << "rank " << r;
+    }
+  }
+  // A ZB-V whose rank 0 steps one of its stages before the other's last W: refused.
+  Program early = build("zb-v", 2, 4, 1);
+  auto& actions = early.ranks[0];
+  const auto step = std::find_if(actions.begin(), actions.end(), [](const Action& a) { return a.type == ActionType::STEP; });
+  ASSERT_NE(step, actions.end());
+  const int stage = step->stage;
+  const auto last_w = std::find_if(actions.rbegin(), actions.rend(), [&](const Action& a) {
+    return a.stage != stage && (a.type == ActionType::W || a.type == ActionType::B);
+  });
+  ASSERT_NE(last_w, actions.rend());
+  const Action moved = *step, before = *last_w;
+  actions.erase(step);
+  actions.insert(std::find(actions.begin(), actions.end(), before), moved);
+  EXPECT_FALSE(stepsFollowAllGradients(early, 0, {0, 3}));
+  EXPECT_TRUE(stepsFollowAllGradients(early, 0, {stage}));  // alone, each stage is complete when it steps
+  EXPECT_FALSE(stepsFollowAllGradients(early, 0, {0, 1}));  // stage 1 is rank 1's: no STEP here
 }
 
 TEST(RankFacts, TooManyMessagesForTagsAreRefused) {
