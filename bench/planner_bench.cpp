@@ -3,9 +3,12 @@
 // the whole exploration (`plan --schedule auto`: every schedule x micro-batch size x
 // width, scored by the simulator) against devices, with its peak resident memory.
 // And `plan` on layer profiles nobody here wrote: PipeDream's published ones
-// (bench/profiles) on PipeDream's cluster shape at 4 to 1024 GPUs, for each partitioner.
+// (bench/profiles) on PipeDream's cluster shape at 4 to 1024 GPUs, for each partitioner;
+// and on the example graphs (examples/graphs) at batch 8192 on 1024 and 8192 GPUs in
+// three levels, the goal being under 1 s and under 10 s.
 // Run: build/planner_bench   (or `make bench`);
 //      build/planner_bench --benchmark_filter=published --benchmark_counters_tabular=true
+//      build/planner_bench --benchmark_filter=examples --benchmark_counters_tabular=true
 #include <benchmark/benchmark.h>
 
 #include <sys/resource.h>
@@ -226,6 +229,37 @@ void published(benchmark::State& state) {
 BENCHMARK(published)
     ->ArgNames({"model", "gpus", "partitioner"})
     ->ArgsProduct({{0, 1, 2, 3, 4}, {4, 32, 128, 1024}, {0, 1, 2}})
+    ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+const char* const kExampleGraphs[] = {"gpt", "resnet50", "vgg16", "dlrm", "candle-uno", "multimodal", "fmnist-branch"};
+
+// Nodes of 8 GPUs, racks of 128, the network: three levels, memory of 40 GiB each.
+cluster::ClusterSpec threeLevelCluster(int gpus) {
+  std::vector<cluster::Device> d;
+  for (int i = 0; i < gpus; ++i) d.push_back({"gpu" + std::to_string(i), "gpu", 300.0, int64_t{40} << 30});
+  std::vector<cluster::Level> levels{{"node", 8, 150e9, 5e-6}, {"rack", 128, 25e9, 1e-5}, {"network", gpus, 12.5e9, 2e-5}};
+  return cluster::ClusterSpec(d, levels, {});
+}
+
+// `plan --graph examples/graphs/G.json --batch 8192` with every default.
+void examples(benchmark::State& state) {
+  const std::string model = kExampleGraphs[state.range(0)];
+  const auto graph = graph::LayerGraph::load(std::string(PIPETRAIN_SOURCE_DIR) + "/examples/graphs/" + model + ".json");
+  planner::ExploreOptions o;
+  o.global_batch = 8192;
+  PlanRun run;
+  for (auto _ : state) {
+    run = planInChild(graph, threeLevelCluster(static_cast<int>(state.range(1))), o);
+    state.SetIterationTime(run.seconds);
+  }
+  state.SetLabel(model + (run.failed ? " (no plan)" : ""));
+  state.counters["peak_MiB"] = run.peak_mib;
+  state.counters["throughput"] = run.throughput;
+  state.counters["stages"] = run.stages;
+}
+BENCHMARK(examples)
+    ->ArgNames({"graph", "gpus"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {1024, 8192}})
     ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
