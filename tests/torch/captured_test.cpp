@@ -31,15 +31,6 @@ TrainConfig capturedConfig(const std::string& model_file, const std::string& dat
   return c;
 }
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // The two copies of the tied weight: the token embedding's and the output layer's.
 std::pair<torch::Tensor, torch::Tensor> tiedCopies(const models::Model& model) {
   EXPECT_EQ(model.tied.size(), 1u);

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <thread>
 
 #include <unistd.h>
@@ -100,6 +101,16 @@ inline void usePlan(TrainConfig& c, const std::string& schedule, std::vector<int
   const auto bounds = plan::balancedChainSplit(std::vector<double>(names.size(), 1.0), stages);
   c.plan = plan::chainPlan(names, bounds, per_rank > 1 ? std::vector<int>{} : replicas, options, c.plan.microbatch_size,
                            c.plan.microbatches);
+}
+
+// The message of the Error `f` throws; "" when it throws none.
+inline std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline int rankCount(const TrainConfig& c) { return static_cast<int>(plan::rankDevices(c.plan).size()); }
