@@ -153,12 +153,15 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
   if (a.options.shares > 1)
     std::printf("share %d of %d: the other layers' times are left at 0 (their share's profile has them)\n",
                 a.options.share, a.options.shares);
-  std::printf("%-14s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", "layer", "kind", "F ms", "I ms", "W ms",
+  // The name column fits the longest name ("transformer_h_11" of a captured GPT).
+  int width = 14;
+  for (const graph::Layer& l : g.layers()) width = std::max(width, static_cast<int>(l.name.size()));
+  std::printf("%-*s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", width, "layer", "kind", "F ms", "I ms", "W ms",
               "W alone", "step ms", "activation", "params", "peak memory");
   double f = 0, i = 0, w = 0, split_w = 0, step = 0;
   int64_t act = 0, params = 0;
   for (const graph::Layer& l : g.layers()) {
-    std::printf("%-14s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", l.name.c_str(), l.kind.c_str(),
+    std::printf("%-*s %-18s %9s %9s %9s %9s %9s %12s %12s %12s\n", width, l.name.c_str(), l.kind.c_str(),
                 ms(l.forward_seconds).c_str(), ms(l.backward_input_seconds).c_str(),
                 ms(l.backward_weight_seconds).c_str(), ms(l.splitWeightSeconds()).c_str(),
                 ms(l.optimizer_seconds).c_str(), text::humanBytes(l.saved_activation_bytes).c_str(),
@@ -172,7 +175,7 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
     act += l.saved_activation_bytes;
     params += l.param_bytes;
   }
-  std::printf("%-14s %-18s %9s %9s %9s %9s %9s %12s %12s\n", "total", "", ms(f).c_str(), ms(i).c_str(), ms(w).c_str(),
+  std::printf("%-*s %-18s %9s %9s %9s %9s %9s %12s %12s\n", width, "total", "", ms(f).c_str(), ms(i).c_str(), ms(w).c_str(),
               ms(split_w).c_str(), ms(step).c_str(), text::humanBytes(act).c_str(), text::humanBytes(params).c_str());
   for (std::size_t k = 1; k < a.batches.size(); ++k) {
     double passes = 0;
