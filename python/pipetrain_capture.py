@@ -9,7 +9,9 @@ tie weights between layers. This tool traces forward() with torch.fx, cuts the g
 module boundaries and writes each piece as one child:
 
 - a layer is a module that is not a container: a top-level child, or an item of a
-  ModuleList, ModuleDict or Sequential (a ResNet's blocks, a transformer's blocks);
+  ModuleList, ModuleDict or Sequential (a ResNet's blocks, a transformer's blocks); a
+  module holding over a quarter of the parameters is opened where it holds such a list
+  (a ViT's encoder: its blocks become layers);
 - work in forward() outside any module joins the first layer that uses its result;
 - sizes and other non-tensor values are recomputed where they are used, not carried;
 - a layer output that has no batch dimension (position embeddings of arange(T)) is
@@ -36,7 +38,9 @@ import dis
 import importlib
 import importlib.util
 import inspect
+import operator
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -103,20 +107,10 @@ def _values(gm: torch.fx.GraphModule, example: torch.Tensor) -> Dict[torch.fx.No
     return seen
 
 
-def _unit_of_path(root: nn.Module, path: str) -> str:
-    """The layer a module belongs to: the shortest prefix of its path that is no container."""
-    parts = path.split(".") if path else []
-    module = root
-    for i, part in enumerate(parts):
-        if not isinstance(module, CONTAINERS) and i > 0:
-            return ".".join(parts[:i])
-        module = getattr(module, part) if not isinstance(module, (nn.ModuleList, nn.Sequential)) else module[int(part)]
-    return path
-
-
 def _module_path(node: torch.fx.Node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
-    return list(stack.keys())[-1] if stack else ""
+    # fx marks a module's second call "relu@1"; the module is the same.
+    return re.sub(r"@\d+$", "", list(stack.keys())[-1]) if stack else ""
 
 
 def _layer_name(unit: str) -> str:
@@ -142,17 +136,52 @@ class _Capture:
                 "feeds one tensor per sample: give the other arguments defaults, or take them from the first")
         self.input = placeholders[0]
         self.value = _values(self.gm, example)
+        self.open_modules = set()
 
     def is_tensor(self, n) -> bool:
         return isinstance(self.value.get(n), torch.Tensor)
+
+    def opened(self, module: nn.Module, path: str) -> bool:
+        """Whether a module's parts are layers rather than the module: the model itself,
+        containers, and modules opened for holding too much (refine)."""
+        return not path or isinstance(module, CONTAINERS) or path in self.open_modules
+
+    def unit_of_path(self, path: str):
+        """The layer that a module at `path` belongs to: the shortest prefix of the path
+        that is not opened. None for work an opened module does itself: glue."""
+        prefix = []
+        module = self.model
+        for part in path.split(".") if path else []:
+            if not self.opened(module, ".".join(prefix)):
+                return ".".join(prefix)
+            module = getattr(module, part)  # containers' items too: Sequential's may have names
+            prefix.append(part)
+        return None if self.opened(module, ".".join(prefix)) else ".".join(prefix)
+
+    def refine(self) -> bool:
+        """Opens each layer that holds over a quarter of the model's parameters and has a
+        container of two or more blocks (a transformer encoder's block list), so that the
+        planner has blocks to balance. Whether any was opened."""
+        def size(m):
+            return sum(p.numel() for p in m.parameters())
+        total = max(1, size(self.model))
+        grown = False
+        for u in self.order:
+            module = self.model.get_submodule(u)
+            blocks = [c for c in module.children() if isinstance(c, CONTAINERS) and
+                      sum(1 for item in c.children() if any(True for _ in item.children())) >= 2]
+            if size(module) * 4 > total and blocks:
+                self.open_modules.add(u)
+                grown = True
+        return grown
 
     def assign_units(self):
         """Each node's layer: its module's, or for glue the first layer reading it."""
         unit = {}
         for n in self.nodes:
             path = _module_path(n)
-            if n.op in ("call_module", "call_function", "call_method") and path:
-                unit[n] = _unit_of_path(self.model, path)
+            if n.op in ("call_module", "call_function", "call_method") and self.unit_of_path(path):
+                unit[n] = self.unit_of_path(path)
         self.order = []
         for n in self.nodes:
             if n in unit and unit[n] not in self.order:
@@ -161,15 +190,25 @@ class _Capture:
             raise CaptureError("forward() calls no module, so there is nothing to place on stages")
         index = {u: i for i, u in enumerate(self.order)}
         last = self.order[-1]
+        # Taking an item of a layer's non-tensor output (a module returning a tuple, as
+        # nn.MultiheadAttention does) is the layer's own work: it hands on the item.
+        for n in self.nodes:
+            if (n.op == "call_function" and n.target is operator.getitem and n not in unit and
+                    n.args[0] in unit and not self.is_tensor(n.args[0])):
+                unit[n] = unit[n.args[0]]
         next_unit = last
-        for n in reversed(self.nodes):  # glue joins its first reader; unread glue the next layer
+        for n in reversed(self.nodes):  # glue joins its first reader
             if n in unit:
                 next_unit = unit[n]
                 continue
             if n.op in ("placeholder", "output"):
                 continue
             readers = [unit[u] if u.op != "output" else last for u in n.users]
-            unit[n] = min(readers, key=index.__getitem__) if readers else next_unit
+            if readers:
+                unit[n] = min(readers, key=index.__getitem__)
+            else:  # read by nothing (an assert): beside the latest layer it reads, or the next
+                sources = [unit[a] for a in n.all_input_nodes if a in unit]
+                unit[n] = max(sources, key=index.__getitem__) if sources else next_unit
         self.unit = unit
         self.index = index
 
@@ -194,7 +233,7 @@ class _Capture:
                     if a not in inputs:
                         inputs.append(a)
                 elif self.unit[a] != u:
-                    if a.op == "get_attr" or not self.is_tensor(a):
+                    if a.op == "get_attr" or (not self.is_tensor(a) and a.op != "call_module"):
                         visit(a)  # a weight or a size: taken or recomputed here
                     elif a not in inputs:
                         inputs.append(a)
@@ -209,7 +248,8 @@ class _Capture:
         for n in self.nodes:
             if self.unit.get(n) != u:
                 continue
-            if any(r.op == "output" or (self.unit[r] != u and self.is_tensor(n) and n.op != "get_attr") for r in n.users):
+            carried = n.op == "call_module" or (self.is_tensor(n) and n.op != "get_attr")
+            if any(r.op == "output" or (self.unit[r] != u and carried) for r in n.users):
                 outs.append(n)
         if len(outs) != 1 or not self.is_tensor(outs[0]):
             what = ", ".join(o.format_node() for o in outs) or "nothing"
@@ -260,6 +300,8 @@ class _Capture:
 
     def build(self) -> torch.jit.ScriptModule:
         self.assign_units()
+        while self.refine():
+            self.assign_units()
         self.check_order()
         wrapper = nn.Module()
         wiring: Dict[str, List[str]] = {}

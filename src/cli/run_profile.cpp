@@ -92,10 +92,23 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
   const auto cost = [&](int64_t size) {
     return kPassesPerSize * kPassCost * per_sample * static_cast<double>(size) * busiest_share;
   };
-  const auto lowOf = [&](int64_t size) { return r.args.batch > 0 ? std::max<int64_t>(1, size / 4) : size; };
+  // Where that leaves a size of one, the model must train on one sample: BatchNorm on a
+  // 1 x 1 map does not (DenseNet's last block on 32 x 32 images), so the sizes stay at 2
+  // or more, and the planner, which starts at the smallest profiled, never proposes 1.
+  int64_t smallest = 1;
+  const auto lowOf = [&](int64_t size) { return r.args.batch > 0 ? std::max<int64_t>(smallest, size / 4) : size; };
   const auto costOf = [&](int64_t top) { return cost(top) + (lowOf(top) < top ? cost(lowOf(top)) : 0); };
   int64_t top = wantedSize(r);
   while (top > 1 && costOf(top) > kProfileBudgetSeconds) top /= 2;
+  if (r.args.batch > 0 && lowOf(top) == 1) {
+    try {
+      profiler::stepSeconds(model, 1, r.blas_threads);
+    } catch (const std::exception& e) {
+      smallest = 2;
+      top = std::max<int64_t>(top, std::min<int64_t>(2, wantedSize(r)));
+      std::printf("note: micro-batches of 2 samples or more: %s\n", e.what());
+    }
+  }
   Sizes s{{lowOf(top)}, costOf(top)};
   if (lowOf(top) < top) s.timed.push_back(top);
   return s;

@@ -73,6 +73,33 @@ refuses "tied layers apart under an asynchronous schedule" "share a weight and s
   "$bin" train --model-file "$tmp/gpt2.pt" --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32 --schedule pipedream \
   --epochs 1 --max-steps 2
 
+# More of torchvision, as written: each captures (checked against its forward()), and
+# a ViT's encoder opens into its blocks, so the planner has blocks to balance.
+check "torchvision's classifiers capture" "$python" - "$capture" "$tmp" <<'PY'
+import importlib.util, sys
+import torch, torchvision
+spec = importlib.util.spec_from_file_location("capture", sys.argv[1])
+capture = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(capture)
+M = torchvision.models
+vit = M.vision_transformer.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32,
+                                             mlp_dim=64, num_classes=10)
+small_densenet = M.densenet.DenseNet(growth_rate=8, block_config=(2, 2, 2, 2), num_init_features=16, num_classes=10)
+models = {"vit": vit, "densenet": small_densenet, "mobilenet_v2": M.mobilenet_v2(num_classes=10),
+          "efficientnet_b0": M.efficientnet_b0(num_classes=10), "regnet": M.regnet_y_400mf(num_classes=10),
+          "googlenet": M.googlenet(num_classes=10, aux_logits=False, init_weights=True)}
+for name, model in models.items():
+    scripted = capture.capture(model, torch.randn(3, 3, 32, 32), f"{sys.argv[2]}/{name}.pt")
+    print(name, list(scripted.pipetrain_inputs))
+assert "encoder_layers_encoder_layer_1" in vit_layers if (vit_layers := list(torch.jit.load(f"{sys.argv[2]}/vit.pt").pipetrain_inputs)) else False
+torch.save({"inputs": torch.randn(64, 3, 32, 32), "labels": torch.randint(0, 10, (64,))}, f"{sys.argv[2]}/images.pt")
+PY
+train vit-2 vit images 2 --batch 16
+# DenseNet's last block sees 1 x 1 maps at 32 x 32: BatchNorm cannot train on one sample,
+# so the profile keeps micro-batches of 2 or more, and says why.
+train densenet-2 densenet images 2 --batch 4
+expect "micro-batches of one refused, with the layer" "note: micro-batches of 2 samples or more: layer 'features_" "$tmp/densenet-2.out"
+
 # What cannot be captured says which operation and what to change.
 cat >"$tmp/branchy.py" <<'PY'
 import torch
