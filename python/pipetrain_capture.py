@@ -311,6 +311,8 @@ class _Capture:
         for u in self.order:
             inputs = self.crossing(u)
             name = _layer_name(u)
+            if name in wiring:
+                raise CaptureError(f"two layers would both be named '{name}' ('{u}' and another); rename one module")
             setattr(wrapper, name, self.child(u, inputs))
             wiring[name] = [produced[a] for a in inputs]
             out = self.output_of(u)
