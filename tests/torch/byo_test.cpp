@@ -156,6 +156,13 @@ TEST(ByoModel, RefusesWhatItCannotTrain) {
   }
   for (const char* file : {"state_dict.pt", "pickled_module.pt"})
     EXPECT_NE(errorOf([&] { openModel(byoConfig(file)); }).find("written by torch.save"), std::string::npos) << file;
+  // Python source given as the model: how to capture it.
+  const std::string source = ::testing::TempDir() + "byo_model.py";
+  writeFile(source, {'i', 'm', 'p', 'o', 'r', 't', ' ', 't', 'o', 'r', 'c', 'h', '\n'});
+  c.model_file = source;
+  const std::string python = errorOf([&] { openModel(c); });
+  EXPECT_NE(python.find("pipetrain_capture.py capture '" + source + ":MyModel()'"), std::string::npos) << python;
+  std::remove(source.c_str());
   c.model_file = fixture("missing.pt");
   EXPECT_NE(errorOf([&] { openModel(c); }).find("no such file"), std::string::npos);
   c.model_file = fixture("model.pt");

@@ -82,6 +82,10 @@ std::string lastLine(std::string message) {
 std::string notTorchScript(const std::string& path, const std::string& reason) {
   const std::string hint =
       "; save the model as TorchScript: torch.jit.script(model).save(PATH), or torch.jit.trace(model, example).save(PATH)";
+  if (std::filesystem::path(path).extension() == ".py")
+    return "not a TorchScript file but Python source: capture the model in it first, e.g. .venv/bin/python "
+           "python/pipetrain_capture.py capture '" + path + ":MyModel()' --data-file DATA --out model.pt "
+           "(docs/byo.md, 'Your model as written')";
   std::ifstream f(path, std::ios::binary);
   std::string head(4, '\0');
   f.read(head.data(), 4);
