@@ -7,15 +7,19 @@
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
-namespace {
-
-int stageOfLayer(const std::vector<StageLayers>& stages, int layer) {
-  for (int s = 0; s < static_cast<int>(stages.size()); ++s)
-    if (std::count(stages[s].layers.begin(), stages[s].layers.end(), layer)) return s;
-  throw Error("internal: layer " + std::to_string(layer) + " is on no stage");
+std::vector<int> holderStages(const models::TiedWeight& weight, const std::vector<StageLayers>& stages) {
+  std::vector<int> out;
+  for (const auto& holder : weight.holders) {
+    int s = 0;
+    while (s < static_cast<int>(stages.size()) &&
+           !std::count(stages[s].layers.begin(), stages[s].layers.end(), holder.layer))
+      ++s;
+    if (s == static_cast<int>(stages.size()))
+      throw Error("internal: layer " + std::to_string(holder.layer) + " is on no stage");
+    out.push_back(s);
+  }
+  return out;
 }
-
-}  // namespace
 
 TiedGradients::TiedGradients(const models::Model& model, const std::vector<StageLayers>& stages,
                              const schedule::Program& program, int rank, DataChannel& channel)
@@ -24,14 +28,15 @@ TiedGradients::TiedGradients(const models::Model& model, const std::vector<Stage
   for (const models::TiedWeight& weight : model.tied) {
     Group group;
     std::set<int> holder_stages, local, ranks;
-    for (const auto& holder : weight.holders) {
-      const int s = stageOfLayer(stages, holder.layer);
+    const std::vector<int> of_holder = holderStages(weight, stages);
+    for (std::size_t h = 0; h < weight.holders.size(); ++h) {
+      const int s = of_holder[h];
       holder_stages.insert(s);
       for (int r : program.stage_ranks[s]) ranks.insert(r);
       if (!std::count(mine.begin(), mine.end(), s)) continue;
       local.insert(s);
       group.copies.push_back(
-          {s, models::heldParameter(model, holder), static_cast<int>(program.stage_ranks[s].size())});
+          {s, models::heldParameter(model, weight.holders[h]), static_cast<int>(program.stage_ranks[s].size())});
     }
     if (group.copies.empty()) continue;
     if (local.size() > 1 && !schedule::stepsFollowAllGradients(program, rank, local))

@@ -21,6 +21,10 @@
 
 namespace pipetrain::runtime {
 
+// The stage of each of `weight`'s holders, in holder order. Throws Error for a holder
+// on no stage.
+std::vector<int> holderStages(const models::TiedWeight& weight, const std::vector<StageLayers>& stages);
+
 class TiedGradients {
  public:
   // The tied weights that this rank's stages hold. Readies each one's all-reduce group

@@ -10,11 +10,11 @@
 #include <limits>
 #include <map>
 #include <optional>
-#include <set>
 #include <mutex>
 
 #include "../profiler/memory_probe.h"
 #include "optimizer_state.h"
+#include "tied_gradients.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/torch/checkpoint.h"
@@ -274,11 +274,9 @@ std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model
   // Tied copies on several stages stay equal only if every holder steps once per
   // mini-batch with the summed gradient (runtime/tied_gradients.h).
   for (const models::TiedWeight& weight : model.tied) {
-    std::set<int> holders;
-    for (const auto& h : weight.holders)
-      for (int s = 0; s < static_cast<int>(out.size()); ++s)
-        if (std::count(out[s].layers.begin(), out[s].layers.end(), h.layer)) holders.insert(s);
-    if (holders.size() > 1 && schedule::isAsynchronous(plan.schedule.name))
+    const std::vector<int> stages = holderStages(weight, out);
+    const bool apart = std::any_of(stages.begin(), stages.end(), [&](int s) { return s != stages.front(); });
+    if (apart && schedule::isAsynchronous(plan.schedule.name))
       throw Error("plan: layers " + models::describeHolders(model, weight) + " share a weight and sit on different "
                   "stages, which the asynchronous schedule " + plan.schedule.name + " would let drift apart; use a " +
                   "synchronous schedule (1f1b, gpipe, zb-h1, ...) or put the layers on one stage");
