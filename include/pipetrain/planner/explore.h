@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,13 @@ enum class Partitioner { kAuto, kChain, kGraph };
 Partitioner partitionerFromName(const std::string& name);  // "auto", "chain", "graph"; Error otherwise
 const char* partitionerName(Partitioner p);
 
+// What the ranking puts first: the most samples per second, or the least time to a
+// loss (time_to_target.h), which also weighs how much each plan's update rule trains
+// per sample.
+enum class Objective { kThroughput, kTimeToAccuracy };
+Objective objectiveFromName(const std::string& name);  // "throughput", "time-to-accuracy"; Error otherwise
+const char* objectiveName(Objective o);
+
 struct ExploreOptions {
   int64_t global_batch = 0;             // samples per optimizer step
   std::string schedule = "auto";        // auto = every schedule allowed, or one name
@@ -49,6 +57,19 @@ struct ExploreOptions {
   // among them goes by the plan's shape (choiceOrder), so that profiling again, with
   // other noise, chooses the same plan. 0: only throughput ties (0.1%) are equals.
   double noise = 0;
+  // Under kTimeToAccuracy the search keeps the fastest plan of every asynchronous
+  // schedule and of the synchronous ones, not only the fastest overall: a slower
+  // schedule whose rule trains more per sample may reach the target first.
+  Objective objective = Objective::kThroughput;
+};
+
+// A plan's predicted time to the calibration's target loss (time_to_target.h).
+struct TargetEstimate {
+  std::string rule;             // its update rule's key (update_rule.h)
+  bool calibrated = false;      // false: its rule was not calibrated, nothing below is known
+  bool reached = false;         // its rule reached the target within the calibration
+  double efficiency = 0;        // progress per sample relative to synchronous training
+  double seconds = 0, seconds_low = 0, seconds_high = 0;  // predicted, with the calibration's noise
 };
 
 struct Candidate {
@@ -59,6 +80,7 @@ struct Candidate {
   // What proposed it: "chain", "graph", "balanced" (multi-stage schedules) or "refined"
   // (a neighbour of a chain plan that simulated faster, neighbours.h).
   std::string partitioner = "chain";
+  std::optional<TargetEstimate> to_target = std::nullopt;  // under the time-to-accuracy objective
 };
 
 // A combination that produced no candidate, and why (did not fit, numbers unusable).
@@ -84,6 +106,14 @@ struct Exploration {
   double noise = 0;                     // ExploreOptions::noise
   int within_noise = 0;                 // distinct plans within it of the best prediction (the chosen one included)
   double best_predicted = 0;            // the best prediction, where another plan within the noise was chosen
+  // Under the time-to-accuracy objective (time_to_target.h): the loss the times are to,
+  // the samples that calibration trained per rule, its noise, and the plan throughput
+  // alone would have chosen.
+  Objective objective = Objective::kThroughput;
+  double target_loss = 0;
+  int64_t calibration_samples = 0;
+  double calibration_noise = 0;
+  std::optional<Candidate> throughput_choice;
 
   const Candidate& best() const { return ranked.front(); }
   // One sentence on why the runner-up (the next plan that runs differently:

@@ -24,6 +24,16 @@ const char* partitionerName(Partitioner p) {
   }
 }
 
+Objective objectiveFromName(const std::string& name) {
+  for (Objective o : {Objective::kThroughput, Objective::kTimeToAccuracy})
+    if (name == objectiveName(o)) return o;
+  throw Error("unknown objective '" + name + "' (known: throughput, time-to-accuracy)");
+}
+
+const char* objectiveName(Objective o) {
+  return o == Objective::kTimeToAccuracy ? "time-to-accuracy" : "throughput";
+}
+
 std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
   if (o.schedule != "auto") {
     schedule::checkScheduleName(o.schedule);

@@ -160,10 +160,23 @@ int64_t Explorer::graphStepsBudget() const { return chain_partitioner_ ? kGraphS
 
 int64_t Explorer::graphStepsLeft() const { return graphStepsBudget() - result_.graph_search_steps; }
 
-// Whether a combination of that bound cannot beat the best plan simulated so far.
-bool Explorer::cannotWin(double bound) const {
-  return o_.prune && simulated_ >= kAlwaysSimulated && bound < best_ * std::exp(-2 * kTie) * (1 - o_.noise);
+// The schedules whose plans compete for the choice: all of them under the throughput
+// objective; under time to accuracy the synchronous ones (one update rule) and each
+// asynchronous schedule apart (each its own rule, update_rule.h).
+std::string Explorer::family(const std::string& schedule) const {
+  if (o_.objective == Objective::kThroughput || !schedule::isAsynchronous(schedule)) return "";
+  return schedule;
 }
+
+// The throughput a plan of `schedule` must beat to matter: 0 until pruning starts.
+double Explorer::toBeat(const std::string& schedule) const {
+  if (!o_.prune || simulated_ < kAlwaysSimulated) return 0;
+  const auto it = best_.find(family(schedule));
+  return it == best_.end() ? 0 : it->second * std::exp(-2 * kTie) * (1 - o_.noise);
+}
+
+// Whether a combination of that bound cannot beat the best plan simulated so far.
+bool Explorer::cannotWin(double bound, const std::string& schedule) const { return bound < toBeat(schedule); }
 
 // Every proposal for one schedule, micro-batch size and width: the partitioners' or a
 // multi-stage schedule's balanced split.
@@ -300,7 +313,7 @@ void Explorer::search(const std::vector<int>& widths, const std::vector<std::str
     const bool solve = next < combinations.size() && (!top || combinations[next].bound > top->bound);
     if (solve) {
       const Combination& c = combinations[next++];
-      if (cannotWin(c.bound))
+      if (cannotWin(c.bound, c.name))
         ++result_.pruned_combinations;
       else
         explore(c.name, c.b, c.width);
@@ -322,11 +335,12 @@ Explorer::Proposal Explorer::takeBestProposal() {
 // Simulates a proposal and ranks it, or records why it was dropped; one that cannot
 // win is pruned unsimulated.
 void Explorer::evaluate(Proposal p) {
-  if (cannotWin(p.bound)) {
+  const std::string& name = p.candidate.plan.schedule.name;
+  if (cannotWin(p.bound, name)) {
     ++result_.pruned;
     return;
   }
-  const double to_beat = o_.prune && simulated_ >= kAlwaysSimulated ? best_ * std::exp(-2 * kTie) * (1 - o_.noise) : 0;
+  const double to_beat = toBeat(name);
   ++simulated_;
   try {
     std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, p.candidate.plan, to_beat);
@@ -343,7 +357,8 @@ void Explorer::evaluate(Proposal p) {
     result_.dropped.push_back(std::move(p.drop));
     return;
   }
-  best_ = std::max(best_, p.candidate.report.throughput);
+  double& best = best_[family(name)];
+  best = std::max(best, p.candidate.report.throughput);
   result_.ranked.push_back(std::move(p.candidate));
 }
 

@@ -66,7 +66,9 @@ class Explorer {
   const Proposal* bestProposal() const { return proposals_.empty() ? nullptr : &proposals_.front(); }
   Proposal takeBestProposal();
   void evaluate(Proposal p);
-  bool cannotWin(double bound) const;
+  bool cannotWin(double bound, const std::string& schedule) const;
+  double toBeat(const std::string& schedule) const;
+  std::string family(const std::string& schedule) const;
 
   // Bounds (explorer.cpp).
   double combinationBound(int64_t b, int width) const;
@@ -87,7 +89,9 @@ class Explorer {
   std::set<std::string> seen_;  // plans proposed so far, by planKey()
   std::vector<Proposal> proposals_;  // a heap by ByBound: the highest bound on top
   int proposed_ = 0;
-  double best_ = 0;             // the best simulated throughput so far
+  // The best simulated throughput so far, per family of schedules that compete
+  // (family()): one family under the throughput objective.
+  std::map<std::string, double> best_;
   int simulated_ = 0;
   std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds
   std::vector<double> step_prefix_;  // [k]: layers [0, k) (see the constructor)

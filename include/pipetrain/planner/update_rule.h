@@ -1,0 +1,28 @@
+// The update rule a plan trains with: what its optimizer steps do to the model, apart
+// from how fast they run. Synchronous schedules all train the same mini-batch SGD (they
+// differ in speed alone, the exactness tests show), so plans with one global batch share
+// a rule; an asynchronous one's rule is its own: how often each stage steps and how
+// stale the weights its passes read (schedule/staleness.h). Plans with equal keys make
+// the same progress per sample, which is what calibration measures once per rule
+// (calibration.h) and the time-to-accuracy objective divides by (time_to_target.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/plan/plan.h"
+
+namespace pipetrain::planner {
+
+struct UpdateRule {
+  std::string key;          // equal for plans that train alike
+  std::string description;  // for people: "pipedream: a step per micro-batch of 32, stage delays 2,1"
+  bool synchronous = true;
+  std::vector<int> stage_delays;  // optimizer steps between a pass's forward and backward, per stage (0: synchronous)
+};
+
+// Throws Error when the plan's schedule cannot use its numbers (plan::programForPlan).
+UpdateRule updateRuleOf(const plan::Plan& plan, const graph::LayerGraph& graph);
+
+}  // namespace pipetrain::planner

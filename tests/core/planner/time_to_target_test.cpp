@@ -1,0 +1,204 @@
+#include "pipetrain/planner/time_to_target.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "../expect_error.h"
+#include "pipetrain/schedule/schedule_traits.h"
+
+namespace pipetrain::planner {
+namespace {
+
+// A curve falling linearly from 2 to `final_loss` over `samples`, evaluated 10 times.
+LossCurve linear(double final_loss, int64_t samples) {
+  LossCurve c;
+  for (int i = 0; i <= 10; ++i) {
+    c.samples.push_back(samples * i / 10);
+    c.loss.push_back(2 + (final_loss - 2) * i / 10.0);
+  }
+  return c;
+}
+
+Calibration twoRules(const LossCurve& other) {
+  Calibration c;
+  c.samples = 1000;
+  c.synchronous_key = "sync b32";
+  c.curves["sync b32"] = linear(1.0, 1000);
+  c.curves["other"] = other;
+  c.repeat = linear(1.02, 1000);
+  return c;
+}
+
+TEST(LossCurve, ReachesALossWhereItsBestSoFarFirstDoes) {
+  LossCurve c{{0, 100, 200, 300}, {2.0, 1.5, 1.8, 1.0}};
+  EXPECT_EQ(c.bestSoFar().loss, (std::vector<double>{2.0, 1.5, 1.5, 1.0}));
+  EXPECT_DOUBLE_EQ(*c.samplesToReach(1.75), 50);   // interpolated in the first fall
+  EXPECT_DOUBLE_EQ(*c.samplesToReach(1.5), 100);
+  EXPECT_DOUBLE_EQ(*c.samplesToReach(1.25), 250);  // the rise at 200 does not count
+  EXPECT_DOUBLE_EQ(*c.samplesToReach(3.0), 0);
+  EXPECT_FALSE(c.samplesToReach(0.5));
+  EXPECT_DOUBLE_EQ(c.finalLoss(), 1.0);
+}
+
+TEST(Calibration, EfficiencyIsProgressPerSampleAgainstTheSynchronousRule) {
+  // Reaches the synchronous rule's final loss in half the samples: twice the progress.
+  LossCurve fast = linear(0.0, 1000);
+  const Calibration c = twoRules(fast);
+  EXPECT_DOUBLE_EQ(c.targetLoss(), 1.0);
+  const Efficiency e = *efficiencyOf(c, "other");
+  EXPECT_TRUE(e.reached);
+  EXPECT_NEAR(e.value, 2.0, 1e-9);
+  EXPECT_NEAR(c.noise(), 0.02, 1e-9);  // the repeat lands 2% short: the noise
+  EXPECT_NEAR(e.low, 2.0 / 1.02, 1e-9);
+  EXPECT_NEAR(e.high, 2.0 * 1.02, 1e-9);
+  EXPECT_NEAR(efficiencyOf(c, "sync b32")->value, 1.0, 1e-9);
+  EXPECT_FALSE(efficiencyOf(c, "never calibrated"));
+}
+
+TEST(Calibration, ARuleShortOfTheTargetGetsTheShareOfTheSamplesItWasWorth) {
+  // Ends at 1.5, which the synchronous rule reached after 500 samples: half the progress.
+  const Efficiency e = *efficiencyOf(twoRules(linear(1.5, 1000)), "other");
+  EXPECT_FALSE(e.reached);
+  EXPECT_NEAR(e.value, 0.5, 1e-9);
+  // A rule that never got below its start made no progress.
+  LossCurve flat = linear(2.0, 1000);
+  EXPECT_DOUBLE_EQ(efficiencyOf(twoRules(flat), "other")->value, 0.0);
+}
+
+TEST(Calibration, RefusesAYardstickWithoutProgress) {
+  Calibration c = twoRules(linear(1.0, 1000));
+  c.curves["sync b32"] = linear(2.0, 1000);
+  testing::expectError([&] { efficiencyOf(c, "other"); }, {"synchronous", "never fell", "--calibration-seconds"});
+}
+
+TEST(Calibration, RoundTripsThroughJsonAndNamesWhatIsWrongInAFile) {
+  Calibration c = twoRules(linear(0.5, 1000));
+  c.identity = {{"model", "mlp"}};
+  c.descriptions["other"] = "pipedream: steps on 1 micro-batch(es) of 32";
+  const Calibration back = Calibration::fromJson(c.toJson(), "cal.json");
+  EXPECT_EQ(back.toJson(), c.toJson());
+  auto broken = [&](const std::function<void(json_io::Json&)>& edit) {
+    json_io::Json j = c.toJson();
+    edit(j);
+    return [j] { Calibration::fromJson(j, "cal.json"); };
+  };
+  testing::expectError(broken([](json_io::Json& j) { j["rules"][0]["samples"][0] = 5; }),
+                       {"cal.json", "rules[0]", "starts at 0"});
+  testing::expectError(broken([](json_io::Json& j) { j["rules"][1]["samples"][3] = 1; }), {"cal.json", "increase"});
+  testing::expectError(broken([](json_io::Json& j) { j["rules"][0]["loss"].erase(0); }), {"cal.json", "as many"});
+  testing::expectError(broken([](json_io::Json& j) { j["synchronous"] = "sync b64"; }), {"cal.json", "sync b64"});
+  testing::expectError(broken([](json_io::Json& j) { j["version"] = 9; }), {"cal.json"});
+}
+
+// Eight equal layers on four devices in one node.
+struct FourDevices {
+  graph::LayerGraph graph = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20);
+  cluster::ClusterSpec cluster{{{"d0", "gpu", 1, 1 << 30}, {"d1", "gpu", 1, 1 << 30},
+                                {"d2", "gpu", 1, 1 << 30}, {"d3", "gpu", 1, 1 << 30}},
+                               {{"node", 4, 1e10, 1e-6}},
+                               {}};
+};
+
+TEST(UpdateRule, SynchronousPlansOfOneBatchShareARuleAndAsynchronousOnesDependOnTheirDelays) {
+  FourDevices s;
+  ExploreOptions o;
+  o.global_batch = 64;
+  o.allow_async = true;
+  o.objective = Objective::kTimeToAccuracy;
+  const Exploration e = explore(s.graph, s.cluster, o);
+  std::set<std::string> schedules;
+  for (const Candidate& c : e.ranked) {
+    const UpdateRule rule = updateRuleOf(c.plan, s.graph);
+    schedules.insert(c.plan.schedule.name);
+    if (!schedule::isAsynchronous(c.plan.schedule.name)) {
+      EXPECT_EQ(rule.key, "sync b64");
+      EXPECT_TRUE(rule.synchronous);
+      continue;
+    }
+    EXPECT_FALSE(rule.synchronous);
+    EXPECT_NE(rule.key.find(c.plan.schedule.name), std::string::npos) << rule.key;
+    ASSERT_EQ(static_cast<int>(rule.stage_delays.size()), c.plan.numStages());
+    // The first stage waits longest for its gradients (PipeDream, PipeMare) or all wait one step (2BW).
+    if (c.plan.numStages() > 1) {
+      EXPECT_GE(rule.stage_delays.front(), rule.stage_delays.back()) << rule.key;
+    }
+  }
+  // The search kept every schedule family's fastest plan, not only the fastest overall.
+  for (const char* name : {"pipedream", "2bw", "pipemare"}) EXPECT_TRUE(schedules.count(name)) << name;
+}
+
+TEST(TimeToTarget, ChoosesTheRuleThatReachesTheTargetFirstAndKeepsThroughputsChoice) {
+  FourDevices s;
+  ExploreOptions o;
+  o.global_batch = 64;
+  o.allow_async = true;
+  std::vector<std::string> asked;
+  // An asynchronous rule other than the fastest plan's trains three times as fast per
+  // sample; the other asynchronous ones make no progress.
+  const plan::Plan fastest = explore(s.graph, s.cluster, o).best().plan;
+  const std::string winner = fastest.schedule.name == "2bw" ? "pipemare" : "2bw";
+  auto calibrate = [&](const std::vector<RuleToCalibrate>& rules) {
+    Calibration c;
+    c.samples = 1000;
+    c.synchronous_key = rules.front().rule.key;
+    for (const RuleToCalibrate& r : rules) {
+      asked.push_back(r.rule.key);
+      const std::string& name = r.plan.schedule.name;
+      c.curves[r.rule.key] = r.rule.synchronous ? linear(1.0, 1000) : name == winner ? linear(-1.0, 1000) : linear(2.0, 1000);
+    }
+    c.repeat = linear(1.0, 1000);
+    return c;
+  };
+  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, o, calibrate);
+  ASSERT_EQ(asked.size(), 4u);  // the synchronous yardstick first, then one per asynchronous schedule
+  EXPECT_EQ(asked.front(), "sync b64");
+  EXPECT_EQ(e.objective, Objective::kTimeToAccuracy);
+  EXPECT_EQ(e.best().plan.schedule.name, winner);
+  EXPECT_NEAR(e.best().to_target->efficiency, 3.0, 1e-9);
+  ASSERT_TRUE(e.throughput_choice);
+  EXPECT_EQ(e.throughput_choice->plan.toJson(), fastest.toJson());
+  // Predicted seconds: the yardstick's samples / efficiency / throughput, in order.
+  double last = 0;
+  for (const Candidate& c : e.ranked) {
+    ASSERT_TRUE(c.to_target);
+    if (!c.to_target->calibrated) continue;
+    EXPECT_GE(c.to_target->seconds, last);
+    last = c.to_target->seconds;
+    if (c.to_target->efficiency > 0) {
+      EXPECT_NEAR(c.to_target->seconds, 1000 / c.to_target->efficiency / c.report.throughput, 1e-6);
+    }
+  }
+}
+
+TEST(TimeToTarget, WithoutAnAsynchronousAdvantageThroughputDecides) {
+  FourDevices s;
+  ExploreOptions o;
+  o.global_batch = 64;
+  o.allow_async = true;
+  auto calibrate = [&](const std::vector<RuleToCalibrate>& rules) {
+    Calibration c;
+    c.samples = 1000;
+    c.synchronous_key = rules.front().rule.key;
+    for (const RuleToCalibrate& r : rules) c.curves[r.rule.key] = r.rule.synchronous ? linear(1.0, 1000) : linear(1.5, 1000);
+    c.repeat = linear(1.0, 1000);
+    return c;
+  };
+  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, o, calibrate);
+  const plan::Plan fastest = explore(s.graph, s.cluster, o).best().plan;
+  o.allow_async = false;
+  EXPECT_EQ(e.best().plan.toJson(), explore(s.graph, s.cluster, o).best().plan.toJson());
+  EXPECT_TRUE(e.best().to_target->reached);
+  // Throughput alone would have taken the asynchronous plan where it was the fastest.
+  EXPECT_EQ(e.throughput_choice.has_value(), schedule::isAsynchronous(fastest.schedule.name));
+}
+
+TEST(Objective, NamesRoundTripAndUnknownOnesAreRefused) {
+  EXPECT_EQ(objectiveFromName("time-to-accuracy"), Objective::kTimeToAccuracy);
+  EXPECT_STREQ(objectiveName(objectiveFromName("throughput")), "throughput");
+  testing::expectError([] { objectiveFromName("accuracy"); }, {"accuracy", "time-to-accuracy"});
+}
+
+}  // namespace
+}  // namespace pipetrain::planner
