@@ -12,6 +12,7 @@
 #include "report_pages.h"
 #include "run_profile.h"
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
@@ -26,6 +27,8 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 std::string profilePath(const std::string& plan_path) { return plan_path + ".profile.json"; }
+
+std::string calibrationPath(const std::string& profile_path) { return profile_path + ".calibration.json"; }
 
 LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& model, const AutoPlanRequest& request) {
   const ProfileRequest& job = request.profile;  // the ranks and their micro-batching
@@ -61,8 +64,35 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   // The profile's passes agree within this spread (profileForRun takes the default), so
   // plans predicted closer than that are equals; their shape decides, not the noise.
   o.noise = profiler::ProfileOptions{}.spread;
-  const planner::Exploration e = planner::explore(graph, localCluster(job.ranks, memory, concurrent), o);
-  const double planning_seconds = secondsSince(planning_start);
+  const cluster::ClusterSpec cluster = localCluster(job.ranks, memory, concurrent);
+  // Under time to accuracy without asynchronous schedules every candidate trains the
+  // same synchronous rule on the same batch: throughput ranks them alike.
+  const bool calibrate = request.objective == planner::Objective::kTimeToAccuracy && o.allow_async;
+  if (request.objective == planner::Objective::kTimeToAccuracy && !calibrate)
+    std::printf("note: every plan here trains synchronously on mini-batches of %lld, so time to accuracy ranks them "
+                "as throughput does (--allow-async adds schedules whose progress per sample differs)\n",
+                static_cast<long long>(global_batch));
+  json_io::Json calibration_summary;
+  double calibration_seconds = 0;
+  const planner::Exploration e =
+      !calibrate ? planner::explore(graph, cluster, o)
+                 : planner::exploreForTimeToTarget(graph, cluster, o, [&](const std::vector<planner::RuleToCalibrate>& rules) {
+                     const std::string path =
+                         calibrationPath(profile.cached_path.empty() ? graph_path : profile.cached_path);
+                     std::printf("calibrating %zu update rules for time to accuracy (about %.0f s each, cached in %s)\n",
+                                 rules.size() + 1, request.calibration.seconds_per_rule, path.c_str());
+                     const auto start = std::chrono::steady_clock::now();
+                     planner::Calibration c = runtime::calibrate(config, graph, rules, request.calibration, path);
+                     calibration_seconds = secondsSince(start);
+                     calibration_summary = {{"path", path},
+                                            {"seconds", calibration_seconds},
+                                            {"measured_rules", c.measured_rules},
+                                            {"samples_per_rule", c.samples},
+                                            {"target_loss", c.targetLoss()},
+                                            {"noise", c.noise()}};
+                     return c;
+                   });
+  const double planning_seconds = secondsSince(planning_start) - calibration_seconds;
   std::printf("planned for %d local ranks in %.2f s:\n", job.ranks, planning_seconds);
   printExploration(e, 5);
   plan::Plan chosen = e.best().plan;
@@ -75,6 +105,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   planner["notes"] = explorationNotes(e);
   planner["profile"] = profile.summary;
   planner["planning_seconds"] = planning_seconds;
+  planner["objective"] = planner::objectiveName(e.objective);
+  if (!calibration_summary.is_null()) planner["calibration"] = calibration_summary;
   // The profile-based prediction of the plan that runs, for comparison with what it
   // measures: the whole, and each rank's compute per mini-batch (which tells the machine's
   // speed while profiling from the schedule's part of an error). Where the ranks share

@@ -11,6 +11,7 @@
 #include "run_profile.h"
 #include "train_plan.h"
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/torch/calibration.h"
 #include "pipetrain/torch/trainer.h"
 
 namespace pipetrain::cli {
@@ -21,6 +22,11 @@ struct AutoPlanRequest {
   bool allow_async = false;               // the planner may choose pipedream, 2bw, pipemare
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
   std::string out;                        // where the plan is written
+  // Under time to accuracy, candidates are ranked by predicted seconds to a loss, their
+  // update rules calibrated on the model and data (runtime/calibration.h), the
+  // calibration cached beside the profile.
+  planner::Objective objective = planner::Objective::kThroughput;
+  runtime::CalibrationBudget calibration;
 };
 
 struct LocalPlan {
@@ -30,6 +36,8 @@ struct LocalPlan {
 
 // Where planLocalRun keeps the profile behind the plan written to `plan_path`.
 std::string profilePath(const std::string& plan_path);
+// Where it keeps the calibration beside a profile.
+std::string calibrationPath(const std::string& profile_path);
 
 // Returns the chosen plan, also written to `request.out`. Throws Error when profiling
 // fails or no plan fits (with the planner's reasons).

@@ -9,13 +9,14 @@
 #include "plan_table.h"
 #include "report_pages.h"
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
 namespace {
 
 struct PlanArgs {
-  std::string graph, cluster, out, report;
+  std::string graph, cluster, out, report, calibration;
   planner::ExploreOptions explore;
   int microbatches = 0;  // 0: the planner's choice
   int top = 10;
@@ -32,7 +33,23 @@ int run(PlanArgs a) {
                   std::to_string(a.explore.global_batch));
     a.explore.microbatch_sizes = {a.explore.global_batch / a.microbatches};
   }
-  const planner::Exploration e = planner::explore(graph, cluster, a.explore);
+  if (a.explore.objective == planner::Objective::kTimeToAccuracy && a.calibration.empty())
+    throw Error("--objective time-to-accuracy needs --calibration FILE: the update rules' progress per sample, as "
+                "`pipetrain train --objective time-to-accuracy --allow-async` measures and caches it beside its "
+                "profile (*.calibration.json)");
+  if (!a.calibration.empty() && a.explore.objective != planner::Objective::kTimeToAccuracy)
+    throw Error("--calibration is read under --objective time-to-accuracy only");
+  const planner::Exploration e =
+      a.calibration.empty()
+          ? planner::explore(graph, cluster, a.explore)
+          : planner::exploreForTimeToTarget(graph, cluster, a.explore, [&](const std::vector<planner::RuleToCalibrate>& rules) {
+              planner::Calibration c = planner::Calibration::load(a.calibration);
+              if (c.synchronous_key != rules.front().rule.key)
+                throw Error(a.calibration + " calibrated '" + c.synchronous_key + "', and these plans train by '" +
+                            rules.front().rule.key + "': calibrate at this batch (train --batch " +
+                            std::to_string(a.explore.global_batch) + ")");
+              return c;
+            });
   if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());
   if (!a.report.empty())
     report::writeHtml(pageForExploration(e, graph, cluster, "Plan for " + a.graph + " on " + a.cluster), a.report);
@@ -69,6 +86,13 @@ Command addPlanCommand(CLI::App& app) {
       ->check(positive())->capture_default_str();
   cmd->add_flag("--exhaustive", [a](int64_t) { a->explore.prune = false; },
                 "simulate every proposal, also those whose bound (compute, ports, round trips) cannot beat the best (slower, same choice)");
+  cmd->add_option_function<std::string>(
+         "--objective", [a](const std::string& name) { a->explore.objective = planner::objectiveFromName(name); },
+         "throughput, or time-to-accuracy (predicted seconds to a loss; needs --calibration)")
+      ->default_str("throughput");
+  cmd->add_option("--calibration", a->calibration,
+                  "time to accuracy: the update rules' calibration (train --objective time-to-accuracy caches it "
+                  "beside its profile as *.calibration.json)");
   addPartitionerOption(cmd, a->explore.partitioner);
   cmd->add_option("--out", a->out, "write the chosen plan JSON here");
   cmd->add_option("--report", a->report, "write an HTML report (the plan, the ranking, the predicted Gantt chart)");

@@ -1,6 +1,7 @@
 #include "plan_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "pipetrain/schedule/schedules.h"
@@ -28,6 +29,46 @@ std::string planName(const plan::Plan& plan) {
   return plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages (" + stageShape(plan) + ")";
 }
 
+namespace {
+
+// The time-to-accuracy columns of a candidate: its rule's progress per sample and its
+// predicted seconds to the target.
+std::pair<std::string, std::string> targetCells(const planner::Candidate& c) {
+  if (!c.to_target || !c.to_target->calibrated) return {"not calibrated", "-"};
+  const planner::TargetEstimate& t = *c.to_target;
+  if (!std::isfinite(t.seconds)) return {"0 (no progress)", "never"};
+  return {text::format("%.2fx", t.efficiency),
+          text::format("%.3g", t.seconds) + " (" + text::format("%.3g", t.seconds_low) + "-" +
+              text::format("%.3g", t.seconds_high) + ")"};
+}
+
+// The sentences on the time-to-accuracy ranking: what was estimated, how sure it is,
+// and what throughput alone would have chosen.
+void addTargetNotes(const planner::Exploration& e, std::vector<std::string>& notes) {
+  notes.push_back(text::format("ranked by predicted time to a held-out loss of %.4g: what synchronous training reached ",
+                               e.target_loss) +
+                  "after " + std::to_string(e.calibration_samples) +
+                  " samples of calibration, which trained each plan's update rule from the same start "
+                  "(early training: it predicts the time to that loss, not the final accuracy)");
+  notes.push_back(text::format("each rule's progress per sample is known within +-%.0f%%: ", 100 * e.calibration_noise) +
+                  "how far synchronous training on another data order landed from itself");
+  const int uncalibrated = static_cast<int>(std::count_if(e.ranked.begin(), e.ranked.end(), [](const planner::Candidate& c) {
+    return !c.to_target || !c.to_target->calibrated;
+  }));
+  if (uncalibrated > 0)
+    notes.push_back(std::to_string(uncalibrated) + " plans train by rules calibration did not measure (each "
+                    "schedule's fastest plan was measured); they are listed after the others, by throughput");
+  if (e.throughput_choice) {
+    const planner::Candidate& t = *e.throughput_choice;
+    notes.push_back("throughput alone would choose " + planName(t.plan) + ", micro-batch " +
+                    std::to_string(t.plan.microbatch_size) + " x " + std::to_string(t.plan.microbatches) +
+                    text::format(", %.6g samples/s", t.report.throughput) +
+                    text::format(", predicted %.3g s to the target", t.to_target ? t.to_target->seconds : 0.0));
+  }
+}
+
+}  // namespace
+
 report::Table explorationTable(const planner::Exploration& e, int top) {
   report::Table t;
   t.caption = "The planner's ranking (predicted, steady state). by: what proposed the plan (chain: PipeDream's "
@@ -40,6 +81,14 @@ report::Table explorationTable(const planner::Exploration& e, int top) {
   t.header = {"#", "schedule", "by", "stages"};
   if (branches) t.header.push_back("depth");
   for (const char* h : {"stages x repl", "mb", "m", "samples/s", "iter ms", "bubble", "peak mem"}) t.header.push_back(h);
+  const bool to_target = e.objective == planner::Objective::kTimeToAccuracy;
+  if (to_target) {
+    t.caption += ". progress/sample: the plan's update rule against synchronous training, measured in calibration; "
+                 "s to target: predicted seconds to the held-out loss synchronous training reached there, with the "
+                 "range the calibration's noise allows";
+    t.header.push_back("progress/sample");
+    t.header.push_back("s to target");
+  }
   t.highlighted_row = 0;
   // Synchronous data parallelism is listed once, at its best (planner::sameDataParallelRun).
   std::vector<const plan::Plan*> listed;
@@ -63,6 +112,11 @@ report::Table explorationTable(const planner::Exploration& e, int top) {
                              text::format("%.1f%%", 100 * c.report.bubble_fraction),
                              text::humanBytes(static_cast<double>(c.report.peakMemoryBytes()))})
       row.push_back(std::move(cell));
+    if (to_target) {
+      const std::pair<std::string, std::string> cells = targetCells(c);
+      row.push_back(cells.first);
+      row.push_back(cells.second);
+    }
     t.rows.push_back(std::move(row));
   }
   return t;
@@ -83,11 +137,15 @@ std::vector<std::string> explorationNotes(const planner::Exploration& e) {
   if (const std::string lost = e.runnerUpLost(); !lost.empty()) notes.push_back("runner-up lost: " + lost);
   if (const std::string note = e.idleDevicesNote(); !note.empty()) notes.push_back("warning: " + note);
   for (const std::string& note : e.graph_notes) notes.push_back("graph partitioner: " + note);
+  if (e.objective == planner::Objective::kTimeToAccuracy) addTargetNotes(e, notes);
   const auto& best = e.best();
   std::snprintf(buf, sizeof buf, "chosen: %s, micro-batch %lld x %d, predicted %.6g samples/s",
                 planName(best.plan).c_str(), static_cast<long long>(best.plan.microbatch_size),
                 best.plan.microbatches, best.report.throughput);
-  notes.push_back(buf);
+  std::string chosen = buf;
+  if (best.to_target && best.to_target->calibrated)
+    chosen += text::format(", %.3g s to the target", best.to_target->seconds);
+  notes.push_back(chosen);
   return notes;
 }
 

@@ -337,6 +337,14 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                   schedule::scheduleNameList() +
                       ", or auto (default: the planner's choice; 1f1b with --stage-bounds or --data-parallel)");
   cmd->add_flag("--allow-async", a->allow_async, "without --plan: the planner may choose pipedream, 2bw or pipemare");
+  cmd->add_option_function<std::string>(
+         "--objective", [a](const std::string& name) { a->objective = planner::objectiveFromName(name); },
+         "without --plan: what the planner ranks by, throughput or time-to-accuracy (predicted seconds to a loss, "
+         "from a calibration of each candidate's update rule, cached beside the profile; docs/time_to_accuracy.md)")
+      ->default_str("throughput");
+  cmd->add_option("--calibration-seconds", a->calibration.seconds_per_rule,
+                  "time to accuracy: the training budget of each update rule's calibration")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--chunks", pa.schedule.chunks, "interleaved: stages per rank")->check(positive());
   cmd->add_flag("--vertical-sync", pa.schedule.vertical_sync,
                 "pipedream: every stage uses the weight version the input stage used for a micro-batch");
@@ -441,6 +449,11 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                   throw Error(std::string("--batch leaves the micro-batching to the planner; drop ") + flag +
                               " (or drop --batch and give --microbatches and --microbatch-size)");
             }
+            if (!is_rank && hand_made)
+              for (const char* flag : {"--objective", "--calibration-seconds"})
+                if (cmd->count(flag))
+                  throw Error(std::string(flag) + " steers the planner, and --stage-bounds or --data-parallel leave it "
+                              "nothing to choose; drop one of them");
             // The launcher opens the model once, for every check and plan before the
             // ranks start (each rank opens its own).
             std::optional<models::Model> model;
@@ -462,7 +475,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               // choice reaches its ranks this way too, beside the options that led to it.
               const std::vector<std::string> decided = {
                   "--schedule", "--chunks", "--microbatches", "--microbatch-size", "--stage-bounds", "--data-parallel",
-                  "--vertical-sync", "--pipemare-t1", "--pipemare-warmup", "--pipemare-t2", "--pipemare-decay"};
+                  "--vertical-sync", "--pipemare-t1", "--pipemare-warmup", "--pipemare-t2", "--pipemare-decay",
+                  "--objective", "--calibration-seconds"};
               for (const auto& flag : decided)
                 if (!is_rank && cmd->count(flag))
                   throw Error("--plan " + a->plan + " decides the stages, micro-batching and schedule (with its " +
@@ -482,7 +496,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             } else {
               const ProfileRequest profile{a->nproc,         blasThreadsPerRank(*a), localCores(*a), a->model_options,
                                            a->plan_args,     a->timeout_seconds,     a->reprofile};
-              const AutoPlanRequest request{profile, !a->no_replication, a->allow_async, a->partitioner, out};
+              const AutoPlanRequest request{profile,       !a->no_replication, a->allow_async, a->partitioner,
+                                            out,           a->objective,       a->calibration};
               LocalPlan local = planLocalRun(a->config, *model, request);
               a->config.plan = std::move(local.plan);
               a->planner = std::move(local.planner);

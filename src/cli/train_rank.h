@@ -11,6 +11,7 @@
 
 #include "train_plan.h"
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/torch/calibration.h"
 #include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/json_io.h"
@@ -27,6 +28,8 @@ struct TrainArgs {
   bool no_replication = false;
   bool reprofile = false;
   bool allow_async = false;
+  planner::Objective objective = planner::Objective::kThroughput;
+  runtime::CalibrationBudget calibration;
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
   int cores = 0;  // for all local ranks together; 0 = the machine's
   int nproc = 2;

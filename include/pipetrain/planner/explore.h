@@ -57,9 +57,10 @@ struct ExploreOptions {
   // among them goes by the plan's shape (choiceOrder), so that profiling again, with
   // other noise, chooses the same plan. 0: only throughput ties (0.1%) are equals.
   double noise = 0;
-  // Under kTimeToAccuracy the search keeps the fastest plan of every asynchronous
-  // schedule and of the synchronous ones, not only the fastest overall: a slower
-  // schedule whose rule trains more per sample may reach the target first.
+  // Under kTimeToAccuracy the search keeps the fastest synchronous plan and the fastest
+  // of every asynchronous schedule (its pipelines and its single stages apart), not only
+  // the fastest overall: a slower plan whose rule trains more per sample may reach the
+  // target first.
   Objective objective = Objective::kThroughput;
 };
 

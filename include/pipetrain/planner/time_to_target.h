@@ -28,8 +28,9 @@ struct RuleToCalibrate {
   plan::Plan plan;
 };
 
-// What calibration measures: the rules of the fastest synchronous plan (first) and of
-// the fastest plan of each asynchronous schedule in `e`, in the ranking's order.
+// What calibration measures: the rule of the fastest synchronous plan (first), then of
+// the fastest asynchronous plan of each schedule, pipelines and single stages apart,
+// that trains by a rule not yet listed, in the ranking's order.
 std::vector<RuleToCalibrate> rulesToCalibrate(const Exploration& e, const graph::LayerGraph& graph);
 
 // Sets every candidate's to_target from the calibration and reorders e.ranked by it:

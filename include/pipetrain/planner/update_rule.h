@@ -17,9 +17,11 @@ namespace pipetrain::planner {
 
 struct UpdateRule {
   std::string key;          // equal for plans that train alike
-  std::string description;  // for people: "pipedream: a step per micro-batch of 32, stage delays 2,1"
+  std::string description;  // for people: "pipedream: steps on 1 micro-batch(es) of 32, gradients 1,0 step(s) stale by stage"
   bool synchronous = true;
-  std::vector<int> stage_delays;  // optimizer steps between a pass's forward and backward, per stage (0: synchronous)
+  // Per stage, the most steps between the weights a micro-batch's forward pass read and
+  // the step that applies its gradient (0: fresh, as in synchronous SGD).
+  std::vector<int> stage_delays;
 };
 
 // Throws Error when the plan's schedule cannot use its numbers (plan::programForPlan).

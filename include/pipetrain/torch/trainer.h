@@ -174,7 +174,7 @@ models::Model trainReference(const TrainConfig& config);
 // process, each forward and backward pass of each stage at exactly the weight version
 // the Program names (the current one where it reads the latest), each stage stepping
 // when its Program steps, on the mean gradient of the micro-batches that STEP combines.
-// PipeMare's T1 applies as the executor applies it; T2 is the executor's alone.
+// PipeMare's T1 and T2 apply as the executor applies them (runtime/staleness_replay.h).
 models::Model trainStalenessReference(const TrainConfig& config);
 
 }  // namespace pipetrain::runtime

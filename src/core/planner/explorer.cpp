@@ -160,23 +160,27 @@ int64_t Explorer::graphStepsBudget() const { return chain_partitioner_ ? kGraphS
 
 int64_t Explorer::graphStepsLeft() const { return graphStepsBudget() - result_.graph_search_steps; }
 
-// The schedules whose plans compete for the choice: all of them under the throughput
-// objective; under time to accuracy the synchronous ones (one update rule) and each
-// asynchronous schedule apart (each its own rule, update_rule.h).
-std::string Explorer::family(const std::string& schedule) const {
+// The plans that compete for the choice: all of them under the throughput objective;
+// under time to accuracy the synchronous ones (one update rule), and apart each
+// asynchronous schedule's pipelines and its single stages (which train by other rules,
+// update_rule.h: PipeDream on one replicated stage is synchronous SGD).
+std::string Explorer::family(const std::string& schedule, bool single_stage) const {
   if (o_.objective == Objective::kThroughput || !schedule::isAsynchronous(schedule)) return "";
-  return schedule;
+  return schedule + (single_stage ? " on one stage" : "");
 }
 
-// The throughput a plan of `schedule` must beat to matter: 0 until pruning starts.
-double Explorer::toBeat(const std::string& schedule) const {
+// The throughput a plan of that family must beat to matter: 0 until pruning starts.
+double Explorer::toBeat(const std::string& family) const {
   if (!o_.prune || simulated_ < kAlwaysSimulated) return 0;
-  const auto it = best_.find(family(schedule));
+  const auto it = best_.find(family);
   return it == best_.end() ? 0 : it->second * std::exp(-2 * kTie) * (1 - o_.noise);
 }
 
-// Whether a combination of that bound cannot beat the best plan simulated so far.
-bool Explorer::cannotWin(double bound, const std::string& schedule) const { return bound < toBeat(schedule); }
+// Whether a combination of that bound cannot beat the best plans simulated so far: of
+// either family its schedule's plans may fall in.
+bool Explorer::cannotWin(double bound, const std::string& schedule) const {
+  return bound < std::min(toBeat(family(schedule, true)), toBeat(family(schedule, false)));
+}
 
 // Every proposal for one schedule, micro-batch size and width: the partitioners' or a
 // multi-stage schedule's balanced split.
@@ -335,12 +339,12 @@ Explorer::Proposal Explorer::takeBestProposal() {
 // Simulates a proposal and ranks it, or records why it was dropped; one that cannot
 // win is pruned unsimulated.
 void Explorer::evaluate(Proposal p) {
-  const std::string& name = p.candidate.plan.schedule.name;
-  if (cannotWin(p.bound, name)) {
+  const std::string family_of_plan = family(p.candidate.plan.schedule.name, p.candidate.plan.numStages() == 1);
+  if (p.bound < toBeat(family_of_plan)) {
     ++result_.pruned;
     return;
   }
-  const double to_beat = toBeat(name);
+  const double to_beat = toBeat(family_of_plan);
   ++simulated_;
   try {
     std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, p.candidate.plan, to_beat);
@@ -357,7 +361,7 @@ void Explorer::evaluate(Proposal p) {
     result_.dropped.push_back(std::move(p.drop));
     return;
   }
-  double& best = best_[family(name)];
+  double& best = best_[family_of_plan];
   best = std::max(best, p.candidate.report.throughput);
   result_.ranked.push_back(std::move(p.candidate));
 }

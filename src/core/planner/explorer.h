@@ -67,8 +67,8 @@ class Explorer {
   Proposal takeBestProposal();
   void evaluate(Proposal p);
   bool cannotWin(double bound, const std::string& schedule) const;
-  double toBeat(const std::string& schedule) const;
-  std::string family(const std::string& schedule) const;
+  double toBeat(const std::string& family) const;
+  std::string family(const std::string& schedule, bool single_stage) const;
 
   // Bounds (explorer.cpp).
   double combinationBound(int64_t b, int width) const;

@@ -11,8 +11,11 @@
 namespace pipetrain::planner {
 namespace {
 
+// As the explorer keeps them apart: synchronous plans, and each asynchronous schedule's
+// pipelines and single stages.
 std::string familyOf(const plan::Plan& plan) {
-  return schedule::isAsynchronous(plan.schedule.name) ? plan.schedule.name : "";
+  if (!schedule::isAsynchronous(plan.schedule.name)) return "";
+  return plan.schedule.name + (plan.numStages() == 1 ? " on one stage" : "");
 }
 
 bool samePlan(const plan::Plan& a, const plan::Plan& b) { return a.toJson() == b.toJson(); }
@@ -23,12 +26,15 @@ std::vector<RuleToCalibrate> rulesToCalibrate(const Exploration& e, const graph:
   std::vector<RuleToCalibrate> rules;
   std::set<std::string> families, keys;
   // The yardstick first: every plan's efficiency is relative to the synchronous rule.
+  // Then each asynchronous family's fastest plan that trains by a rule not yet listed
+  // (PipeDream on one replicated stage trains as synchronous SGD does).
   for (bool synchronous : {true, false})
     for (const Candidate& c : e.ranked) {
       const std::string family = familyOf(c.plan);
       if (family.empty() != synchronous || families.count(family)) continue;
-      families.insert(family);
       UpdateRule rule = updateRuleOf(c.plan, graph);
+      if (rule.synchronous != synchronous) continue;
+      families.insert(family);
       if (keys.insert(rule.key).second) rules.push_back({std::move(rule), c.plan});
     }
   return rules;
@@ -63,7 +69,10 @@ void rankByTimeToTarget(Exploration& e, const graph::LayerGraph& graph, const Ca
   std::stable_sort(e.ranked.begin(), e.ranked.end(), [](const Candidate& a, const Candidate& b) {
     const TargetEstimate &x = a.to_target.value(), &y = b.to_target.value();
     if (x.calibrated != y.calibrated) return x.calibrated;
-    return x.calibrated && x.seconds < y.seconds;
+    if (!x.calibrated) return false;
+    if (x.seconds != y.seconds) return x.seconds < y.seconds;
+    // The same time by the same rule: a synchronous schedule's plan first.
+    return !schedule::isAsynchronous(a.plan.schedule.name) && schedule::isAsynchronous(b.plan.schedule.name);
   });
   // Where throughput's choice trains by the winner's rule and its prediction is within
   // the profile's noise of the winner's, the two are equals: throughput's choice stays

@@ -1,5 +1,7 @@
 #include "pipetrain/planner/update_rule.h"
 
+#include <algorithm>
+
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/staleness.h"
@@ -23,31 +25,45 @@ constexpr int kSteadyMinibatches = 4;
 UpdateRule updateRuleOf(const plan::Plan& plan, const graph::LayerGraph& graph) {
   UpdateRule rule;
   const int64_t batch = plan.samplesPerMinibatch();
-  if (!schedule::isAsynchronous(plan.schedule.name)) {
-    rule.key = "sync b" + std::to_string(batch);
-    rule.description = "synchronous, a step per mini-batch of " + std::to_string(batch);
-    rule.stage_delays.assign(plan.numStages(), 0);
-    return rule;
-  }
-  rule.synchronous = false;
+  const std::string sync_key = "sync b" + std::to_string(batch);
+  rule.key = sync_key;
+  rule.description = "synchronous, a step per mini-batch of " + std::to_string(batch);
+  rule.stage_delays.assign(plan.numStages(), 0);
+  if (!schedule::isAsynchronous(plan.schedule.name)) return rule;
   const schedule::Program program =
       plan::programForPlan(plan, plan::stageDag(plan, graph), kSteadyMinibatches, plan::Check::kSkip);
-  rule.stage_delays = schedule::stageDelays(program);
-  // Which micro-batches a STEP combines: under PipeDream one per replica, else a
-  // mini-batch (schedule::stepCombination).
+  // A micro-batch's gradient is delay steps stale where the step that applies it makes
+  // version v + delay + 1 from the version v its forward pass read.
   const schedule::StepCombination steps = schedule::stepCombination(program);
+  for (const auto& actions : program.ranks)
+    for (const schedule::Action& a : actions) {
+      if (a.type != schedule::ActionType::F) continue;
+      const int applied = steps.step_of[a.stage][a.microbatch];
+      if (applied >= 0) rule.stage_delays[a.stage] = std::max(rule.stage_delays[a.stage], applied - 1 - a.version);
+    }
+  // Which micro-batches a STEP combines: under PipeDream one per replica, else a mini-batch.
   std::vector<int> combined;
-  for (const auto& per_version : steps.combined) combined.push_back(per_version.empty() ? 0 : per_version.begin()->second);
+  bool whole_minibatches = true;
+  for (const auto& per_version : steps.combined) {
+    combined.push_back(per_version.empty() ? 0 : per_version.begin()->second);
+    whole_minibatches = whole_minibatches && combined.back() == plan.microbatches;
+  }
+  const bool fresh = std::all_of(rule.stage_delays.begin(), rule.stage_delays.end(), [](int d) { return d == 0; });
+  // Without staleness, stepping on whole mini-batches, an asynchronous schedule trains
+  // as synchronous SGD does (PipeDream on one replicated stage, PipeMare on one stage).
+  if (fresh && whole_minibatches) return rule;
+  rule.synchronous = false;
   const plan::ScheduleOptions& o = plan.schedule;
   rule.key = o.name + (o.vertical_sync ? "+vs" : "") + " b" + std::to_string(plan.microbatch_size) + "x" +
              std::to_string(plan.microbatches) + " combine " + joined(combined) + " delays " + joined(rule.stage_delays);
+  rule.description = o.name + (o.vertical_sync ? " (vertical sync)" : "") + ": steps on " + joined(combined) +
+                     " micro-batch(es) of " + std::to_string(plan.microbatch_size) + ", gradients " +
+                     joined(rule.stage_delays) + " step(s) stale by stage";
   if (program.backward_weights == schedule::BackwardWeights::kLatest) {
     rule.key += " t1=" + std::to_string(o.pipemare_lr_warmup) + " k=" + std::to_string(o.pipemare_warmup_steps) +
                 " t2=" + std::to_string(o.pipemare_correction) + text::format(" d=%g", o.pipemare_decay);
+    rule.description += std::string(o.pipemare_lr_warmup ? ", T1" : "") + (o.pipemare_correction ? ", T2" : "");
   }
-  rule.description = o.name + (o.vertical_sync ? " (vertical sync)" : "") + ": steps on " +
-                     joined(combined) + " micro-batch(es) of " + std::to_string(plan.microbatch_size) +
-                     ", stage delays " + joined(rule.stage_delays);
   return rule;
 }
 

@@ -14,6 +14,7 @@
 
 #include "../profiler/memory_probe.h"
 #include "optimizer_state.h"
+#include "staleness_replay.h"
 #include "tied_gradients.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/plan/plan_program.h"
@@ -31,14 +32,6 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, std
   return runtime::makeOptimizer(c.optimizer, c.lr, c.momentum, std::move(params));
 }
 
-// buildModel seeds LibTorch's global generator and draws from it; ranks that are threads
-// of one process (the in-process transport) must not interleave their draws.
-models::Model buildModelExclusively(const TrainConfig& c) {
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  return openModel(c);
-}
-
 int64_t residentBytes() {
   std::ifstream statm("/proc/self/statm");
   int64_t size = 0, resident = 0;
@@ -50,12 +43,6 @@ int64_t peakResidentBytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
-}
-
-std::vector<torch::Tensor> cloneTensors(const std::vector<torch::Tensor>& tensors) {
-  std::vector<torch::Tensor> out;
-  for (const auto& t : tensors) out.push_back(t.detach().clone());
-  return out;
 }
 
 // Ranks that do not read data still need the dataset's size (for the epoch length):
@@ -218,6 +205,10 @@ std::vector<RankResult::ActionSeconds> steadyActionSeconds(const ActionDurations
 
 models::Model openModel(const std::string& name, const models::ModelConfig& config, uint64_t seed,
                         const std::string& model_file, const data::DataOptions& data) {
+  // buildModel seeds LibTorch's global generator and draws from it; ranks that are
+  // threads of one process (the in-process transport) must not interleave their draws.
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
   if (model_file.empty()) return models::buildModel(name, config, seed);
   if (data.file.empty())
     throw Error("--model-file " + model_file + " needs --data-file: the model's input shape and loss come from the data");
@@ -305,7 +296,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   if (c.threads > 0) at::set_num_threads(c.threads);
   checkNumbers(c);
   const torch::Device device = rankDevice(c.device, localRank(t.rank()));
-  models::Model model = buildModelExclusively(c);
+  models::Model model = openModel(c);
   const schedule::StageDag dag = checkPlan(c, t.worldSize(), model);
   // On a GPU, from before the weights arrive: the peak holds them, the optimizer's state,
   // the activations and the messages.
@@ -454,7 +445,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
 }
 
 models::Model trainReference(const TrainConfig& c) {
-  models::Model model = buildModelExclusively(c);
+  models::Model model = openModel(c);
   models::moveTo(model, rankDevice(c.device, 0));
   const Precision precision = parsePrecision(c.precision);
   auto optimizer = makeOptimizer(c, model.parameters(0, static_cast<int>(model.layers.size())));
@@ -484,74 +475,10 @@ models::Model trainReference(const TrainConfig& c) {
 }
 
 models::Model trainStalenessReference(const TrainConfig& c) {
-  using schedule::Action;
-  using schedule::ActionType;
-  models::Model model = buildModelExclusively(c);
-  if (!model.tied.empty()) throw Error("internal: the staleness reference does not take tied weights");
-  const std::vector<StageLayers> stages = stageLayers(c.plan, model);
-  const int ns = c.plan.numStages();
-  const schedule::Program program =
-      plan::programForPlan(c.plan, plan::stageDag(c.plan, model.layerGraph()), static_cast<int>(c.max_steps_per_epoch));
-  models::moveTo(model, rankDevice(c.device, 0));
-  const Precision precision = parsePrecision(c.precision);
-  const int total = program.totalMicrobatches(), m = program.microbatches;
-
-  // Per stage and micro-batch: the versions its F and B read.
-  std::vector<std::vector<int>> read_f(ns, std::vector<int>(total, 0)), read_b = read_f;
-  for (const auto& actions : program.ranks)
-    for (const Action& a : actions) {
-      if (a.type == ActionType::F) read_f[a.stage][a.microbatch] = a.version;
-      if (a.type == ActionType::B || a.type == ActionType::I) read_b[a.stage][a.microbatch] = a.version;
-    }
-  const schedule::StepCombination steps = schedule::stepCombination(program);
-  const bool latest = program.backward_weights == schedule::BackwardWeights::kLatest;
-  const LatestWeightCorrections corrections = correctionsOf(c.plan.schedule);
-  const std::vector<int> delays = schedule::stageDelays(program);
-
-  std::vector<std::vector<torch::Tensor>> params(ns);
-  std::vector<std::vector<std::vector<torch::Tensor>>> versions(ns);
-  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
-  std::vector<std::map<int, int>> arrived(ns);
-  for (int s = 0; s < ns; ++s) {
-    params[s] = model.parameters(stages[s].layers);
-    versions[s].push_back(cloneTensors(params[s]));
-    optimizers.push_back(makeOptimizer(c, params[s]));
-  }
-  auto load = [&](int s, int v) {
-    torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < params[s].size(); ++i) params[s][i].data().copy_(versions[s].at(v)[i]);
-  };
-
-  auto train = data::openDataset(c.data, model.input);
-  const data::SampleOrder order(train->size(), c.seed, 0);
-  for (int j = 0; j < total; ++j) {
-    const data::Batch batch = train->get(order.microbatch(j / m, j % m, c.plan.microbatch_size, m));
-    for (int s = 0; s < ns; ++s) load(s, read_f[s][j]);
-    torch::Tensor loss;
-    {
-      AutocastScope autocast(precision, model.device);
-      loss = models::lossOf(model, models::forwardModel(model, batch.inputs.to(model.device)),
-                            batch.labels.to(model.device)) * steps.loss_scale[j];
-    }
-    for (int s = 0; s < ns; ++s) load(s, read_b[s][j]);
-    loss.backward();
-    for (int s = 0; s < ns; ++s) {
-      const int v = steps.step_of[s][j];
-      if (++arrived[s][v] < steps.combined[s].at(v)) continue;
-      load(s, static_cast<int>(versions[s].size()) - 1);
-      const double factor = steps.gradient_factor[s].at(v);
-      torch::NoGradGuard no_grad;
-      for (auto& p : params[s])
-        if (p.grad().defined() && factor != 1.0) p.grad().mul_(factor);
-      if (latest && corrections.lr_warmup)
-        optimizers[s]->param_groups()[0].options().set_lr(
-            c.lr * schedule::learningRateScale(delays[s], v - 1, corrections.warmup_steps));
-      optimizers[s]->step();
-      optimizers[s]->zero_grad();
-      versions[s].push_back(cloneTensors(params[s]));
-    }
-  }
-  for (int s = 0; s < ns; ++s) load(s, static_cast<int>(versions[s].size()) - 1);
+  models::Model model = openModel(c);
+  StalenessReplay replay(c, model, static_cast<int>(c.max_steps_per_epoch));
+  for (int j = 0; j < replay.totalMicrobatches(); ++j) replay.run(j);
+  replay.loadLatest();
   return model;
 }
 

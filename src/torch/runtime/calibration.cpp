@@ -1,0 +1,150 @@
+#include "pipetrain/torch/calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "staleness_replay.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::runtime {
+namespace {
+
+// What a cached calibration must share with this run for its curves to hold.
+json_io::Json identityJson(const TrainConfig& c, int64_t batch, int64_t samples, const CalibrationBudget& budget) {
+  const checkpoint::Identity id = identityOf(c);
+  return {{"model", id.model},       {"model_file", id.model_file}, {"model_options", c.model_config},
+          {"data", id.data},         {"seed", c.seed},              {"optimizer", c.optimizer},
+          {"lr", c.lr},              {"momentum", c.momentum},      {"precision", c.precision},
+          {"batch", batch},          {"samples_per_rule", samples}, {"evaluations", budget.evaluations},
+          {"held_out", budget.held_out}};
+}
+
+// The held-out loss of the model's current weights on `held_out`, in chunks of `chunk`.
+double heldOutLoss(const models::Model& model, const data::Batch& held_out, int64_t chunk) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = held_out.inputs.size(0);
+  double sum = 0;
+  for (int64_t first = 0; first < n; first += chunk) {
+    const int64_t size = std::min(chunk, n - first);
+    const torch::Tensor inputs = held_out.inputs.narrow(0, first, size).to(model.device);
+    const torch::Tensor labels = held_out.labels.narrow(0, first, size).to(model.device);
+    sum += models::lossOf(model, models::forwardModel(model, inputs), labels).item<double>() * static_cast<double>(size);
+  }
+  return sum / static_cast<double>(n);
+}
+
+// One rule's curve: `minibatches` mini-batches of the data order of `order_epoch`,
+// the held-out loss at the start and after each of `evaluations` equal shares. A loss
+// that is no longer finite ends the curve: the rule diverged, its best stays.
+planner::LossCurve measureCurve(TrainConfig config, const plan::Plan& plan, int minibatches, int order_epoch,
+                                const data::Batch& held_out, int evaluations) {
+  config.plan = plan;
+  models::Model model = openModel(config);
+  StalenessReplay replay(config, model, minibatches, order_epoch);
+  const int total = replay.totalMicrobatches();
+  const int64_t chunk = std::max<int64_t>(plan.microbatch_size, 64);
+  planner::LossCurve curve;
+  curve.samples.push_back(0);
+  curve.loss.push_back(heldOutLoss(model, held_out, chunk));
+  int next = 1;
+  for (int j = 0; j < total; ++j) {
+    replay.run(j);
+    const int done = j + 1;
+    if (done * static_cast<int64_t>(evaluations) < static_cast<int64_t>(next) * total) continue;
+    ++next;
+    replay.loadLatest();
+    const double loss = heldOutLoss(model, held_out, chunk);
+    if (!std::isfinite(loss)) break;
+    curve.samples.push_back(done * plan.microbatch_size);
+    curve.loss.push_back(loss);
+  }
+  return curve;
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+int64_t calibrationSamples(const graph::LayerGraph& profile, int64_t batch, int64_t dataset_size,
+                           const CalibrationBudget& budget) {
+  double train = 0, forward = 0;  // seconds per sample
+  for (int i = 0; i < profile.size(); ++i) {
+    const graph::PassSeconds s = profile.secondsAt(i, profile.batchSize());
+    train += s.forwardBackward();
+    forward += s.forward;
+  }
+  train /= static_cast<double>(profile.batchSize());
+  forward /= static_cast<double>(profile.batchSize());
+  const double evaluating = forward * static_cast<double>(budget.evaluations * budget.held_out);
+  const double training = std::max(0.0, budget.seconds_per_rule - evaluating);
+  int64_t minibatches = train > 0 ? static_cast<int64_t>(training / train / static_cast<double>(batch)) : 0;
+  minibatches = std::max(minibatches, budget.min_minibatches);
+  minibatches = std::min(minibatches, dataset_size / batch);
+  if (minibatches < 1)
+    throw Error("calibration needs a mini-batch of " + std::to_string(batch) + " samples; the data has " +
+                std::to_string(dataset_size));
+  return minibatches * batch;
+}
+
+planner::Calibration calibrate(const TrainConfig& config, const graph::LayerGraph& profile,
+                               const std::vector<planner::RuleToCalibrate>& rules, const CalibrationBudget& budget,
+                               const std::string& cache_path) {
+  if (rules.empty() || !rules.front().rule.synchronous)
+    throw Error("internal: calibration needs the synchronous rule first");
+  const int64_t batch = rules.front().plan.samplesPerMinibatch();
+  const models::Model model = openModel(config);
+  int64_t train_size = 0;
+  data::Batch held_out;
+  {
+    train_size = data::openDataset(config.data, model.input)->size();
+    data::DataOptions test = config.data;
+    test.split = "test";
+    const auto dataset = data::openDataset(test, model.input);
+    std::vector<int64_t> first;
+    for (int64_t i = 0; i < std::min(budget.held_out, dataset->size()); ++i) first.push_back(i);
+    if (first.empty()) throw Error("calibration needs held-out samples; the data's test split is empty");
+    held_out = dataset->get(first);
+  }
+  const int64_t samples = calibrationSamples(profile, batch, train_size, budget);
+  planner::Calibration c;
+  c.identity = identityJson(config, batch, samples, budget);
+  if (!cache_path.empty() && std::filesystem::exists(cache_path)) {
+    try {
+      planner::Calibration cached = planner::Calibration::load(cache_path);
+      if (cached.identity == c.identity) c = std::move(cached);
+    } catch (const Error& e) {
+      std::printf("note: measuring the calibration again: the cached one is unusable (%s)\n", e.what());
+    }
+  }
+  c.samples = samples;
+  c.synchronous_key = rules.front().rule.key;
+  c.seconds = 0;
+  c.measured_rules = 0;
+  const int minibatches = static_cast<int>(samples / batch);
+  auto measure = [&](const planner::RuleToCalibrate& r, int order_epoch, const char* what) {
+    const auto start = std::chrono::steady_clock::now();
+    planner::LossCurve curve = measureCurve(config, r.plan, minibatches, order_epoch, held_out, budget.evaluations);
+    const double seconds = secondsSince(start);
+    c.seconds += seconds;
+    std::printf("calibrated %s%s: %lld samples in %.1f s, held-out loss %.4g -> %.4g\n", r.rule.description.c_str(),
+                what, static_cast<long long>(curve.samples.back()), seconds, curve.loss.front(), curve.finalLoss());
+    std::fflush(stdout);
+    return curve;
+  };
+  for (const planner::RuleToCalibrate& r : rules) {
+    c.descriptions[r.rule.key] = r.rule.description;
+    if (c.curves.count(r.rule.key)) continue;
+    c.curves[r.rule.key] = measure(r, 0, "");
+    ++c.measured_rules;
+  }
+  if (c.repeat.samples.size() < 2) c.repeat = measure(rules.front(), 1, " (again, on another data order)");
+  if (!cache_path.empty()) json_io::writeFile(cache_path, c.toJson());
+  return c;
+}
+
+}  // namespace pipetrain::runtime

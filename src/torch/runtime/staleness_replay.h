@@ -1,0 +1,33 @@
+// A Program's staleness rule replayed in one process (trainer.h's
+// trainStalenessReference): micro-batch by micro-batch, each stage's forward and
+// backward pass at exactly the weight version the Program names (the current one where
+// it reads the latest, corrected by PipeMare's T2 where the plan asks), each stage
+// stepping when its Program steps, on the mean gradient of the micro-batches that STEP
+// combines, at T1's rate. Calibration (calibration.h) replays update rules with it.
+#pragma once
+
+#include <memory>
+
+#include "pipetrain/torch/trainer.h"
+
+namespace pipetrain::runtime {
+
+class StalenessReplay {
+ public:
+  // Trains `model` (the config's, from openModel, not tied) in place by the config's
+  // plan over `minibatches` mini-batches of the data order of epoch `order_epoch`.
+  StalenessReplay(const TrainConfig& config, models::Model& model, int minibatches, int order_epoch = 0);
+  ~StalenessReplay();
+
+  int totalMicrobatches() const;
+  // Trains micro-batch `j`; micro-batches run in order, each once.
+  void run(int j);
+  // Puts every stage's newest weights into the model.
+  void loadLatest();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pipetrain::runtime
