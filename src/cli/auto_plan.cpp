@@ -74,26 +74,33 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                 static_cast<long long>(global_batch));
   json_io::Json calibration_summary;
   double calibration_seconds = 0;
-  const planner::Exploration e =
-      !calibrate ? planner::explore(graph, cluster, o)
-                 : planner::exploreForTimeToTarget(graph, cluster, o, [&](const std::vector<planner::RuleToCalibrate>& rules) {
-                     const std::string path =
-                         calibrationPath(profile.cached_path.empty() ? graph_path : profile.cached_path);
-                     std::printf("calibrating %zu update rules for time to accuracy (about %.0f s each, cached in %s)\n",
-                                 rules.size() + 1, request.calibration.seconds_per_rule, path.c_str());
-                     const auto start = std::chrono::steady_clock::now();
-                     planner::Calibration c = runtime::calibrate(config, graph, rules, request.calibration, path);
-                     calibration_seconds = secondsSince(start);
-                     calibration_summary = {{"path", path},
-                                            {"seconds", calibration_seconds},
-                                            {"measured_rules", c.measured_rules},
-                                            {"samples_per_rule", c.samples},
-                                            {"target_loss", c.targetLoss()},
-                                            {"noise", c.noise()}};
-                     return c;
-                   });
+  auto exploreForTarget = [&] {
+    const std::string path = calibrationPath(profile.cached_path.empty() ? graph_path : profile.cached_path);
+    runtime::RuleCalibrator calibrator(config, graph, global_batch, request.calibration, path);
+    std::printf("calibrating update rules for time to accuracy: %lld samples each, about %.0f s each (cache: %s)\n",
+                static_cast<long long>(calibrator.calibration().samples), request.calibration.seconds_per_rule,
+                path.c_str());
+    planner::Exploration e = planner::exploreForTimeToTarget(graph, cluster, o, calibrator);
+    calibration_seconds = calibrator.trainingSeconds();
+    const planner::Calibration& c = calibrator.calibration();
+    calibration_summary = {{"path", path},
+                           {"seconds", calibration_seconds},
+                           {"rules_measured", e.rules_measured},
+                           {"rules_cached", e.rules_cached},
+                           {"rules_bounded", e.rules_bounded},
+                           {"rules_over_budget", e.rules_over_budget},
+                           {"samples_per_rule", c.samples},
+                           {"target_loss", c.targetLoss()},
+                           {"noise", c.noise()}};
+    return e;
+  };
+  const planner::Exploration e = calibrate ? exploreForTarget() : planner::explore(graph, cluster, o);
   const double planning_seconds = secondsSince(planning_start) - calibration_seconds;
-  std::printf("planned for %d local ranks in %.2f s:\n", job.ranks, planning_seconds);
+  if (calibrate)
+    std::printf("planned for %d local ranks in %.2f s, after %.1f s of calibration:\n", job.ranks, planning_seconds,
+                calibration_seconds);
+  else
+    std::printf("planned for %d local ranks in %.2f s:\n", job.ranks, planning_seconds);
   printExploration(e, 5);
   plan::Plan chosen = e.best().plan;
   applyScheduleOptions(job.args.schedule, chosen);

@@ -23,6 +23,27 @@ struct PlanArgs {
   bool json = false;
 };
 
+// A calibration file `train --objective time-to-accuracy` wrote: the rules it holds are
+// known, the others are left unmeasured (the ranking lists them after the others).
+class CalibrationFile : public planner::Calibrator {
+ public:
+  CalibrationFile(std::string path, int64_t batch)
+      : path_(std::move(path)), batch_(batch), calibration_(planner::Calibration::load(path_)) {}
+  planner::Calibration& calibration() override { return calibration_; }
+  void measure(const planner::RuleToCalibrate& rule, bool repeat) override {
+    if (rule.rule.synchronous || repeat)
+      throw Error(path_ + " holds no curve of '" + rule.rule.key + "': it calibrated '" + calibration_.synchronous_key +
+                  "'; calibrate at this batch (train --batch " + std::to_string(batch_) +
+                  " --objective time-to-accuracy --allow-async)");
+    // A rule the file lacks stays uncalibrated: no curve, no estimate.
+  }
+
+ private:
+  std::string path_;
+  int64_t batch_;
+  planner::Calibration calibration_;
+};
+
 int run(PlanArgs a) {
   const auto graph = graph::LayerGraph::load(a.graph);
   const auto cluster = cluster::ClusterSpec::load(a.cluster);
@@ -39,17 +60,10 @@ int run(PlanArgs a) {
                 "profile (*.calibration.json)");
   if (!a.calibration.empty() && a.explore.objective != planner::Objective::kTimeToAccuracy)
     throw Error("--calibration is read under --objective time-to-accuracy only");
+  std::unique_ptr<CalibrationFile> file;
+  if (!a.calibration.empty()) file = std::make_unique<CalibrationFile>(a.calibration, a.explore.global_batch);
   const planner::Exploration e =
-      a.calibration.empty()
-          ? planner::explore(graph, cluster, a.explore)
-          : planner::exploreForTimeToTarget(graph, cluster, a.explore, [&](const std::vector<planner::RuleToCalibrate>& rules) {
-              planner::Calibration c = planner::Calibration::load(a.calibration);
-              if (c.synchronous_key != rules.front().rule.key)
-                throw Error(a.calibration + " calibrated '" + c.synchronous_key + "', and these plans train by '" +
-                            rules.front().rule.key + "': calibrate at this batch (train --batch " +
-                            std::to_string(a.explore.global_batch) + ")");
-              return c;
-            });
+      file ? planner::exploreForTimeToTarget(graph, cluster, a.explore, *file) : planner::explore(graph, cluster, a.explore);
   if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());
   if (!a.report.empty())
     report::writeHtml(pageForExploration(e, graph, cluster, "Plan for " + a.graph + " on " + a.cluster), a.report);

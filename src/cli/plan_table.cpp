@@ -55,9 +55,15 @@ void addTargetNotes(const planner::Exploration& e, std::vector<std::string>& not
   const int uncalibrated = static_cast<int>(std::count_if(e.ranked.begin(), e.ranked.end(), [](const planner::Candidate& c) {
     return !c.to_target || !c.to_target->calibrated;
   }));
+  notes.push_back("update rules: " + std::to_string(e.rules_measured) + " trained in calibration, " +
+                  std::to_string(e.rules_cached) + " from its cache, " + std::to_string(e.rules_bounded) +
+                  " not trained because even perfect scaling to their smaller steps would not win" +
+                  (e.rules_over_budget > 0 ? ", " + std::to_string(e.rules_over_budget) +
+                                                 " not trained for the limit on the rules calibration trains"
+                                           : std::string()));
   if (uncalibrated > 0)
-    notes.push_back(std::to_string(uncalibrated) + " plans train by rules calibration did not measure (each "
-                    "schedule's fastest plan was measured); they are listed after the others, by throughput");
+    notes.push_back(std::to_string(uncalibrated) + " plans train by rules calibration did not train; they are "
+                    "listed after the others, by throughput");
   if (e.throughput_choice) {
     const planner::Candidate& t = *e.throughput_choice;
     notes.push_back("throughput alone would choose " + planName(t.plan) + ", micro-batch " +
@@ -133,8 +139,11 @@ std::vector<std::string> explorationNotes(const planner::Exploration& e) {
   notes.push_back(e.async_included
                       ? "* asynchronous: trains with stale weights, not synchronous SGD"
                       : "asynchronous schedules (pipedream, 2bw, pipemare) not considered; --allow-async adds them");
-  if (const std::string note = e.noiseNote(); !note.empty()) notes.push_back(note);
-  if (const std::string lost = e.runnerUpLost(); !lost.empty()) notes.push_back("runner-up lost: " + lost);
+  // Why throughput ranked as it did; under time to accuracy addTargetNotes says why.
+  if (e.objective == planner::Objective::kThroughput) {
+    if (const std::string note = e.noiseNote(); !note.empty()) notes.push_back(note);
+    if (const std::string lost = e.runnerUpLost(); !lost.empty()) notes.push_back("runner-up lost: " + lost);
+  }
   if (const std::string note = e.idleDevicesNote(); !note.empty()) notes.push_back("warning: " + note);
   for (const std::string& note : e.graph_notes) notes.push_back("graph partitioner: " + note);
   if (e.objective == planner::Objective::kTimeToAccuracy) addTargetNotes(e, notes);

@@ -254,7 +254,14 @@ std::string beforeTrainingText(const JsonCursor& planner) {
   if (profile.boolOr("cached", false))
     text += text::format(" (from the profile cache; measuring it took %.1f s on ", profile.numberOr("measured_seconds", 0)) +
             profile.stringOr("measured", "?") + ")";
-  return text + text::format(", planning %.2f s", planner.field("planning_seconds").asNumber());
+  text += text::format(", planning %.2f s", planner.field("planning_seconds").asNumber());
+  if (planner.has("calibration")) {
+    const JsonCursor c = planner.field("calibration");
+    text += text::format(", calibrating update rules %.1f s", c.field("seconds").asNumber()) +
+            text::format(" (%.0f trained", c.field("rules_measured").asNumber()) +
+            text::format(", %.0f from the cache)", c.field("rules_cached").asNumber());
+  }
+  return text;
 }
 
 Json tableToJson(const report::Table& t) {

@@ -27,7 +27,8 @@ report::Page pageForRun(const json_io::Json& summary, const std::vector<json_io:
                         const std::string& origin);
 
 // What came before training, from a run summary's "planner" (auto_plan.h): "profiling
-// 0.0 s (from the cache, measured in 312 s on ...), planning 0.02 s"; "" when the
+// 0.0 s (from the cache, measured in 312 s on ...), planning 0.02 s" (and calibrating,
+// under time to accuracy); "" when the
 // summary holds no such figures (a plan file, or a summary from before them).
 std::string beforeTrainingText(const json_io::JsonCursor& planner);
 

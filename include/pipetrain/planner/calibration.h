@@ -41,9 +41,8 @@ struct Calibration {
   std::string synchronous_key;              // the yardstick's rule
   std::map<std::string, LossCurve> curves;  // by rule key
   std::map<std::string, std::string> descriptions;  // by rule key
-  LossCurve repeat;                         // the synchronous rule on another data order
+  LossCurve repeat;                         // the synchronous rule on another data order (empty until measured)
   double seconds = 0;                       // what measuring took (where this run measured)
-  int measured_rules = 0;                   // of this run's (0 where all came from the cache)
 
   static Calibration fromJson(const json_io::Json& j, const std::string& origin);
   static Calibration load(const std::string& path);

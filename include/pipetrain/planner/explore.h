@@ -58,9 +58,9 @@ struct ExploreOptions {
   // other noise, chooses the same plan. 0: only throughput ties (0.1%) are equals.
   double noise = 0;
   // Under kTimeToAccuracy the search keeps the fastest synchronous plan and the fastest
-  // of every asynchronous schedule (its pipelines and its single stages apart), not only
-  // the fastest overall: a slower plan whose rule trains more per sample may reach the
-  // target first.
+  // of every asynchronous schedule at each micro-batch size (its pipelines and its
+  // single stages apart), not only the fastest overall: a slower plan whose rule trains
+  // more per sample may reach the target first.
   Objective objective = Objective::kThroughput;
 };
 
@@ -114,6 +114,10 @@ struct Exploration {
   double target_loss = 0;
   int64_t calibration_samples = 0;
   double calibration_noise = 0;
+  int rules_measured = 0;                // by training (a cached curve counts as measured before)
+  int rules_cached = 0;
+  int rules_bounded = 0;                 // not measured: even perfect scaling would not win
+  int rules_over_budget = 0;             // not measured: beyond the calibration's rule limit
   std::optional<Candidate> throughput_choice;
 
   const Candidate& best() const { return ranked.front(); }

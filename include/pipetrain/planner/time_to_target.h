@@ -10,9 +10,13 @@
 // one-step delay). Pollux ranks data-parallel jobs by throughput x statistical
 // efficiency too, estimating the efficiency from the gradient noise; here it is
 // measured, per rule, with the rule's delays.
+//
+// Which rules are measured is a branch and bound: a rule stepping every s samples
+// where the synchronous rule steps every B can make at most B/s times its progress per
+// sample (perfect linear scaling of the batch; staleness only loses), so a rule whose
+// fastest plan could not beat the best time measured so far even then is not trained.
 #pragma once
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,16 +26,32 @@
 
 namespace pipetrain::planner {
 
-// A rule to calibrate, with a plan that trains by it.
+// A rule to calibrate, with the fastest plan that trains by it.
 struct RuleToCalibrate {
   UpdateRule rule;
   plan::Plan plan;
+  double throughput = 0;  // the plan's simulated samples/s
 };
 
-// What calibration measures: the rule of the fastest synchronous plan (first), then of
-// the fastest asynchronous plan of each schedule, pipelines and single stages apart,
-// that trains by a rule not yet listed, in the ranking's order.
-std::vector<RuleToCalibrate> rulesToCalibrate(const Exploration& e, const graph::LayerGraph& graph);
+// Where curves come from: a training run per rule (runtime/calibration.h), a file, a test.
+class Calibrator {
+ public:
+  virtual ~Calibrator() = default;
+  // Identity, samples per rule, and whatever curves it holds already (a cache).
+  virtual Calibration& calibration() = 0;
+  // Puts `rule`'s curve into calibration(), or with `repeat` the synchronous rule's on
+  // another data order into calibration().repeat. Throws Error where it cannot.
+  virtual void measure(const RuleToCalibrate& rule, bool repeat) = 0;
+};
+
+// Every distinct rule among e.ranked with its fastest plan, the synchronous rule first;
+// throws Error when no synchronous plan is there to be the yardstick.
+std::vector<RuleToCalibrate> distinctRules(const Exploration& e, const graph::LayerGraph& graph);
+
+// Measures the synchronous rule (twice) and then, by the bound above, the rules that
+// could win, at most `max_rules` in all (the synchronous one included). Records in `e`
+// how many were measured, ruled out by the bound, or left for the budget.
+const Calibration& calibrateRules(Exploration& e, const graph::LayerGraph& graph, Calibrator& calibrator, int max_rules);
 
 // Sets every candidate's to_target from the calibration and reorders e.ranked by it:
 // calibrated plans by predicted seconds (throughput's order among ties), then the
@@ -39,13 +59,11 @@ std::vector<RuleToCalibrate> rulesToCalibrate(const Exploration& e, const graph:
 // where it differs. Throws Error where the calibration has no synchronous progress.
 void rankByTimeToTarget(Exploration& e, const graph::LayerGraph& graph, const Calibration& calibration);
 
-// Measures the rules it is given (the same order); may take some from a cache.
-using Calibrator = std::function<Calibration(const std::vector<RuleToCalibrate>&)>;
-
-// explore() under the time-to-accuracy objective: the search keeps each schedule
-// family's fastest plans, `calibrate` measures their rules, and the ranking is by
+// explore() under the time-to-accuracy objective: the search keeps the fastest plans of
+// each family of rules, calibrateRules() measures what could win, and the ranking is by
 // predicted time to the target.
+inline constexpr int kMaxCalibratedRules = 8;
 Exploration exploreForTimeToTarget(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
-                                   ExploreOptions options, const Calibrator& calibrate);
+                                   ExploreOptions options, Calibrator& calibrator, int max_rules = kMaxCalibratedRules);
 
 }  // namespace pipetrain::planner

@@ -19,6 +19,7 @@ struct UpdateRule {
   std::string key;          // equal for plans that train alike
   std::string description;  // for people: "pipedream: steps on 1 micro-batch(es) of 32, gradients 1,0 step(s) stale by stage"
   bool synchronous = true;
+  int64_t samples_per_step = 0;  // the fewest samples a stage's step combines
   // Per stage, the most steps between the weights a micro-batch's forward pass read and
   // the step that applies its gradient (0: fresh, as in synchronous SGD).
   std::vector<int> stage_delays;

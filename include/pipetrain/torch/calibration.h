@@ -13,29 +13,44 @@
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/planner/calibration.h"
 #include "pipetrain/planner/time_to_target.h"
+#include "pipetrain/torch/data.h"
 #include "pipetrain/torch/trainer.h"
 
 namespace pipetrain::runtime {
 
 struct CalibrationBudget {
-  double seconds_per_rule = 6;  // of training, estimated from the profile's pass times
+  double seconds_per_rule = 4;  // of training, estimated from the profile's pass times
   int evaluations = 12;         // of the held-out loss, after equal shares of the samples
   int64_t held_out = 512;       // samples of the test split each evaluation reads
   int64_t min_minibatches = 8;  // trained per rule whatever the budget says
 };
 
 // The samples every rule trains: the budget's worth by the profile's times (`profile`,
-// the model's at the run's micro-batch size), in whole mini-batches of `batch`, at
-// least the budget's minimum and at most one pass over `dataset_size` samples.
+// the model's at the run's micro-batch size), in a power of two of mini-batches of
+// `batch`, at least the budget's minimum and at most one pass over `dataset_size`.
 int64_t calibrationSamples(const graph::LayerGraph& profile, int64_t batch, int64_t dataset_size,
                            const CalibrationBudget& budget);
 
-// Measures `rules` (the first the synchronous yardstick) for `config`'s model, data,
-// optimizer and seed. Reads the curves that `cache_path` holds for the same identity
-// and budget, measures the rest, and writes them all back there ("" = no cache).
-// Says on stdout what it measures.
-planner::Calibration calibrate(const TrainConfig& config, const graph::LayerGraph& profile,
-                               const std::vector<planner::RuleToCalibrate>& rules, const CalibrationBudget& budget,
-                               const std::string& cache_path);
+// Trains the rules the planner asks about (planner::calibrateRules) for `config`'s
+// model, data, optimizer and seed. Starts from the curves that `cache_path` holds for
+// the same identity and budget, and writes each new curve back there ("" = no cache).
+// Says on stdout what it trains.
+class RuleCalibrator : public planner::Calibrator {
+ public:
+  // `profile` is the model's at the run's micro-batch size; `batch` the run's mini-batch.
+  RuleCalibrator(const TrainConfig& config, const graph::LayerGraph& profile, int64_t batch,
+                 const CalibrationBudget& budget, std::string cache_path);
+  planner::Calibration& calibration() override { return calibration_; }
+  void measure(const planner::RuleToCalibrate& rule, bool repeat) override;
+  double trainingSeconds() const { return training_seconds_; }  // in measure(), this run
+
+ private:
+  const TrainConfig config_;
+  const CalibrationBudget budget_;
+  const std::string cache_path_;
+  data::Batch held_out_;
+  planner::Calibration calibration_;
+  double training_seconds_ = 0;
+};
 
 }  // namespace pipetrain::runtime

@@ -112,7 +112,7 @@ json_io::Json Calibration::toJson() const {
     rules.push_back(r);
   }
   j["rules"] = rules;
-  j["repeat"] = curveToJson(repeat);
+  if (!repeat.samples.empty()) j["repeat"] = curveToJson(repeat);
   j["seconds"] = seconds;
   return j;
 }
@@ -133,7 +133,7 @@ Calibration Calibration::fromJson(const json_io::Json& j, const std::string& ori
   }
   if (!c.curves.count(c.synchronous_key))
     root.field("synchronous").fail("no curve of the synchronous rule '" + c.synchronous_key + "' among the rules");
-  c.repeat = curveFromJson(root.field("repeat"));
+  if (root.has("repeat")) c.repeat = curveFromJson(root.field("repeat"));
   c.seconds = root.field("seconds").asSeconds();
   return c;
 }

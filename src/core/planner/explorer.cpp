@@ -162,11 +162,12 @@ int64_t Explorer::graphStepsLeft() const { return graphStepsBudget() - result_.g
 
 // The plans that compete for the choice: all of them under the throughput objective;
 // under time to accuracy the synchronous ones (one update rule), and apart each
-// asynchronous schedule's pipelines and its single stages (which train by other rules,
-// update_rule.h: PipeDream on one replicated stage is synchronous SGD).
-std::string Explorer::family(const std::string& schedule, bool single_stage) const {
+// asynchronous schedule's pipelines and single stages at each micro-batch size, which
+// train by other rules (update_rule.h): PipeDream steps once per micro-batch of a
+// pipeline, and on one replicated stage it is synchronous SGD.
+std::string Explorer::family(const std::string& schedule, bool single_stage, int64_t microbatch_size) const {
   if (o_.objective == Objective::kThroughput || !schedule::isAsynchronous(schedule)) return "";
-  return schedule + (single_stage ? " on one stage" : "");
+  return schedule + (single_stage ? " alone, micro-batch " : ", micro-batch ") + std::to_string(microbatch_size);
 }
 
 // The throughput a plan of that family must beat to matter: 0 until pruning starts.
@@ -177,9 +178,10 @@ double Explorer::toBeat(const std::string& family) const {
 }
 
 // Whether a combination of that bound cannot beat the best plans simulated so far: of
-// either family its schedule's plans may fall in.
-bool Explorer::cannotWin(double bound, const std::string& schedule) const {
-  return bound < std::min(toBeat(family(schedule, true)), toBeat(family(schedule, false)));
+// either family its plans may fall in.
+bool Explorer::cannotWin(double bound, const std::string& schedule, int64_t microbatch_size) const {
+  return bound <
+         std::min(toBeat(family(schedule, true, microbatch_size)), toBeat(family(schedule, false, microbatch_size)));
 }
 
 // Every proposal for one schedule, micro-batch size and width: the partitioners' or a
@@ -317,7 +319,7 @@ void Explorer::search(const std::vector<int>& widths, const std::vector<std::str
     const bool solve = next < combinations.size() && (!top || combinations[next].bound > top->bound);
     if (solve) {
       const Combination& c = combinations[next++];
-      if (cannotWin(c.bound, c.name))
+      if (cannotWin(c.bound, c.name, c.b))
         ++result_.pruned_combinations;
       else
         explore(c.name, c.b, c.width);
@@ -339,7 +341,8 @@ Explorer::Proposal Explorer::takeBestProposal() {
 // Simulates a proposal and ranks it, or records why it was dropped; one that cannot
 // win is pruned unsimulated.
 void Explorer::evaluate(Proposal p) {
-  const std::string family_of_plan = family(p.candidate.plan.schedule.name, p.candidate.plan.numStages() == 1);
+  const plan::Plan& proposed = p.candidate.plan;
+  const std::string family_of_plan = family(proposed.schedule.name, proposed.numStages() == 1, proposed.microbatch_size);
   if (p.bound < toBeat(family_of_plan)) {
     ++result_.pruned;
     return;

@@ -66,9 +66,9 @@ class Explorer {
   const Proposal* bestProposal() const { return proposals_.empty() ? nullptr : &proposals_.front(); }
   Proposal takeBestProposal();
   void evaluate(Proposal p);
-  bool cannotWin(double bound, const std::string& schedule) const;
+  bool cannotWin(double bound, const std::string& schedule, int64_t microbatch_size) const;
   double toBeat(const std::string& family) const;
-  std::string family(const std::string& schedule, bool single_stage) const;
+  std::string family(const std::string& schedule, bool single_stage, int64_t microbatch_size) const;
 
   // Bounds (explorer.cpp).
   double combinationBound(int64_t b, int width) const;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <set>
+#include <map>
 
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
@@ -11,38 +11,86 @@
 namespace pipetrain::planner {
 namespace {
 
-// As the explorer keeps them apart: synchronous plans, and each asynchronous schedule's
-// pipelines and single stages.
-std::string familyOf(const plan::Plan& plan) {
-  if (!schedule::isAsynchronous(plan.schedule.name)) return "";
-  return plan.schedule.name + (plan.numStages() == 1 ? " on one stage" : "");
+bool samePlan(const plan::Plan& a, const plan::Plan& b) { return a.toJson() == b.toJson(); }
+
+// Predicted seconds to the target for a plan of this throughput whose rule has this
+// efficiency; infinite where either is zero.
+double secondsToTarget(double yardstick_samples, double efficiency, double samples_per_second) {
+  return efficiency > 0 && samples_per_second > 0 ? yardstick_samples / efficiency / samples_per_second : HUGE_VAL;
 }
 
-bool samePlan(const plan::Plan& a, const plan::Plan& b) { return a.toJson() == b.toJson(); }
+// The samples the synchronous rule took to the target.
+double yardstickSamples(const Calibration& c) { return *c.curves.at(c.synchronous_key).samplesToReach(c.targetLoss()); }
 
 }  // namespace
 
-std::vector<RuleToCalibrate> rulesToCalibrate(const Exploration& e, const graph::LayerGraph& graph) {
+std::vector<RuleToCalibrate> distinctRules(const Exploration& e, const graph::LayerGraph& graph) {
   std::vector<RuleToCalibrate> rules;
-  std::set<std::string> families, keys;
-  // The yardstick first: every plan's efficiency is relative to the synchronous rule.
-  // Then each asynchronous family's fastest plan that trains by a rule not yet listed
-  // (PipeDream on one replicated stage trains as synchronous SGD does).
-  for (bool synchronous : {true, false})
-    for (const Candidate& c : e.ranked) {
-      const std::string family = familyOf(c.plan);
-      if (family.empty() != synchronous || families.count(family)) continue;
-      UpdateRule rule = updateRuleOf(c.plan, graph);
-      if (rule.synchronous != synchronous) continue;
-      families.insert(family);
-      if (keys.insert(rule.key).second) rules.push_back({std::move(rule), c.plan});
-    }
+  std::map<std::string, bool> seen;
+  for (const Candidate& c : e.ranked) {  // fastest first: each rule with its fastest plan
+    UpdateRule rule = updateRuleOf(c.plan, graph);
+    if (!seen.emplace(rule.key, true).second) continue;
+    rules.push_back({std::move(rule), c.plan, c.report.throughput});
+  }
+  const auto sync = std::find_if(rules.begin(), rules.end(), [](const RuleToCalibrate& r) { return r.rule.synchronous; });
+  if (sync == rules.end())
+    throw Error("time to accuracy measures every plan against synchronous training, and no synchronous plan fits "
+                "here; plan for throughput, or allow a synchronous schedule (--schedule auto)");
+  std::rotate(rules.begin(), sync, sync + 1);
   return rules;
+}
+
+const Calibration& calibrateRules(Exploration& e, const graph::LayerGraph& graph, Calibrator& calibrator, int max_rules) {
+  std::vector<RuleToCalibrate> rules = distinctRules(e, graph);
+  Calibration& c = calibrator.calibration();
+  c.synchronous_key = rules.front().rule.key;
+  // Whether the rule has a curve now (a calibrator reading a file may have none).
+  auto measure = [&](const RuleToCalibrate& r) {
+    if (c.curves.count(r.rule.key)) {
+      ++e.rules_cached;
+    } else {
+      calibrator.measure(r, false);
+      if (!c.curves.count(r.rule.key)) return false;
+      ++e.rules_measured;
+    }
+    c.descriptions[r.rule.key] = r.rule.description;
+    return true;
+  };
+  if (!measure(rules.front())) throw Error("internal: the calibrator has no curve of the synchronous rule");
+  if (c.repeat.samples.size() < 2) calibrator.measure(rules.front(), true);
+  const double yardstick = yardstickSamples(c);
+  const double noise = c.noise();
+  const double batch = static_cast<double>(rules.front().rule.samples_per_step);
+  // The best a rule's fastest plan could do: perfect scaling to its smaller steps, with
+  // the noise's benefit of the doubt.
+  auto optimistic = [&](const RuleToCalibrate& r) {
+    const double scaling = std::max(1.0, batch / static_cast<double>(std::max<int64_t>(1, r.rule.samples_per_step)));
+    return secondsToTarget(yardstick, scaling * (1 + noise), r.throughput);
+  };
+  std::vector<RuleToCalibrate> rest(rules.begin() + 1, rules.end());
+  std::stable_sort(rest.begin(), rest.end(),
+                   [&](const RuleToCalibrate& a, const RuleToCalibrate& b) { return optimistic(a) < optimistic(b); });
+  double best = secondsToTarget(yardstick, 1.0, rules.front().throughput);
+  int calibrated = 1;
+  for (const RuleToCalibrate& r : rest) {
+    if (optimistic(r) >= best) {
+      ++e.rules_bounded;
+      continue;
+    }
+    if (calibrated >= max_rules && !c.curves.count(r.rule.key)) {
+      ++e.rules_over_budget;
+      continue;
+    }
+    if (!measure(r)) continue;
+    ++calibrated;
+    best = std::min(best, secondsToTarget(yardstick, efficiencyOf(c, r.rule.key)->value, r.throughput));
+  }
+  return c;
 }
 
 void rankByTimeToTarget(Exploration& e, const graph::LayerGraph& graph, const Calibration& calibration) {
   const double target = calibration.targetLoss();
-  const double yardstick_samples = *calibration.curves.at(calibration.synchronous_key).samplesToReach(target);
+  const double yardstick = yardstickSamples(calibration);
   e.objective = Objective::kTimeToAccuracy;
   e.target_loss = target;
   e.calibration_samples = calibration.samples;
@@ -55,13 +103,9 @@ void rankByTimeToTarget(Exploration& e, const graph::LayerGraph& graph, const Ca
       t.calibrated = true;
       t.reached = eff->reached;
       t.efficiency = eff->value;
-      const double samples_per_second = c.report.throughput;
-      auto seconds = [&](double efficiency) {
-        return efficiency > 0 && samples_per_second > 0 ? yardstick_samples / efficiency / samples_per_second : HUGE_VAL;
-      };
-      t.seconds = seconds(eff->value);
-      t.seconds_low = seconds(eff->high);
-      t.seconds_high = seconds(eff->low);
+      t.seconds = secondsToTarget(yardstick, eff->value, c.report.throughput);
+      t.seconds_low = secondsToTarget(yardstick, eff->high, c.report.throughput);
+      t.seconds_high = secondsToTarget(yardstick, eff->low, c.report.throughput);
     }
     c.to_target = t;
   }
@@ -89,21 +133,15 @@ void rankByTimeToTarget(Exploration& e, const graph::LayerGraph& graph, const Ca
 }
 
 Exploration exploreForTimeToTarget(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
-                                   ExploreOptions options, const Calibrator& calibrate) {
+                                   ExploreOptions options, Calibrator& calibrator, int max_rules) {
   options.objective = Objective::kTimeToAccuracy;
   Exploration e = explore(graph, cluster, options);
-  // The planner's time includes choosing the rules and ranking by them, not the
-  // calibration's training (which its caller reports).
-  auto seconds = [](auto from) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
-  };
-  auto start = std::chrono::steady_clock::now();
-  const std::vector<RuleToCalibrate> rules = rulesToCalibrate(e, graph);
-  e.search_seconds += seconds(start);
-  const Calibration calibration = calibrate(rules);
-  start = std::chrono::steady_clock::now();
+  const Calibration& calibration = calibrateRules(e, graph, calibrator, max_rules);
+  // The planner's time includes ranking by the calibration, not the calibration's
+  // training (which its caller reports).
+  const auto start = std::chrono::steady_clock::now();
   rankByTimeToTarget(e, graph, calibration);
-  e.search_seconds += seconds(start);
+  e.search_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return e;
 }
 

@@ -29,6 +29,7 @@ UpdateRule updateRuleOf(const plan::Plan& plan, const graph::LayerGraph& graph) 
   rule.key = sync_key;
   rule.description = "synchronous, a step per mini-batch of " + std::to_string(batch);
   rule.stage_delays.assign(plan.numStages(), 0);
+  rule.samples_per_step = batch;
   if (!schedule::isAsynchronous(plan.schedule.name)) return rule;
   const schedule::Program program =
       plan::programForPlan(plan, plan::stageDag(plan, graph), kSteadyMinibatches, plan::Check::kSkip);
@@ -47,6 +48,7 @@ UpdateRule updateRuleOf(const plan::Plan& plan, const graph::LayerGraph& graph) 
   for (const auto& per_version : steps.combined) {
     combined.push_back(per_version.empty() ? 0 : per_version.begin()->second);
     whole_minibatches = whole_minibatches && combined.back() == plan.microbatches;
+    if (combined.back() > 0) rule.samples_per_step = std::min(rule.samples_per_step, combined.back() * plan.microbatch_size);
   }
   const bool fresh = std::all_of(rule.stage_delays.begin(), rule.stage_delays.end(), [](int d) { return d == 0; });
   // Without staleness, stepping on whole mini-batches, an asynchronous schedule trains

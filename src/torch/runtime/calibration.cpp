@@ -83,6 +83,9 @@ int64_t calibrationSamples(const graph::LayerGraph& profile, int64_t batch, int6
   const double evaluating = forward * static_cast<double>(budget.evaluations * budget.held_out);
   const double training = std::max(0.0, budget.seconds_per_rule - evaluating);
   int64_t minibatches = train > 0 ? static_cast<int64_t>(training / train / static_cast<double>(batch)) : 0;
+  // A power of two: a profile that moves a little (each run sharpens it) keeps the
+  // number, and with it the cached calibration.
+  minibatches = minibatches > 0 ? int64_t{1} << static_cast<int>(std::floor(std::log2(static_cast<double>(minibatches)))) : 0;
   minibatches = std::max(minibatches, budget.min_minibatches);
   minibatches = std::min(minibatches, dataset_size / batch);
   if (minibatches < 1)
@@ -91,60 +94,52 @@ int64_t calibrationSamples(const graph::LayerGraph& profile, int64_t batch, int6
   return minibatches * batch;
 }
 
-planner::Calibration calibrate(const TrainConfig& config, const graph::LayerGraph& profile,
-                               const std::vector<planner::RuleToCalibrate>& rules, const CalibrationBudget& budget,
-                               const std::string& cache_path) {
-  if (rules.empty() || !rules.front().rule.synchronous)
-    throw Error("internal: calibration needs the synchronous rule first");
-  const int64_t batch = rules.front().plan.samplesPerMinibatch();
+RuleCalibrator::RuleCalibrator(const TrainConfig& config, const graph::LayerGraph& profile, int64_t batch,
+                               const CalibrationBudget& budget, std::string cache_path)
+    : config_(config), budget_(budget), cache_path_(std::move(cache_path)) {
   const models::Model model = openModel(config);
-  int64_t train_size = 0;
-  data::Batch held_out;
-  {
-    train_size = data::openDataset(config.data, model.input)->size();
-    data::DataOptions test = config.data;
-    test.split = "test";
-    const auto dataset = data::openDataset(test, model.input);
-    std::vector<int64_t> first;
-    for (int64_t i = 0; i < std::min(budget.held_out, dataset->size()); ++i) first.push_back(i);
-    if (first.empty()) throw Error("calibration needs held-out samples; the data's test split is empty");
-    held_out = dataset->get(first);
-  }
+  const int64_t train_size = data::openDataset(config.data, model.input)->size();
+  data::DataOptions test = config.data;
+  test.split = "test";
+  const auto dataset = data::openDataset(test, model.input);
+  std::vector<int64_t> first;
+  for (int64_t i = 0; i < std::min(budget.held_out, dataset->size()); ++i) first.push_back(i);
+  if (first.empty()) throw Error("calibration needs held-out samples, and the data's test split is empty");
+  held_out_ = dataset->get(first);
   const int64_t samples = calibrationSamples(profile, batch, train_size, budget);
-  planner::Calibration c;
-  c.identity = identityJson(config, batch, samples, budget);
-  if (!cache_path.empty() && std::filesystem::exists(cache_path)) {
+  calibration_.identity = identityJson(config, batch, samples, budget);
+  if (!cache_path_.empty() && std::filesystem::exists(cache_path_)) {
     try {
-      planner::Calibration cached = planner::Calibration::load(cache_path);
-      if (cached.identity == c.identity) c = std::move(cached);
+      planner::Calibration cached = planner::Calibration::load(cache_path_);
+      if (cached.identity == calibration_.identity) calibration_ = std::move(cached);
     } catch (const Error& e) {
       std::printf("note: measuring the calibration again: the cached one is unusable (%s)\n", e.what());
     }
   }
-  c.samples = samples;
-  c.synchronous_key = rules.front().rule.key;
-  c.seconds = 0;
-  c.measured_rules = 0;
-  const int minibatches = static_cast<int>(samples / batch);
-  auto measure = [&](const planner::RuleToCalibrate& r, int order_epoch, const char* what) {
-    const auto start = std::chrono::steady_clock::now();
-    planner::LossCurve curve = measureCurve(config, r.plan, minibatches, order_epoch, held_out, budget.evaluations);
-    const double seconds = secondsSince(start);
-    c.seconds += seconds;
-    std::printf("calibrated %s%s: %lld samples in %.1f s, held-out loss %.4g -> %.4g\n", r.rule.description.c_str(),
-                what, static_cast<long long>(curve.samples.back()), seconds, curve.loss.front(), curve.finalLoss());
-    std::fflush(stdout);
-    return curve;
-  };
-  for (const planner::RuleToCalibrate& r : rules) {
-    c.descriptions[r.rule.key] = r.rule.description;
-    if (c.curves.count(r.rule.key)) continue;
-    c.curves[r.rule.key] = measure(r, 0, "");
-    ++c.measured_rules;
+  calibration_.samples = samples;
+  calibration_.seconds = 0;
+}
+
+void RuleCalibrator::measure(const planner::RuleToCalibrate& r, bool repeat) {
+  const auto start = std::chrono::steady_clock::now();
+  const int minibatches = static_cast<int>(calibration_.samples / r.plan.samplesPerMinibatch());
+  planner::LossCurve curve = measureCurve(config_, r.plan, minibatches, repeat ? 1 : 0, held_out_, budget_.evaluations);
+  const double seconds = secondsSince(start);
+  training_seconds_ += seconds;
+  calibration_.seconds += seconds;
+  std::printf("calibrated %s%s: %lld samples in %.1f s, held-out loss %.4g -> %.4g\n", r.rule.description.c_str(),
+              repeat ? " (again, on another data order)" : "", static_cast<long long>(curve.samples.back()), seconds,
+              curve.loss.front(), curve.finalLoss());
+  std::fflush(stdout);
+  if (repeat) {
+    calibration_.repeat = std::move(curve);
+  } else {
+    calibration_.curves[r.rule.key] = std::move(curve);
+    calibration_.descriptions[r.rule.key] = r.rule.description;
   }
-  if (c.repeat.samples.size() < 2) c.repeat = measure(rules.front(), 1, " (again, on another data order)");
-  if (!cache_path.empty()) json_io::writeFile(cache_path, c.toJson());
-  return c;
+  // Each curve is kept as soon as it is measured: an interrupted planning keeps them.
+  if (!cache_path_.empty() && calibration_.curves.count(calibration_.synchronous_key))
+    json_io::writeFile(cache_path_, calibration_.toJson());
 }
 
 }  // namespace pipetrain::runtime

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
+#include <functional>
 #include <set>
 
 #include "../expect_error.h"
@@ -155,35 +157,46 @@ TEST(UpdateRule, TheSearchKeepsEveryAsynchronousFamilysFastestPlan) {
   }
 }
 
-TEST(TimeToTarget, ChoosesTheRuleThatReachesTheTargetFirstAndKeepsThroughputsChoice) {
-  FourDevices s;
+// Curves by rule, from a function; the repeat lands 2% short of the yardstick.
+struct FakeCalibrator : Calibrator {
+  Calibration c;
+  std::function<LossCurve(const RuleToCalibrate&)> curve_of;
+  std::vector<std::string> measured;
+  explicit FakeCalibrator(std::function<LossCurve(const RuleToCalibrate&)> f) : curve_of(std::move(f)) { c.samples = 1000; }
+  Calibration& calibration() override { return c; }
+  void measure(const RuleToCalibrate& r, bool repeat) override {
+    if (repeat) {
+      c.repeat = linear(1.02, 1000);
+      return;
+    }
+    measured.push_back(r.rule.key);
+    c.curves[r.rule.key] = curve_of(r);
+  }
+};
+
+ExploreOptions asyncAllowed() {
   ExploreOptions o;
   o.global_batch = 64;
   o.allow_async = true;
-  std::vector<std::string> asked;
-  // An asynchronous rule other than the fastest plan's trains three times as fast per
-  // sample; the other asynchronous ones make no progress.
+  return o;
+}
+
+TEST(TimeToTarget, ChoosesTheRuleThatReachesTheTargetFirstAndKeepsThroughputsChoice) {
+  FourDevices s;
+  const ExploreOptions o = asyncAllowed();
+  // An asynchronous schedule other than the fastest plan's trains three times as fast
+  // per sample; the other asynchronous ones make no progress.
   const plan::Plan fastest = explore(s.graph, s.cluster, o).best().plan;
   const std::string winner = fastest.schedule.name == "2bw" ? "pipemare" : "2bw";
-  auto calibrate = [&](const std::vector<RuleToCalibrate>& rules) {
-    Calibration c;
-    c.samples = 1000;
-    c.synchronous_key = rules.front().rule.key;
-    for (const RuleToCalibrate& r : rules) {
-      asked.push_back(r.rule.key);
-      const std::string& name = r.plan.schedule.name;
-      c.curves[r.rule.key] = r.rule.synchronous ? linear(1.0, 1000) : name == winner ? linear(-1.0, 1000) : linear(2.0, 1000);
-    }
-    c.repeat = linear(1.0, 1000);
-    return c;
-  };
-  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, o, calibrate);
-  // The synchronous yardstick first, then at most one rule per asynchronous schedule's
-  // pipelines and one per its single stages.
-  ASSERT_GE(asked.size(), 4u);
-  ASSERT_LE(asked.size(), 7u);
-  EXPECT_EQ(asked.front(), "sync b64");
-  EXPECT_EQ(std::set<std::string>(asked.begin(), asked.end()).size(), asked.size());
+  FakeCalibrator calibrator([&](const RuleToCalibrate& r) {
+    return r.rule.synchronous ? linear(1.0, 1000) : r.plan.schedule.name == winner ? linear(-1.0, 1000) : linear(2.0, 1000);
+  });
+  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, o, calibrator, /*max_rules=*/100);
+  ASSERT_FALSE(calibrator.measured.empty());
+  EXPECT_EQ(calibrator.measured.front(), "sync b64");  // the yardstick first
+  EXPECT_EQ(std::set<std::string>(calibrator.measured.begin(), calibrator.measured.end()).size(),
+            calibrator.measured.size());
+  EXPECT_EQ(e.rules_measured, static_cast<int>(calibrator.measured.size()));
   EXPECT_EQ(e.objective, Objective::kTimeToAccuracy);
   EXPECT_EQ(e.best().plan.schedule.name, winner);
   EXPECT_NEAR(e.best().to_target->efficiency, 3.0, 1e-9);
@@ -202,26 +215,54 @@ TEST(TimeToTarget, ChoosesTheRuleThatReachesTheTargetFirstAndKeepsThroughputsCho
   }
 }
 
+TEST(TimeToTarget, TrainsOnlyTheRulesThatCouldWin) {
+  FourDevices s;
+  // Every rule trains as the synchronous one does: none can beat the fastest plan by
+  // more than its smaller steps allow, so the rules whose bound loses are not trained.
+  FakeCalibrator calibrator([](const RuleToCalibrate&) { return linear(1.0, 1000); });
+  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, asyncAllowed(), calibrator, /*max_rules=*/100);
+  EXPECT_GT(e.rules_bounded, 0);
+  EXPECT_EQ(e.rules_over_budget, 0);
+  const double best = e.best().to_target->seconds;
+  const double noise = calibrator.c.noise();
+  for (const RuleToCalibrate& r : distinctRules(e, s.graph)) {
+    if (std::count(calibrator.measured.begin(), calibrator.measured.end(), r.rule.key)) continue;
+    const double scaling = std::max(1.0, 64.0 / static_cast<double>(r.rule.samples_per_step));
+    EXPECT_GE(1000 / (scaling * (1 + noise)) / r.throughput, best * (1 - 1e-9)) << r.rule.key;
+  }
+  // A limit on the rules leaves the others untrained, and says so.
+  FakeCalibrator limited([](const RuleToCalibrate& r) { return r.rule.synchronous ? linear(1.0, 1000) : linear(-1.0, 1000); });
+  const Exploration l = exploreForTimeToTarget(s.graph, s.cluster, asyncAllowed(), limited, 2);
+  EXPECT_EQ(limited.measured.size(), 2u);
+  EXPECT_GT(l.rules_over_budget, 0);
+  // Curves the calibrator holds already are not trained again.
+  FakeCalibrator cached([](const RuleToCalibrate&) -> LossCurve { throw Error("trained a cached rule"); });
+  cached.c = limited.c;
+  const Exploration again = exploreForTimeToTarget(s.graph, s.cluster, asyncAllowed(), cached, 2);
+  EXPECT_EQ(again.rules_cached, 2);
+  EXPECT_EQ(again.best().plan.toJson(), l.best().plan.toJson());
+}
+
 TEST(TimeToTarget, WithoutAnAsynchronousAdvantageThroughputDecides) {
   FourDevices s;
-  ExploreOptions o;
-  o.global_batch = 64;
-  o.allow_async = true;
-  auto calibrate = [&](const std::vector<RuleToCalibrate>& rules) {
-    Calibration c;
-    c.samples = 1000;
-    c.synchronous_key = rules.front().rule.key;
-    for (const RuleToCalibrate& r : rules) c.curves[r.rule.key] = r.rule.synchronous ? linear(1.0, 1000) : linear(1.5, 1000);
-    c.repeat = linear(1.0, 1000);
-    return c;
-  };
-  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, o, calibrate);
+  ExploreOptions o = asyncAllowed();
+  FakeCalibrator calibrator([](const RuleToCalibrate& r) { return r.rule.synchronous ? linear(1.0, 1000) : linear(1.5, 1000); });
+  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, o, calibrator);
   const plan::Plan fastest = explore(s.graph, s.cluster, o).best().plan;
   o.allow_async = false;
   EXPECT_EQ(e.best().plan.toJson(), explore(s.graph, s.cluster, o).best().plan.toJson());
   EXPECT_TRUE(e.best().to_target->reached);
   // Throughput alone would have taken the asynchronous plan where it was the fastest.
   EXPECT_EQ(e.throughput_choice.has_value(), schedule::isAsynchronous(fastest.schedule.name));
+}
+
+TEST(TimeToTarget, NeedsASynchronousYardstick) {
+  FourDevices s;
+  ExploreOptions o = asyncAllowed();
+  o.schedule = "2bw";
+  FakeCalibrator calibrator([](const RuleToCalibrate&) { return linear(1.0, 1000); });
+  testing::expectError([&] { exploreForTimeToTarget(s.graph, s.cluster, o, calibrator); },
+                       {"synchronous", "--schedule auto"});
 }
 
 TEST(Objective, NamesRoundTripAndUnknownOnesAreRefused) {
