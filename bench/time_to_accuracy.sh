@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Time to accuracy: the same model, global batch (8 micro-batches of 32), optimizer and
 # seeds trained on this machine in one process, data-parallel on 2 ranks, and as a
-# 2-stage pipeline under every schedule; then a table (epochs, training seconds and
-# wall seconds until the target is reached, throughput, weight memory) and a plot of
-# test accuracy (fmnist) or validation loss (gpt) against wall-clock time.
-# Usage: bench/time_to_accuracy.sh [build-dir] [fmnist|gpt] [seeds, e.g. "1 2 3"]
+# 2-stage pipeline under every schedule, and the plans the planner chooses for the same
+# batch on 2 ranks by throughput (auto) and by time to accuracy (auto-tta, which trains
+# a calibration first); then a table (epochs, training seconds and wall seconds until
+# the target is reached, throughput, weight memory, the seconds before training) and a
+# plot of test accuracy (fmnist) or validation loss (gpt) against wall-clock time.
+# fmnist-deep: fmnist on 4 ranks, 2 micro-batches of 128, 4-stage pipelines, where
+# the asynchronous schedules' delays are longer.
+# Usage: bench/time_to_accuracy.sh [build-dir] [fmnist|gpt|fmnist-deep] [seeds, e.g. "1 2 3"]
 # Environment: TARGET (fmnist: test accuracy, default 0.85; gpt: validation loss,
 # default 2.5), EPOCHS and STEPS (evaluate every STEPS mini-batches, EPOCHS times;
 # defaults 8 and 30: 61,440 samples, about one epoch of either dataset), OPTIMIZER (adam), LR (1e-3), CONFIGS (space-separated subset of
@@ -17,15 +21,23 @@ task=${2:-fmnist}
 seeds=${3:-1}
 bin="$build/pipetrain"
 report="$build/tta_report"
-all_configs=(single dp2 gpipe 1f1b zb-h1 interleaved pipedream pipedream-vs 2bw pipemare pipemare-off)
+all_configs=(single dp2 gpipe 1f1b zb-h1 interleaved pipedream pipedream-vs 2bw pipemare pipemare-off auto auto-tta)
+ranks=2 microbatches=(--microbatches 8 --microbatch-size 32) wider=()
+report_task=$task
 
 case "$task" in
   fmnist) model=(--model fmnist-cnn --dataset fashion-mnist)
           target=${TARGET:-0.85} epochs=${EPOCHS:-8} steps=${STEPS:-30} ;;
+  fmnist-deep) model=(--model fmnist-cnn --dataset fashion-mnist)
+               target=${TARGET:-0.85} epochs=${EPOCHS:-8} steps=${STEPS:-30}
+               ranks=4 microbatches=(--microbatches 2 --microbatch-size 128) report_task=fmnist
+               # Data parallelism on 4 ranks and 2BW on 4 stages need 4 micro-batches.
+               wider=(--microbatches 4 --microbatch-size 64)
+               all_configs=(dp 1f1b pipedream 2bw pipemare pipemare-off auto auto-tta) ;;
   gpt) model=(--model gpt --model-option layers=4 --model-option width=64 --model-option heads=4
               --model-option context=32 --dataset fortunes)
        target=${TARGET:-2.5} epochs=${EPOCHS:-8} steps=${STEPS:-30} ;;
-  *) echo "unknown task '$task' (fmnist or gpt)" >&2; exit 2 ;;
+  *) echo "unknown task '$task' (fmnist, gpt or fmnist-deep)" >&2; exit 2 ;;
 esac
 for exe in "$bin" "$report"; do
   [[ -x $exe ]] || { echo "$exe not found: build it first (cmake --build $build)" >&2; exit 2; }
@@ -38,15 +50,19 @@ done
 (( ${#seed_list[@]} > 0 && ${#configs[@]} > 0 )) || { echo "no seeds or no configurations" >&2; exit 2; }
 
 config_args() {  # config_args NAME: sets the array `args`
-  local pipe=(--nproc 2 --no-replication)
+  local pipe=(--nproc "$ranks" --no-replication "${microbatches[@]}")
+  local auto=(--nproc "$ranks" --batch 256 --allow-async)
   case "$1" in
-    single) args=(--nproc 1 --schedule gpipe) ;;
-    dp2) args=(--nproc 2 --data-parallel) ;;
-    gpipe|1f1b|zb-h1|pipedream|2bw) args=("${pipe[@]}" --schedule "$1") ;;
+    single) args=(--nproc 1 --schedule gpipe "${microbatches[@]}") ;;
+    dp2|dp) args=(--nproc "$ranks" --data-parallel "${microbatches[@]}" "${wider[@]}") ;;
+    gpipe|1f1b|zb-h1|pipedream) args=("${pipe[@]}" --schedule "$1") ;;
+    2bw) args=("${pipe[@]}" "${wider[@]}" --schedule 2bw) ;;
     interleaved) args=("${pipe[@]}" --schedule interleaved --chunks 2) ;;
     pipedream-vs) args=("${pipe[@]}" --schedule pipedream --vertical-sync) ;;
     pipemare) args=("${pipe[@]}" --schedule pipemare --pipemare-t1 true --pipemare-t2 true) ;;
     pipemare-off) args=("${pipe[@]}" --schedule pipemare --pipemare-t1 false --pipemare-t2 false) ;;
+    auto) args=("${auto[@]}") ;;
+    auto-tta) args=("${auto[@]}" --objective time-to-accuracy) ;;
     *) return 1 ;;
   esac
 }
@@ -56,7 +72,7 @@ done
 
 out="out/bench/time_to_accuracy/$task"
 mkdir -p "$out"
-common=("${model[@]}" --microbatches 8 --microbatch-size 32 --epochs "$epochs" --max-steps "$steps"
+common=("${model[@]}" --epochs "$epochs" --max-steps "$steps"
         --optimizer "${OPTIMIZER:-adam}" --lr "${LR:-1e-3}")
 runner=()
 [[ -z ${RUN_TIMEOUT:-} ]] || runner=(timeout "$RUN_TIMEOUT")
@@ -88,7 +104,7 @@ for c in "${configs[@]}"; do
   for seed in "${seed_list[@]}"; do summaries+=("$out/${c}_seed${seed}.json"); done
 done
 echo >&2
-"$report" --task "$task" --target "$target" --out-md "$out/report.md" --out-svg "$out/report.svg" "${summaries[@]}"
+"$report" --task "$report_task" --target "$target" --out-md "$out/report.md" --out-svg "$out/report.svg" "${summaries[@]}"
 echo
 echo "wrote $out/report.md and $out/report.svg (summaries and logs beside them)"
 if (( ${#failed[@]} > 0 )); then

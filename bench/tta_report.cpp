@@ -149,6 +149,39 @@ std::string plot(const std::vector<Config>& configs, const std::string& metric, 
 
 }  // namespace
 
+// "pipedream 2x1, 32 x 8": the schedule, stages x replicas and micro-batching a run trained.
+std::string planText(const Json& summary) {
+  std::string text = str(summary, "schedule");
+  if (!summary.contains("plan") || !summary["plan"].contains("stages")) return text;
+  const Json& plan = summary["plan"];
+  std::string shape;
+  std::size_t last = 0;
+  int run = 0;
+  auto flush = [&] {
+    if (run) shape += (shape.empty() ? "" : "+") + std::to_string(run) + "x" + std::to_string(last);
+  };
+  for (const Json& stage : plan["stages"]) {
+    const std::size_t replicas = stage.contains("devices") ? stage["devices"].size() : 1;
+    if (run && replicas == last) {
+      ++run;
+      continue;
+    }
+    flush();
+    last = replicas, run = 1;
+  }
+  flush();
+  return text + " " + shape + ", " + fmt("%g", num(plan, "microbatch_size")) + " x " + fmt("%g", num(plan, "microbatches"));
+}
+
+// Seconds a run spent before training: profiling, planning and calibrating.
+double beforeTraining(const Json& planner) {
+  double seconds = 0;
+  if (planner.contains("profile")) seconds += std::max(0.0, num(planner["profile"], "seconds"));
+  seconds += std::max(0.0, num(planner, "planning_seconds"));
+  if (planner.contains("calibration")) seconds += std::max(0.0, num(planner["calibration"], "seconds"));
+  return seconds;
+}
+
 int main(int argc, char** argv) {
   std::string task, out_md, out_svg;
   double target = NAN;
@@ -195,11 +228,12 @@ int main(int argc, char** argv) {
   const std::string dataset = acc ? "fashion-mnist" : "fortunes";
   md << "## Time to accuracy: " << model << " on " << dataset << ", " << goal << "\n\n"
      << "Median over seeds, (min–max) when more than one.\n\n"
-     << "| configuration | schedule | async | throughput (samples/s) | epochs to target | train s to target | "
-        "wall s to target | final " << (acc ? "accuracy" : "loss") << " | weight memory per rank |\n"
-     << "|---|---|---|--:|--:|--:|--:|--:|--:|\n";
+     << "| configuration | plan | async | throughput (samples/s) | epochs to target | train s to target | "
+        "wall s to target | final " << (acc ? "accuracy" : "loss") << " | weight memory per rank | "
+        "before training s |\n"
+     << "|---|---|---|--:|--:|--:|--:|--:|--:|--:|\n";
   for (const Config& c : configs) {
-    std::vector<double> tput, epochs, train_s, wall_s, final_v;
+    std::vector<double> tput, epochs, train_s, wall_s, final_v, before;
     double bytes = NAN, versions = NAN;
     int ok = 0, hit = 0, with_history = 0, n = int(c.runs.size());
     const Json* first = nullptr;
@@ -207,6 +241,7 @@ int main(int argc, char** argv) {
       if (r.failed) continue;
       ++ok, first = first ? first : &r.j;
       tput.push_back(num(r.j, "throughput"));
+      if (r.j.contains("planner")) before.push_back(beforeTraining(r.j["planner"]));
       std::vector<Point> h = history(r.j, metric);
       with_history += !h.empty();
       auto p = std::find_if(h.begin(), h.end(), [&](const Point& q) { return reached(q.value); });
@@ -222,7 +257,7 @@ int main(int argc, char** argv) {
     }
     md << "| " << c.name << (ok < n ? " (" + std::to_string(n - ok) + "/" + std::to_string(n) + " failed)" : "");
     if (!first) {
-      md << " | failed | | | | | | | |\n";
+      md << " | failed | | | | | | | | |\n";
       continue;
     }
     std::string async = first->contains("asynchronous") && (*first)["asynchronous"].is_boolean()
@@ -231,10 +266,10 @@ int main(int argc, char** argv) {
     std::string mem = std::isnan(bytes) ? "n/a" : fmt("%.1f MiB", bytes / (1024.0 * 1024.0));
     if (!std::isnan(bytes) && !std::isnan(versions))
       mem += " (" + fmt("%g", versions) + (versions == 1 ? " version)" : " versions)");
-    md << " | " << str(*first, "schedule") << " | " << async << " | " << agg(tput, "%.1f") << " | "
+    md << " | " << planText(*first) << " | " << async << " | " << agg(tput, "%.1f") << " | "
        << (hit ? agg(epochs, "%g") + part : with_history ? "not reached" : "n/a") << " | " << (hit ? agg(train_s, "%.1f") + part : "—")
        << " | " << (hit ? agg(wall_s, "%.1f") + part : "—") << " | " << agg(final_v, acc ? "%.4f" : "%.3f") << " | "
-       << mem << " |\n";
+       << mem << " | " << (before.empty() ? "—" : agg(before, "%.1f")) << " |\n";
   }
   if (!out_svg.empty()) {
     std::string title = "Time to " + goal + ": " + model + " on " + dataset;

@@ -132,6 +132,46 @@ check "train --batch: the planner splits it" "$bin" train --model mlp --model-op
   --dataset synthetic --batch 64 --nproc 2 --max-steps 3 --no-eval --timeout 20 --plan-out "$tmp/batch.json"
 check "the plan keeps the batch" grep -q '"microbatches"' "$tmp/batch.json"
 refuses "--batch with micro-batching" "--batch leaves the micro-batching" "${train[@]}" --nproc 2 --batch 64
+# Time to accuracy: calibration trains each update rule that could win, keeps the curves
+# beside the profile, and plan ranks by them too (docs/time_to_accuracy.md).
+tta=("$bin" train --model mlp --model-option layers=2 --model-option width=32 --dataset fashion-mnist --batch 64
+     --nproc 2 --max-steps 3 --no-eval --timeout 20 --allow-async --objective time-to-accuracy --calibration-seconds 1)
+check "train --objective time-to-accuracy" "${tta[@]}" --summary-json "$tmp/tta.json"
+expect "calibration trains the synchronous rule" "calibrated synchronous, a step per mini-batch of 64"
+expect "and asynchronous ones" "calibrated pipedream"
+expect "the table ranks by predicted time" "s to target"
+expect "and says what the estimate is" "ranked by predicted time to a held-out loss"
+check "the summary keeps the calibration" python3 - "$tmp/tta.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))["planner"]
+assert p["objective"] == "time-to-accuracy", p["objective"]
+c = p["calibration"]
+assert c["rules_measured"] >= 2 and c["samples_per_rule"] >= 8 * 64 and c["target_loss"] > 0, c
+PY
+check "the same run again takes the calibration from its cache" "${tta[@]}"
+expect "nothing trained again" "0 trained in calibration"
+cal=$(ls "$PIPETRAIN_CACHE_DIR"/*.calibration.json | head -n 1)
+check "plan --objective time-to-accuracy from the cached calibration" "$bin" plan --graph "${cal%.calibration.json}" \
+  --cluster "$ex/cluster.json" --batch 64 --allow-async --objective time-to-accuracy --calibration "$cal"
+expect "plan ranks by it" "s to target"
+check "plan --json keeps the estimates" "$bin" plan --graph "${cal%.calibration.json}" --cluster "$ex/cluster.json" \
+  --batch 64 --allow-async --objective time-to-accuracy --calibration "$cal" --json
+cp "$tmp/out" "$tmp/plan_tta.json"
+check "each calibrated candidate has its predicted time" python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["objective"] == "time-to-accuracy" and j["target_loss"] > 0, j.get("objective")
+timed = [c["to_target"]["seconds"] for c in j["candidates"] if c["to_target"]["calibrated"]]
+assert timed and j["to_target"]["calibrated"], j["to_target"]
+assert all(s is None or s > 0 for s in timed), timed
+' "$tmp/plan_tta.json"
+refuses "plan's objective needs the calibration" "needs --calibration" "$bin" plan --graph "${cal%.calibration.json}" \
+  --cluster "$ex/cluster.json" --batch 64 --objective time-to-accuracy
+refuses "a calibration of another batch" "calibrate at this batch" "$bin" plan --graph "${cal%.calibration.json}" \
+  --cluster "$ex/cluster.json" --batch 128 --allow-async --objective time-to-accuracy --calibration "$cal"
+refuses "an unknown objective" "unknown objective 'accuracy'" "${train[@]}" --nproc 2 --objective accuracy
+refuses "an objective for a plan given by hand" "leave it nothing to choose" "${train[@]}" --nproc 2 \
+  --stage-bounds 0,2,4 --objective time-to-accuracy
 check "train zb-v 2 ranks" "${train[@]}" --nproc 2 --schedule zb-v --no-replication
 expect "zb-v plan: 4 stages on 2 ranks" "chosen: zb-v, 4 stages"
 check "train dualpipev 2 ranks" "${train[@]}" --nproc 2 --schedule dualpipev --stage-bounds 0,1,2,4,5

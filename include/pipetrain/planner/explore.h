@@ -36,7 +36,11 @@ const char* partitionerName(Partitioner p);
 // loss (time_to_target.h), which also weighs how much each plan's update rule trains
 // per sample.
 enum class Objective { kThroughput, kTimeToAccuracy };
-Objective objectiveFromName(const std::string& name);  // "throughput", "time-to-accuracy"; Error otherwise
+Objective objectiveFromName(const std::string& name);
+// How far calibration's estimates may be off (time_to_target.h), as a fraction, where
+// the search prunes before any rule is measured: a plan is kept if it could win with
+// its rule's most progress per sample and this much luck besides.
+inline constexpr double kCalibrationNoiseAllowance = 0.25;  // "throughput", "time-to-accuracy"; Error otherwise
 const char* objectiveName(Objective o);
 
 struct ExploreOptions {

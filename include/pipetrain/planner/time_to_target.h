@@ -42,22 +42,24 @@ class Calibrator {
   // Puts `rule`'s curve into calibration(), or with `repeat` the synchronous rule's on
   // another data order into calibration().repeat. Throws Error where it cannot.
   virtual void measure(const RuleToCalibrate& rule, bool repeat) = 0;
+  // The seconds measure() spent training so far (not the planner's).
+  virtual double trainingSeconds() const { return 0; }
 };
 
 // Every distinct rule among e.ranked with its fastest plan, the synchronous rule first;
 // throws Error when no synchronous plan is there to be the yardstick.
-std::vector<RuleToCalibrate> distinctRules(const Exploration& e, const graph::LayerGraph& graph);
+std::vector<RuleToCalibrate> distinctRules(const Exploration& e, UpdateRules& rules);
 
 // Measures the synchronous rule (twice) and then, by the bound above, the rules that
 // could win, at most `max_rules` in all (the synchronous one included). Records in `e`
 // how many were measured, ruled out by the bound, or left for the budget.
-const Calibration& calibrateRules(Exploration& e, const graph::LayerGraph& graph, Calibrator& calibrator, int max_rules);
+const Calibration& calibrateRules(Exploration& e, UpdateRules& rules, Calibrator& calibrator, int max_rules);
 
 // Sets every candidate's to_target from the calibration and reorders e.ranked by it:
 // calibrated plans by predicted seconds (throughput's order among ties), then the
 // others by throughput. Keeps the throughput objective's choice in e.throughput_choice
 // where it differs. Throws Error where the calibration has no synchronous progress.
-void rankByTimeToTarget(Exploration& e, const graph::LayerGraph& graph, const Calibration& calibration);
+void rankByTimeToTarget(Exploration& e, UpdateRules& rules, const Calibration& calibration);
 
 // explore() under the time-to-accuracy objective: the search keeps the fastest plans of
 // each family of rules, calibrateRules() measures what could win, and the ranking is by

@@ -42,7 +42,7 @@ class RuleCalibrator : public planner::Calibrator {
                  const CalibrationBudget& budget, std::string cache_path);
   planner::Calibration& calibration() override { return calibration_; }
   void measure(const planner::RuleToCalibrate& rule, bool repeat) override;
-  double trainingSeconds() const { return training_seconds_; }  // in measure(), this run
+  double trainingSeconds() const override { return training_seconds_; }
 
  private:
   const TrainConfig config_;

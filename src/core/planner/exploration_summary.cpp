@@ -1,6 +1,7 @@
 // The exploration's explanations: why the runner-up lost, what idle devices would need,
 // and the JSON of the choice and the table (explore.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -129,7 +130,7 @@ json_io::Json Exploration::toJson() const {
       stages.push_back({{"layers", s.layers}, {"replicas", s.devices.size()}, {"devices", s.devices}});
     json_io::Json memory = json_io::Json::object();
     for (const auto& r : c.report.ranks) memory[r.device] = std::max<int64_t>(memory.value(r.device, int64_t{0}), r.peak_memory_bytes);
-    return json_io::Json{{"schedule", c.plan.schedule.name},
+    json_io::Json j{{"schedule", c.plan.schedule.name},
                          {"partitioner", c.partitioner},
                          {"depth", c.depth},
                          {"chunks", c.plan.schedule.chunks},
@@ -141,6 +142,19 @@ json_io::Json Exploration::toJson() const {
                          {"predicted_iteration_seconds", c.report.iteration_time},
                          {"bubble_fraction", c.report.bubble_fraction},
                          {"peak_memory_bytes", memory}};
+    if (c.to_target) {
+      const TargetEstimate& t = *c.to_target;
+      j["to_target"] = {{"rule", t.rule}, {"calibrated", t.calibrated}};
+      // Infinite where the rule made no progress: JSON has no infinity, so null.
+      auto finite = [](double v) { return std::isfinite(v) ? json_io::Json(v) : json_io::Json(); };
+      if (t.calibrated)
+        j["to_target"].update({{"reached", t.reached},
+                               {"efficiency", t.efficiency},
+                               {"seconds", finite(t.seconds)},
+                               {"seconds_low", finite(t.seconds_low)},
+                               {"seconds_high", finite(t.seconds_high)}});
+    }
+    return j;
   };
   json_io::Json j = candidateJson(best());
   j["search_seconds"] = search_seconds;
@@ -151,6 +165,17 @@ json_io::Json Exploration::toJson() const {
   j["noise_note"] = noiseNote();
   j["idle_devices_note"] = idleDevicesNote();
   j["graph_notes"] = graph_notes;
+  j["objective"] = objectiveName(objective);
+  if (objective == Objective::kTimeToAccuracy) {
+    j["target_loss"] = target_loss;
+    j["calibration_samples"] = calibration_samples;
+    j["calibration_noise"] = calibration_noise;
+    j["rules"] = {{"measured", rules_measured},
+                  {"cached", rules_cached},
+                  {"bounded", rules_bounded},
+                  {"over_budget", rules_over_budget}};
+    if (throughput_choice) j["throughput_choice"] = candidateJson(*throughput_choice);
+  }
   json_io::Json table = json_io::Json::array();
   for (const auto& c : ranked) table.push_back(candidateJson(c));
   j["candidates"] = table;

@@ -170,18 +170,34 @@ std::string Explorer::family(const std::string& schedule, bool single_stage, int
   return schedule + (single_stage ? " alone, micro-batch " : ", micro-batch ") + std::to_string(microbatch_size);
 }
 
-// The throughput a plan of that family must beat to matter: 0 until pruning starts.
-double Explorer::toBeat(const std::string& family) const {
+// The throughput the best plan of a family beat by a tie: 0 until pruning starts.
+double Explorer::barOf(const std::string& family) const {
   if (!o_.prune || simulated_ < kAlwaysSimulated) return 0;
   const auto it = best_.find(family);
   return it == best_.end() ? 0 : it->second * std::exp(-2 * kTie) * (1 - o_.noise);
 }
 
+// The throughput a plan of this schedule, shape and micro-batch size must beat to
+// matter: its family's best and, under time to accuracy, the fastest synchronous plan's
+// over the most progress per sample it could make against that (time_to_target.h's
+// bound: B/b for a schedule that steps per micro-batch, else 1), allowing calibration
+// kCalibrationNoiseAllowance of noise.
+double Explorer::toBeat(const std::string& schedule, bool single_stage, int64_t microbatch_size) const {
+  double bar = barOf(family(schedule, single_stage, microbatch_size));
+  const schedule::ScheduleTraits& t = schedule::traits(schedule);
+  if (o_.objective == Objective::kTimeToAccuracy && t.asynchronous) {
+    const double scaling = t.step_rule == schedule::StepRule::kPerMicrobatch
+                               ? static_cast<double>(o_.global_batch) / static_cast<double>(microbatch_size)
+                               : 1.0;
+    bar = std::max(bar, barOf("") / (scaling * (1 + kCalibrationNoiseAllowance)));
+  }
+  return bar;
+}
+
 // Whether a combination of that bound cannot beat the best plans simulated so far: of
 // either family its plans may fall in.
 bool Explorer::cannotWin(double bound, const std::string& schedule, int64_t microbatch_size) const {
-  return bound <
-         std::min(toBeat(family(schedule, true, microbatch_size)), toBeat(family(schedule, false, microbatch_size)));
+  return bound < std::min(toBeat(schedule, true, microbatch_size), toBeat(schedule, false, microbatch_size));
 }
 
 // Every proposal for one schedule, micro-batch size and width: the partitioners' or a
@@ -342,12 +358,12 @@ Explorer::Proposal Explorer::takeBestProposal() {
 // win is pruned unsimulated.
 void Explorer::evaluate(Proposal p) {
   const plan::Plan& proposed = p.candidate.plan;
-  const std::string family_of_plan = family(proposed.schedule.name, proposed.numStages() == 1, proposed.microbatch_size);
-  if (p.bound < toBeat(family_of_plan)) {
+  const bool single_stage = proposed.numStages() == 1;
+  const double to_beat = toBeat(proposed.schedule.name, single_stage, proposed.microbatch_size);
+  if (p.bound < to_beat) {
     ++result_.pruned;
     return;
   }
-  const double to_beat = toBeat(family_of_plan);
   ++simulated_;
   try {
     std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, p.candidate.plan, to_beat);
@@ -364,7 +380,7 @@ void Explorer::evaluate(Proposal p) {
     result_.dropped.push_back(std::move(p.drop));
     return;
   }
-  double& best = best_[family_of_plan];
+  double& best = best_[family(proposed.schedule.name, single_stage, proposed.microbatch_size)];
   best = std::max(best, p.candidate.report.throughput);
   result_.ranked.push_back(std::move(p.candidate));
 }

@@ -67,7 +67,8 @@ class Explorer {
   Proposal takeBestProposal();
   void evaluate(Proposal p);
   bool cannotWin(double bound, const std::string& schedule, int64_t microbatch_size) const;
-  double toBeat(const std::string& family) const;
+  double barOf(const std::string& family) const;
+  double toBeat(const std::string& schedule, bool single_stage, int64_t microbatch_size) const;
   std::string family(const std::string& schedule, bool single_stage, int64_t microbatch_size) const;
 
   // Bounds (explorer.cpp).

@@ -69,4 +69,18 @@ UpdateRule updateRuleOf(const plan::Plan& plan, const graph::LayerGraph& graph) 
   return rule;
 }
 
+const UpdateRule& UpdateRules::of(const plan::Plan& plan) {
+  const plan::ScheduleOptions& o = plan.schedule;
+  std::string shape = o.name + "/" + std::to_string(o.chunks) + "/" + std::to_string(o.vertical_sync) + "/" +
+                      std::to_string(o.pipemare_lr_warmup) + "/" + std::to_string(o.pipemare_warmup_steps) + "/" +
+                      std::to_string(o.pipemare_correction) + text::format("/%.17g", o.pipemare_decay) + "/b" +
+                      std::to_string(plan.microbatch_size) + "x" + std::to_string(plan.microbatches) + "/r" +
+                      joined(plan::stageReplicas(plan));
+  if (schedule::isAsynchronous(o.name))  // a synchronous rule does not depend on the DAG
+    for (const std::vector<int>& preds : plan::stageDag(plan, graph_).preds) shape += "/" + joined(preds);
+  auto it = by_shape_.find(shape);
+  if (it == by_shape_.end()) it = by_shape_.emplace(shape, updateRuleOf(plan, graph_)).first;
+  return it->second;
+}
+
 }  // namespace pipetrain::planner

@@ -202,6 +202,12 @@ TEST(TimeToTarget, ChoosesTheRuleThatReachesTheTargetFirstAndKeepsThroughputsCho
   EXPECT_NEAR(e.best().to_target->efficiency, 3.0, 1e-9);
   ASSERT_TRUE(e.throughput_choice);
   EXPECT_EQ(e.throughput_choice->plan.toJson(), fastest.toJson());
+  // The search's pruning kept the plan an exhaustive search chooses.
+  ExploreOptions exhaustive = o;
+  exhaustive.prune = false;
+  FakeCalibrator again(calibrator.curve_of);
+  EXPECT_EQ(exploreForTimeToTarget(s.graph, s.cluster, exhaustive, again, 100).best().plan.toJson(),
+            e.best().plan.toJson());
   // Predicted seconds: the yardstick's samples / efficiency / throughput, in order.
   double last = 0;
   for (const Candidate& c : e.ranked) {
@@ -219,13 +225,17 @@ TEST(TimeToTarget, TrainsOnlyTheRulesThatCouldWin) {
   FourDevices s;
   // Every rule trains as the synchronous one does: none can beat the fastest plan by
   // more than its smaller steps allow, so the rules whose bound loses are not trained.
+  // (The search prunes by the same bound; exhaustive, it leaves the bound to calibration.)
   FakeCalibrator calibrator([](const RuleToCalibrate&) { return linear(1.0, 1000); });
-  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, asyncAllowed(), calibrator, /*max_rules=*/100);
+  ExploreOptions exhaustive = asyncAllowed();
+  exhaustive.prune = false;
+  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, exhaustive, calibrator, /*max_rules=*/100);
   EXPECT_GT(e.rules_bounded, 0);
   EXPECT_EQ(e.rules_over_budget, 0);
   const double best = e.best().to_target->seconds;
   const double noise = calibrator.c.noise();
-  for (const RuleToCalibrate& r : distinctRules(e, s.graph)) {
+  UpdateRules book(s.graph);
+  for (const RuleToCalibrate& r : distinctRules(e, book)) {
     if (std::count(calibrator.measured.begin(), calibrator.measured.end(), r.rule.key)) continue;
     const double scaling = std::max(1.0, 64.0 / static_cast<double>(r.rule.samples_per_step));
     EXPECT_GE(1000 / (scaling * (1 + noise)) / r.throughput, best * (1 - 1e-9)) << r.rule.key;
