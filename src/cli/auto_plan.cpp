@@ -76,10 +76,9 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   double calibration_seconds = 0;
   auto exploreForTarget = [&] {
     const std::string path = calibrationPath(profile.cached_path.empty() ? graph_path : profile.cached_path);
-    runtime::RuleCalibrator calibrator(config, graph, global_batch, request.calibration, path);
-    std::printf("calibrating update rules for time to accuracy: %lld samples each, about %.0f s each (cache: %s)\n",
-                static_cast<long long>(calibrator.calibration().samples), request.calibration.seconds_per_rule,
-                path.c_str());
+    runtime::RuleCalibrator calibrator(config, global_batch, request.calibration, path);
+    std::printf("calibrating update rules for time to accuracy, about %g s each (cache: %s)\n",
+                request.calibration.seconds_per_rule, path.c_str());
     planner::Exploration e = planner::exploreForTimeToTarget(graph, cluster, o, calibrator);
     calibration_seconds = calibrator.trainingSeconds();
     const planner::Calibration& c = calibrator.calibration();
@@ -87,7 +86,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                            {"seconds", calibration_seconds},
                            {"rules_measured", e.rules_measured},
                            {"rules_cached", e.rules_cached},
-                           {"rules_bounded", e.rules_bounded},
+                           {"plans_bounded", e.plans_bounded},
                            {"rules_over_budget", e.rules_over_budget},
                            {"samples_per_rule", c.samples},
                            {"target_loss", c.targetLoss()},

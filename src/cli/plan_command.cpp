@@ -103,6 +103,7 @@ Command addPlanCommand(CLI::App& app) {
   cmd->add_option_function<std::string>(
          "--objective", [a](const std::string& name) { a->explore.objective = planner::objectiveFromName(name); },
          "throughput, or time-to-accuracy (predicted seconds to a loss; needs --calibration)")
+      ->check(CLI::IsMember({"throughput", "time-to-accuracy"}))
       ->default_str("throughput");
   cmd->add_option("--calibration", a->calibration,
                   "time to accuracy: the update rules' calibration (train --objective time-to-accuracy caches it "

@@ -56,20 +56,24 @@ void addTargetNotes(const planner::Exploration& e, std::vector<std::string>& not
     return !c.to_target || !c.to_target->calibrated;
   }));
   notes.push_back("update rules: " + std::to_string(e.rules_measured) + " trained in calibration, " +
-                  std::to_string(e.rules_cached) + " from its cache, " + std::to_string(e.rules_bounded) +
-                  " not trained because even perfect scaling to their smaller steps would not win" +
+                  std::to_string(e.rules_cached) + " from its cache; " + std::to_string(e.plans_bounded) +
+                  " asynchronous plans not considered, as even perfect scaling to their smaller steps would not win" +
                   (e.rules_over_budget > 0 ? ", " + std::to_string(e.rules_over_budget) +
                                                  " not trained for the limit on the rules calibration trains"
                                            : std::string()));
   if (uncalibrated > 0)
-    notes.push_back(std::to_string(uncalibrated) + " plans train by rules calibration did not train; they are "
+    notes.push_back(std::to_string(uncalibrated) + " plans have no estimate (their rules were not trained); they are "
                     "listed after the others, by throughput");
   if (e.throughput_choice) {
     const planner::Candidate& t = *e.throughput_choice;
+    const bool timed = t.to_target && t.to_target->calibrated;
     notes.push_back("throughput alone would choose " + planName(t.plan) + ", micro-batch " +
                     std::to_string(t.plan.microbatch_size) + " x " + std::to_string(t.plan.microbatches) +
                     text::format(", %.6g samples/s", t.report.throughput) +
-                    text::format(", predicted %.3g s to the target", t.to_target ? t.to_target->seconds : 0.0));
+                    (!timed ? std::string(" (no estimate: by the bound it could not win)")
+                     : std::isfinite(t.to_target->seconds)
+                         ? text::format(", predicted %.3g s to the target", t.to_target->seconds)
+                         : std::string(", which made no progress in calibration")));
   }
 }
 

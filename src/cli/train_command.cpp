@@ -341,6 +341,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
          "--objective", [a](const std::string& name) { a->objective = planner::objectiveFromName(name); },
          "without --plan: what the planner ranks by, throughput or time-to-accuracy (predicted seconds to a loss, "
          "from a calibration of each candidate's update rule, cached beside the profile; docs/time_to_accuracy.md)")
+      ->check(CLI::IsMember({"throughput", "time-to-accuracy"}))
       ->default_str("throughput");
   cmd->add_option("--calibration-seconds", a->calibration.seconds_per_rule,
                   "time to accuracy: the training budget of each update rule's calibration")

@@ -169,7 +169,7 @@ refuses "plan's objective needs the calibration" "needs --calibration" "$bin" pl
   --cluster "$ex/cluster.json" --batch 64 --objective time-to-accuracy
 refuses "a calibration of another batch" "calibrate at this batch" "$bin" plan --graph "${cal%.calibration.json}" \
   --cluster "$ex/cluster.json" --batch 128 --allow-async --objective time-to-accuracy --calibration "$cal"
-refuses "an unknown objective" "unknown objective 'accuracy'" "${train[@]}" --nproc 2 --objective accuracy
+refuses "an unknown objective" "accuracy not in {throughput,time-to-accuracy}" "${train[@]}" --nproc 2 --objective accuracy
 refuses "an objective for a plan given by hand" "leave it nothing to choose" "${train[@]}" --nproc 2 \
   --stage-bounds 0,2,4 --objective time-to-accuracy
 check "train zb-v 2 ranks" "${train[@]}" --nproc 2 --schedule zb-v --no-replication

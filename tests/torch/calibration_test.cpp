@@ -52,15 +52,15 @@ TEST(Calibration, TrainsEachRuleAsItsReferenceAndCachesTheCurves) {
   TrainConfig c = fmnistMlp();
   const std::string cache = ::testing::TempDir() + "calibration_test.json";
   std::filesystem::remove(cache);
-  const graph::LayerGraph untimed = openModel(c).layerGraph();  // no times: the budget's minimum
   const planner::RuleToCalibrate sync = ruleFor(c, "1f1b"), pipedream = ruleFor(c, "pipedream");
   ASSERT_TRUE(sync.rule.synchronous);
   ASSERT_FALSE(pipedream.rule.synchronous);
   {
-    RuleCalibrator calibrator(c, untimed, 64, tinyBudget(), cache);
-    EXPECT_EQ(calibrator.calibration().samples, 8 * 64);
+    RuleCalibrator calibrator(c, 64, tinyBudget(), cache);
+    EXPECT_EQ(calibrator.calibration().samples, 0);  // until a trial of the first rule
     calibrator.calibration().synchronous_key = sync.rule.key;
     calibrator.measure(sync, false);
+    EXPECT_EQ(calibrator.calibration().samples, 8 * 64);  // the budget's minimum
     calibrator.measure(sync, true);
     calibrator.measure(pipedream, false);
     const planner::Calibration& k = calibrator.calibration();
@@ -80,31 +80,32 @@ TEST(Calibration, TrainsEachRuleAsItsReferenceAndCachesTheCurves) {
     EXPECT_NE(k.curves.at(pipedream.rule.key).loss.back(), curve.loss.back());
   }
   // The cache holds them for the same run ...
-  RuleCalibrator again(c, untimed, 64, tinyBudget(), cache);
+  RuleCalibrator again(c, 64, tinyBudget(), cache);
   EXPECT_EQ(again.calibration().curves.size(), 2u);
   EXPECT_EQ(again.calibration().repeat.samples.size(), 5u);
   // ... and not for another learning rate.
   c.lr = 2e-3;
-  RuleCalibrator other(c, untimed, 64, tinyBudget(), cache);
+  RuleCalibrator other(c, 64, tinyBudget(), cache);
   EXPECT_TRUE(other.calibration().curves.empty());
   // A damaged cache is measured again, with a note, not an error.
   { std::ofstream(cache) << "{ not json"; }
-  RuleCalibrator damaged(c, untimed, 64, tinyBudget(), cache);
+  RuleCalibrator damaged(c, 64, tinyBudget(), cache);
   EXPECT_TRUE(damaged.calibration().curves.empty());
   std::filesystem::remove(cache);
 }
 
 TEST(Calibration, SamplesFollowTheBudgetInPowersOfTwoOfMiniBatches) {
-  const graph::LayerGraph timed = graph::LayerGraph::uniformChain(4, 1e-3, 1e-3, 1e-3);  // 12 ms a sample
   CalibrationBudget b;
   b.seconds_per_rule = 10;
   b.evaluations = 0;
   // 10 s / 12 ms = 833 samples = 13 mini-batches of 64 -> 8.
-  EXPECT_EQ(calibrationSamples(timed, 64, 100000, b), 8 * 64);
+  EXPECT_EQ(calibrationSamples(12e-3, 64, 100000, b), 8 * 64);
   b.seconds_per_rule = 20;  // 26 -> 16
-  EXPECT_EQ(calibrationSamples(timed, 64, 100000, b), 16 * 64);
-  EXPECT_EQ(calibrationSamples(timed, 64, 64 * 10, b), 10 * 64);  // one pass over the data at most
-  const std::string error = errorOf([&] { calibrationSamples(timed, 64, 32, b); });
+  EXPECT_EQ(calibrationSamples(12e-3, 64, 100000, b), 16 * 64);
+  EXPECT_EQ(calibrationSamples(12e-3, 64, 64 * 10, b), 10 * 64);  // one pass over the data at most
+  b.evaluations = 12;  // 12 x 512 held-out samples at 4 ms: 24.6 s, the whole budget
+  EXPECT_EQ(calibrationSamples(12e-3, 64, 100000, b), 8 * 64);  // the minimum
+  const std::string error = errorOf([&] { calibrationSamples(12e-3, 64, 32, b); });
   EXPECT_NE(error.find("a mini-batch of 64 samples; the data has 32"), std::string::npos) << error;
 }
 

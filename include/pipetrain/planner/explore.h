@@ -120,7 +120,8 @@ struct Exploration {
   double calibration_noise = 0;
   int rules_measured = 0;                // by training (a cached curve counts as measured before)
   int rules_cached = 0;
-  int rules_bounded = 0;                 // not measured: even perfect scaling would not win
+  int plans_bounded = 0;                 // asynchronous plans whose rule was not looked at: even perfect
+                                         // scaling would not win
   int rules_over_budget = 0;             // not measured: beyond the calibration's rule limit
   std::optional<Candidate> throughput_choice;
 

@@ -46,18 +46,26 @@ class Calibrator {
   virtual double trainingSeconds() const { return 0; }
 };
 
-// Every distinct rule among e.ranked with its fastest plan, the synchronous rule first;
-// throws Error when no synchronous plan is there to be the yardstick.
-std::vector<RuleToCalibrate> distinctRules(const Exploration& e, UpdateRules& rules);
+// The most progress per sample a plan's rule could make against synchronous training
+// at its batch: the batch over the fewest samples one of its steps combines, read off
+// the schedule's step rule (no Program): m / (the fewest replicas of a stage) for a
+// schedule that steps per micro-batch (PipeDream's replicas step per round), else 1.
+// `fewest_replicas` 1 gives the bound for any plan of that schedule and micro-batching.
+double mostProgressPerSample(const std::string& schedule, int microbatches, int fewest_replicas = 1);
+double mostProgressPerSample(const plan::Plan& plan);
 
-// Measures the synchronous rule (twice) and then, by the bound above, the rules that
-// could win, at most `max_rules` in all (the synchronous one included). Records in `e`
-// how many were measured, ruled out by the bound, or left for the budget.
+// Measures the synchronous rule of the fastest synchronous plan (twice; throws Error
+// where there is none) and then, taking the asynchronous plans in
+// order of the best time they could reach (the bound above), the rules of those that
+// could still beat the best time measured, at most `max_rules` rules in all (the
+// synchronous one included). Records in `e` how many rules were measured or taken from
+// the calibrator's cache, how many plans the bound left out, and how many rules the limit.
 const Calibration& calibrateRules(Exploration& e, UpdateRules& rules, Calibrator& calibrator, int max_rules);
 
 // Sets every candidate's to_target from the calibration and reorders e.ranked by it:
 // calibrated plans by predicted seconds (throughput's order among ties), then the
-// others by throughput. Keeps the throughput objective's choice in e.throughput_choice
+// others by throughput. An asynchronous plan whose bound cannot beat the best time is
+// left without an estimate, its rule not looked at. Keeps the throughput objective's choice in e.throughput_choice
 // where it differs. Throws Error where the calibration has no synchronous progress.
 void rankByTimeToTarget(Exploration& e, UpdateRules& rules, const Calibration& calibration);
 

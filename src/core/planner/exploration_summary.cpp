@@ -172,7 +172,7 @@ json_io::Json Exploration::toJson() const {
     j["calibration_noise"] = calibration_noise;
     j["rules"] = {{"measured", rules_measured},
                   {"cached", rules_cached},
-                  {"bounded", rules_bounded},
+                  {"bounded", plans_bounded},
                   {"over_budget", rules_over_budget}};
     if (throughput_choice) j["throughput_choice"] = candidateJson(*throughput_choice);
   }

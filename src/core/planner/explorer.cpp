@@ -6,6 +6,7 @@
 
 #include "pipetrain/graph/series_parallel.h"
 #include "pipetrain/plan/plan_program.h"
+#include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/sim/throughput_bound.h"
@@ -179,17 +180,14 @@ double Explorer::barOf(const std::string& family) const {
 
 // The throughput a plan of this schedule, shape and micro-batch size must beat to
 // matter: its family's best and, under time to accuracy, the fastest synchronous plan's
-// over the most progress per sample it could make against that (time_to_target.h's
-// bound: B/b for a schedule that steps per micro-batch, else 1), allowing calibration
-// kCalibrationNoiseAllowance of noise.
+// over the most progress per sample any plan of it could make against that
+// (mostProgressPerSample), allowing calibration kCalibrationNoiseAllowance of noise.
 double Explorer::toBeat(const std::string& schedule, bool single_stage, int64_t microbatch_size) const {
   double bar = barOf(family(schedule, single_stage, microbatch_size));
   const schedule::ScheduleTraits& t = schedule::traits(schedule);
   if (o_.objective == Objective::kTimeToAccuracy && t.asynchronous) {
-    const double scaling = t.step_rule == schedule::StepRule::kPerMicrobatch
-                               ? static_cast<double>(o_.global_batch) / static_cast<double>(microbatch_size)
-                               : 1.0;
-    bar = std::max(bar, barOf("") / (scaling * (1 + kCalibrationNoiseAllowance)));
+    const int microbatches = static_cast<int>(o_.global_batch / microbatch_size);
+    bar = std::max(bar, barOf("") / (mostProgressPerSample(schedule, microbatches) * (1 + kCalibrationNoiseAllowance)));
   }
   return bar;
 }

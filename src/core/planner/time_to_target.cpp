@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
 
@@ -24,66 +25,84 @@ double yardstickSamples(const Calibration& c) { return *c.curves.at(c.synchronou
 
 }  // namespace
 
-std::vector<RuleToCalibrate> distinctRules(const Exploration& e, UpdateRules& book) {
-  std::vector<RuleToCalibrate> rules;
-  std::map<std::string, bool> seen;
-  for (const Candidate& c : e.ranked) {  // fastest first: each rule with its fastest plan
-    const UpdateRule& rule = book.of(c.plan);
-    if (!seen.emplace(rule.key, true).second) continue;
-    rules.push_back({rule, c.plan, c.report.throughput});
-  }
-  const auto sync = std::find_if(rules.begin(), rules.end(), [](const RuleToCalibrate& r) { return r.rule.synchronous; });
-  if (sync == rules.end())
-    throw Error("time to accuracy measures every plan against synchronous training, and no synchronous plan fits "
-                "here; plan for throughput, or allow a synchronous schedule (--schedule auto)");
-  std::rotate(rules.begin(), sync, sync + 1);
-  return rules;
+double mostProgressPerSample(const std::string& schedule, int microbatches, int fewest_replicas) {
+  if (schedule::traits(schedule).step_rule != schedule::StepRule::kPerMicrobatch) return 1.0;
+  return std::max(1.0, static_cast<double>(microbatches) / std::max(1, fewest_replicas));
 }
 
+double mostProgressPerSample(const plan::Plan& plan) {
+  const std::vector<int> replicas = plan::stageReplicas(plan);
+  return mostProgressPerSample(plan.schedule.name, plan.microbatches, *std::min_element(replicas.begin(), replicas.end()));
+}
+
+namespace {
+
+// The fastest plan of a synchronous schedule: the yardstick's. Throws Error where none.
+const Candidate& fastestSynchronous(const Exploration& e) {
+  for (const Candidate& c : e.ranked)
+    if (!schedule::isAsynchronous(c.plan.schedule.name)) return c;
+  throw Error("time to accuracy measures every plan against synchronous training, and no synchronous plan fits "
+              "here; plan for throughput, or allow a synchronous schedule (--schedule auto)");
+}
+
+// The asynchronous plans by the best time they could reach, with that time: the
+// yardstick's samples over their most progress per sample, the noise in their favour.
+std::vector<std::pair<double, Candidate*>> byBestPossibleTime(Exploration& e, double yardstick, double noise) {
+  std::vector<std::pair<double, Candidate*>> order;
+  for (Candidate& c : e.ranked)
+    if (schedule::isAsynchronous(c.plan.schedule.name))
+      order.push_back({secondsToTarget(yardstick, mostProgressPerSample(c.plan) * (1 + noise), c.report.throughput), &c});
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return order;
+}
+
+}  // namespace
+
 const Calibration& calibrateRules(Exploration& e, UpdateRules& book, Calibrator& calibrator, int max_rules) {
-  std::vector<RuleToCalibrate> rules = distinctRules(e, book);
+  const Candidate& yardstick_plan = fastestSynchronous(e);
+  const UpdateRule& sync_rule = book.of(yardstick_plan.plan);
   Calibration& c = calibrator.calibration();
-  c.synchronous_key = rules.front().rule.key;
+  c.synchronous_key = sync_rule.key;
   // Whether the rule has a curve now (a calibrator reading a file may have none).
-  auto measure = [&](const RuleToCalibrate& r) {
-    if (c.curves.count(r.rule.key)) {
+  auto measure = [&](const UpdateRule& rule, const Candidate& by) {
+    if (c.curves.count(rule.key)) {
       ++e.rules_cached;
     } else {
-      calibrator.measure(r, false);
-      if (!c.curves.count(r.rule.key)) return false;
+      calibrator.measure({rule, by.plan, by.report.throughput}, false);
+      if (!c.curves.count(rule.key)) return false;
       ++e.rules_measured;
     }
-    c.descriptions[r.rule.key] = r.rule.description;
+    c.descriptions[rule.key] = rule.description;
     return true;
   };
-  if (!measure(rules.front())) throw Error("internal: the calibrator has no curve of the synchronous rule");
-  if (c.repeat.samples.size() < 2) calibrator.measure(rules.front(), true);
+  if (!measure(sync_rule, yardstick_plan)) throw Error("internal: the calibrator has no curve of the synchronous rule");
+  if (c.repeat.samples.size() < 2) calibrator.measure({sync_rule, yardstick_plan.plan, yardstick_plan.report.throughput}, true);
   const double yardstick = yardstickSamples(c);
-  const double noise = c.noise();
-  const double batch = static_cast<double>(rules.front().rule.samples_per_step);
-  // The best a rule's fastest plan could do: perfect scaling to its smaller steps, with
-  // the noise's benefit of the doubt.
-  auto optimistic = [&](const RuleToCalibrate& r) {
-    const double scaling = std::max(1.0, batch / static_cast<double>(std::max<int64_t>(1, r.rule.samples_per_step)));
-    return secondsToTarget(yardstick, scaling * (1 + noise), r.throughput);
-  };
-  std::vector<RuleToCalibrate> rest(rules.begin() + 1, rules.end());
-  std::stable_sort(rest.begin(), rest.end(),
-                   [&](const RuleToCalibrate& a, const RuleToCalibrate& b) { return optimistic(a) < optimistic(b); });
-  double best = secondsToTarget(yardstick, 1.0, rules.front().throughput);
+  double best = secondsToTarget(yardstick, 1.0, yardstick_plan.report.throughput);
   int calibrated = 1;
-  for (const RuleToCalibrate& r : rest) {
-    if (optimistic(r) >= best) {
-      ++e.rules_bounded;
-      continue;
+  std::map<std::string, bool> tried;  // by key: whether it has a curve
+  tried[sync_rule.key] = true;
+  const std::vector<std::pair<double, Candidate*>> order = byBestPossibleTime(e, yardstick, c.noise());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (order[i].first >= best) {
+      e.plans_bounded += static_cast<int>(order.size() - i);
+      break;
     }
-    if (calibrated >= max_rules && !c.curves.count(r.rule.key)) {
-      ++e.rules_over_budget;
-      continue;
+    const Candidate& candidate = *order[i].second;
+    const UpdateRule& rule = book.of(candidate.plan);
+    auto it = tried.find(rule.key);
+    if (it == tried.end()) {
+      if (calibrated >= max_rules && !c.curves.count(rule.key)) {
+        ++e.rules_over_budget;
+        it = tried.emplace(rule.key, false).first;
+      } else {
+        const bool has_curve = measure(rule, candidate);
+        calibrated += has_curve;
+        it = tried.emplace(rule.key, has_curve).first;
+      }
     }
-    if (!measure(r)) continue;
-    ++calibrated;
-    best = std::min(best, secondsToTarget(yardstick, efficiencyOf(c, r.rule.key)->value, r.throughput));
+    if (it->second)
+      best = std::min(best, secondsToTarget(yardstick, efficiencyOf(c, rule.key)->value, candidate.report.throughput));
   }
   return c;
 }
@@ -96,7 +115,8 @@ void rankByTimeToTarget(Exploration& e, UpdateRules& book, const Calibration& ca
   e.calibration_samples = calibration.samples;
   e.calibration_noise = calibration.noise();
   const Candidate throughput_choice = e.ranked.front();
-  for (Candidate& c : e.ranked) {
+  double best = HUGE_VAL;
+  auto estimate = [&](Candidate& c) {
     TargetEstimate t;
     t.rule = book.of(c.plan).key;
     if (const std::optional<Efficiency> eff = efficiencyOf(calibration, t.rule)) {
@@ -106,8 +126,15 @@ void rankByTimeToTarget(Exploration& e, UpdateRules& book, const Calibration& ca
       t.seconds = secondsToTarget(yardstick, eff->value, c.report.throughput);
       t.seconds_low = secondsToTarget(yardstick, eff->high, c.report.throughput);
       t.seconds_high = secondsToTarget(yardstick, eff->low, c.report.throughput);
+      best = std::min(best, t.seconds);
     }
     c.to_target = t;
+  };
+  for (Candidate& c : e.ranked)
+    if (!schedule::isAsynchronous(c.plan.schedule.name)) estimate(c);
+  for (const auto& [possible, c] : byBestPossibleTime(e, yardstick, e.calibration_noise)) {
+    if (possible < best) estimate(*c);
+    else c->to_target = TargetEstimate{};  // cannot win: no estimate
   }
   // Calibrated plans by predicted time; the rest after them, in throughput's order.
   std::stable_sort(e.ranked.begin(), e.ranked.end(), [](const Candidate& a, const Candidate& b) {
@@ -123,9 +150,9 @@ void rankByTimeToTarget(Exploration& e, UpdateRules& book, const Calibration& ca
   // (explore() chose it among equals by its shape).
   auto kept = std::find_if(e.ranked.begin(), e.ranked.end(),
                            [&](const Candidate& c) { return samePlan(c.plan, throughput_choice.plan); });
-  const TargetEstimate& best = *e.ranked.front().to_target;
-  if (kept != e.ranked.end() && kept->to_target->rule == best.rule &&
-      kept->to_target->seconds <= best.seconds * (1 + std::max(e.noise, 1e-3)))
+  const TargetEstimate& winner = *e.ranked.front().to_target;
+  if (kept != e.ranked.end() && kept->to_target->calibrated && kept->to_target->rule == winner.rule &&
+      kept->to_target->seconds <= winner.seconds * (1 + std::max(e.noise, 1e-3)))
     std::rotate(e.ranked.begin(), kept, kept + 1);
   if (samePlan(e.ranked.front().plan, throughput_choice.plan)) return;
   e.throughput_choice = *std::find_if(e.ranked.begin(), e.ranked.end(),

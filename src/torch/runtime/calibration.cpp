@@ -13,13 +13,13 @@ namespace pipetrain::runtime {
 namespace {
 
 // What a cached calibration must share with this run for its curves to hold.
-json_io::Json identityJson(const TrainConfig& c, int64_t batch, int64_t samples, const CalibrationBudget& budget) {
+json_io::Json identityJson(const TrainConfig& c, int64_t batch, const CalibrationBudget& budget) {
   const checkpoint::Identity id = identityOf(c);
   return {{"model", id.model},       {"model_file", id.model_file}, {"model_options", c.model_config},
           {"data", id.data},         {"seed", c.seed},              {"optimizer", c.optimizer},
           {"lr", c.lr},              {"momentum", c.momentum},      {"precision", c.precision},
-          {"batch", batch},          {"samples_per_rule", samples}, {"evaluations", budget.evaluations},
-          {"held_out", budget.held_out}};
+          {"batch", batch},          {"seconds_per_rule", budget.seconds_per_rule},
+          {"evaluations", budget.evaluations}, {"held_out", budget.held_out}};
 }
 
 // The held-out loss of the model's current weights on `held_out`, in chunks of `chunk`.
@@ -70,21 +70,14 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-int64_t calibrationSamples(const graph::LayerGraph& profile, int64_t batch, int64_t dataset_size,
+int64_t calibrationSamples(double seconds_per_sample, int64_t batch, int64_t dataset_size,
                            const CalibrationBudget& budget) {
-  double train = 0, forward = 0;  // seconds per sample
-  for (int i = 0; i < profile.size(); ++i) {
-    const graph::PassSeconds s = profile.secondsAt(i, profile.batchSize());
-    train += s.forwardBackward();
-    forward += s.forward;
-  }
-  train /= static_cast<double>(profile.batchSize());
-  forward /= static_cast<double>(profile.batchSize());
-  const double evaluating = forward * static_cast<double>(budget.evaluations * budget.held_out);
+  // An evaluation's forward pass costs about a third of training a sample.
+  const double evaluating = seconds_per_sample / 3 * static_cast<double>(budget.evaluations * budget.held_out);
   const double training = std::max(0.0, budget.seconds_per_rule - evaluating);
-  int64_t minibatches = train > 0 ? static_cast<int64_t>(training / train / static_cast<double>(batch)) : 0;
-  // A power of two: a profile that moves a little (each run sharpens it) keeps the
-  // number, and with it the cached calibration.
+  int64_t minibatches =
+      seconds_per_sample > 0 ? static_cast<int64_t>(training / seconds_per_sample / static_cast<double>(batch)) : 0;
+  // A power of two: trial timings that differ a little give the same number.
   minibatches = minibatches > 0 ? int64_t{1} << static_cast<int>(std::floor(std::log2(static_cast<double>(minibatches)))) : 0;
   minibatches = std::max(minibatches, budget.min_minibatches);
   minibatches = std::min(minibatches, dataset_size / batch);
@@ -94,7 +87,7 @@ int64_t calibrationSamples(const graph::LayerGraph& profile, int64_t batch, int6
   return minibatches * batch;
 }
 
-RuleCalibrator::RuleCalibrator(const TrainConfig& config, const graph::LayerGraph& profile, int64_t batch,
+RuleCalibrator::RuleCalibrator(const TrainConfig& config, int64_t batch,
                                const CalibrationBudget& budget, std::string cache_path)
     : config_(config), budget_(budget), cache_path_(std::move(cache_path)) {
   const models::Model model = openModel(config);
@@ -106,8 +99,8 @@ RuleCalibrator::RuleCalibrator(const TrainConfig& config, const graph::LayerGrap
   for (int64_t i = 0; i < std::min(budget.held_out, dataset->size()); ++i) first.push_back(i);
   if (first.empty()) throw Error("calibration needs held-out samples, and the data's test split is empty");
   held_out_ = dataset->get(first);
-  const int64_t samples = calibrationSamples(profile, batch, train_size, budget);
-  calibration_.identity = identityJson(config, batch, samples, budget);
+  train_size_ = train_size;
+  calibration_.identity = identityJson(config, batch, budget);
   if (!cache_path_.empty() && std::filesystem::exists(cache_path_)) {
     try {
       planner::Calibration cached = planner::Calibration::load(cache_path_);
@@ -116,11 +109,31 @@ RuleCalibrator::RuleCalibrator(const TrainConfig& config, const graph::LayerGrap
       std::printf("note: measuring the calibration again: the cached one is unusable (%s)\n", e.what());
     }
   }
-  calibration_.samples = samples;
+  if (calibration_.curves.empty()) calibration_.samples = 0;  // decided by a trial of the first rule
   calibration_.seconds = 0;
 }
 
+// Times a trial mini-batch of the rule (the second of two: the first warms up) and sets
+// the samples every rule trains from it.
+void RuleCalibrator::decideSamples(const plan::Plan& plan) {
+  TrainConfig config = config_;
+  config.plan = plan;
+  models::Model model = openModel(config);
+  StalenessReplay replay(config, model, 2);
+  const int m = plan.microbatches;
+  for (int j = 0; j < m; ++j) replay.run(j);
+  const auto start = std::chrono::steady_clock::now();
+  for (int j = m; j < 2 * m; ++j) replay.run(j);
+  const double seconds = secondsSince(start);
+  training_seconds_ += seconds;
+  const int64_t batch = plan.samplesPerMinibatch();
+  calibration_.samples = calibrationSamples(seconds / static_cast<double>(batch), batch, train_size_, budget_);
+  std::printf("calibration: %lld samples per update rule (a trial mini-batch took %.3f s)\n",
+              static_cast<long long>(calibration_.samples), seconds);
+}
+
 void RuleCalibrator::measure(const planner::RuleToCalibrate& r, bool repeat) {
+  if (calibration_.samples == 0) decideSamples(r.plan);
   const auto start = std::chrono::steady_clock::now();
   const int minibatches = static_cast<int>(calibration_.samples / r.plan.samplesPerMinibatch());
   planner::LossCurve curve = measureCurve(config_, r.plan, minibatches, repeat ? 1 : 0, held_out_, budget_.evaluations);

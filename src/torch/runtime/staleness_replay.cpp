@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "optimizer_state.h"
 #include "pipetrain/plan/plan_program.h"
@@ -41,7 +42,11 @@ struct StalenessReplay::Impl {
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;
   std::vector<std::map<int, int>> arrived;
   std::unique_ptr<data::Dataset> train;
-  const data::SampleOrder order;
+  // Mini-batches beyond an epoch's go on in the next epoch's order.
+  const int first_epoch;
+  int64_t minibatches_per_epoch = 1;
+  std::optional<data::SampleOrder> order;
+  int order_epoch = -1;
 
   Impl(const TrainConfig& config, models::Model& mdl, int minibatches, int order_epoch)
       : c(config),
@@ -55,11 +60,13 @@ struct StalenessReplay::Impl {
         corrections(correctionsOf(c.plan.schedule)),
         delays(schedule::stageDelays(program)),
         train(data::openDataset(c.data, model.input)),
-        order(train->size(), c.seed, order_epoch) {
+        first_epoch(order_epoch) {
     // Tied copies stay equal where every stage steps together (runtime/tied_gradients.h).
     if (!model.tied.empty() && schedule::isAsynchronous(c.plan.schedule.name))
       throw Error("internal: the staleness replay takes tied weights under synchronous schedules only");
     models::moveTo(model, rankDevice(c.device, 0));
+    minibatches_per_epoch = data::SampleOrder(train->size(), c.seed, 0).minibatchesPerEpoch(c.plan.microbatch_size, m);
+    if (minibatches_per_epoch < 1) throw Error("the data holds less than one mini-batch");
     const int total = program.totalMicrobatches();
     read_f.assign(ns, std::vector<int>(total, 0));
     read_b = read_f;
@@ -101,7 +108,14 @@ struct StalenessReplay::Impl {
   }
 
   void run(int j) {
-    const data::Batch batch = train->get(order.microbatch(j / m, j % m, c.plan.microbatch_size, m));
+    const int64_t k = j / m;
+    const int epoch = first_epoch + static_cast<int>(k / minibatches_per_epoch);
+    if (epoch != order_epoch) {
+      order.emplace(train->size(), c.seed, epoch);
+      order_epoch = epoch;
+    }
+    const data::Batch batch =
+        train->get(order->microbatch(k % minibatches_per_epoch, j % m, c.plan.microbatch_size, m));
     for (int s = 0; s < ns; ++s) load(s, read_f[s][j]);
     torch::Tensor loss;
     {

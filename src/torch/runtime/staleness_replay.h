@@ -14,8 +14,10 @@ namespace pipetrain::runtime {
 
 class StalenessReplay {
  public:
-  // Trains `model` (the config's, from openModel, not tied) in place by the config's
-  // plan over `minibatches` mini-batches of the data order of epoch `order_epoch`.
+  // Trains `model` (the config's, from openModel; tied weights under synchronous
+  // schedules only) in place by the config's plan over `minibatches` mini-batches in the
+  // data order of epoch `order_epoch` and, past its end, of the epochs after it. One
+  // stream: an asynchronous schedule does not drain between epochs here.
   StalenessReplay(const TrainConfig& config, models::Model& model, int minibatches, int order_epoch = 0);
   ~StalenessReplay();
 
