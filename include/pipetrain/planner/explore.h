@@ -62,9 +62,9 @@ struct ExploreOptions {
   // other noise, chooses the same plan. 0: only throughput ties (0.1%) are equals.
   double noise = 0;
   // Under kTimeToAccuracy the search keeps the fastest synchronous plan and the fastest
-  // of every asynchronous schedule at each micro-batch size (its pipelines and its
-  // single stages apart), not only the fastest overall: a slower plan whose rule trains
-  // more per sample may reach the target first.
+  // of every asynchronous schedule (its pipelines and its single stages apart; PipeDream
+  // at each micro-batch size), not only the fastest overall: a slower plan whose rule
+  // trains more per sample may reach the target first.
   Objective objective = Objective::kThroughput;
 };
 

@@ -163,12 +163,17 @@ int64_t Explorer::graphStepsLeft() const { return graphStepsBudget() - result_.g
 
 // The plans that compete for the choice: all of them under the throughput objective;
 // under time to accuracy the synchronous ones (one update rule), and apart each
-// asynchronous schedule's pipelines and single stages at each micro-batch size, which
-// train by other rules (update_rule.h): PipeDream steps once per micro-batch of a
-// pipeline, and on one replicated stage it is synchronous SGD.
+// asynchronous schedule's pipelines and single stages, which train by other rules
+// (update_rule.h): PipeDream on one replicated stage is synchronous SGD. A schedule
+// that steps per micro-batch (PipeDream) makes a family of each micro-batch size, whose
+// steps it sets; one that steps per mini-batch applies a mini-batch's gradient however
+// it is cut, and its fastest plan stands for it.
 std::string Explorer::family(const std::string& schedule, bool single_stage, int64_t microbatch_size) const {
   if (o_.objective == Objective::kThroughput || !schedule::isAsynchronous(schedule)) return "";
-  return schedule + (single_stage ? " alone, micro-batch " : ", micro-batch ") + std::to_string(microbatch_size);
+  std::string name = schedule + (single_stage ? " alone" : "");
+  if (schedule::traits(schedule).step_rule == schedule::StepRule::kPerMicrobatch)
+    name += ", micro-batch " + std::to_string(microbatch_size);
+  return name;
 }
 
 // The throughput the best plan of a family beat by a tie: 0 until pruning starts.
