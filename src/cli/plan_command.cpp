@@ -28,20 +28,23 @@ struct PlanArgs {
 class CalibrationFile : public planner::Calibrator {
  public:
   CalibrationFile(std::string path, int64_t batch)
-      : path_(std::move(path)), batch_(batch), calibration_(planner::Calibration::load(path_)) {}
+      : path_(std::move(path)), batch_(batch), calibration_(planner::Calibration::load(path_)),
+        measured_synchronous_(calibration_.synchronous_key) {}
   planner::Calibration& calibration() override { return calibration_; }
   void measure(const planner::RuleToCalibrate& rule, bool repeat) override {
-    if (rule.rule.synchronous || repeat)
-      throw Error(path_ + " holds no curve of '" + rule.rule.key + "': it calibrated '" + calibration_.synchronous_key +
-                  "'; calibrate at this batch (train --batch " + std::to_string(batch_) +
-                  " --objective time-to-accuracy --allow-async)");
-    // A rule the file lacks stays uncalibrated: no curve, no estimate.
+    const std::string again = "; calibrate at this batch (train --batch " + std::to_string(batch_) +
+                              " --objective time-to-accuracy --allow-async)";
+    if (repeat) throw Error(path_ + " holds no second run of the synchronous rule (an interrupted calibration)" + again);
+    if (rule.rule.synchronous)
+      throw Error(path_ + " holds no curve of '" + rule.rule.key + "': it calibrated '" + measured_synchronous_ + "'" + again);
+    // An asynchronous rule the file lacks stays uncalibrated: no curve, no estimate.
   }
 
  private:
   std::string path_;
   int64_t batch_;
   planner::Calibration calibration_;
+  std::string measured_synchronous_;
 };
 
 int run(PlanArgs a) {
