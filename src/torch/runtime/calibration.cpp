@@ -49,6 +49,9 @@ planner::LossCurve measureCurve(TrainConfig config, const plan::Plan& plan, int 
   planner::LossCurve curve;
   curve.samples.push_back(0);
   curve.loss.push_back(heldOutLoss(model, held_out, chunk));
+  if (!std::isfinite(curve.loss.front()))
+    throw Error("calibration: the model's held-out loss before any training is " + std::to_string(curve.loss.front()) +
+                ", so no progress can be measured; check the model's initial weights and the data");
   int next = 1;
   for (int j = 0; j < total; ++j) {
     replay.run(j);
