@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/plan/plan.h"
+#include "pipetrain/util/error.h"
+
 using Json = nlohmann::json;
 
 namespace {
@@ -151,26 +154,15 @@ std::string plot(const std::vector<Config>& configs, const std::string& metric, 
 
 // "pipedream 2x1, 32 x 8": the schedule, stages x replicas and micro-batching a run trained.
 std::string planText(const Json& summary) {
-  std::string text = str(summary, "schedule");
-  if (!summary.contains("plan") || !summary["plan"].contains("stages")) return text;
-  const Json& plan = summary["plan"];
-  std::string shape;
-  std::size_t last = 0;
-  int run = 0;
-  auto flush = [&] {
-    if (run) shape += (shape.empty() ? "" : "+") + std::to_string(run) + "x" + std::to_string(last);
-  };
-  for (const Json& stage : plan["stages"]) {
-    const std::size_t replicas = stage.contains("devices") ? stage["devices"].size() : 1;
-    if (run && replicas == last) {
-      ++run;
-      continue;
-    }
-    flush();
-    last = replicas, run = 1;
+  const std::string schedule = str(summary, "schedule");
+  if (!summary.contains("plan")) return schedule;
+  try {
+    const pipetrain::plan::Plan plan = pipetrain::plan::Plan::fromJson(summary["plan"], "summary");
+    return schedule + " " + pipetrain::plan::stageShape(plan) + ", " + std::to_string(plan.microbatch_size) + " x " +
+           std::to_string(plan.microbatches);
+  } catch (const pipetrain::Error&) {
+    return schedule;  // a summary from before plans were kept in it
   }
-  flush();
-  return text + " " + shape + ", " + fmt("%g", num(plan, "microbatch_size")) + " x " + fmt("%g", num(plan, "microbatches"));
 }
 
 // Seconds a run spent before training: profiling, planning and calibrating.

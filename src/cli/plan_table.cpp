@@ -9,24 +9,11 @@
 
 namespace pipetrain::cli {
 
-std::string stageShape(const plan::Plan& plan) {
-  std::string out;
-  for (int s = 0; s < plan.numStages();) {
-    const std::size_t replicas = plan.stages[s].devices.size();
-    int run = 1;
-    while (s + run < plan.numStages() && plan.stages[s + run].devices.size() == replicas) ++run;
-    if (!out.empty()) out += "+";
-    out += std::to_string(run) + "x" + std::to_string(replicas);
-    s += run;
-  }
-  return out;
-}
-
 std::string planName(const plan::Plan& plan) {
   if (planner::isDataParallel(plan))
     return "data parallelism on " + std::to_string(plan.stages[0].devices.size()) + " devices (" +
            plan.schedule.name + "'s order of passes)";
-  return plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages (" + stageShape(plan) + ")";
+  return plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages (" + plan::stageShape(plan) + ")";
 }
 
 namespace {
@@ -116,7 +103,7 @@ report::Table explorationTable(const planner::Exploration& e, int top) {
     std::vector<std::string> row{std::to_string(t.rows.size() + 1), schedule, c.partitioner,
                                  std::to_string(c.plan.numStages())};
     if (branches) row.push_back(std::to_string(c.depth));
-    for (std::string cell : {stageShape(c.plan), std::to_string(c.plan.microbatch_size),
+    for (std::string cell : {plan::stageShape(c.plan), std::to_string(c.plan.microbatch_size),
                              std::to_string(c.plan.microbatches), text::format("%.6g", c.report.throughput),
                              text::format("%.4g", c.report.iteration_time * 1e3),
                              text::format("%.1f%%", 100 * c.report.bubble_fraction),

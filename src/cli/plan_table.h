@@ -9,8 +9,6 @@
 
 namespace pipetrain::cli {
 
-// "2x1+1x2" style: stages with their replica counts, run-length encoded.
-std::string stageShape(const plan::Plan& plan);
 // "1f1b, 3 stages (1x2+2x1)", or for one stage "data parallelism on 4 devices (...)".
 std::string planName(const plan::Plan& plan);
 

@@ -51,6 +51,9 @@ struct Plan {
   int64_t samplesPerMinibatch() const { return microbatch_size * microbatches; }
 };
 
+// "2x1+1x2": the stages with their replica counts, run-length encoded (tables, reports).
+std::string stageShape(const Plan& plan);
+
 // The stage DAG of a plan over a graph: stage s -> t when a layer of t consumes a layer
 // of s. REQUIRES: validate(plan, graph, cluster) passed.
 struct StageGraph {

@@ -64,6 +64,19 @@ Plan Plan::fromJson(const json_io::Json& j, const std::string& origin) {
 
 Plan Plan::load(const std::string& path) { return fromJson(json_io::readFile(path), path); }
 
+std::string stageShape(const Plan& plan) {
+  std::string out;
+  for (int s = 0; s < plan.numStages();) {
+    const std::size_t replicas = plan.stages[s].devices.size();
+    int run = 1;
+    while (s + run < plan.numStages() && plan.stages[s + run].devices.size() == replicas) ++run;
+    if (!out.empty()) out += "+";
+    out += std::to_string(run) + "x" + std::to_string(replicas);
+    s += run;
+  }
+  return out;
+}
+
 json_io::Json Plan::toJson() const {
   json_io::Json j = json_io::header(kFormat, kVersion);
   j["microbatch_size"] = microbatch_size;
