@@ -81,16 +81,9 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                 request.calibration.seconds_per_rule, path.c_str());
     planner::Exploration e = planner::exploreForTimeToTarget(graph, cluster, o, calibrator);
     calibration_seconds = calibrator.trainingSeconds();
-    const planner::Calibration& c = calibrator.calibration();
-    calibration_summary = {{"path", path},
-                           {"seconds", calibration_seconds},
-                           {"rules_measured", e.rules_measured},
-                           {"rules_cached", e.rules_cached},
-                           {"plans_bounded", e.plans_bounded},
-                           {"rules_over_budget", e.rules_over_budget},
-                           {"samples_per_rule", c.samples},
-                           {"target_loss", c.targetLoss()},
-                           {"noise", c.noise()}};
+    calibration_summary = e.calibrationJson();
+    calibration_summary["path"] = path;
+    calibration_summary["seconds"] = calibration_seconds;
     return e;
   };
   const planner::Exploration e = calibrate ? exploreForTarget() : planner::explore(graph, cluster, o);

@@ -137,6 +137,9 @@ struct Exploration {
   // among them was made; "" otherwise.
   std::string noiseNote() const;
   json_io::Json toJson() const;         // the chosen plan's summary plus the table
+  // Under time to accuracy: the target loss, the samples per rule, the noise and what
+  // became of the rules (toJson's, and a run summary's "calibration").
+  json_io::Json calibrationJson() const;
 };
 
 // The schedules `options.schedule` stands for.

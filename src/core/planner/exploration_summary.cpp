@@ -123,6 +123,13 @@ std::string Exploration::idleDevicesNote() const {
   return note;
 }
 
+json_io::Json Exploration::calibrationJson() const {
+  return {{"target_loss", target_loss},          {"samples_per_rule", calibration_samples},
+          {"noise", calibration_noise},          {"rules_measured", rules_measured},
+          {"rules_cached", rules_cached},        {"plans_bounded", plans_bounded},
+          {"rules_over_budget", rules_over_budget}};
+}
+
 json_io::Json Exploration::toJson() const {
   auto candidateJson = [](const Candidate& c) {
     json_io::Json stages = json_io::Json::array();
@@ -167,13 +174,7 @@ json_io::Json Exploration::toJson() const {
   j["graph_notes"] = graph_notes;
   j["objective"] = objectiveName(objective);
   if (objective == Objective::kTimeToAccuracy) {
-    j["target_loss"] = target_loss;
-    j["calibration_samples"] = calibration_samples;
-    j["calibration_noise"] = calibration_noise;
-    j["rules"] = {{"measured", rules_measured},
-                  {"cached", rules_cached},
-                  {"bounded", plans_bounded},
-                  {"over_budget", rules_over_budget}};
+    j.update(calibrationJson());
     if (throughput_choice) j["throughput_choice"] = candidateJson(*throughput_choice);
   }
   json_io::Json table = json_io::Json::array();
