@@ -50,7 +50,6 @@ class RuleCalibrator : public planner::Calibrator {
   void decideSamples(const plan::Plan& plan);
 
   data::Batch held_out_;
-  int64_t train_size_ = 0;
   planner::Calibration calibration_;
   double training_seconds_ = 0;
 };

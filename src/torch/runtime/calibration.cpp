@@ -94,7 +94,6 @@ RuleCalibrator::RuleCalibrator(const TrainConfig& config, int64_t batch,
                                const CalibrationBudget& budget, std::string cache_path)
     : config_(config), budget_(budget), cache_path_(std::move(cache_path)) {
   const models::Model model = openModel(config);
-  const int64_t train_size = data::openDataset(config.data, model.input)->size();
   data::DataOptions test = config.data;
   test.split = "test";
   const auto dataset = data::openDataset(test, model.input);
@@ -102,7 +101,6 @@ RuleCalibrator::RuleCalibrator(const TrainConfig& config, int64_t batch,
   for (int64_t i = 0; i < std::min(budget.held_out, dataset->size()); ++i) first.push_back(i);
   if (first.empty()) throw Error("calibration needs held-out samples, and the data's test split is empty");
   held_out_ = dataset->get(first);
-  train_size_ = train_size;
   calibration_.identity = identityJson(config, batch, budget);
   if (!cache_path_.empty() && std::filesystem::exists(cache_path_)) {
     try {
@@ -130,7 +128,7 @@ void RuleCalibrator::decideSamples(const plan::Plan& plan) {
   const double seconds = secondsSince(start);
   training_seconds_ += seconds;
   const int64_t batch = plan.samplesPerMinibatch();
-  calibration_.samples = calibrationSamples(seconds / static_cast<double>(batch), batch, train_size_, budget_);
+  calibration_.samples = calibrationSamples(seconds / static_cast<double>(batch), batch, replay.datasetSize(), budget_);
   std::printf("calibration: %lld samples per update rule (a trial mini-batch took %.3f s)\n",
               static_cast<long long>(calibration_.samples), seconds);
 }

@@ -65,7 +65,9 @@ struct StalenessReplay::Impl {
     if (!model.tied.empty() && schedule::isAsynchronous(c.plan.schedule.name))
       throw Error("internal: the staleness replay takes tied weights under synchronous schedules only");
     models::moveTo(model, rankDevice(c.device, 0));
-    minibatches_per_epoch = data::SampleOrder(train->size(), c.seed, 0).minibatchesPerEpoch(c.plan.microbatch_size, m);
+    order.emplace(train->size(), c.seed, first_epoch);
+    order_epoch = first_epoch;
+    minibatches_per_epoch = order->minibatchesPerEpoch(c.plan.microbatch_size, m);
     if (minibatches_per_epoch < 1) throw Error("the data holds less than one mini-batch");
     const int total = program.totalMicrobatches();
     read_f.assign(ns, std::vector<int>(total, 0));
@@ -190,6 +192,8 @@ StalenessReplay::StalenessReplay(const TrainConfig& config, models::Model& model
 StalenessReplay::~StalenessReplay() = default;
 
 int StalenessReplay::totalMicrobatches() const { return impl_->program.totalMicrobatches(); }
+
+int64_t StalenessReplay::datasetSize() const { return impl_->train->size(); }
 
 void StalenessReplay::run(int j) { impl_->run(j); }
 

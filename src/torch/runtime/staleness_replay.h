@@ -6,6 +6,7 @@
 // combines, at T1's rate. Calibration (calibration.h) replays update rules with it.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "pipetrain/torch/trainer.h"
@@ -22,6 +23,7 @@ class StalenessReplay {
   ~StalenessReplay();
 
   int totalMicrobatches() const;
+  int64_t datasetSize() const;  // samples of the training data
   // Trains micro-batch `j`; micro-batches run in order, each once.
   void run(int j);
   // Puts every stage's newest weights into the model.
