@@ -12,8 +12,6 @@
 namespace pipetrain::planner {
 namespace {
 
-bool samePlan(const plan::Plan& a, const plan::Plan& b) { return a.toJson() == b.toJson(); }
-
 // Predicted seconds to the target for a plan of this throughput whose rule has this
 // efficiency; infinite where either is zero.
 double secondsToTarget(double yardstick_samples, double efficiency, double samples_per_second) {
@@ -72,7 +70,6 @@ const Calibration& calibrateRules(Exploration& e, UpdateRules& book, Calibrator&
       if (!c.curves.count(rule.key)) return false;
       ++e.rules_measured;
     }
-    c.descriptions[rule.key] = rule.description;
     return true;
   };
   if (!measure(sync_rule, yardstick_plan)) throw Error("internal: the calibrator has no curve of the synchronous rule");
@@ -114,7 +111,8 @@ void rankByTimeToTarget(Exploration& e, UpdateRules& book, const Calibration& ca
   e.target_loss = target;
   e.calibration_samples = calibration.samples;
   e.calibration_noise = calibration.noise();
-  const Candidate throughput_choice = e.ranked.front();
+  const json_io::Json chosen = e.ranked.front().plan.toJson();  // throughput's choice
+  auto isThroughputChoice = [&](const Candidate& c) { return c.plan.toJson() == chosen; };
   double best = HUGE_VAL;
   auto estimate = [&](Candidate& c) {
     TargetEstimate t;
@@ -148,15 +146,13 @@ void rankByTimeToTarget(Exploration& e, UpdateRules& book, const Calibration& ca
   // Where throughput's choice trains by the winner's rule and its prediction is within
   // the profile's noise of the winner's, the two are equals: throughput's choice stays
   // (explore() chose it among equals by its shape).
-  auto kept = std::find_if(e.ranked.begin(), e.ranked.end(),
-                           [&](const Candidate& c) { return samePlan(c.plan, throughput_choice.plan); });
+  auto kept = std::find_if(e.ranked.begin(), e.ranked.end(), isThroughputChoice);
   const TargetEstimate& winner = *e.ranked.front().to_target;
   if (kept != e.ranked.end() && kept->to_target->calibrated && kept->to_target->rule == winner.rule &&
       kept->to_target->seconds <= winner.seconds * (1 + std::max(e.noise, 1e-3)))
     std::rotate(e.ranked.begin(), kept, kept + 1);
-  if (samePlan(e.ranked.front().plan, throughput_choice.plan)) return;
-  e.throughput_choice = *std::find_if(e.ranked.begin(), e.ranked.end(),
-                                      [&](const Candidate& c) { return samePlan(c.plan, throughput_choice.plan); });
+  if (isThroughputChoice(e.ranked.front())) return;
+  e.throughput_choice = *std::find_if(e.ranked.begin(), e.ranked.end(), isThroughputChoice);
 }
 
 Exploration exploreForTimeToTarget(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
