@@ -28,6 +28,7 @@ struct Args {
   int64_t microbatch_size = 128;
   double lr = 1e-3, momentum = 0.9;
   uint64_t seed = 1;
+  bool discrepancy = false;
 };
 
 // A configuration's schedule options: "pipemare" (T1 and T2), "pipemare-t1",
@@ -83,8 +84,9 @@ int run(const Args& a) {
               a.optimizer.c_str(), a.lr, static_cast<unsigned long long>(a.seed));
   std::printf("| configuration | stage delays |");
   for (int e = 1; e <= a.epochs; ++e) std::printf(" epoch %d |", e);
-  std::printf(" seconds |\n|---|---|");
+  std::printf(" seconds |%s\n|---|---|", a.discrepancy ? " distance of backward from forward weights: w, u |" : "");
   for (int e = 0; e <= a.epochs; ++e) std::printf("--:|");
+  if (a.discrepancy) std::printf("---|");
   std::printf("\n");
   std::fflush(stdout);
   for (const std::string& config : a.configs) {
@@ -96,6 +98,7 @@ int run(const Args& a) {
     models::Model model = runtime::openModel(c);
     const auto start = std::chrono::steady_clock::now();
     runtime::StalenessReplay replay(c, model, static_cast<int>(per_epoch * a.epochs));
+    if (a.discrepancy) replay.trackDiscrepancy();
     std::printf("| %s | %s |", config.c_str(), delays.c_str());
     const int per_epoch_microbatches = static_cast<int>(per_epoch) * a.microbatches;
     for (int j = 0; j < replay.totalMicrobatches(); ++j) {
@@ -106,7 +109,20 @@ int run(const Args& a) {
       std::printf(" %.4f (%.3f) |", accuracy, loss);
       std::fflush(stdout);
     }
-    std::printf(" %.0f |\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::printf(" %.0f |", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    if (a.discrepancy) {
+      // Per stage: the RMS distance of the current weights w, and of T2's u, from the
+      // weights the forward pass read, over the backward passes that read later weights.
+      std::string cell;
+      for (const auto& d : replay.discrepancy())
+        if (d.passes > 0) {
+          char buf[64];
+          std::snprintf(buf, sizeof buf, "%s%.3g, %.3g", cell.empty() ? "" : "; ", d.stale, d.corrected);
+          cell += buf;
+        }
+      std::printf(" %s |", cell.empty() ? "none stale" : cell.c_str());
+    }
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;
@@ -129,6 +145,8 @@ int main(int argc, char** argv) {
   app.add_option("--momentum", a.momentum)->capture_default_str();
   app.add_option("--pipemare-warmup", a.warmup, "T1's K (default: the schedule's)");
   app.add_option("--seed", a.seed)->capture_default_str();
+  app.add_flag("--discrepancy", a.discrepancy,
+               "print, per stage, how far the backward passes' weights (w, and T2's u) were from their forward's");
   app.add_option("--configs", a.configs, "1f1b, gpipe, pipedream, pipedream-vs, 2bw, pipemare, pipemare-t1, pipemare-off")
       ->delimiter(',');
   CLI11_PARSE(app, argc, argv);

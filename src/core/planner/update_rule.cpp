@@ -1,6 +1,7 @@
 #include "pipetrain/planner/update_rule.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
@@ -20,6 +21,32 @@ std::string joined(const std::vector<int>& values) {
 // reads weights up to a few mini-batches old under PipeMare with few micro-batches.
 constexpr int kSteadyMinibatches = 4;
 
+// The plan whose Program the rule is read off (over kSteadyMinibatches). A schedule that steps
+// after every round of one micro-batch per replica (PipeDream) never flushes and never
+// looks at mini-batch boundaries, so its rule does not depend on how the micro-batches
+// group into mini-batches: mini-batches of m' micro-batches (a multiple of every replica
+// count), over as many micro-batches as fill the pipeline several times, give the same
+// delays and combinations as the plan's own m at a fraction of the Program (PipeDream on
+// 12 stages of 8 replicas at 8,192 micro-batches of one: 220 ms a rule otherwise).
+// `ShortenedProgramGivesTheFullRule` in the tests holds the two equal.
+plan::Plan ruleProgramShape(const plan::Plan& plan) {
+  if (schedule::traits(plan.schedule.name).step_rule != schedule::StepRule::kPerMicrobatch) return plan;
+  const std::vector<int> replicas = plan::stageReplicas(plan);
+  int64_t round = 1, ranks = 0;
+  for (int c : replicas) {
+    round = std::lcm(round, static_cast<int64_t>(c));
+    ranks += c;
+    if (round > plan.microbatches) return plan;
+  }
+  // Micro-batches in flight never exceed the ranks' warm-ups, so kSteadyMinibatches x 2
+  // x ranks of them pass the transient several times over.
+  const int64_t shortened = round * ((2 * ranks + round - 1) / round);
+  if (shortened >= plan.microbatches) return plan;
+  plan::Plan copy = plan;
+  copy.microbatches = static_cast<int>(shortened);
+  return copy;
+}
+
 }  // namespace
 
 UpdateRule updateRuleOf(const plan::Plan& plan, const graph::LayerGraph& graph) {
@@ -31,8 +58,9 @@ UpdateRule updateRuleOf(const plan::Plan& plan, const graph::LayerGraph& graph) 
   rule.stage_delays.assign(plan.numStages(), 0);
   rule.samples_per_step = batch;
   if (!schedule::isAsynchronous(plan.schedule.name)) return rule;
+  const plan::Plan shape = ruleProgramShape(plan);
   const schedule::Program program =
-      plan::programForPlan(plan, plan::stageDag(plan, graph), kSteadyMinibatches, plan::Check::kSkip);
+      plan::programForPlan(shape, plan::stageDag(shape, graph), kSteadyMinibatches, plan::Check::kSkip);
   // A micro-batch's gradient is delay steps stale where the step that applies it makes
   // version v + delay + 1 from the version v its forward pass read.
   const schedule::StepCombination steps = schedule::stepCombination(program);
@@ -47,7 +75,7 @@ UpdateRule updateRuleOf(const plan::Plan& plan, const graph::LayerGraph& graph) 
   bool whole_minibatches = true;
   for (const auto& per_version : steps.combined) {
     combined.push_back(per_version.empty() ? 0 : per_version.begin()->second);
-    whole_minibatches = whole_minibatches && combined.back() == plan.microbatches;
+    whole_minibatches = whole_minibatches && combined.back() == shape.microbatches;
     if (combined.back() > 0) rule.samples_per_step = std::min(rule.samples_per_step, combined.back() * plan.microbatch_size);
   }
   const bool fresh = std::all_of(rule.stage_delays.begin(), rule.stage_delays.end(), [](int d) { return d == 0; });

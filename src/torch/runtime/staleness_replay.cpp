@@ -1,6 +1,7 @@
 #include "staleness_replay.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 
@@ -47,6 +48,8 @@ struct StalenessReplay::Impl {
   int64_t minibatches_per_epoch = 1;
   std::optional<data::SampleOrder> order;
   int order_epoch = -1;
+  bool track_discrepancy = false;
+  std::vector<Discrepancy> discrepancy;  // sums of squares until read
 
   Impl(const TrainConfig& config, models::Model& mdl, int minibatches, int order_epoch)
       : c(config),
@@ -130,11 +133,14 @@ struct StalenessReplay::Impl {
       // T2: a backward pass on the current weights runs on w - tau x delta, an estimate
       // of the weights its forward pass read tau steps ago.
       const int tau = read_b[s][j] - read_f[s][j];
+      if (track_discrepancy && tau > 0) addDistance(s, read_f[s][j], &Discrepancy::stale);
       if (t2() && tau > 0) {
         torch::NoGradGuard no_grad;
         const auto& delta = velocity[s].at(read_b[s][j]);
         for (std::size_t i = 0; i < params[s].size(); ++i) params[s][i].data().sub_(delta[i], tau);
+        if (track_discrepancy) addDistance(s, read_f[s][j], &Discrepancy::corrected);
       }
+      if (track_discrepancy && tau > 0) ++discrepancy[s].passes;
     }
     loss.backward();
     std::vector<int> stepping;  // the stages whose STEP follows this micro-batch
@@ -145,6 +151,15 @@ struct StalenessReplay::Impl {
     if (!stepping.empty()) models::sumTiedGradients(model);
     for (int s : stepping) step(s, steps.step_of[s][j]);
     for (int s = 0; s < ns; ++s) forgetUnread(s, j);
+  }
+
+  // Adds the squared distance of stage s's parameters from version v to `field`.
+  void addDistance(int s, int v, double Discrepancy::*field) {
+    torch::NoGradGuard no_grad;
+    const auto& w = versions[s].at(v);
+    double sq = 0;
+    for (std::size_t i = 0; i < w.size(); ++i) sq += (params[s][i].detach() - w[i]).pow(2).sum().item<double>();
+    discrepancy[s].*field += sq;
   }
 
   void step(int s, int v) {
@@ -199,6 +214,21 @@ void StalenessReplay::run(int j) { impl_->run(j); }
 
 void StalenessReplay::loadLatest() {
   for (int s = 0; s < impl_->ns; ++s) impl_->load(s, impl_->newest(s));
+}
+
+void StalenessReplay::trackDiscrepancy() {
+  impl_->track_discrepancy = true;
+  impl_->discrepancy.assign(impl_->ns, {});
+}
+
+std::vector<StalenessReplay::Discrepancy> StalenessReplay::discrepancy() const {
+  std::vector<Discrepancy> out = impl_->discrepancy;
+  for (Discrepancy& d : out)
+    if (d.passes > 0) {
+      d.stale = std::sqrt(d.stale / static_cast<double>(d.passes));
+      d.corrected = std::sqrt(d.corrected / static_cast<double>(d.passes));
+    }
+  return out;
 }
 
 }  // namespace pipetrain::runtime

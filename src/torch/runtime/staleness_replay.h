@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "pipetrain/torch/trainer.h"
 
@@ -28,6 +29,19 @@ class StalenessReplay {
   void run(int j);
   // Puts every stage's newest weights into the model.
   void loadLatest();
+
+  // How far a backward pass's weights are from the weights its forward pass read, per
+  // stage, summed over the backward passes that read later weights than their forward
+  // (root-mean-square over those passes of the whole stage's L2 distance): `stale` for the
+  // current weights w, `corrected` for T2's u = w - tau x delta (0 without T2). A
+  // diagnostic of T2: corrected < stale where its estimate helps. Off unless asked for
+  // before the first run(), as it costs a pass over the weights per backward pass.
+  struct Discrepancy {
+    double stale = 0, corrected = 0;
+    int64_t passes = 0;
+  };
+  void trackDiscrepancy();
+  std::vector<Discrepancy> discrepancy() const;
 
  private:
   struct Impl;

@@ -10,6 +10,7 @@
 #include "../expect_error.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/schedule/staleness.h"
 
 namespace pipetrain::planner {
 namespace {
@@ -140,6 +141,39 @@ TEST(UpdateRule, SynchronousPlansOfOneBatchShareARuleAndAsynchronousOnesDependOn
   EXPECT_FALSE(pipemare.synchronous);
   EXPECT_GE(pipemare.stage_delays.front(), 1);
   EXPECT_NE(pipemare.key.find("t2=1"), std::string::npos) << pipemare.key;
+}
+
+// PipeDream's rule is read off a Program of shorter mini-batches where the plan's are
+// long (update_rule.cpp); the oracle here reads it off the plan's own Program.
+TEST(UpdateRule, ShortenedProgramGivesTheFullRule) {
+  const graph::LayerGraph graph = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20);
+  std::vector<std::string> names;
+  for (const auto& l : graph.layers()) names.push_back(l.name);
+  plan::ScheduleOptions options;
+  options.name = "pipedream";
+  int shapes = 0;
+  for (const std::vector<int>& bounds : std::vector<std::vector<int>>{{0, 8}, {0, 4, 8}, {0, 2, 4, 8}, {0, 1, 2, 3, 5, 8}})
+    for (const int replicas_per_stage : {1, 2, 3})
+      for (const bool vertical_sync : {false, true})
+        for (const int microbatches : {48, 96}) {
+          std::vector<int> replicas(bounds.size() - 1, 1);
+          replicas.front() = replicas_per_stage;
+          replicas.back() = replicas_per_stage == 3 ? 2 : replicas_per_stage;
+          options.vertical_sync = vertical_sync;
+          const plan::Plan p = plan::chainPlan(names, bounds, replicas, options, 1, microbatches);
+          const schedule::Program full = plan::programForPlan(p, plan::stageDag(p, graph), 4);
+          const schedule::StepCombination steps = schedule::stepCombination(full);
+          std::vector<int> delays(p.numStages(), 0);
+          for (const auto& actions : full.ranks)
+            for (const schedule::Action& a : actions)
+              if (a.type == schedule::ActionType::F && steps.step_of[a.stage][a.microbatch] >= 0)
+                delays[a.stage] = std::max(delays[a.stage], steps.step_of[a.stage][a.microbatch] - 1 - a.version);
+          const UpdateRule rule = updateRuleOf(p, graph);
+          EXPECT_EQ(rule.stage_delays, delays) << p.microbatches << " micro-batches, stages " << p.numStages();
+          EXPECT_EQ(rule.samples_per_step, *std::min_element(replicas.begin(), replicas.end()));
+          ++shapes;
+        }
+  EXPECT_EQ(shapes, 48);
 }
 
 TEST(UpdateRule, TheSearchKeepsEveryAsynchronousFamilysFastestPlan) {
