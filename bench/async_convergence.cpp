@@ -7,6 +7,7 @@
 // Run:   build/async_convergence --model fmnist-cnn --stages 4 --microbatches 2 --microbatch-size 128 \
 //          --epochs 5 --configs 1f1b,pipemare,pipemare-t1,pipemare-off,2bw,pipedream
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -25,6 +26,7 @@ struct Args {
   std::string model = "fmnist-cnn", dataset = "fashion-mnist", optimizer = "adam";
   std::vector<std::string> model_options, configs{"1f1b", "pipemare", "pipemare-off", "2bw", "pipedream"};
   int stages = 4, microbatches = 2, epochs = 5, warmup = -1;
+  int64_t lr_warmup = 0;
   int64_t microbatch_size = 128;
   double lr = 1e-3, momentum = 0.9;
   uint64_t seed = 1;
@@ -70,6 +72,7 @@ int run(const Args& a) {
   c.optimizer = a.optimizer;
   c.lr = a.lr;
   c.momentum = a.momentum;
+  c.lr_warmup_steps = a.lr_warmup;
   c.seed = a.seed;
   const models::Model probe = runtime::openModel(c);
   std::vector<std::string> names;
@@ -79,9 +82,10 @@ int run(const Args& a) {
   test_options.split = "test";
   const auto test = data::openDataset(test_options, probe.input);
   const int64_t per_epoch = data::openDataset(c.data, probe.input)->size() / (a.microbatch_size * a.microbatches);
-  std::printf("%s on %s, %d stages, %d x %lld per step, %s lr %g, seed %llu; test accuracy (loss) after each epoch\n\n",
+  std::printf("%s on %s, %d stages, %d x %lld per step, %s lr %g (warm-up %lld steps), seed %llu; test accuracy (loss) "
+              "after each epoch\n\n",
               a.model.c_str(), a.dataset.c_str(), a.stages, a.microbatches, static_cast<long long>(a.microbatch_size),
-              a.optimizer.c_str(), a.lr, static_cast<unsigned long long>(a.seed));
+              a.optimizer.c_str(), a.lr, static_cast<long long>(a.lr_warmup), static_cast<unsigned long long>(a.seed));
   std::printf("| configuration | stage delays |");
   for (int e = 1; e <= a.epochs; ++e) std::printf(" epoch %d |", e);
   std::printf(" seconds |%s\n|---|---|", a.discrepancy ? " distance of backward from forward weights: w, u |" : "");
@@ -106,7 +110,10 @@ int run(const Args& a) {
       if ((j + 1) % per_epoch_microbatches != 0) continue;
       replay.loadLatest();
       const auto [accuracy, loss] = evaluate(model, *test);
-      std::printf(" %.4f (%.3f) |", accuracy, loss);
+      if (std::isfinite(loss))
+        std::printf(" %.4f (%.3f) |", accuracy, loss);
+      else
+        std::printf(" diverged |");
       std::fflush(stdout);
     }
     std::printf(" %.0f |", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -143,6 +150,7 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", a.optimizer, "adam or sgd (with momentum)")->capture_default_str();
   app.add_option("--lr", a.lr)->capture_default_str();
   app.add_option("--momentum", a.momentum)->capture_default_str();
+  app.add_option("--lr-warmup", a.lr_warmup, "linear learning-rate warm-up, optimizer steps per stage")->capture_default_str();
   app.add_option("--pipemare-warmup", a.warmup, "T1's K (default: the schedule's)");
   app.add_option("--seed", a.seed)->capture_default_str();
   app.add_flag("--discrepancy", a.discrepancy,

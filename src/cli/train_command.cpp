@@ -370,6 +370,10 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->check(positive());
   cmd->add_option("--optimizer", c.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
   cmd->add_option("--lr", c.lr, "learning rate")->capture_default_str();
+  cmd->add_option("--lr-warmup", c.lr_warmup_steps,
+                  "linear learning-rate warm-up over this many optimizer steps of each stage (PipeDream steps per "
+                  "micro-batch)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", c.seed, "model initialisation and data order")->capture_default_str();
   cmd->add_option("--plan", a->plan, "plan JSON: stages (by layer name), micro-batching and schedule");
   cmd->add_option("--cores", a->cores, "cores the local ranks share (default: all); each rank gets cores / nproc")

@@ -320,6 +320,33 @@ TEST(AsynchronousTraining, WeightVersionsHeldEqualTheProgramsAccounting) {
     }
 }
 
+// A linear warm-up of the learning rate (TrainConfig::lr_warmup_steps) counts each
+// stage's own steps: a mini-batch under the synchronous schedules and 2BW, a micro-batch
+// under PipeDream; it multiplies PipeMare's T1.
+TEST(AsynchronousTraining, LearningRateWarmUpMatchesItsReferences) {
+  TrainConfig c = smallConfig("mlp", cases()[0].config);
+  usePlan(c, "1f1b", {1, 1});
+  const models::Model plain = trainReference(c);
+  c.lr_warmup_steps = 3;
+  const models::Model warmed = trainReference(c);
+  const int n = static_cast<int>(plain.layers.size());
+  EXPECT_GT(relativeError(warmed.parameters(0, n), plain.parameters(0, n)), 1e-4);  // it changes training
+  expectMatchesReference(c);
+  for (const std::string schedule : {"pipedream", "2bw", "pipemare"}) {
+    TrainConfig a = asyncConfig(schedule, 3);
+    a.lr_warmup_steps = 5;
+    a.plan.schedule.pipemare_lr_warmup = schedule == "pipemare";
+    a.plan.schedule.pipemare_warmup_steps = 2;
+    usePlan(a, schedule, {1, 1, 1});
+    expectMatchesStalenessReference(a);
+    TrainConfig cold = a;
+    cold.lr_warmup_steps = 0;
+    const models::Model stale_warmed = trainStalenessReference(a), stale_cold = trainStalenessReference(cold);
+    const int layers = static_cast<int>(stale_cold.layers.size());
+    EXPECT_GT(relativeError(stale_warmed.parameters(0, layers), stale_cold.parameters(0, layers)), 1e-4) << schedule;
+  }
+}
+
 TEST(AsynchronousTraining, PipeMareT1MatchesTheReferenceAndT2TheFormula) {
   TrainConfig c = asyncConfig("pipemare", 3);
   c.plan.schedule.pipemare_lr_warmup = true;

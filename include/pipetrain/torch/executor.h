@@ -125,7 +125,7 @@ class PipelineExecutor {
   PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                    std::vector<StageLayers> stages, int64_t microbatch_size, DataChannel& channel,
                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {},
-                   Precision precision = Precision::kFp32);
+                   Precision precision = Precision::kFp32, int64_t lr_warmup_steps = 0);
   ~PipelineExecutor();
 
   // Runs `program` once: the constructor's, or another of the same plan with another

@@ -38,6 +38,10 @@ struct TrainConfig {
   std::string optimizer = "adam";        // adam | sgd (with momentum)
   double lr = 1e-3;
   double momentum = 0.9;
+  // Linear learning-rate warm-up over this many optimizer steps of each stage (0: none):
+  // step k runs at lr x (k + 1) / lr_warmup_steps until that reaches lr. A stage steps
+  // once per mini-batch, but after every micro-batch (per replica round) under PipeDream.
+  int64_t lr_warmup_steps = 0;
   uint64_t seed = 0;                     // model initialisation and data order
   bool evaluate = true;                  // test accuracy and loss at every epoch end
   int threads = 0;                       // intra-op threads; 0 = leave LibTorch's default

@@ -18,6 +18,7 @@ json_io::Json identityJson(const TrainConfig& c, int64_t batch, const Calibratio
   return {{"model", id.model},       {"model_file", id.model_file}, {"model_options", c.model_config},
           {"data", id.data},         {"seed", c.seed},              {"optimizer", c.optimizer},
           {"lr", c.lr},              {"momentum", c.momentum},      {"precision", c.precision},
+          {"lr_warmup_steps", c.lr_warmup_steps},
           {"batch", batch},          {"seconds_per_rule", budget.seconds_per_rule},
           {"evaluations", budget.evaluations}, {"held_out", budget.held_out}};
 }

@@ -57,6 +57,7 @@ struct PipelineExecutor::Impl {
   DataChannel& channel;
   LatestWeightCorrections corrections;
   Precision precision;
+  int64_t lr_warmup_steps = 0;  // TrainConfig's
   bool latest = false;  // backward passes read the current weights
   std::map<std::pair<int, int>, Edge> edges;  // (producer stage, consumer stage)
   std::vector<char> reads_input;             // per stage: runs a layer reading the model input
@@ -93,9 +94,9 @@ struct PipelineExecutor::Impl {
   }
 
   Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, DataChannel& t,
-       const LatestWeightCorrections& c, Precision precision)
+       const LatestWeightCorrections& c, Precision precision, int64_t warmup)
       : program(&p), rank(r), model(m), stages(std::move(s)), channel(t), corrections(c), precision(precision),
-        latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
+        lr_warmup_steps(warmup), latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
 
   void postReceive(const schedule::Program& p, const Action& a) {
     const uint32_t tag = schedule::messageTag(p, a);
@@ -381,8 +382,9 @@ struct PipelineExecutor::Impl {
     if (it != facts.completes_gradients_at.end()) state.at(it->second).buckets->arm();
   }
 
-  // The stage's next version (stage_state.h), with this rank's scale for its gradients
-  // and, under PipeMare, T1's rate and T2's decay for the stage's delay.
+  // The stage's next version (stage_state.h), with this rank's scale for its gradients,
+  // the warm-up's rate and, under PipeMare, T1's factor on it and T2's decay for the
+  // stage's delay.
   void step(const Action& a, int position) {
     const int s = a.stage;
     StageState& st = state.at(s);
@@ -391,8 +393,10 @@ struct PipelineExecutor::Impl {
     o.gradient_factor = facts.steps.gradient_factor[s].at(a.version);
     if (tied)
       tied->beforeStep(s, a.version, [&](int stage, int v) { return facts.steps.gradient_factor[stage].at(v); });
-    if (latest && corrections.lr_warmup)
-      o.lr = st.base_lr * schedule::learningRateScale(facts.stage_delays[s], st.steps_taken, corrections.warmup_steps);
+    const bool t1 = latest && corrections.lr_warmup;
+    if (t1 || lr_warmup_steps > 0)
+      o.lr = st.base_lr * warmupScale(st.steps_taken, lr_warmup_steps) *
+             (t1 ? schedule::learningRateScale(facts.stage_delays[s], st.steps_taken, corrections.warmup_steps) : 1.0);
     if (latest && corrections.discrepancy) o.t2_decay = schedule::correctionDecay(corrections.decay, facts.stage_delays[s]);
     stepStage(st, a.version, o);
   }
@@ -489,8 +493,9 @@ bool readsModelInput(const models::Model& model, const StageLayers& stage) {
 PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                                    std::vector<StageLayers> stages, int64_t microbatch_size, DataChannel& channel,
                                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections,
-                                   Precision precision)
-    : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), channel, corrections, precision)) {
+                                   Precision precision, int64_t lr_warmup_steps)
+    : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), channel, corrections, precision,
+                                   lr_warmup_steps)) {
   Impl& m = *impl_;
   if (static_cast<int>(m.stages.size()) != program.num_stages)
     throw Error("the plan has " + std::to_string(m.stages.size()) + " stages, the schedule " +

@@ -1,5 +1,7 @@
 #include "optimizer_state.h"
 
+#include <algorithm>
+
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -23,6 +25,11 @@ torch::Tensor sameShape(const std::map<std::string, torch::Tensor>& state, const
 }
 
 }  // namespace
+
+double warmupScale(int64_t step, int64_t warmup_steps) {
+  if (warmup_steps <= 0) return 1.0;
+  return std::min(1.0, static_cast<double>(step + 1) / static_cast<double>(warmup_steps));
+}
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, double lr, double momentum,
                                                        std::vector<torch::Tensor> params) {

@@ -16,6 +16,12 @@ namespace pipetrain::runtime {
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, double lr, double momentum,
                                                        std::vector<torch::Tensor> params);
 
+// The factor on the learning rate at optimizer step `step` (0-based, counted per stage)
+// under a linear warm-up over `warmup_steps` steps: (step + 1) / warmup_steps until it
+// reaches 1, and 1 without warm-up (0 steps). Training, its references and the
+// staleness replay all take their rates from here.
+double warmupScale(int64_t step, int64_t warmup_steps);
+
 // The state `optimizer` keeps for `param` (one of its parameters), by name ("adam.step",
 // "adam.exp_avg", ...; "sgd.momentum_buffer"); empty before its first step.
 std::map<std::string, torch::Tensor> optimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& param);

@@ -168,9 +168,11 @@ struct StalenessReplay::Impl {
     torch::NoGradGuard no_grad;
     for (auto& p : params[s])
       if (p.grad().defined() && factor != 1.0) p.grad().mul_(factor);
-    if (latest && corrections.lr_warmup)
+    const bool t1 = latest && corrections.lr_warmup;
+    if (t1 || c.lr_warmup_steps > 0)
       optimizers[s]->param_groups()[0].options().set_lr(
-          c.lr * schedule::learningRateScale(delays[s], v - 1, corrections.warmup_steps));
+          c.lr * warmupScale(v - 1, c.lr_warmup_steps) *
+          (t1 ? schedule::learningRateScale(delays[s], v - 1, corrections.warmup_steps) : 1.0));
     optimizers[s]->step();
     optimizers[s]->zero_grad();
     if (t2()) {  // delta <- gamma delta + (1 - gamma) (w_new - w_old), as the executor keeps it

@@ -342,7 +342,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   const schedule::Program forward_only = schedule::forwardOnly(one);
   PipelineExecutor executor(one, t.rank(), model, stages, b, data,
                             [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); },
-                            correctionsOf(c.plan.schedule), parsePrecision(c.precision));
+                            correctionsOf(c.plan.schedule), parsePrecision(c.precision), c.lr_warmup_steps);
   if (probe) executor.setWeightProbe(probe);
   result.stage_output_bytes = executor.stageOutputBytes();
   result.stage_preds = one.stage_preds;
@@ -469,6 +469,7 @@ models::Model trainReference(const TrainConfig& c) {
     }
     loss.backward();
     models::sumTiedGradients(model);
+    optimizer->param_groups()[0].options().set_lr(c.lr * warmupScale(k, c.lr_warmup_steps));
     optimizer->step();
   }
   return model;
