@@ -175,7 +175,8 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   if (s.has("test_loss")) page.facts.push_back({"test loss", text::format("%.4f", s.field("test_loss").asNumber())});
   for (const std::string& note : whereTheTimeWent(s, measured, predicted, planned)) page.notes.push_back(note);
   if (s.boolOr("asynchronous", false))
-    page.notes.push_back(schedule + " is asynchronous: its updates use stale weights, so it is not synchronous SGD.");
+    page.notes.push_back("This plan of " + schedule +
+                         " trains asynchronously: its updates use stale weights, so it is not synchronous SGD.");
 
   page.tables.push_back(planStagesTable(plan));
   if (s.has("planner")) {

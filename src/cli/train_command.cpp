@@ -26,6 +26,7 @@
 #include "train_plan.h"
 #include "train_rank.h"
 #include "pipetrain/plan/plan_program.h"
+#include "pipetrain/planner/update_rule.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/torch/trainer.h"
@@ -243,7 +244,11 @@ int launch(TrainArgs& a, const models::Model& model) {
     ranks[r]["predicted_weight_versions"] = predicted.ranks[r].weight_versions;
     if (planned_memory) ranks[r]["predicted_peak_memory_bytes"] = a.planner["chosen"]["rank_peak_memory_bytes"][r];
   }
-  const bool asynchronous = schedule::traits(schedule_name).asynchronous;
+  // Whether the plan trains otherwise than synchronous SGD: its update rule's verdict, not
+  // its schedule's (PipeDream on one stage replicated over the whole mini-batch is
+  // synchronous SGD).
+  const planner::UpdateRule rule = planner::updateRuleOf(a.config.plan, model.layerGraph());
+  const bool asynchronous = !rule.synchronous;
 
   Json summary = {{"format", "pipetrain.train-summary"}, {"version", 1},
                   {"model", a.config.model}, {"schedule", schedule_name}, {"asynchronous", asynchronous},
@@ -262,9 +267,10 @@ int launch(TrainArgs& a, const models::Model& model) {
               summary["throughput"].get<double>(), wall);
   if (!a.config.export_path.empty()) std::printf("exported the trained model to %s\n", a.config.export_path.c_str());
   if (asynchronous)
-    std::printf("note: %s is asynchronous (%s): its updates use stale weights, so it is not synchronous SGD "
-                "and converges differently\n",
-                schedule_name.c_str(), schedule::traits(schedule_name).summary);
+    std::printf("note: this plan trains asynchronously (%s), not as synchronous SGD, and converges differently\n",
+                rule.description.c_str());
+  else if (schedule::isAsynchronous(schedule_name))
+    std::printf("note: %s here trains as synchronous SGD (%s)\n", schedule_name.c_str(), rule.description.c_str());
   std::printf("simulator, from the measured stage times: %.1f samples/s\n", predicted.throughput);
   if (!a.planner.is_null())
     if (const std::string before = beforeTrainingText(json_io::JsonCursor(a.planner, "planner")); !before.empty())

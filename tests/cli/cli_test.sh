@@ -187,7 +187,16 @@ refuses "plan for other ranks" "3 ranks" "$bin" train --model mlp --dataset synt
   --plan "$src/examples/train/mlp_plan.json" --nproc 3 --max-steps 3
 # asynchronous schedules train from the command line and from a plan file
 check "train pipedream" "${train[@]}" --nproc 2 --schedule pipedream --no-replication --summary-json "$tmp/async.json"
-expect "async semantics said" "is asynchronous"
+expect "async semantics said" "trains asynchronously (pipedream: steps on 1"
+# ... but PipeDream on one stage replicated over the whole mini-batch is synchronous SGD
+cat > "$tmp/pipedream_dp.json" <<'PLAN'
+{"format": "pipetrain.plan", "version": 1, "microbatch_size": 16, "microbatches": 2, "schedule": "pipedream",
+ "stages": [{"layers": ["fc0", "fc1", "fc2", "fc3", "head"], "devices": ["rank0", "rank1"]}]}
+PLAN
+check "train pipedream as data parallelism" "$bin" train --model mlp --dataset synthetic --plan "$tmp/pipedream_dp.json" \
+  --nproc 2 --max-steps 3 --no-eval --timeout 20 --summary-json "$tmp/pipedream_dp_summary.json"
+expect "synchronous pipedream said" "pipedream here trains as synchronous SGD"
+check "synchronous pipedream summary" grep -q -- '"asynchronous": false' "$tmp/pipedream_dp_summary.json"
 for key in '"asynchronous": true' '"history"' '"weight_versions": 2' '"weight_bytes"' '"test_loss"'; do
   check "async summary has $key" grep -q -- "$key" "$tmp/async.json"
 done
