@@ -87,6 +87,33 @@ TEST(Evaluate, ExtrapolatedReportMatchesFullSimulation) {
   }
 }
 
+// An asynchronous schedule's whole mini-batch past the transient, a whole number of
+// quanta long, is simulated with one mini-batch after the first (wholeMinibatchWindow):
+// the same report as the window of kSteadyWindow that simulatedReport takes.
+TEST(Evaluate, OneMinibatchWindowWherePeriodic) {
+  const graph::LayerGraph graph = unevenChain();
+  const cluster::ClusterSpec cluster = sixDevices();
+  int whole = 0;
+  for (const std::string& name : schedule::scheduleNames()) {
+    if (!schedule::isAsynchronous(name)) continue;
+    for (int m : {24, 30, 48, 66}) {
+      SCOPED_TRACE(name + " m=" + std::to_string(m));
+      const plan::Plan p = planFor(name, cluster, m);
+      if (extrapolationPoints(p)) continue;  // the line, tested above
+      ++whole;
+      const Report predicted = predictReport(graph, cluster, p), simulated = simulatedReport(graph, cluster, p);
+      EXPECT_NEAR(predicted.iteration_time / simulated.iteration_time, 1.0, 1e-9);
+      ASSERT_EQ(predicted.ranks.size(), simulated.ranks.size());
+      for (std::size_t r = 0; r < simulated.ranks.size(); ++r) {
+        EXPECT_NEAR(predicted.ranks[r].busy_seconds / simulated.ranks[r].busy_seconds, 1.0, 1e-9) << "rank " << r;
+        EXPECT_EQ(predicted.ranks[r].peak_memory_bytes, simulated.ranks[r].peak_memory_bytes) << "rank " << r;
+        EXPECT_EQ(predicted.ranks[r].weight_versions, simulated.ranks[r].weight_versions) << "rank " << r;
+      }
+    }
+  }
+  EXPECT_GE(whole, 6);
+}
+
 // PipeDream's AlexNet on its 32 GPUs, as the planner chose it at a batch of 4096: 24
 // replicas feed 3, whose ports queue a little more with every micro-batch. A line
 // through two short mini-batches would miss by 0.7%: the report sees the queue grow
