@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 
 #include "pipetrain/graph/series_parallel.h"
@@ -11,6 +12,7 @@
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/sim/throughput_bound.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/parallel.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::planner::detail {
@@ -18,6 +20,8 @@ namespace {
 
 // Proposals simulated before any is pruned by its bound.
 constexpr int kAlwaysSimulated = 5;
+// Proposals simulated at once (evaluateBest).
+constexpr std::size_t kEvaluationBatch = 4;
 // The widest plan the graph partitioner is asked for: 0.5 s for 33 layers on 32 devices
 // (bench/planner_bench graphPartition), about 4x more per doubling.
 constexpr int kMaxGraphDevices = 64;
@@ -343,7 +347,7 @@ void Explorer::search(const std::vector<int>& widths, const std::vector<std::str
       else
         explore(c.name, c.b, c.width);
     } else if (top) {
-      evaluate(takeBestProposal());
+      evaluateBest(next < combinations.size() ? combinations[next].bound : 0);
     } else {
       break;
     }
@@ -357,35 +361,68 @@ Explorer::Proposal Explorer::takeBestProposal() {
   return p;
 }
 
-// Simulates a proposal and ranks it, or records why it was dropped; one that cannot
-// win is pruned unsimulated.
-void Explorer::evaluate(Proposal p) {
-  const plan::Plan& proposed = p.candidate.plan;
-  const bool single_stage = proposed.numStages() == 1;
-  const double to_beat = toBeat(proposed.schedule.name, single_stage, proposed.microbatch_size);
-  if (p.bound < to_beat) {
-    ++result_.pruned;
-    return;
-  }
-  ++simulated_;
-  try {
-    std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, p.candidate.plan, to_beat);
-    if (!report) {
-      ++result_.pruned;  // its queues bind it below the best after all
-      return;
+// Simulates the best proposals and ranks them, or records why they were dropped; one
+// that cannot win is pruned unsimulated. Up to kEvaluationBatch proposals whose bounds
+// are above the next combination's (so the search stays best first) are simulated at
+// once, on as many threads as the machine has cores, each against the bar as it stood
+// before the batch: a proposal the batch ahead of it would have ruled out may be
+// simulated too, but only below that bar, where it cannot change the choice. The batch
+// is a constant, not the core count, so every machine ranks the same plans.
+void Explorer::evaluateBest(double next_combination_bound) {
+  struct Simulation {
+    Proposal proposal;
+    double to_beat = 0;
+    std::optional<sim::Report> report;
+    std::string error;
+    std::exception_ptr failure;  // anything but a schedule's refusal, rethrown here
+  };
+  std::vector<Simulation> batch;
+  // The first is the one the search chose over the next combination.
+  for (bool first = true; bestProposal() && batch.size() < kEvaluationBatch &&
+                          (first || bestProposal()->bound > next_combination_bound);
+       first = false) {
+    Proposal p = takeBestProposal();
+    const plan::Plan& proposed = p.candidate.plan;
+    const double to_beat = toBeat(proposed.schedule.name, proposed.numStages() == 1, proposed.microbatch_size);
+    if (p.bound < to_beat) {
+      ++result_.pruned;
+      continue;
     }
-    p.candidate.report = std::move(*report);
-    p.drop.reason = memoryShortfall(p.candidate.report);
-  } catch (const Error& e) {
-    p.drop.reason = e.what();
+    ++simulated_;
+    batch.push_back({std::move(p), to_beat, std::nullopt, "", nullptr});
   }
-  if (!p.drop.reason.empty()) {
-    result_.dropped.push_back(std::move(p.drop));
-    return;
+  util::parallelFor(batch.size(), [&](std::size_t i) {
+    Simulation& s = batch[i];
+    try {
+      s.report = sim::predictReportAbove(graph_, cluster_, s.proposal.candidate.plan, s.to_beat);
+    } catch (const Error& e) {
+      s.error = e.what();
+    } catch (...) {
+      s.failure = std::current_exception();
+    }
+  });
+  for (Simulation& s : batch) {
+    if (s.failure) std::rethrow_exception(s.failure);
+    Proposal& p = s.proposal;
+    if (s.error.empty() && !s.report) {
+      ++result_.pruned;  // its queues bind it below the best after all
+      continue;
+    }
+    if (s.report) {
+      p.candidate.report = std::move(*s.report);
+      p.drop.reason = memoryShortfall(p.candidate.report);
+    } else {
+      p.drop.reason = s.error;
+    }
+    if (!p.drop.reason.empty()) {
+      result_.dropped.push_back(std::move(p.drop));
+      continue;
+    }
+    const plan::Plan& plan = p.candidate.plan;
+    double& best = best_[family(plan.schedule.name, plan.numStages() == 1, plan.microbatch_size)];
+    best = std::max(best, p.candidate.report.throughput);
+    result_.ranked.push_back(std::move(p.candidate));
   }
-  double& best = best_[family(proposed.schedule.name, single_stage, proposed.microbatch_size)];
-  best = std::max(best, p.candidate.report.throughput);
-  result_.ranked.push_back(std::move(p.candidate));
 }
 
 // Samples/s that no simulation of the plan can exceed (sim::throughputBound): its

@@ -65,7 +65,7 @@ class Explorer {
   // Simulating, best first (explorer.cpp).
   const Proposal* bestProposal() const { return proposals_.empty() ? nullptr : &proposals_.front(); }
   Proposal takeBestProposal();
-  void evaluate(Proposal p);
+  void evaluateBest(double next_combination_bound);
   bool cannotWin(double bound, const std::string& schedule, int64_t microbatch_size) const;
   double barOf(const std::string& family) const;
   double toBeat(const std::string& schedule, bool single_stage, int64_t microbatch_size) const;
