@@ -563,45 +563,12 @@ std::vector<StageWeights> PipelineExecutor::weights() const {
   return out;
 }
 
-// T2's velocity by name, beside the optimizer's state.
-constexpr const char* kVelocity = "t2.velocity";
-
 std::vector<PipelineExecutor::TensorMap> PipelineExecutor::parameterState(int s) const {
-  Impl& m = *impl_;
-  std::vector<TensorMap> out;
-  const StageState& st = m.state.at(s);
-  const auto& velocity = st.velocity;
-  for (std::size_t i = 0; i < st.aliases.size(); ++i) {
-    TensorMap state = optimizerState(*st.optimizer, st.aliases[i]);
-    if (!velocity.empty()) state[kVelocity] = velocity[i];
-    out.push_back(std::move(state));
-  }
-  return out;
+  return parameterStateOf(impl_->state.at(s));
 }
 
 void PipelineExecutor::loadParameterState(int s, const std::vector<TensorMap>& state) {
-  Impl& m = *impl_;
-  StageState& st = m.state.at(s);
-  const auto& params = st.aliases;
-  if (state.size() != params.size())
-    throw Error("stage " + std::to_string(s) + ": state for " + std::to_string(state.size()) + " parameters, the stage has " +
-                std::to_string(params.size()));
-  auto& velocity = st.velocity;
-  velocity.clear();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    TensorMap optimizer = state[i];
-    auto v = optimizer.find(kVelocity);
-    if (v != optimizer.end()) {
-      if (v->second.sizes() != params[i].sizes())
-        throw Error("stage " + std::to_string(s) + ": T2's velocity has another shape than its parameter");
-      velocity.push_back(v->second.detach().to(params[i].device(), /*non_blocking=*/false, /*copy=*/true));
-      optimizer.erase(v);
-    }
-    setOptimizerState(*st.optimizer, params[i], optimizer);
-  }
-  // All or nothing: T2 starts its velocity at zero for every parameter or none.
-  if (!velocity.empty() && velocity.size() != params.size())
-    throw Error("stage " + std::to_string(s) + ": T2's velocity for some of its parameters only");
+  runtime::loadParameterState(impl_->state.at(s), s, state);
 }
 
 int64_t PipelineExecutor::stepsTaken(int s) const { return impl_->state.at(s).steps_taken; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "optimizer_state.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -97,6 +98,42 @@ void stepStage(StageState& st, int new_version, const StepOptions& o) {
   }
   st.version = new_version;
   ++st.steps_taken;
+}
+
+// T2's velocity by name, beside the optimizer's state.
+constexpr const char* kVelocity = "t2.velocity";
+
+std::vector<ParameterState> parameterStateOf(const StageState& st) {
+  std::vector<ParameterState> out;
+  for (std::size_t i = 0; i < st.aliases.size(); ++i) {
+    ParameterState state = optimizerState(*st.optimizer, st.aliases[i]);
+    if (!st.velocity.empty()) state[kVelocity] = st.velocity[i];
+    out.push_back(std::move(state));
+  }
+  return out;
+}
+
+void loadParameterState(StageState& st, int s, const std::vector<ParameterState>& state) {
+  const auto& params = st.aliases;
+  if (state.size() != params.size())
+    throw Error("stage " + std::to_string(s) + ": state for " + std::to_string(state.size()) + " parameters, the stage has " +
+                std::to_string(params.size()));
+  auto& velocity = st.velocity;
+  velocity.clear();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    ParameterState optimizer = state[i];
+    auto v = optimizer.find(kVelocity);
+    if (v != optimizer.end()) {
+      if (v->second.sizes() != params[i].sizes())
+        throw Error("stage " + std::to_string(s) + ": T2's velocity has another shape than its parameter");
+      velocity.push_back(v->second.detach().to(params[i].device(), /*non_blocking=*/false, /*copy=*/true));
+      optimizer.erase(v);
+    }
+    setOptimizerState(*st.optimizer, params[i], optimizer);
+  }
+  // All or nothing: T2 starts its velocity at zero for every parameter or none.
+  if (!velocity.empty() && velocity.size() != params.size())
+    throw Error("stage " + std::to_string(s) + ": T2's velocity for some of its parameters only");
 }
 
 }  // namespace pipetrain::runtime

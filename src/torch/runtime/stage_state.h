@@ -1,5 +1,6 @@
-// What one stage holds on its rank, and the two things done to its weights: running a
-// pass on the version an action names, and stepping the optimizer into the next one.
+// What one stage holds on its rank, the two things done to its weights (running a
+// pass on the version an action names, and stepping the optimizer into the next one),
+// and the state a checkpoint keeps beside them.
 //
 // The current version lives in the model's parameters; a version that a later action
 // still reads is stashed (a copy of the weights only, never of optimizer state) at the
@@ -53,13 +54,20 @@ void withVersion(StageState& stage, int version, int t2_steps, const std::functi
 struct StepOptions {
   bool stash_old = false;         // a later action reads the version this step replaces
   double gradient_factor = 1.0;   // rescales the accumulated gradients first
-  std::optional<double> lr;       // T1: the rate for this step
+  std::optional<double> lr;       // the rate for this step (warm-up, T1)
   std::optional<double> t2_decay; // T2: the velocity's moving-average decay
 };
 
 // Creates the stage's next version `new_version`: stashes the old one if asked, scales
-// the gradients, applies T1's rate and T2's velocity, steps through the untracked
+// the gradients, applies the step's rate and T2's velocity, steps through the untracked
 // aliases and clears the gradients (zeroes them where buckets own their storage).
 void stepStage(StageState& stage, int new_version, const StepOptions& options);
+
+// What a checkpoint keeps per parameter of stage `s` beside its weights: the optimizer's
+// state and T2's velocity, by name (optimizer_state.h), and the reverse, which throws
+// Error naming the stage where the state does not fit its parameters.
+using ParameterState = std::map<std::string, torch::Tensor>;
+std::vector<ParameterState> parameterStateOf(const StageState& stage);
+void loadParameterState(StageState& stage, int s, const std::vector<ParameterState>& state);
 
 }  // namespace pipetrain::runtime
