@@ -81,6 +81,8 @@ class DownSetSearch final : public StageGraphSearch {
         steps_[i].push_back(step);
       }
     }
+    starts_.resize(problem.numDevices() + 1);
+    for (int end = 1; end <= problem.numDevices(); ++end) starts_[end] = problem.allowedStarts(end);
   }
 
   bool gaveUp() const override { return states_ > kMaxStates; }
@@ -181,8 +183,8 @@ class DownSetSearch final : public StageGraphSearch {
       const int depth = stageDepth(set, step.stage, placed);
       if (depth >= result.depth) continue;
       const bool first = sets_[step.lower] == 0;
-      for (int a = first ? 0 : end - 1; a >= (first ? 0 : 1); --a) {
-        if (!problem_.allowedDevices(a, end)) continue;
+      for (int a : starts_[end]) {  // from the last device down, as allowedDevices allows
+        if (first ? a != 0 : a == 0) continue;  // the first stage starts at device 0, no other does
         const DeviceBlock block = problem_.deviceBlock(a, end);
         if (problem_.stageSeconds(step.sums, block) > limit_) continue;
         if (problem_.options().check_memory &&
@@ -204,6 +206,7 @@ class DownSetSearch final : public StageGraphSearch {
   std::vector<Mask> preds_;                  // per layer
   std::vector<std::vector<Step>> steps_;     // per down-set: every smaller down-set
   std::vector<std::vector<int>> boundary_;   // per down-set: the layers outside it that read from it
+  std::vector<std::vector<int>> starts_;     // per end device: ChainProblem::allowedStarts, descending
   int full_ = 0;                             // the index of the set of all layers
   std::unordered_map<std::string, Entry> memo_;
   std::size_t states_ = 0;  // in the memos of earlier solves
