@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", a.optimizer, "adam or sgd (with momentum)")->capture_default_str();
   app.add_option("--lr", a.lr)->capture_default_str();
   app.add_option("--momentum", a.momentum)->capture_default_str();
-  app.add_option("--lr-warmup", a.lr_warmup, "linear learning-rate warm-up, optimizer steps per stage")->capture_default_str();
+  app.add_option("--lr-warmup", a.lr_warmup, "linear learning-rate warm-up, optimizer steps per stage")
+      ->capture_default_str();
   app.add_option("--pipemare-warmup", a.warmup, "T1's K (default: the schedule's)");
   app.add_option("--seed", a.seed)->capture_default_str();
   app.add_flag("--discrepancy", a.discrepancy,

@@ -193,8 +193,8 @@ cat > "$tmp/pipedream_dp.json" <<'PLAN'
 {"format": "pipetrain.plan", "version": 1, "microbatch_size": 16, "microbatches": 2, "schedule": "pipedream",
  "stages": [{"layers": ["fc0", "fc1", "fc2", "fc3", "head"], "devices": ["rank0", "rank1"]}]}
 PLAN
-check "train pipedream as data parallelism" "$bin" train --model mlp --dataset synthetic --plan "$tmp/pipedream_dp.json" \
-  --nproc 2 --max-steps 3 --no-eval --timeout 20 --summary-json "$tmp/pipedream_dp_summary.json"
+check "train pipedream as data parallelism" "$bin" train --model mlp --dataset synthetic \
+  --plan "$tmp/pipedream_dp.json" --nproc 2 --max-steps 3 --no-eval --timeout 20 --summary-json "$tmp/pipedream_dp_summary.json"
 expect "synchronous pipedream said" "pipedream here trains as synchronous SGD"
 check "synchronous pipedream summary" grep -q -- '"asynchronous": false' "$tmp/pipedream_dp_summary.json"
 for key in '"asynchronous": true' '"history"' '"weight_versions": 2' '"weight_bytes"' '"test_loss"'; do

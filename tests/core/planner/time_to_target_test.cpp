@@ -152,7 +152,8 @@ TEST(UpdateRule, ShortenedProgramGivesTheFullRule) {
   plan::ScheduleOptions options;
   options.name = "pipedream";
   int shapes = 0;
-  for (const std::vector<int>& bounds : std::vector<std::vector<int>>{{0, 8}, {0, 4, 8}, {0, 2, 4, 8}, {0, 1, 2, 3, 5, 8}})
+  const std::vector<std::vector<int>> chains{{0, 8}, {0, 4, 8}, {0, 2, 4, 8}, {0, 1, 2, 3, 5, 8}};
+  for (const std::vector<int>& bounds : chains)
     for (const int replicas_per_stage : {1, 2, 3})
       for (const bool vertical_sync : {false, true})
         for (const int microbatches : {48, 96}) {
