@@ -372,8 +372,8 @@ void Explorer::evaluateBest(double next_combination_bound) {
   struct Simulation {
     Proposal proposal;
     double to_beat = 0;
-    std::optional<sim::Report> report;
-    std::string error;
+    std::optional<sim::Report> report;  // none: pruned by its queues, or refused
+    std::optional<std::string> error;   // the schedule's refusal
     std::exception_ptr failure;  // anything but a schedule's refusal, rethrown here
   };
   std::vector<Simulation> batch;
@@ -389,7 +389,7 @@ void Explorer::evaluateBest(double next_combination_bound) {
       continue;
     }
     ++simulated_;
-    batch.push_back({std::move(p), to_beat, std::nullopt, "", nullptr});
+    batch.push_back({std::move(p), to_beat, std::nullopt, std::nullopt, nullptr});
   }
   util::parallelFor(batch.size(), [&](std::size_t i) {
     Simulation& s = batch[i];
@@ -404,16 +404,17 @@ void Explorer::evaluateBest(double next_combination_bound) {
   for (Simulation& s : batch) {
     if (s.failure) std::rethrow_exception(s.failure);
     Proposal& p = s.proposal;
-    if (s.error.empty() && !s.report) {
+    if (s.error) {  // dropped even where the refusal says nothing
+      p.drop.reason = *s.error;
+      result_.dropped.push_back(std::move(p.drop));
+      continue;
+    }
+    if (!s.report) {
       ++result_.pruned;  // its queues bind it below the best after all
       continue;
     }
-    if (s.report) {
-      p.candidate.report = std::move(*s.report);
-      p.drop.reason = memoryShortfall(p.candidate.report);
-    } else {
-      p.drop.reason = s.error;
-    }
+    p.candidate.report = std::move(*s.report);
+    p.drop.reason = memoryShortfall(p.candidate.report);
     if (!p.drop.reason.empty()) {
       result_.dropped.push_back(std::move(p.drop));
       continue;
