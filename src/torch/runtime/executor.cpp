@@ -394,9 +394,7 @@ struct PipelineExecutor::Impl {
     if (tied)
       tied->beforeStep(s, a.version, [&](int stage, int v) { return facts.steps.gradient_factor[stage].at(v); });
     const bool t1 = latest && corrections.lr_warmup;
-    if (t1 || lr_warmup_steps > 0)
-      o.lr = st.base_lr * warmupScale(st.steps_taken, lr_warmup_steps) *
-             (t1 ? schedule::learningRateScale(facts.stage_delays[s], st.steps_taken, corrections.warmup_steps) : 1.0);
+    o.lr = stepRate(st.base_lr, st.steps_taken, lr_warmup_steps, t1 ? facts.stage_delays[s] : 0, corrections.warmup_steps);
     if (latest && corrections.discrepancy) o.t2_decay = schedule::correctionDecay(corrections.decay, facts.stage_delays[s]);
     stepStage(st, a.version, o);
   }

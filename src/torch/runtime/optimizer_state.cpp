@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -26,9 +27,10 @@ torch::Tensor sameShape(const std::map<std::string, torch::Tensor>& state, const
 
 }  // namespace
 
-double warmupScale(int64_t step, int64_t warmup_steps) {
-  if (warmup_steps <= 0) return 1.0;
-  return std::min(1.0, static_cast<double>(step + 1) / static_cast<double>(warmup_steps));
+double stepRate(double lr, int64_t step, int64_t warmup_steps, int t1_delay, int64_t t1_warmup_steps) {
+  const double warmup =
+      warmup_steps <= 0 ? 1.0 : std::min(1.0, static_cast<double>(step + 1) / static_cast<double>(warmup_steps));
+  return lr * warmup * schedule::learningRateScale(t1_delay, step, t1_warmup_steps);
 }
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, double lr, double momentum,

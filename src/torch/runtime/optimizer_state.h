@@ -16,11 +16,13 @@ namespace pipetrain::runtime {
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, double lr, double momentum,
                                                        std::vector<torch::Tensor> params);
 
-// The factor on the learning rate at optimizer step `step` (0-based, counted per stage)
-// under a linear warm-up over `warmup_steps` steps: (step + 1) / warmup_steps until it
-// reaches 1, and 1 without warm-up (0 steps). Training, its references and the
-// staleness replay all take their rates from here.
-double warmupScale(int64_t step, int64_t warmup_steps);
+// The learning rate of a stage's optimizer step `step` (0-based, counted per stage):
+// `lr` times the linear warm-up's factor over `warmup_steps` steps ((step + 1) /
+// warmup_steps until it reaches 1; none for 0 steps), times PipeMare's T1 factor for a
+// stage of delay `t1_delay` over `t1_warmup_steps` (schedule::learningRateScale; 1 for
+// t1_delay 0, T1 off). Training, its references and the staleness replay all take their
+// rates from here.
+double stepRate(double lr, int64_t step, int64_t warmup_steps, int t1_delay = 0, int64_t t1_warmup_steps = 0);
 
 // The state `optimizer` keeps for `param` (one of its parameters), by name ("adam.step",
 // "adam.exp_avg", ...; "sgd.momentum_buffer"); empty before its first step.

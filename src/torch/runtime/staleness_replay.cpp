@@ -169,10 +169,8 @@ struct StalenessReplay::Impl {
     for (auto& p : params[s])
       if (p.grad().defined() && factor != 1.0) p.grad().mul_(factor);
     const bool t1 = latest && corrections.lr_warmup;
-    if (t1 || c.lr_warmup_steps > 0)
-      optimizers[s]->param_groups()[0].options().set_lr(
-          c.lr * warmupScale(v - 1, c.lr_warmup_steps) *
-          (t1 ? schedule::learningRateScale(delays[s], v - 1, corrections.warmup_steps) : 1.0));
+    optimizers[s]->param_groups()[0].options().set_lr(
+        stepRate(c.lr, v - 1, c.lr_warmup_steps, t1 ? delays[s] : 0, corrections.warmup_steps));
     optimizers[s]->step();
     optimizers[s]->zero_grad();
     if (t2()) {  // delta <- gamma delta + (1 - gamma) (w_new - w_old), as the executor keeps it

@@ -469,7 +469,7 @@ models::Model trainReference(const TrainConfig& c) {
     }
     loss.backward();
     models::sumTiedGradients(model);
-    optimizer->param_groups()[0].options().set_lr(c.lr * warmupScale(k, c.lr_warmup_steps));
+    optimizer->param_groups()[0].options().set_lr(stepRate(c.lr, k, c.lr_warmup_steps));
     optimizer->step();
   }
   return model;
