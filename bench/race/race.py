@@ -69,8 +69,11 @@ class Race:
                 "--optimizer", "sgd", "--lr", str(LR), "--epochs", "1", "--max-steps", str(self.a.steps),
                 "--no-eval", "--timeout", "120", "--summary-json", summary]
         runs = []
+        wanted = self.a.runs.split(",")
         for peer, schedule, per_rank in PAIRS:
             stages = p * per_rank
+            if schedule not in wanted:
+                continue
             if stages > layers:
                 continue  # fewer layers than stages: neither system can cut it
             bounds = ",".join(map(str, even_bounds(layers, stages)))
@@ -81,11 +84,15 @@ class Race:
             runs.append((f"pipetrain {schedule}", f"torch {peer}",
                          ours + ["--schedule", schedule, "--stage-bounds", bounds, "--microbatches", str(m),
                                  "--microbatch-size", str(b)] + chunks, True))
-        runs.append(("torch DDP", None, torchrun + [f"{HERE}/ddp_peer.py", "--batch", str(m * b)] + common, False))
-        plan = ours + ["--batch", str(m * b), "--plan-out", f"{self.work}/{model}-{p}.plan.json"]
-        runs.append(("pipetrain's plan", "best", plan, True))
-        async_plan = ours + ["--batch", str(m * b), "--allow-async", "--plan-out", f"{self.work}/{model}-{p}.async.json"]
-        runs.append(("pipetrain's plan, async allowed", "best", async_plan, True))
+        if "ddp" in wanted:
+            runs.append(("torch DDP", None, torchrun + [f"{HERE}/ddp_peer.py", "--batch", str(m * b)] + common, False))
+        if "plan" in wanted:
+            plan = ours + ["--batch", str(m * b), "--plan-out", f"{self.work}/{model}-{p}.plan.json"]
+            runs.append(("pipetrain's plan", "best", plan, True))
+        if "async" in wanted:
+            async_plan = ours + ["--batch", str(m * b), "--allow-async", "--plan-out",
+                                 f"{self.work}/{model}-{p}.async.json"]
+            runs.append(("pipetrain's plan, async allowed", "best", async_plan, True))
         return runs
 
     def run(self, command, ours):
@@ -128,6 +135,8 @@ def main():
     p.add_argument("--nproc", default="2,3")
     p.add_argument("--timeout", type=float, default=300, help="seconds one run may take")
     p.add_argument("--json", help="write every run's figures here")
+    p.add_argument("--runs", default=",".join([s for _, s, _ in PAIRS] + ["ddp", "plan", "async"]),
+                   help="which to run: pipetrain's schedule names (each with its torch peer), ddp, plan, async")
     a = p.parse_args()
     models, nprocs = a.models.split(","), [int(n) for n in a.nproc.split(",")]
     with tempfile.TemporaryDirectory() as work:

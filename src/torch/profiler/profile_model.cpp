@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include "memory_probe.h"
+#include "../runtime/split_backward.h"
 #include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
@@ -56,10 +57,6 @@ class ModelStateGuard {
   std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;  // (buffer, its value before)
 };
 
-// What a backward pass differentiates: the inputs (I), the parameters (a split
-// schedule's W after I), or both (a whole backward pass).
-enum class Wrt { kInputs, kParams, kInputsAndParams };
-
 // One layer set up for timing: its inputs and what its backward pass differentiates.
 struct LayerRun {
   const models::Model& model;
@@ -71,32 +68,41 @@ struct LayerRun {
 
   torch::Tensor forward() const { return models::forwardLayer(model, index, inputs); }  // merge included
 
-  // Gradients of `output` (seeded with `seed`) w.r.t. `of`, inputs first.
-  // torch::autograd::grad returns the gradients instead of accumulating them into .grad,
-  // so the model's gradients stay untouched.
-  std::vector<torch::Tensor> backward(const torch::Tensor& output, const torch::Tensor& seed, Wrt of,
-                                      bool retain_graph) const {
+  // Gradients of `output` (seeded with `seed`) w.r.t. the inputs that require grad, then
+  // the parameters. torch::autograd::grad returns the gradients instead of accumulating
+  // them into .grad, so the model's gradients stay untouched.
+  std::vector<torch::Tensor> backward(const torch::Tensor& output, const torch::Tensor& seed) const {
     std::vector<torch::Tensor> wrt;
-    if (of != Wrt::kParams)
-      for (const torch::Tensor& input : inputs)
-        if (input.requires_grad()) wrt.push_back(input);
-    if (of != Wrt::kInputs) wrt.insert(wrt.end(), params.begin(), params.end());
+    for (const torch::Tensor& input : inputs)
+      if (input.requires_grad()) wrt.push_back(input);
+    wrt.insert(wrt.end(), params.begin(), params.end());
     if (wrt.empty() || !output.requires_grad()) return {};
-    return torch::autograd::grad({output}, wrt, {seed}, retain_graph, /*create_graph=*/false,
+    return torch::autograd::grad({output}, wrt, {seed}, /*retain_graph=*/false, /*create_graph=*/false,
                                  /*allow_unused=*/true);
   }
 
   // A backward pass as training runs it: the parameters' gradients are added to a running
   // sum, as autograd adds them into .grad micro-batch after micro-batch; that is a read
   // and a write of every gradient (NOTE(pass-order)). The sums are the run's own, so the
-  // model's .grad stays untouched. `of` includes the parameters.
-  void backwardAccumulating(const torch::Tensor& output, const torch::Tensor& seed, Wrt of, bool retain_graph) {
-    const std::vector<torch::Tensor> grads = backward(output, seed, of, retain_graph);
-    if (grads.empty()) return;
+  // model's .grad stays untouched.
+  void backwardAccumulating(const torch::Tensor& output, const torch::Tensor& seed) {
+    const std::vector<torch::Tensor> grads = backward(output, seed);
+    if (!grads.empty()) addToSums(std::vector<torch::Tensor>(grads.end() - params.size(), grads.end()));
+  }
+
+  // A split schedule's I (NOTE(split-backward)): the inputs' gradients; `split` keeps what
+  // W starts from.
+  void inputBackward(runtime::SplitBackward& split, const torch::Tensor& output, const torch::Tensor& seed) const {
+    if (output.requires_grad()) split.inputPass({output}, {seed}, inputs, params);
+  }
+
+  // Its W: the parameters' gradients from what I kept, added to the sums.
+  void weightBackwardAccumulating(runtime::SplitBackward& split) { addToSums(split.weightGradients()); }
+
+  void addToSums(const std::vector<torch::Tensor>& param_grads) {
     torch::NoGradGuard no_grad;
-    const std::size_t first_param = grads.size() - params.size();
     for (std::size_t k = 0; k < params.size(); ++k) {
-      const torch::Tensor& g = grads[first_param + k];
+      const torch::Tensor& g = param_grads[k];
       if (!g.defined()) continue;
       if (!grad_sums[k].defined()) grad_sums[k] = torch::zeros_like(g);
       grad_sums[k].add_(g);
@@ -328,11 +334,11 @@ torch::Tensor typicalLabels(const models::Model& model, const torch::Tensor& out
 // runs the chain in I and only the weight products in W, and a non-split schedule runs
 // B = I + W, so full - I is what W adds and I + W stays the whole backward pass. The full
 // pass includes adding the weight gradients into their running sums (backwardAccumulating).
-// pipetrain's executor runs a split schedule's W layer by layer from the layer output
-// gradients its I kept, so within a multi-op layer such as a transformer block it
-// re-runs the layer's own operations: that W is timed too, after I, as
-// split_weight_seconds (on the 2-stage gpt, zb-h1 measured 25% slower than 1f1b, and
-// the profile without it predicted zb-h1 29% too fast).
+// pipetrain's executor runs a split schedule's I and W as runtime::SplitBackward does
+// (NOTE(split-backward)), and so does the split pass here: that W is timed too, after I,
+// as split_weight_seconds, which the simulator gives a W action. It used to re-run each
+// layer's own operations from the layer's output gradient, which for a transformer block
+// cost about twice full - I (on the 2-stage gpt, zb-h1 measured 25% slower than 1f1b).
 //
 // NOTE(in-flight): a pipeline's rank holds several micro-batches between their forward
 // and backward passes (1F1B: p - r on rank r), and their activations stream through the
@@ -374,32 +380,24 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
         });
         if (timed) forward[l].push_back(f);
       }
-    for (auto& mb : outputs)
+    std::vector<std::vector<runtime::SplitBackward>> splits(split ? k : 0, std::vector<runtime::SplitBackward>(n));
+    for (std::size_t j = 0; j < k; ++j)
       for (std::size_t l = n; l-- > 0;) {
-        const torch::Tensor seed = torch::ones_like(mb[l]);
+        const torch::Tensor seed = torch::ones_like(outputs[j][l]);
         if (!split) {
-          const double b = secondsOf(device, [&] {
-            runs[l].backwardAccumulating(mb[l], seed, Wrt::kInputsAndParams, /*retain_graph=*/false);
-          });
-          mb[l] = torch::Tensor();  // its graph is spent, as a step's would be
+          const double b = secondsOf(device, [&] { runs[l].backwardAccumulating(outputs[j][l], seed); });
           if (timed) full[l].push_back(b);
-        } else if (runs[l].input_grad) {
-          const double i = secondsOf(device, [&] {
-            runs[l].backward(mb[l], seed, Wrt::kInputs, /*retain_graph=*/true);
-          });
-          if (timed) input[l].push_back(i);
+        } else {
+          const double i = secondsOf(device, [&] { runs[l].inputBackward(splits[j][l], outputs[j][l], seed); });
+          if (timed && runs[l].input_grad) input[l].push_back(i);
         }
+        outputs[j][l] = torch::Tensor();  // a full pass's graph is spent; a split one's lives in `splits`
       }
     if (split)
-      for (auto& mb : outputs)
+      for (auto& mb : splits)
         for (std::size_t l = n; l-- > 0;) {
-          if (!runs[l].params.empty()) {
-            const double w = secondsOf(device, [&] {
-              runs[l].backwardAccumulating(mb[l], torch::ones_like(mb[l]), Wrt::kParams, /*retain_graph=*/false);
-            });
-            if (timed) split_weight[l].push_back(w);
-          }
-          mb[l] = torch::Tensor();
+          const double w = secondsOf(device, [&] { runs[l].weightBackwardAccumulating(mb[l]); });
+          if (timed && !runs[l].params.empty()) split_weight[l].push_back(w);
         }
     for (std::size_t l = 0; l < n; ++l) {
       if (!steps.has(l)) continue;
@@ -466,7 +464,7 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
     synchronize(device);
     m.saved = probe.current();
     const std::vector<torch::Tensor> grads =
-        run.backward(y, torch::ones_like(y), Wrt::kInputsAndParams, /*retain_graph=*/false);
+        run.backward(y, torch::ones_like(y));
     synchronize(device);
     m.peak = probe.peak();
   }

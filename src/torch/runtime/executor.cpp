@@ -11,6 +11,7 @@
 #include "gradient_buckets.h"
 #include "minibatch_loss.h"
 #include "optimizer_state.h"
+#include "split_backward.h"
 #include "stage_edges.h"
 #include "stage_state.h"
 #include "tied_gradients.h"
@@ -42,9 +43,11 @@ struct Activation {
   int consumers_left = 0;                            // forward-only: consumers yet to take the outputs
   bool weights_pending = false;                      // I ran, W has not
   std::map<int, torch::Tensor> input_grads;          // per producer stage: its gradient message, to send
-  // Split backward only: each layer's output and, from I on, its gradient, so that W
-  // differentiates each layer alone instead of the whole stage again.
-  std::vector<torch::Tensor> layer_outputs, layer_grads;
+  // Split backward only: each layer's output until I, whose gradients I computes too, so
+  // that I runs the chain through every layer of the first stage as the profile times it
+  // (the I of each layer with an input gradient); from I on, what W starts from.
+  std::vector<torch::Tensor> layer_outputs;
+  SplitBackward split;
 };
 
 }  // namespace
@@ -290,14 +293,13 @@ struct PipelineExecutor::Impl {
         packInputGrads(s, act, grads);
         return;
       }
-      // I: the inputs' gradients, and each layer output's for W; the graph stays for W.
-      std::vector<torch::Tensor> wrt = act.layer_outputs;
-      wrt.insert(wrt.end(), leaves.begin(), leaves.end());
-      std::vector<torch::Tensor> grads = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/true,
-                                                               /*create_graph=*/false, /*allow_unused=*/true);
-      packInputGrads(s, act, std::vector<torch::Tensor>(grads.begin() + act.layer_outputs.size(), grads.end()));
-      grads.resize(act.layer_outputs.size());
-      act.layer_grads = std::move(grads);
+      // I: the inputs' and layer outputs' gradients, keeping what W starts from
+      // (NOTE(split-backward)); the graph stays for W.
+      std::vector<torch::Tensor> targets = std::move(act.layer_outputs);
+      targets.insert(targets.end(), leaves.begin(), leaves.end());
+      const std::size_t layers = targets.size() - leaves.size();
+      const std::vector<torch::Tensor> grads = act.split.inputPass(roots, root_grads, targets, state.at(s).params);
+      packInputGrads(s, act, std::vector<torch::Tensor>(grads.begin() + layers, grads.end()));
       act.weights_pending = true;
     });
     if (!act.weights_pending) {  // B: the graph is spent
@@ -308,29 +310,15 @@ struct PipelineExecutor::Impl {
     finishIfDone(s, a.microbatch);
   }
 
-  // W: each layer's weight gradients from its own output gradient (kept by I), so only
-  // the layer's own operations run again, not the whole stage's graph back to its inputs.
+  // W: the parameters' gradients from what I kept.
   void weightBackward(const Action& a) {
-    const int s = a.stage;
-    Activation& act = live.at({s, a.microbatch});
-    withWeights(a, [&] {
-      // Last layer first, as a whole backward pass would: measured 4.2 ms against 11 ms
-      // in layer order for four 1024-wide layers at micro-batch 32.
-      const auto& layers = stages[s].layers;
-      for (int k = static_cast<int>(layers.size()) - 1; k >= 0; --k) {
-        const std::vector<torch::Tensor>& weights = state.at(s).layer_params[k];
-        if (weights.empty() || !act.layer_grads[k].defined()) continue;
-        torch::autograd::backward({act.layer_outputs[k]}, {act.layer_grads[k]}, /*retain_graph=*/true,
-                                  /*create_graph=*/false, weights);
-      }
-    });
-    act.layer_outputs.clear();
-    act.layer_grads.clear();
+    Activation& act = live.at({a.stage, a.microbatch});
+    withWeights(a, [&] { act.split.weightPass(); });
     act.outputs.clear();
     act.loss.reset();
     act.inputs.clear();
     act.weights_pending = false;
-    finishIfDone(s, a.microbatch);
+    finishIfDone(a.stage, a.microbatch);
   }
 
   // Drops a micro-batch's activation once its W has run and every gradient message it
@@ -506,7 +494,6 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   for (int s : my_stages_) {
     StageState& st = m.state.emplace(s, StageState{model.device}).first->second;
     st.params = model.parameters(m.stages[s].layers);
-    for (int l : m.stages[s].layers) st.layer_params.push_back(model.parameters(l, l + 1));
     for (const auto& p : st.params) st.aliases.push_back(p.data().set_requires_grad(true));
     st.optimizer = make_optimizer(st.aliases);
     st.base_lr = st.optimizer->param_groups().empty() ? 0.0 : st.optimizer->param_groups()[0].options().get_lr();

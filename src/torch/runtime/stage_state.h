@@ -30,7 +30,6 @@ namespace pipetrain::runtime {
 struct StageState {
   torch::Device device;
   std::vector<torch::Tensor> params;                     // the model's parameters
-  std::vector<std::vector<torch::Tensor>> layer_params;  // the same, per layer of the stage (split W)
   std::vector<torch::Tensor> aliases;                    // the same storage, untracked: what the optimizer updates
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   double base_lr = 0;
