@@ -249,7 +249,15 @@ std::vector<torch::Tensor> SplitBackward::inputPass(const std::vector<torch::Ten
     rest.starts = root_edges;
     rest.grads = root_grads;
     calls_.push_back(std::move(rest));
+    return target_grads;
   }
+  // What only I reads goes now: W runs the starts and the branches below them, nothing
+  // else (a call from the roots would run I's path again: then everything stays).
+  std::unordered_set<ag::Node*> runs_in_w;
+  for (const auto& [members, bits] : safe)
+    for (const Start* s : members) runs_in_w.insert(s->node);
+  for (ag::Node* n : graph.bottomUp())
+    if (!runs_in_w.count(n) && (graph.onInputPath(n) || !graph.hasParamsBelow(n))) n->release_variables();
   return target_grads;
 }
 
