@@ -58,6 +58,8 @@ TEST(Profiler, ProfilesEveryLayerOfAnMlp) {
     // Linear, keeps nothing it made, but its output is still held after the forward.
     EXPECT_GE(l.saved_activation_bytes, l.output_bytes);
     EXPECT_LE(l.saved_activation_bytes, 4 * l.output_bytes);
+    // Between a split schedule's I and W, also the gradient of the Linear's output.
+    EXPECT_EQ(l.split_activation_bytes, l.saved_activation_bytes + l.output_bytes);
     // The peak holds at least the output and the parameters' gradients.
     EXPECT_GE(l.peak_memory_bytes, l.output_bytes + l.param_bytes);
   }
@@ -118,6 +120,8 @@ TEST(Profiler, TokenInputsAndJsonRoundTrip) {
   const graph::LayerGraph back = graph::LayerGraph::fromJson(j, "profile.json");
   EXPECT_EQ(back.toJson(), j);
   EXPECT_EQ(back.layer(1).peak_memory_bytes, g.layer(1).peak_memory_bytes);
+  EXPECT_GT(back.layer(1).split_activation_bytes, 0);
+  EXPECT_EQ(back.layer(1).split_activation_bytes, g.layer(1).split_activation_bytes);
 }
 
 TEST(Profiler, ProfilesEachLayerOfAGraphOnItsRealInputs) {

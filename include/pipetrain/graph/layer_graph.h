@@ -41,14 +41,16 @@ struct Layer {
   double forward_seconds = 0;
   double backward_input_seconds = 0;   // dL/dx part of the backward pass ("I")
   double backward_weight_seconds = 0;  // dL/dw part of the backward pass ("W")
-  // A split schedule's W run on its own, after I, as the executor runs it: the layer's
-  // parameters-only backward from its output gradient, which re-runs the layer's own
-  // operations (costlier than backward_weight_seconds in multi-op layers such as
-  // transformer blocks). -1 = not measured: splitWeightSeconds() then gives
-  // backward_weight_seconds.
+  // A split schedule's W run on its own, after I, as the executor runs it (from the
+  // gradients I kept at each parameter's operation). -1 = not measured:
+  // splitWeightSeconds() then gives backward_weight_seconds.
   double split_weight_seconds = -1;
   int64_t output_bytes = 0;            // what crosses to consumers
   int64_t saved_activation_bytes = 0;  // kept from forward until backward finishes
+  // What a split schedule holds between I and W instead: the activations W reads and the
+  // gradients I kept for it. -1 = not measured: splitActivationBytes() then gives
+  // saved_activation_bytes.
+  int64_t split_activation_bytes = -1;
   int64_t param_bytes = 0;
   int64_t optimizer_state_bytes = 0;   // e.g. Adam's two moments = 2 x param_bytes
   double optimizer_seconds = 0;        // one optimizer step over the layer's weights
@@ -67,6 +69,9 @@ struct Layer {
   }
   double backwardSeconds() const { return backward_input_seconds + backward_weight_seconds; }
   double splitWeightSeconds() const { return split_weight_seconds >= 0 ? split_weight_seconds : backward_weight_seconds; }
+  int64_t splitActivationBytes() const {
+    return split_activation_bytes >= 0 ? split_activation_bytes : saved_activation_bytes;
+  }
 };
 
 class LayerGraph {

@@ -1,6 +1,7 @@
 // Memory accounting from the Program alone: how many micro-batches of activations and
 // how many weight versions each rank holds at its peak. A micro-batch of activations
-// is counted from its F until its B (or W, under split backward), weighted by the
+// is counted from its F until its B (or W, under split backward: from its I on with
+// what it holds between I and W), weighted by the
 // rank's share of the stage (1/v for interleaved chunks). A weight version is held from
 // the STEP that creates it until the later of its last reader and its successor's
 // creation.
@@ -27,8 +28,11 @@ struct RankFootprint {
 
 // `stage_activation_bytes[s]`, when given, is one micro-batch's saved activations of
 // stage s; the walk then also tracks bytes at the moment they peak.
+// `stage_split_activation_bytes[s]`, when given, is what a micro-batch of stage s holds
+// between its I and its W instead (default: the same as before I).
 std::vector<RankFootprint> accountMemory(const Program& program,
-                                         const std::vector<double>& stage_activation_bytes = {});
+                                         const std::vector<double>& stage_activation_bytes = {},
+                                         const std::vector<double>& stage_split_activation_bytes = {});
 
 // Position after which each rank no longer needs weight version v of stage s: for
 // every rank, a list of (position, stage, version) in increasing position. Executors

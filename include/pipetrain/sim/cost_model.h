@@ -36,6 +36,7 @@ struct StageCosts {
   double split_weight = 0;      // a split schedule's W action (Layer::splitWeightSeconds)
   double optimizer_step = 0;    // seconds at speed 1, once per STEP
   double activation_bytes = 0;  // saved per micro-batch
+  double split_activation_bytes = 0;  // the same between a split schedule's I and W
   double param_bytes = 0;
   double optimizer_bytes = 0;
 };

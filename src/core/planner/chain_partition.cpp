@@ -216,7 +216,10 @@ StageSums ChainProblem::layerSums(int layer) const {
   return {t.forwardBackward(),
           t.backward_input + t.backward_weight,
           l.optimizer_seconds,
-          static_cast<double>(l.saved_activation_bytes) * scale_,
+          // Under a split schedule a micro-batch holds one or the other (before and after
+          // its I); the larger of each layer's bounds the stage's.
+          static_cast<double>(traits_->split_backward ? std::max(l.saved_activation_bytes, l.splitActivationBytes())
+                                                      : l.saved_activation_bytes) * scale_,
           static_cast<double>(l.param_bytes),
           static_cast<double>(l.optimizer_state_bytes)};
 }

@@ -40,9 +40,13 @@ std::vector<std::vector<Retirement>> retirements(const Program& program) {
 }
 
 std::vector<RankFootprint> accountMemory(const Program& program,
-                                         const std::vector<double>& stage_activation_bytes) {
+                                         const std::vector<double>& stage_activation_bytes,
+                                         const std::vector<double>& stage_split_activation_bytes) {
   auto bytesOf = [&](int stage) {
     return stage_activation_bytes.empty() ? 0.0 : stage_activation_bytes[stage];
+  };
+  auto splitBytesOf = [&](int stage) {
+    return stage_split_activation_bytes.empty() ? bytesOf(stage) : stage_split_activation_bytes[stage];
   };
   std::vector<RankFootprint> out(program.numRanks());
   const auto retired = retirements(program);
@@ -80,11 +84,17 @@ std::vector<RankFootprint> accountMemory(const Program& program,
         peak = std::max(peak, total_in_flight * share);
         bytes += bytesOf(a.stage);
         peak_bytes = std::max(peak_bytes, bytes);
-      } else if ((a.type == ActionType::B && !has_weight_pass.count({a.stage, a.microbatch})) ||
-                 a.type == ActionType::W) {
+      } else if (a.type == ActionType::B && !has_weight_pass.count({a.stage, a.microbatch})) {
         --in_flight[a.stage];
         --total_in_flight;
         bytes -= bytesOf(a.stage);
+      } else if (a.type == ActionType::I && has_weight_pass.count({a.stage, a.microbatch})) {
+        bytes += splitBytesOf(a.stage) - bytesOf(a.stage);  // the gradients kept for W, less what only I read
+        peak_bytes = std::max(peak_bytes, bytes);
+      } else if (a.type == ActionType::W) {
+        --in_flight[a.stage];
+        --total_in_flight;
+        bytes -= splitBytesOf(a.stage);
       } else if (a.type == ActionType::STEP) {
         auto& fp = per_stage[a.stage];
         fp.weight_versions = std::max(fp.weight_versions, ++live_versions[a.stage]);

@@ -45,6 +45,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.split_weight += t.split_weight;
       c.optimizer_step += l.optimizer_seconds;  // per step, whatever the micro-batch
       c.activation_bytes += l.saved_activation_bytes * scale;
+      c.split_activation_bytes += l.splitActivationBytes() * scale;
       c.param_bytes += l.param_bytes;
       c.optimizer_bytes += l.optimizer_state_bytes;
     }

@@ -26,9 +26,12 @@ std::vector<double> busyPerRank(const trace::Timeline& t) {
 
 // Memory per rank from the Program's accounting priced with the stage sizes.
 void fillMemory(Report& report, const schedule::Program& program, const CostModel& costs) {
-  std::vector<double> act_bytes;
-  for (int s = 0; s < program.num_stages; ++s) act_bytes.push_back(costs.stage(s).activation_bytes);
-  const auto footprint = schedule::accountMemory(program, act_bytes);
+  std::vector<double> act_bytes, split_bytes;
+  for (int s = 0; s < program.num_stages; ++s) {
+    act_bytes.push_back(costs.stage(s).activation_bytes);
+    split_bytes.push_back(costs.stage(s).split_activation_bytes);
+  }
+  const auto footprint = schedule::accountMemory(program, act_bytes, split_bytes);
   const int extra_buffers = plan::extraWeightBuffers(costs.plan().schedule);
   for (int r = 0; r < program.numRanks(); ++r) {
     RankReport& rr = report.ranks[r];

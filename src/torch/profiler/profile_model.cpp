@@ -449,6 +449,7 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
 struct Memory {
   int64_t saved = -1;  // held after the forward pass: the output and what autograd keeps
   int64_t peak = -1;   // the most held at once during forward and backward
+  int64_t split = -1;  // held after a split schedule's I, until W (NOTE(split-backward))
 };
 
 // One more forward and full backward under a MemoryProbe. Counts only what the layer
@@ -463,10 +464,17 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
     torch::Tensor y = run.forward();
     synchronize(device);
     m.saved = probe.current();
-    const std::vector<torch::Tensor> grads =
-        run.backward(y, torch::ones_like(y));
+    const std::vector<torch::Tensor> grads = run.backward(y, torch::ones_like(y));
     synchronize(device);
     m.peak = probe.peak();
+  }
+  {  // Again, split: what stays after I is what W needs (the input gradients go to the producer).
+    const int64_t before = probe.current();
+    torch::Tensor y = run.forward();
+    runtime::SplitBackward split;
+    run.inputBackward(split, y, torch::ones_like(y));
+    synchronize(device);
+    m.split = probe.current() - before;
   }
   return m;
 }
@@ -613,6 +621,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     }
     node.output_bytes = output_bytes[l];
     node.saved_activation_bytes = m.saved >= 0 ? m.saved : node.output_bytes;
+    node.split_activation_bytes = m.split;
     node.param_bytes = param_bytes[l];
     node.optimizer_state_bytes = optimizerStateBytes(o.optimizer, node.param_bytes);
     node.peak_memory_bytes = m.peak;

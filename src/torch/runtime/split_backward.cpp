@@ -16,7 +16,7 @@
 namespace pipetrain::runtime {
 namespace {
 
-// Not `using`: this file is compiled in one unit with others that have an ag::Edge of their own.
+// Not `using`: this file is compiled in one unit with others that have an Edge of their own.
 namespace ag = torch::autograd;
 
 // The slice of the autograd graph below the roots, with what the split needs of each node.
@@ -110,10 +110,10 @@ ag::Edge edgeOf(const torch::Tensor& t, const std::string& what, std::size_t k) 
   return e;
 }
 
-// The union-find of parameter groups: parameters whose branches share an operation.
-struct Groups {
+// Parameters joined into groups: those whose branches share an operation.
+struct UnionFind {
   std::vector<std::size_t> parent;
-  explicit Groups(std::size_t n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
+  explicit UnionFind(std::size_t n) : parent(n) { std::iota(parent.begin(), parent.end(), 0); }
   std::size_t find(std::size_t x) {
     while (parent[x] != x) x = parent[x] = parent[parent[x]];
     return x;
@@ -126,6 +126,65 @@ std::vector<std::size_t> bitsOf(const std::vector<uint64_t>& bits) {
   for (std::size_t w = 0; w < bits.size(); ++w)
     for (uint64_t b = bits[w]; b; b &= b - 1) out.push_back(w * 64 + __builtin_ctzll(b));
   return out;
+}
+
+// Where W starts (NOTE(split-backward)): a node whose incoming gradient I knows (on I's
+// path, a root, or a target's node) with parameters below. On I's path, its branch edges
+// are those off the path to nodes I does not know; the others ("through") lead where I
+// has already sent its gradient, so its call must not reach their parameters. Off I's
+// path, I never ran it: every edge is a branch.
+struct Start {
+  ag::Node* node;
+  std::vector<uint64_t> branch_params, through_params;  // bit k: parameter k is below
+};
+
+std::vector<Start> findStarts(const GraphFacts& graph, const std::unordered_set<ag::Node*>& root_or_target) {
+  std::vector<Start> starts;
+  for (ag::Node* n : graph.bottomUp()) {
+    const bool on_path = graph.onInputPath(n);
+    if (!graph.hasParamsBelow(n) || !(on_path || root_or_target.count(n))) continue;
+    const std::size_t words = graph.paramsBelow(n).size();
+    Start s{n, std::vector<uint64_t>(words, 0), std::vector<uint64_t>(words, 0)};
+    bool any = false;
+    for (const ag::Edge& e : n->next_edges()) {
+      ag::Node* child = e.function.get();
+      if (!graph.hasParamsBelow(child)) continue;
+      const bool branch = !on_path || !(graph.onInputPath(child) || graph.isTargetEdge(e) || root_or_target.count(child));
+      orInto(branch ? s.branch_params : s.through_params, graph.paramsBelow(child));
+      any = any || branch;
+    }
+    if (any) starts.push_back(std::move(s));
+  }
+  return starts;
+}
+
+// The starts whose branches share parameters, with those parameters: one engine call of W.
+struct Group {
+  std::vector<const Start*> members;
+  std::vector<std::size_t> params;
+};
+
+// The groups W can start at their kept gradients: none of whose parameters is also below
+// a "through" edge, where I's gradient already includes the branch's share.
+std::vector<Group> safeGroups(const std::vector<Start>& starts, std::size_t param_count) {
+  UnionFind joined(param_count);
+  for (const Start& s : starts) {
+    const std::vector<std::size_t> bits = bitsOf(s.branch_params);
+    for (std::size_t b = 1; b < bits.size(); ++b) joined.join(bits[0], bits[b]);
+  }
+  std::map<std::size_t, std::vector<const Start*>> by_group;
+  for (const Start& s : starts) by_group[joined.find(bitsOf(s.branch_params).front())].push_back(&s);
+  std::vector<Group> safe;
+  for (auto& [representative, members] : by_group) {
+    std::vector<uint64_t> params(members.front()->branch_params.size(), 0), through(params.size(), 0);
+    for (const Start* s : members) {
+      orInto(params, s->branch_params);
+      orInto(through, s->through_params);
+    }
+    if (intersects(params, through)) continue;  // a weight used twice along I's path
+    safe.push_back({members, bitsOf(params)});
+  }
+  return safe;
 }
 
 }  // namespace
@@ -153,59 +212,19 @@ std::vector<torch::Tensor> SplitBackward::inputPass(const std::vector<torch::Ten
     }
   const GraphFacts graph(root_edges, target_edges, param_edges);
 
-  // Where W starts (NOTE(split-backward)): a node whose incoming gradient I knows (on
-  // I's path, a root, or a target's node) with parameters below. On I's path, its branch
-  // edges are those off the path to nodes I does not know; the others ("through") lead
-  // where I has already sent its gradient, so its call must not reach their parameters.
-  // Off I's path, I never ran it: every edge is a branch.
   std::unordered_set<ag::Node*> root_or_target;
   for (const ag::Edge& e : root_edges) root_or_target.insert(e.function.get());
   for (const ag::Edge& e : target_edges) root_or_target.insert(e.function.get());
-  struct Start {
-    ag::Node* node;
-    std::vector<uint64_t> branch_params, through_params;
-  };
-  std::vector<Start> starts;
-  for (ag::Node* n : graph.bottomUp()) {
-    const bool on_path = graph.onInputPath(n);
-    if (!graph.hasParamsBelow(n) || !(on_path || root_or_target.count(n))) continue;
-    Start s{n, std::vector<uint64_t>(graph.paramsBelow(n).size(), 0), std::vector<uint64_t>(graph.paramsBelow(n).size(), 0)};
-    bool any = false;
-    for (const ag::Edge& e : n->next_edges()) {
-      ag::Node* child = e.function.get();
-      if (!graph.hasParamsBelow(child)) continue;
-      const bool branch = !on_path || !(graph.onInputPath(child) || graph.isTargetEdge(e) || root_or_target.count(child));
-      orInto(branch ? s.branch_params : s.through_params, graph.paramsBelow(child));
-      any = any || branch;
-    }
-    if (any) starts.push_back(std::move(s));
-  }
-
-  Groups groups(param_edges.size());
-  for (const Start& s : starts) {
-    const std::vector<std::size_t> bits = bitsOf(s.branch_params);
-    for (std::size_t b = 1; b < bits.size(); ++b) groups.join(bits[0], bits[b]);
-  }
-  std::map<std::size_t, std::vector<const Start*>> by_group;
-  for (const Start& s : starts) by_group[groups.find(bitsOf(s.branch_params).front())].push_back(&s);
-  std::vector<char> from_roots(param_edges.size(), 1);  // until a safe group covers it
-  std::vector<std::pair<std::vector<const Start*>, std::vector<std::size_t>>> safe;
-  for (auto& [group, members] : by_group) {
-    std::vector<uint64_t> params_of(members.front()->branch_params.size(), 0), through(params_of.size(), 0);
-    for (const Start* s : members) {
-      orInto(params_of, s->branch_params);
-      orInto(through, s->through_params);
-    }
-    if (intersects(params_of, through)) continue;  // a weight used twice along I's path
-    std::vector<std::size_t> bits = bitsOf(params_of);
-    for (std::size_t b : bits) from_roots[b] = 0;
-    safe.emplace_back(members, std::move(bits));
-  }
+  const std::vector<Start> starts = findStarts(graph, root_or_target);
+  const std::vector<Group> safe = safeGroups(starts, param_edges.size());
+  std::vector<char> from_roots(param_edges.size(), 1);  // unless a safe group covers it
+  for (const Group& g : safe)
+    for (std::size_t b : g.params) from_roots[b] = 0;
 
   // I: the targets' gradients, and every slot of every start, in one engine call.
   std::vector<ag::Edge> outputs = target_edges;
-  for (const auto& [members, bits] : safe)
-    for (const Start* s : members)
+  for (const Group& g : safe)
+    for (const Start* s : g.members)
       for (uint32_t slot = 0; slot < s->node->num_inputs(); ++slot) outputs.emplace_back(s->node->getptr(), slot);
   std::vector<torch::Tensor> captured;
   if (!outputs.empty())
@@ -215,15 +234,15 @@ std::vector<torch::Tensor> SplitBackward::inputPass(const std::vector<torch::Ten
   std::vector<torch::Tensor> target_grads(targets.size());
   for (std::size_t k = 0; k < target_edges.size(); ++k) target_grads[target_slot[k]] = captured[k];
   std::size_t next = target_edges.size();
-  for (const auto& [members, bits] : safe) {
+  for (const Group& g : safe) {
     Call call;
-    for (const Start* s : members)
+    for (const Start* s : g.members)
       for (uint32_t slot = 0; slot < s->node->num_inputs(); ++slot, ++next)
         if (captured[next].defined()) {
           call.starts.emplace_back(s->node->getptr(), slot);
           call.grads.push_back(captured[next]);
         }
-    for (std::size_t b : bits) {
+    for (std::size_t b : g.params) {
       call.params.push_back(param_edges[b]);
       call.param_index.push_back(param_slot[b]);
     }
@@ -254,8 +273,8 @@ std::vector<torch::Tensor> SplitBackward::inputPass(const std::vector<torch::Ten
   // What only I reads goes now: W runs the starts and the branches below them, nothing
   // else (a call from the roots would run I's path again: then everything stays).
   std::unordered_set<ag::Node*> runs_in_w;
-  for (const auto& [members, bits] : safe)
-    for (const Start* s : members) runs_in_w.insert(s->node);
+  for (const Group& g : safe)
+    for (const Start* s : g.members) runs_in_w.insert(s->node);
   for (ag::Node* n : graph.bottomUp())
     if (!runs_in_w.count(n) && (graph.onInputPath(n) || !graph.hasParamsBelow(n))) n->release_variables();
   return target_grads;

@@ -125,6 +125,20 @@ TEST(LayerGraph, SplitWeightSecondsDefaultToTheWeightPass) {
               {"g.json", "layers[0].split_weight_seconds"});
 }
 
+TEST(LayerGraph, SplitActivationBytesDefaultToTheSavedActivations) {
+  Json measured = layerJson("b");
+  measured["split_activation_bytes"] = 1234;
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), measured}), "g.json");
+  EXPECT_EQ(g.layer(0).splitActivationBytes(), g.layer(0).saved_activation_bytes);  // older files
+  EXPECT_EQ(g.layer(1).splitActivationBytes(), 1234);
+  const Json written = g.toJson();
+  EXPECT_FALSE(written["layers"][0].contains("split_activation_bytes"));
+  EXPECT_EQ(LayerGraph::fromJson(written, "written").toJson(), written);
+  measured["split_activation_bytes"] = -5;
+  expectError([&] { LayerGraph::fromJson(graphJson({measured}), "g.json"); },
+              {"g.json", "layers[0].split_activation_bytes"});
+}
+
 TEST(LayerGraph, TimesAtOtherBatchesInterpolateBetweenAndScaleBeyond) {
   // Timed at 4 (the graph's batch: F 1 s) and at 16 (F 2.5 s) and 8 (F 1.6 s), listed
   // out of order.

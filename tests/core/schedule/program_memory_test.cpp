@@ -57,6 +57,23 @@ TEST(ProgramMemory, ActivationBytesFollowTheWalk) {
   EXPECT_DOUBLE_EQ(f[1].peak_activation_bytes, 10.0);
 }
 
+// A split backward's micro-batch holds its activations until I, then what W reads and the
+// gradients kept for it until W (more or less than before: I frees what only it read).
+TEST(ProgramMemory, SplitActivationBytesHeldFromIToW) {
+  Program p;
+  p.num_stages = 1;
+  p.microbatches = 2;
+  p.stage_ranks = {{0}};
+  p.stage_preds = p.stage_succs = {{}};
+  p.ranks = {{computeAction(ActionType::F, 0, 0, 0), computeAction(ActionType::F, 0, 1, 0),
+              computeAction(ActionType::I, 0, 0, 0), computeAction(ActionType::I, 0, 1, 0),
+              computeAction(ActionType::W, 0, 0, 0), computeAction(ActionType::W, 0, 1, 0)}};
+  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0})[0].peak_activation_bytes, 200.0);          // as before I
+  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0})[0].peak_activation_bytes, 300.0);  // I adds 50 twice
+  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {60.0})[0].peak_activation_bytes, 200.0);   // I frees
+  EXPECT_EQ(accountMemory(p, {100.0}, {150.0})[0].peak_activations, 2);
+}
+
 TEST(ProgramMemory, RetirementsComeAfterTheLastReader) {
   ScheduleSpec spec;
   spec.name = "pipedream";
