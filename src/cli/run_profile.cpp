@@ -43,6 +43,11 @@ int64_t wantedSize(const ProfileRequest& r) {
   return std::min(r.args.batch, 4 * p);
 }
 
+// With a batch, the smaller of the two sizes timed: 4 micro-batches per rank of the
+// larger, so that a pipeline over every rank can have 4 per stage (on 3 ranks a batch of
+// 96 split in 4 left a 3-stage pipeline a third idle, and its plan lost to DDP).
+int64_t lowSize(const ProfileRequest& r, int64_t top) { return top / (4 * std::max(1, r.ranks)); }
+
 // How the ranks will be profiled: how many processes at once, and what each holds.
 struct Processes {
   int count = 1;
@@ -67,7 +72,7 @@ Processes processesFor(const ProfileRequest& r) {
   p.count = std::min(r.ranks, std::max(1, r.cores / r.blas_threads));
   // 1F1B's under auto; with a batch, at the most micro-batches the planner may choose.
   const int microbatches =
-      r.args.batch > 0 ? static_cast<int>(r.args.batch / std::max<int64_t>(1, wantedSize(r) / 4)) : r.args.microbatches;
+      r.args.batch > 0 ? static_cast<int>(r.args.batch / std::max<int64_t>(1, lowSize(r, wantedSize(r)))) : r.args.microbatches;
   p.in_flight = plan::profileInFlight(r.args.schedule.name, p.count, microbatches);
   return p;
 }
@@ -77,7 +82,7 @@ struct Sizes {
   double estimated_seconds = 0;
 };
 
-// The sizes to time: with a batch, two 4x apart, between which the planners
+// The sizes to time: with a batch, two 4 x ranks apart (lowSize), between which the planners
 // interpolate (LayerGraph::secondsAt); the run's own without. Both shrink until the
 // profile fits kProfileBudgetSeconds, priced by one training pass of the model at two
 // samples: a share of ResNet-50's passes at 32 images of 224 x 224 took a minute on one
@@ -96,7 +101,7 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
   // 1 x 1 map does not (DenseNet's last block on 32 x 32 images), so the sizes stay at 2
   // or more, and the planner, which starts at the smallest profiled, never proposes 1.
   int64_t smallest = 1;
-  const auto lowOf = [&](int64_t size) { return r.args.batch > 0 ? std::max<int64_t>(smallest, size / 4) : size; };
+  const auto lowOf = [&](int64_t size) { return r.args.batch > 0 ? std::max<int64_t>(smallest, lowSize(r, size)) : size; };
   const auto costOf = [&](int64_t top) { return cost(top) + (lowOf(top) < top ? cost(lowOf(top)) : 0); };
   int64_t top = wantedSize(r);
   while (top > 1 && costOf(top) > kProfileBudgetSeconds) top /= 2;
