@@ -89,7 +89,6 @@ class GraphFacts {
       for (std::size_t w = 0; w < words_; ++w) info.params[w] |= below.params[w];
     }
   }
-
 };
 
 bool intersects(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
