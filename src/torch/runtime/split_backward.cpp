@@ -204,11 +204,13 @@ std::vector<torch::Tensor> SplitBackward::inputPass(const std::vector<torch::Ten
     }
   std::vector<std::size_t> param_slot;
   std::unordered_set<ag::Node*> seen;  // a parameter listed twice gets its gradient once
-  for (std::size_t k = 0; k < params.size(); ++k)
-    if (params[k].requires_grad() && seen.insert(torch::autograd::impl::gradient_edge(params[k]).function.get()).second) {
-      param_edges.push_back(edgeOf(params[k], "parameter", k));
-      param_slot.push_back(k);
-    }
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    if (!params[k].requires_grad()) continue;
+    ag::Edge edge = edgeOf(params[k], "parameter", k);
+    if (!seen.insert(edge.function.get()).second) continue;
+    param_edges.push_back(std::move(edge));
+    param_slot.push_back(k);
+  }
   const GraphFacts graph(root_edges, target_edges, param_edges);
 
   std::unordered_set<ag::Node*> root_or_target;
