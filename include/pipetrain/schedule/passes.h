@@ -12,7 +12,10 @@ namespace pipetrain::schedule {
 
 // Adds SEND/RECV actions for every dependency between stages on different ranks: a
 // RECV right before the action that needs the data (runtimes post it earlier), a SEND
-// right after the action that produced it.
+// right after the action that produced it. Then each rank's receives from one sender
+// follow that sender's order, as a channel that pairs messages by order (NCCL) needs: a
+// RECV whose message is sent before one this rank waits for earlier moves up to that
+// wait (which costs no time: it has arrived by then).
 Program lower(const Program& compute_only);
 
 // The forward passes of a lowered Program alone, with their communication, every one

@@ -1,10 +1,70 @@
 #include "pipetrain/schedule/passes.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::schedule {
+namespace {
+
+// A message's identity, the same on its SEND and its RECV: (gradient?, producer stage,
+// consumer stage, micro-batch).
+std::tuple<bool, int, int, int> messageOf(const Action& a) {
+  const bool backward = a.type == ActionType::SEND_B || a.type == ActionType::RECV_B;
+  if (isSend(a.type)) return {backward, a.stage, a.peer_stage, a.microbatch};
+  return {backward, a.peer_stage, a.stage, a.microbatch};
+}
+
+// NOTE(receive-order): a channel that pairs messages by order (NCCL) needs each receiver
+// to post the receives from one sender in the order that sender sends. Lowering puts a
+// RECV before its consumer, and the V placements consume in another order than they
+// send: a chunk's activations and the other chunk's gradients cross between neighbours.
+// So each RECV moves up to just before the next RECV, in the sender's order, that comes
+// earlier on this rank. That never adds a wait: the message moved was sent before the
+// one this rank was already waiting for there, so it has arrived by then.
+void orderReceivesAsSent(Program& program) {
+  using Key = std::tuple<bool, int, int, int>;
+  std::map<Key, int> send_index;  // a message's place in its sender's order (per sender, per receiver)
+  for (int r = 0; r < program.numRanks(); ++r) {
+    std::map<int, int> sent_to;
+    for (const Action& a : program.ranks[r])
+      if (isSend(a.type)) send_index[messageOf(a)] = sent_to[program.rankOf(a.peer_stage, a.microbatch)]++;
+  }
+  for (int r = 0; r < program.numRanks(); ++r) {
+    std::vector<Action>& actions = program.ranks[r];
+    const int n = static_cast<int>(actions.size());
+    // Per sender: (index in its order, position here) of each receive.
+    std::map<int, std::vector<std::pair<int, int>>> from;
+    for (int i = 0; i < n; ++i)
+      if (isComm(actions[i].type) && !isSend(actions[i].type))
+        from[program.rankOf(actions[i].peer_stage, actions[i].microbatch)].push_back(
+            {send_index.at(messageOf(actions[i])), i});
+    // Each receive's new place: before the action at `anchor`, receives meeting there in
+    // their senders' orders. (anchor, sender, index in the sender's order, position now)
+    std::vector<std::tuple<int, int, int, int>> moved;
+    for (auto& [sender, receives] : from) {
+      std::sort(receives.begin(), receives.end());
+      int anchor = n;
+      for (auto it = receives.rbegin(); it != receives.rend(); ++it) {
+        anchor = std::min(anchor, it->second);
+        moved.emplace_back(anchor, sender, it->first, it->second);
+      }
+    }
+    std::sort(moved.begin(), moved.end());
+    std::vector<Action> out;
+    out.reserve(n);
+    std::size_t next = 0;
+    for (int i = 0; i < n; ++i) {
+      for (; next < moved.size() && std::get<0>(moved[next]) == i; ++next) out.push_back(actions[std::get<3>(moved[next])]);
+      if (!isComm(actions[i].type) || isSend(actions[i].type)) out.push_back(actions[i]);
+    }
+    actions = std::move(out);
+  }
+}
+
+}  // namespace
 
 Program lower(const Program& compute_only) {
   Program out = compute_only;
@@ -35,6 +95,7 @@ Program lower(const Program& compute_only) {
     }
     out.ranks[r] = std::move(actions);
   }
+  orderReceivesAsSent(out);
   return out;
 }
 

@@ -108,11 +108,13 @@ TEST(CsvSchedule, CommunicationThatDisagreesWithTheComputeIsRefusedWithItsPositi
 }
 
 TEST(CsvSchedule, ValidatorFindingsNameTheCell) {
-  // Rank 1 wants micro-batch 1 first; rank 0 will not send it before B0 returns.
+  // Rank 1 wants micro-batch 1 first; rank 0 will not send it before B0 returns. Each
+  // rank receives in the order the other sends (passes.h), so rank 0 waits for B1's
+  // gradient first, and rank 1 for micro-batch 1 after micro-batch 0.
   const CsvSchedule deadlock = readCsvSchedule("0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n", "d.csv");
   expectError([&] { validateCsvSchedule(deadlock); },
-              {"rank 0 waits at action 2 (0RECV_B0<1, for 0B0 at line 1, column 2)",
-               "rank 1 waits at action 0 (1RECV_F1<0, for 1F1 at line 2, column 1)"});
+              {"rank 0 waits at action 2 (0RECV_B1<1, for 0B1 at line 1, column 4)",
+               "rank 1 waits at action 1 (1RECV_F1<0, for 1F1 at line 2, column 1)"});
   const CsvSchedule order = readCsvSchedule("0F1,0B0,0F0,0B1\n", "o.csv");
   expectError([&] { validateCsvSchedule(order); }, {"(0B0v0, line 1, column 2)"});
 }
