@@ -12,7 +12,8 @@ Command addInfoCommand(CLI::App& app) {
             const auto info = torchside::probeTorch();
             std::printf("pipetrain 0.1.0\nLibTorch %s, %d intra-op threads\n", info.version.c_str(),
                         info.intra_op_threads);
-            std::printf("CUDA: %s (%d devices)\n", info.cuda_available ? "yes" : "no", info.cuda_devices);
+            std::printf("CUDA: %s (%d devices); NCCL data channel: %s\n", info.cuda_available ? "yes" : "no",
+                        info.cuda_devices, info.nccl ? "built" : "not built");
             std::printf("fp32 matmul %dx%d: %.1f GFLOP/s%s\n", info.matmul_size, info.matmul_size,
                         info.matmul_gflops,
                         info.matmul_gflops < 15 ? "  (slow: is libopenblas0-pthread installed?)" : "");

@@ -205,6 +205,7 @@ int launch(TrainArgs& a, const models::Model& model) {
                      {"peak_memory_bytes", r["peak_memory_bytes"]},
                      {"start_memory_bytes", r["start_memory_bytes"]},
                      {"device", r["device"]},
+                     {"data_channel", r["data_channel"]},
                      {"peak_device_memory_bytes", r["peak_device_memory_bytes"]},
                      {"weight_versions", r["weight_versions"]},
                      {"weight_bytes", r["weight_bytes"]},
@@ -282,7 +283,7 @@ int launch(TrainArgs& a, const models::Model& model) {
     if (core_wait >= 0) std::snprintf(core, sizeof core, ", waited for a core %.1f%%", 100 * core_wait);
     // On a GPU, the caching allocator's peak beside the process's resident set.
     const double device_peak = r["peak_device_memory_bytes"];
-    const std::string device = r["device"].get<std::string>() +
+    const std::string device = r["device"].get<std::string>() + " over " + r["data_channel"].get<std::string>() +
                                (device_peak >= 0 ? ", peak GPU memory " + text::humanBytes(device_peak) : "");
     std::printf("rank %d on %s: bubble %.1f%% (predicted %.1f%%; waiting for messages %.1f%%, framework %.1f%%)%s, "
                 "weights %s in %d version(s) (predicted %d), peak host memory %s\n",
@@ -323,6 +324,12 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--device", c.device,
                   "cpu; cuda (local rank r takes GPU r mod the GPUs, so ranks may share one); cuda:N or cuda:N,M,... "
                   "(rank r the list's entry r mod its length); auto: cuda where LibTorch sees a GPU")
+      ->capture_default_str();
+  cmd->add_option("--wire", a->wire,
+                  "what carries activations, gradients and gradient buckets between ranks: nccl (each rank on a "
+                  "GPU of its own), gloo (through host copies on GPUs), auto: nccl where it can, else gloo; "
+                  "coordination always goes over gloo")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
       ->capture_default_str();
   cmd->add_option("--precision", c.precision, "fp32, or bf16 (autocast; fp32 master weights and optimizer state)")
       ->capture_default_str();

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "pipetrain/schedule/action.h"
+#include "pipetrain/torch/device.h"
 #include "pipetrain/torch/transport.h"
 #include "pipetrain/trace/timeline_json.h"
 #include "pipetrain/util/error.h"
@@ -85,6 +86,7 @@ Json resultToJson(const runtime::RankResult& r) {
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"start_memory_bytes", r.start_memory_bytes},
           {"device", r.device},
+          {"data_channel", r.data_channel},
           {"peak_device_memory_bytes", r.peak_device_memory_bytes},
           {"weight_versions", r.weight_versions},
           {"weight_bytes", r.weight_bytes},
@@ -128,11 +130,15 @@ int runRank(TrainArgs& a) {
   if (const char* t = std::getenv("OMP_NUM_THREADS"); t && a.config.threads == 0) a.config.threads = std::atoi(t);
   const bool launched = std::getenv("PIPETRAIN_LAUNCHED") != nullptr;
   auto transport = runtime::makeGlooTransport(rv);
+  // NCCL carries the data between ranks on GPUs of their own; Gloo always coordinates.
+  const torch::Device device = runtime::rankDevice(a.config.device, runtime::localRank(transport->rank()));
+  const std::unique_ptr<runtime::DataChannel> nccl = runtime::openDataChannel(a.wire, rv, device, *transport);
+  runtime::DataChannel& data = nccl ? *nccl : static_cast<runtime::DataChannel&>(*transport);
   // Under the launcher, it has said so; under torchrun every start of a job runs this.
   resolveResume(a.config, !launched && transport->rank() == 0);
   MetricsLog log(a.log_jsonl);
   auto last_plain = std::chrono::steady_clock::now();
-  const auto result = runtime::trainRank(a.config, *transport, [&](const runtime::Progress& p) {
+  const auto result = runtime::trainRank(a.config, data, *transport, [&](const runtime::Progress& p) {
     if (p.reports) log.write(p);
     if (p.eval) return;
     if (launched && p.reports)  // the loss is the last stage's: rank 0's under a V schedule

@@ -33,6 +33,7 @@ struct TrainArgs {
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
   int cores = 0;  // for all local ranks together; 0 = the machine's
   int nproc = 2;
+  std::string wire = "auto";  // what carries the data between ranks: auto, gloo or nccl
   int timeout_seconds = 60;
   int max_restarts = 0;
   std::string trace, svg, summary_json, log_jsonl, report_dir;

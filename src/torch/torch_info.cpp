@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "pipetrain/torch/transport.h"
+
 namespace pipetrain::torchside {
 
 std::string torchVersion() { return TORCH_VERSION; }
@@ -15,6 +17,7 @@ TorchInfo probeTorch(int n) {
   info.intra_op_threads = at::get_num_threads();
   info.cuda_available = torch::cuda::is_available();
   info.cuda_devices = info.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
+  info.nccl = runtime::ncclBuilt();
   info.matmul_size = n;
 
   torch::NoGradGuard no_grad;

@@ -23,6 +23,7 @@ class FaultyTransport : public Transport {
 
   int rank() const override { return inner_.rank(); }
   int worldSize() const override { return inner_.worldSize(); }
+  std::string name() const override { return inner_.name(); }
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override {
     tick("send");
     return inner_.send(tensor, to, tag);

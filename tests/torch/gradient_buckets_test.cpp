@@ -16,6 +16,7 @@ class Watching : public Transport {
   Watching(Transport& inner, const std::atomic<bool>& in_backward) : inner_(inner), in_backward_(in_backward) {}
   int rank() const override { return inner_.rank(); }
   int worldSize() const override { return inner_.worldSize(); }
+  std::string name() const override { return inner_.name(); }
   std::unique_ptr<PendingOp> send(const torch::Tensor& t, int to, uint32_t tag) override { return inner_.send(t, to, tag); }
   std::unique_ptr<PendingOp> recv(torch::Tensor b, int from, uint32_t tag) override { return inner_.recv(b, from, tag); }
   void allReduceSum(std::vector<torch::Tensor>& t, const std::vector<int>& g) override { inner_.allReduceSum(t, g); }

@@ -49,6 +49,8 @@ struct RankFacts {
   // says a send is done only when waited on (Gloo) may then wait without deadlock,
   // and a rank need not hold every payload of a long Program until its end.
   std::map<int, std::vector<int>> sends_delivered_at;
+  // The ranks this rank sends to or receives from, in increasing order.
+  std::vector<int> peers;
   StepCombination steps;           // loss scale and gradient factors (staleness.h)
   std::vector<int> stage_delays;   // per stage, what T1 and T2 are tuned for
 };

@@ -12,6 +12,7 @@ struct TorchInfo {
   int intra_op_threads = 0;
   bool cuda_available = false;
   int cuda_devices = 0;
+  bool nccl = false;  // this build has the NCCL data channel (runtime::ncclBuilt)
   double matmul_gflops = 0;  // fp32, n x n x n, on the CPU
   int matmul_size = 0;
 };

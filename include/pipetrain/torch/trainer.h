@@ -101,6 +101,7 @@ struct RankResult {
   double core_run_seconds = 0;
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
   std::string device;                    // where the rank computed (describeDevice)
+  std::string data_channel;              // what carried its messages (DataChannel::name)
   // On a GPU: the most bytes LibTorch's caching allocator held allocated at once during
   // training (-1 on the CPU, where peak_memory_bytes tells).
   int64_t peak_device_memory_bytes = -1;

@@ -57,6 +57,14 @@ class DataChannel {
   // connect: on a GPU such hooks run on the backward pass's own thread, which ranks that
   // are threads of one process share.
   virtual void prepareGroup(const std::vector<int>& group) { (void)group; }
+  // Readies the connections to `peers` (sorted; the ranks this rank's Program exchanges
+  // messages with) before the first message: every rank calls it once, before its
+  // prepareGroup calls. A channel that connects each pair on first use (NCCL) would
+  // otherwise block in a receive posted ahead until the peer's first message, which may
+  // wait on this rank's sends.
+  virtual void preparePeers(const std::vector<int>& peers) { (void)peers; }
+  // What carries the data, for summaries: "in-process", "gloo" or "nccl".
+  virtual std::string name() const = 0;
 };
 
 // What the ranks agree on besides the Program's messages, always as small CPU tensors:
@@ -133,5 +141,21 @@ int localRank(int fallback);
 
 // Gloo over TCP, rendezvous through c10d's TCPStore hosted by rank 0.
 std::unique_ptr<Transport> makeGlooTransport(const Rendezvous& rendezvous);
+
+// Whether this build carries NCCL (a CUDA build of LibTorch with c10d's NCCL backend).
+bool ncclBuilt();
+// A data channel over NCCL between ranks on distinct GPUs, this rank's on `device`
+// (nccl_channel.cpp). It meets its peers through the rendezvous's store, which the Gloo
+// transport of the same rendezvous must already host. Throws Error where the build has
+// no NCCL.
+std::unique_ptr<DataChannel> makeNcclChannel(const Rendezvous& rendezvous, const torch::Device& device);
+
+// The data channel of one rank of a job (channel_choice.cpp): NCCL where `wire` is
+// "nccl", or "auto" and this build has NCCL and every rank a GPU of its own (the ranks
+// agree on it through `coordinator`); nullptr where Gloo carries the data ("gloo", or
+// "auto" otherwise): the Gloo transport then plays both roles. Every rank calls it with
+// the same `wire`. "nccl" where NCCL cannot serve is an Error that says why.
+std::unique_ptr<DataChannel> openDataChannel(const std::string& wire, const Rendezvous& rendezvous,
+                                             const torch::Device& device, Coordinator& coordinator);
 
 }  // namespace pipetrain::runtime

@@ -37,10 +37,15 @@ void orderReceivesAsSent(Program& program) {
     const int n = static_cast<int>(actions.size());
     // Per sender: (index in its order, position here) of each receive.
     std::map<int, std::vector<std::pair<int, int>>> from;
-    for (int i = 0; i < n; ++i)
-      if (isComm(actions[i].type) && !isSend(actions[i].type))
-        from[program.rankOf(actions[i].peer_stage, actions[i].microbatch)].push_back(
-            {send_index.at(messageOf(actions[i])), i});
+    // (A receive nothing sends stays where it is: validate() names it.)
+    std::vector<char> reordered(n, 0);
+    for (int i = 0; i < n; ++i) {
+      if (!isComm(actions[i].type) || isSend(actions[i].type)) continue;
+      const auto sent = send_index.find(messageOf(actions[i]));
+      if (sent == send_index.end()) continue;
+      from[program.rankOf(actions[i].peer_stage, actions[i].microbatch)].push_back({sent->second, i});
+      reordered[i] = 1;
+    }
     // Each receive's new place: before the action at `anchor`, receives meeting there in
     // their senders' orders. (anchor, sender, index in the sender's order, position now)
     std::vector<std::tuple<int, int, int, int>> moved;
@@ -58,7 +63,7 @@ void orderReceivesAsSent(Program& program) {
     std::size_t next = 0;
     for (int i = 0; i < n; ++i) {
       for (; next < moved.size() && std::get<0>(moved[next]) == i; ++next) out.push_back(actions[std::get<3>(moved[next])]);
-      if (!isComm(actions[i].type) || isSend(actions[i].type)) out.push_back(actions[i]);
+      if (!reordered[i]) out.push_back(actions[i]);
     }
     actions = std::move(out);
   }

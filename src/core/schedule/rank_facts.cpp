@@ -99,6 +99,10 @@ RankFacts rankFacts(const Program& program, int rank) {
   }
   for (const auto& [k, i] : last_position) f.minibatch_done_at[i] = k;
   f.sends_delivered_at = deliveredSends(program, rank);
+  std::set<int> peers;
+  for (const Action& a : actions)
+    if (isComm(a.type)) peers.insert(program.rankOf(a.peer_stage, a.microbatch));
+  f.peers.assign(peers.begin(), peers.end());
   f.steps = stepCombination(program);
   f.stage_delays = stageDelays(program);
   return f;

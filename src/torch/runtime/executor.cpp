@@ -491,6 +491,8 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   output_bytes_ = std::move(edges.output_bytes);
   for (int s = 0; s < program.num_stages; ++s) m.reads_input.push_back(readsModelInput(model, m.stages[s]));
   my_stages_ = program.stagesOfRank(rank);
+  m.facts = schedule::rankFacts(*m.program, m.rank);
+  channel.preparePeers(m.facts.peers);
   for (int s : my_stages_) {
     StageState& st = m.state.emplace(s, StageState{model.device}).first->second;
     st.params = model.parameters(m.stages[s].layers);
@@ -501,7 +503,6 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
       st.buckets = std::make_unique<GradientBuckets>(st.params, program.stage_ranks[s], channel, kBucketBytes);
   }
   if (!model.tied.empty()) m.tied = std::make_unique<TiedGradients>(model, m.stages, program, rank, channel);
-  m.facts = schedule::rankFacts(*m.program, m.rank);
 }
 
 PipelineExecutor::~PipelineExecutor() = default;

@@ -120,6 +120,7 @@ class GlooTransport : public Transport {
 
   int rank() const override { return rv_.rank; }
   int worldSize() const override { return rv_.world_size; }
+  std::string name() const override { return "gloo"; }
 
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override {
     if (!onHost(tensor)) {

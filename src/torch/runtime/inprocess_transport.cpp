@@ -136,6 +136,7 @@ class InProcessTransport : public Transport {
   InProcessTransport(std::shared_ptr<Shared> s, int rank) : s_(std::move(s)), rank_(rank) {}
   int rank() const override { return rank_; }
   int worldSize() const override { return s_->world_size; }
+  std::string name() const override { return "in-process"; }
 
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override {
     torch::Tensor copy = tensor.detach().clone();

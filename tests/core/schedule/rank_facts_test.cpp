@@ -155,6 +155,21 @@ TEST(RankFacts, AReplicatedStageReducesAfterItsLastBackwardPass) {
   }
 }
 
+// The peers a channel connects before the first message (DataChannel::preparePeers): the
+// neighbours of a chain, both ends of a V's neighbours, a replicated stage's successor.
+TEST(RankFacts, PeersAreTheRanksAProgramExchangesWith) {
+  const Program chain = build("1f1b", 4, 8, 1);
+  EXPECT_EQ(rankFacts(chain, 0).peers, std::vector<int>({1}));
+  EXPECT_EQ(rankFacts(chain, 2).peers, std::vector<int>({1, 3}));
+  const Program v = build("zb-v", 3, 6, 1);
+  EXPECT_EQ(rankFacts(v, 0).peers, std::vector<int>({1}));
+  EXPECT_EQ(rankFacts(v, 1).peers, std::vector<int>({0, 2}));
+  const Program replicated = build("1f1b", 0, 4, 1, {2, 1});  // ranks 0, 1: stage 0; rank 2: stage 1
+  EXPECT_EQ(rankFacts(replicated, 2).peers, std::vector<int>({0, 1}));
+  EXPECT_EQ(rankFacts(replicated, 1).peers, std::vector<int>({2}));
+  EXPECT_TRUE(rankFacts(build("gpipe", 1, 4, 1), 0).peers.empty());
+}
+
 // Tied weights on two stages of one rank (a V's first and last) are summed at the first
 // of their STEPs: every synchronous generator has both stages' gradients complete there.
 TEST(RankFacts, SynchronousSchedulesStepAfterAllOfARanksGradients) {
