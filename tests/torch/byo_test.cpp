@@ -69,7 +69,7 @@ TEST(ByoModel, DagTrainsExactlyAsOneProcess) {
 TEST(ByoModel, ReplicatedStagesOverGlooMatchToo) {
   TrainConfig c = byoConfig("dag_model.pt");
   usePlan(c, "1f1b", {2, 1});
-  expectMatchesReference(c, /*gloo=*/true);
+  expectMatchesReference(c, Wire::kGloo);
 }
 
 TEST(ByoModel, ExportWritesTheTrainedWeightsBack) {

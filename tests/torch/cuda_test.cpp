@@ -12,6 +12,7 @@
 #include "../core/expect_error.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/precision.h"
+#include "pipetrain/torch/transport.h"
 #include "training_harness.h"
 
 namespace pipetrain::runtime {
@@ -63,12 +64,33 @@ TEST(Devices, Bf16MatchesSingleProcessAtItsPrecision) {
   c.precision = "bf16";
   // Micro-batches round their bf16 products apart from the whole batch's: a bound of
   // bf16's precision (2^-8), not fp32's.
-  expectMatchesReference(c, /*gloo=*/false, /*sgd_bound=*/4e-3);
+  expectMatchesReference(c, Wire::kInProcess, /*sgd_bound=*/4e-3);
   TrainConfig fp32 = c;
   fp32.precision = "fp32";
   const models::Model a = trainReference(c), b = trainReference(fp32);
   const int n = static_cast<int>(a.layers.size());
   EXPECT_GT(relativeError(a.parameters(0, n), b.parameters(0, n)), 1e-5);
+}
+
+// Which channel carries the data (openDataChannel): every rank decides alike from what
+// all have; NCCL asked for where it cannot serve is an error that says why.
+TEST(Devices, NcclOnlyBetweenRanksWithGpusOfTheirOwn) {
+  auto group = makeInProcessGroup(2, std::chrono::seconds(10));
+  std::vector<std::string> chosen(2), refused(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      const Rendezvous rv{"127.0.0.1", 29400, r, 2, std::chrono::seconds(10), ""};
+      chosen[r] = openDataChannel("auto", rv, torch::kCPU, *group[r]) ? "nccl" : "gloo";
+      if (openDataChannel("gloo", rv, torch::kCPU, *group[r])) chosen[r] += ", nccl for gloo";
+      refused[r] = errorOf([&] { openDataChannel("nccl", rv, torch::kCPU, *group[r]); });
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(chosen[r], "gloo");
+    EXPECT_NE(refused[r].find(ncclBuilt() ? "rank 0 has no GPU" : "this build has no NCCL"), std::string::npos)
+        << refused[r];
+  }
 }
 
 TEST(Cuda, SynchronousSchedulesMatchSingleGpu) {
@@ -97,13 +119,38 @@ TEST(Cuda, OverGlooThroughHostCopies) {
   REQUIRE_GPU();
   TrainConfig c = onGpu(smallConfig("gpt", {{"layers", 4}, {"width", 32}, {"heads", 2}, {"context", 8}}));
   usePlan(c, "1f1b", {1, 1, 1});
-  expectMatchesReference(c, /*gloo=*/true);
+  expectMatchesReference(c, Wire::kGloo);
   TrainConfig replicated = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 4}, {"width", 32}}));
   usePlan(replicated, "1f1b", {2, 1});  // the first stage's gradients all-reduced
-  expectMatchesReference(replicated, /*gloo=*/true);
+  expectMatchesReference(replicated, Wire::kGloo);
   TrainConfig stale = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 6}, {"width", 32}}));
   usePlan(stale, "pipedream", {1, 1, 1});
-  expectMatchesStalenessReference(stale, /*gloo=*/true);
+  expectMatchesStalenessReference(stale, Wire::kGloo);
+}
+
+// NCCL carries the data between ranks on GPUs of their own (up to 3 of the machine's),
+// Gloo coordinates: each schedule, a V placement and a replicated stage included, ends
+// where single-GPU training does. On one GPU, one rank: the channel connects and its
+// messages are none, yet the run goes through it.
+TEST(Cuda, OverNcclBetweenGpus) {
+  REQUIRE_GPU();
+  if (!ncclBuilt()) GTEST_SKIP() << "this build has no NCCL";
+  const int gpus = std::min(static_cast<int>(torch::cuda::device_count()), 3);
+  ::testing::Test::RecordProperty("gpus", gpus);
+  for (const std::string schedule : {"1f1b", "zb-h1", "zb-v", "dualpipev"}) {
+    SCOPED_TRACE(schedule + " on " + std::to_string(gpus) + " GPUs");
+    TrainConfig c = onGpu(smallConfig("gpt", {{"layers", 6}, {"width", 32}, {"heads", 2}, {"context", 8}}));
+    usePlan(c, schedule, std::vector<int>(gpus, 1));
+    expectMatchesReference(c, Wire::kNccl);
+  }
+  if (gpus == 3) {
+    TrainConfig replicated = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 4}, {"width", 32}}));
+    usePlan(replicated, "1f1b", {2, 1});  // the first stage's buckets all-reduced over NCCL
+    expectMatchesReference(replicated, Wire::kNccl);
+  }
+  TrainConfig c = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 4}, {"width", 32}}));
+  usePlan(c, "1f1b", std::vector<int>(gpus, 1));
+  for (const RankResult& r : runInProcess(c, gpus, Wire::kNccl)) EXPECT_EQ(r.data_channel, "nccl");
 }
 
 TEST(Cuda, RanksReportTheirDeviceAndItsMemory) {

@@ -79,10 +79,10 @@ TEST(PipelineTraining, NewestSchedulesMatchSingleProcess) {
 TEST(PipelineTraining, OverGlooTooMatchesSingleProcess) {
   TrainConfig c = smallConfig("gpt", cases()[2].config);
   usePlan(c, "1f1b", {1, 1, 1});
-  expectMatchesReference(c, /*gloo=*/true);
+  expectMatchesReference(c, Wire::kGloo);
   c.plan.microbatches = 4;
   usePlan(c, "dualpipev", {1, 1});
-  expectMatchesReference(c, /*gloo=*/true);
+  expectMatchesReference(c, Wire::kGloo);
 }
 
 TEST(PipelineTraining, AdamMatchesWithinAHundredthOfAStep) {
@@ -154,7 +154,7 @@ TEST(PipelineTraining, ReplicasReportTheWholeMinibatchLoss) {
 TEST(PipelineTraining, ReplicatedOverGlooToo) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
   usePlan(c, "1f1b", {2, 1});
-  expectMatchesReference(c, /*gloo=*/true);
+  expectMatchesReference(c, Wire::kGloo);
 }
 
 TEST(PipelineTraining, ReplicatedLastStageCountsEveryTestSample) {
@@ -245,7 +245,7 @@ TEST(AsynchronousTraining, StalenessIsRealNotSynchronousSgd) {
 
 TEST(AsynchronousTraining, OverGlooAndWithReplicas) {
   TrainConfig c = asyncConfig("pipedream", 3);
-  expectMatchesStalenessReference(c, /*gloo=*/true);
+  expectMatchesStalenessReference(c, Wire::kGloo);
   // PipeDream's 1F1B-RR: a replicated input stage, both replicas stepping every round.
   for (const std::string schedule : {"pipedream", "2bw"}) {
     c = asyncConfig(schedule, 2);

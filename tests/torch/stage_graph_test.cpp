@@ -55,7 +55,7 @@ TEST(StageGraphTraining, SeveralTensorsPerMessageAndThreeWayFanIn) {
 TEST(StageGraphTraining, AReplicatedBranchOverGloo) {
   TrainConfig c = fmnistBranch();
   useGraphPlan(c, "1f1b", {{"conv1", "conv2"}, {"mlp"}, {"fusion", "head"}}, {1, 2, 1});
-  expectMatchesReference(c, /*gloo=*/true);
+  expectMatchesReference(c, Wire::kGloo);
 }
 
 TEST(StageGraphTraining, AsynchronousStageGraphsMatchTheirStalenessRule) {

@@ -14,7 +14,9 @@
 #include "pipetrain/plan/partition.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/torch/device.h"
 #include "pipetrain/torch/trainer.h"
+#include "pipetrain/torch/transport.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -42,15 +44,16 @@ inline TrainConfig smallConfig(const std::string& model, models::ModelConfig mod
 }
 
 // What the test's ranks talk over: the in-process transport (matching by tag, or by the
-// order each pair posts in, as NCCL does), or real Gloo on loopback.
-enum class Wire { kInProcess, kInProcessInOrder, kGloo };
+// order each pair posts in, as NCCL does), real Gloo on loopback, or NCCL for the data
+// (rank r on GPU r mod the GPUs) with Gloo coordinating.
+enum class Wire { kInProcess, kInProcessInOrder, kGloo, kNccl };
 
 // Ranks as threads.
 // `timeout`: how long a rank waits for a peer before it gives up.
 inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks, Wire wire,
                                             const PipelineExecutor::WeightProbe& probe = {},
                                             std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  const bool gloo = wire == Wire::kGloo;
+  const bool gloo = wire == Wire::kGloo || wire == Wire::kNccl;
   std::vector<std::unique_ptr<Transport>> group;
   if (!gloo) group = makeInProcessGroup(ranks, timeout, wire == Wire::kInProcessInOrder);
   const int port = 29000 + static_cast<int>(::getpid() % 1000);
@@ -61,8 +64,12 @@ inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks
     threads.emplace_back([&, r] {
       try {
         std::unique_ptr<Transport> own;
-        if (gloo) own = makeGlooTransport(Rendezvous{"127.0.0.1", port, r, ranks, timeout, ""});
-        results[r] = trainRank(config, gloo ? *own : *group[r], {}, probe);
+        const Rendezvous rv{"127.0.0.1", port, r, ranks, timeout, ""};
+        if (gloo) own = makeGlooTransport(rv);
+        Transport& coordinator = gloo ? *own : *group[r];
+        std::unique_ptr<DataChannel> nccl;
+        if (wire == Wire::kNccl) nccl = makeNcclChannel(rv, rankDevice(config.device, r));
+        results[r] = trainRank(config, nccl ? *nccl : static_cast<DataChannel&>(coordinator), coordinator, {}, probe);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -157,12 +164,12 @@ inline Discrepancy discrepancy(const TrainConfig& config, const std::vector<torc
   return {relativeError(got, want), sgd_bound};
 }
 
-inline void expectMatchesReference(const TrainConfig& config, bool gloo = false, double sgd_bound = 1e-5) {
+inline void expectMatchesReference(const TrainConfig& config, Wire wire = Wire::kInProcess, double sgd_bound = 1e-5) {
   const int ranks = rankCount(config);
   const std::string& schedule = config.plan.schedule.name;
   std::vector<RankResult> results;
   try {
-    results = runInProcess(config, ranks, gloo);
+    results = runInProcess(config, ranks, wire);
   } catch (const std::exception& e) {
     ADD_FAILURE() << config.model << " " << schedule << " on " << ranks << " ranks: " << e.what();
     return;
@@ -187,13 +194,13 @@ inline void expectMatchesReference(const TrainConfig& config, bool gloo = false,
 
 // Trains `config` pipelined and compares every rank with the single-process reference
 // that replays the Program's staleness rule.
-inline void expectMatchesStalenessReference(const TrainConfig& config, bool gloo = false) {
+inline void expectMatchesStalenessReference(const TrainConfig& config, Wire wire = Wire::kInProcess) {
   const std::string label = config.model + " " + config.plan.schedule.name +
                             (config.plan.schedule.vertical_sync ? " (vertical sync)" : "") + " on " +
                             std::to_string(config.plan.numStages()) + " stages";
   std::vector<RankResult> results;
   try {
-    results = runInProcess(config, rankCount(config), gloo);
+    results = runInProcess(config, rankCount(config), wire);
   } catch (const std::exception& e) {
     ADD_FAILURE() << label << ": " << e.what();
     return;
