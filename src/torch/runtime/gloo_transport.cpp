@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "host_staging.h"
 #include "pipetrain/torch/transport.h"
 #include "pipetrain/util/error.h"
 
@@ -80,29 +81,9 @@ class GlooOp : public PendingOp {
   std::string what_;
 };
 
-// Gloo moves host memory. A device tensor travels through a host copy: a send copies it
-// out before it starts (the copy waits for the work that computes the tensor); a receive
-// or reduction lands in host memory and is copied into the device tensor by wait().
-class StagedOp : public PendingOp {
- public:
-  StagedOp(std::unique_ptr<PendingOp> op, torch::Tensor host, torch::Tensor device)
-      : op_(std::move(op)), host_(std::move(host)), device_(std::move(device)) {}
-  void wait() override {
-    op_->wait();
-    if (device_.defined()) device_.copy_(host_);
-    device_.reset();
-  }
-
- private:
-  std::unique_ptr<PendingOp> op_;
-  torch::Tensor host_, device_;
-};
-
-bool onHost(const torch::Tensor& t) { return t.device().is_cpu(); }
-
 class GlooTransport : public Transport {
  public:
-  explicit GlooTransport(const Rendezvous& rv) : rv_(rv) {
+  explicit GlooTransport(const Rendezvous& rv) : rv_(rv), staging_(rv.timeout) {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(rv.master_port);
     options.isServer = rv.rank == 0;
@@ -122,52 +103,52 @@ class GlooTransport : public Transport {
   int worldSize() const override { return rv_.world_size; }
   std::string name() const override { return "gloo"; }
 
+  // Gloo moves host memory: a GPU tensor goes through a pinned host copy (HostStaging).
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override {
-    if (!onHost(tensor)) {
-      const torch::Tensor host = tensor.to(torch::kCPU);
-      return std::make_unique<StagedOp>(send(host, to, tag), host, torch::Tensor());
-    }
-    std::vector<at::Tensor> tensors{tensor.is_contiguous() ? tensor : tensor.contiguous()};
-    return std::make_unique<GlooOp>(world_->send(tensors, to, static_cast<int>(tag)), rv_.timeout,
-                                    "rank " + std::to_string(rv_.rank) + ": send to rank " + std::to_string(to));
+    return staging_.send(tensor, [this, to, tag](torch::Tensor host) -> std::unique_ptr<PendingOp> {
+      std::vector<at::Tensor> tensors{std::move(host)};
+      return std::make_unique<GlooOp>(world_->send(tensors, to, static_cast<int>(tag)), rv_.timeout,
+                                      "rank " + std::to_string(rv_.rank) + ": send to rank " + std::to_string(to));
+    });
   }
 
   std::unique_ptr<PendingOp> recv(torch::Tensor buffer, int from, uint32_t tag) override {
-    if (!onHost(buffer)) {
-      const torch::Tensor host = torch::empty(buffer.sizes(), buffer.options().device(torch::kCPU));
-      return std::make_unique<StagedOp>(recv(host, from, tag), host, buffer);
-    }
-    std::vector<at::Tensor> tensors{buffer};
-    return std::make_unique<GlooOp>(world_->recv(tensors, from, static_cast<int>(tag)), rv_.timeout,
-                                    "rank " + std::to_string(rv_.rank) + ": receive from rank " + std::to_string(from));
+    return staging_.recv(buffer, [this, from, tag](torch::Tensor host) -> std::unique_ptr<PendingOp> {
+      std::vector<at::Tensor> tensors{std::move(host)};
+      return std::make_unique<GlooOp>(world_->recv(tensors, from, static_cast<int>(tag)), rv_.timeout,
+                                      "rank " + std::to_string(rv_.rank) + ": receive from rank " + std::to_string(from));
+    });
   }
 
+  // The coordinator's sums, on CPU tensors.
   void allReduceSum(std::vector<torch::Tensor>& tensors, const std::vector<int>& group) override {
     if (tensors.empty()) return;
     // Gloo reduces a list of same-shaped tensors (one per local device), so the tensors
     // travel as one flat buffer: also one message instead of one per tensor.
     std::vector<at::Tensor> flat;
-    for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
-    const torch::Tensor all = torch::cat(flat);
-    startAllReduceSum(all, group)->wait();
+    for (const auto& t : tensors) flat.push_back(t.reshape({-1}).cpu());
+    std::vector<at::Tensor> all{torch::cat(flat)};
+    GlooOp(groupOf(coordinator_groups_, "group", group).allreduce(all), rv_.timeout, reductionWith(group)).wait();
     int64_t offset = 0;
     for (auto& t : tensors) {
-      t.copy_(all.narrow(0, offset, t.numel()).view_as(t));
+      t.copy_(all[0].narrow(0, offset, t.numel()).view_as(t));
       offset += t.numel();
     }
   }
 
+  // The data channel's sums (gradient buckets, losses), on the ranks' devices. NOTE(own
+  // groups): they run in process groups of their own, apart from the coordinator's: Gloo
+  // pairs a group's collectives by the order they start, and a GPU tensor's reduction
+  // starts on the poster thread, later than the training thread's sums would.
   std::unique_ptr<PendingOp> startAllReduceSum(torch::Tensor flat, const std::vector<int>& group) override {
-    if (!onHost(flat)) {
-      const torch::Tensor host = flat.to(torch::kCPU);
-      return std::make_unique<StagedOp>(startAllReduceSum(host, group), host, flat);
-    }
-    std::vector<at::Tensor> list{flat};
-    return std::make_unique<GlooOp>(groupOf(group).allreduce(list), rv_.timeout,
-                                    "rank " + std::to_string(rv_.rank) + ": all-reduce with " + peersOf(group));
+    c10d::ProcessGroupGloo& pg = groupOf(data_groups_, "data-group", group);
+    return staging_.reduce(flat, [this, &pg, group](torch::Tensor host) -> std::unique_ptr<PendingOp> {
+      std::vector<at::Tensor> list{std::move(host)};
+      return std::make_unique<GlooOp>(pg.allreduce(list), rv_.timeout, reductionWith(group));
+    });
   }
 
-  void prepareGroup(const std::vector<int>& group) override { groupOf(group); }
+  void prepareGroup(const std::vector<int>& group) override { groupOf(data_groups_, "data-group", group); }
 
   void barrier() override {
     GlooOp(world_->barrier(), rv_.timeout, "rank " + std::to_string(rv_.rank) + ": barrier with " + peersOf(allRanks()))
@@ -175,8 +156,11 @@ class GlooTransport : public Transport {
   }
 
  private:
-  // "rank(s) 1, 2": the others of `group`, one of which a collective that fails waited for
-  // (Gloo does not say which).
+  // "rank 0: all-reduce with rank(s) 1, 2": the others of `group`, one of which a
+  // collective that fails waited for (Gloo does not say which).
+  std::string reductionWith(const std::vector<int>& group) const {
+    return "rank " + std::to_string(rv_.rank) + ": all-reduce with " + peersOf(group);
+  }
   std::string peersOf(const std::vector<int>& group) const {
     std::string out;
     for (int r : group)
@@ -184,11 +168,13 @@ class GlooTransport : public Transport {
     return "rank(s) " + out;
   }
 
-  // The process group of `group`, made the first time it is used.
-  c10d::ProcessGroupGloo& groupOf(const std::vector<int>& group) {
-    auto& pg = groups_[group];
+  using Groups = std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroupGloo>>;
+
+  // The process group of `group` among `groups`, made the first time it is used.
+  c10d::ProcessGroupGloo& groupOf(Groups& groups, const std::string& kind, const std::vector<int>& group) {
+    auto& pg = groups[group];
     if (!pg) {
-      std::string name = "group";
+      std::string name = kind;
       int my_index = 0;
       for (std::size_t i = 0; i < group.size(); ++i) {
         name += "-" + std::to_string(group[i]);
@@ -215,7 +201,8 @@ class GlooTransport : public Transport {
   Rendezvous rv_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
-  std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroupGloo>> groups_;
+  Groups coordinator_groups_, data_groups_;
+  HostStaging staging_;  // last: its poster thread stops before the groups go
 };
 
 }  // namespace
