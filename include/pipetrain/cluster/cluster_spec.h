@@ -27,6 +27,13 @@
 // pass can overlap (on this 2-core VM the all-reduce's Gloo threads stretched a data-
 // parallel backward pass by 12-18 ms). Left out, the all-reduce costs the CPUs nothing.
 //
+// Through host memory: GPUs whose messages go through the hosts' memory (Gloo, or ranks
+// that share a GPU) copy each message to the host at the sender and onto the device at
+// the receiver, on the stream that computes. A level or link with `through_host` prices
+// that copy at each end: bytes / the device's `host_link_bandwidth` (its PCIe link),
+// time the device cannot compute in. Left out, messages go device to device (NCCL) and
+// the link's bandwidth alone prices them.
+//
 // Shared cores: devices that are processes on one host's CPU cores (more ranks than
 // cores) compete for them. A plan's devices in one group go onto its cores round-robin,
 // in rank order (sharedCoreOf), and a core runs the devices on it that compute in turn,
@@ -53,6 +60,9 @@ struct Device {
   std::string kind = "cpu";    // cpu, gpu, fpga, ...
   double speed = 1.0;          // relative compute speed: time = profiled time / speed
   int64_t memory_bytes = 0;
+  // Bytes/s of a copy between the device and its host's memory (see above); infinity:
+  // the device computes in host memory (a CPU) or its copies are not priced.
+  double host_link_bandwidth = std::numeric_limits<double>::infinity();
 };
 
 // What a message costs the CPU of each of its two ends (see above).
@@ -76,6 +86,7 @@ struct Level {
   double allreduce_bandwidth = 0;  // a ring all-reduce's rate (see above); 0 = bandwidth
   // Its traffic through each rank's CPU (see above); infinity = none.
   double allreduce_host_bandwidth = std::numeric_limits<double>::infinity();
+  bool through_host = false;   // messages copied through host memory (see above)
 };
 
 struct Link {
@@ -89,6 +100,7 @@ struct Link {
   HostCost host;
   double allreduce_bandwidth = 0;  // as Level's
   double allreduce_host_bandwidth = std::numeric_limits<double>::infinity();
+  bool through_host = false;
 };
 
 // Devices that share `cores` cores (see above); a device is in at most one group.
@@ -121,7 +133,20 @@ struct Route {
   HostCost host;               // free for a device talking to itself
   double allreduce_bandwidth = 0;  // a ring all-reduce's traffic over this route, bytes/s
   double allreduce_host_bandwidth = std::numeric_limits<double>::infinity();  // ... and through each end's CPU
+  bool through_host = false;   // copied through host memory at both ends (see above)
 };
+
+// What one message of `bytes` over `route` costs the device at one of its ends, in time
+// that device cannot compute in: the route's host cost, and where the route goes through
+// host memory, the copy over the device's link to its host. The simulator, the planner's
+// chain partition and the throughput bound all price a message's ends by it.
+inline double messageEndSeconds(const Device& end, const Route& route, double bytes) {
+  double seconds = route.host.free() ? 0 : route.host.seconds(bytes);
+  if (route.through_host) seconds += bytes / end.host_link_bandwidth;
+  return seconds;
+}
+// Whether messageEndSeconds is 0 for every message over `route`.
+inline bool endsFree(const Route& route) { return route.host.free() && !route.through_host; }
 
 class ClusterSpec {
  public:

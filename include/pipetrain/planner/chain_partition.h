@@ -168,6 +168,7 @@ class ChainProblem {
   std::vector<StageSums> prefix_;         // over blocks: prefix_[b] = blocks [0, b)
   std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block
   std::vector<cluster::Route> hop_;  // [d]: the route from device d to d + 1
+  std::vector<cluster::Device> device_;  // the cluster's, for what a message costs its ends
   bool hop_host_costs_ = false;      // whether any hop's messages take host time
   // Sparse tables over the devices (level k holds ranges of 2^k), so that deviceBlock()
   // is O(1) instead of a walk over the block's devices: on 1024 devices that walk, and

@@ -63,6 +63,8 @@ class CostModel {
   // CPU seconds that such an action takes from `rank`, talking to `peer_rank`: the
   // route's host cost (cluster_spec.h), zero where the cluster gives none.
   double hostSeconds(const schedule::Action& message, int rank, int peer_rank) const;
+  // ... of a message of `bytes` between the two ranks, at `rank`'s end.
+  double hostSeconds(double bytes, int rank, int peer_rank) const;
   cluster::Route route(int from_rank, int to_rank) const;
   // Ring all-reduce of stage s's gradients over its replicas: how long it takes, and how
   // much of each replica's core it takes (ringAllreduceHostSeconds).

@@ -52,6 +52,7 @@ ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels,
     if (!index_.emplace(d.name, static_cast<int>(i)).second) throw Error(where + " is defined twice");
     if (!(d.speed > 0 && d.speed < kInfinity)) throw Error(where + ": speed must be positive and finite");
     if (d.memory_bytes < 0) throw Error(where + ": memory_bytes must not be negative");
+    if (!(d.host_link_bandwidth > 0)) throw Error(where + ": host_link_bandwidth must be positive");
   }
   for (std::size_t i = 0; i < levels_.size(); ++i) {
     const Level& l = levels_[i];
@@ -141,7 +142,9 @@ Route ClusterSpec::route(int from, int to) const {
       it != link_ports_.end()) {
     const int first_link_port = num_ports_ - 2 * static_cast<int>(links_.size());
     const Link& k = links_[(it->second - first_link_port) / 2];
-    return Route{k.bandwidth, k.latency, it->second, it->second, k.host, k.allreduce_bandwidth, k.allreduce_host_bandwidth};
+    Route r{k.bandwidth, k.latency, it->second, it->second, k.host, k.allreduce_bandwidth, k.allreduce_host_bandwidth};
+    r.through_host = k.through_host;
+    return r;
   }
   if (levels_.empty())
     throw Error("cluster: no route from device '" + devices_[from].name + "' to device '" + devices_[to].name +
@@ -156,8 +159,10 @@ Route ClusterSpec::route(int from, int to) const {
     }
   const Level& lv = levels_[level];
   const int base = level_port_base_[level];
-  return Route{lv.bandwidth, lv.latency, base + 2 * unitOf(levels_, level, from),
-               base + 2 * unitOf(levels_, level, to) + 1, lv.host, lv.allreduce_bandwidth, lv.allreduce_host_bandwidth};
+  Route r{lv.bandwidth, lv.latency, base + 2 * unitOf(levels_, level, from), base + 2 * unitOf(levels_, level, to) + 1,
+          lv.host, lv.allreduce_bandwidth, lv.allreduce_host_bandwidth};
+  r.through_host = lv.through_host;
+  return r;
 }
 
 }  // namespace pipetrain::cluster

@@ -39,16 +39,19 @@ void writeHostCost(const HostCost& h, json_io::Json& j) {
 
 // A level's or link's optional "allreduce_bandwidth" and "allreduce_host_bandwidth",
 // written only where given.
+// ... and "through_host", written only where true.
 template <typename LevelOrLink>
 void readAllreduceRates(const json_io::JsonCursor& c, LevelOrLink& l) {
   if (c.has("allreduce_bandwidth")) l.allreduce_bandwidth = readBandwidth(c.field("allreduce_bandwidth"));
   if (c.has("allreduce_host_bandwidth")) l.allreduce_host_bandwidth = readBandwidth(c.field("allreduce_host_bandwidth"));
+  l.through_host = c.boolOr("through_host", false);
 }
 
 template <typename LevelOrLink>
 void writeAllreduceRates(const LevelOrLink& l, json_io::Json& j) {
   if (l.allreduce_bandwidth > 0) j["allreduce_bandwidth"] = writeBandwidth(l.allreduce_bandwidth);
   if (!std::isinf(l.allreduce_host_bandwidth)) j["allreduce_host_bandwidth"] = writeBandwidth(l.allreduce_host_bandwidth);
+  if (l.through_host) j["through_host"] = true;
 }
 
 // One entry of "devices": a device, or {"count": N, "name_prefix": P, ...} standing for
@@ -56,13 +59,14 @@ void writeAllreduceRates(const LevelOrLink& l, json_io::Json& j) {
 void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
   const bool shorthand = c.has("count");
   if (shorthand)
-    c.allowOnly({"count", "name_prefix", "kind", "speed", "memory_bytes"});
+    c.allowOnly({"count", "name_prefix", "kind", "speed", "memory_bytes", "host_link_bandwidth"});
   else
-    c.allowOnly({"name", "kind", "speed", "memory_bytes"});
+    c.allowOnly({"name", "kind", "speed", "memory_bytes", "host_link_bandwidth"});
   Device d;
   d.kind = c.stringOr("kind", "cpu");
   d.speed = c.has("speed") ? c.field("speed").asNumberIn(limits::kMinRate, limits::kMaxRate) : 1.0;
   d.memory_bytes = c.field("memory_bytes").asBytes();
+  if (c.has("host_link_bandwidth")) d.host_link_bandwidth = readBandwidth(c.field("host_link_bandwidth"));
   if (!shorthand) {
     d.name = c.field("name").asString();
     out.push_back(d);
@@ -78,7 +82,7 @@ void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
 
 Level readLevel(const json_io::JsonCursor& c) {
   c.allowOnly({"name", "group_size", "bandwidth", "latency", "host_overhead", "host_copy_bandwidth",
-               "allreduce_bandwidth", "allreduce_host_bandwidth"});
+               "allreduce_bandwidth", "allreduce_host_bandwidth", "through_host"});
   Level l;
   l.name = c.field("name").asString();
   l.group_size = static_cast<int>(c.field("group_size").asIntIn(1, limits::kMaxDevices));
@@ -91,7 +95,7 @@ Level readLevel(const json_io::JsonCursor& c) {
 
 Link readLink(const json_io::JsonCursor& c) {
   c.allowOnly({"a", "b", "bandwidth", "latency", "host_overhead", "host_copy_bandwidth", "allreduce_bandwidth",
-               "allreduce_host_bandwidth"});
+               "allreduce_host_bandwidth", "through_host"});
   Link k{c.field("a").asString(), c.field("b").asString(), readBandwidth(c.field("bandwidth")),
          c.field("latency").asSeconds(), readHostCost(c)};
   readAllreduceRates(c, k);
@@ -131,8 +135,11 @@ ClusterSpec ClusterSpec::load(const std::string& path) { return fromJson(json_io
 json_io::Json ClusterSpec::toJson() const {
   json_io::Json j = json_io::header(kFormat, kVersion);
   json_io::Json devices = json_io::Json::array(), levels = json_io::Json::array(), links = json_io::Json::array();
-  for (const Device& d : devices_)
-    devices.push_back({{"name", d.name}, {"kind", d.kind}, {"speed", d.speed}, {"memory_bytes", d.memory_bytes}});
+  for (const Device& d : devices_) {
+    json_io::Json device = {{"name", d.name}, {"kind", d.kind}, {"speed", d.speed}, {"memory_bytes", d.memory_bytes}};
+    if (!std::isinf(d.host_link_bandwidth)) device["host_link_bandwidth"] = writeBandwidth(d.host_link_bandwidth);
+    devices.push_back(std::move(device));
+  }
   for (const Level& l : levels_) {
     json_io::Json level = {{"name", l.name},
                            {"group_size", l.group_size},

@@ -79,6 +79,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
 
   std::vector<double> speed, memory, hop_allreduce_bandwidth, hop_allreduce_host_bandwidth, hop_latency;
+  device_ = cluster.devices();
   for (int d = 0; d < devices_; ++d) {
     speed.push_back(cluster.device(d).speed);
     memory.push_back(static_cast<double>(cluster.device(d).memory_bytes));
@@ -88,7 +89,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
       hop_allreduce_host_bandwidth.push_back(hop.allreduce_host_bandwidth);
       hop_latency.push_back(hop.latency);
       hop_.push_back(hop);
-      hop_host_costs_ |= !hop.host.free();
+      hop_host_costs_ |= !cluster::endsFree(hop);
     }
   }
   min_speed_ = sparseTable(std::move(speed), false);
@@ -277,9 +278,9 @@ double ChainProblem::hostSeconds(int i, int j, const DeviceBlock& devices) const
   if (!hop_host_costs_) return 0;  // most clusters: the DP asks for every stage it tries
   double per_microbatch = 0;  // an activation one way, its gradient the other, per cut
   if (i > 0 && devices.first > 0 && cut_bytes_[i] > 0)
-    per_microbatch += 2 * hop_[devices.first - 1].host.seconds(cut_bytes_[i]);
+    per_microbatch += 2 * cluster::messageEndSeconds(device_[devices.first], hop_[devices.first - 1], cut_bytes_[i]);
   if (j < numBlocks() && devices.end < numDevices() && cut_bytes_[j] > 0)
-    per_microbatch += 2 * hop_[devices.end - 1].host.seconds(cut_bytes_[j]);
+    per_microbatch += 2 * cluster::messageEndSeconds(device_[devices.end - 1], hop_[devices.end - 1], cut_bytes_[j]);
   if (per_microbatch == 0) return 0;
   return schedule::busiestReplicaShare(options_.microbatches, devices.replicas()) * per_microbatch;
 }

@@ -89,8 +89,14 @@ double CostModel::edgeBytes(int from, int to) const {
 }
 
 double CostModel::hostSeconds(const schedule::Action& message, int rank, int peer_rank) const {
-  const cluster::HostCost host = route(rank, peer_rank).host;  // the same both ways
-  return host.free() ? 0 : host.seconds(messageBytes(message));  // most clusters: no bytes to look up
+  const cluster::Route r = route(rank, peer_rank);  // the same both ways
+  if (cluster::endsFree(r)) return 0;                // most clusters: no bytes to look up
+  return cluster::messageEndSeconds(cluster_.device(rank_device_[rank]), r, messageBytes(message));
+}
+
+double CostModel::hostSeconds(double bytes, int rank, int peer_rank) const {
+  const cluster::Route r = route(rank, peer_rank);
+  return cluster::messageEndSeconds(cluster_.device(rank_device_[rank]), r, bytes);
 }
 
 cluster::Route CostModel::route(int from_rank, int to_rank) const {

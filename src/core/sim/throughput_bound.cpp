@@ -74,9 +74,9 @@ double throughputBound(const CostModel& costs) {
           const double seconds = periods * bytes / route.bandwidth;  // 0 on one device
           if (route.send_port >= 0) wire[route.send_port] += seconds;
           if (route.recv_port >= 0) wire[route.recv_port] += seconds;
-          if (!route.host.free()) {
-            busy[a] += periods * route.host.seconds(bytes);
-            busy[b] += periods * route.host.seconds(bytes);
+          if (!cluster::endsFree(route)) {
+            busy[a] += periods * costs.hostSeconds(bytes, a, b);
+            busy[b] += periods * costs.hostSeconds(bytes, b, a);
           }
         }
       }

@@ -194,6 +194,36 @@ TEST(ClusterSpec, HostCostsRoundTripAndReachRoutes) {
               {"c.json", "link 'a' - 'b'", "host_overhead"});
 }
 
+// GPUs whose messages go through host memory: the level says so, each device its link's
+// rate, and each end of a message pays its own device's copy (messageEndSeconds).
+TEST(ClusterSpec, ThroughHostCopiesAreEachEndsOwn) {
+  Json j = twoNodesJson();
+  j["levels"][1]["through_host"] = true;
+  j["devices"][0]["host_link_bandwidth"] = 25e9;  // the shorthand's 8 devices
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  const Route across = c.route(0, 4), within = c.route(0, 1);
+  EXPECT_TRUE(across.through_host);
+  EXPECT_FALSE(within.through_host);
+  EXPECT_FALSE(c.route(0, 0).through_host);
+  EXPECT_FALSE(endsFree(across));
+  EXPECT_TRUE(endsFree(within));
+  EXPECT_DOUBLE_EQ(messageEndSeconds(c.device(4), across, 50e9), 2.0);  // the shorthand gave all 8 the rate
+  Device slower = c.device(4);
+  slower.host_link_bandwidth = 12.5e9;
+  EXPECT_DOUBLE_EQ(messageEndSeconds(slower, across, 50e9), 4.0);
+  EXPECT_DOUBLE_EQ(messageEndSeconds(slower, within, 50e9), 0.0);
+  const Json written = c.toJson();
+  EXPECT_EQ(written["levels"][1]["through_host"], true);
+  EXPECT_FALSE(written["levels"][0].contains("through_host"));
+  EXPECT_FALSE(ClusterSpec::fromJson(twoNodesJson(), "c.json").toJson()["devices"][0].contains("host_link_bandwidth"));
+  EXPECT_EQ(ClusterSpec::fromJson(written, "written").toJson(), written);
+  j["devices"][0]["host_link_bandwidth"] = 0;
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "host_link_bandwidth"});
+  j["devices"][0]["host_link_bandwidth"] = 25e9;
+  j["levels"][1]["through_host"] = "yes";
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "through_host"});
+}
+
 TEST(ClusterSpec, AllreduceBandwidthRoundTripsAndDefaultsToTheBandwidth) {
   Json j = twoNodesJson();
   j["levels"][0]["allreduce_bandwidth"] = 20.0;

@@ -259,6 +259,25 @@ TEST(Simulator, MessagesTakeHostTimeAtBothEnds) {
   EXPECT_NEAR(shared.makespan(), 4 + 2 * c + 4 * h, 1e-9);
 }
 
+// Through host memory, each end copies the message over its own device's host link: as
+// MessagesTakeHostTimeAtBothEnds, with h = 1000 bytes / 2000 on rank 0's end and
+// 1000 / 4000 on rank 1's.
+TEST(Simulator, CopiesThroughHostMemoryTakeEachEndsLink) {
+  const double c = 2.25;
+  Scenario s = twoStages("1f1b", 1, 1000, 500, 0.25);
+  std::vector<cluster::Device> devices = s.cluster.devices();
+  devices[0].host_link_bandwidth = 2000;
+  devices[1].host_link_bandwidth = 4000;
+  std::vector<cluster::Level> levels = s.cluster.levels();
+  for (auto& l : levels) l.through_host = true;
+  s.cluster = cluster::ClusterSpec(devices, levels, s.cluster.links(), "through host");
+  const Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
+  const double h0 = 0.5, h1 = 0.25;
+  EXPECT_NEAR(e.report.makespan, 4 + 2 * c + 2 * h0 + 2 * h1, 1e-9);
+  EXPECT_NEAR(e.timeline.transfers[0].start, 1 + h0, 1e-9);
+  EXPECT_NEAR(e.timeline.ranks[1][0].start, 1 + h0 + c + h1, 1e-9);
+}
+
 TEST(Simulator, RanksSharingOneCoreComputeAtHalfSpeedWhileBothCompute) {
   // GPipe, 2 micro-batches, F = B = 1 s, free messages, both ranks on one core. Rank 0
   // runs F(0) alone in [0, 1]; then its F(1) and rank 1's F(0) share the core and both

@@ -44,13 +44,18 @@ graph::LayerGraph randomChain(std::mt19937& rng, int layers) {
 // message): slow links are where the bound's ports and round trips bind.
 cluster::ClusterSpec randomCluster(std::mt19937& rng, int devices) {
   std::vector<cluster::Device> d;
-  std::uniform_real_distribution<double> speed(0.5, 2.0);
+  std::uniform_real_distribution<double> speed(0.5, 2.0), host_link(5e9, 50e9);
   devices = std::max(8, (devices + 3) / 4 * 4);  // at least two whole servers
-  for (int i = 0; i < devices; ++i) d.push_back({"dev" + std::to_string(i), "gpu", speed(rng), int64_t{1} << 40});
+  for (int i = 0; i < devices; ++i) {
+    d.push_back({"dev" + std::to_string(i), "gpu", speed(rng), int64_t{1} << 40});
+    d.back().host_link_bandwidth = host_link(rng);
+  }
   std::uniform_real_distribution<double> slow(1e8, 3e9);
   cluster::HostCost host;
   if (rng() % 2) host = {2e-5, 5e9};
-  return cluster::ClusterSpec(d, {{"server", 4, 50e9, 1e-6}, {"cluster", devices, slow(rng), 2e-5, host}}, {});
+  cluster::Level across{"cluster", devices, slow(rng), 2e-5, host};
+  across.through_host = rng() % 2;  // each end also copies over its own link
+  return cluster::ClusterSpec(d, {{"server", 4, 50e9, 1e-6}, across}, {});
 }
 
 void expectBelowBound(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& p) {
