@@ -2,6 +2,7 @@
 // transport, written as a ClusterSpec (docs/profiling.md#network). Like `train`: without
 // RANK in the environment it launches --nproc local ranks of itself; with RANK set it is
 // one rank (torchrun conventions, LOCAL_RANK naming its device on the host).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include "commands.h"
 #include "launcher.h"
 #include "options.h"
+#include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/json_io.h"
@@ -23,6 +25,7 @@ struct NetworkArgs {
   std::vector<std::string> sizes = {"1M", "4M", "16M"};
   int repeats = 10;
   int timeout_seconds = 60;
+  std::string device = "cpu";
   std::string out;
   std::vector<std::string> argv;
 };
@@ -56,6 +59,10 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
     std::printf("all-reduce of %s over %zu ranks: %.2f ms, %.2f ms of rank 0's CPU\n",
                 text::humanBytes(p.sizes.back()).c_str(), p.ranks.size(), p.allreduce_seconds * 1e3,
                 p.allreduce_cpu_seconds * 1e3);
+  for (std::size_t r = 0; r < p.ranks.size(); ++r)
+    if (p.ranks[r].host_link_bandwidth > 0)
+      std::printf("rank %zu's GPU <-> its host's pinned memory: %s (the slower way)\n", r,
+                  rate(p.ranks[r].host_link_bandwidth).c_str());
   std::printf("cluster: %d devices of %s each;", c.size(), text::humanBytes(c.device(0).memory_bytes).c_str());
   for (const auto& l : c.levels()) {
     std::printf(" level '%s' (groups of %d) %s, %s, host CPU %s + bytes at %s per side", l.name.c_str(),
@@ -88,7 +95,11 @@ int runRank(const NetworkArgs& a) {
   rv.timeout = std::chrono::seconds(a.timeout_seconds);
   const int local_rank = runtime::localRank(rv.rank);
   auto transport = runtime::makeGlooTransport(rv);
-  const profiler::NetworkProfile p = profiler::profileNetwork(*transport, profiler::thisHost(local_rank), options);
+  const torch::Device device = runtime::rankDevice(a.device, local_rank);
+  const profiler::NetworkProfile p =
+      profiler::profileNetwork(*transport,
+                               profiler::thisHost(local_rank, device, *std::max_element(options.sizes.begin(), options.sizes.end())),
+                               options);
   if (rv.rank != 0) return 0;
   const cluster::ClusterSpec c = profiler::clusterFromNetwork(p);
   printProfile(p, c);
@@ -134,6 +145,10 @@ Command addProfileNetworkCommand(CLI::App& app, const std::vector<std::string>& 
   cmd->add_option("--repeats", a->repeats, "timed round trips per measurement (the median is kept)")
       ->capture_default_str();
   cmd->add_option("--timeout", a->timeout_seconds, "seconds before a silent peer ends the job")->capture_default_str();
+  cmd->add_option("--device", a->device,
+                  "where the ranks compute, as train's --device: on GPUs each rank also times its copies to and from "
+                  "the host, and the cluster prices messages through host memory (Gloo) with them")
+      ->capture_default_str();
   cmd->add_option("--out", a->out, "the cluster JSON to write")->required();
   return {cmd, [a] { return std::getenv("RANK") ? runRank(*a) : launch(*a); }};
 }

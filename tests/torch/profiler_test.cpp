@@ -392,6 +392,24 @@ NetworkProfile twoHosts(std::vector<std::string> hosts) {
   return p;
 }
 
+// Ranks that profiled on GPUs: each a "gpu" device with its GPU's memory and its host
+// link, and every level through host memory (the profile's messages went over Gloo).
+TEST(ProfileNetwork, GpuRanksBecomeGpusBehindTheirHostLinks) {
+  NetworkProfile p = twoHosts({"a", "a"});
+  for (int r = 0; r < 2; ++r) {
+    p.ranks[r].gpu_memory_bytes = int64_t{80} << 30;
+    p.ranks[r].host_link_bandwidth = r == 0 ? 25e9 : 20e9;
+  }
+  const cluster::ClusterSpec c = clusterFromNetwork(p);
+  EXPECT_EQ(c.device(0).kind, "gpu");
+  EXPECT_EQ(c.device(1).memory_bytes, int64_t{80} << 30);
+  EXPECT_DOUBLE_EQ(c.device(1).host_link_bandwidth, 20e9);
+  EXPECT_TRUE(c.route(0, 1).through_host);
+  EXPECT_DOUBLE_EQ(cluster::messageEndSeconds(c.device(0), c.route(0, 1), 50e9),
+                   2.0 + c.route(0, 1).host.seconds(50e9));
+  EXPECT_FALSE(clusterFromNetwork(twoHosts({"a", "a"})).route(0, 1).through_host);  // CPU ranks
+}
+
 TEST(ProfileNetwork, HostsBecomeLevels) {
   // Two hosts of two ranks, ranks interleaved: devices grouped by host, two tiers.
   cluster::ClusterSpec c = clusterFromNetwork(twoHosts({"a", "b", "a", "b"}));

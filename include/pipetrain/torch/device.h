@@ -19,4 +19,7 @@ torch::Device rankDevice(const std::string& spec, int local_rank);
 // "cpu", or "cuda:0 (NVIDIA H200)": for the summary and the logs.
 std::string describeDevice(const torch::Device& device);
 
+// A GPU's memory in bytes; 0 for a CPU, or where the build cannot ask.
+int64_t deviceMemoryBytes(const torch::Device& device);
+
 }  // namespace pipetrain::runtime

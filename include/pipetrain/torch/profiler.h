@@ -123,10 +123,16 @@ struct RankHost {
   std::string host;                // gethostname()
   int local_rank = 0;              // LOCAL_RANK, the rank's index on its host
   int64_t physical_memory_bytes = 0;  // the whole machine's (sysconf)
+  // A rank on a GPU: its memory, and the rate of a copy between it and pinned host
+  // memory (the slower direction); 0 on a CPU.
+  int64_t gpu_memory_bytes = 0;
+  double host_link_bandwidth = 0;
 };
 
-// This process's RankHost with the given local rank.
-RankHost thisHost(int local_rank);
+// This process's RankHost with the given local rank, computing on `device`: on a GPU,
+// the link to the host is timed with copies of `link_bytes` (the median of `repeats`).
+RankHost thisHost(int local_rank, const torch::Device& device = torch::kCPU, int64_t link_bytes = 16 << 20,
+                  int repeats = 10);
 
 // Rank 0 against one other rank.
 struct PairMeasurement {
@@ -159,6 +165,8 @@ NetworkProfile profileNetwork(runtime::Transport& transport, const RankHost& sel
                               const NetworkOptions& options = {});
 
 // A ClusterSpec from a profile: one "cpu" device per rank named "<host>-<local rank>"
+// (a "gpu" of its GPU's memory and host link where the rank ran on a GPU, every level
+// then `through_host`: the profile's messages went over Gloo, through host memory)
 // (grouped by host, in order of first appearance, then local rank), speed 1, memory =
 // the host's physical memory divided among its ranks. Levels: with every rank on one
 // host, one level "host" over all of them; with several hosts holding the same number

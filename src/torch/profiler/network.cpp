@@ -10,6 +10,9 @@
 #include <map>
 #include <utility>
 
+#include <torch/cuda.h>
+
+#include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/stats.h"
@@ -39,10 +42,35 @@ double processCpuSeconds() {
 
 // ----- who runs where: every rank tells rank 0 -------------------------------------------
 
+// Bytes/s of the slower direction of a copy between `device` and pinned host memory, as
+// the Gloo channel makes them (runtime/host_staging.h): the median of `repeats` timed
+// copies each way after one of each.
+double hostLinkBandwidth(const torch::Device& device, int64_t bytes, int repeats) {
+  const torch::Tensor host = torch::zeros({bytes}, torch::TensorOptions(torch::kUInt8).pinned_memory(true));
+  const torch::Tensor on_device = torch::zeros({bytes}, torch::TensorOptions(torch::kUInt8).device(device));
+  auto timed = [&](const torch::Tensor& to, const torch::Tensor& from) {
+    torch::cuda::synchronize(device.index());
+    const auto start = Clock::now();
+    to.copy_(from, /*non_blocking=*/true);
+    torch::cuda::synchronize(device.index());
+    return secondsSince(start);
+  };
+  timed(on_device, host);
+  timed(host, on_device);
+  std::vector<double> in, out;
+  for (int i = 0; i < repeats; ++i) {
+    in.push_back(timed(on_device, host));
+    out.push_back(timed(host, on_device));
+  }
+  return static_cast<double>(bytes) / std::max(median(in), median(out));
+}
+
 void sendHost(runtime::Transport& t, const RankHost& self) {
   torch::Tensor name = torch::zeros({kHostBytes}, torch::kUInt8);
   std::memcpy(name.data_ptr(), self.host.data(), std::min<std::size_t>(self.host.size(), kHostBytes - 1));
-  torch::Tensor info = torch::tensor({static_cast<int64_t>(self.local_rank), self.physical_memory_bytes}, torch::kLong);
+  torch::Tensor info = torch::tensor({static_cast<int64_t>(self.local_rank), self.physical_memory_bytes,
+                                      self.gpu_memory_bytes, static_cast<int64_t>(self.host_link_bandwidth)},
+                                     torch::kLong);
   auto a = t.send(name, 0, kHostTag);
   auto b = t.send(info, 0, kInfoTag);
   a->wait();
@@ -51,13 +79,15 @@ void sendHost(runtime::Transport& t, const RankHost& self) {
 
 RankHost receiveHost(runtime::Transport& t, int from) {
   torch::Tensor name = torch::zeros({kHostBytes}, torch::kUInt8);
-  torch::Tensor info = torch::zeros({2}, torch::kLong);
+  torch::Tensor info = torch::zeros({4}, torch::kLong);
   t.recv(name, from, kHostTag)->wait();
   t.recv(info, from, kInfoTag)->wait();
   RankHost h;
   h.host = std::string(static_cast<const char*>(name.data_ptr()));  // zero-terminated
   h.local_rank = static_cast<int>(info[0].item<int64_t>());
   h.physical_memory_bytes = info[1].item<int64_t>();
+  h.gpu_memory_bytes = info[2].item<int64_t>();
+  h.host_link_bandwidth = static_cast<double>(info[3].item<int64_t>());
   return h;
 }
 
@@ -170,7 +200,7 @@ std::pair<double, double> timeAllReduce(runtime::Transport& t, int64_t bytes, co
 
 }  // namespace
 
-RankHost thisHost(int local_rank) {
+RankHost thisHost(int local_rank, const torch::Device& device, int64_t link_bytes, int repeats) {
   RankHost h;
   char name[kHostBytes] = {};
   if (gethostname(name, sizeof name - 1) != 0 || !name[0]) std::strcpy(name, "localhost");
@@ -178,6 +208,10 @@ RankHost thisHost(int local_rank) {
   h.local_rank = local_rank;
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
   h.physical_memory_bytes = pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
+  if (device.is_cuda()) {
+    h.gpu_memory_bytes = runtime::deviceMemoryBytes(device);
+    h.host_link_bandwidth = hostLinkBandwidth(device, link_bytes, repeats);
+  }
   return h;
 }
 
@@ -228,6 +262,7 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
     ranks_of[h].push_back(r);
   }
   std::vector<cluster::Device> devices;
+  bool through_host = false;  // GPUs talked over Gloo, through host memory
   for (const std::string& h : hosts) {
     auto& rs = ranks_of[h];
     std::stable_sort(rs.begin(), rs.end(), [&](int a, int b) { return p.ranks[a].local_rank < p.ranks[b].local_rank; });
@@ -237,8 +272,15 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
         throw Error("network profile: ranks " + std::to_string(rs[i - 1]) + " and " + std::to_string(rs[i]) +
                     " both say they are local rank " + std::to_string(rh.local_rank) + " on host '" + h +
                     "' (set LOCAL_RANK per rank)");
-      devices.push_back({h + "-" + std::to_string(rh.local_rank), "cpu", 1.0,
-                         rh.physical_memory_bytes / static_cast<int64_t>(rs.size())});
+      cluster::Device d{h + "-" + std::to_string(rh.local_rank), "cpu", 1.0,
+                        rh.physical_memory_bytes / static_cast<int64_t>(rs.size())};
+      if (rh.host_link_bandwidth > 0) {
+        d.kind = "gpu";
+        d.memory_bytes = rh.gpu_memory_bytes;
+        d.host_link_bandwidth = rh.host_link_bandwidth;
+        through_host = true;
+      }
+      devices.push_back(d);
     }
   }
 
@@ -280,6 +322,7 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
   if (p.allreduce_seconds > 0 && moving > 0.05 * p.allreduce_seconds)
     levels.back().allreduce_bandwidth = steps / world * largest / moving;
   if (p.allreduce_cpu_seconds > 0) levels.back().allreduce_host_bandwidth = steps / world * largest / p.allreduce_cpu_seconds;
+  for (auto& l : levels) l.through_host = through_host;
   return cluster::ClusterSpec(std::move(devices), std::move(levels), {}, "measured network");
 }
 

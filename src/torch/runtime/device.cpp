@@ -61,4 +61,15 @@ std::string describeDevice(const torch::Device& device) {
   return out;
 }
 
+int64_t deviceMemoryBytes(const torch::Device& device) {
+#ifdef PIPETRAIN_WITH_CUDA
+  if (device.is_cuda()) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess) return static_cast<int64_t>(prop.totalGlobalMem);
+  }
+#endif
+  (void)device;
+  return 0;
+}
+
 }  // namespace pipetrain::runtime
