@@ -17,6 +17,9 @@
 #include "model_options.h"
 #include "options.h"
 #include "pipetrain/torch/data.h"
+#include "pipetrain/torch/device.h"
+#include "pipetrain/torch/models.h"
+#include "pipetrain/torch/transport.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
@@ -39,6 +42,7 @@ struct ProfileArgs {
   std::vector<int64_t> batches;
   profiler::ProfileOptions options;
   int threads = 0;  // 0 = leave LibTorch's and BLAS's defaults
+  std::string device = "cpu";  // where the layers run (runtime::rankDevice)
   std::string share;  // "K/P": time share K of P (ProfileOptions::share)
   std::string rendezvous;  // with --share: the directory the shares' processes meet in
   std::string out;
@@ -227,7 +231,10 @@ int run(ProfileArgs& a) {
   const models::ModelConfig config = parseModelOptions(a.model_options);
   profiler::optimizerStateBytes(a.options.optimizer, 0);  // known optimizer?
   checkWritable(a.out, "--out");
-  const models::Model model = runtime::openModel(a.model, config, 0, a.model_file, a.data);
+  models::Model model = runtime::openModel(a.model, config, 0, a.model_file, a.data);
+  // On a GPU the passes are timed from an idle device to an idle device, and memory is
+  // the caching allocator's (profiler::MemoryProbe).
+  models::moveTo(model, runtime::rankDevice(a.device, runtime::localRank(0)));
   if (a.threads > 0) useThreadsOfARank(a.threads);
   // The batches a first stage would load: consecutive micro-batches of epoch 0's order.
   std::unique_ptr<data::Dataset> dataset;
@@ -315,6 +322,9 @@ Command addProfileCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rendezvous", a->rendezvous,
                   "DIR: with --share, time together with the other shares' processes, which meet in DIR");
+  cmd->add_option("--device", a->device,
+                  "where the layers run: cpu, cuda (LOCAL_RANK's GPU), cuda:N, or auto (as train's --device)")
+      ->capture_default_str();
   cmd->add_option("--out", a->out, "the layer graph JSON to write")->required();
   return {cmd, [a, zoo, file, data_file, dataset] {
             if (!*zoo && !*file) throw Error("profile needs --model NAME or --model-file FILE");
