@@ -83,6 +83,47 @@ rm -rf "$ckpt"
 tail -n 2 "$out/ckpt_cpu.log"
 fi
 
+# (d) NCCL: the channel between ranks on GPUs of their own runs in Cuda.OverNcclBetweenGpus
+# above (one rank per GPU, up to 3; one GPU: one rank). Here: one rank from the CLI over
+# NCCL, and what the GPU's link to its host costs a message that goes through host memory
+# (profile-network, 2 ranks on the GPU over Gloo). Then the planner and the simulator, on
+# a profile taken on this GPU, for 8 of them (examples/clusters/gpu-server.json, NVLink),
+# and for 8 whose messages go through host memory at the measured host link.
+log "(d) NCCL, the host link, and the simulator's prediction for 8 GPUs"
+timeout 90 "$bin/pipetrain" train "${small[@]}" --nproc 1 --wire nccl --schedule 1f1b --stage-bounds 0,10 \
+  --microbatches 4 --microbatch-size 8 --epochs 1 --max-steps 10 --no-eval --summary-json "$out/nccl_one.json" \
+  >"$out/nccl_one.log" 2>&1
+note "{\"check\": \"nccl_one_rank\", \"rc\": $?, \"channel\": $("$python" -c "import json,sys; print(json.dumps([r['data_channel'] for r in json.load(open(sys.argv[1]))['ranks']]))" "$out/nccl_one.json" 2>/dev/null || echo null)}"
+tail -n 2 "$out/nccl_one.log"
+timeout 90 "$bin/pipetrain" profile-network --nproc 2 --device cuda --sizes 4M,64M --repeats 5 --out "$out/network.json" \
+  >"$out/network.log" 2>&1
+note "{\"check\": \"profile_network_gpu\", \"rc\": $?, \"cluster\": $(cat "$out/network.json" 2>/dev/null || echo null)}"
+cat "$out/network.log"
+timeout 150 "$bin/pipetrain" profile --model gpt --model-option layers=12 --model-option width=768 --model-option heads=12 \
+  --model-option context=1024 --batch 8 --device cuda --out "$out/gpt_gpu.json" >"$out/profile_gpu.log" 2>&1
+note "{\"check\": \"profile_on_gpu\", \"rc\": $?}"
+tail -n 4 "$out/profile_gpu.log"
+"$python" - "$src/examples/clusters/gpu-server.json" "$out/network.json" "$out/server_through_host.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+try:
+    link = min(d["host_link_bandwidth"] for d in json.load(open(sys.argv[2]))["devices"])
+except Exception:
+    link = 25e9  # PCIe 4 x16, where the measurement failed
+for d in c["devices"]:
+    d["host_link_bandwidth"] = link
+for l in c["levels"]:
+    l["through_host"] = True
+json.dump(c, open(sys.argv[3], "w"))
+PY
+for cluster in "$src/examples/clusters/gpu-server.json" "$out/server_through_host.json"; do
+  name=$(basename "$cluster" .json)
+  timeout 60 "$bin/pipetrain" plan --graph "$out/gpt_gpu.json" --cluster "$cluster" --batch 64 --json \
+    >"$out/plan_$name.json" 2>"$out/plan_$name.err"
+  note "{\"check\": \"predicted_8_gpus\", \"cluster\": \"$name\", \"rc\": $?, \"chosen\": $("$python" -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ('schedule', 'depth', 'microbatches', 'microbatch_size', 'predicted_throughput', 'bubble_fraction', 'peak_memory_bytes')}))" "$out/plan_$name.json" 2>/dev/null || echo null)}"
+  head -c 600 "$out/plan_$name.err"
+done
+
 # The rate of a pipetrain run in its steady state: samples/s between its step FIRST and
 # its last step, read off the reporting rank's --log-jsonl (each step's wall clock), so
 # that start-up, warm-up and the first steps' autotuning stay out.

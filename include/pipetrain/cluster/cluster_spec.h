@@ -145,6 +145,11 @@ inline double messageEndSeconds(const Device& end, const Route& route, double by
   if (route.through_host) seconds += bytes / end.host_link_bandwidth;
   return seconds;
 }
+// An all-reduce whose ring goes through host memory (any of its hops `through_host`)
+// copies each replica's gradients to the host and back: seconds per byte of them on
+// `replica`. The ring waits for its slowest replica, so the simulator and the chain DP
+// both charge every replica the largest of these over the ring.
+inline double allreduceCopySecondsPerByte(const Device& replica) { return 2 / replica.host_link_bandwidth; }
 // Whether messageEndSeconds is 0 for every message over `route`.
 inline bool endsFree(const Route& route) { return route.host.free() && !route.through_host; }
 

@@ -168,13 +168,14 @@ class ChainProblem {
   std::vector<StageSums> prefix_;         // over blocks: prefix_[b] = blocks [0, b)
   std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block
   std::vector<cluster::Route> hop_;  // [d]: the route from device d to d + 1
-  std::vector<cluster::Device> device_;  // the cluster's, for what a message costs its ends
   bool hop_host_costs_ = false;      // whether any hop's messages take host time
   // Sparse tables over the devices (level k holds ranges of 2^k), so that deviceBlock()
   // is O(1) instead of a walk over the block's devices: on 1024 devices that walk, and
   // the route it asks for at every step, took a third of the exploration.
   std::vector<std::vector<double>> min_speed_, min_memory_, min_hop_allreduce_bandwidth_, max_hop_latency_;
   std::vector<std::vector<double>> min_hop_allreduce_host_bandwidth_;
+  // Per device, cluster::allreduceCopySecondsPerByte; per hop, 1 where it goes through host memory.
+  std::vector<std::vector<double>> max_allreduce_copy_, any_hop_through_host_;
 };
 
 struct Partition {

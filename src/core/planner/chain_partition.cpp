@@ -78,26 +78,30 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   extra_weight_buffers_ = options.extra_weight_buffers;
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
 
-  std::vector<double> speed, memory, hop_allreduce_bandwidth, hop_allreduce_host_bandwidth, hop_latency;
-  device_ = cluster.devices();
+  std::vector<double> speed, memory, hop_allreduce_bandwidth, hop_allreduce_host_bandwidth, hop_latency, copy,
+      hop_through_host;
   for (int d = 0; d < devices_; ++d) {
     speed.push_back(cluster.device(d).speed);
     memory.push_back(static_cast<double>(cluster.device(d).memory_bytes));
+    copy.push_back(cluster::allreduceCopySecondsPerByte(cluster.device(d)));
     if (d + 1 < devices_) {
       const auto hop = cluster.route(d, d + 1);
       hop_allreduce_bandwidth.push_back(hop.allreduce_bandwidth);
       hop_allreduce_host_bandwidth.push_back(hop.allreduce_host_bandwidth);
       hop_latency.push_back(hop.latency);
+      hop_through_host.push_back(hop.through_host ? 1 : 0);
       hop_.push_back(hop);
       hop_host_costs_ |= !cluster::endsFree(hop);
     }
   }
   min_speed_ = sparseTable(std::move(speed), false);
   min_memory_ = sparseTable(std::move(memory), false);
+  max_allreduce_copy_ = sparseTable(std::move(copy), true);
   if (devices_ > 1) {
     min_hop_allreduce_bandwidth_ = sparseTable(std::move(hop_allreduce_bandwidth), false);
     min_hop_allreduce_host_bandwidth_ = sparseTable(std::move(hop_allreduce_host_bandwidth), false);
     max_hop_latency_ = sparseTable(std::move(hop_latency), true);
+    any_hop_through_host_ = sparseTable(std::move(hop_through_host), true);
   }
 
   // LayerGraph keeps its layers in topological order: blocks are runs of that order.
@@ -265,6 +269,8 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   b.ring_seconds = sim::ringAllreduceSeconds(0, r, b.ring_bandwidth, b.ring_latency);
   b.ring_seconds_per_byte = sim::ringAllreduceSeconds(1, r, b.ring_bandwidth, 0);
   b.ring_host_seconds_per_byte = sim::ringAllreduceHostSeconds(1, r, b.ring_host_bandwidth);
+  if (wrap.through_host || rangeOf(any_hop_through_host_, first, end - 1, true) > 0)
+    b.ring_host_seconds_per_byte += rangeOf(max_allreduce_copy_, first, end, true);  // as CostModel::ringAllreduceOf
   return b;
 }
 
@@ -278,9 +284,9 @@ double ChainProblem::hostSeconds(int i, int j, const DeviceBlock& devices) const
   if (!hop_host_costs_) return 0;  // most clusters: the DP asks for every stage it tries
   double per_microbatch = 0;  // an activation one way, its gradient the other, per cut
   if (i > 0 && devices.first > 0 && cut_bytes_[i] > 0)
-    per_microbatch += 2 * cluster::messageEndSeconds(device_[devices.first], hop_[devices.first - 1], cut_bytes_[i]);
+    per_microbatch += 2 * cluster::messageEndSeconds(cluster_.device(devices.first), hop_[devices.first - 1], cut_bytes_[i]);
   if (j < numBlocks() && devices.end < numDevices() && cut_bytes_[j] > 0)
-    per_microbatch += 2 * cluster::messageEndSeconds(device_[devices.end - 1], hop_[devices.end - 1], cut_bytes_[j]);
+    per_microbatch += 2 * cluster::messageEndSeconds(cluster_.device(devices.end - 1), hop_[devices.end - 1], cut_bytes_[j]);
   if (per_microbatch == 0) return 0;
   return schedule::busiestReplicaShare(options_.microbatches, devices.replicas()) * per_microbatch;
 }

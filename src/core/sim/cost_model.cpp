@@ -107,15 +107,20 @@ CostModel::AllreduceCost CostModel::ringAllreduceOf(int stage) const {
   const int n = replicas_[stage];
   if (n < 2) return {};
   const auto& devices = plan_.stages[stage].devices;
-  double bandwidth = std::numeric_limits<double>::infinity(), host_bandwidth = bandwidth, latency = 0;
+  double bandwidth = std::numeric_limits<double>::infinity(), host_bandwidth = bandwidth, latency = 0, copy = 0;
+  bool through_host = false;
   for (int i = 0; i < n; ++i) {
-    const auto r = cluster_.route(cluster_.indexOf(devices[i]), cluster_.indexOf(devices[(i + 1) % n]));
+    const int device = cluster_.indexOf(devices[i]);
+    const auto r = cluster_.route(device, cluster_.indexOf(devices[(i + 1) % n]));
     bandwidth = std::min(bandwidth, r.allreduce_bandwidth);
     host_bandwidth = std::min(host_bandwidth, r.allreduce_host_bandwidth);
     latency = std::max(latency, r.latency);
+    through_host |= r.through_host;
+    copy = std::max(copy, cluster::allreduceCopySecondsPerByte(cluster_.device(device)));
   }
   const double bytes = stages_[stage].param_bytes;
-  return {ringAllreduceSeconds(bytes, n, bandwidth, latency), ringAllreduceHostSeconds(bytes, n, host_bandwidth)};
+  return {ringAllreduceSeconds(bytes, n, bandwidth, latency),
+          ringAllreduceHostSeconds(bytes, n, host_bandwidth) + (through_host ? copy * bytes : 0)};
 }
 
 }  // namespace pipetrain::sim

@@ -267,6 +267,23 @@ TEST(ChainPartition, PricesTheAllReduceAtItsOwnRate) {
   ASSERT_EQ(on_cpus.numStages(), 2);
   EXPECT_LT(sim::evaluatePlan(graph, cpu_reduce, on_cpus).report.iteration_time,
             sim::evaluatePlan(graph, cpu_reduce, replicated).report.iteration_time);
+
+  // Activations of 1 kB now, and GPUs through host memory whose host links move 2e7 B/s:
+  // each replica copies its 1 GB of gradients out and back (100 s), a pipeline's messages
+  // next to nothing, and the pipeline wins, in the DP as in the simulator.
+  const auto light = graph::LayerGraph::uniformChain(2, 1, 1, 1, 1000, int64_t{1} << 30);
+  host.allreduce_host_bandwidth = std::numeric_limits<double>::infinity();
+  host.through_host = true;
+  std::vector<cluster::Device> gpus = two;
+  for (auto& d : gpus) d.host_link_bandwidth = 2e7;
+  const cluster::ClusterSpec copied(gpus, {host}, {}), unpriced(two, {host}, {});
+  EXPECT_GT(sim::evaluatePlan(light, copied, replicated).report.iteration_time -
+                sim::evaluatePlan(light, unpriced, replicated).report.iteration_time,
+            2.0 * (int64_t{1} << 30) / 2e7 - 1e-6);
+  const plan::Plan behind_links = partitionChain(light, copied, o, {}).plan;
+  ASSERT_EQ(behind_links.numStages(), 2);
+  EXPECT_LT(sim::evaluatePlan(light, copied, behind_links).report.iteration_time,
+            sim::evaluatePlan(light, copied, replicated).report.iteration_time);
 }
 
 TEST(ChainPartition, LongChainsArePlannedOverBlocks) {
