@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace pipetrain::schedule {
@@ -51,6 +52,12 @@ struct Action {
   }
   bool operator!=(const Action& o) const { return !(*this == o); }
 };
+
+// The message a SEND_F, SEND_B, RECV_F or RECV_B action moves, named by the edge it
+// crosses, the same on its send and its receive: (backward?, producer stage, consumer
+// stage, micro-batch). An activation leaves the producer, a gradient the consumer.
+using MessageKey = std::tuple<bool, int, int, int>;
+MessageKey messageOf(const Action& message);
 
 // Shorthands for building Programs.
 inline Action computeAction(ActionType type, int stage, int microbatch, int version) {

@@ -60,11 +60,10 @@ class CostModel {
   double messageBytes(const schedule::Action& message) const;
   // Bytes per micro-batch on the stage DAG's edge `from` -> `to` (either direction).
   double edgeBytes(int from, int to) const;
-  // CPU seconds that such an action takes from `rank`, talking to `peer_rank`: the
-  // route's host cost (cluster_spec.h), zero where the cluster gives none.
+  // Seconds that such an action takes from `rank`, talking to `peer_rank`, in which it
+  // cannot compute: the route's host cost and copies through host memory
+  // (cluster::messageEndSeconds), zero where the cluster gives none.
   double hostSeconds(const schedule::Action& message, int rank, int peer_rank) const;
-  // ... of a message of `bytes` between the two ranks, at `rank`'s end.
-  double hostSeconds(double bytes, int rank, int peer_rank) const;
   cluster::Route route(int from_rank, int to_rank) const;
   // Ring all-reduce of stage s's gradients over its replicas: how long it takes, and how
   // much of each replica's core it takes (ringAllreduceHostSeconds).

@@ -139,6 +139,15 @@ struct Rendezvous {
 // host), else `fallback`; a malformed value is an Error naming the variable.
 int localRank(int fallback);
 
+// The process group a transport makes for `group` (sorted, contains `rank`): its name
+// among the transport's groups ("<kind>-1-2", its keys' prefix in the store) and `rank`'s
+// index in it. Error where `rank` is not in `group`.
+struct GroupSlot {
+  std::string name;
+  int index = 0;
+};
+GroupSlot groupSlot(const std::string& kind, const std::vector<int>& group, int rank);
+
 // Gloo over TCP, rendezvous through c10d's TCPStore hosted by rank 0.
 std::unique_ptr<Transport> makeGlooTransport(const Rendezvous& rendezvous);
 

@@ -42,6 +42,15 @@ bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::S
 
 bool isBackward(ActionType t) { return t == ActionType::B || t == ActionType::I || t == ActionType::W; }
 
+MessageKey messageOf(const Action& a) {
+  switch (a.type) {
+    case ActionType::SEND_F: return {false, a.stage, a.peer_stage, a.microbatch};
+    case ActionType::RECV_F: return {false, a.peer_stage, a.stage, a.microbatch};
+    case ActionType::SEND_B: return {true, a.peer_stage, a.stage, a.microbatch};
+    default: return {true, a.stage, a.peer_stage, a.microbatch};  // RECV_B
+  }
+}
+
 std::string toString(const Action& a) {
   std::string s = std::to_string(a.stage) + name(a.type);
   if (hasMicrobatch(a.type)) s += std::to_string(a.microbatch);

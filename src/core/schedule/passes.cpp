@@ -2,20 +2,11 @@
 
 #include <algorithm>
 #include <map>
-#include <tuple>
 
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::schedule {
 namespace {
-
-// A message's identity, the same on its SEND and its RECV: (gradient?, producer stage,
-// consumer stage, micro-batch).
-std::tuple<bool, int, int, int> messageOf(const Action& a) {
-  const bool backward = a.type == ActionType::SEND_B || a.type == ActionType::RECV_B;
-  if (isSend(a.type)) return {backward, a.stage, a.peer_stage, a.microbatch};
-  return {backward, a.peer_stage, a.stage, a.microbatch};
-}
 
 // NOTE(receive-order): a channel that pairs messages by order (NCCL) needs each receiver
 // to post the receives from one sender in the order that sender sends. Lowering puts a
@@ -25,8 +16,7 @@ std::tuple<bool, int, int, int> messageOf(const Action& a) {
 // earlier on this rank. That never adds a wait: the message moved was sent before the
 // one this rank was already waiting for there, so it has arrived by then.
 void orderReceivesAsSent(Program& program) {
-  using Key = std::tuple<bool, int, int, int>;
-  std::map<Key, int> send_index;  // a message's place in its sender's order (per sender, per receiver)
+  std::map<MessageKey, int> send_index;  // a message's place in its sender's order (per sender, per receiver)
   for (int r = 0; r < program.numRanks(); ++r) {
     std::map<int, int> sent_to;
     for (const Action& a : program.ranks[r])

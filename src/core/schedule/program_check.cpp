@@ -10,19 +10,6 @@
 namespace pipetrain::schedule {
 namespace {
 
-// A message on the wire, named by the edge it crosses: (backward?, producer stage,
-// consumer stage, micro-batch). Gradients flow from consumer to producer.
-using MessageKey = std::tuple<bool, int, int, int>;
-
-MessageKey messageOf(const Action& a) {
-  switch (a.type) {
-    case ActionType::SEND_F: return {false, a.stage, a.peer_stage, a.microbatch};
-    case ActionType::RECV_F: return {false, a.peer_stage, a.stage, a.microbatch};
-    case ActionType::SEND_B: return {true, a.peer_stage, a.stage, a.microbatch};
-    default: return {true, a.stage, a.peer_stage, a.microbatch};  // RECV_B
-  }
-}
-
 
 class Checker {
  public:

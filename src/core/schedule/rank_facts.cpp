@@ -62,13 +62,8 @@ uint32_t messageTag(const Program& program, bool backward, int producer, int con
 }
 
 uint32_t messageTag(const Program& program, const Action& message) {
-  const bool backward = message.type == ActionType::SEND_B || message.type == ActionType::RECV_B;
-  // The producer and consumer of the edge the message crosses: an activation leaves
-  // the producer, a gradient leaves the consumer.
-  const bool at_producer = backward != isSend(message.type);
-  const int producer = at_producer ? message.stage : message.peer_stage;
-  const int consumer = at_producer ? message.peer_stage : message.stage;
-  return messageTag(program, backward, producer, consumer, message.microbatch);
+  const auto [backward, producer, consumer, microbatch] = messageOf(message);
+  return messageTag(program, backward, producer, consumer, microbatch);
 }
 
 RankFacts rankFacts(const Program& program, int rank) {

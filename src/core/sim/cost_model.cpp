@@ -94,11 +94,6 @@ double CostModel::hostSeconds(const schedule::Action& message, int rank, int pee
   return cluster::messageEndSeconds(cluster_.device(rank_device_[rank]), r, messageBytes(message));
 }
 
-double CostModel::hostSeconds(double bytes, int rank, int peer_rank) const {
-  const cluster::Route r = route(rank, peer_rank);
-  return cluster::messageEndSeconds(cluster_.device(rank_device_[rank]), r, bytes);
-}
-
 cluster::Route CostModel::route(int from_rank, int to_rank) const {
   return cluster_.route(rank_device_[from_rank], rank_device_[to_rank]);
 }

@@ -74,9 +74,10 @@ double throughputBound(const CostModel& costs) {
           const double seconds = periods * bytes / route.bandwidth;  // 0 on one device
           if (route.send_port >= 0) wire[route.send_port] += seconds;
           if (route.recv_port >= 0) wire[route.recv_port] += seconds;
-          if (!cluster::endsFree(route)) {
-            busy[a] += periods * costs.hostSeconds(bytes, a, b);
-            busy[b] += periods * costs.hostSeconds(bytes, b, a);
+          if (!cluster::endsFree(route)) {  // the route is the same both ways
+            const cluster::ClusterSpec& c = costs.cluster();
+            busy[a] += periods * cluster::messageEndSeconds(c.device(costs.deviceOfRank(a)), route, bytes);
+            busy[b] += periods * cluster::messageEndSeconds(c.device(costs.deviceOfRank(b)), route, bytes);
           }
         }
       }

@@ -174,13 +174,9 @@ class GlooTransport : public Transport {
   c10d::ProcessGroupGloo& groupOf(Groups& groups, const std::string& kind, const std::vector<int>& group) {
     auto& pg = groups[group];
     if (!pg) {
-      std::string name = kind;
-      int my_index = 0;
-      for (std::size_t i = 0; i < group.size(); ++i) {
-        name += "-" + std::to_string(group[i]);
-        if (group[i] == rv_.rank) my_index = static_cast<int>(i);
-      }
-      pg = makeGroup(c10::make_intrusive<c10d::PrefixStore>(name, store_), my_index, static_cast<int>(group.size()));
+      const GroupSlot slot = groupSlot(kind, group, rv_.rank);
+      pg = makeGroup(c10::make_intrusive<c10d::PrefixStore>(slot.name, store_), slot.index,
+                     static_cast<int>(group.size()));
     }
     return *pg;
   }
@@ -221,6 +217,16 @@ Rendezvous Rendezvous::fromEnvironment() {
 }
 
 int localRank(int fallback) { return intFromEnv("LOCAL_RANK", fallback, false); }
+
+GroupSlot groupSlot(const std::string& kind, const std::vector<int>& group, int rank) {
+  GroupSlot slot{kind, -1};
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    slot.name += "-" + std::to_string(group[i]);
+    if (group[i] == rank) slot.index = static_cast<int>(i);
+  }
+  if (slot.index < 0) throw Error("internal: rank " + std::to_string(rank) + " is not in its " + slot.name);
+  return slot;
+}
 
 namespace {
 

@@ -126,14 +126,8 @@ class NcclChannel : public DataChannel {
   c10d::ProcessGroupNCCL& groupOf(const std::vector<int>& group) {
     auto& pg = groups_[group];
     if (!pg) {
-      std::string name = "group";
-      int my_index = -1;
-      for (std::size_t i = 0; i < group.size(); ++i) {
-        name += "-" + std::to_string(group[i]);
-        if (group[i] == rv_.rank) my_index = static_cast<int>(i);
-      }
-      if (my_index < 0) throw Error("internal: " + what("all-reduce over a group without this rank"));
-      pg = makeGroup(name, my_index, static_cast<int>(group.size()));
+      const GroupSlot slot = groupSlot("group", group, rv_.rank);
+      pg = makeGroup(slot.name, slot.index, static_cast<int>(group.size()));
     }
     return *pg;
   }
