@@ -1,0 +1,74 @@
+"""What both of pipetrain_capture's tracers share: the error a user can act on, where in
+the user's code it arose, and the rule for which modules are layers."""
+import os
+import traceback
+
+import torch
+from torch import nn
+
+CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
+INPUT = "input"
+
+
+class CaptureError(Exception):
+    """The model cannot be taken as it is: says which module or operation, and what to change."""
+
+
+def user_frame(error: BaseException):
+    """The last frame of the error's traceback in the user's code (outside torch, outside
+    this tool and outside the Python library), or None."""
+    torch_dir = os.path.dirname(torch.__file__)
+    here = os.path.dirname(os.path.abspath(__file__))
+    stdlib = os.path.dirname(os.__file__)
+    frames = []
+    while error is not None:
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if not f.filename.startswith((torch_dir, here, stdlib)) and "<" not in f.filename] or frames
+        error = error.__cause__ or error.__context__
+    return frames[-1] if frames else None
+
+
+def where(error: BaseException) -> str:
+    """' at FILE:LINE (`code`)': the user's frame of the error."""
+    frame = user_frame(error)
+    return f" at {frame.filename}:{frame.lineno} (`{frame.line}`)" if frame else ""
+
+
+def layer_name(unit: str) -> str:
+    return unit.replace(".", "_").replace("@", "_call")
+
+
+def parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def has_state(module: nn.Module) -> bool:
+    """Whether a module holds parameters or buffers: one without (an activation, a pooling)
+    computes the same wherever it is called."""
+    return any(True for _ in module.parameters()) or any(True for _ in module.buffers())
+
+
+def _block_list(module: nn.Module) -> bool:
+    """Whether module is a container of two or more blocks (modules with parts)."""
+    return isinstance(module, CONTAINERS) and sum(1 for c in module.children() if any(True for _ in c.children())) >= 2
+
+
+def big_block_holders(model: nn.Module, units) -> set:
+    """The units that hold over a quarter of the model's parameters and, at any depth, a
+    container of two or more blocks (a transformer's block list, in its encoder in its
+    backbone): opening them, a level at a time, gives the planner blocks to balance."""
+    total = max(1, parameter_count(model))
+    out = set()
+    for u in units:
+        module = model.get_submodule(u)
+        if parameter_count(module) * 4 > total and any(_block_list(m) for m in module.modules()):
+            out.add(u)
+    return out
+
+
+def no_inplace(model: nn.Module):
+    # A stage's first layer receives its input as a leaf that autograd must not see
+    # modified; the out-of-place operation computes the same values.
+    for m in model.modules():
+        if getattr(m, "inplace", False) is True:
+            m.inplace = False

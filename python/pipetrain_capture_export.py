@@ -1,0 +1,621 @@
+"""Cutting a model into pipetrain's layers through torch.export (the default tracer).
+
+torch.export traces forward() as Python runs it (non-strict), so models written the way
+Hugging Face, timm and reference code write them get in: rotary tables made with complex
+numbers, masks built from the input's length, inputs with defaults, ModelOutput returns.
+Every ATen node of the exported graph keeps the module it ran in (`nn_module_stack`), and
+the graph is cut at those module boundaries:
+
+- a layer is a module that is not a container (a top-level child, or an item of a
+  ModuleList, ModuleDict or Sequential, however deeply those nest); a module holding over
+  a quarter of the parameters and a list of blocks is opened into its blocks;
+- a module with state called at several places is one layer per call (their weights are
+  tied); one without state (an activation, a pooling) is work between layers;
+- work between layers joins the layer that reads its result. Where several layers read it
+  (a residual add written in forward()), it joins the latest layer it reads, whose output
+  it becomes, and the others receive it as an edge of the layer DAG (a skip connection);
+- values that do not depend on the data (a rotary table, a causal mask, positions) are
+  recomputed in every layer that reads them, never sent; sizes are taken from the layer's
+  own batch-first input, so the layers run at any micro-batch size;
+- the training flag of dropout and batch norm follows the layer's `training`, and factory
+  calls create their tensors on the layer's input's device.
+
+Each layer is a TorchScript module compiled from its ATen nodes."""
+import copy
+import io
+import operator
+import re
+import warnings
+from typing import Dict, List, Optional
+
+import torch
+import torch.fx
+from torch import nn
+from torch.export import Dim
+
+from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block_holders, has_state, layer_name,
+                                      user_frame, where)
+
+# Checks torch.export adds to the graph; pipetrain's layers check shapes themselves.
+_DROPPED = ("aten._assert", "aten.sym_constrain_range")
+# Operations whose training flag was fixed when the model was traced in training mode.
+_TRAINING_ARGUMENT = {"aten.dropout.default": 2, "aten.feature_dropout.default": 2, "aten.alpha_dropout.default": 2,
+                      "aten.feature_alpha_dropout.default": 2, "aten.batch_norm.default": 5}
+_ROOT = "model"  # the user's model inside _Selected
+
+
+def pick_output(out, key):
+    """The tensor `key` names in forward()'s result (an index of a tuple, a key or attribute
+    of a dict or ModelOutput), or the result itself when it is a tensor."""
+    if key is None:
+        return out
+    if isinstance(out, (tuple, list)):
+        return out[int(key)]
+    if isinstance(out, dict):
+        return out[key]
+    return getattr(out, key)
+
+
+def output_key(out, wanted: Optional[str]):
+    """Which part of forward()'s result pipetrain trains on: the one the user named, else
+    the first tensor (said on stderr), None when the result is a tensor."""
+    if isinstance(out, torch.Tensor):
+        if wanted is not None:
+            raise CaptureError(f"--output {wanted}: forward() returns one tensor, not a structure to choose from")
+        return None
+    if isinstance(out, dict):
+        items = list(out.items())
+    elif isinstance(out, (tuple, list)):
+        items = [(str(i), v) for i, v in enumerate(out)]
+    else:
+        raise CaptureError(f"forward() returns a {type(out).__name__}; pipetrain needs a tensor, or a tuple, dict or "
+                           "ModelOutput holding one")
+    tensors = [k for k, v in items if isinstance(v, torch.Tensor)]
+    if wanted is not None:
+        if wanted not in tensors:
+            raise CaptureError(f"--output {wanted}: forward() returns {type(out).__name__} with tensors "
+                               f"{', '.join(tensors) or 'none'}")
+        return wanted
+    if not tensors:
+        raise CaptureError(f"forward() returns a {type(out).__name__} with no tensor in it")
+    import sys
+    others = f"its first tensor, '{tensors[0]}' (--output names another of {', '.join(tensors)})" \
+        if len(tensors) > 1 else f"its one tensor, '{tensors[0]}'"
+    print(f"note: forward() returns a {type(out).__name__}; training on {others}", file=sys.stderr)
+    return tensors[0]
+
+
+class _Selected(nn.Module):
+    """The user's model with its result narrowed to the one tensor pipetrain trains on."""
+
+    def __init__(self, model: nn.Module, key: Optional[str]):
+        super().__init__()
+        self.model = model
+        self.key = key
+
+    def forward(self, x):
+        return pick_output(self.model(x), self.key)
+
+
+def _explain(error: Exception) -> str:
+    """Why torch.export could not trace forward(), in the user's terms: the line, the
+    construct and what to change."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else type(error).__name__
+    at = where(error)
+    if "data-dependent" in text or "GuardOnDataDependent" in type(error).__name__ or "data dependent" in text:
+        return (f"forward() branches on a tensor's values{at}; pipetrain needs one graph for every batch: compute "
+                "the condition from the module's configuration, or use torch.where")
+    if isinstance(error, TypeError) and "positional argument" in text:
+        return (f"forward() needs more than one input ({first}); pipetrain feeds one tensor per sample: give the "
+                "other arguments defaults, or compute them from the first")
+    if "Constraints violated" in text or "specializ" in text:
+        return (f"forward() fixes the batch size{at}: its graph must run at any number of samples; take sizes from "
+                "x.shape instead of constants")
+    return f"torch.export cannot trace forward(){at}: {type(error).__name__}: {first}"
+
+
+def _source_line(n: torch.fx.Node) -> str:
+    """' (FILE:LINE `code`)' where the user's forward() made node n, from export's record."""
+    trace = n.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in \w+\n\s+(.*)', trace)
+    mine = [f for f in frames if "/torch/" not in f[0] and "pipetrain_capture" not in f[0]]
+    return f" ({mine[-1][0]}:{mine[-1][1]} `{mine[-1][2].strip()}`)" if mine else ""
+
+
+def _set_attribute(root: nn.Module, dotted: str, value):
+    *parents, last = dotted.split(".")
+    module = root
+    for part in parents:
+        if not hasattr(module, part):
+            module.add_module(part, nn.Module())
+        module = getattr(module, part)
+    if isinstance(value, nn.Parameter):
+        module.register_parameter(last, value)
+    else:  # a buffer or a constant: a buffer of the layer, so that it moves with it to a device
+        module.register_buffer(last, value.detach().clone())
+
+
+class ExportCapture:
+    def __init__(self, model: nn.Module, example: torch.Tensor, output: Optional[str] = None):
+        self.model = model
+        self.example = example
+        with torch.no_grad():
+            try:
+                eager = model(example)
+            except Exception as e:
+                raise CaptureError(f"forward() fails on the data's first inputs (shape {tuple(example.shape)}, "
+                                   f"{example.dtype}){where(e)}: {type(e).__name__}: {e}") from e
+        self.key = output_key(eager, output)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                program = torch.export.export(_Selected(model, self.key), (example,),
+                                              dynamic_shapes=({0: Dim.AUTO},), strict=False)
+        except Exception as e:
+            raise CaptureError(_explain(e)) from e
+        self.gm = program.module()
+        self.nodes = [n for n in self.gm.graph.nodes if not self._dropped(n)]
+        self.input = next(n for n in self.nodes if n.op == "placeholder")
+        self.batch = self.input.meta["val"].shape[0]
+        if not isinstance(self.batch, torch.SymInt):
+            raise CaptureError(f"forward() only runs at a batch of {self.batch} samples (torch.export fixed the batch "
+                               "size): take sizes from x.shape instead of constants")
+        self.open_modules = set()
+        # Every name of each parameter in the user's model: tied weights have several.
+        by_tensor: Dict[int, List[str]] = {}
+        for name, p in model.named_parameters(remove_duplicate=False):
+            by_tensor.setdefault(id(p), []).append(name)
+        self.names_of = {name: names for names in by_tensor.values() for name in names}
+
+    # --- the exported graph ------------------------------------------------------------
+
+    @staticmethod
+    def _dropped(n) -> bool:
+        return ((n.op == "call_function" and str(n.target).startswith(_DROPPED)) or
+                (n.op == "call_module" and n.target == "_guards_fn"))
+
+    def attribute(self, n):
+        return self.gm.get_parameter(n.target) if self.is_parameter(n) else _get(self.gm, n.target)
+
+    def is_parameter(self, n) -> bool:
+        try:
+            self.gm.get_parameter(n.target)
+            return True
+        except AttributeError:
+            return False
+
+    def value(self, n):
+        return _get(self.gm, n.target) if n.op == "get_attr" else n.meta.get("val")
+
+    def is_tensor(self, n) -> bool:
+        return isinstance(self.value(n), torch.Tensor)
+
+    def batch_first(self, n) -> bool:
+        v = self.value(n)
+        return isinstance(v, torch.Tensor) and v.dim() > 0 and str(v.shape[0]) == str(self.batch)
+
+    def is_batch_size(self, n) -> bool:
+        """A size read that is the batch: the layer takes it from its own batch-first input."""
+        return (n.op == "call_function" and str(n.target) == "aten.sym_size.int" and
+                str(n.meta.get("val")) == str(self.batch))
+
+    # --- which layer each node belongs to ------------------------------------------------
+
+    def constants(self) -> Dict[torch.fx.Node, bool]:
+        """Whether each node's value is the same for any data: made from buffers, constants
+        and the batch size alone, not from the input or a parameter."""
+        constant = {}
+        for n in self.nodes:
+            if n.op == "get_attr":
+                constant[n] = not self.is_parameter(n)
+            elif n.op == "call_function":
+                constant[n] = self.is_batch_size(n) or all(constant[a] for a in n.all_input_nodes)
+            else:
+                constant[n] = False
+        return constant
+
+    @staticmethod
+    def _stack(n):
+        """[(path in the user's model, call index)] of the modules n ran in, outermost first."""
+        out = []
+        for key, (path, _) in (n.meta.get("nn_module_stack") or {}).items():
+            if path == _ROOT or not path.startswith(_ROOT + "."):
+                continue
+            call = re.search(r"@(\d+)$", key)
+            out.append((path[len(_ROOT) + 1:], int(call.group(1)) if call else 0))
+        return out
+
+    def opened(self, module: nn.Module, path: str) -> bool:
+        return not path or isinstance(module, CONTAINERS) or path in self.open_modules
+
+    def unit_of_path(self, path: str) -> Optional[str]:
+        """The shortest prefix of path that is not opened, None for the model's own work."""
+        prefix = []
+        module = self.model
+        for part in path.split(".") if path else []:
+            if not self.opened(module, ".".join(prefix)):
+                return ".".join(prefix)
+            module = getattr(module, part)
+            prefix.append(part)
+        return None if self.opened(module, ".".join(prefix)) else ".".join(prefix)
+
+    def module_units(self) -> Dict[torch.fx.Node, str]:
+        """The nodes that run inside a layer's module, with their layer: 'path', or
+        'path@k' for the k-th call of a module with state called at several places."""
+        found = {}
+        calls: Dict[str, set] = {}
+        for n in self.nodes:
+            stack = self._stack(n)
+            if n.op != "call_function" or not stack:
+                continue
+            unit = self.unit_of_path(stack[-1][0])
+            if unit is None:
+                continue
+            call = next((c for p, c in stack if p == unit), 0)
+            found[n] = (unit, call)
+            calls.setdefault(unit, set()).add(call)
+        # Not layers: a module without state called at several places (one activation
+        # reused), and one without parameters whose results do not depend on the data (a
+        # rotary table's cos and sin): each reader computes those itself.
+        stateless = {u for u, c in calls.items() if len(c) > 1 and not has_state(self.model.get_submodule(u))}
+        constant = {u for u in calls if not any(True for _ in self.model.get_submodule(u).parameters()) and
+                    all(self.constant[n] for n, (v, _) in found.items() if v == u)}
+        units = {n: (u if len(calls[u]) == 1 else f"{u}@{c}") for n, (u, c) in found.items()
+                 if u not in stateless | constant}
+        # An item taken from a layer's non-tensor result (a tuple) is the layer's own work.
+        for n in self.nodes:
+            if (n not in units and n.op == "call_function" and n.target is operator.getitem and
+                    n.args[0] in units and not self.is_tensor(n.args[0])):
+                units[n] = units[n.args[0]]
+        return units
+
+    def assign(self):
+        """self.owner (node -> its layer), self.copied (nodes each reader recomputes) and
+        self.order (the layers in the order forward() first runs them)."""
+        self.constant = self.constants()
+        owner = self.module_units()
+        self.order = list(dict.fromkeys(owner[n] for n in self.nodes if n in owner))
+        if not self.order:
+            raise CaptureError("forward() calls no module with parameters, so there is nothing to place on stages")
+        index = {u: i for i, u in enumerate(self.order)}
+        # The latest layer each node depends on.
+        latest: Dict[torch.fx.Node, int] = {}
+        for n in self.nodes:
+            if n in owner:
+                latest[n] = index[owner[n]]
+            elif n.op == "call_function":
+                latest[n] = max((latest[a] for a in n.all_input_nodes), default=-1)
+            else:
+                latest[n] = -1
+        constant = self.constant
+        copied = set()
+        readers_memo: Dict[torch.fx.Node, set] = {}
+
+        def readers(n) -> set:
+            """The layers that read n: directly, or through values they recompute."""
+            if n in readers_memo:
+                return readers_memo[n]
+            out = set()
+            for user in n.users:
+                if user.op == "output":
+                    out.add(self.order[-1])
+                elif self.is_batch_size(user):
+                    continue
+                elif user in owner:
+                    out.add(owner[user])
+                elif user in copied:
+                    out |= readers(user)
+            readers_memo[n] = out
+            return out
+
+        for n in reversed(self.nodes):
+            if n in owner or n.op != "call_function":
+                continue
+            if constant[n] or not self.is_tensor(n):
+                copied.add(n)
+                continue
+            layers = readers(n)
+            if len(layers) == 1:
+                owner[n] = layers.pop()
+            elif layers and latest[n] < 0:
+                copied.add(n)  # made from the model's input alone: each reader makes it again
+            else:  # several readers (a residual add) or none (an effect): beside the latest layer it reads
+                owner[n] = self.order[max(latest[n], 0)]
+        self.owner, self.copied, self.index = owner, copied, index
+
+    def refine(self) -> bool:
+        grown = big_block_holders(self.model, [u.split("@")[0] for u in self.order]) - self.open_modules
+        self.open_modules |= grown
+        return bool(grown)
+
+    # --- what crosses between layers --------------------------------------------------------
+
+    def inputs_of(self, u: str) -> List[torch.fx.Node]:
+        """The tensors layer u reads from the model's input and from other layers, in the
+        order it first reads them; constants and recomputed values are made in u."""
+        inputs = []
+
+        def visit(n):
+            for a in n.all_input_nodes:
+                if a.op == "get_attr" or (self.owner.get(a) == u):
+                    continue
+                if self.is_batch_size(a):
+                    continue
+                if a in self.copied or not self.is_tensor(a):  # a size computed in another layer too
+                    visit(a)
+                elif a not in inputs:
+                    inputs.append(a)
+
+        for n in self.nodes:
+            if self.owner.get(n) == u:
+                visit(n)
+        return inputs
+
+    def outputs_of(self, u: str, inputs: Dict[str, List[torch.fx.Node]]) -> List[torch.fx.Node]:
+        final = self.final()
+        sent = {a for v, reads in inputs.items() if v != u for a in reads if self.owner.get(a) == u}
+        return [n for n in self.nodes if n in sent or (n is final and self.owner.get(n) == u)]
+
+    def final(self):
+        return next(n for n in self.nodes if n.op == "output").args[0][0]
+
+    def separate_junctions(self):
+        """A layer hands one tensor on. Where a layer would hand on several (a residual add
+        read by two later layers, beside the layer's own result), the add becomes a layer
+        of its own, with the work that only it reads."""
+        for _ in range(len(self.nodes)):
+            inputs = {u: self.inputs_of(u) for u in self.order}
+            for u in self.order:
+                outs = self.outputs_of(u, inputs)
+                if len(outs) <= 1:
+                    continue
+                movable = [n for n in outs if self._stack(n) == [] or self.unit_of_path(self._stack(n)[-1][0]) is None]
+                if not movable:
+                    what = ", ".join(f"{o.name}{_source_line(o)}" for o in outs)
+                    raise CaptureError(f"layer '{u}' hands several tensors to the layers after it ({what}); return one "
+                                       "tensor from the module, or wrap the modules that exchange several in one module")
+                moved = movable[-1]
+                new = f"{u}.{moved.name}"
+                group = {moved}
+                for n in reversed(self.nodes):  # the work in u that only the moved node reads
+                    if (self.owner.get(n) == u and n not in self.module_nodes and n.users and
+                            all(r in group for r in n.users)):
+                        group.add(n)
+                for n in group:
+                    self.owner[n] = new
+                self.glue_kind[new] = getattr(moved.target, "__name__", "glue").split(".")[0]
+                self.order.insert(self.order.index(u) + 1, new)
+                self.index = {v: i for i, v in enumerate(self.order)}
+                break
+            else:
+                return
+
+    def check_order(self, inputs):
+        for u in self.order:
+            for a in inputs[u]:
+                if a.op != "placeholder" and self.index[self.owner[a]] >= self.index[u]:
+                    raise CaptureError(
+                        f"layer '{u}' reads {a.name}{_source_line(a)} of '{self.owner[a]}', which forward() first runs "
+                        "later; pipetrain runs layers in the order forward() first calls them")
+
+    # --- the layers as TorchScript -------------------------------------------------------
+
+    def attribute_name(self, target: str, u: str) -> str:
+        """A weight's name in layer u: of a tied weight's names, the one inside u's module."""
+        name = target[len(_ROOT) + 1:] if target.startswith(_ROOT + ".") else target
+        names = self.names_of.get(name, [name])
+        return next((n for n in names if n.startswith(u.split("@")[0] + ".")), name)
+
+    def child(self, u: str, inputs: List[torch.fx.Node]) -> torch.fx.GraphModule:
+        g = torch.fx.Graph()
+        root = nn.Module()
+        env = {a: g.placeholder(a.name) for a in inputs}
+        ref = next(env[a] for a in inputs if self.batch_first(a))  # inputs hold one (layer_inputs)
+        made = {}
+
+        def once(key, make, before):
+            if key not in made:
+                with g.inserting_before(before):
+                    made[key] = make()
+            return made[key]
+
+        def copy_node(n):
+            if n in env:
+                return env[n]
+            if self.is_batch_size(n):
+                env[n] = g.call_method("size", (ref, 0))
+                return env[n]
+            for a in n.all_input_nodes:
+                copy_node(a)
+            if n.op == "get_attr":
+                name = self.attribute_name(n.target, u)
+                if not _has(root, name):
+                    _set_attribute(root, name, self.attribute(n))
+                env[n] = g.get_attr(name)
+                return env[n]
+            new = g.node_copy(n, lambda a: env[a])
+            if str(n.target) == "aten.sym_size.int":
+                new.op, new.target = "call_method", "size"
+            elif isinstance(n.target, torch._ops.OpOverload):
+                position = _TRAINING_ARGUMENT.get(str(n.target))
+                if position is not None and len(n.args) > position and isinstance(n.args[position], bool):
+                    args = list(new.args)
+                    args[position] = once("training", lambda: g.get_attr("training"), new)
+                    new.args = tuple(args)
+                if isinstance(n.kwargs.get("device"), torch.device):
+                    new.kwargs = {**new.kwargs, "device": once("device", lambda: g.call_function(getattr, (ref, "device")), new)}
+                new.target = n.target.overloadpacket  # TorchScript calls ops by name, matching the overload itself
+            env[n] = new
+            return new
+
+        for n in self.nodes:
+            if self.owner.get(n) == u:
+                copy_node(n)
+        out = self.layer_output(u)
+        result = copy_node(out)
+        if not self.batch_first(out):  # the same rows for every sample
+            shape = self.value(out).shape
+            batch = g.call_method("size", (ref, 0))
+            if len(shape) > 0 and shape[0] == 1:  # a batch dimension of one, broadcast (positions' unsqueeze(0))
+                result = g.call_method("expand", (result, [batch] + [-1] * (len(shape) - 1)))
+            else:
+                rows = g.call_method("unsqueeze", (result, 0))
+                result = g.call_method("expand", (rows, [batch] + [-1] * len(shape)))
+        g.output(result)
+        # Named after the module's class, which pipetrain shows as the layer's kind; a
+        # layer of work between modules after its operation ("add").
+        base = u.split("@")[0]
+        kind = self.glue_kind.get(u) or type(self.model.get_submodule(base)).__name__
+        child = torch.fx.GraphModule(root, g, class_name=kind)
+        child.graph.lint()
+        return child
+
+    def layer_output(self, u):
+        return self._outputs[u]
+
+    def layer_inputs(self, u: str, inputs: List[torch.fx.Node]) -> List[torch.fx.Node]:
+        """inputs, with the model's input first where u has no batch-first input to take
+        the batch size and the device from."""
+        if not any(self.batch_first(a) for a in inputs):
+            return [self.input] + inputs
+        return inputs
+
+    def build(self) -> torch.jit.ScriptModule:
+        self.assign()
+        while self.refine():
+            self.assign()
+        self.module_nodes = set(self.module_units())
+        self.glue_kind: Dict[str, str] = {}
+        self.separate_junctions()
+        inputs = {u: self.inputs_of(u) for u in self.order}
+        self.check_order(inputs)
+        self._outputs = {}
+        for u in self.order:
+            outs = self.outputs_of(u, inputs)
+            if len(outs) != 1:
+                raise CaptureError(f"layer '{u}' hands nothing to the layers after it; forward() must use every "
+                                   "module's result")
+            self._outputs[u] = outs[0]
+        final = self.final()
+        if self.owner.get(final) != self.order[-1]:
+            raise CaptureError("forward() must return the output of its last layer")
+        wrapper = nn.Module()
+        wiring: Dict[str, List[str]] = {}
+        produced = {self.input: INPUT}
+        top = torch.fx.Graph()
+        top_env = {self.input: top.placeholder(INPUT)}
+        for u in self.order:
+            reads = self.layer_inputs(u, inputs[u])
+            name = layer_name(u)
+            if name in wiring:
+                raise CaptureError(f"two layers would both be named '{name}' ('{u}' and another); rename one module")
+            setattr(wrapper, name, self.script(u, self.child(u, reads)))
+            wiring[name] = [produced[a] for a in reads]
+            produced[self._outputs[u]] = name
+            top_env[self._outputs[u]] = top.call_module(name, tuple(top_env[a] for a in reads))
+        top.output(top_env[final])
+        whole = torch.fx.GraphModule(wrapper, top, class_name=type(self.model).__name__ + "Layers")
+        whole.pipetrain_inputs = wiring
+        whole.pipetrain_state_dict = self.user_names(whole)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*instance-level annotations.*")
+                return torch.jit.script(whole)
+        except Exception as e:
+            raise CaptureError(f"TorchScript cannot compile the captured layers: {e}") from e
+
+    @staticmethod
+    def script(u: str, child: torch.fx.GraphModule) -> torch.jit.ScriptModule:
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*instance-level annotations.*")
+                return torch.jit.script(child)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CaptureError(f"TorchScript cannot compile layer '{u}' ({first}); its code:\n{child.code}") from e
+
+    def user_names(self, whole: nn.Module) -> Dict[str, str]:
+        """The file's state_dict keys -> the user's names, comma-separated where a weight is
+        tied: every name the user's state_dict has for it."""
+        user = set(self.model.state_dict().keys())
+        out = {}
+        for key in whole.state_dict().keys():
+            inner = key.split(".", 1)[1]
+            if inner in user:
+                out[key] = inner
+        held = set(out.values())
+        for key, inner in list(out.items()):
+            others = [n for n in self.names_of.get(inner, []) if n not in held and n in user]
+            if others:
+                out[key] = ",".join([inner] + others)
+                held.update(others)
+        missing = [k for k in self.model.state_dict().keys() if k not in held]
+        if missing:
+            import sys
+            print(f"note: forward() never reads {', '.join(missing)}; pipetrain trains without them, and they keep "
+                  "their values", file=sys.stderr)
+        return out
+
+
+def _get(module: nn.Module, dotted: str):
+    for part in dotted.split("."):
+        module = getattr(module, part)
+    return module
+
+
+def _has(module: nn.Module, dotted: str) -> bool:
+    try:
+        _get(module, dotted)
+        return True
+    except AttributeError:
+        return False
+
+
+def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Tensor, key: Optional[str]):
+    """The captured layers compute what forward() computes: the output in evaluation and in
+    training mode, and in training mode every parameter's gradient. Run on copies, so
+    that neither the model nor the file's buffers (batch norm's statistics) change."""
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    buffer.seek(0)
+    layers = torch.jit.load(buffer)
+    eager = copy.deepcopy(model)
+    names = {k: v.split(",")[0] for k, v in dict(scripted.pipetrain_state_dict).items()}
+    for training in (False, True):
+        eager.train(training)
+        layers.train(training)
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            want = pick_output(eager(example), key)
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            got = layers(example)
+        if want.shape != got.shape or _relative_error(got, want) > 1e-4:
+            why = ("" if training else "; torch.export traced forward() in training mode, so a branch on "
+                   "`self.training` other than dropout's and batch norm's (stochastic depth, for example) follows "
+                   "the training branch: make the branch a dropout, or capture with --tracer fx, which traces in "
+                   "evaluation mode and trains without the branch")
+            raise CaptureError(f"the captured layers do not reproduce forward() on the example input in "
+                               f"{'training' if training else 'evaluation'} mode (relative error "
+                               f"{_relative_error(got, want) if want.shape == got.shape else 'of shape'}){why}")
+    if not want.is_floating_point():
+        return
+    weights = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
+    (want.float() * weights).sum().backward()
+    (got.float() * weights).sum().backward()
+    eager_grads = {n: p.grad for n, p in eager.named_parameters()}
+    for key_, p in layers.named_parameters():
+        user = names.get(key_)
+        if user is None or user not in eager_grads or eager_grads[user] is None:
+            continue
+        if p.grad is None or _relative_error(p.grad, eager_grads[user]) > 1e-3:
+            error = _relative_error(p.grad, eager_grads[user]) if p.grad is not None else "none"
+            raise CaptureError(f"the captured layers' gradient of '{user}' differs from forward()'s (relative error "
+                               f"{error})")
+
+
+def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """|got - want| / |want| in the 2-norm: float noise of other kernels stays far below 1e-4."""
+    got, want = got.detach().double(), want.detach().double()
+    return ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
