@@ -1,0 +1,59 @@
+"""The model families the capture is tested on, built from configs as their users build
+them (nothing downloaded), each with the data it trains on (tests/ecosystem/make_data.py).
+`FAMILIES[name] = (expression, data)`: the expression makes the model in this module."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import timm  # noqa: E402
+import transformers  # noqa: E402
+
+from llama_ref import Args, Transformer  # noqa: E402,F401
+from nanogpt_mask import NanoGPT  # noqa: E402,F401
+from residual_mlp import ResidualMLP  # noqa: E402,F401
+from unet_shared import UNetClassifier  # noqa: E402,F401
+
+transformers.logging.set_verbosity_error()
+
+
+def hf_gpt2():
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=3, n_embd=48, n_head=2, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0))
+
+
+def hf_llama():
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=256, max_position_embeddings=64, bos_token_id=0, eos_token_id=0))
+
+
+def hf_bert():
+    return transformers.BertForSequenceClassification(transformers.BertConfig(
+        hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=2, vocab_size=256,
+        max_position_embeddings=64, num_labels=4))
+
+
+def timm_vit():
+    return timm.create_model("vit_tiny_patch16_224", img_size=28, patch_size=7, num_classes=10, depth=4)
+
+
+def timm_resnet():
+    return timm.create_model("resnet18", num_classes=10)
+
+
+FAMILIES = {
+    "hf-gpt2": ("hf_gpt2()", "fortunes"),
+    "hf-llama": ("hf_llama()", "fortunes"),
+    "hf-bert": ("hf_bert()", "fortunes_classes"),
+    "timm-vit": ("timm_vit()", "fmnist_rgb"),
+    "timm-resnet": ("timm_resnet()", "fmnist_rgb"),
+    "llama-ref": ("Transformer(Args(n_layers=3))", "fortunes"),
+    "nanogpt": ("NanoGPT(layers=3)", "fortunes"),
+    "unet": ("UNetClassifier()", "fmnist_rgb"),
+    "residual-mlp": ("ResidualMLP(inputs=3 * 28 * 28)", "fmnist_rgb"),
+}
+
+
+def make(name):
+    return eval(FAMILIES[name][0])
