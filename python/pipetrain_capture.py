@@ -87,6 +87,21 @@ def state_dict(trained_path: str) -> Dict[str, torch.Tensor]:
     return {user: v for k, v in module.state_dict().items() if k in names for user in names[k].split(",")}
 
 
+class _Namespace(dict):
+    """A module's names for eval, including those a lazy module (transformers, timm's
+    submodules) makes only when asked."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def __missing__(self, name):
+        try:
+            return getattr(self.module, name)
+        except AttributeError:
+            raise NameError(f"name '{name}' is not defined in {self.module.__name__}") from None
+
+
 def load_model(spec: str) -> nn.Module:
     """'file.py:EXPR' or 'package.module:EXPR', EXPR evaluated in that module."""
     source, _, expr = spec.partition(":")
@@ -107,7 +122,7 @@ def load_model(spec: str) -> nn.Module:
     except Exception as e:
         raise CaptureError(f"{source} cannot be loaded{where(e)}: {type(e).__name__}: {e}") from e
     try:
-        model = eval(expr, vars(module))
+        model = eval(expr, dict(vars(module)), _Namespace(module))
     except SyntaxError as e:
         raise CaptureError(f"'{expr}' is not a Python expression: {e.msg}") from e
     except Exception as e:

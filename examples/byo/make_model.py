@@ -1,8 +1,8 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Bring your own model: a small PyTorch model and dataset of our own, saved the way
 pipetrain reads them.
 
-    /usr/bin/python3 examples/byo/make_model.py OUT_DIR
+    .venv/bin/python examples/byo/make_model.py OUT_DIR
 
 writes OUT_DIR/model.pt (a chain of layers), OUT_DIR/dag_model.pt (two branches and a
 head) and OUT_DIR/data.pt (the tensors). Then (examples/byo/README.md):
@@ -12,6 +12,7 @@ head) and OUT_DIR/data.pt (the tensors). Then (examples/byo/README.md):
 The task: points in 16 dimensions, labelled by which of four hidden directions they lie
 closest to (a problem an MLP learns in a few epochs).
 """
+import os
 import sys
 from typing import Dict, List
 
@@ -66,6 +67,7 @@ def dataset(samples: int):
 
 def main():
     out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
     torch.jit.script(chain_model()).save(f"{out}/model.pt")
     torch.jit.script(TwoBranch()).save(f"{out}/dag_model.pt")

@@ -88,11 +88,20 @@ vit = M.vision_transformer.VisionTransformer(image_size=32, patch_size=8, num_la
                                              mlp_dim=64, num_classes=10)
 small_densenet = M.densenet.DenseNet(growth_rate=8, block_config=(2, 2, 2, 2), num_init_features=16, num_classes=10)
 models = {"vit": vit, "densenet": small_densenet, "mobilenet_v2": M.mobilenet_v2(num_classes=10),
-          "efficientnet_b0": M.efficientnet_b0(num_classes=10), "regnet": M.regnet_y_400mf(num_classes=10),
+          "regnet": M.regnet_y_400mf(num_classes=10),
           "googlenet": M.googlenet(num_classes=10, aux_logits=False, init_weights=True)}
 for name, model in models.items():
     scripted = capture.capture(model, torch.randn(3, 3, 32, 32), f"{sys.argv[2]}/{name}.pt")
     print(name, list(scripted.pipetrain_inputs))
+# EfficientNet's stochastic depth branches on self.training in Python: torch.export
+# follows the training branch, which the check in evaluation mode finds and names; the fx
+# tracer, which traces in evaluation mode, takes it (and trains without stochastic depth).
+try:
+    capture.capture(M.efficientnet_b0(num_classes=10), torch.randn(3, 3, 32, 32))
+    raise SystemExit("efficientnet_b0's training branch went unnoticed")
+except capture.CaptureError as e:
+    assert "stochastic depth" in str(e), e
+capture.capture(M.efficientnet_b0(num_classes=10), torch.randn(3, 3, 32, 32), tracer="fx")
 assert "encoder_layers_encoder_layer_1" in vit_layers if (vit_layers := list(torch.jit.load(f"{sys.argv[2]}/vit.pt").pipetrain_inputs)) else False
 torch.save({"inputs": torch.randn(64, 3, 32, 32), "labels": torch.randint(0, 10, (64,))}, f"{sys.argv[2]}/images.pt")
 PY
@@ -122,7 +131,7 @@ class TwoInputs(nn.Module):
         return self.a(x) + y
 PY
 check "small data" "$python" -c "import torch; torch.save({'inputs': torch.randn(8, 4), 'labels': torch.zeros(8, dtype=torch.long)}, '$tmp/small.pt')"
-refuses "a branch on a traced value" "forward() branches on a traced value" \
+refuses "a branch on a traced value" "forward() branches on a tensor's values at $tmp/branchy.py:8" \
   "$python" "$capture" capture "$tmp/branchy.py:Branchy()" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
 refuses "two inputs" "forward() takes 2 inputs (x, y)" \
   "$python" "$capture" capture "$tmp/branchy.py:TwoInputs()" --data-file "$tmp/small.pt" --out "$tmp/x.pt"

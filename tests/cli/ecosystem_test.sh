@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Models as the ecosystem writes them (tests/ecosystem/families.py): Hugging Face's
+# GPT-2, Llama and BERT, timm's ViT and ResNet, and reference-style Llama, nanoGPT, U-Net
+# and residual MLP files. Each family's captured layers match its eager model's loss and
+# gradients (exactness.py); each is captured from the command line, trained on 2 and 3
+# ranks under the planner's choice, exported, and loaded back into its own class, which
+# scores the test split as pipetrain reported.
+# Usage: PIPETRAIN=path/to/pipetrain ecosystem_test.sh SOURCE_DIR
+set -u
+src=${1:?source dir}
+bin=${PIPETRAIN:?set PIPETRAIN}
+python=${PIPETRAIN_PYTHON:?the Python with the pinned torch (set by CMake)}
+capture=$src/python/pipetrain_capture.py
+families=$src/tests/ecosystem/families.py
+. "$(dirname "$0")/harness.sh"
+
+check "the data" "$python" "$src/tests/ecosystem/make_data.py" "$tmp"
+check "every family's layers compute forward()'s loss and gradients" "$python" "$src/tests/ecosystem/exactness.py" "$tmp"
+
+# family NAME RANKS...: captures NAME from the command line, and per rank count trains,
+# exports, and scores the export in the family's own class.
+family() {
+  local name=$1; shift
+  local expr data
+  expr=$("$python" -c "import sys; sys.path.insert(0, '$src/tests/ecosystem'); from families import FAMILIES; print(FAMILIES['$name'][0])")
+  data=$("$python" -c "import sys; sys.path.insert(0, '$src/tests/ecosystem'); from families import FAMILIES; print(FAMILIES['$name'][1])")
+  check "capture $name" "$python" "$capture" capture "$families:$expr" --data-file "$tmp/$data.pt" --out "$tmp/$name.pt"
+  for ranks in "$@"; do
+    local run=$tmp/$name-$ranks
+    check "$name trains on $ranks ranks" "$bin" train --model-file "$tmp/$name.pt" --data-file "$tmp/$data.pt" \
+      --nproc "$ranks" --batch $((16 * ranks)) --epochs 1 --max-steps 4 --export "$run.pt" --summary-json "$run.json"
+    cp "$tmp/out" "$run.out"
+    expect "$name on $ranks ranks exported" "exported the trained model to $run.pt" "$run.out"
+    check "$name on $ranks ranks as a state_dict" "$python" "$capture" state-dict "$run.pt" --out "$run.sd.pt"
+    check "$name on $ranks ranks loads into its class and scores as pipetrain did" "$python" - "$src" "$run" "$name" \
+      "$tmp/$data.pt" <<'PY'
+import json, sys
+import torch
+import torch.nn.functional as F
+src, run, name, data_file = sys.argv[1:5]
+sys.path.insert(0, f"{src}/tests/ecosystem")
+from families import make
+torch.manual_seed(0)
+model = make(name)
+model.load_state_dict(torch.load(f"{run}.sd.pt"), strict=True)
+data = torch.load(data_file)
+model.eval()
+with torch.no_grad():
+    out = model(data["test_inputs"])
+out = out if isinstance(out, torch.Tensor) else out.logits
+labels = data["test_labels"]
+accuracy = (out.argmax(-1) == labels).float().mean().item()
+loss = F.cross_entropy(out.float().flatten(0, -2), labels.flatten()).item()
+summary = json.load(open(f"{run}.json"))
+print(f"{name}: python accuracy {accuracy:.6f} loss {loss:.6f}; pipetrain {summary['test_accuracy']:.6f} {summary['test_loss']:.6f}")
+assert abs(accuracy - summary["test_accuracy"]) < 2e-3, "accuracy differs"
+assert abs(loss - summary["test_loss"]) < 1e-3, "loss differs"
+PY
+  done
+}
+
+for name in hf-gpt2 hf-llama hf-bert timm-vit timm-resnet llama-ref nanogpt unet residual-mlp; do
+  family "$name" 2 3
+done
+
+# What a new user gets wrong is said in one line, with no traceback.
+refuses_plainly() {  # refuses, and with no Python traceback
+  refuses "$@"
+  if grep -q Traceback "$tmp/err"; then failed=$((failed + 1)); echo "FAIL: $1: a Python traceback"; head -5 "$tmp/err"
+  else passed=$((passed + 1)); fi
+}
+refuses_plainly "a missing model file" "error: $tmp/missing.py: no such file" \
+  "$python" "$capture" capture "$tmp/missing.py:Model()" --data-file "$tmp/fortunes.pt" --out "$tmp/x.pt"
+refuses_plainly "a bad expression" "is not a Python expression" \
+  "$python" "$capture" capture "$families:hf_gpt2(" --data-file "$tmp/fortunes.pt" --out "$tmp/x.pt"
+refuses_plainly "a missing data file" "error: $tmp/missing.pt: no such file" \
+  "$python" "$capture" capture "$families:hf_gpt2()" --data-file "$tmp/missing.pt" --out "$tmp/x.pt"
+refuses_plainly "an output folder that does not exist" "the folder $tmp/nowhere does not exist" \
+  "$python" "$capture" capture "$families:hf_gpt2()" --data-file "$tmp/fortunes.pt" --out "$tmp/nowhere/x.pt"
+refuses_plainly "data that does not fit the model" "forward() fails on the data's first inputs" \
+  "$python" "$capture" capture "$families:hf_gpt2()" --data-file "$tmp/fmnist_rgb.pt" --out "$tmp/x.pt"
+refuses_plainly "an output forward() does not return" "--output hidden: forward() returns" \
+  "$python" "$capture" capture "$families:hf_gpt2()" --data-file "$tmp/fortunes.pt" --output hidden --out "$tmp/x.pt"
+
+finish "cli models from the ecosystem"
