@@ -25,6 +25,7 @@
 #include "run_profile.h"
 #include "train_plan.h"
 #include "train_rank.h"
+#include "pipetrain/graph/profile_cache.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/planner/update_rule.h"
 #include "pipetrain/schedule/schedule_traits.h"
@@ -310,6 +311,14 @@ int launch(TrainArgs& a, const models::Model& model) {
   return 0;
 }
 
+// "GPT2LMHeadModel" for 'transformers:GPT2LMHeadModel(GPT2Config())': what the run calls a --model-py model.
+std::string modelPyName(const std::string& spec) {
+  const std::string expr = spec.substr(spec.find(':') + 1);
+  const std::size_t end = expr.find_first_of("(.[ ");
+  const std::string name = expr.substr(0, end);
+  return name.empty() ? "model" : name;
+}
+
 }  // namespace
 
 Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
@@ -337,6 +346,11 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                   "your own model: a TorchScript file saved from Python (docs/byo.md); needs --data-file");
   cmd->add_option("--data-file", c.data.file,
                   "your own data: a torch.save file of {\"inputs\", \"labels\"[, \"test_inputs\", \"test_labels\"]}");
+  cmd->add_option("--model-py", a->model_py.spec,
+                  "your own model as Python: FILE.py:EXPRESSION or MODULE:EXPRESSION making the nn.Module, captured "
+                  "by python/pipetrain_capture.py on --data-file's first inputs and cached (docs/byo.md)");
+  cmd->add_option("--model-output", a->model_py.output,
+                  "with --model-py: the tensor to train on where forward() returns several (a ModelOutput's logits)");
   cmd->add_option("--export", c.export_path, "with --model-file: write the trained model as TorchScript here");
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -430,10 +444,22 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   return {cmd, [a, cmd] {
             a->config.model_config = parseModelOptions(a->model_options);
             a->config.data.seed = a->config.seed;
+            if (!a->model_py.output.empty() && a->model_py.spec.empty())
+              throw Error("--model-output goes with --model-py");
+            // The launcher captures a --model-py model and hands its ranks the file.
+            if (!a->model_py.spec.empty() && (std::getenv("RANK") == nullptr || a->config.model_file.empty())) {
+              if (!a->config.model_file.empty()) throw Error("--model-py is the model; drop --model-file");
+              if (a->config.data.file.empty()) throw Error("--model-py needs --data-file: its first inputs trace the model");
+              a->model_py.data_file = a->config.data.file;
+              a->config.model_file = graph::capturedModel(a->model_py, graph::ProfileCache::defaultDir());
+              a->argv.insert(a->argv.end(), {"--model-file", a->config.model_file});
+            }
             if (!a->config.model_file.empty()) {
               if (cmd->count("--model") || cmd->count("--model-option"))
-                throw Error("--model-file is the model; drop --model and --model-option");
-              a->config.model = std::filesystem::path(a->config.model_file).stem().string();
+                throw Error(std::string(a->model_py.spec.empty() ? "--model-file" : "--model-py") +
+                            " is the model; drop --model and --model-option");
+              a->config.model = a->model_py.spec.empty() ? std::filesystem::path(a->config.model_file).stem().string()
+                                                         : modelPyName(a->model_py.spec);
             }
             runtime::checkNumbers(a->config);  // before any long work
             if (!a->config.data.file.empty() && (cmd->count("--dataset") || cmd->count("--data-dir")))

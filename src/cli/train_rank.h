@@ -12,6 +12,7 @@
 #include "train_plan.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/torch/calibration.h"
+#include "pipetrain/graph/captured_model.h"
 #include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/json_io.h"
@@ -22,6 +23,7 @@ struct TrainArgs {
   runtime::TrainConfig config;
   PlanArgs plan_args;
   std::vector<std::string> model_options;  // key=value
+  graph::CaptureRequest model_py;          // --model-py: Python source to capture into config.model_file
   std::string data_dir;
   std::string plan;
   std::string plan_out;

@@ -1,0 +1,92 @@
+#include "pipetrain/graph/captured_model.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <vector>
+
+#include "pipetrain/graph/profile_cache.h"
+#include "pipetrain/util/error.h"
+
+extern char** environ;
+
+namespace pipetrain::graph {
+namespace {
+
+std::string fromEnvironment(const char* name, const char* built) {
+  const char* value = std::getenv(name);
+  return value && *value ? value : built;
+}
+
+// Everything the captured file depends on. A MODULE:EXPR spec is keyed by its text and
+// the interpreter: an installed package changes only with the environment.
+ProfileKey captureKey(const CaptureRequest& r) {
+  ProfileKey key;
+  key.add("spec", r.spec);
+  const std::string source = r.spec.substr(0, r.spec.find(':'));
+  if (source.size() > 3 && source.compare(source.size() - 3, 3, ".py") == 0) key.add("source", fileDigest(source));
+  key.add("data file", fileDigest(r.data_file));
+  key.add("output", r.output);
+  key.add("python", capturePython());
+  const std::filesystem::path tool = captureTool();
+  for (const char* part : {"pipetrain_capture.py", "pipetrain_capture_common.py", "pipetrain_capture_export.py",
+                           "pipetrain_capture_fx.py"})
+    key.add(part, fileDigest((tool.parent_path() / part).string()));
+  return key;
+}
+
+// Runs argv, its output going to this process's; the exit status, or -1 if it could not start.
+int run(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+std::string capturePython() { return fromEnvironment("PIPETRAIN_PYTHON", PIPETRAIN_BUILT_PYTHON); }
+
+std::string captureTool() { return fromEnvironment("PIPETRAIN_CAPTURE", PIPETRAIN_BUILT_CAPTURE_TOOL); }
+
+std::string capturedModel(const CaptureRequest& r, const std::string& cache_dir) {
+  if (r.spec.find(':') == std::string::npos)
+    throw Error("--model-py " + r.spec + ": give FILE.py:EXPRESSION or MODULE:EXPRESSION");
+  if (!std::filesystem::is_regular_file(captureTool()))
+    throw Error("--model-py needs the capture tool, " + captureTool() + ", which is not there (set PIPETRAIN_CAPTURE)");
+  const ProfileKey key = captureKey(r);
+  const std::filesystem::path dir = std::filesystem::path(cache_dir) / "models";
+  const std::filesystem::path file = dir / (key.digest() + ".pt");
+  if (std::filesystem::is_regular_file(file)) {
+    std::fprintf(stderr, "model: %s, captured before (%s)\n", r.spec.c_str(), file.c_str());
+    return file.string();
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create the model cache " + dir.string() + ": " + ec.message());
+  const std::string partial = file.string() + ".partial-" + std::to_string(::getpid());
+  std::vector<std::string> argv = {capturePython(), captureTool(), "capture", r.spec, "--data-file", r.data_file,
+                                   "--out", partial};
+  if (!r.output.empty()) argv.insert(argv.end(), {"--output", r.output});
+  std::fprintf(stderr, "model: capturing %s\n", r.spec.c_str());
+  const int status = run(argv);
+  if (status != 0) {
+    std::filesystem::remove(partial, ec);
+    throw Error("--model-py " + r.spec + ": the capture failed" +
+                (status < 0 ? " to start (" + capturePython() + ")" : std::string(" (above: why)")));
+  }
+  std::filesystem::rename(partial, file, ec);  // atomic: ranks capturing alike never see half a file
+  if (ec) throw Error("cannot keep the captured model in " + file.string() + ": " + ec.message());
+  return file.string();
+}
+
+}  // namespace pipetrain::graph
