@@ -54,6 +54,19 @@ def when_training(p: float, training: bool) -> float:
     return p if training else 0.0
 
 
+def batch_norm_input(x: torch.Tensor, training: bool) -> torch.Tensor:
+    """x, refused as nn.BatchNorm refuses it in training mode: one value per channel has
+    no variance (the check is in Python, so torch.export leaves it out)."""
+    if training:
+        size = x.size()
+        values = size[0]
+        for d in range(2, len(size)):
+            values *= size[d]
+        if values == 1:
+            raise ValueError("Expected more than 1 value per channel when training, got input size " + str(size))
+    return x
+
+
 def pick_output(out, key):
     """The tensor `key` names in forward()'s result (an index of a tuple, a key or attribute
     of a dict or ModelOutput), or the result itself when it is a tensor."""
@@ -474,6 +487,9 @@ class ExportCapture:
                 if position is not None and len(n.args) > position and isinstance(n.args[position], bool):
                     args = list(new.args)
                     args[position] = once("training", lambda: g.get_attr("training"), new)
+                    if str(n.target) == "aten.batch_norm.default":
+                        with g.inserting_before(new):
+                            args[0] = g.call_function(batch_norm_input, (args[0], args[position]))
                     new.args = tuple(args)
                 attention = _DROPOUT_PROBABILITY.get(str(n.target))
                 if attention is not None:

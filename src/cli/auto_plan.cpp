@@ -13,6 +13,7 @@
 #include "run_profile.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/planner/time_to_target.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
@@ -53,12 +54,16 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   o.max_replicas = request.allow_replication ? 0 : 1;
   o.allow_async = request.allow_async;
   // Asynchronous schedules step stages apart, which would let tied copies on two stages
-  // drift apart (runtime/tied_gradients.h); the planner cannot yet keep them on one stage.
-  if (o.allow_async && !model.tied.empty()) {
-    o.allow_async = false;
-    std::printf("note: layers %s share a weight, so asynchronous schedules are not considered\n",
-                models::describeHolders(model, model.tied.front()).c_str());
+  // drift apart (runtime/tied_gradients.h): the planner keeps each group on one stage there.
+  for (const models::TiedWeight& weight : model.tied) {
+    std::vector<std::string>& group = o.tied_layers.emplace_back();
+    for (const auto& holder : weight.holders) group.push_back(model.layers.at(holder.layer).name);
   }
+  const bool async_considered = o.allow_async || (o.schedule != "auto" && schedule::isAsynchronous(o.schedule));
+  if (async_considered && !model.tied.empty())
+    std::printf("note: layers %s share a weight, so asynchronous schedules are considered only with them on one "
+                "stage\n",
+                models::describeHolders(model, model.tied.front()).c_str());
   o.partitioner = request.partitioner;
   o.use_all_devices = true;
   // The profile's passes agree within this spread (profileForRun takes the default), so

@@ -68,10 +68,12 @@ expect "the GPT on 3 stages" "chosen: 1f1b, 3 stages" "$tmp/gpt-3.out"
 score gpt-3 'GPT(GPTConfig())'
 check "the planner leaves asynchronous schedules out for tied layers" "$bin" train --model-file "$tmp/gpt2.pt" \
   --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32 --allow-async --epochs 1 --max-steps 2 --no-eval
-expect "it says why" "layers 'transformer_wte' and 'lm_head' share a weight, so asynchronous schedules are not considered"
-# (--no-replication: two stages. On one replicated stage the tie is no obstacle, and the
-# planner may prefer that.)
-refuses "tied layers apart under an asynchronous schedule" "share a weight and sit on different stages" \
+expect "it says why" "layers 'transformer_wte' and 'lm_head' share a weight, so asynchronous schedules are considered only with them on one stage"
+check "pipedream asked for, the planner keeps the tied layers on one stage" "$bin" train --model-file "$tmp/gpt2.pt" \
+  --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32 --schedule pipedream --epochs 1 --max-steps 2 --no-eval
+expect "one replicated stage" "chosen: pipedream, 1 stages (1x2)"
+# (--no-replication: two stages, so no plan keeps them together: the planner says so.)
+refuses "tied layers apart under an asynchronous schedule" "share a weight and would sit on different stages" \
   "$bin" train --model-file "$tmp/gpt2.pt" --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32 --schedule pipedream \
   --no-replication --epochs 1 --max-steps 2
 

@@ -63,6 +63,19 @@ for name in hf-gpt2 hf-llama hf-bert timm-vit timm-resnet llama-ref nanogpt unet
   family "$name" 2 3
 done
 
+# One command from a model to training: train captures --model-py itself, and the next
+# run takes the capture from the cache.
+check "train --model-py" "$bin" train --model-py "$families:NanoGPT(layers=3)" --data-file "$tmp/fortunes.pt" \
+  --nproc 2 --batch 32 --epochs 1 --max-steps 2 --no-eval
+expect "it trains the captured model" "trained NanoGPT with"
+check "train --model-py again" "$bin" train --model-py "$families:NanoGPT(layers=3)" --data-file "$tmp/fortunes.pt" \
+  --nproc 2 --batch 32 --epochs 1 --max-steps 2 --no-eval
+expect "the capture comes from the cache" "captured before" "$tmp/err"
+refuses "--model-py without data" "--model-py needs --data-file" \
+  "$bin" train --model-py "$families:NanoGPT()" --nproc 2 --batch 32
+refuses "--model-py whose capture fails" "the capture failed" \
+  "$bin" train --model-py "$tmp/missing.py:Model()" --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32
+
 # What a new user gets wrong is said in one line, with no traceback.
 refuses_plainly() {  # refuses, and with no Python traceback
   refuses "$@"

@@ -66,7 +66,15 @@ struct ExploreOptions {
   // at each micro-batch size), not only the fastest overall: a slower plan whose rule
   // trains more per sample may reach the target first.
   Objective objective = Objective::kThroughput;
+  // Groups of layers that hold one weight (tied embeddings). Each holder keeps a copy that
+  // stays equal only where every stage steps together: a plan whose asynchronous schedule
+  // puts a group's layers on different stages is dropped, with the layers named.
+  std::vector<std::vector<std::string>> tied_layers;
 };
+
+// Why a plan cannot train its tied layers (ExploreOptions::tied_layers) as one weight:
+// the first group an asynchronous schedule would split, or "" where none is.
+std::string tiedLayersApart(const plan::Plan& plan, const std::vector<std::vector<std::string>>& tied_layers);
 
 // A plan's predicted time to the calibration's target loss (time_to_target.h).
 struct TargetEstimate {

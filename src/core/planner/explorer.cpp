@@ -4,6 +4,8 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "pipetrain/graph/series_parallel.h"
 #include "pipetrain/plan/plan_program.h"
@@ -42,6 +44,33 @@ std::string memoryShortfall(const sim::Report& r) {
              ", which has " + text::humanBytes(static_cast<double>(rank.memory_capacity_bytes));
   return "";
 }
+
+}  // namespace pipetrain::planner::detail
+
+namespace pipetrain::planner {
+
+std::string tiedLayersApart(const plan::Plan& plan, const std::vector<std::vector<std::string>>& tied_layers) {
+  if (!schedule::isAsynchronous(plan.schedule.name) || plan.numStages() == 1) return "";
+  std::map<std::string, int> stage_of;
+  for (int s = 0; s < plan.numStages(); ++s)
+    for (const std::string& layer : plan.stages[s].layers) stage_of[layer] = s;
+  for (const auto& group : tied_layers) {
+    std::set<int> stages;
+    for (const std::string& layer : group)
+      if (auto it = stage_of.find(layer); it != stage_of.end()) stages.insert(it->second);
+    if (stages.size() > 1) {
+      std::string names;
+      for (const std::string& layer : group) names += (names.empty() ? "'" : ", '") + layer + "'";
+      return "layers " + names + " share a weight and would sit on different stages, which " + plan.schedule.name +
+             " would let drift apart";
+    }
+  }
+  return "";
+}
+
+}  // namespace pipetrain::planner
+
+namespace pipetrain::planner::detail {
 
 // Everything that tells two proposals apart (the explorer sets no other schedule option),
 // written directly: a JSON dump of a 1024-device plan cost more than its simulation.
@@ -383,6 +412,11 @@ void Explorer::evaluateBest(double next_combination_bound) {
        first = false) {
     Proposal p = takeBestProposal();
     const plan::Plan& proposed = p.candidate.plan;
+    p.drop.reason = tiedLayersApart(proposed, o_.tied_layers);
+    if (!p.drop.reason.empty()) {
+      result_.dropped.push_back(std::move(p.drop));
+      continue;
+    }
     const double to_beat = toBeat(proposed.schedule.name, proposed.numStages() == 1, proposed.microbatch_size);
     if (p.bound < to_beat) {
       ++result_.pruned;

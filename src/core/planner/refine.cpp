@@ -82,7 +82,9 @@ void Explorer::refine() {
         } catch (const Error&) {
           continue;  // e.g. a Program the validator refuses
         }
-        if (memoryShortfall(c.report).empty() && c.report.throughput > to_beat * std::exp(kTie)) better = std::move(c);
+        if (memoryShortfall(c.report).empty() && tiedLayersApart(c.plan, o_.tied_layers).empty() &&
+            c.report.throughput > to_beat * std::exp(kTie))
+          better = std::move(c);
       }
       if (!better) break;
       better->depth = schedule::pipelineDepth(plan::stageDag(better->plan, graph_));

@@ -266,6 +266,39 @@ TEST(Explore, AsynchronousSchedulesOnlyWhenAllowed) {
   EXPECT_TRUE(e.async_included);
 }
 
+// Tied layers (the first and the last: an embedding and the output layer sharing its
+// weight) may sit on different stages under a synchronous schedule, and only on one stage
+// under an asynchronous one, whose stages would step the copies apart.
+TEST(Explore, AsynchronousPlansKeepTiedLayersOnOneStage) {
+  TwoNodes s;
+  ExploreOptions o;
+  o.global_batch = 16;
+  o.allow_async = true;
+  o.tied_layers = {{s.graph.layers().front().name, s.graph.layers().back().name}};
+  const Exploration e = explore(s.graph, s.cluster, o);
+  bool saw_async = false, saw_split_sync = false;
+  for (const auto& c : e.ranked) {
+    const bool async = schedule::isAsynchronous(c.plan.schedule.name);
+    saw_async |= async;
+    saw_split_sync |= !async && c.plan.numStages() > 1;
+    if (async) EXPECT_EQ(c.plan.numStages(), 1) << c.plan.schedule.name << " " << plan::stageShape(c.plan);
+  }
+  EXPECT_TRUE(saw_async);
+  EXPECT_TRUE(saw_split_sync);
+  bool said = false;
+  for (const auto& d : e.dropped) said |= d.reason.find("share a weight") != std::string::npos;
+  EXPECT_TRUE(said);
+
+  plan::Plan apart;
+  apart.schedule.name = "pipedream";
+  apart.stages = {{{"a", "b"}, {"d0"}}, {{"c"}, {"d1"}}};
+  EXPECT_EQ(tiedLayersApart(apart, {{"b", "c"}}),
+            "layers 'b', 'c' share a weight and would sit on different stages, which pipedream would let drift apart");
+  EXPECT_EQ(tiedLayersApart(apart, {{"a", "b"}}), "");
+  apart.schedule.name = "1f1b";
+  EXPECT_EQ(tiedLayersApart(apart, {{"b", "c"}}), "");
+}
+
 TEST(Explore, DropsWhatDoesNotFitAndSaysWhy) {
   // 9 MiB per device: a layer's weights, gradient and Adam state take 4 MiB, so only
   // four stages of two layers hold the model and every narrower width is dropped.
