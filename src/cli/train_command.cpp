@@ -273,6 +273,12 @@ int launch(TrainArgs& a, const models::Model& model) {
                 rule.description.c_str());
   else if (schedule::isAsynchronous(schedule_name))
     std::printf("note: %s here trains as synchronous SGD (%s)\n", schedule_name.c_str(), rule.description.c_str());
+  if (plan.microbatch_size < plan.samplesPerMinibatch())
+    if (const std::vector<std::string> normed = models::batchNormLayers(model); !normed.empty())
+      std::printf("note: %zu layer(s) use batch norm ('%s'%s), whose statistics here are per micro-batch of %lld "
+                  "samples, not over the mini-batch of %lld as in one process: training differs from it\n",
+                  normed.size(), normed.front().c_str(), normed.size() > 1 ? ", ..." : "",
+                  static_cast<long long>(plan.microbatch_size), static_cast<long long>(plan.samplesPerMinibatch()));
   std::printf("simulator, from the measured stage times: %.1f samples/s\n", predicted.throughput);
   if (!a.planner.is_null())
     if (const std::string before = beforeTrainingText(json_io::JsonCursor(a.planner, "planner")); !before.empty())

@@ -57,6 +57,9 @@ PY
 }
 
 train resnet-2 resnet18 fmnist_rgb 2 --batch 32
+check "resnet18 in micro-batches" "$bin" train --model-file "$tmp/resnet18.pt" --data-file "$tmp/fmnist_rgb.pt" \
+  --nproc 2 --stage-bounds 0,7,14 --microbatches 2 --microbatch-size 8 --epochs 1 --max-steps 1 --no-eval
+expect "batch norm per micro-batch is said" "use batch norm ('bn1', ...), whose statistics here are per micro-batch of 8"
 score resnet-2 'torchvision.models.resnet18(num_classes=10)'
 train resnet-3 resnet18 fmnist_rgb 3 --batch 48
 score resnet-3 'torchvision.models.resnet18(num_classes=10)'

@@ -17,51 +17,58 @@ families=$src/tests/ecosystem/families.py
 check "the data" "$python" "$src/tests/ecosystem/make_data.py" "$tmp"
 check "every family's layers compute forward()'s loss and gradients" "$python" "$src/tests/ecosystem/exactness.py" "$tmp"
 
-# family NAME RANKS...: captures NAME from the command line, and per rank count trains,
-# exports, and scores the export in the family's own class.
+# family NAME DATA EXPRESSION: captures NAME from the command line, trains it on 2 and 3
+# ranks, exports, and scores the exports in the family's own class.
 family() {
-  local name=$1; shift
-  local expr data
-  expr=$("$python" -c "import sys; sys.path.insert(0, '$src/tests/ecosystem'); from families import FAMILIES; print(FAMILIES['$name'][0])")
-  data=$("$python" -c "import sys; sys.path.insert(0, '$src/tests/ecosystem'); from families import FAMILIES; print(FAMILIES['$name'][1])")
+  local name=$1 data=$2 expr=$3
+  set -- 2 3
   check "capture $name" "$python" "$capture" capture "$families:$expr" --data-file "$tmp/$data.pt" --out "$tmp/$name.pt"
   for ranks in "$@"; do
-    local run=$tmp/$name-$ranks
     check "$name trains on $ranks ranks" "$bin" train --model-file "$tmp/$name.pt" --data-file "$tmp/$data.pt" \
-      --nproc "$ranks" --batch $((16 * ranks)) --epochs 1 --max-steps 4 --export "$run.pt" --summary-json "$run.json"
-    cp "$tmp/out" "$run.out"
-    expect "$name on $ranks ranks exported" "exported the trained model to $run.pt" "$run.out"
-    check "$name on $ranks ranks as a state_dict" "$python" "$capture" state-dict "$run.pt" --out "$run.sd.pt"
-    check "$name on $ranks ranks loads into its class and scores as pipetrain did" "$python" - "$src" "$run" "$name" \
-      "$tmp/$data.pt" <<'PY'
+      --nproc "$ranks" --batch $((16 * ranks)) --epochs 1 --max-steps 4 --export "$tmp/$name-$ranks.pt" \
+      --summary-json "$tmp/$name-$ranks.json"
+    expect "$name on $ranks ranks exported" "exported the trained model to $tmp/$name-$ranks.pt"
+  done
+  # One Python for the family's runs (starting it with transformers and timm costs seconds).
+  check "$name's exports load into its class and score as pipetrain did" "$python" - "$src" "$tmp" "$name" \
+    "$tmp/$data.pt" "$@" <<'PY'
 import json, sys
 import torch
 import torch.nn.functional as F
-src, run, name, data_file = sys.argv[1:5]
+src, tmp, name, data_file, *ranks = sys.argv[1:]
 sys.path.insert(0, f"{src}/tests/ecosystem")
+sys.path.insert(0, f"{src}/python")
 from families import make
-torch.manual_seed(0)
-model = make(name)
-model.load_state_dict(torch.load(f"{run}.sd.pt"), strict=True)
+from pipetrain_capture import state_dict
 data = torch.load(data_file)
-model.eval()
-with torch.no_grad():
-    out = model(data["test_inputs"])
-out = out if isinstance(out, torch.Tensor) else out.logits
 labels = data["test_labels"]
-accuracy = (out.argmax(-1) == labels).float().mean().item()
-loss = F.cross_entropy(out.float().flatten(0, -2), labels.flatten()).item()
-summary = json.load(open(f"{run}.json"))
-print(f"{name}: python accuracy {accuracy:.6f} loss {loss:.6f}; pipetrain {summary['test_accuracy']:.6f} {summary['test_loss']:.6f}")
-assert abs(accuracy - summary["test_accuracy"]) < 2e-3, "accuracy differs"
-assert abs(loss - summary["test_loss"]) < 1e-3, "loss differs"
+for r in ranks:
+    run = f"{tmp}/{name}-{r}"
+    torch.manual_seed(0)
+    model = make(name)
+    model.load_state_dict(state_dict(f"{run}.pt"), strict=True)
+    model.eval()
+    with torch.no_grad():
+        out = model(data["test_inputs"])
+    out = out if isinstance(out, torch.Tensor) else out.logits
+    accuracy = (out.argmax(-1) == labels).float().mean().item()
+    loss = F.cross_entropy(out.float().flatten(0, -2), labels.flatten()).item()
+    summary = json.load(open(f"{run}.json"))
+    print(f"{name} on {r} ranks: python accuracy {accuracy:.6f} loss {loss:.6f}; "
+          f"pipetrain {summary['test_accuracy']:.6f} {summary['test_loss']:.6f}")
+    assert abs(accuracy - summary["test_accuracy"]) < 2e-3, f"{r} ranks: accuracy differs"
+    assert abs(loss - summary["test_loss"]) < 1e-3, f"{r} ranks: loss differs"
 PY
-  done
 }
 
-for name in hf-gpt2 hf-llama hf-bert timm-vit timm-resnet llama-ref nanogpt unet residual-mlp; do
-  family "$name" 2 3
-done
+# The families' table, read once (importing transformers and timm costs seconds).
+"$python" -c "import sys; sys.path.insert(0, '$src/tests/ecosystem')
+from families import FAMILIES
+for name, (expr, data) in FAMILIES.items(): print(name, data, expr)" >"$tmp/families.txt"
+[ "$(wc -l <"$tmp/families.txt")" -eq 9 ] || { echo "FAIL: the families' table"; failed=$((failed + 1)); }
+while read -r name data expr; do
+  family "$name" "$data" "$expr" </dev/null
+done <"$tmp/families.txt"
 
 # One command from a model to training: train captures --model-py itself, and the next
 # run takes the capture from the cache.
@@ -73,8 +80,10 @@ check "train --model-py again" "$bin" train --model-py "$families:NanoGPT(layers
 expect "the capture comes from the cache" "captured before" "$tmp/err"
 refuses "--model-py without data" "--model-py needs --data-file" \
   "$bin" train --model-py "$families:NanoGPT()" --nproc 2 --batch 32
-refuses "--model-py whose capture fails" "the capture failed" \
+refuses "--model-py of a missing file" "--model-py $tmp/missing.py:Model(): $tmp/missing.py: no such file" \
   "$bin" train --model-py "$tmp/missing.py:Model()" --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32
+refuses "--model-py whose capture fails" "the capture failed" \
+  "$bin" train --model-py "$families:NoSuchModel()" --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32
 
 # What a new user gets wrong is said in one line, with no traceback.
 refuses_plainly() {  # refuses, and with no Python traceback
@@ -92,6 +101,10 @@ refuses_plainly "an output folder that does not exist" "the folder $tmp/nowhere 
   "$python" "$capture" capture "$families:hf_gpt2()" --data-file "$tmp/fortunes.pt" --out "$tmp/nowhere/x.pt"
 refuses_plainly "data that does not fit the model" "forward() fails on the data's first inputs" \
   "$python" "$capture" capture "$families:hf_gpt2()" --data-file "$tmp/fmnist_rgb.pt" --out "$tmp/x.pt"
+check "float class labels" "$python" -c "import torch; d = torch.load('$tmp/fmnist_rgb.pt'); \
+torch.save({'inputs': d['inputs'][:64], 'labels': d['labels'][:64].float()}, '$tmp/float_labels.pt')"
+refuses "float class labels are named as the labels' dtype" "the data's labels are float: regression targets" \
+  "$bin" train --model-file "$tmp/residual-mlp.pt" --data-file "$tmp/float_labels.pt" --nproc 2 --batch 32
 refuses_plainly "an output forward() does not return" "--output hidden: forward() returns" \
   "$python" "$capture" capture "$families:hf_gpt2()" --data-file "$tmp/fortunes.pt" --output hidden --out "$tmp/x.pt"
 

@@ -107,6 +107,10 @@ torch::Tensor heldParameter(const Model& model, const TiedWeight::Holder& holder
 void sumTiedGradients(const Model& model);
 // "'transformer_wte' and 'lm_head'": the layers sharing `weight`, for messages.
 std::string describeHolders(const Model& model, const TiedWeight& weight);
+// The layers that keep batch norm's running statistics. Batch norm normalises over the
+// samples a pass is given: in a pipeline, or on a replica, that is a micro-batch, not the
+// mini-batch one process would normalise over.
+std::vector<std::string> batchNormLayers(const Model& model);
 
 // Integer options with defaults per model ("layers", "width", "heads", "context",
 // "channels", "image_size", "hidden", "classes", ...). Unknown keys are an Error

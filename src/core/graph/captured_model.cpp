@@ -45,7 +45,7 @@ int run(const std::vector<std::string>& argv) {
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  if (posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
+  if (posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0) return -1;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
   }
@@ -61,6 +61,9 @@ std::string captureTool() { return fromEnvironment("PIPETRAIN_CAPTURE", PIPETRAI
 std::string capturedModel(const CaptureRequest& r, const std::string& cache_dir) {
   if (r.spec.find(':') == std::string::npos)
     throw Error("--model-py " + r.spec + ": give FILE.py:EXPRESSION or MODULE:EXPRESSION");
+  const std::string source = r.spec.substr(0, r.spec.find(':'));
+  if (source.size() > 3 && source.compare(source.size() - 3, 3, ".py") == 0 && !std::filesystem::is_regular_file(source))
+    throw Error("--model-py " + r.spec + ": " + source + ": no such file");
   if (!std::filesystem::is_regular_file(captureTool()))
     throw Error("--model-py needs the capture tool, " + captureTool() + ", which is not there (set PIPETRAIN_CAPTURE)");
   const ProfileKey key = captureKey(r);

@@ -154,6 +154,20 @@ std::string describeHolders(const Model& model, const TiedWeight& weight) {
   return out;
 }
 
+std::vector<std::string> batchNormLayers(const Model& model) {
+  std::vector<std::string> out;
+  const std::string suffix = "running_mean";
+  for (const Layer& layer : model.layers)
+    for (const auto& buffer : layer.module.ptr()->named_buffers(/*recurse=*/true)) {
+      const std::string& name = buffer.key();
+      if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        out.push_back(layer.name);
+        break;
+      }
+    }
+  return out;
+}
+
 graph::LayerGraph Model::layerGraph() const {
   using Clock = std::chrono::steady_clock;
   checkWiring(*this);

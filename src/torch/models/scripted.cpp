@@ -394,7 +394,9 @@ class Loader {
     if (input_.loss == LossKind::kMeanSquaredError) {
       if (layered.numel() != input_.num_classes)
         fail("its output " + c10::str(out) + " has " + std::to_string(layered.numel()) +
-             " values per sample, the data's targets " + std::to_string(input_.num_classes));
+             " values per sample, and the data's labels are float: regression targets, " +
+             std::to_string(input_.num_classes) +
+             " per sample; class labels are integers (save them with labels.long())");
     } else if (input_.kind == InputKind::kTokens) {
       if (out.size() != 3 || input_.sample_shape.size() != 1 || out[1] != input_.sample_shape[0] ||
           out[2] < input_.num_classes)
