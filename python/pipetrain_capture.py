@@ -42,8 +42,9 @@ from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tracers beside this file, when imported by path
 from pipetrain_capture_common import CaptureError, no_inplace, where  # noqa: E402
-from pipetrain_capture_export import ExportCapture, verify  # noqa: E402
+from pipetrain_capture_export import ExportCapture  # noqa: E402
 from pipetrain_capture_fx import FxCapture  # noqa: E402
+from pipetrain_capture_verify import verify  # noqa: E402
 
 TRACERS = ("export", "fx")
 

@@ -1,7 +1,9 @@
 """What both of pipetrain_capture's tracers share: the error a user can act on, where in
 the user's code it arose, and the rule for which modules are layers."""
 import os
+import sys
 import traceback
+from typing import Optional
 
 import torch
 from torch import nn
@@ -72,3 +74,43 @@ def no_inplace(model: nn.Module):
     for m in model.modules():
         if getattr(m, "inplace", False) is True:
             m.inplace = False
+
+
+def pick_output(out, key):
+    """The tensor `key` names in forward()'s result (an index of a tuple, a key or attribute
+    of a dict or ModelOutput), or the result itself when it is a tensor."""
+    if key is None:
+        return out
+    if isinstance(out, (tuple, list)):
+        return out[int(key)]
+    if isinstance(out, dict):
+        return out[key]
+    return getattr(out, key)
+
+
+def output_key(out, wanted: Optional[str]):
+    """Which part of forward()'s result pipetrain trains on: the one the user named, else
+    the first tensor (said on stderr), None when the result is a tensor."""
+    if isinstance(out, torch.Tensor):
+        if wanted is not None:
+            raise CaptureError(f"--output {wanted}: forward() returns one tensor, not a structure to choose from")
+        return None
+    if isinstance(out, dict):
+        items = list(out.items())
+    elif isinstance(out, (tuple, list)):
+        items = [(str(i), v) for i, v in enumerate(out)]
+    else:
+        raise CaptureError(f"forward() returns a {type(out).__name__}; pipetrain needs a tensor, or a tuple, dict or "
+                           "ModelOutput holding one")
+    tensors = [k for k, v in items if isinstance(v, torch.Tensor)]
+    if wanted is not None:
+        if wanted not in tensors:
+            raise CaptureError(f"--output {wanted}: forward() returns {type(out).__name__} with tensors "
+                               f"{', '.join(tensors) or 'none'}")
+        return wanted
+    if not tensors:
+        raise CaptureError(f"forward() returns a {type(out).__name__} with no tensor in it")
+    others = f"its first tensor, '{tensors[0]}' (--output names another of {', '.join(tensors)})" \
+        if len(tensors) > 1 else f"its one tensor, '{tensors[0]}'"
+    print(f"note: forward() returns a {type(out).__name__}; training on {others}", file=sys.stderr)
+    return tensors[0]

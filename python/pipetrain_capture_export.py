@@ -22,12 +22,12 @@ the graph is cut at those module boundaries:
 
 Each layer is a TorchScript module compiled from its ATen nodes."""
 import contextlib
-import copy
 import inspect
 import io
 import logging
 import operator
 import re
+import sys
 import warnings
 from typing import Dict, List, Optional
 
@@ -37,7 +37,7 @@ from torch import nn
 from torch.export import Dim
 
 from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block_holders, has_state, layer_name,
-                                      user_frame, where)
+                                      output_key, pick_output, where)
 
 # Checks torch.export adds to the graph; pipetrain's layers check shapes themselves.
 _DROPPED = ("aten._assert", "aten.sym_constrain_range")
@@ -65,47 +65,6 @@ def batch_norm_input(x: torch.Tensor, training: bool) -> torch.Tensor:
         if values == 1:
             raise ValueError("Expected more than 1 value per channel when training, got input size " + str(size))
     return x
-
-
-def pick_output(out, key):
-    """The tensor `key` names in forward()'s result (an index of a tuple, a key or attribute
-    of a dict or ModelOutput), or the result itself when it is a tensor."""
-    if key is None:
-        return out
-    if isinstance(out, (tuple, list)):
-        return out[int(key)]
-    if isinstance(out, dict):
-        return out[key]
-    return getattr(out, key)
-
-
-def output_key(out, wanted: Optional[str]):
-    """Which part of forward()'s result pipetrain trains on: the one the user named, else
-    the first tensor (said on stderr), None when the result is a tensor."""
-    if isinstance(out, torch.Tensor):
-        if wanted is not None:
-            raise CaptureError(f"--output {wanted}: forward() returns one tensor, not a structure to choose from")
-        return None
-    if isinstance(out, dict):
-        items = list(out.items())
-    elif isinstance(out, (tuple, list)):
-        items = [(str(i), v) for i, v in enumerate(out)]
-    else:
-        raise CaptureError(f"forward() returns a {type(out).__name__}; pipetrain needs a tensor, or a tuple, dict or "
-                           "ModelOutput holding one")
-    tensors = [k for k, v in items if isinstance(v, torch.Tensor)]
-    if wanted is not None:
-        if wanted not in tensors:
-            raise CaptureError(f"--output {wanted}: forward() returns {type(out).__name__} with tensors "
-                               f"{', '.join(tensors) or 'none'}")
-        return wanted
-    if not tensors:
-        raise CaptureError(f"forward() returns a {type(out).__name__} with no tensor in it")
-    import sys
-    others = f"its first tensor, '{tensors[0]}' (--output names another of {', '.join(tensors)})" \
-        if len(tensors) > 1 else f"its one tensor, '{tensors[0]}'"
-    print(f"note: forward() returns a {type(out).__name__}; training on {others}", file=sys.stderr)
-    return tensors[0]
 
 
 class _Selected(nn.Module):
@@ -415,7 +374,7 @@ class ExportCapture:
                 outs = self.outputs_of(u, inputs)
                 if len(outs) <= 1:
                     continue
-                movable = [n for n in outs if self._stack(n) == [] or self.unit_of_path(self._stack(n)[-1][0]) is None]
+                movable = [n for n in outs if n not in self.module_nodes]  # work between modules
                 if not movable:
                     what = ", ".join(f"{o.name}{_source_line(o)}" for o in outs)
                     raise CaptureError(f"layer '{u}' hands several tensors to the layers after it ({what}); return one "
@@ -617,7 +576,6 @@ class ExportCapture:
                 held.update(others)
         missing = [k for k in self.model.state_dict().keys() if k not in held]
         if missing:
-            import sys
             print(f"note: forward() never reads {', '.join(missing)}; pipetrain trains without them, and they keep "
                   "their values", file=sys.stderr)
         return out
@@ -635,55 +593,3 @@ def _has(module: nn.Module, dotted: str) -> bool:
         return True
     except AttributeError:
         return False
-
-
-def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Tensor, key: Optional[str]):
-    """The captured layers compute what forward() computes: the output in evaluation and in
-    training mode, and in training mode every parameter's gradient. Run on copies, so
-    that neither the model nor the file's buffers (batch norm's statistics) change."""
-    buffer = io.BytesIO()
-    torch.jit.save(scripted, buffer)
-    buffer.seek(0)
-    layers = torch.jit.load(buffer)
-    eager = copy.deepcopy(model)
-    names = {k: v.split(",")[0] for k, v in dict(scripted.pipetrain_state_dict).items()}
-    for training in (False, True):
-        eager.train(training)
-        layers.train(training)
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            want = pick_output(eager(example), key)
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            got = layers(example)
-        if want.shape != got.shape or _relative_error(got, want) > 1e-4:
-            why = ("" if training else "; torch.export traced forward() in training mode, so a branch on "
-                   "`self.training` other than dropout's and batch norm's (stochastic depth, for example) follows "
-                   "the training branch: make the branch a dropout, or capture with --tracer fx, which traces in "
-                   "evaluation mode and trains without the branch")
-            raise CaptureError(f"the captured layers do not reproduce forward() on the example input in "
-                               f"{'training' if training else 'evaluation'} mode (relative error "
-                               f"{_relative_error(got, want) if want.shape == got.shape else 'of shape'}){why}")
-    if not want.is_floating_point():
-        return
-    weights = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
-    (want.float() * weights).sum().backward()
-    (got.float() * weights).sum().backward()
-    eager_grads = {n: p.grad for n, p in eager.named_parameters()}
-    for key_, p in layers.named_parameters():
-        user = names.get(key_)
-        if user is None or user not in eager_grads or eager_grads[user] is None:
-            continue
-        if p.grad is None or _relative_error(p.grad, eager_grads[user]) > 1e-3:
-            error = _relative_error(p.grad, eager_grads[user]) if p.grad is not None else "none"
-            raise CaptureError(f"the captured layers' gradient of '{user}' differs from forward()'s (relative error "
-                               f"{error})")
-
-
-def _relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
-    """|got - want| / |want| in the 2-norm, where |want| counts at least 1e-3 per element's
-    root: float noise of other kernels stays far below 1e-4, also where the true value is
-    zero (attention's key bias has no gradient)."""
-    got, want = got.detach().double(), want.detach().double()
-    floor = 1e-3 * max(1, want.numel()) ** 0.5
-    return ((got - want).norm() / want.norm().clamp_min(floor)).item()

@@ -70,6 +70,37 @@ while read -r name data expr; do
   family "$name" "$data" "$expr" </dev/null
 done <"$tmp/families.txt"
 
+# The cut's two harder cases: an add that two later layers read beside its layer's own
+# result becomes a layer of its own; a module with weights called twice is two layers
+# holding one weight.
+check "a junction and a module called twice" "$python" - "$src" <<'PY'
+import sys
+import torch
+from torch import nn
+sys.path.insert(0, f"{sys.argv[1]}/python")
+import pipetrain_capture as pc
+class Junction(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c, self.d = (nn.Linear(8, 8) for _ in range(4))
+    def forward(self, x):
+        h = self.a(x)
+        y = self.b(h)
+        j = h * 2 + y
+        return self.d(j) + self.c(j) + y
+class Twice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp, self.shared, self.out = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 3)
+    def forward(self, x):
+        return self.out(self.shared(torch.relu(self.shared(self.inp(x)))))
+wiring = dict(pc.capture(Junction(), torch.randn(3, 8)).pipetrain_inputs)
+assert wiring == {"a": ["input"], "b": ["a"], "b_add": ["a", "b"], "d": ["b_add"], "c": ["b_add", "d", "b"]}, wiring
+twice = pc.capture(Twice(), torch.randn(3, 8))
+assert list(twice.pipetrain_inputs) == ["inp", "shared_call0", "shared_call1", "out"], dict(twice.pipetrain_inputs)
+assert twice.shared_call0.shared.weight.data_ptr() == twice.shared_call1.shared.weight.data_ptr()
+PY
+
 # One command from a model to training: train captures --model-py itself, and the next
 # run takes the capture from the cache.
 check "train --model-py" "$bin" train --model-py "$families:NanoGPT(layers=3)" --data-file "$tmp/fortunes.pt" \

@@ -12,7 +12,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, f"{here}/../../python")
 import pipetrain_capture  # noqa: E402
 from families import FAMILIES, make  # noqa: E402
-from pipetrain_capture_export import pick_output  # noqa: E402
+from pipetrain_capture_common import pick_output  # noqa: E402
 
 
 def loss_of(out, labels):

@@ -4,7 +4,6 @@ block, with learned position embeddings from `arange` and weight tying."""
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 

@@ -34,7 +34,7 @@ ProfileKey captureKey(const CaptureRequest& r) {
   key.add("python", capturePython());
   const std::filesystem::path tool = captureTool();
   for (const char* part : {"pipetrain_capture.py", "pipetrain_capture_common.py", "pipetrain_capture_export.py",
-                           "pipetrain_capture_fx.py"})
+                           "pipetrain_capture_fx.py", "pipetrain_capture_verify.py"})
     key.add(part, fileDigest((tool.parent_path() / part).string()));
   return key;
 }
