@@ -36,6 +36,7 @@ import torch.fx
 from torch import nn
 from torch.export import Dim
 
+from pipetrain_capture_regions import inline_grad_regions
 from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block_holders, has_state, layer_name,
                                       output_key, pick_output, where)
 
@@ -159,6 +160,7 @@ class ExportCapture:
         except Exception as e:
             raise CaptureError(_explain(e)) from e
         self.gm = program.module()
+        inline_grad_regions(self.gm)
         self.nodes = [n for n in self.gm.graph.nodes if not self._dropped(n)]
         self.input = next(n for n in self.nodes if n.op == "placeholder")
         self.batch = self.input.meta["val"].shape[0]

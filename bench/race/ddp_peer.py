@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""The data-parallel peer: PyTorch's DistributedDataParallel training a TorchScript model
-over Gloo on CPUs, run as its users run it, under torchrun (torchrun's default of one
-thread per process; DDP's default buckets, all-reduced during the backward pass).
+"""The data-parallel peer: PyTorch's DistributedDataParallel training the eager model over
+Gloo on CPUs, under torchrun (torchrun's default of one thread per process), with DDP's
+documented best settings: gradients as views of the buckets (`gradient_as_bucket_view`),
+a static graph (`static_graph`), and `--bucket-mb` MiB buckets, all-reduced during the
+backward pass.
 
-Each rank trains `--batch / world` samples of every mini-batch, taken in order from the
-data file (wrapping around), with SGD (momentum 0.9, as pipetrain's `--optimizer sgd`)
-and mean cross-entropy. Rank 0 prints one JSON line, as pipelining_peer.py does:
-samples/s over every step (barrier to barrier) and each rank's peak RSS.
+The model is the one pipetrain trains, as race_models.py wrote it to `--dir`, whole and
+eager, trained on the output its users train on (a Hugging Face model's logits). Each
+rank trains `--batch / world` samples of every mini-batch, taken in order from the data
+file (wrapping around), with SGD (momentum 0.9, as pipetrain's `--optimizer sgd`) and
+mean cross-entropy, `--warmup-steps` untimed and then `--steps` timed. Rank 0 prints one
+JSON line, as pipelining_peer.py does: samples/s over the timed steps (barrier to
+barrier) and each rank's peak RSS.
 
-    torchrun --nproc-per-node 2 ddp_peer.py --model-file mlp.pt --data-file mlp.data.pt --batch 256 --steps 30
+    torchrun --nproc-per-node 2 ddp_peer.py --model mlp --dir DIR --batch 256 --steps 30 --bucket-mb 25
 """
 import argparse
 import datetime
@@ -21,13 +26,17 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from race_models import MODELS, Whole, load
+
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model-file", required=True)
-    p.add_argument("--data-file", required=True)
+    p.add_argument("--model", required=True, help="a race model (race_models.py)")
+    p.add_argument("--dir", required=True, help="where race_models.py wrote it")
     p.add_argument("--batch", type=int, required=True, help="samples per mini-batch, all ranks together")
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=30, help="timed steps")
+    p.add_argument("--warmup-steps", type=int, default=0, help="untimed steps first")
+    p.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
     a = p.parse_args()
@@ -36,23 +45,29 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     if a.batch % world:
         raise SystemExit(f"--batch {a.batch} does not split evenly over {world} ranks")
-    model = nn.parallel.DistributedDataParallel(torch.jit.load(a.model_file))
+    model = nn.parallel.DistributedDataParallel(Whole(load(a.model, a.dir), MODELS[a.model][1]),
+                                                bucket_cap_mb=a.bucket_mb, gradient_as_bucket_view=True,
+                                                static_graph=True)
     optimizer = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
-    data = torch.load(a.data_file)
+    data = torch.load(f"{a.dir}/{a.model}.data.pt")
     batches = data["inputs"].size(0) // a.batch
     if batches == 0:
-        raise SystemExit(f"{a.data_file}: fewer samples than one mini-batch of {a.batch}")
+        raise SystemExit(f"{a.model}: fewer samples than one mini-batch of {a.batch}")
     local = a.batch // world
 
+    def train(steps, offset):
+        for step in range(offset, offset + steps):
+            first = (step % batches) * a.batch + rank * local
+            x, y = data["inputs"][first:first + local], data["labels"][first:first + local]
+            optimizer.zero_grad(set_to_none=True)
+            out = model(x)
+            F.cross_entropy(out.reshape(-1, out.size(-1)), y.reshape(-1)).backward()
+            optimizer.step()
+
+    train(a.warmup_steps, 0)  # DDP's static graph is learnt in the first step
     dist.barrier()
     start = time.perf_counter()
-    for step in range(a.steps):
-        first = (step % batches) * a.batch + rank * local
-        x, y = data["inputs"][first:first + local], data["labels"][first:first + local]
-        optimizer.zero_grad(set_to_none=True)
-        out = model(x)
-        F.cross_entropy(out.reshape(-1, out.size(-1)), y.reshape(-1)).backward()
-        optimizer.step()
+    train(a.steps, a.warmup_steps)
     dist.barrier()
     seconds = time.perf_counter() - start
 

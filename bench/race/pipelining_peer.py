@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
-"""The peer: torch.distributed.pipelining training a TorchScript model over Gloo on CPUs,
-run as its users run it, under torchrun (one process per pipeline rank; torchrun's
-default of one thread per process).
+"""The peer: torch.distributed.pipelining training an eager model over Gloo on CPUs, run
+as its users run it, under torchrun (one process per pipeline rank; torchrun's default
+of one thread per process).
 
-The model file is the one pipetrain trains (race_models.py): its top-level children are
-cut into stages at the same layer bounds as pipetrain's `--stage-bounds`, so both
-systems run the same modules on the same weights. Stages are placed as pipetrain places
+The model is the one pipetrain trains, as race_models.py wrote it to `--dir`, eager and
+with the same weights. Its pieces (the embedding, each block, the head: modules of the
+original model) are cut into stages at `--stage-bounds`, as torchtitan builds stages,
+and pipetrain's stages hold the layers captured from the same pieces. A rank keeps only
+its own stages' weights. Stages are placed as pipetrain places
 them: one per rank (ScheduleGPipe, Schedule1F1B), looped (rank r holds r, r+p, ...;
 ScheduleInterleaved1F1B, ScheduleInterleavedZeroBubble) or a V (rank r holds r and
 2p-1-r; ScheduleZBVZeroBubble, ScheduleDualPipeV).
 
-Trains `--steps` mini-batches of `--microbatches` x `--microbatch-size` samples, taken
-in order from the data file (wrapping around), with SGD (momentum 0.9, as pipetrain's
-`--optimizer sgd`) and mean cross-entropy per micro-batch (scaled by 1/M, as pipetrain
-does). Rank 0 prints one JSON line: samples/s over every step (barrier to barrier, as
-pipetrain's summary counts them) and each rank's peak RSS. `--save-params FILE` writes
-the trained parameters under the model's own state_dict names.
+Trains `--warmup-steps` and then `--steps` mini-batches of `--microbatches` x
+`--microbatch-size` samples, taken in order from the data file (wrapping around), with
+SGD (momentum 0.9, as pipetrain's `--optimizer sgd`) and mean cross-entropy per
+micro-batch (scaled by 1/M, as pipetrain does). Rank 0 prints one JSON line: samples/s
+over the timed steps (barrier to barrier) and each rank's peak RSS. `--save-params FILE`
+writes the trained weights under the model's own state_dict names.
 
-    torchrun --nproc-per-node 2 pipelining_peer.py --model-file mlp.pt --data-file mlp.data.pt \
+    torchrun --nproc-per-node 2 pipelining_peer.py --model mlp --dir DIR \
         --schedule Schedule1F1B --stage-bounds 0,4,9 --microbatches 8 --microbatch-size 32 --steps 30
 """
 import argparse
@@ -25,7 +27,6 @@ import datetime
 import json
 import resource
 import time
-from collections import OrderedDict
 
 import torch
 import torch.distributed as dist
@@ -33,6 +34,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules
+
+from race_models import load, pieces
 
 V_SHAPED = {"ScheduleZBVZeroBubble", "ScheduleDualPipeV"}
 
@@ -59,13 +62,14 @@ def loss_fn(output, target):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model-file", required=True)
-    p.add_argument("--data-file", required=True)
+    p.add_argument("--model", required=True, help="a race model (race_models.py)")
+    p.add_argument("--dir", required=True, help="where race_models.py wrote it")
     p.add_argument("--schedule", required=True, help="a class of torch.distributed.pipelining.schedules")
-    p.add_argument("--stage-bounds", required=True, help="layer bounds of the stages, e.g. 0,4,9")
+    p.add_argument("--stage-bounds", required=True, help="bounds of the stages in the model's pieces, e.g. 0,4,9")
     p.add_argument("--microbatches", type=int, required=True)
     p.add_argument("--microbatch-size", type=int, required=True)
-    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--steps", type=int, default=30, help="timed steps")
+    p.add_argument("--warmup-steps", type=int, default=0, help="untimed steps first")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
     p.add_argument("--save-params", help="write the trained parameters here (torch.save)")
@@ -74,14 +78,18 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     bounds = [int(b) for b in a.stage_bounds.split(",")]
-    model = torch.jit.load(a.model_file)
-    children = list(model.named_children())
-    if bounds[0] != 0 or bounds[-1] != len(children) or bounds != sorted(set(bounds)):
-        raise SystemExit(f"--stage-bounds {a.stage_bounds} do not cut the model's {len(children)} layers")
+    model = load(a.model, a.dir)
+    parts = [piece for _, piece in pieces(a.model, model)]
+    if bounds[0] != 0 or bounds[-1] != len(parts) or bounds != sorted(set(bounds)):
+        raise SystemExit(f"--stage-bounds {a.stage_bounds} do not cut the model's {len(parts)} pieces")
     stage_count = len(bounds) - 1
     held = stages_of_rank(a.schedule, rank, world, stage_count)
     device = torch.device("cpu")
-    modules = {s: nn.Sequential(OrderedDict(children[bounds[s]:bounds[s + 1]])) for s in held}
+    modules = {s: nn.Sequential(*parts[bounds[s]:bounds[s + 1]]) for s in held}
+    mine = {id(t) for m in modules.values() for t in m.state_dict(keep_vars=True).values()}
+    for t in model.state_dict(keep_vars=True).values():
+        if id(t) not in mine:  # another rank's: freed, as torchtitan builds only its own stages
+            t.data = torch.empty(0)
     stages = [PipelineStage(modules[s], s, stage_count, device) for s in held]
     cls = getattr(schedules, a.schedule)
     single = issubclass(cls, schedules.PipelineScheduleSingle)
@@ -89,30 +97,34 @@ def main():
     params = [q for m in modules.values() for q in m.parameters()]
     optimizer = torch.optim.SGD(params, lr=a.lr, momentum=0.9)
 
-    data = torch.load(a.data_file)
+    data = torch.load(f"{a.dir}/{a.model}.data.pt")
     batch = a.microbatches * a.microbatch_size
     batches = data["inputs"].size(0) // batch
     if batches == 0:
-        raise SystemExit(f"{a.data_file}: fewer samples than one mini-batch of {batch}")
+        raise SystemExit(f"{a.model}: fewer samples than one mini-batch of {batch}")
     first, last = 0 in held, stage_count - 1 in held
 
+    def train(steps, offset):
+        for step in range(offset, offset + steps):
+            rows = slice((step % batches) * batch, (step % batches + 1) * batch)
+            args = (data["inputs"][rows],) if first else ()
+            kwargs = {"target": data["labels"][rows], "losses": []} if last else {}
+            optimizer.zero_grad(set_to_none=True)
+            schedule.step(*args, **kwargs)
+            optimizer.step()
+
+    train(a.warmup_steps, 0)  # shape inference and buffers are set up in the first step
     dist.barrier()
     start = time.perf_counter()
-    for step in range(a.steps):
-        rows = slice((step % batches) * batch, (step % batches + 1) * batch)
-        args = (data["inputs"][rows],) if first else ()
-        kwargs = {"target": data["labels"][rows], "losses": []} if last else {}
-        optimizer.zero_grad(set_to_none=True)
-        schedule.step(*args, **kwargs)
-        optimizer.step()
+    train(a.steps, a.warmup_steps)
     dist.barrier()
     seconds = time.perf_counter() - start
 
     rss = [None] * world
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
     trained = [None] * world
-    dist.all_gather_object(trained, {k: v for m in modules.values() for k, v in m.state_dict().items()}
-                           if a.save_params else None)
+    dist.all_gather_object(trained, {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()
+                                     if id(v) in mine} if a.save_params else None)
     if rank == 0:
         if a.save_params:
             torch.save({k: v for part in trained for k, v in part.items()}, a.save_params)

@@ -1,31 +1,48 @@
 #!/usr/bin/env python3
-"""The race: pipetrain against torch.distributed.pipelining and DDP, on the same machine,
-the same models (one TorchScript file each, race_models.py) and the same weights.
+"""The race: pipetrain against torch.distributed.pipelining and DDP, run side by side on
+this machine, on the same models and weights (race_models.py: the zoo's shapes and models
+nobody here wrote), over Gloo on CPUs.
 
-For each model and each process count, over Gloo on CPUs:
-- torch.distributed.pipelining (pipelining_peer.py under torchrun) with ScheduleGPipe,
-  Schedule1F1B, ScheduleInterleaved1F1B (2 stages per rank, looped),
-  ScheduleInterleavedZeroBubble (ZB1P, one stage per rank), ScheduleZBVZeroBubble and
-  ScheduleDualPipeV (2 stages per rank, a V);
-- pipetrain with the same schedule (gpipe, 1f1b, interleaved --chunks 2, zb-h1, zb-v,
-  dualpipev), the same stage cuts (layers split evenly) and the same micro-batching;
-- pipetrain's own choice (`train --batch N`), with and without `--allow-async`;
-- PyTorch's DDP (ddp_peer.py under torchrun).
-Every run trains `--steps` mini-batches of 4p micro-batches with SGD; samples/s counts
-every step, as pipetrain's summary does. The configurations alternate, `--repeats`
-rounds; a run past `--timeout` seconds is killed and reported as such.
+Who runs what:
+- torch.distributed.pipelining (pipelining_peer.py under torchrun) runs the eager model,
+  its stages built from the model's own modules as torchtitan builds them, with
+  ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B (2 stages per rank, looped),
+  ScheduleInterleavedZeroBubble (ZB1P), ScheduleZBVZeroBubble and ScheduleDualPipeV
+  (2 stages per rank, a V), at 4 micro-batches per rank, and for the schedules of
+  `--peer-best` also at the other counts of `--peer-microbatches` (2 and 8 per rank), the
+  mini-batch the same;
+- pipetrain runs the same schedule (gpipe, 1f1b, interleaved --chunks 2, zb-h1, zb-v,
+  dualpipev) on the same cuts and micro-batches, and its own choice (`train --batch N`),
+  with and without `--allow-async`;
+- DDP (ddp_peer.py under torchrun) runs the eager model at its documented best settings
+  (gradient_as_bucket_view, static_graph), with 4 and 25 MiB buckets.
 
-    bench/race/race.py [--build build] [--repeats 3] [--steps 20] [--models mlp,gpt,fmnist-cnn]
-                       [--nproc 2,3] [--json results.json]
+How it is timed: every run trains `--warmup-steps` untimed mini-batches and then
+`--steps` timed ones (pipetrain's from its per-step log, the peers' barrier to barrier).
+Every process of a comparison runs under one allocator setting (`--malloc`): `tuned`
+sets glibc's tunables to pipetrain's own policy for every process (retain freed memory),
+`glibc` leaves glibc's defaults for every process, pipetrain's included
+(PIPETRAIN_MALLOC=glibc). Each of `--rounds` rounds runs every configuration once, in a
+random order; a run past `--timeout` seconds is killed and reported as such.
 
-Prints, per model and process count, each configuration's median samples/s, its range,
-the largest peak RSS of a rank (MiB), and its ratio to the peer: pipetrain's schedules
-against the same schedule in torch.distributed.pipelining, pipetrain's plans against the
-peer's fastest schedule and against DDP.
+What it prints, for each model, process count and allocator setting: each
+configuration's median samples/s, range and peak RSS of a rank, and paired ratios (one
+per round; the median, and the geometric mean with its 95% interval): pipetrain's
+schedules against the same schedule in torch.distributed.pipelining, pipetrain's plans
+against the peer's best configuration (the fastest of its schedules and micro-batch
+counts) and against DDP at its best bucket size. Every run's figures, with the machine's
+details, go to `--out` (JSON).
+
+    bench/race/race.py [--build build] [--rounds 7] [--steps 30] [--warmup-steps 3]
+                       [--models mlp,gpt,...] [--nproc 2,3] [--malloc both|tuned|glibc]
+                       [--runs 1f1b,zb-h1,...,ddp,plan,async] [--out bench/results/race-DATE.json]
 """
 import argparse
+import datetime
 import json
 import os
+import platform
+import random
 import signal
 import statistics
 import subprocess
@@ -34,162 +51,246 @@ import tempfile
 
 import torch
 
+from race_models import MODELS
+from race_stats import describe, paired
+
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
 # torch.distributed.pipelining's schedule, pipetrain's, and stages per rank.
 PAIRS = [("ScheduleGPipe", "gpipe", 1), ("Schedule1F1B", "1f1b", 1), ("ScheduleInterleaved1F1B", "interleaved", 2),
          ("ScheduleInterleavedZeroBubble", "zb-h1", 1), ("ScheduleZBVZeroBubble", "zb-v", 2),
          ("ScheduleDualPipeV", "dualpipev", 2)]
-MICROBATCH_SIZE = {"mlp": 32, "gpt": 8, "fmnist-cnn": 32}
+MICROBATCH_SIZE = {"mlp": 32, "gpt": 8, "fmnist-cnn": 32, "hf-gpt2": 8, "hf-llama": 8, "timm-vit": 16,
+                   "tv-resnet": 16}
+MICROBATCHES_PER_RANK = 4  # the paired runs'; the mini-batch is this times the ranks times MICROBATCH_SIZE
+MALLOC = {"tuned": {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647"},
+          "glibc": {"PIPETRAIN_MALLOC": "glibc"}}
 LR = 0.01
 
 
-def even_bounds(layers, stages):
-    return [round(i * layers / stages) for i in range(stages + 1)]
+def even_bounds(pieces, stages):
+    return [round(i * pieces / stages) for i in range(stages + 1)]
+
+
+class Configuration:
+    def __init__(self, name, command, kind, versus=None, log=None):
+        self.name, self.command, self.kind, self.versus, self.log = name, command, kind, versus, log
 
 
 class Race:
     def __init__(self, a, work):
         self.a, self.work = a, work
-        self.bin = os.path.join(a.build, "pipetrain")
+        self.bin = os.path.abspath(os.path.join(a.build, "pipetrain"))
         self.torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
 
-    def files(self, model):
-        return f"{self.work}/{model}.pt", f"{self.work}/{model}.data.pt"
-
     def configurations(self, model, p):
-        """(name, the peer's name to compare with or None, command, reads pipetrain's summary)."""
-        m, b = 4 * p, MICROBATCH_SIZE[model]
-        model_file, data_file = self.files(model)
-        layers = len(list(torch.jit.load(model_file).children()))
-        summary = f"{self.work}/summary.json"
+        b = MICROBATCH_SIZE[model]
+        batch = MICROBATCHES_PER_RANK * p * b
+        pieces = json.load(open(f"{self.work}/{model}.pieces.json"))
+        layer_of = pieces["layer_bounds"]
+        steps = ["--steps", str(self.a.steps), "--warmup-steps", str(self.a.warmup_steps)]
         torchrun = [self.torchrun, "--standalone", "--nproc-per-node", str(p)]
-        common = ["--model-file", model_file, "--data-file", data_file, "--steps", str(self.a.steps), "--lr", str(LR),
-                  "--timeout", str(self.a.timeout)]
-        ours = [self.bin, "train", "--model-file", model_file, "--data-file", data_file, "--nproc", str(p),
-                "--optimizer", "sgd", "--lr", str(LR), "--epochs", "1", "--max-steps", str(self.a.steps),
-                "--no-eval", "--timeout", "120", "--summary-json", summary]
+        peer = ["--model", model, "--dir", self.work, "--lr", str(LR), "--timeout", str(self.a.timeout)] + steps
+        log = f"{self.work}/steps.jsonl"
+        ours = [self.bin, "train", "--model-file", f"{self.work}/{model}.pt",
+                "--data-file", f"{self.work}/{model}.data.pt", "--nproc", str(p), "--optimizer", "sgd",
+                "--lr", str(LR), "--epochs", "1", "--max-steps", str(self.a.warmup_steps + self.a.steps),
+                "--no-eval", "--timeout", "120", "--summary-json", f"{self.work}/summary.json", "--log-jsonl", log]
+        wanted, best_of = self.a.runs.split(","), self.a.peer_best.split(",")
         runs = []
-        wanted = self.a.runs.split(",")
-        for peer, schedule, per_rank in PAIRS:
+        for peer_schedule, schedule, per_rank in PAIRS:
             stages = p * per_rank
-            if schedule not in wanted:
-                continue
-            if stages > layers:
-                continue  # fewer layers than stages: neither system can cut it
-            bounds = ",".join(map(str, even_bounds(layers, stages)))
-            runs.append((f"torch {peer}", None,
-                         torchrun + [f"{HERE}/pipelining_peer.py", "--schedule", peer, "--stage-bounds", bounds,
-                                     "--microbatches", str(m), "--microbatch-size", str(b)] + common, False))
+            if schedule not in wanted or stages > len(pieces["pieces"]):
+                continue  # fewer pieces than stages: neither system can cut it
+            cut = even_bounds(len(pieces["pieces"]), stages)
+            counts = self.a.peer_microbatches if schedule in best_of else [MICROBATCHES_PER_RANK]
+            for k in counts:
+                m = k * p
+                runs.append(Configuration(
+                    f"torch {peer_schedule} {m}x{batch // m}",
+                    torchrun + [f"{HERE}/pipelining_peer.py", "--schedule", peer_schedule,
+                                "--stage-bounds", ",".join(map(str, cut)), "--microbatches", str(m),
+                                "--microbatch-size", str(batch // m)] + peer, "peer"))
+            m = MICROBATCHES_PER_RANK * p
             chunks = ["--chunks", str(per_rank)] if schedule == "interleaved" else []
-            runs.append((f"pipetrain {schedule}", f"torch {peer}",
-                         ours + ["--schedule", schedule, "--stage-bounds", bounds, "--microbatches", str(m),
-                                 "--microbatch-size", str(b)] + chunks, True))
+            runs.append(Configuration(
+                f"pipetrain {schedule} {m}x{b}",
+                ours + ["--schedule", schedule, "--stage-bounds", ",".join(str(layer_of[i]) for i in cut),
+                        "--microbatches", str(m), "--microbatch-size", str(b)] + chunks,
+                "ours", versus=f"torch {peer_schedule} {m}x{b}", log=log))
         if "ddp" in wanted:
-            runs.append(("torch DDP", None, torchrun + [f"{HERE}/ddp_peer.py", "--batch", str(m * b)] + common, False))
+            for mb in (4, 25):
+                runs.append(Configuration(f"torch DDP, {mb} MiB buckets",
+                                          torchrun + [f"{HERE}/ddp_peer.py", "--batch", str(batch),
+                                                      "--bucket-mb", str(mb)] + peer, "ddp"))
         if "plan" in wanted:
-            plan = ours + ["--batch", str(m * b), "--plan-out", f"{self.work}/{model}-{p}.plan.json"]
-            runs.append(("pipetrain's plan", "best", plan, True))
+            runs.append(Configuration("pipetrain's plan", ours + ["--batch", str(batch), "--plan-out",
+                                                                  f"{self.work}/{model}-{p}.plan.json"],
+                                      "plan", log=log))
         if "async" in wanted:
-            async_plan = ours + ["--batch", str(m * b), "--allow-async", "--plan-out",
-                                 f"{self.work}/{model}-{p}.async.json"]
-            runs.append(("pipetrain's plan, async allowed", "best", async_plan, True))
+            runs.append(Configuration("pipetrain's plan, async allowed",
+                                      ours + ["--batch", str(batch), "--allow-async",
+                                              "--plan-out", f"{self.work}/{model}-{p}.async.json"], "plan", log=log))
         return runs
 
-    def run(self, command, ours):
-        """(samples/s, largest peak RSS of a rank) of one run, or the reason it has none."""
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+    def run(self, c, malloc):
+        """{samples_per_second, peak_rss_bytes} of one run, or {error}."""
+        env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "PIPETRAIN_MALLOC")}
+        env.update(MALLOC[malloc])
+        proc = subprocess.Popen(c.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                cwd=HERE, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=self.a.timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return f"timed out after {self.a.timeout:.0f} s"
+            return {"error": f"timed out after {self.a.timeout:.0f} s"}
         if proc.returncode != 0:
             lines = (err + out).splitlines()
             errors = [l.split("]: ", 1)[-1] for l in lines if "Error: " in l or "error: " in l]
-            return f"exit {proc.returncode}: " + (errors[0] if errors else lines[-1] if lines else "")[:100]
-        if ours:
-            s = json.load(open(f"{self.work}/summary.json"))
-            return s["throughput"], max(r["peak_memory_bytes"] for r in s["ranks"])
+            return {"error": f"exit {proc.returncode}: " + (errors[0] if errors else lines[-1] if lines else "")[:160]}
+        if c.log:
+            return self.ours(c)
         result = json.loads(out.strip().splitlines()[-1])
-        return result["samples_per_second"], max(result["peak_rss_bytes"])
+        return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"])}
+
+    def ours(self, c):
+        """pipetrain's samples/s over the steps after the warm-up, from its per-step log.
+        The reporting rank logs a mini-batch's loss when the next mini-batch is done
+        (executor.cpp: reading a loss would wait for a GPU), and the last one at the end:
+        so the line of step k (1-based) holds the clock at the end of step k + 1, and the
+        timed window runs from the line of step W - 1 (the end of the warm-up's step W)
+        to the last line."""
+        summary = json.load(open(f"{self.work}/summary.json"))
+        steps = [json.loads(l) for l in open(c.log) if '"event":"step"' in l.replace(" ", "")]
+        w = self.a.warmup_steps
+        if len(steps) != w + self.a.steps:
+            return {"error": f"{len(steps)} steps logged, {w + self.a.steps} run"}
+        per_step = summary["samples"] / len(steps)
+        seconds = steps[-1]["wall_seconds"] - steps[w - 2]["wall_seconds"]
+        out = {"samples_per_second": self.a.steps * per_step / seconds,
+               "peak_rss_bytes": max(r["peak_memory_bytes"] for r in summary["ranks"])}
+        out["plan"] = plan_of(summary["plan"])
+        # Where each rank's time went, over every step (warm-up included), as fractions:
+        # blocked on a message, waiting for a core, and pipetrain's own work (the rest is
+        # compute); and each action's mean time.
+        out["ranks"] = [{k: r[k] for k in ("wait_fraction", "core_wait_fraction", "overhead_fraction",
+                                            "bubble_fraction", "action_seconds")} for r in summary["ranks"]]
+        return out
 
 
-def plan_of(path):
-    try:
-        plan = json.load(open(path))
-    except OSError:
-        return "?"
+def plan_of(plan):
     replicas = "/".join(str(len(stage["devices"])) for stage in plan["stages"])
     return (f"{plan['schedule']['name']}, {len(plan['stages'])} stage(s) of {replicas} replica(s), "
             f"micro-batch {plan['microbatch_size']} x {plan['microbatches']}")
 
 
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    versions = {"torch": torch.__version__}
+    for package in ("transformers", "timm", "torchvision"):
+        try:
+            versions[package] = __import__(package).__version__
+        except ImportError:
+            pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+            "versions": versions, "pipetrain": rev.stdout.strip(),
+            "date": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default="build")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--models", default="mlp,gpt,fmnist-cnn")
+    p.add_argument("--build", default=os.path.join(REPO, "build"))
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--steps", type=int, default=30, help="timed steps of each run")
+    p.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first")
+    p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--nproc", default="2,3")
-    p.add_argument("--timeout", type=float, default=300, help="seconds one run may take")
-    p.add_argument("--json", help="write every run's figures here")
+    p.add_argument("--malloc", default="both", choices=["both", "tuned", "glibc"])
     p.add_argument("--runs", default=",".join([s for _, s, _ in PAIRS] + ["ddp", "plan", "async"]),
                    help="which to run: pipetrain's schedule names (each with its torch peer), ddp, plan, async")
+    p.add_argument("--peer-best", default="gpipe,1f1b,zb-h1",
+                   help="schedules the peer also runs at the other micro-batch counts")
+    p.add_argument("--peer-microbatches", default="2,4,8", help="micro-batches per rank the peer tries")
+    p.add_argument("--timeout", type=float, default=300, help="seconds one run may take")
+    p.add_argument("--seed", type=int, default=0, help="of the rounds' random orders")
+    p.add_argument("--out", default=os.path.join(REPO, "bench", "results",
+                                                 f"race-{datetime.datetime.now():%Y%m%d-%H%M}.json"))
     a = p.parse_args()
+    if a.warmup_steps < 2:
+        p.error("--warmup-steps must be 2 or more: pipetrain's log dates a step's end by the next step's line")
+    a.peer_microbatches = [int(k) for k in a.peer_microbatches.split(",")]
+    if MICROBATCHES_PER_RANK not in a.peer_microbatches:
+        a.peer_microbatches.append(MICROBATCHES_PER_RANK)
     models, nprocs = a.models.split(","), [int(n) for n in a.nproc.split(",")]
+    mallocs = ["tuned", "glibc"] if a.malloc == "both" else [a.malloc]
+    random.seed(a.seed)
     with tempfile.TemporaryDirectory() as work:
         race = Race(a, work)
         for model in models:
-            samples = a.steps * 4 * max(nprocs) * MICROBATCH_SIZE[model]  # one epoch holds every step
+            samples = (a.warmup_steps + a.steps) * MICROBATCHES_PER_RANK * max(nprocs) * MICROBATCH_SIZE[model]
             subprocess.run([sys.executable, f"{HERE}/race_models.py", model, work, "--samples", str(samples)],
                            check=True)
-        table = {(model, n): race.configurations(model, n) for model in models for n in nprocs}
-        results = {key: {name: [] for name, *_ in runs} for key, runs in table.items()}
-        for r in range(a.repeats):
-            for key, runs in table.items():
-                for name, _, command, ours in runs:
-                    results[key][name].append(race.run(command, ours))
-                    print(f"round {r + 1}/{a.repeats} {key[0]} x{key[1]} {name}: {results[key][name][-1]}",
-                          file=sys.stderr, flush=True)
-        report(table, results, a, work)
-    if a.json:
-        json.dump({f"{m} x{n}": v for (m, n), v in results.items()}, open(a.json, "w"), indent=1)
+        table = {(model, n, m): race.configurations(model, n) for model in models for n in nprocs for m in mallocs}
+        results = {key: {c.name: [] for c in runs} for key, runs in table.items()}
+        for r in range(a.rounds):
+            order = [(key, c) for key, runs in table.items() for c in runs]
+            random.shuffle(order)
+            for key, c in order:
+                results[key][c.name].append(race.run(c, key[2]))
+                print(f"round {r + 1}/{a.rounds} {key[0]} x{key[1]} {key[2]} {c.name}: {results[key][c.name][-1]}",
+                      file=sys.stderr, flush=True)
+    ratios = report(table, results, a)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    json.dump({"machine": machine(), "arguments": vars(a), "ratios": ratios,
+               "runs": {f"{m} x{n} {malloc}": v for (m, n, malloc), v in results.items()}},
+              open(a.out, "w"), indent=1)
+    print(f"\nevery run's figures: {a.out}")
 
 
-def report(table, results, a, work):
-    print(f"median of {a.repeats} alternating runs of {a.steps} steps each; ratio: pipetrain against the same "
-          "schedule in torch.distributed.pipelining, pipetrain's plans against the peer's fastest schedule and DDP")
-    for (model, p), runs in table.items():
-        figures = {}
-        for name, *_ in runs:
-            ok = [x for x in results[(model, p)][name] if isinstance(x, tuple)]
-            figures[name] = ok
-        median = {n: statistics.median(x[0] for x in f) for n, f in figures.items() if f}
-        peers = [n for n in median if n.startswith("torch Schedule")]
+def report(table, results, a):
+    """Prints the tables; returns every paired ratio, by comparison."""
+    print(f"{a.rounds} rounds in random order, {a.steps} timed steps after {a.warmup_steps} of warm-up; ratios "
+          "paired by round: median, geometric mean and its 95% interval")
+    every = {}
+    for (model, p, malloc), runs in table.items():
+        got = results[(model, p, malloc)]
+        sps = {name: [x.get("samples_per_second") for x in xs] for name, xs in got.items()}
+        ok = {name: [v for v in xs if v] for name, xs in sps.items()}
+        median = {name: statistics.median(v) for name, v in ok.items() if v}
+        peers = [c.name for c in runs if c.kind == "peer" and c.name in median]
+        ddps = [c.name for c in runs if c.kind == "ddp" and c.name in median]
         best = max(peers, key=median.get) if peers else None
-        print(f"\n{model}, {p} processes, micro-batch {MICROBATCH_SIZE[model]} x {4 * p}")
-        print(f"| {'configuration':34} | samples/s | range | peak RSS MiB | ratio |")
+        best_ddp = max(ddps, key=median.get) if ddps else None
+        print(f"\n{model}, {p} processes, mini-batch {MICROBATCHES_PER_RANK * p * MICROBATCH_SIZE[model]}, "
+              f"malloc {malloc}")
+        print("| configuration | samples/s | range | peak RSS MiB | paired ratio |")
         print("|---|---|---|---|---|")
-        for name, peer, *_ in runs:
-            failures = [x for x in results[(model, p)][name] if not isinstance(x, tuple)]
-            if name not in median:
-                print(f"| {name:34} | — | {failures[0]} | | |")
+        for c in runs:
+            failures = [x["error"] for x in got[c.name] if "error" in x]
+            if c.name not in median:
+                print(f"| {c.name} | — | {failures[0] if failures else ''} | | |")
                 continue
-            f = figures[name]
-            ratio = ""
-            if peer == "best" and best:
-                ratio = f"{median[name] / median[best]:.2f}x {best[6:]}"
-                if "torch DDP" in median:
-                    ratio += f", {median[name] / median['torch DDP']:.2f}x DDP"
-            elif peer in median:
-                ratio = f"{median[name] / median[peer]:.2f}x"
+            against = []
+            if c.versus:
+                against.append((c.versus, c.versus))
+            if c.kind == "plan":
+                against += [(best, "the peer's best, " + (best or "")), (best_ddp, best_ddp)]
+            cells = []
+            for other, label in against:
+                if other and other in median:
+                    r = paired(sps[c.name], sps[other])
+                    every[f"{model} x{p} {malloc}: {c.name} / {label}"] = r
+                    cells.append(f"{describe(r)} against {label}" if c.kind == "plan" else describe(r))
+            rss = statistics.median(x["peak_rss_bytes"] for x in got[c.name] if "error" not in x) / 2**20
             note = f" ({len(failures)} failed: {failures[0]})" if failures else ""
-            print(f"| {name:34} | {median[name]:.1f} | {min(x[0] for x in f):.1f}–{max(x[0] for x in f):.1f} | "
-                  f"{statistics.median(x[1] for x in f) / 2**20:.0f} | {ratio}{note} |")
-        print(f"pipetrain's plan: {plan_of(f'{work}/{model}-{p}.plan.json')}; "
-              f"async allowed: {plan_of(f'{work}/{model}-{p}.async.json')}")
+            print(f"| {c.name} | {median[c.name]:.1f} | {min(ok[c.name]):.1f}–{max(ok[c.name]):.1f} | {rss:.0f} | "
+                  f"{'; '.join(cells)}{note} |")
+        chosen = {x.get("plan") for c in runs if c.kind == "plan" for x in got[c.name] if x.get("plan")}
+        if chosen:
+            print("plans chosen: " + "; ".join(sorted(chosen)))
+    return every
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@
 #include "pipetrain/util/error.h"
 
 int main(int argc, char** argv) {
-  // Before LibTorch allocates anything: freed tensors stay with the process (allocator.h).
-  pipetrain::util::retainFreedMemory();
+  // Before LibTorch allocates anything: freed tensors stay with the process, unless
+  // PIPETRAIN_MALLOC=glibc (allocator.h).
+  pipetrain::util::applyHeapPolicyOfEnvironment();
   CLI::App app{"pipetrain: plan, simulate and run pipeline-parallel training"};
   app.require_subcommand(1);
   std::vector<pipetrain::cli::Command> commands = {

@@ -128,6 +128,24 @@ class Branchy(nn.Module):
         if x.sum() > 0:
             return self.a(x)
         return x
+class NoGradScale(nn.Module):
+    """A scale computed under torch.no_grad() between two layers: no gradient through it."""
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)
+    def forward(self, x):
+        h = self.a(x)
+        with torch.no_grad():
+            scale = h.abs().amax(dim=1, keepdim=True) + 1
+        return self.c(self.b(h / scale))
+class Autocast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = self.a(x)
+        return y.float()
 class TwoInputs(nn.Module):
     def __init__(self):
         super().__init__()
@@ -138,6 +156,12 @@ PY
 check "small data" "$python" -c "import torch; torch.save({'inputs': torch.randn(8, 4), 'labels': torch.zeros(8, dtype=torch.long)}, '$tmp/small.pt')"
 refuses "a branch on a traced value" "forward() branches on a tensor's values at $tmp/branchy.py:8" \
   "$python" "$capture" capture "$tmp/branchy.py:Branchy()" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
+# A torch.no_grad() block is inlined, its results detached: the capture's own check of
+# every parameter's gradient fails if a gradient flows through it, or if none reaches a.
+check "a torch.no_grad() block in forward()" "$python" "$capture" capture "$tmp/branchy.py:NoGradScale()" \
+  --data-file "$tmp/small.pt" --out "$tmp/nograd.pt"
+refuses "an autocast region" "forward() runs wrap_with_autocast" \
+  "$python" "$capture" capture "$tmp/branchy.py:Autocast()" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
 refuses "two inputs" "forward() takes 2 inputs (x, y)" \
   "$python" "$capture" capture "$tmp/branchy.py:TwoInputs()" --data-file "$tmp/small.pt" --out "$tmp/x.pt"
 refuses "state-dict of a missing file" "no such file" "$python" "$capture" state-dict "$tmp/missing.pt" --out "$tmp/x.pt"

@@ -19,4 +19,10 @@ namespace pipetrain::util {
 // No effect off glibc. Returns whether the policy was applied.
 bool retainFreedMemory();
 
+// The policy the environment asks for: retainFreedMemory(), unless PIPETRAIN_MALLOC is
+// "glibc", which leaves glibc's defaults (or the user's GLIBC_TUNABLES) alone, as for a
+// comparison with programs that run on them (bench/race). Another value is refused on
+// stderr and the policy applied. Returns whether the policy was applied.
+bool applyHeapPolicyOfEnvironment();
+
 }  // namespace pipetrain::util

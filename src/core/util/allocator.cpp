@@ -1,6 +1,9 @@
 #include "pipetrain/util/allocator.h"
 
 #include <climits>  // also brings in <features.h>, which defines __GLIBC__
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -17,6 +20,15 @@ bool retainFreedMemory() {
 #else
   return false;
 #endif
+}
+
+bool applyHeapPolicyOfEnvironment() {
+  const char* asked = std::getenv("PIPETRAIN_MALLOC");
+  if (asked && std::strcmp(asked, "glibc") == 0) return false;
+  if (asked && *asked && std::strcmp(asked, "retain") != 0)
+    std::fprintf(stderr, "warning: PIPETRAIN_MALLOC=%s is neither 'glibc' nor 'retain'; freed memory is retained\n",
+                 asked);
+  return retainFreedMemory();
 }
 
 }  // namespace pipetrain::util

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace pipetrain::util {
 namespace {
@@ -41,6 +42,24 @@ TEST(Allocator, FreedLargeBlocksAreReusedWithoutPageFaults) {
   const long before = minorFaults();
   touchAndFree(kBytes);
   EXPECT_LT(minorFaults() - before, 64);
+#endif
+}
+
+// PIPETRAIN_MALLOC=glibc leaves glibc's defaults, so that a race runs every process on
+// one allocator setting; unset, or "retain", applies the policy.
+TEST(Allocator, TheEnvironmentCanLeaveGlibcsDefaults) {
+#if defined(__SANITIZE_ADDRESS__) || !defined(__GLIBC__)
+  GTEST_SKIP() << "the policy applies to glibc's malloc only";
+#else
+  const char* before = std::getenv("PIPETRAIN_MALLOC");
+  const std::string saved = before ? before : "";
+  setenv("PIPETRAIN_MALLOC", "glibc", 1);
+  EXPECT_FALSE(applyHeapPolicyOfEnvironment());
+  setenv("PIPETRAIN_MALLOC", "retain", 1);
+  EXPECT_TRUE(applyHeapPolicyOfEnvironment());
+  unsetenv("PIPETRAIN_MALLOC");
+  EXPECT_TRUE(applyHeapPolicyOfEnvironment());
+  if (before) setenv("PIPETRAIN_MALLOC", saved.c_str(), 1);
 #endif
 }
 
