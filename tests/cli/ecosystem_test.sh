@@ -18,16 +18,23 @@ check "the data" "$python" "$src/tests/ecosystem/make_data.py" "$tmp"
 check "every family's layers compute forward()'s loss and gradients" "$python" "$src/tests/ecosystem/exactness.py" "$tmp"
 
 # family NAME DATA EXPRESSION: captures NAME from the command line, trains it on 2 and 3
-# ranks, exports, and scores the exports in the family's own class.
+# ranks under the planner's choice, exports, and scores the exports in the family's own
+# class. A model with batch norm also trains data parallel on 2 ranks ("2dp"): each
+# replica updates its own running statistics, and the evaluation and the export must
+# both take the first replica's.
 family() {
   local name=$1 data=$2 expr=$3
   set -- 2 3
+  [[ $expr == *resnet* ]] && set -- 2 3 2dp
   check "capture $name" "$python" "$capture" capture "$families:$expr" --data-file "$tmp/$data.pt" --out "$tmp/$name.pt"
-  for ranks in "$@"; do
-    check "$name trains on $ranks ranks" "$bin" train --model-file "$tmp/$name.pt" --data-file "$tmp/$data.pt" \
-      --nproc "$ranks" --batch $((16 * ranks)) --epochs 1 --max-steps 4 --export "$tmp/$name-$ranks.pt" \
-      --summary-json "$tmp/$name-$ranks.json"
-    expect "$name on $ranks ranks exported" "exported the trained model to $tmp/$name-$ranks.pt"
+  for run in "$@"; do
+    local ranks=${run%dp}
+    local how=(--batch $((16 * ranks)))
+    [[ $run == *dp ]] && how=(--data-parallel --microbatches 2 --microbatch-size 16)
+    check "$name trains on $run ranks" "$bin" train --model-file "$tmp/$name.pt" --data-file "$tmp/$data.pt" \
+      --nproc "$ranks" "${how[@]}" --epochs 1 --max-steps 4 --export "$tmp/$name-$run.pt" \
+      --summary-json "$tmp/$name-$run.json"
+    expect "$name on $run ranks exported" "exported the trained model to $tmp/$name-$run.pt"
   done
   # One Python for the family's runs (starting it with transformers and timm costs seconds).
   check "$name's exports load into its class and score as pipetrain did" "$python" - "$src" "$tmp" "$name" \

@@ -148,27 +148,43 @@ std::pair<double, double> evaluate(const TrainConfig& c, models::Model& model, P
   return {accuracy, totals[0][0].item<double>() / positions};
 }
 
-// Every layer's trained parameters and buffers onto every rank: each stage's rank for
-// micro-batch 0 contributes its layers' tensors, the other ranks zeros, summed over all
-// (as CPU copies: the coordinator's).
-void gatherModel(models::Model& model, const std::vector<StageLayers>& stages, const schedule::Program& program,
-                 Coordinator& t) {
+// Every layer's buffers (with `parameters`, its parameters too) made those of the rank
+// that runs its stage for micro-batch 0, on every rank: that rank contributes its
+// layers' tensors, the others zeros, summed over all (as CPU copies: the coordinator's).
+void takeFromFirstReplicas(models::Model& model, const std::vector<StageLayers>& stages,
+                           const schedule::Program& program, Coordinator& t, bool parameters) {
   std::vector<torch::Tensor> targets, sums;
   for (int s = 0; s < static_cast<int>(stages.size()); ++s) {
     const bool owner = program.rankOf(s, 0) == t.rank();
     for (int l : stages[s].layers) {
       const auto& module = *model.layers[l].module.ptr();
-      for (const auto& group : {module.parameters(), module.buffers()})
-        for (const torch::Tensor& tensor : group) {
-          targets.push_back(tensor);
-          sums.push_back(owner ? tensor.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true)
-                               : torch::zeros(tensor.sizes(), tensor.options().device(torch::kCPU)));
-        }
+      std::vector<torch::Tensor> tensors = module.buffers();
+      if (parameters) {
+        const std::vector<torch::Tensor> params = module.parameters();
+        tensors.insert(tensors.begin(), params.begin(), params.end());
+      }
+      for (const torch::Tensor& tensor : tensors) {
+        targets.push_back(tensor);
+        sums.push_back(owner ? tensor.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                             : torch::zeros(tensor.sizes(), tensor.options().device(torch::kCPU)));
+      }
     }
   }
+  if (targets.empty()) return;
   t.allReduceSum(sums, t.allRanks());
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < targets.size(); ++i) targets[i].copy_(sums[i]);
+}
+
+// Whether a replicated stage holds buffers (batch norm's running statistics), which its
+// replicas update each from their own micro-batches: they differ until made equal.
+bool replicasHoldBuffers(const models::Model& model, const std::vector<StageLayers>& stages,
+                         const plan::Plan& plan) {
+  for (std::size_t s = 0; s < stages.size(); ++s)
+    if (plan.stages[s].devices.size() > 1)
+      for (int l : stages[s].layers)
+        if (!model.layers[l].module.ptr()->buffers().empty()) return true;
+  return false;
 }
 
 // The actions of the run's final mini-batch: from the first action that touches one of
@@ -413,6 +429,9 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
     }
     position = {epoch + 1, 0, position.minibatches};
     if (c.evaluate) {
+      // Every replica evaluates with the first replica's buffers, those the exported model
+      // and checkpoints keep: as DDP, which broadcasts rank 0's buffers.
+      if (replicasHoldBuffers(model, stages, c.plan)) takeFromFirstReplicas(model, stages, one, t, false);
       const auto [accuracy, loss] = evaluate(c, model, executor, forward_only, stages, t, test.get(), test_size);
       result.test_accuracy = accuracy;
       result.test_loss = loss;
@@ -430,7 +449,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   result.data_channel = data.name();
   if (!c.export_path.empty()) {
     models::moveTo(model, torch::kCPU);  // a file any machine loads
-    gatherModel(model, stages, one, t);
+    takeFromFirstReplicas(model, stages, one, t, /*parameters=*/true);
     if (t.rank() == 0) models::saveScriptedModel(model, c.export_path);
   }
   result.action_seconds = steadyActionSeconds(durations, minibatches_run);
