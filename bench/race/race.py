@@ -48,6 +48,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 
@@ -238,7 +239,9 @@ def main():
             order = [(key, c) for key, runs in table.items() for c in runs]
             random.shuffle(order)
             for key, c in order:
-                results[key][c.name].append(race.run(c, key[2]))
+                began = time.perf_counter()
+                results[key][c.name].append(dict(race.run(c, key[2]), round=r + 1,
+                                                 wall_seconds=round(time.perf_counter() - began, 1)))
                 print(f"round {r + 1}/{a.rounds} {key[0]} x{key[1]} {key[2]} {c.name}: {results[key][c.name][-1]}",
                       file=sys.stderr, flush=True)
     ratios = report(table, results, a)
