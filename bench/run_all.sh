@@ -10,5 +10,9 @@ bench/prediction_accuracy.sh "$build" 2
 for model in mlp gpt fmnist-cnn; do bench/profile_vs_run.sh "$build" 3 "$model"; done
 python=${PIPETRAIN_PYTHON:-.venv/bin/python}  # the pinned torch (make deps)
 if "$python" -c "import torch" 2>/dev/null; then "$python" bench/noise_floor.py 120 2; fi
-if "$python" -c "import torch" 2>/dev/null; then bench/ddp_comparison.sh "$build"; fi
+# The race against torch.distributed.pipelining and DDP (docs/runtime.md), on one model of
+# each kind; bench/race/race.py with no arguments races them all (hours).
+if "$python" -c "import torch" 2>/dev/null; then
+  "$python" bench/race/race.py --build "$build" --models gpt,hf-gpt2 --nproc 2 --runs 1f1b,ddp,plan --peer-best 1f1b
+fi
 if [ -x /usr/bin/python3 ]; then bench/graph_comparison.sh "$build"; fi

@@ -125,13 +125,10 @@ class Race:
                                           torchrun + [f"{HERE}/ddp_peer.py", "--batch", str(batch),
                                                       "--bucket-mb", str(mb)] + peer, "ddp"))
         if "plan" in wanted:
-            runs.append(Configuration("pipetrain's plan", ours + ["--batch", str(batch), "--plan-out",
-                                                                  f"{self.work}/{model}-{p}.plan.json"],
-                                      "plan", log=log))
+            runs.append(Configuration("pipetrain's plan", ours + ["--batch", str(batch)], "plan", log=log))
         if "async" in wanted:
-            runs.append(Configuration("pipetrain's plan, async allowed",
-                                      ours + ["--batch", str(batch), "--allow-async",
-                                              "--plan-out", f"{self.work}/{model}-{p}.async.json"], "plan", log=log))
+            runs.append(Configuration("pipetrain's plan, async allowed", ours + ["--batch", str(batch), "--allow-async"],
+                                      "plan", log=log))
         return runs
 
     def run(self, c, malloc):
@@ -148,8 +145,11 @@ class Race:
             return {"error": f"timed out after {self.a.timeout:.0f} s"}
         if proc.returncode != 0:
             lines = (err + out).splitlines()
-            errors = [l.split("]: ", 1)[-1] for l in lines if "Error: " in l or "error: " in l]
-            return {"error": f"exit {proc.returncode}: " + (errors[0] if errors else lines[-1] if lines else "")[:160]}
+            # A rank's own error before torchrun's summary of it (ChildFailedError).
+            errors = [l.split("]: ", 1)[-1] for l in lines if l.startswith("[rank") and "Error" in l]
+            errors += [l.split("]: ", 1)[-1] for l in lines if "Error: " in l or "error: " in l]
+            return {"error": f"exit {proc.returncode}: " + (errors[0] if errors else lines[-1] if lines else "")[:160],
+                    "output_tail": lines[-40:]}
         if c.log:
             return self.ours(c)
         result = json.loads(out.strip().splitlines()[-1])

@@ -4,6 +4,7 @@
 // boundary every tensor a later layer still reads; several such tensors travel as one
 // fp32 pack (N, total) that the next layer splits again, so stages, messages and
 // autograd see one tensor per boundary, as they do for the zoo's models.
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/script.h>
 
 #include <algorithm>
@@ -418,7 +419,14 @@ class Loader {
 
 }  // namespace
 
-Model loadScriptedModel(const std::string& path, const InputSpec& input) { return Loader(path, input).load(); }
+Model loadScriptedModel(const std::string& path, const InputSpec& input) {
+  // TorchScript's optimizing executor differentiates a layer with its own symbolic
+  // formulas, which ran a GPT block's backward pass 7-9% slower than autograd's native
+  // kernels (docs/runtime.md, the race). Unoptimized, each operation records its native
+  // backward, as in eager PyTorch. Process-wide: every layer loaded from a file runs so.
+  torch::jit::setGraphExecutorOptimize(false);
+  return Loader(path, input).load();
+}
 
 std::string scriptedTensorName(std::string path_in_child) {
   std::replace(path_in_child.begin(), path_in_child.end(), '.', '_');  // registered names may not hold dots
