@@ -24,9 +24,8 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
-from race_models import MODELS, Whole, load
+from race_models import MODELS, Whole, load, loss
 
 
 def main():
@@ -60,8 +59,7 @@ def main():
             first = (step % batches) * a.batch + rank * local
             x, y = data["inputs"][first:first + local], data["labels"][first:first + local]
             optimizer.zero_grad(set_to_none=True)
-            out = model(x)
-            F.cross_entropy(out.reshape(-1, out.size(-1)), y.reshape(-1)).backward()
+            loss(model(x), y).backward()
             optimizer.step()
 
     train(a.warmup_steps, 0)  # DDP's static graph is learnt in the first step

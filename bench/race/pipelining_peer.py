@@ -31,11 +31,10 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules
 
-from race_models import load, pieces
+from race_models import load, loss, pieces
 
 V_SHAPED = {"ScheduleZBVZeroBubble", "ScheduleDualPipeV"}
 
@@ -53,11 +52,6 @@ def stages_of_rank(schedule, rank, world, stages):
     if stages % world:
         raise SystemExit(f"{schedule}: {stages} stages do not loop evenly over {world} ranks")
     return list(range(rank, stages, world))
-
-
-def loss_fn(output, target):
-    """Mean cross-entropy of a micro-batch: class scores (N, C) or token scores (N, T, V)."""
-    return F.cross_entropy(output.reshape(-1, output.size(-1)), target.reshape(-1))
 
 
 def main():
@@ -93,7 +87,7 @@ def main():
     stages = [PipelineStage(modules[s], s, stage_count, device) for s in held]
     cls = getattr(schedules, a.schedule)
     single = issubclass(cls, schedules.PipelineScheduleSingle)
-    schedule = cls(stages[0] if single else stages, n_microbatches=a.microbatches, loss_fn=loss_fn)
+    schedule = cls(stages[0] if single else stages, n_microbatches=a.microbatches, loss_fn=loss)
     params = [q for m in modules.values() for q in m.parameters()]
     optimizer = torch.optim.SGD(params, lr=a.lr, momentum=0.9)
 

@@ -249,6 +249,12 @@ def pieces(name, model):
     raise SystemExit(f"unknown race model '{name}'")
 
 
+def loss(output, target):
+    """Mean cross-entropy of a batch: class scores (N, C) or token scores (N, T, V), as
+    pipetrain trains them; every racer's loss."""
+    return F.cross_entropy(output.reshape(-1, output.size(-1)), target.reshape(-1))
+
+
 def data(name, samples, generator):
     """Inputs and class labels of `samples` random samples shaped for model `name`."""
     kind = MODELS[name][2]
@@ -266,8 +272,10 @@ def layer_of_pieces(name, model, layer_names):
     sys.path.insert(0, os.path.join(REPO, "python"))
     from pipetrain_capture_common import layer_name
 
+    paths_of = [paths for paths, _ in pieces(name, model)]
+
     def owner(layer):
-        for k, (paths, _) in enumerate(pieces(name, model)):
+        for k, paths in enumerate(paths_of):
             for path in paths:
                 if layer == layer_name(path) or layer.startswith(layer_name(path) + "_"):
                     return k
@@ -278,7 +286,7 @@ def layer_of_pieces(name, model, layer_names):
         k = owner(layer)
         if k is not None:
             firsts.setdefault(k, i)
-    count = len(pieces(name, model))
+    count = len(paths_of)
     bounds = [firsts.get(k) for k in range(count)]
     if None in bounds or bounds != sorted(bounds) or bounds[0] != 0:
         raise SystemExit(f"{name}: pipetrain's layers {layer_names} do not follow the pieces in order ({bounds})")
