@@ -65,6 +65,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                 "stage\n",
                 models::describeHolders(model, model.tied.front()).c_str());
   o.partitioner = request.partitioner;
+  o.recompute = request.recompute;
   o.use_all_devices = true;
   // The profile's passes agree within this spread (profileForRun takes the default), so
   // plans predicted closer than that are equals; their shape decides, not the noise.

@@ -21,6 +21,7 @@ struct AutoPlanRequest {
   bool allow_replication = true;
   bool allow_async = false;               // the planner may choose pipedream, 2bw, pipemare
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
+  planner::Recompute recompute = planner::Recompute::kAuto;
   std::string out;                        // where the plan is written
   // Under time to accuracy, candidates are ranked by predicted seconds to a loss, their
   // update rules calibrated on the model and data (runtime/calibration.h), the

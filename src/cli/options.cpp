@@ -49,4 +49,12 @@ void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner) {
       ->check(CLI::IsMember({"auto", "chain", "graph"}));
 }
 
+void addRecomputeOption(CLI::App* cmd, planner::Recompute& recompute) {
+  cmd->add_option_function<std::string>(
+         "--recompute", [&recompute](const std::string& name) { recompute = planner::recomputeFromName(name); },
+         "activation recomputation: auto (the planner makes the stages that would not fit their memory recompute "
+         "their forward pass before the backward pass, and prices it), none, or full (every stage) [auto]")
+      ->check(CLI::IsMember({"auto", "none", "full"}));
+}
+
 }  // namespace pipetrain::cli

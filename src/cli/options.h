@@ -27,5 +27,7 @@ void checkWritable(const std::string& path, const std::string& option);
 
 // `--partitioner chain|graph|auto`, for plan and train alike.
 void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner);
+// `--recompute auto|none|full`, for plan and train alike.
+void addRecomputeOption(CLI::App* cmd, planner::Recompute& recompute);
 
 }  // namespace pipetrain::cli

@@ -17,7 +17,11 @@ namespace {
 
 struct PlanArgs {
   std::string graph, cluster, out, report, calibration;
-  planner::ExploreOptions explore;
+  planner::ExploreOptions explore = [] {
+    planner::ExploreOptions o;
+    o.recompute = planner::Recompute::kAuto;  // as `train` plans
+    return o;
+  }();
   int microbatches = 0;  // 0: the planner's choice
   int top = 10;
   bool json = false;
@@ -112,6 +116,7 @@ Command addPlanCommand(CLI::App& app) {
                   "time to accuracy: the update rules' calibration (train --objective time-to-accuracy caches it "
                   "beside its profile as *.calibration.json)");
   addPartitionerOption(cmd, a->explore.partitioner);
+  addRecomputeOption(cmd, a->explore.recompute);
   cmd->add_option("--out", a->out, "write the chosen plan JSON here");
   cmd->add_option("--report", a->report, "write an HTML report (the plan, the ranking, the predicted Gantt chart)");
   cmd->add_option("--top", a->top, "rows of the ranked table")->check(positive())->capture_default_str();

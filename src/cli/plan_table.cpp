@@ -10,10 +10,15 @@
 namespace pipetrain::cli {
 
 std::string planName(const plan::Plan& plan) {
+  const std::string recomputed = plan::recomputedStages(plan);
+  const std::string recomputing = recomputed.empty() ? ""
+                                  : recomputed == "all" ? ", recomputing activations"
+                                                        : ", stages " + recomputed + " recomputing activations";
   if (planner::isDataParallel(plan))
     return "data parallelism on " + std::to_string(plan.stages[0].devices.size()) + " devices (" +
-           plan.schedule.name + "'s order of passes)";
-  return plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages (" + plan::stageShape(plan) + ")";
+           plan.schedule.name + "'s order of passes" + recomputing + ")";
+  return plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages (" + plan::stageShape(plan) + ")" +
+         recomputing;
 }
 
 namespace {
@@ -74,9 +79,17 @@ report::Table explorationTable(const planner::Exploration& e, int top) {
               "one of those)";
   // The longest path of stages is their number but where branches run side by side.
   bool branches = false;
-  for (const auto& c : e.ranked) branches = branches || c.depth != c.plan.numStages();
+  bool recomputing = false;
+  for (const auto& c : e.ranked) {
+    branches = branches || c.depth != c.plan.numStages();
+    recomputing = recomputing || !plan::recomputedStages(c.plan).empty();
+  }
   t.header = {"#", "schedule", "by", "stages"};
   if (branches) t.header.push_back("depth");
+  if (recomputing) {
+    t.header.push_back("recompute");
+    t.caption += ". recompute: the stages that run their forward pass again before the backward pass, to fit memory";
+  }
   for (const char* h : {"stages x repl", "mb", "m", "samples/s", "iter ms", "bubble", "peak mem"}) t.header.push_back(h);
   const bool to_target = e.objective == planner::Objective::kTimeToAccuracy;
   if (to_target) {
@@ -103,6 +116,10 @@ report::Table explorationTable(const planner::Exploration& e, int top) {
     std::vector<std::string> row{std::to_string(t.rows.size() + 1), schedule, c.partitioner,
                                  std::to_string(c.plan.numStages())};
     if (branches) row.push_back(std::to_string(c.depth));
+    if (recomputing) {
+      const std::string stages = plan::recomputedStages(c.plan);
+      row.push_back(stages.empty() ? "-" : stages);
+    }
     for (std::string cell : {plan::stageShape(c.plan), std::to_string(c.plan.microbatch_size),
                              std::to_string(c.plan.microbatches), text::format("%.6g", c.report.throughput),
                              text::format("%.4g", c.report.iteration_time * 1e3),

@@ -417,6 +417,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                 "without --plan: profile the model again even where the profile cache holds its profile "
                 "($PIPETRAIN_CACHE_DIR, else ~/.cache/pipetrain/profiles)");
   addPartitionerOption(cmd, a->partitioner);
+  addRecomputeOption(cmd, pa.recompute);
   cmd->add_option("--stage-bounds", pa.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -526,7 +527,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               const std::vector<std::string> decided = {
                   "--schedule", "--chunks", "--microbatches", "--microbatch-size", "--stage-bounds", "--data-parallel",
                   "--vertical-sync", "--pipemare-t1", "--pipemare-warmup", "--pipemare-t2", "--pipemare-decay",
-                  "--objective", "--calibration-seconds"};
+                  "--objective", "--calibration-seconds", "--recompute"};
               for (const auto& flag : decided)
                 if (!is_rank && cmd->count(flag))
                   throw Error("--plan " + a->plan + " decides the stages, micro-batching and schedule (with its " +
@@ -546,8 +547,8 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             } else {
               const ProfileRequest profile{a->nproc,         blasThreadsPerRank(*a), localCores(*a), a->model_options,
                                            a->plan_args,     a->timeout_seconds,     a->reprofile};
-              const AutoPlanRequest request{profile,       !a->no_replication, a->allow_async, a->partitioner,
-                                            out,           a->objective,       a->calibration};
+              const AutoPlanRequest request{profile, !a->no_replication, a->allow_async,    a->partitioner,
+                                            a->plan_args.recompute, out,  a->objective,       a->calibration};
               LocalPlan local = planLocalRun(a->config, *model, request);
               a->config.plan = std::move(local.plan);
               a->planner = std::move(local.planner);

@@ -5,7 +5,9 @@
 
 namespace pipetrain::cli {
 
-plan::Plan planFromArgs(const models::Model& model, const PlanArgs& args, int world_size) {
+namespace {
+
+plan::Plan handMadePlan(const models::Model& model, const PlanArgs& args, int world_size) {
   std::vector<std::string> layers;
   for (const auto& l : model.layers) layers.push_back(l.name);
   plan::ScheduleOptions schedule = args.schedule;
@@ -22,6 +24,14 @@ plan::Plan planFromArgs(const models::Model& model, const PlanArgs& args, int wo
     throw Error("--stage-bounds gives " + std::to_string(stages) + " stages, which need " + std::to_string(ranks) +
                 " ranks under " + schedule.name + ", but the job has " + std::to_string(world_size));
   return plan::chainPlan(layers, args.stage_bounds, {}, schedule, args.microbatch_size, args.microbatches);
+}
+
+}  // namespace
+
+plan::Plan planFromArgs(const models::Model& model, const PlanArgs& args, int world_size) {
+  plan::Plan plan = handMadePlan(model, args, world_size);
+  for (plan::Stage& s : plan.stages) s.recompute = args.recompute == planner::Recompute::kFull;
+  return plan;
 }
 
 void applyScheduleOptions(const plan::ScheduleOptions& given, plan::Plan& plan) {

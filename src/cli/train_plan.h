@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipetrain/plan/plan.h"
+#include "pipetrain/planner/chain_partition.h"
 #include "pipetrain/torch/trainer.h"
 
 namespace pipetrain::cli {
@@ -23,6 +24,9 @@ struct PlanArgs {
   int64_t batch = 0;               // > 0: samples per step, micro-batching the planner's choice
   std::vector<int> stage_bounds;   // layer boundaries, stages + 1
   bool data_parallel = false;      // one stage on every rank
+  // kFull: every stage of a hand-made plan recomputes (plan::Stage::recompute); the
+  // planner's policy otherwise.
+  planner::Recompute recompute = planner::Recompute::kAuto;
 };
 
 // The plan that --stage-bounds or --data-parallel describe for `world_size` ranks (1f1b

@@ -22,6 +22,10 @@ namespace pipetrain::plan {
 struct Stage {
   std::vector<std::string> layers;
   std::vector<std::string> devices;  // replicas; size() >= 1
+  // Activation recomputation: the forward pass keeps only the stage's inputs and the
+  // outputs it sends, and runs again before the backward pass needs the rest
+  // (docs/planner.md#recomputation). Trades one more F per micro-batch for memory.
+  bool recompute = false;
 };
 
 struct ScheduleOptions {
@@ -53,6 +57,9 @@ struct Plan {
 
 // "2x1+1x2": the stages with their replica counts, run-length encoded (tables, reports).
 std::string stageShape(const Plan& plan);
+// The stages that recompute their activations: "" for none, "all", or their numbers
+// ("1,3"), for tables and reports.
+std::string recomputedStages(const Plan& plan);
 
 // The stage DAG of a plan over a graph: stage s -> t when a layer of t consumes a layer
 // of s. REQUIRES: validate(plan, graph, cluster) passed.

@@ -19,7 +19,7 @@
 //  - a boundary's time: m messages of the activations crossing the cut, priced on the
 //    route between the two stages' adjacent devices (always priced, also within a node).
 // A stage whose replicas cannot hold its weights, gradients, optimizer state and
-// in-flight activations, or cannot split the m micro-batches (schedule::replicasCanSplit:
+// in-flight activations (recomputing, where PartitionOptions::recompute allows it), or cannot split the m micro-batches (schedule::replicasCanSplit:
 // shares may differ by one where replicas step once per mini-batch), is not a candidate.
 // The prices are sim::ringAllreduceSeconds, sim::transferSeconds and the routes'
 // HostCost, the simulator's.
@@ -35,6 +35,12 @@
 #include "pipetrain/schedule/schedule_traits.h"
 
 namespace pipetrain::planner {
+
+// Activation recomputation (docs/planner.md#recomputation): on no stage, on every
+// stage, or on the stages that would not fit their devices' memory without it.
+enum class Recompute { kNone, kFull, kAuto };
+Recompute recomputeFromName(const std::string& name);  // "none", "full", "auto"; Error otherwise
+const char* recomputeName(Recompute r);
 
 struct PartitionOptions {
   std::string schedule = "1f1b";  // decides weight versions and in-flight activations
@@ -61,6 +67,10 @@ struct PartitionOptions {
   // The graph partitioner's budget of DP transitions (its tree search gives up past
   // it); ~10 million a second on this machine. The exploration shares a smaller one.
   int64_t max_graph_steps = 30'000'000;
+  // kAuto: a stage that does not fit without recomputation is priced with it (one more
+  // forward pass per micro-batch) where that makes it fit. The chain DP prices what a
+  // recomputing stage keeps exactly; the graph partitioners price no saving.
+  Recompute recompute = Recompute::kNone;
 };
 
 // One stage: blocks [first_block, end_block) on devices [first_device, end_device).
@@ -89,6 +99,12 @@ struct DeviceBlock {
 // (already scaled to the micro-batch size), the optimizer step per STEP, and bytes.
 struct StageSums {
   double compute = 0, backward = 0, step = 0, activation = 0, params = 0, optimizer = 0;
+  double forward = 0;  // the part of `compute` that recomputation runs again
+  double split = 0;    // held between a split schedule's I and W (0 under other schedules)
+  // Bytes per micro-batch a recomputing stage keeps from F to B: its inputs and the
+  // outputs it sends. Not a sum over layers: set for a stage as a whole; -1 (what sums
+  // and differences give) prices no saving.
+  double kept = -1;
   StageSums& operator+=(const StageSums& o);
   StageSums operator-(const StageSums& o) const;
 };
@@ -138,15 +154,20 @@ class ChainProblem {
   double messagesSeconds(double bytes, int from_device, int to_device) const;
   // Bytes per micro-batch of a layer's output.
   double outputBytes(int layer) const;
-  // Bytes one replica of the stage needs at its peak.
-  double stageMemoryBytes(int first_block, int end_block, int replicas) const;
+  // Bytes one replica of the stage needs at its peak, recomputing or not.
+  double stageMemoryBytes(int first_block, int end_block, int replicas, bool recompute) const;
 
   // The same prices for any set of layers (a stage of a graph plan). `depth`: the
   // stages on the longest path from this one to the pipeline's end, itself included,
   // which sizes its in-flight micro-batches.
   StageSums sumsOf(const std::vector<int>& layers) const;
-  double stageSeconds(const StageSums& stage, const DeviceBlock& devices) const;
-  double stageMemoryBytes(const StageSums& stage, int replicas, int depth) const;
+  double stageSeconds(const StageSums& stage, const DeviceBlock& devices, bool recompute = false) const;
+  double stageMemoryBytes(const StageSums& stage, int replicas, int depth, bool recompute = false) const;
+  // Whether the stage recomputes under the options' policy, on devices of `capacity`
+  // bytes (kAuto: where it fits with recomputation only). Memory unchecked: kFull only.
+  bool recomputes(const StageSums& stage, int replicas, int depth, double capacity) const;
+  // The graph partitioners' rule: every stage recomputes under kFull, none otherwise.
+  bool recomputesAll() const { return options_.recompute == Recompute::kFull; }
 
   // The objective of a tiling (the largest stage or boundary time).
   double objective(const std::vector<StageChoice>& stages) const;
@@ -164,6 +185,7 @@ class ChainProblem {
   int extra_weight_buffers_ = 0;
   std::vector<int> block_start_;          // first layer of each block, then the layer count
   StageSums layerSums(int layer) const;
+  StageSums rangeSums(int first_block, int end_block) const;  // with `kept`
 
   std::vector<StageSums> prefix_;         // over blocks: prefix_[b] = blocks [0, b)
   std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block

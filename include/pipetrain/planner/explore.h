@@ -18,6 +18,7 @@
 #include "pipetrain/cluster/cluster_spec.h"
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/plan/plan.h"
+#include "pipetrain/planner/chain_partition.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/util/json_io.h"
 
@@ -70,6 +71,10 @@ struct ExploreOptions {
   // stays equal only where every stage steps together: a plan whose asynchronous schedule
   // puts a group's layers on different stages is dropped, with the layers named.
   std::vector<std::vector<std::string>> tied_layers;
+  // Activation recomputation (PartitionOptions::recompute). kAuto: the DPs price it on
+  // stages that fit only with it, and every simulated plan whose ranks miss their memory
+  // is simulated again with those ranks' stages recomputing (AdaPipe's per-stage choice).
+  Recompute recompute = Recompute::kNone;
 };
 
 // Why a plan cannot train its tied layers (ExploreOptions::tied_layers) as one weight:

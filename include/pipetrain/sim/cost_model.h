@@ -34,12 +34,25 @@ double transferSeconds(double bytes, const cluster::Route& route);
 struct StageCosts {
   double forward = 0, backward_input = 0, backward_weight = 0;  // seconds at speed 1
   double split_weight = 0;      // a split schedule's W action (Layer::splitWeightSeconds)
+  double recompute = 0;         // the forward pass run again before B (or I); 0 = not recomputed
   double optimizer_step = 0;    // seconds at speed 1, once per STEP
-  double activation_bytes = 0;  // saved per micro-batch
+  double activation_bytes = 0;  // saved per micro-batch from F until B (or I)
   double split_activation_bytes = 0;  // the same between a split schedule's I and W
+  // A recomputing stage: what one micro-batch holds while it is recomputed and its
+  // backward pass runs (every layer's saved activations), on top of the others' inputs
+  // and outputs, which are then its activation_bytes. 0 when the stage does not recompute.
+  double recompute_peak_bytes = 0;
   double param_bytes = 0;
   double optimizer_bytes = 0;
 };
+
+// A stage's costs for a micro-batch of `microbatch_size` samples: the sums of its layers'
+// (`layers`: indices into `graph`), with recomputation applied when `recompute` is set,
+// whose activations between F and B are then `boundary_bytes` (the stage's inputs and
+// sent outputs, per micro-batch). One place prices a stage, for the simulator and the
+// planners alike.
+StageCosts stageCosts(const graph::LayerGraph& graph, const std::vector<int>& layers, int64_t microbatch_size,
+                      bool recompute, double boundary_bytes);
 
 class CostModel {
  public:

@@ -60,6 +60,9 @@ using Clock = std::chrono::steady_clock;
 // run of a chain, or any convex set of a multi-branch model's layers.
 struct StageLayers {
   std::vector<int> layers;
+  // The forward pass keeps only the stage's inputs and the outputs it sends, and runs
+  // again, building the graph, just before the backward pass (plan::Stage::recompute).
+  bool recompute = false;
 };
 
 // Whether a stage runs a layer that reads the model's input (models::kModelInput): its

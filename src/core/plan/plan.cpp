@@ -40,8 +40,8 @@ ScheduleOptions readSchedule(const json_io::JsonCursor& c) {
 }
 
 Stage readStage(const json_io::JsonCursor& c) {
-  c.allowOnly({"layers", "devices"});
-  return Stage{c.field("layers").asStringArray(), c.field("devices").asStringArray()};
+  c.allowOnly({"layers", "devices", "recompute"});
+  return Stage{c.field("layers").asStringArray(), c.field("devices").asStringArray(), c.boolOr("recompute", false)};
 }
 
 }  // namespace
@@ -77,6 +77,14 @@ std::string stageShape(const Plan& plan) {
   return out;
 }
 
+std::string recomputedStages(const Plan& plan) {
+  std::string listed;
+  int count = 0;
+  for (int s = 0; s < plan.numStages(); ++s)
+    if (plan.stages[s].recompute) listed += (count++ ? "," : "") + std::to_string(s);
+  return count == plan.numStages() ? "all" : listed;
+}
+
 json_io::Json Plan::toJson() const {
   json_io::Json j = json_io::header(kFormat, kVersion);
   j["microbatch_size"] = microbatch_size;
@@ -89,7 +97,11 @@ json_io::Json Plan::toJson() const {
                    {"pipemare_correction", schedule.pipemare_correction},
                    {"pipemare_decay", schedule.pipemare_decay}};
   json_io::Json stages_json = json_io::Json::array();
-  for (const Stage& s : stages) stages_json.push_back({{"layers", s.layers}, {"devices", s.devices}});
+  for (const Stage& s : stages) {
+    json_io::Json stage = {{"layers", s.layers}, {"devices", s.devices}};
+    if (s.recompute) stage["recompute"] = true;  // absent = false: plans from before read the same
+    stages_json.push_back(std::move(stage));
+  }
   j["stages"] = std::move(stages_json);
   return j;
 }

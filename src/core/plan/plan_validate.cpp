@@ -63,6 +63,12 @@ class Validator {
       fail("schedule.chunks = " + std::to_string(plan_.schedule.chunks) +
            " only applies to the interleaved schedule, not '" + plan_.schedule.name + "'");
     if (plan_.stages.empty()) fail("the plan has no stages");
+    if (traits().backward_weights == schedule::BackwardWeights::kLatest)
+      for (int s = 0; s < plan_.numStages(); ++s)
+        if (plan_.stages[s].recompute)
+          fail(stageName(s) + " recomputes its activations, which '" + plan_.schedule.name +
+               "' cannot: its backward pass reads the latest weights, and the ones the forward pass read are gone "
+               "when it would run again");
   }
 
   void assignLayers() {

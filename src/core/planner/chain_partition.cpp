@@ -200,6 +200,21 @@ std::vector<int> ChainProblem::starts(int end, bool useful_only) const {
   return starts;
 }
 
+Recompute recomputeFromName(const std::string& name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "full") return Recompute::kFull;
+  if (name == "auto") return Recompute::kAuto;
+  throw Error("unknown recomputation '" + name + "' (known: none, full, auto)");
+}
+
+const char* recomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kFull: return "full";
+    case Recompute::kAuto: return "auto";
+    default: return "none";
+  }
+}
+
 StageSums& StageSums::operator+=(const StageSums& o) {
   compute += o.compute;
   backward += o.backward;
@@ -207,45 +222,96 @@ StageSums& StageSums::operator+=(const StageSums& o) {
   activation += o.activation;
   params += o.params;
   optimizer += o.optimizer;
+  forward += o.forward;
+  split += o.split;
+  kept = -1;
   return *this;
 }
 
 StageSums StageSums::operator-(const StageSums& o) const {
-  return {compute - o.compute,       backward - o.backward, step - o.step,
-          activation - o.activation, params - o.params,     optimizer - o.optimizer};
+  StageSums d = *this;
+  d.compute -= o.compute;
+  d.backward -= o.backward;
+  d.step -= o.step;
+  d.activation -= o.activation;
+  d.params -= o.params;
+  d.optimizer -= o.optimizer;
+  d.forward -= o.forward;
+  d.split -= o.split;
+  d.kept = -1;
+  return d;
 }
 
 StageSums ChainProblem::layerSums(int layer) const {
   const graph::Layer& l = graph_.layer(layer);
   const graph::PassSeconds t = graph_.secondsAt(layer, options_.microbatch_size);
-  return {t.forwardBackward(),
-          t.backward_input + t.backward_weight,
-          l.optimizer_seconds,
-          // Under a split schedule a micro-batch holds one or the other (before and after
-          // its I); the larger of each layer's bounds the stage's.
-          static_cast<double>(traits_->split_backward ? std::max(l.saved_activation_bytes, l.splitActivationBytes())
-                                                      : l.saved_activation_bytes) * scale_,
-          static_cast<double>(l.param_bytes),
-          static_cast<double>(l.optimizer_state_bytes)};
+  StageSums sums;
+  sums.compute = t.forwardBackward();
+  sums.backward = t.backward_input + t.backward_weight;
+  sums.step = l.optimizer_seconds;
+  // Under a split schedule a micro-batch holds one or the other (before and after its
+  // I); the larger of each layer's bounds the stage's.
+  sums.activation = static_cast<double>(traits_->split_backward
+                                            ? std::max(l.saved_activation_bytes, l.splitActivationBytes())
+                                            : l.saved_activation_bytes) * scale_;
+  sums.params = static_cast<double>(l.param_bytes);
+  sums.optimizer = static_cast<double>(l.optimizer_state_bytes);
+  sums.forward = t.forward;
+  sums.split = traits_->split_backward ? static_cast<double>(l.splitActivationBytes()) * scale_ : 0.0;
+  return sums;
+}
+
+StageSums ChainProblem::rangeSums(int first_block, int end_block) const {
+  StageSums sums = prefix_[end_block] - prefix_[first_block];
+  sums.kept = cut_bytes_[first_block] + cut_bytes_[end_block];  // what it receives and what it sends
+  return sums;
 }
 
 StageSums ChainProblem::sumsOf(const std::vector<int>& layers) const {
   StageSums sums;
   for (int l : layers) sums += layerSums(l);
+  // What crosses the set's border: each outside producer's output once, and each output
+  // some layer outside reads.
+  std::vector<char> in(graph_.size(), 0);
+  for (int l : layers) in[l] = 1;
+  std::vector<char> counted(graph_.size(), 0);
+  sums.kept = 0;
+  for (int l : layers) {
+    for (int p : graph_.predecessors(l))
+      if (!in[p] && !counted[p]++) sums.kept += outputBytes(p);
+    for (int c : graph_.successors(l))
+      if (!in[c]) {
+        sums.kept += outputBytes(l);
+        break;
+      }
+  }
   return sums;
 }
 
-double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replicas) const {
-  return stageMemoryBytes(prefix_[end_block] - prefix_[first_block], replicas, options_.assumed_depth);
+double ChainProblem::stageMemoryBytes(int first_block, int end_block, int replicas, bool recompute) const {
+  return stageMemoryBytes(rangeSums(first_block, end_block), replicas, options_.assumed_depth, recompute);
 }
 
-double ChainProblem::stageMemoryBytes(const StageSums& stage, int replicas, int depth) const {
+double ChainProblem::stageMemoryBytes(const StageSums& stage, int replicas, int depth, bool recompute) const {
   // Every replica runs the stage's order over its own share of the micro-batches.
   const schedule::ScheduleKind kind = traits_->kind;
   const int share = schedule::busiestReplicaShare(options_.microbatches, replicas);
   const int inflight = schedule::inflightMicrobatchesBound(kind, depth, share);
-  return stage.params * schedule::weightCopiesBound(kind, inflight, extra_weight_buffers_) + stage.optimizer +
-         stage.activation * inflight;
+  const double weights = stage.params * schedule::weightCopiesBound(kind, inflight, extra_weight_buffers_) + stage.optimizer;
+  if (!recompute || stage.kept < 0) return weights + stage.activation * inflight;
+  // Each micro-batch in flight keeps its messages (or, between a split schedule's I and
+  // W, what W reads); the one being recomputed holds all its activations.
+  return weights + std::max(stage.kept, stage.split) * inflight + stage.activation;
+}
+
+bool ChainProblem::recomputes(const StageSums& stage, int replicas, int depth, double capacity) const {
+  switch (options_.recompute) {
+    case Recompute::kFull: return true;
+    case Recompute::kAuto:
+      return options_.check_memory && stageMemoryBytes(stage, replicas, depth, false) > capacity &&
+             stageMemoryBytes(stage, replicas, depth, true) <= capacity;
+    default: return false;
+  }
 }
 
 DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
@@ -275,9 +341,13 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
 }
 
 double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) const {
-  if (options_.check_memory && devices.usable && stageMemoryBytes(i, j, devices.replicas()) > devices.memory_bytes)
+  const StageSums sums = rangeSums(i, j);
+  const int depth = options_.assumed_depth;
+  const bool recompute = recomputes(sums, devices.replicas(), depth, devices.memory_bytes);
+  if (options_.check_memory && devices.usable &&
+      stageMemoryBytes(sums, devices.replicas(), depth, recompute) > devices.memory_bytes)
     return kInfinity;
-  return stageSeconds(prefix_[j] - prefix_[i], devices);
+  return stageSeconds(sums, devices, recompute);
 }
 
 double ChainProblem::hostSeconds(int i, int j, const DeviceBlock& devices) const {
@@ -291,10 +361,11 @@ double ChainProblem::hostSeconds(int i, int j, const DeviceBlock& devices) const
   return schedule::busiestReplicaShare(options_.microbatches, devices.replicas()) * per_microbatch;
 }
 
-double ChainProblem::stageSeconds(const StageSums& stage, const DeviceBlock& devices) const {
+double ChainProblem::stageSeconds(const StageSums& stage, const DeviceBlock& devices, bool recompute) const {
   // Replicas take every r-th micro-batch; the busiest one sets the pace.
   if (!devices.usable) return kInfinity;
-  const double compute = (stage.compute * devices.share + stage.step * devices.steps) / devices.speed;
+  const double work = stage.compute + (recompute ? stage.forward : 0.0);
+  const double compute = (work * devices.share + stage.step * devices.steps) / devices.speed;
   // Each all-reduce overlaps the backward pass before it, but not what it takes of the
   // replicas' cores (as the simulator prices it).
   const double allreduce = devices.ring_seconds + devices.ring_seconds_per_byte * stage.params;
@@ -371,7 +442,8 @@ Partition solveChain(const ChainProblem& problem) {
   }
   if (end_device < 0) {
     double need = 0;
-    for (int b = 0; b < n; ++b) need = std::max(need, problem.stageMemoryBytes(b, b + 1, 1));
+    const bool recompute = problem.options().recompute != Recompute::kNone;  // the smallest need
+    for (int b = 0; b < n; ++b) need = std::max(need, problem.stageMemoryBytes(b, b + 1, 1, recompute));
     throw Error("planner: no partition fits memory: a single block of layers needs up to " + text::humanBytes(need) +
                 " under " + problem.options().schedule + " at micro-batch size " +
                 std::to_string(problem.options().microbatch_size) + "; use a smaller micro-batch, a schedule that " +
@@ -411,8 +483,10 @@ ChainPlan partitionChain(const graph::LayerGraph& graph, const cluster::ClusterS
 }
 
 bool fitsMemory(const Partition& partition, const ChainProblem& problem) {
+  // As a partition found without memory checks priced its stages: recomputing under kFull only.
+  const bool recompute = problem.options().recompute == Recompute::kFull;
   for (const StageChoice& s : partition.stages)
-    if (problem.stageMemoryBytes(s.first_block, s.end_block, s.replicas()) >
+    if (problem.stageMemoryBytes(s.first_block, s.end_block, s.replicas(), recompute) >
         problem.deviceBlock(s.first_device, s.end_device).memory_bytes)
       return false;
   return true;

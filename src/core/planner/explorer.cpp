@@ -262,7 +262,29 @@ PartitionOptions Explorer::partitionOptions(const std::string& name, int64_t b, 
   po.max_devices = width;
   po.use_all_devices = o_.use_all_devices;
   po.max_blocks = o_.max_blocks;
+  po.recompute = o_.recompute;
   return po;
+}
+
+void Explorer::recomputeAsAsked(plan::Plan& plan) const {
+  if (o_.recompute == Recompute::kFull)
+    for (plan::Stage& s : plan.stages) s.recompute = true;
+}
+
+std::optional<sim::Report> Explorer::simulate(plan::Plan& plan, double to_beat) const {
+  std::optional<sim::Report> report = sim::predictReportAbove(graph_, cluster_, plan, to_beat);
+  if (!report || o_.recompute != Recompute::kAuto || memoryShortfall(*report).empty() ||
+      schedule::traits(plan.schedule.name).backward_weights == schedule::BackwardWeights::kLatest)
+    return report;
+  std::set<std::string> short_devices;
+  for (const sim::RankReport& rank : report->ranks)
+    if (rank.peak_memory_bytes > rank.memory_capacity_bytes) short_devices.insert(rank.device);
+  plan::Plan recomputing = plan;
+  for (plan::Stage& s : recomputing.stages)
+    for (const std::string& d : s.devices) s.recompute = s.recompute || short_devices.count(d) > 0;
+  std::optional<sim::Report> again = sim::predictReportAbove(graph_, cluster_, recomputing, to_beat);
+  if (again) plan = std::move(recomputing);
+  return again;
 }
 
 std::vector<int> Explorer::replicaLimits() const {
@@ -428,7 +450,7 @@ void Explorer::evaluateBest(double next_combination_bound) {
   util::parallelFor(batch.size(), [&](std::size_t i) {
     Simulation& s = batch[i];
     try {
-      s.report = sim::predictReportAbove(graph_, cluster_, s.proposal.candidate.plan, s.to_beat);
+      s.report = simulate(s.proposal.candidate.plan, s.to_beat);
     } catch (const Error& e) {
       s.error = e.what();
     } catch (...) {
@@ -518,6 +540,7 @@ void Explorer::consider(const std::string& name, int64_t b, int width, const std
     std::optional<Candidate> proposed = propose();
     if (!proposed || !seen_.insert(planKey(proposed->plan)).second) return;
     Candidate& c = *proposed;
+    recomputeAsAsked(c.plan);
     drop.devices = devicesUsed(c.plan);
     if (o_.use_all_devices && drop.devices < cluster_.size()) {
       drop.reason = "leaves " + std::to_string(cluster_.size() - drop.devices) + " devices idle";

@@ -57,6 +57,12 @@ class Explorer {
   GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule, GraphSearch search);
   static std::string sharedKey(const PartitionOptions& po);
   PartitionOptions partitionOptions(const std::string& name, int64_t b, int width) const;
+  // Recomputation as the policy applies it before simulating: every stage under kFull.
+  void recomputeAsAsked(plan::Plan& plan) const;
+  // The plan simulated (sim::predictReportAbove) as the policy runs it: under kAuto, where
+  // ranks miss their memory their stages recompute and it is simulated again, `plan`
+  // changed to match. Recomputation only slows a stage: a bar missed stays missed.
+  std::optional<sim::Report> simulate(plan::Plan& plan, double to_beat) const;
   std::vector<int> replicaLimits() const;
   void addGraphNote(const std::string& note);
   int64_t graphStepsBudget() const;

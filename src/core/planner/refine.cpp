@@ -69,14 +69,14 @@ void Explorer::refine() {
         plan::Plan p = name();
         if (!seen_.insert(planKey(p)).second) continue;
         Candidate c{std::move(p), {}, 0, 0, "refined"};
+        recomputeAsAsked(c.plan);
         const double to_beat = (better ? *better : current).report.throughput;
         try {
           plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
           // The compute bound ordered it; its ports may bound it lower.
           if (resourceBound(c.plan) <= to_beat * std::exp(kTie)) continue;
           --budget;
-          std::optional<sim::Report> report =
-              sim::predictReportAbove(graph_, cluster_, c.plan, to_beat * std::exp(kTie));
+          std::optional<sim::Report> report = simulate(c.plan, to_beat * std::exp(kTie));
           if (!report) continue;
           c.report = std::move(*report);
         } catch (const Error&) {

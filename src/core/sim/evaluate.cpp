@@ -41,12 +41,14 @@ void fillMemory(Report& report, const schedule::Program& program, const CostMode
     rr.peak_activations = footprint[r].peak_activations;
     rr.weight_versions = footprint[r].weight_versions;
     double bytes = footprint[r].peak_activation_bytes;
+    double recomputing = 0;  // one micro-batch at a time is recomputed on a rank
     for (const auto& st : footprint[r].stages) {
       const StageCosts& c = costs.stage(st.stage);
+      recomputing = std::max(recomputing, c.recompute_peak_bytes);
       // weights x versions, one gradient buffer, optimizer state, the schedule's extra buffers
       bytes += c.param_bytes * (st.weight_versions + 1 + extra_buffers) + c.optimizer_bytes;
     }
-    rr.peak_memory_bytes = static_cast<int64_t>(bytes);
+    rr.peak_memory_bytes = static_cast<int64_t>(bytes + recomputing);
   }
 }
 

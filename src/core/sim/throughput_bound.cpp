@@ -43,7 +43,8 @@ double throughputBound(const CostModel& costs) {
     const auto& ranks = stage_ranks[s];
     const int replicas = static_cast<int>(ranks.size());
     // A split schedule's W may cost less than the fused backward's weight part.
-    const double work = (c.forward + c.backward_input + std::min(c.backward_weight, c.split_weight)) * overlap;
+    const double work =
+        (c.forward + c.recompute + c.backward_input + std::min(c.backward_weight, c.split_weight)) * overlap;
     // Replicas take micro-batches in turn, so in any m consecutive ones each runs at
     // least floor(m / r) (whichever mini-batch is measured), and together they run m:
     // the stage takes at least m passes over its replicas' summed speeds.
@@ -55,7 +56,7 @@ double throughputBound(const CostModel& costs) {
       speeds += speedOf(r);
     }
     stage_busiest = std::max(stage_busiest, m * work / speeds);
-    fastest[s] = {c.forward / speed, c.backward_input / speed};
+    fastest[s] = {c.forward / speed, (c.recompute + c.backward_input) / speed};
     // Micro-batch i crosses the edge from replica i mod r_s to replica i mod r_t, so the
     // pattern repeats every lcm(r_s, r_t) micro-batches: any m consecutive ones hold
     // at least floor(m / lcm) whole periods, whichever mini-batch is measured.

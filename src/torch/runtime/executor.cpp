@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "action_timer.h"
+#include "forward_replay.h"
 #include "gradient_buckets.h"
 #include "minibatch_loss.h"
 #include "optimizer_state.h"
@@ -48,6 +49,8 @@ struct Activation {
   // (the I of each layer with an input gradient); from I on, what W starts from.
   std::vector<torch::Tensor> layer_outputs;
   SplitBackward split;
+  // A recomputing stage, from F until the forward pass runs again before B or I.
+  std::optional<ForwardReplay> replay;
 };
 
 }  // namespace
@@ -67,6 +70,7 @@ struct PipelineExecutor::Impl {
   WeightProbe probe;
 
   std::map<int, StageState> state;  // per stage of this rank
+  std::map<int, std::vector<torch::Tensor>> recomputed_buffers;  // per recomputing stage: its layers' buffers
   std::unique_ptr<TiedGradients> tied;  // models with weights shared between layers
 
   schedule::RankFacts facts;  // of `program`, derived once per Program
@@ -196,8 +200,14 @@ struct PipelineExecutor::Impl {
     std::map<std::string, torch::Tensor> values = takeInputs(p, a, data, true, &act.inputs);
     const torch::Tensor labels = p.isLastStage(s) ? toDevice(data.labels(j), s) : torch::Tensor();
     AutocastScope autocast(precision, state.at(s).device);
-    withWeights(a, [&] { values = models::forwardLayers(model, stages[s].layers, std::move(values)); });
-    if (facts.split_stages.count(s))
+    const bool recompute = stages[s].recompute;
+    if (recompute) act.replay.emplace(state.at(s).device, values, labels);
+    withWeights(a, [&] {
+      std::optional<torch::NoGradGuard> no_graph;  // a recomputing stage builds it again before B
+      if (recompute) no_graph.emplace();
+      values = models::forwardLayers(model, stages[s].layers, std::move(values));
+    });
+    if (facts.split_stages.count(s) && !recompute)
       for (int l : stages[s].layers) act.layer_outputs.push_back(values.at(model.layers[l].name));
     act.outputs = sentOutputs(p, s, values);
     if (p.isLastStage(s)) {
@@ -229,6 +239,27 @@ struct PipelineExecutor::Impl {
     result.loss_sum += models::lossOf(model, out, labels).item<double>() * labels.numel();
     result.correct += models::correctPredictions(model, out, labels);
     result.positions += labels.numel();
+  }
+
+  // A recomputing stage's forward pass again, now building the graph, on the weights F
+  // read (stashed where a step came between) and its random stream (ForwardReplay).
+  void recomputeForward(const Action& a) {
+    const int s = a.stage, j = a.microbatch;
+    Activation& act = live.at({s, j});
+    const ForwardReplay replay = std::move(*act.replay);
+    act.replay.reset();
+    StageState& st = state.at(s);
+    AutocastScope autocast(precision, st.device);
+    std::map<std::string, torch::Tensor> values;
+    auto what = [&] { return "rank " + std::to_string(rank) + ": recomputing " + schedule::toString(a); };
+    withVersion(st, facts.forward_version.at({s, j}), 0, what, [&] {
+      replay.run(recomputed_buffers.at(s), [&] { values = models::forwardLayers(model, stages[s].layers, replay.inputs()); });
+    });
+    if (facts.split_stages.count(s))
+      for (int l : stages[s].layers) act.layer_outputs.push_back(values.at(model.layers[l].name));
+    act.outputs = sentOutputs(*program, s, values);
+    if (program->isLastStage(s))
+      act.loss = models::lossOf(model, modelOutput(values), replay.labels()) * facts.steps.loss_scale[j];
   }
 
   // What the backward pass starts from: the scaled loss on the last stage; elsewhere the
@@ -281,6 +312,7 @@ struct PipelineExecutor::Impl {
 
   void backward(const Action& a) {
     const int s = a.stage;
+    if (live.at({s, a.microbatch}).replay) recomputeForward(a);
     auto [roots, root_grads] = backwardRoots(a);
     Activation& act = live.at({s, a.microbatch});
     std::vector<torch::Tensor> leaves;
@@ -494,6 +526,11 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   m.facts = schedule::rankFacts(*m.program, m.rank);
   channel.preparePeers(m.facts.peers);
   for (int s : my_stages_) {
+    if (m.stages[s].recompute) {
+      std::vector<torch::Tensor>& buffers = m.recomputed_buffers[s];
+      for (int l : m.stages[s].layers)
+        for (const torch::Tensor& b : model.layers[l].module.ptr()->buffers()) buffers.push_back(b);
+    }
     StageState& st = m.state.emplace(s, StageState{model.device}).first->second;
     st.params = model.parameters(m.stages[s].layers);
     for (const auto& p : st.params) st.aliases.push_back(p.data().set_requires_grad(true));

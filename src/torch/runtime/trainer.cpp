@@ -272,6 +272,7 @@ std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model
       stage.layers.push_back(it->second);
     }
     std::sort(stage.layers.begin(), stage.layers.end());  // the model's order is topological
+    stage.recompute = plan.stages[s].recompute;
     out.push_back(std::move(stage));
   }
   const auto missing = std::find(placed.begin(), placed.end(), 0);
