@@ -64,12 +64,23 @@ def plan(binary, graph, cluster_path, batch, policy):
             "peak_memory_bytes": max(j["peak_memory_bytes"].values()), "seconds": elapsed}
 
 
+def ranges(stages):
+    """[1, 2, 3, 7] -> "1-3,7", as plan::recomputedStages writes them."""
+    runs = []
+    for s in stages:
+        if runs and runs[-1][1] == s - 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ",".join(str(a) if a == b else "%d-%d" % (a, b) for a, b in runs)
+
+
 def describe(r):
     if not r["fits"]:
         return "no plan"
     shape = "%s %dst mb%d" % (r["schedule"], r["stages"], r["microbatch_size"])
     if r["recomputing"]:
-        shape += " rc:" + ("all" if len(r["recomputing"]) == r["stages"] else ",".join(map(str, r["recomputing"])))
+        shape += " rc:" + ("all" if len(r["recomputing"]) == r["stages"] else ranges(r["recomputing"]))
     return "%.4g (%s)" % (r["throughput"], shape)
 
 

@@ -17,11 +17,7 @@ namespace {
 
 struct PlanArgs {
   std::string graph, cluster, out, report, calibration;
-  planner::ExploreOptions explore = [] {
-    planner::ExploreOptions o;
-    o.recompute = planner::Recompute::kAuto;  // as `train` plans
-    return o;
-  }();
+  planner::ExploreOptions explore;
   int microbatches = 0;  // 0: the planner's choice
   int top = 10;
   bool json = false;

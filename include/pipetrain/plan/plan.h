@@ -58,7 +58,7 @@ struct Plan {
 // "2x1+1x2": the stages with their replica counts, run-length encoded (tables, reports).
 std::string stageShape(const Plan& plan);
 // The stages that recompute their activations: "" for none, "all", or their numbers
-// ("1,3"), for tables and reports.
+// with runs as ranges ("1-78,80"), for tables and reports.
 std::string recomputedStages(const Plan& plan);
 
 // The stage DAG of a plan over a graph: stage s -> t when a layer of t consumes a layer

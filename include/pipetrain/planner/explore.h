@@ -74,7 +74,7 @@ struct ExploreOptions {
   // Activation recomputation (PartitionOptions::recompute). kAuto: the DPs price it on
   // stages that fit only with it, and every simulated plan whose ranks miss their memory
   // is simulated again with those ranks' stages recomputing (AdaPipe's per-stage choice).
-  Recompute recompute = Recompute::kNone;
+  Recompute recompute = Recompute::kAuto;
 };
 
 // Why a plan cannot train its tied layers (ExploreOptions::tied_layers) as one weight:

@@ -80,8 +80,17 @@ std::string stageShape(const Plan& plan) {
 std::string recomputedStages(const Plan& plan) {
   std::string listed;
   int count = 0;
-  for (int s = 0; s < plan.numStages(); ++s)
-    if (plan.stages[s].recompute) listed += (count++ ? "," : "") + std::to_string(s);
+  for (int s = 0; s < plan.numStages();) {
+    if (!plan.stages[s].recompute) {
+      ++s;
+      continue;
+    }
+    int end = s;  // a run of recomputing stages [s, end]
+    while (end + 1 < plan.numStages() && plan.stages[end + 1].recompute) ++end;
+    listed += (listed.empty() ? "" : ",") + std::to_string(s) + (end > s ? "-" + std::to_string(end) : "");
+    count += end - s + 1;
+    s = end + 1;
+  }
   return count == plan.numStages() ? "all" : listed;
 }
 

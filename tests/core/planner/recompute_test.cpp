@@ -1,0 +1,171 @@
+// Activation recomputation in the plan, the cost model, the memory accounting and the
+// planner (plan::Stage::recompute, planner::Recompute).
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "../expect_error.h"
+#include "pipetrain/plan/plan_program.h"
+#include "pipetrain/planner/chain_partition.h"
+#include "pipetrain/planner/explore.h"
+#include "pipetrain/sim/cost_model.h"
+#include "pipetrain/sim/evaluate.h"
+
+namespace pipetrain::planner {
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+
+// Eight layers, 1 ms per pass each, that save 16 MiB a sample and send 1 MiB on; 1 MiB of
+// weights and 2 MiB of optimizer state each.
+graph::LayerGraph heavyActivations() {
+  std::vector<graph::Layer> layers;
+  for (int i = 0; i < 8; ++i) {
+    graph::Layer l;
+    l.name = "layer" + std::to_string(i);
+    if (i > 0) l.inputs = {layers.back().name};
+    l.forward_seconds = l.backward_input_seconds = l.backward_weight_seconds = 1e-3;
+    l.output_bytes = kMiB;
+    l.saved_activation_bytes = 16 * kMiB;
+    l.param_bytes = kMiB;
+    l.optimizer_state_bytes = 2 * kMiB;
+    layers.push_back(l);
+  }
+  return graph::LayerGraph(layers, 1);
+}
+
+cluster::ClusterSpec fourDevices(int64_t memory) {
+  std::vector<cluster::Device> d;
+  for (int i = 0; i < 4; ++i) d.push_back({"dev" + std::to_string(i), "gpu", 1.0, memory});
+  return cluster::ClusterSpec(d, {{"ring", 4, 1e10, 1e-6}}, {});
+}
+
+std::vector<std::string> names(const graph::LayerGraph& g) {
+  std::vector<std::string> out;
+  for (const auto& l : g.layers()) out.push_back(l.name);
+  return out;
+}
+
+plan::Plan twoStages(const graph::LayerGraph& g, bool recompute_last) {
+  plan::ScheduleOptions schedule;
+  schedule.name = "1f1b";
+  plan::Plan p = plan::chainPlan(names(g), {0, 4, 8}, {}, schedule, /*microbatch_size=*/2, /*microbatches=*/8);
+  p.stages[1].recompute = recompute_last;
+  p.stages[0].recompute = false;
+  return p;
+}
+
+TEST(Recompute, CostModelRunsTheForwardPassAgainAndKeepsTheMessages) {
+  const graph::LayerGraph g = heavyActivations();
+  const cluster::ClusterSpec c = fourDevices(int64_t{1} << 40);
+  const plan::Plan p = twoStages(g, true);
+  const sim::CostModel costs(g, c, p);
+  const sim::StageCosts& kept = costs.stage(0);
+  const sim::StageCosts& recomputed = costs.stage(1);
+  EXPECT_EQ(kept.recompute, 0);
+  EXPECT_DOUBLE_EQ(kept.activation_bytes, 4 * 16 * kMiB * 2);
+  EXPECT_DOUBLE_EQ(recomputed.recompute, recomputed.forward);
+  EXPECT_DOUBLE_EQ(recomputed.activation_bytes, kMiB * 2);  // what stage 0 sent it, per micro-batch of 2
+  EXPECT_DOUBLE_EQ(recomputed.recompute_peak_bytes, 4 * 16 * kMiB * 2);
+  schedule::Action b;
+  b.type = schedule::ActionType::B;
+  b.stage = 1;
+  EXPECT_DOUBLE_EQ(costs.computeSeconds(b, 1), recomputed.forward + recomputed.backward_input + recomputed.backward_weight);
+}
+
+TEST(Recompute, PredictedMemoryHoldsTheInputsInFlightAndOneWholeMicrobatch) {
+  const graph::LayerGraph g = heavyActivations();
+  const cluster::ClusterSpec c = fourDevices(int64_t{1} << 40);
+  plan::Plan p = twoStages(g, false);
+  p.stages[0].recompute = true;  // the stage that holds two micro-batches under 1F1B
+  const sim::Report with = sim::predictReport(g, c, p);
+  const sim::Report without = sim::predictReport(g, c, twoStages(g, false));
+  const double in_flight = without.ranks[0].peak_activations;
+  ASSERT_GE(in_flight, 2);
+  const double whole = 4 * 16 * kMiB * 2, sent = kMiB * 2;  // per micro-batch of 2 (the first stage receives nothing)
+  EXPECT_NEAR(static_cast<double>(without.ranks[0].peak_memory_bytes - with.ranks[0].peak_memory_bytes),
+              in_flight * whole - (in_flight * sent + whole), 1.0);
+  EXPECT_EQ(with.ranks[1].peak_memory_bytes, without.ranks[1].peak_memory_bytes);
+  EXPECT_LT(with.throughput, without.throughput);  // the forward pass runs twice
+}
+
+TEST(Recompute, PlansSayWhichStagesRecompute) {
+  const graph::LayerGraph g = heavyActivations();
+  plan::Plan p = twoStages(g, true);
+  const plan::Plan read = plan::Plan::fromJson(p.toJson(), "test");
+  EXPECT_FALSE(read.stages[0].recompute);
+  EXPECT_TRUE(read.stages[1].recompute);
+  EXPECT_FALSE(p.toJson()["stages"][0].contains("recompute"));  // absent = false: older plans read the same
+  EXPECT_EQ(plan::recomputedStages(p), "1");
+  p.stages[0].recompute = true;
+  EXPECT_EQ(plan::recomputedStages(p), "all");
+  plan::ScheduleOptions schedule;
+  schedule.name = "1f1b";
+  plan::Plan five = plan::chainPlan(names(g), {0, 1, 2, 3, 4, 8}, {}, schedule, 1, 8);
+  for (int s : {0, 1, 2, 4}) five.stages[s].recompute = true;
+  EXPECT_EQ(plan::recomputedStages(five), "0-2,4");
+}
+
+TEST(Recompute, RefusedUnderPipeMare) {
+  const graph::LayerGraph g = heavyActivations();
+  plan::Plan p = twoStages(g, true);
+  p.schedule.name = "pipemare";
+  testing::expectError([&] { plan::validate(p, g, fourDevices(int64_t{1} << 40)); }, {"stage 1", "latest weights"});
+}
+
+ExploreOptions options(Recompute recompute) {
+  ExploreOptions o;
+  o.global_batch = 16;
+  o.recompute = recompute;
+  return o;
+}
+
+TEST(Recompute, AutoFindsAPlanWhereNoneFitsAndBeatsFull) {
+  const graph::LayerGraph g = heavyActivations();
+  // A layer's weights, gradient and optimizer state take 4 MiB and a sample's activations
+  // 16 MiB a layer: 100 MiB holds no micro-batch of a deep stage several times over.
+  const cluster::ClusterSpec c = fourDevices(100 * kMiB);
+  EXPECT_THROW(explore(g, c, options(Recompute::kNone)), Error);
+  const Exploration full = explore(g, c, options(Recompute::kFull));
+  const Exploration automatic = explore(g, c, options(Recompute::kAuto));
+  EXPECT_EQ(plan::recomputedStages(full.best().plan), "all");
+  const std::string chosen = plan::recomputedStages(automatic.best().plan);
+  EXPECT_FALSE(chosen.empty());
+  EXPECT_GE(automatic.best().report.throughput, full.best().report.throughput * 0.999);
+  for (const auto& rank : automatic.best().report.ranks) EXPECT_LE(rank.peak_memory_bytes, rank.memory_capacity_bytes);
+}
+
+TEST(Recompute, AutoChangesNothingWhereEverythingFits) {
+  const graph::LayerGraph g = heavyActivations();
+  const cluster::ClusterSpec c = fourDevices(int64_t{1} << 40);
+  const Exploration none = explore(g, c, options(Recompute::kNone));
+  const Exploration automatic = explore(g, c, options(Recompute::kAuto));
+  EXPECT_EQ(plan::recomputedStages(automatic.best().plan), "");
+  EXPECT_EQ(automatic.best().plan.toJson(), none.best().plan.toJson());
+  EXPECT_EQ(automatic.best().report.throughput, none.best().report.throughput);
+}
+
+TEST(Recompute, TheChainDpPricesWhatARecomputingStageKeeps) {
+  const graph::LayerGraph g = heavyActivations();
+  PartitionOptions o;
+  o.microbatch_size = 1;
+  o.microbatches = 8;
+  o.assumed_depth = 2;
+  o.recompute = Recompute::kAuto;
+  const ChainProblem problem(g, fourDevices(100 * kMiB), o);
+  const double with = problem.stageMemoryBytes(0, 4, 1, true), without = problem.stageMemoryBytes(0, 4, 1, false);
+  // Two micro-batches in flight: each keeps 1 MiB (what the stage sends) instead of 64 MiB,
+  // and the one being recomputed all 64 MiB.
+  EXPECT_DOUBLE_EQ(without - with, 2 * 64.0 * kMiB - (2 * 1.0 * kMiB + 64.0 * kMiB));
+  // 4 layers x 4 MiB of weights, gradient and state + 66 MiB fits 100 MiB; 16 + 128 MiB
+  // does not: the stage recomputes, one more forward pass (4 ms) for each of 8 micro-batches.
+  const ChainProblem roomy(g, fourDevices(int64_t{1} << 40), o);
+  EXPECT_NEAR(problem.stageSeconds(0, 4, problem.deviceBlock(0, 1)),
+              roomy.stageSeconds(0, 4, roomy.deviceBlock(0, 1)) + 8 * 4e-3, 1e-12);
+  o.recompute = Recompute::kNone;
+  const ChainProblem refusing(g, fourDevices(100 * kMiB), o);
+  EXPECT_EQ(refusing.stageSeconds(0, 4, refusing.deviceBlock(0, 1)), std::numeric_limits<double>::infinity());
+}
+
+}  // namespace
+}  // namespace pipetrain::planner
