@@ -45,7 +45,9 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
       job.args.batch > 0 ? job.args.batch : job.args.microbatch_size * job.args.microbatches;
   const int concurrent = std::max(1, job.cores / job.blas_threads);
   const auto planning_start = std::chrono::steady_clock::now();
-  const int64_t memory = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / job.ranks;
+  const int64_t memory = request.rank_memory_bytes > 0
+                             ? request.rank_memory_bytes
+                             : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / job.ranks;
   planner::ExploreOptions o;
   o.global_batch = global_batch;
   o.microbatch_sizes = job.args.batch > 0 ? plannedSizes(global_batch, graph.batchSize())

@@ -22,6 +22,7 @@ struct AutoPlanRequest {
   bool allow_async = false;               // the planner may choose pipedream, 2bw, pipemare
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
   planner::Recompute recompute = planner::Recompute::kAuto;
+  int64_t rank_memory_bytes = 0;          // the memory each rank is planned with; 0 = physical memory / ranks
   std::string out;                        // where the plan is written
   // Under time to accuracy, candidates are ranked by predicted seconds to a loss, their
   // update rules calibrated on the model and data (runtime/calibration.h), the

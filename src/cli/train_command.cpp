@@ -418,6 +418,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                 "($PIPETRAIN_CACHE_DIR, else ~/.cache/pipetrain/profiles)");
   addPartitionerOption(cmd, a->partitioner);
   addRecomputeOption(cmd, pa.recompute);
+  cmd->add_option("--rank-memory", a->rank_memory,
+                  "without --plan: the memory the planner gives each rank, e.g. 512MiB or 16GiB (default: physical "
+                  "memory / ranks): plan as a smaller device would hold it");
   cmd->add_option("--stage-bounds", pa.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -501,7 +504,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                               " (or drop --batch and give --microbatches and --microbatch-size)");
             }
             if (!is_rank && hand_made)
-              for (const char* flag : {"--objective", "--calibration-seconds"})
+              for (const char* flag : {"--objective", "--calibration-seconds", "--rank-memory"})
                 if (cmd->count(flag))
                   throw Error(std::string(flag) + " steers the planner, and --stage-bounds or --data-parallel leave it "
                               "nothing to choose; drop one of them");
@@ -527,7 +530,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
               const std::vector<std::string> decided = {
                   "--schedule", "--chunks", "--microbatches", "--microbatch-size", "--stage-bounds", "--data-parallel",
                   "--vertical-sync", "--pipemare-t1", "--pipemare-warmup", "--pipemare-t2", "--pipemare-decay",
-                  "--objective", "--calibration-seconds", "--recompute"};
+                  "--objective", "--calibration-seconds", "--recompute", "--rank-memory"};
               for (const auto& flag : decided)
                 if (!is_rank && cmd->count(flag))
                   throw Error("--plan " + a->plan + " decides the stages, micro-batching and schedule (with its " +
@@ -547,8 +550,15 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             } else {
               const ProfileRequest profile{a->nproc,         blasThreadsPerRank(*a), localCores(*a), a->model_options,
                                            a->plan_args,     a->timeout_seconds,     a->reprofile};
-              const AutoPlanRequest request{profile, !a->no_replication, a->allow_async,    a->partitioner,
-                                            a->plan_args.recompute, out,  a->objective,       a->calibration};
+              const AutoPlanRequest request{profile,
+                                            !a->no_replication,
+                                            a->allow_async,
+                                            a->partitioner,
+                                            a->plan_args.recompute,
+                                            a->rank_memory.empty() ? 0 : text::parseBytes(a->rank_memory, "--rank-memory"),
+                                            out,
+                                            a->objective,
+                                            a->calibration};
               LocalPlan local = planLocalRun(a->config, *model, request);
               a->config.plan = std::move(local.plan);
               a->planner = std::move(local.planner);

@@ -1,6 +1,7 @@
 // Small text helpers shared by readers, error messages and reports.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace pipetrain::text {
@@ -18,6 +19,11 @@ std::string format(const char* printf_format, double value);
 
 // "12.3 GiB", "512.0 MiB", "900 B": one decimal is what a user compares against a data sheet.
 std::string humanBytes(double bytes);
+
+// "512MiB", "2 GiB", "1.5GB", "1048576": a byte count with an optional binary (KiB, MiB,
+// GiB, TiB) or decimal (KB, MB, GB, TB) unit, case-insensitive. Throws Error naming
+// `what` for anything else, a count below 1 or above limits::kMaxBytes.
+int64_t parseBytes(const std::string& text, const std::string& what);
 
 // Escapes the five XML specials (so also safe in HTML text and attributes); control
 // characters, which XML 1.0 forbids even escaped, become spaces.

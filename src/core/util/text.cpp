@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/limits.h"
 
 namespace pipetrain::text {
 
@@ -84,6 +86,34 @@ std::string humanBytes(double bytes) {
   else
     std::snprintf(buf, sizeof buf, "%.1f %s", bytes, units[u]);
   return buf;
+}
+
+int64_t parseBytes(const std::string& text, const std::string& what) {
+  auto refuse = [&](const std::string& why) -> int64_t {
+    throw Error(what + ": '" + text + "' " + why + " (e.g. 512MiB, 2GiB, 1.5GB or a plain number of bytes)");
+  };
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return refuse("is not a size");
+  }
+  std::string unit = text.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::pair<const char*, double> units[] = {{"", 1},          {"b", 1},           {"kib", 1024.0},
+                                                  {"mib", 1 << 20}, {"gib", 1 << 30},   {"tib", 1099511627776.0},
+                                                  {"kb", 1e3},      {"mb", 1e6},        {"gb", 1e9},
+                                                  {"tb", 1e12}};
+  for (const auto& [name, factor] : units) {
+    if (unit != name) continue;
+    const double bytes = value * factor;
+    if (!(bytes >= 1)) return refuse("is less than a byte");
+    if (bytes > static_cast<double>(limits::kMaxBytes)) return refuse("is more than pipetrain serves");
+    return static_cast<int64_t>(bytes);
+  }
+  return refuse("has an unknown unit '" + unit + "'");
 }
 
 std::string xmlEscape(const std::string& s) {

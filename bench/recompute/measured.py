@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Recomputation measured on this machine: `train` under `--recompute none`, `full` and
+`auto`, with the memory each rank is planned with (`--rank-memory`) set low enough that
+the zoo's gpt does not fit without recomputation at the run's micro-batching.
+
+Each round runs the policies in a random order (this machine's speed drifts); per run it
+records the plan the planner chose (which stages recompute), the steady throughput over
+the steps after the warm-up (from --log-jsonl, as bench/race/race.py reads it), the
+planner's prediction, and each rank's peak resident memory above what it held before
+training, against the planner's predicted peak. A policy with no plan is reported with
+its reason. Prints medians and ranges over the rounds, auto against full as a paired
+ratio per round.
+Usage: bench/recompute/measured.py [--build build] [--rounds 5] [--rank-memory 160MiB] [--out F.json]
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MODEL = ["--model", "gpt", "--model-option", "layers=8", "--model-option", "width=256",
+         "--model-option", "context=128", "--model-option", "heads=4"]
+WARMUP, STEPS = 3, 12
+
+
+def run(binary, policy, rank_memory, work):
+    log, summary = os.path.join(work, "steps.jsonl"), os.path.join(work, "summary.json")
+    for f in (log, summary):
+        if os.path.exists(f):
+            os.remove(f)
+    cmd = [binary, "train"] + MODEL + [
+        "--dataset", "synthetic", "--nproc", "2", "--microbatches", "8", "--microbatch-size", "8",
+        "--no-replication", "--optimizer", "sgd", "--lr", "0.01", "--epochs", "1",
+        "--max-steps", str(WARMUP + STEPS), "--no-eval", "--recompute", policy, "--rank-memory", rank_memory,
+        "--summary-json", summary, "--log-jsonl", log]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
+    if p.returncode != 0:
+        lines = (p.stderr + p.stdout).strip().splitlines()
+        reason = next((l for l in lines if "no partition" in l or "needs" in l), lines[-1] if lines else "failed")
+        return {"fits": False, "reason": reason.strip()}
+    s = json.load(open(summary))
+    steps = [json.loads(l) for l in open(log) if '"event":"step"' in l.replace(" ", "")]
+    per_step = s["samples"] / len(steps)
+    seconds = steps[-1]["wall_seconds"] - steps[WARMUP - 2]["wall_seconds"]
+    chosen = s["planner"]["chosen"]
+    return {
+        "fits": True,
+        "plan": "%s, %d stages, recomputing %s" % (
+            s["plan"]["schedule"]["name"], len(s["plan"]["stages"]),
+            ",".join(str(i) for i, st in enumerate(s["plan"]["stages"]) if st.get("recompute")) or "none"),
+        "throughput": STEPS * per_step / seconds,
+        "predicted_throughput": chosen["throughput"],
+        "peak_bytes": [r["peak_memory_bytes"] - r["start_memory_bytes"] for r in s["ranks"]],
+        "predicted_peak_bytes": chosen["rank_peak_memory_bytes"],
+    }
+
+
+def spread(values):
+    return "%.4g (%.4g-%.4g)" % (statistics.median(values), min(values), max(values))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rank-memory", default="160MiB")
+    ap.add_argument("--policies", default="none,full,auto")
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    binary = os.path.join(a.build, "pipetrain")
+    policies = a.policies.split(",")
+    results = {p: [] for p in policies}
+    with tempfile.TemporaryDirectory() as work:
+        for r in range(a.rounds):
+            order = random.sample(policies, len(policies))
+            for policy in order:
+                res = run(binary, policy, a.rank_memory, work)
+                results[policy].append(res)
+                print("round %d %-5s %s" % (r + 1, policy, json.dumps(res)), flush=True)
+    mib = 1 << 20
+    for policy in policies:
+        runs = [x for x in results[policy] if x["fits"]]
+        if not runs:
+            print("%-5s no plan: %s" % (policy, results[policy][0]["reason"]))
+            continue
+        print("%-5s %s | samples/s %s, predicted %s | peak MiB per rank %s, predicted %s" % (
+            policy, runs[0]["plan"], spread([x["throughput"] for x in runs]),
+            spread([x["predicted_throughput"] for x in runs]),
+            [round(statistics.median(x["peak_bytes"][k] for x in runs) / mib) for k in range(len(runs[0]["peak_bytes"]))],
+            [round(v / mib) for v in runs[0]["predicted_peak_bytes"]]))
+    if "auto" in results and "full" in results:
+        pairs = [x["throughput"] / y["throughput"] for x, y in zip(results["auto"], results["full"])
+                 if x["fits"] and y["fits"]]
+        if pairs:
+            print("auto / full, paired per round: %s" % spread(pairs))
+    if a.out:
+        json.dump({"rank_memory": a.rank_memory, "results": results}, open(a.out, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
