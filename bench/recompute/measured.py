@@ -10,7 +10,8 @@ planner's prediction, and each rank's peak resident memory above what it held be
 training, against the planner's predicted peak. A policy with no plan is reported with
 its reason. Prints medians and ranges over the rounds, auto against full as a paired
 ratio per round.
-Usage: bench/recompute/measured.py [--build build] [--rounds 5] [--rank-memory 160MiB] [--out F.json]
+Usage: bench/recompute/measured.py [--build build] [--rounds 5] [--rank-memory 160MiB] [--schedule gpipe]
+                                   [--out F.json]
 """
 import argparse
 import json
@@ -28,14 +29,14 @@ MODEL = ["--model", "gpt", "--model-option", "layers=8", "--model-option", "widt
 WARMUP, STEPS = 3, 12
 
 
-def run(binary, policy, rank_memory, work):
+def run(binary, policy, rank_memory, schedule, work):
     log, summary = os.path.join(work, "steps.jsonl"), os.path.join(work, "summary.json")
     for f in (log, summary):
         if os.path.exists(f):
             os.remove(f)
     cmd = [binary, "train"] + MODEL + [
         "--dataset", "synthetic", "--nproc", "2", "--microbatches", "8", "--microbatch-size", "8",
-        "--no-replication", "--optimizer", "sgd", "--lr", "0.01", "--epochs", "1",
+        "--no-replication", "--schedule", schedule, "--optimizer", "sgd", "--lr", "0.01", "--epochs", "1",
         "--max-steps", str(WARMUP + STEPS), "--no-eval", "--recompute", policy, "--rank-memory", rank_memory,
         "--summary-json", summary, "--log-jsonl", log]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
@@ -50,8 +51,8 @@ def run(binary, policy, rank_memory, work):
     chosen = s["planner"]["chosen"]
     return {
         "fits": True,
-        "plan": "%s, %d stages, recomputing %s" % (
-            s["plan"]["schedule"]["name"], len(s["plan"]["stages"]),
+        "plan": "%s, stages of %s layers, recomputing %s" % (
+            s["plan"]["schedule"]["name"], "+".join(str(len(st["layers"])) for st in s["plan"]["stages"]),
             ",".join(str(i) for i, st in enumerate(s["plan"]["stages"]) if st.get("recompute")) or "none"),
         "throughput": STEPS * per_step / seconds,
         "predicted_throughput": chosen["throughput"],
@@ -70,6 +71,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rank-memory", default="160MiB")
     ap.add_argument("--policies", default="none,full,auto")
+    ap.add_argument("--schedule", default="gpipe",
+                    help="fixed, so that the policies differ in recomputation and stages only (gpipe holds "
+                         "every micro-batch: where memory binds most)")
     ap.add_argument("--out")
     a = ap.parse_args()
     binary = os.path.join(a.build, "pipetrain")
@@ -79,7 +83,7 @@ def main():
         for r in range(a.rounds):
             order = random.sample(policies, len(policies))
             for policy in order:
-                res = run(binary, policy, a.rank_memory, work)
+                res = run(binary, policy, a.rank_memory, a.schedule, work)
                 results[policy].append(res)
                 print("round %d %-5s %s" % (r + 1, policy, json.dumps(res)), flush=True)
     mib = 1 << 20
@@ -88,11 +92,15 @@ def main():
         if not runs:
             print("%-5s no plan: %s" % (policy, results[policy][0]["reason"]))
             continue
+        # The planner may choose other plans in other rounds (each run sharpens the cached
+        # profile's times): every plan it chose, how often.
+        plans = sorted({x["plan"] for x in runs})
         print("%-5s %s | samples/s %s, predicted %s | peak MiB per rank %s, predicted %s" % (
-            policy, runs[0]["plan"], spread([x["throughput"] for x in runs]),
-            spread([x["predicted_throughput"] for x in runs]),
+            policy, "; ".join("%s (%dx)" % (p, sum(x["plan"] == p for x in runs)) for p in plans),
+            spread([x["throughput"] for x in runs]), spread([x["predicted_throughput"] for x in runs]),
             [round(statistics.median(x["peak_bytes"][k] for x in runs) / mib) for k in range(len(runs[0]["peak_bytes"]))],
-            [round(v / mib) for v in runs[0]["predicted_peak_bytes"]]))
+            [round(statistics.median(x["predicted_peak_bytes"][k] for x in runs) / mib)
+             for k in range(len(runs[0]["predicted_peak_bytes"]))]))
     if "auto" in results and "full" in results:
         pairs = [x["throughput"] / y["throughput"] for x, y in zip(results["auto"], results["full"])
                  if x["fits"] and y["fits"]]

@@ -105,8 +105,31 @@ struct StageSums {
   // outputs it sends. Not a sum over layers: set for a stage as a whole; -1 (what sums
   // and differences give) prices no saving.
   double kept = -1;
-  StageSums& operator+=(const StageSums& o);
-  StageSums operator-(const StageSums& o) const;
+  // Inline: the DP and the graph searches add and subtract them in their inner loops.
+  StageSums& operator+=(const StageSums& o) {
+    compute += o.compute;
+    backward += o.backward;
+    step += o.step;
+    activation += o.activation;
+    params += o.params;
+    optimizer += o.optimizer;
+    forward += o.forward;
+    split += o.split;
+    kept = -1;
+    return *this;
+  }
+  StageSums operator-(const StageSums& o) const {
+    StageSums d;
+    d.compute = compute - o.compute;
+    d.backward = backward - o.backward;
+    d.step = step - o.step;
+    d.activation = activation - o.activation;
+    d.params = params - o.params;
+    d.optimizer = optimizer - o.optimizer;
+    d.forward = forward - o.forward;
+    d.split = split - o.split;
+    return d;  // kept: -1
+  }
 };
 
 // The prices of every candidate stage and boundary; shared by the DP, the graph
@@ -138,6 +161,8 @@ class ChainProblem {
   // Seconds per mini-batch of compute and all-reduce, without hostSeconds (which the
   // objective adds: unlike these, it can fall as the stage grows); infinity when the
   // stage does not fit its devices' memory or its replicas cannot split the micro-batches.
+  // Recomputing under kFull, and under kAuto where the stage fits only so (its F again
+  // for each of its micro-batches).
   double stageSeconds(int first_block, int end_block, const DeviceBlock& devices) const;
   double stageSeconds(int first_block, int end_block, int first_device, int end_device) const {
     return stageSeconds(first_block, end_block, deviceBlock(first_device, end_device));
@@ -157,15 +182,14 @@ class ChainProblem {
   // Bytes one replica of the stage needs at its peak, recomputing or not.
   double stageMemoryBytes(int first_block, int end_block, int replicas, bool recompute) const;
 
-  // The same prices for any set of layers (a stage of a graph plan). `depth`: the
+  // The same prices for any set of layers (a stage of a graph plan), pricing no saving
+  // from recomputation (StageSums::kept unknown: the graph searches call this in their
+  // inner loops, and a set's border costs a walk of the graph). `depth`: the
   // stages on the longest path from this one to the pipeline's end, itself included,
   // which sizes its in-flight micro-batches.
   StageSums sumsOf(const std::vector<int>& layers) const;
   double stageSeconds(const StageSums& stage, const DeviceBlock& devices, bool recompute = false) const;
   double stageMemoryBytes(const StageSums& stage, int replicas, int depth, bool recompute = false) const;
-  // Whether the stage recomputes under the options' policy, on devices of `capacity`
-  // bytes (kAuto: where it fits with recomputation only). Memory unchecked: kFull only.
-  bool recomputes(const StageSums& stage, int replicas, int depth, double capacity) const;
   // The graph partitioners' rule: every stage recomputes under kFull, none otherwise.
   bool recomputesAll() const { return options_.recompute == Recompute::kFull; }
 
@@ -185,7 +209,12 @@ class ChainProblem {
   int extra_weight_buffers_ = 0;
   std::vector<int> block_start_;          // first layer of each block, then the layer count
   StageSums layerSums(int layer) const;
-  StageSums rangeSums(int first_block, int end_block) const;  // with `kept`
+  // With `kept`: what the stage receives and what it sends. Inline: the DP's inner loop.
+  StageSums rangeSums(int first_block, int end_block) const {
+    StageSums sums = prefix_[end_block] - prefix_[first_block];
+    sums.kept = cut_bytes_[first_block] + cut_bytes_[end_block];
+    return sums;
+  }
 
   std::vector<StageSums> prefix_;         // over blocks: prefix_[b] = blocks [0, b)
   std::vector<double> cut_bytes_;         // per micro-batch, crossing the cut before each block

@@ -215,33 +215,6 @@ const char* recomputeName(Recompute r) {
   }
 }
 
-StageSums& StageSums::operator+=(const StageSums& o) {
-  compute += o.compute;
-  backward += o.backward;
-  step += o.step;
-  activation += o.activation;
-  params += o.params;
-  optimizer += o.optimizer;
-  forward += o.forward;
-  split += o.split;
-  kept = -1;
-  return *this;
-}
-
-StageSums StageSums::operator-(const StageSums& o) const {
-  StageSums d = *this;
-  d.compute -= o.compute;
-  d.backward -= o.backward;
-  d.step -= o.step;
-  d.activation -= o.activation;
-  d.params -= o.params;
-  d.optimizer -= o.optimizer;
-  d.forward -= o.forward;
-  d.split -= o.split;
-  d.kept = -1;
-  return d;
-}
-
 StageSums ChainProblem::layerSums(int layer) const {
   const graph::Layer& l = graph_.layer(layer);
   const graph::PassSeconds t = graph_.secondsAt(layer, options_.microbatch_size);
@@ -261,30 +234,9 @@ StageSums ChainProblem::layerSums(int layer) const {
   return sums;
 }
 
-StageSums ChainProblem::rangeSums(int first_block, int end_block) const {
-  StageSums sums = prefix_[end_block] - prefix_[first_block];
-  sums.kept = cut_bytes_[first_block] + cut_bytes_[end_block];  // what it receives and what it sends
-  return sums;
-}
-
 StageSums ChainProblem::sumsOf(const std::vector<int>& layers) const {
   StageSums sums;
   for (int l : layers) sums += layerSums(l);
-  // What crosses the set's border: each outside producer's output once, and each output
-  // some layer outside reads.
-  std::vector<char> in(graph_.size(), 0);
-  for (int l : layers) in[l] = 1;
-  std::vector<char> counted(graph_.size(), 0);
-  sums.kept = 0;
-  for (int l : layers) {
-    for (int p : graph_.predecessors(l))
-      if (!in[p] && !counted[p]++) sums.kept += outputBytes(p);
-    for (int c : graph_.successors(l))
-      if (!in[c]) {
-        sums.kept += outputBytes(l);
-        break;
-      }
-  }
   return sums;
 }
 
@@ -304,15 +256,6 @@ double ChainProblem::stageMemoryBytes(const StageSums& stage, int replicas, int 
   return weights + std::max(stage.kept, stage.split) * inflight + stage.activation;
 }
 
-bool ChainProblem::recomputes(const StageSums& stage, int replicas, int depth, double capacity) const {
-  switch (options_.recompute) {
-    case Recompute::kFull: return true;
-    case Recompute::kAuto:
-      return options_.check_memory && stageMemoryBytes(stage, replicas, depth, false) > capacity &&
-             stageMemoryBytes(stage, replicas, depth, true) <= capacity;
-    default: return false;
-  }
-}
 
 DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   DeviceBlock b{first, end, kInfinity, kInfinity, kInfinity, 0.0};
@@ -342,11 +285,17 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
 
 double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) const {
   const StageSums sums = rangeSums(i, j);
-  const int depth = options_.assumed_depth;
-  const bool recompute = recomputes(sums, devices.replicas(), depth, devices.memory_bytes);
-  if (options_.check_memory && devices.usable &&
-      stageMemoryBytes(sums, devices.replicas(), depth, recompute) > devices.memory_bytes)
-    return kInfinity;
+  bool recompute = recomputesAll();
+  if (options_.check_memory && devices.usable) {
+    // The DP asks for every stage it tries: one memory figure where the stage fits as it is.
+    const int depth = options_.assumed_depth;
+    double need = stageMemoryBytes(sums, devices.replicas(), depth, recompute);
+    if (need > devices.memory_bytes && options_.recompute == Recompute::kAuto) {
+      recompute = true;  // it fits only so, if at all
+      need = stageMemoryBytes(sums, devices.replicas(), depth, true);
+    }
+    if (need > devices.memory_bytes) return kInfinity;
+  }
   return stageSeconds(sums, devices, recompute);
 }
 
@@ -444,10 +393,17 @@ Partition solveChain(const ChainProblem& problem) {
     double need = 0;
     const bool recompute = problem.options().recompute != Recompute::kNone;  // the smallest need
     for (int b = 0; b < n; ++b) need = std::max(need, problem.stageMemoryBytes(b, b + 1, 1, recompute));
-    throw Error("planner: no partition fits memory: a single block of layers needs up to " + text::humanBytes(need) +
-                " under " + problem.options().schedule + " at micro-batch size " +
-                std::to_string(problem.options().microbatch_size) + "; use a smaller micro-batch, a schedule that " +
-                "holds fewer micro-batches, or devices with more memory");
+    const double smallest = problem.deviceBlock(0, devices).memory_bytes;
+    const std::string why =
+        need > smallest ? "a single block of layers needs up to " + text::humanBytes(need) + ", more than the " +
+                              text::humanBytes(smallest) + " of the smallest device"
+                        : "every block of layers fits a device (the largest needs " + text::humanBytes(need) +
+                              "), but every tiling of the " + std::to_string(n) + " blocks over " +
+                              std::to_string(devices) + " devices leaves a stage that does not";
+    throw Error("planner: no partition fits memory under " + problem.options().schedule + " at micro-batch size " +
+                std::to_string(problem.options().microbatch_size) + ": " + why +
+                "; use a smaller micro-batch, a schedule that holds fewer micro-batches, " +
+                (recompute ? "" : "activation recomputation, ") + "or devices with more memory");
   }
   Partition result;
   result.objective = best[at(end_device, n)];

@@ -165,6 +165,9 @@ TEST(Recompute, TheChainDpPricesWhatARecomputingStageKeeps) {
   o.recompute = Recompute::kNone;
   const ChainProblem refusing(g, fourDevices(100 * kMiB), o);
   EXPECT_EQ(refusing.stageSeconds(0, 4, refusing.deviceBlock(0, 1)), std::numeric_limits<double>::infinity());
+  o.microbatch_size = 4;  // a layer alone: 4 MiB + 2 x 64 MiB in flight
+  testing::expectError([&] { solveChain(ChainProblem(g, fourDevices(100 * kMiB), o)); },
+                       {"single block of layers needs up to 132.0 MiB", "activation recomputation"});
 }
 
 }  // namespace
