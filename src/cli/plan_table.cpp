@@ -11,9 +11,11 @@ namespace pipetrain::cli {
 
 std::string planName(const plan::Plan& plan) {
   const std::string recomputed = plan::recomputedStages(plan);
-  const std::string recomputing = recomputed.empty() ? ""
+  const bool one = recomputed.find_first_of(",-") == std::string::npos;
+  const std::string recomputing = recomputed.empty()    ? ""
                                   : recomputed == "all" ? ", recomputing activations"
-                                                        : ", stages " + recomputed + " recomputing activations";
+                                                        : (one ? ", stage " : ", stages ") + recomputed +
+                                                              " recomputing activations";
   if (planner::isDataParallel(plan))
     return "data parallelism on " + std::to_string(plan.stages[0].devices.size()) + " devices (" +
            plan.schedule.name + "'s order of passes" + recomputing + ")";

@@ -418,9 +418,10 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                 "($PIPETRAIN_CACHE_DIR, else ~/.cache/pipetrain/profiles)");
   addPartitionerOption(cmd, a->partitioner);
   addRecomputeOption(cmd, pa.recompute);
-  cmd->add_option("--rank-memory", a->rank_memory,
-                  "without --plan: the memory the planner gives each rank, e.g. 512MiB or 16GiB (default: physical "
-                  "memory / ranks): plan as a smaller device would hold it");
+  cmd->add_option_function<std::string>(
+      "--rank-memory", [a](const std::string& size) { a->rank_memory_bytes = text::parseBytes(size, "--rank-memory"); },
+      "without --plan: the memory the planner gives each rank, e.g. 512MiB or 16GiB (default: physical memory / "
+      "ranks): plan as a smaller device would hold it");
   cmd->add_option("--stage-bounds", pa.stage_bounds, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -555,7 +556,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                                             a->allow_async,
                                             a->partitioner,
                                             a->plan_args.recompute,
-                                            a->rank_memory.empty() ? 0 : text::parseBytes(a->rank_memory, "--rank-memory"),
+                                            a->rank_memory_bytes,
                                             out,
                                             a->objective,
                                             a->calibration};

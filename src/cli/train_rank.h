@@ -33,7 +33,7 @@ struct TrainArgs {
   planner::Objective objective = planner::Objective::kThroughput;
   runtime::CalibrationBudget calibration;
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
-  std::string rank_memory;  // --rank-memory, as given (text::parseBytes)
+  int64_t rank_memory_bytes = 0;  // --rank-memory; 0 = physical memory / ranks
   int cores = 0;  // for all local ranks together; 0 = the machine's
   int nproc = 2;
   std::string wire = "auto";  // what carries the data between ranks: auto, gloo or nccl

@@ -342,6 +342,27 @@ check "train a stage graph" "$bin" train --model fmnist-branch --model-option ch
   --nproc 3 --plan "$tmp/branch_stages.json" --max-steps 2 --no-eval
 expect "stage graph trained" "trained fmnist-branch with 1f1b on 3 ranks"
 
+# Recomputation where memory binds (docs/planner.md#recomputation): the zoo's gpt as
+# profiled, on four devices of 512 MiB.
+cat > "$tmp/small_gpus.json" <<'JSON'
+{"format": "pipetrain.cluster", "version": 1,
+ "devices": [{"count": 4, "name_prefix": "gpu", "kind": "gpu", "speed": 1.0, "memory_bytes": 536870912}],
+ "levels": [{"name": "nvlink", "group_size": 4, "bandwidth": 3e11, "latency": 3e-6}]}
+JSON
+refuses "no plan fits without recomputation" "activation recomputation" "$bin" plan \
+  --graph "$src/examples/graphs/gpt.json" --cluster "$tmp/small_gpus.json" --batch 64 --recompute none
+check "plan recomputes where it must" "$bin" plan --graph "$src/examples/graphs/gpt.json" \
+  --cluster "$tmp/small_gpus.json" --batch 64 --out "$tmp/recompute_plan.json"
+expect "the table says which stages recompute" "recompute"
+expect "the choice says it" "recomputing activations"
+expect "the plan file says it" '"recompute": true' "$tmp/recompute_plan.json"
+check "train with every stage recomputing" "${train[@]}" --nproc 2 --stage-bounds 0,2,5 --recompute full \
+  --plan-out "$tmp/recompute_hand.json" --no-eval
+expect "a hand-made plan recomputes" '"recompute": true' "$tmp/recompute_hand.json"
+refuses "a size it cannot read" "unknown unit 'parsecs'" "${train[@]}" --nproc 2 --rank-memory "12 parsecs"
+refuses "--rank-memory steers the planner only" "--rank-memory steers the planner" "${train[@]}" --nproc 2 \
+  --stage-bounds 0,2,5 --rank-memory 1GiB
+
 # plan: the planner and the exploration table
 graph=$src/examples/transformer/graph.json
 cluster4=$src/examples/clusters/gpu-cluster-4-nodes.json
