@@ -40,7 +40,6 @@ namespace pipetrain::planner {
 // stage, or on the stages that would not fit their devices' memory without it.
 enum class Recompute { kNone, kFull, kAuto };
 Recompute recomputeFromName(const std::string& name);  // "none", "full", "auto"; Error otherwise
-const char* recomputeName(Recompute r);
 
 struct PartitionOptions {
   std::string schedule = "1f1b";  // decides weight versions and in-flight activations

@@ -46,13 +46,6 @@ struct StageCosts {
   double optimizer_bytes = 0;
 };
 
-// A stage's costs for a micro-batch of `microbatch_size` samples: the sums of its layers'
-// (`layers`: indices into `graph`), with recomputation applied when `recompute` is set,
-// whose activations between F and B are then `boundary_bytes` (the stage's inputs and
-// sent outputs, per micro-batch). One place prices a stage, for the simulator and the
-// planners alike.
-StageCosts stageCosts(const graph::LayerGraph& graph, const std::vector<int>& layers, int64_t microbatch_size,
-                      bool recompute, double boundary_bytes);
 
 class CostModel {
  public:

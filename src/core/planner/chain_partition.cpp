@@ -207,14 +207,6 @@ Recompute recomputeFromName(const std::string& name) {
   throw Error("unknown recomputation '" + name + "' (known: none, full, auto)");
 }
 
-const char* recomputeName(Recompute r) {
-  switch (r) {
-    case Recompute::kFull: return "full";
-    case Recompute::kAuto: return "auto";
-    default: return "none";
-  }
-}
-
 StageSums ChainProblem::layerSums(int layer) const {
   const graph::Layer& l = graph_.layer(layer);
   const graph::PassSeconds t = graph_.secondsAt(layer, options_.microbatch_size);
@@ -255,7 +247,6 @@ double ChainProblem::stageMemoryBytes(const StageSums& stage, int replicas, int 
   // W, what W reads); the one being recomputed holds all its activations.
   return weights + std::max(stage.kept, stage.split) * inflight + stage.activation;
 }
-
 
 DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   DeviceBlock b{first, end, kInfinity, kInfinity, kInfinity, 0.0};

@@ -22,6 +22,12 @@ double transferSeconds(double bytes, const cluster::Route& route) {
   return bytes / route.bandwidth + route.latency;  // bytes / inf = 0 on the same device
 }
 
+namespace {
+
+// A stage's costs for a micro-batch of `microbatch_size` samples: the sums of its layers'
+// (`layers`: indices into `graph`), with recomputation applied when `recompute` is set,
+// whose activations between F and B are then `boundary_bytes` (the stage's inputs and
+// sent outputs, per micro-batch). The chain DP's StageSums price the same terms.
 StageCosts stageCosts(const graph::LayerGraph& graph, const std::vector<int>& layers, int64_t microbatch_size,
                       bool recompute, double boundary_bytes) {
   // Bytes scale with the micro-batch; compute times come from the graph (secondsAt).
@@ -49,6 +55,8 @@ StageCosts stageCosts(const graph::LayerGraph& graph, const std::vector<int>& la
   }
   return c;
 }
+
+}  // namespace
 
 CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan)
     : graph_(graph), cluster_(cluster), plan_(plan) {
