@@ -4,6 +4,8 @@
 // train_rank.cpp.
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +44,11 @@ namespace pipetrain::cli {
 namespace {
 
 using json_io::Json;
+
+// Under --resume on as many ranks, the checkpoint's plan trains unless one of these asks
+// the planner for another.
+constexpr std::array<const char*, 6> kReplanning = {"--schedule",        "--batch",     "--microbatches",
+                                                    "--microbatch-size", "--recompute", "--rank-memory"};
 
 // The ranks' steady-state action times (RankResult::action_seconds) per stage and type,
 // `field` "seconds" (wall) or "cpu_seconds"; replicas of a stage are averaged.
@@ -544,8 +551,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
             } else if (is_rank) {
               throw Error("ranks started by hand need a plan: --plan FILE (from `pipetrain plan` or "
                           "`pipetrain train --plan-out`), --stage-bounds or --data-parallel");
-            } else if (resumed && a->nproc == resumed->manifest.world_size && !cmd->count("--schedule") &&
-                       !cmd->count("--batch") && !cmd->count("--microbatches") && !cmd->count("--microbatch-size")) {
+            } else if (resumed && a->nproc == resumed->manifest.world_size &&
+                       std::none_of(kReplanning.begin(), kReplanning.end(),
+                                    [&](const char* flag) { return cmd->count(flag) > 0; })) {
               a->config.plan = resumed->manifest.plan;
               json_io::writeFile(out, a->config.plan.toJson());
             } else {
