@@ -11,10 +11,11 @@ namespace pipetrain::cli {
 
 std::string planName(const plan::Plan& plan) {
   const std::string recomputed = plan::recomputedStages(plan);
-  const bool one = recomputed.find_first_of(",-") == std::string::npos;
+  const auto count =
+      std::count_if(plan.stages.begin(), plan.stages.end(), [](const plan::Stage& s) { return s.recompute; });
   const std::string recomputing = recomputed.empty()    ? ""
                                   : recomputed == "all" ? ", recomputing activations"
-                                                        : (one ? ", stage " : ", stages ") + recomputed +
+                                                        : (count == 1 ? ", stage " : ", stages ") + recomputed +
                                                               " recomputing activations";
   if (planner::isDataParallel(plan))
     return "data parallelism on " + std::to_string(plan.stages[0].devices.size()) + " devices (" +

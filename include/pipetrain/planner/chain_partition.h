@@ -19,8 +19,9 @@
 //  - a boundary's time: m messages of the activations crossing the cut, priced on the
 //    route between the two stages' adjacent devices (always priced, also within a node).
 // A stage whose replicas cannot hold its weights, gradients, optimizer state and
-// in-flight activations (recomputing, where PartitionOptions::recompute allows it), or cannot split the m micro-batches (schedule::replicasCanSplit:
-// shares may differ by one where replicas step once per mini-batch), is not a candidate.
+// in-flight activations (recomputing, where PartitionOptions::recompute allows it), or
+// cannot split the m micro-batches (schedule::replicasCanSplit: shares may differ by one
+// where replicas step once per mini-batch), is not a candidate.
 // The prices are sim::ringAllreduceSeconds, sim::transferSeconds and the routes'
 // HostCost, the simulator's.
 #pragma once
@@ -189,7 +190,8 @@ class ChainProblem {
   StageSums sumsOf(const std::vector<int>& layers) const;
   double stageSeconds(const StageSums& stage, const DeviceBlock& devices, bool recompute = false) const;
   double stageMemoryBytes(const StageSums& stage, int replicas, int depth, bool recompute = false) const;
-  // The graph partitioners' rule: every stage recomputes under kFull, none otherwise.
+  // The graph partitioners' rule: every stage recomputes under kFull (priced as one more
+  // F, with no memory saved: their sums leave `kept` unknown), none otherwise.
   bool recomputesAll() const { return options_.recompute == Recompute::kFull; }
 
   // The objective of a tiling (the largest stage or boundary time).

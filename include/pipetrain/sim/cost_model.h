@@ -46,7 +46,6 @@ struct StageCosts {
   double optimizer_bytes = 0;
 };
 
-
 class CostModel {
  public:
   // REQUIRES: plan::validate(plan, graph, cluster) passed.

@@ -112,7 +112,8 @@ class DownSetSearch final : public StageGraphSearch {
       for (int l = 0; l < graph_.size(); ++l)
         if (step.stage & bit(l)) stage.layers.push_back(l);
       p.stages.push_back(stage);
-      p.objective = std::max({p.objective, problem_.stageSeconds(step.sums, problem_.deviceBlock(e.first_device, end), problem_.recomputesAll()),
+      const DeviceBlock block = problem_.deviceBlock(e.first_device, end);
+      p.objective = std::max({p.objective, problem_.stageSeconds(step.sums, block, problem_.recomputesAll()),
                               transferSeconds(set, step, end, placed)});
       placed = lowerBoundary(set, step, placed, {depth, e.first_device});
       set = step.lower;
@@ -188,7 +189,7 @@ class DownSetSearch final : public StageGraphSearch {
         const DeviceBlock block = problem_.deviceBlock(a, end);
         if (problem_.stageSeconds(step.sums, block, problem_.recomputesAll()) > limit_) continue;
         if (problem_.options().check_memory &&
-            problem_.stageMemoryBytes(step.sums, block.replicas(), std::max(depth, depth_floor_), problem_.recomputesAll()) > block.memory_bytes)
+            problem_.stageMemoryBytes(step.sums, block.replicas(), std::max(depth, depth_floor_)) > block.memory_bytes)
           continue;
         const int rest = best(step.lower, a, lowerBoundary(set, step, placed, {depth, a}));
         if (rest != kNoPartition && std::max(depth, rest) < result.depth)

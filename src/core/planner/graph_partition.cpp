@@ -226,7 +226,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
       const DeviceBlock block = problem_.deviceBlock(s.d0, s.d1);
       const double seconds = problem_.stageSeconds(sums, block, problem_.recomputesAll());
       const bool fits = !problem_.options().check_memory ||
-                        problem_.stageMemoryBytes(sums, block.replicas(), std::max(s.after + 1, depth_floor_), problem_.recomputesAll()) <= block.memory_bytes;
+                        problem_.stageMemoryBytes(sums, block.replicas(), std::max(s.after + 1, depth_floor_)) <= block.memory_bytes;
       if (seconds <= limit_ && fits) return {1, {Choice::Kind::kStage, 0, false, 0, s.d1 - s.d0, 0, seconds}};
     }
     const SpNode& n = tree_.nodes[s.node];
@@ -431,7 +431,7 @@ bool fitsMemory(const GraphPartition& partition, const graph::LayerGraph& graph,
   const ChainProblem problem(graph, cluster, options);
   for (const GraphStage& s : partition.stages) {
     const int depth = wholePipelineDepth(options) ? partition.depth : s.depth;
-    if (problem.stageMemoryBytes(problem.sumsOf(s.layers), s.end_device - s.first_device, depth, problem.recomputesAll()) >
+    if (problem.stageMemoryBytes(problem.sumsOf(s.layers), s.end_device - s.first_device, depth) >
         problem.deviceBlock(s.first_device, s.end_device).memory_bytes)
       return false;
   }

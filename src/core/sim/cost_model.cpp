@@ -22,44 +22,9 @@ double transferSeconds(double bytes, const cluster::Route& route) {
   return bytes / route.bandwidth + route.latency;  // bytes / inf = 0 on the same device
 }
 
-namespace {
-
-// A stage's costs for a micro-batch of `microbatch_size` samples: the sums of its layers'
-// (`layers`: indices into `graph`), with recomputation applied when `recompute` is set,
-// whose activations between F and B are then `boundary_bytes` (the stage's inputs and
-// sent outputs, per micro-batch). The chain DP's StageSums price the same terms.
-StageCosts stageCosts(const graph::LayerGraph& graph, const std::vector<int>& layers, int64_t microbatch_size,
-                      bool recompute, double boundary_bytes) {
-  // Bytes scale with the micro-batch; compute times come from the graph (secondsAt).
-  const double scale = static_cast<double>(microbatch_size) / graph.batchSize();
-  StageCosts c;
-  for (int index : layers) {
-    const graph::Layer& l = graph.layer(index);
-    const graph::PassSeconds t = graph.secondsAt(index, microbatch_size);
-    c.forward += t.forward;
-    c.backward_input += t.backward_input;
-    c.backward_weight += t.backward_weight;
-    c.split_weight += t.split_weight;
-    c.optimizer_step += l.optimizer_seconds;  // per step, whatever the micro-batch
-    c.activation_bytes += l.saved_activation_bytes * scale;
-    c.split_activation_bytes += l.splitActivationBytes() * scale;
-    c.param_bytes += l.param_bytes;
-    c.optimizer_bytes += l.optimizer_state_bytes;
-  }
-  if (recompute) {
-    // The forward pass runs twice; between I and W a split schedule still holds what W
-    // reads, which the recomputed graph made again.
-    c.recompute = c.forward;
-    c.recompute_peak_bytes = c.activation_bytes;
-    c.activation_bytes = boundary_bytes;
-  }
-  return c;
-}
-
-}  // namespace
-
 CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan)
     : graph_(graph), cluster_(cluster), plan_(plan) {
+  // Bytes scale with the micro-batch; compute times come from the graph (secondsAt).
   const double scale = static_cast<double>(plan.microbatch_size) / graph.batchSize();
   const plan::StageGraph sg = plan::stageGraph(plan, graph);
   dag_.preds = sg.preds;
@@ -69,13 +34,32 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
     for (int64_t b : sg.edge_bytes[s]) edge_bytes_[s].push_back(b * scale);
 
   for (int s = 0; s < plan.numStages(); ++s) {
-    const plan::Stage& st = plan.stages[s];
-    std::vector<int> layers;
-    for (const std::string& name : st.layers) layers.push_back(graph.indexOf(name));
-    double boundary = 0;  // what a recomputing stage keeps: the messages it received and sent
-    for (double b : edge_bytes_[s]) boundary += b;
-    for (int q : dag_.preds[s]) boundary += edgeBytes(q, s);
-    stages_.push_back(stageCosts(graph, layers, plan.microbatch_size, st.recompute, boundary));
+    StageCosts c;
+    for (const std::string& name : plan.stages[s].layers) {
+      const int index = graph.indexOf(name);
+      const graph::Layer& l = graph.layer(index);
+      const graph::PassSeconds t = graph.secondsAt(index, plan.microbatch_size);
+      c.forward += t.forward;
+      c.backward_input += t.backward_input;
+      c.backward_weight += t.backward_weight;
+      c.split_weight += t.split_weight;
+      c.optimizer_step += l.optimizer_seconds;  // per step, whatever the micro-batch
+      c.activation_bytes += l.saved_activation_bytes * scale;
+      c.split_activation_bytes += l.splitActivationBytes() * scale;
+      c.param_bytes += l.param_bytes;
+      c.optimizer_bytes += l.optimizer_state_bytes;
+    }
+    if (plan.stages[s].recompute) {
+      // The forward pass runs twice. Between F and B a micro-batch keeps the messages the
+      // stage received and sent; between I and W a split schedule still holds what W
+      // reads, which the recomputed graph made again.
+      c.recompute = c.forward;
+      c.recompute_peak_bytes = c.activation_bytes;
+      c.activation_bytes = 0;
+      for (double b : edge_bytes_[s]) c.activation_bytes += b;
+      for (int q : dag_.preds[s]) c.activation_bytes += edgeBytes(q, s);
+    }
+    stages_.push_back(c);
   }
   replicas_ = plan::stageReplicas(plan);
   for (const std::string& d : plan::rankDevices(plan)) rank_device_.push_back(cluster.indexOf(d));
