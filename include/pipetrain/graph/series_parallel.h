@@ -13,7 +13,10 @@
 // so by taking its layers in topological order as a series of single layers, which
 // keeps every stage convex and gives up running its branches side by side. The note
 // names such parts. Each parallel node also offers its layers as a series by level
-// (SpNode::by_level), so that stages may cut across its branches.
+// (SpNode::by_level), so that stages may cut across its branches; and a parallel child
+// of a series node offers its last branches joined to the children after it
+// (SpNode::joins), so that a stage may hold a branch's tail with the layers that merge
+// the branches, as a sequential partition's stages do.
 #pragma once
 
 #include <string>
@@ -34,6 +37,18 @@ struct SpNode {
   // layers of every branch together), which the branches alone cannot form: the
   // partitioner tries it as an alternative to the branches. -1 otherwise.
   int by_level = -1;
+  // kSeries: for each child c that is a parallel node with more children after it, and
+  // each k from 1 to its branches - 1, a kSeries node `series` of its branches k.. (one
+  // branch: its own children; more: a kParallel node of them) followed by this node's
+  // children after c. A partition of it, run after the branches before k, puts branch
+  // tails in one stage with the join (a stage no run of this tree forms otherwise).
+  // Only nodes of the decomposition carry joins, not the nodes they add.
+  struct Join {
+    int child;     // the parallel child's index in `children`
+    int apart;     // k: its branches [0, k) stay apart
+    int series;    // the added kSeries node
+  };
+  std::vector<Join> joins;
 };
 
 struct SpTree {

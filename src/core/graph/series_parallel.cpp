@@ -16,6 +16,9 @@ class Decomposer {
     std::vector<int> all(g_.size());
     std::iota(all.begin(), all.end(), 0);
     tree_.root = decompose(all);
+    const int decomposed = static_cast<int>(tree_.nodes.size());
+    for (int v = 0; v < decomposed; ++v)
+      if (tree_.nodes[v].kind == SpNode::Kind::kSeries) addJoins(v);
     return std::move(tree_);
   }
 
@@ -100,6 +103,35 @@ class Decomposer {
     for (const auto& [lv, l] : order) node.children.push_back(add({SpNode::Kind::kLayer, l, {}, {l}}));
     return add(std::move(node));
   }
+
+  // SpNode::joins of series node v.
+  void addJoins(int v) {
+    const std::vector<int> children = tree_.nodes[v].children;  // add() may move the nodes
+    for (int c = 0; c + 1 < static_cast<int>(children.size()); ++c) {
+      const SpNode parallel = tree_.nodes[children[c]];
+      if (parallel.kind != SpNode::Kind::kParallel) continue;
+      const int branches = static_cast<int>(parallel.children.size());
+      for (int k = 1; k < branches; ++k) {
+        SpNode series{SpNode::Kind::kSeries, -1, {}, {}};
+        if (k + 1 == branches) {
+          const SpNode& branch = tree_.nodes[parallel.children[k]];
+          series.children = branch.kind == SpNode::Kind::kSeries ? branch.children : std::vector<int>{parallel.children[k]};
+        } else {
+          SpNode joined{SpNode::Kind::kParallel, -1, {parallel.children.begin() + k, parallel.children.end()}, {}};
+          for (int b : joined.children) append(joined.layers, tree_.nodes[b].layers);
+          std::sort(joined.layers.begin(), joined.layers.end());
+          series.children = {add(std::move(joined))};
+        }
+        series.children.insert(series.children.end(), children.begin() + c + 1, children.end());
+        for (int child : series.children) append(series.layers, tree_.nodes[child].layers);
+        std::sort(series.layers.begin(), series.layers.end());
+        const int added = add(std::move(series));
+        tree_.nodes[v].joins.push_back({c, k, added});
+      }
+    }
+  }
+
+  static void append(std::vector<int>& to, const std::vector<int>& more) { to.insert(to.end(), more.begin(), more.end()); }
 
   // Weakly connected parts of the region (edges inside it only), each in topological
   // order, ordered by their first layer.

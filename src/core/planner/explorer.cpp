@@ -252,6 +252,7 @@ void Explorer::explore(const std::string& name, int64_t b, int width) {
   }
   if (graph_partitioner_) exploreGraph(name, b, width);
   if (chain_partitioner_) exploreChain(name, b, width);
+  else proposeDataParallel(name, b, width, "graph");
 }
 
 PartitionOptions Explorer::partitionOptions(const std::string& name, int64_t b, int width) const {
@@ -340,7 +341,6 @@ void Explorer::exploreGraph(const std::string& name, int64_t b, int width) {
 // The chain DP's optimum, its best pure pipeline and pure data parallelism: the DP's
 // bottleneck objective does not see the schedule's bubble, so the simulator decides.
 void Explorer::exploreChain(const std::string& name, int64_t b, int width) {
-  const int m = static_cast<int>(o_.global_batch / b);
   PartitionOptions po = partitionOptions(name, b, width);
   plan::ScheduleOptions schedule;
   schedule.name = name;
@@ -353,13 +353,24 @@ void Explorer::exploreChain(const std::string& name, int64_t b, int width) {
       return Candidate{chain.plan, {}, chain.partition.objective, 0, "chain"};
     });
   }
+  proposeDataParallel(name, b, width, "chain");
+}
+
+// Pure data parallelism on `width` devices (a chain of one stage, and a graph of one),
+// proposed by each partitioner beside its optimum: its bottleneck objective prices the
+// all-reduce but not a pipeline's bubble, so the simulator decides.
+void Explorer::proposeDataParallel(const std::string& name, int64_t b, int width, const std::string& by) {
+  const int m = static_cast<int>(o_.global_batch / b);
   if (o_.max_replicas == 1 || width < 2 || m % width != 0 || !schedule::traits(name).replicable) return;
+  PartitionOptions po = partitionOptions(name, b, width);
+  plan::ScheduleOptions schedule;
+  schedule.name = name;
   po.max_replicas = o_.max_replicas;
   consider(name, b, width, [&]() -> std::optional<Candidate> {
     const ChainProblem problem(graph_, cluster_, po);
     if (!problem.allowedDevices(0, width)) return std::nullopt;
     const Partition all{{{0, problem.numBlocks(), 0, width}}, 0, 1};
-    return Candidate{toPlan(all, problem, schedule), {}, problem.objective(all.stages), 0, "chain"};
+    return Candidate{toPlan(all, problem, schedule), {}, problem.objective(all.stages), 0, by};
   });
 }
 

@@ -51,6 +51,7 @@ class Explorer {
   // Proposing (explorer.cpp).
   void explore(const std::string& name, int64_t b, int width);
   void exploreGraph(const std::string& name, int64_t b, int width);
+  void proposeDataParallel(const std::string& name, int64_t b, int width, const std::string& by);
   void exploreChain(const std::string& name, int64_t b, int width);
   void consider(const std::string& name, int64_t b, int width, const std::function<std::optional<Candidate>()>& propose);
   ChainPlan partitionShared(PartitionOptions po, const plan::ScheduleOptions& schedule);

@@ -46,13 +46,13 @@ struct StateHash {
 
 // How a state's best partition was made.
 struct Choice {
-  enum class Kind { kStage, kChild, kLevels, kSeries, kParallel } kind = Kind::kStage;
-  int split = 0;   // kSeries / kParallel: the first child of the second part
+  enum class Kind { kStage, kChild, kLevels, kSeries, kParallel, kJoin } kind = Kind::kStage;
+  int split = 0;   // kSeries / kParallel: the first child of the second part; kJoin: which join
   bool swapped = false;  // kParallel: the second part takes the first devices
   int device = 0;  // kStage: the block's first device; splits: the second part's first device
   int end_device = 0;  // kStage: the block's end
-  int second_depth = 0;  // kSeries: the second part's depth
-  double seconds = 0;    // kStage: the stage's time; kSeries: the transfer's (what the limit was held against)
+  int second_depth = 0;  // kSeries, kJoin: the second part's depth
+  double seconds = 0;    // kStage: the stage's time; kSeries, kJoin: the transfer's (what the limit was held against)
 };
 
 struct Entry {
@@ -76,6 +76,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
     if (identical)
       for (const cluster::Level& level : c.levels())
         if (level.group_size < problem.numDevices()) period_ = std::max(period_, level.group_size);
+    findAliases();
     int runs = 0;
     for (std::size_t v = 0; v < tree.nodes.size(); ++v) {
       run_base_.push_back(runs);
@@ -142,24 +143,37 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
   }
 
   // Bytes per micro-batch that children [first, split) send to children [split, end) of
-  // a series node: each producer's output once.
+  // a series node.
   double crossingBytes(int node, int first, int split, int end) {
     const auto key = std::make_tuple(node, first, split, end);
     auto it = crossing_.find(key);
     if (it != crossing_.end()) return it->second;
-    const SpNode& n = tree_.nodes[node];
-    std::vector<char> in_second(graph_.size(), 0);
-    for (int c = split; c < end; ++c)
-      for (int l : tree_.nodes[n.children[c]].layers) in_second[l] = 1;
+    return crossing_[key] = bytesBetween(layersOf({node, first, split, 0, 0, 0}), layersOf({node, split, end, 0, 0, 0}));
+  }
+
+  // What layers `from` send to layers `to` per micro-batch: each producer's output once.
+  double bytesBetween(const std::vector<int>& from, const std::vector<int>& to) const {
+    std::vector<char> in_to(graph_.size(), 0);
+    for (int l : to) in_to[l] = 1;
     double bytes = 0;
-    for (int c = first; c < split; ++c)
-      for (int l : tree_.nodes[n.children[c]].layers)
-        for (int s : graph_.successors(l))
-          if (in_second[s]) {
-            bytes += problem_.outputBytes(l);
-            break;
-          }
-    return crossing_[key] = bytes;
+    for (int l : from)
+      for (int s : graph_.successors(l))
+        if (in_to[s]) {
+          bytes += problem_.outputBytes(l);
+          break;
+        }
+    return bytes;
+  }
+
+  // A run of series node s.node from a parallel child on, as a join (SpNode::joins):
+  // the parallel child's first branches on their own, and the run of the join's series
+  // that holds the rest of the run.
+  State joinApart(const State& s, const SpNode::Join& join, int d, int after) const {
+    return {tree_.nodes[s.node].children[join.child], 0, join.apart, s.d0, d, after};
+  }
+  State joinTogether(const State& s, const SpNode::Join& join, int d) const {
+    const int before = width(join.series) - (width(s.node) - join.child - 1);  // the branches' children
+    return {join.series, 0, before + s.end - s.first - 1, d, s.d1, s.after};
   }
 
   // On identical devices joined by levels of nested groups, moving a window by the
@@ -187,7 +201,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
 
   int best(const State& s) {
     if (++steps_ > max_steps_) return kNoPartition;  // gave up: solve() answers nothing
-    const State key = canonical(s);
+    const State key = canonical(unaliased(s));
     Entry& slot = entry(key);
     if (slot.depth == kUnsolved) {
       const Entry e = search(key);
@@ -199,7 +213,46 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
 
   const Choice& choiceOf(const State& s) {
     best(s);
-    return entry(canonical(s)).choice;
+    return entry(canonical(unaliased(s))).choice;
+  }
+
+  // A join's nodes repeat runs of the decomposition's: the joined branches are a run of
+  // the parallel node's children (or, where one branch joins, its own children), the
+  // children after them a run of the series node's. Such runs are searched once, as the
+  // decomposition's; only runs that hold both a branch and what follows it are new.
+  struct Alias {
+    int node = -1;  // runs starting at child `from` or later are node's runs `shift` children further on
+    int from = 0;
+    int shift = 0;
+    int branch = -1;  // runs ending at child `until` or before are the branch's own runs
+    int until = 0;
+  };
+  void findAliases() {
+    aliases_.resize(tree_.nodes.size());
+    for (std::size_t v = 0; v < tree_.nodes.size(); ++v)
+      for (const SpNode::Join& join : tree_.nodes[v].joins) {
+        const SpNode& parallel = tree_.nodes[tree_.nodes[v].children[join.child]];
+        const SpNode& series = tree_.nodes[join.series];
+        const int before = width(join.series) - (width(static_cast<int>(v)) - join.child - 1);
+        aliases_[join.series] = {static_cast<int>(v), before, join.child + 1 - before};
+        const int joined = series.children[0];
+        const int branch = parallel.children.back();
+        if (before > 1) aliases_[join.series].branch = branch, aliases_[join.series].until = before;
+        if (before == 1 && tree_.nodes[joined].kind == SpNode::Kind::kParallel &&
+            tree_.nodes[joined].children.size() < parallel.children.size())
+          aliases_[joined] = {tree_.nodes[v].children[join.child], 0, join.apart};
+      }
+  }
+  State unaliased(State s) const {
+    const Alias& a = aliases_[s.node];
+    if (a.node >= 0 && s.first >= a.from) {
+      s.node = a.node;
+      s.first += a.shift;
+      s.end += a.shift;
+    } else if (a.branch >= 0 && s.end <= a.until) {
+      s.node = a.branch;
+    }
+    return s;
   }
 
   // The memo: a dense table for states with nothing behind them or whose memory cannot
@@ -250,7 +303,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
         if (series) {
           int depth = kNoPartition;
           const int second_depth = best({s.node, split, s.end, d, s.d1, s.after});
-          if (second_depth == kNoPartition) continue;
+          if (second_depth == kNoPartition || second_depth + 1 >= result.depth) continue;
           const double transfer = problem_.messagesSeconds(crossingBytes(s.node, s.first, split, s.end), d - 1, d);
           if (transfer > limit_) continue;
           const int first_depth = best({s.node, s.first, split, s.d0, d, s.after + second_depth});
@@ -264,17 +317,41 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
         for (const bool swapped : {false, true}) {
 
           const int a = best({s.node, s.first, split, swapped ? d : s.d0, swapped ? s.d1 : d, s.after});
-          if (a == kNoPartition) continue;
+          if (a == kNoPartition || a >= result.depth) continue;
           const int b = best({s.node, split, s.end, swapped ? s.d0 : d, swapped ? d : s.d1, s.after});
           if (b != kNoPartition && std::max(a, b) < result.depth)
             result = {std::max(a, b), {Choice::Kind::kParallel, split, swapped, d - s.d0, 0, 0}};
         }
       }
+    if (series && s.end - s.first >= 2)
+      for (std::size_t j = 0; j < n.joins.size(); ++j)
+        if (n.joins[j].child == s.first) tryJoin(s, static_cast<int>(j), result);
     return result;
   }
 
+  // The run's parallel child's first branches on the first devices, the other branches
+  // with the children after them on the rest (the later part first, as a series split).
+  void tryJoin(const State& s, int j, Entry& result) {
+    const SpNode::Join& join = tree_.nodes[s.node].joins[j];
+    for (int d = s.d0 + 1; d < s.d1; ++d) {
+      const State together = joinTogether(s, join, d);
+      const int second_depth = best(together);
+      if (second_depth == kNoPartition || second_depth + 1 >= result.depth) continue;
+      const auto key = std::make_tuple(s.node, j, together.end);
+      auto it = joined_bytes_.find(key);
+      if (it == joined_bytes_.end())
+        it = joined_bytes_.emplace(key, bytesBetween(layersOf(joinApart(s, join, d, 0)), layersOf(together))).first;
+      const double transfer = problem_.messagesSeconds(it->second, d - 1, d);
+      if (transfer > limit_) continue;
+      const int first_depth = best(joinApart(s, join, d, s.after + second_depth));
+      if (first_depth != kNoPartition && first_depth + second_depth < result.depth)
+        result = {first_depth + second_depth, {Choice::Kind::kJoin, j, false, d - s.d0, 0, second_depth, transfer}};
+    }
+  }
+
   // The stages of a solved state, appended in topological order (first parts first).
-  void collect(const State& s, GraphPartition& p) {
+  void collect(State s, GraphPartition& p) {
+    s = unaliased(s);
     const Choice c = choiceOf(s);
     const int d = s.d0 + c.device;
     switch (c.kind) {
@@ -297,6 +374,13 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
         collect({s.node, s.first, c.split, s.d0, d, s.after + c.second_depth}, p);
         collect({s.node, c.split, s.end, d, s.d1, s.after}, p);
         return;
+      case Choice::Kind::kJoin: {
+        const SpNode::Join& join = tree_.nodes[s.node].joins[c.split];
+        p.objective = std::max(p.objective, c.seconds);
+        collect(joinApart(s, join, d, s.after + c.second_depth), p);
+        collect(joinTogether(s, join, d), p);
+        return;
+      }
       case Choice::Kind::kParallel:
         collect({s.node, s.first, c.split, c.swapped ? d : s.d0, c.swapped ? s.d1 : d, s.after}, p);
         collect({s.node, c.split, s.end, c.swapped ? s.d0 : d, c.swapped ? d : s.d1, s.after}, p);
@@ -309,6 +393,8 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
   const graph::SpTree& tree_;
   std::vector<std::vector<StageSums>> child_prefix_;    // per node: sums over its first c children
   std::map<std::tuple<int, int, int, int>, double> crossing_;
+  std::map<std::tuple<int, int, int>, double> joined_bytes_;  // tryJoin's transfers, by (node, join, end)
+  std::vector<Alias> aliases_;  // per node (findAliases)
   std::vector<int> run_base_;   // per node: where its runs [first, end) begin in dense_
   std::vector<Entry> dense_;
   std::unordered_map<State, Entry, StateHash> deep_;

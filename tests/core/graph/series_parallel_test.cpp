@@ -87,5 +87,22 @@ TEST(SeriesParallel, AParallelNodeAlsoOffersItsLayersByLevel) {
   EXPECT_EQ(show(g, t, branches.by_level), "S(a1 b1 a2 b2)");
 }
 
+TEST(SeriesParallel, AParallelChildOffersItsLastBranchesJoinedToWhatFollows) {
+  const auto g = graphOf({{"a1", {}}, {"a2", {"a1"}}, {"b1", {}}, {"b2", {"b1"}}, {"c1", {}}, {"j", {"a2", "b2", "c1"}},
+                          {"h", {"j"}}});
+  const SpTree t = seriesParallel(g);
+  const SpNode& root = t.nodes[t.root];
+  ASSERT_EQ(show(g, t, t.root), "S(P(S(a1 a2) S(b1 b2) c1) j h)");
+  std::vector<std::string> joins;
+  for (const SpNode::Join& join : root.joins) {
+    EXPECT_EQ(join.child, 0);
+    joins.push_back(std::to_string(join.apart) + ": " + show(g, t, join.series));
+  }
+  // One branch joins as its own layers, so that a stage may hold its tail and the join.
+  EXPECT_EQ(joins, (std::vector<std::string>{"1: S(P(S(b1 b2) c1) j h)", "2: S(c1 j h)"}));
+  for (const SpNode& n : t.nodes)
+    if (&n != &root) EXPECT_TRUE(n.joins.empty());  // branches are chains: nothing to join
+}
+
 }  // namespace
 }  // namespace pipetrain::graph

@@ -353,7 +353,7 @@ TEST(Explore, TheGraphPartitionerProposesOnMultiBranchModelsOnly) {
   o.partitioner = Partitioner::kGraph;
   const Exploration graph_only = explore(branches, chain.cluster, o);
   for (const Candidate& c : graph_only.ranked) {
-    EXPECT_EQ(c.partitioner, "graph");
+    EXPECT_NE(c.partitioner, "chain");  // the graph's plans, and refinements of them
     EXPECT_EQ(c.depth, schedule::pipelineDepth(plan::stageDag(c.plan, branches)));
   }
   EXPECT_EQ(graph_only.toJson()["partitioner"], "graph");

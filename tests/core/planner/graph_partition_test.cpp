@@ -364,6 +364,33 @@ TEST(GraphPartition, BranchesRunSideBySideWhereAChainWouldNotFit) {
   testing::expectError([&] { partitionChain(graph, cluster, o, s); }, {"no partition fits memory"});
 }
 
+// Four branches of two equal layers and a light head, on eight devices without replicas:
+// the tree's runs need nine stages to give every layer its own device (the head alone),
+// so one branch stayed whole, at twice the pace. A join puts the last branch's tail and
+// the head in one stage: every stage is one layer's time (plus the head's).
+TEST(GraphPartition, ABranchTailJoinsTheHeadInOneStage) {
+  graph::Layer head;
+  head.name = "head";
+  head.forward_seconds = head.backward_input_seconds = head.backward_weight_seconds = 1e-4;
+  const graph::LayerGraph graph = testing::forkJoin(4, 2, [](int, int) {
+    graph::Layer l;
+    l.forward_seconds = l.backward_input_seconds = l.backward_weight_seconds = 1e-2;
+    return l;
+  }, head);
+  const auto cluster = cluster::ClusterSpec::uniform(8, 1e12, 1e12, 0);
+  PartitionOptions o;
+  o.microbatches = 8;
+  o.max_replicas = 1;
+  const GraphPlan g = partitionGraph(graph, cluster, o, {}, GraphSearch::kSeriesParallel);  // the tree's search
+  ASSERT_NO_THROW(plan::validate(g.plan, graph, cluster));
+  EXPECT_EQ(g.plan.numStages(), 8);
+  EXPECT_NEAR(g.partition.objective, 8 * (3e-2 + 3e-4), 1e-9);  // not 8 x 6e-2: no branch is whole
+  bool joined = false;
+  for (const plan::Stage& s : g.plan.stages)
+    joined |= s.layers == std::vector<std::string>{"b3_1", "head"};
+  EXPECT_TRUE(joined);
+}
+
 TEST(GraphPartition, PlansValidateAndFitTheScheduleFootprint) {
   std::mt19937 rng(11);
   int planned = 0;
