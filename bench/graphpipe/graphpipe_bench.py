@@ -16,6 +16,10 @@ Clusters: nodes of 4 V100s (the paper's 4 of Summit's 6), NVLink 50 GB/s within 
 EDR InfiniBand 12.5 GB/s between nodes. Prints one row per model x GPUs x view with the
 predicted samples/s of each partitioner's chosen plan, graph / chain, both plans' depth,
 micro-batch size and peak memory, and notes (the graph search's budget running out).
+
+Then the same race on the project's own multi-branch example graphs (examples/graphs) on
+its example clusters (examples/clusters), as `plan` runs by default (every schedule,
+recomputation where memory needs it), batch 256: graph / chain per cell.
 Usage: bench/graphpipe/graphpipe_bench.py [--build build] [--out results.json] [--gpus 4 8 16 32]
 """
 import argparse
@@ -45,9 +49,15 @@ def cluster(devices):
             "levels": levels}
 
 
-def plan(binary, graph, cluster_path, batch, partitioner, pipelines):
+EXAMPLE_GRAPHS = ["fmnist-branch", "candle-uno", "dlrm", "multimodal"]
+EXAMPLE_CLUSTERS = ["gpu-server", "gpu-cluster-4-nodes", "heterogeneous", "fpga-ring"]
+
+
+def plan(binary, graph, cluster_path, batch, partitioner, pipelines, as_paper=True):
     args = [binary, "plan", "--graph", graph, "--cluster", cluster_path, "--batch", str(batch),
-            "--partitioner", partitioner, "--schedule", "1f1b", "--recompute", "none", "--json"]
+            "--partitioner", partitioner, "--json"]
+    if as_paper:
+        args += ["--schedule", "1f1b", "--recompute", "none"]
     if pipelines:
         args.append("--no-replication")
     started = time.monotonic()
@@ -105,9 +115,25 @@ def main():
                         model, gpus, batch, row["view"], describe(row["graph"]), describe(row["chain"]),
                         "%.2f" % row["graph_over_chain"] if "graph_over_chain" in row else "  - ",
                         row["graph"]["seconds"], notes), flush=True)
+    examples = []
+    for g in EXAMPLE_GRAPHS:
+        graph = os.path.join(ROOT, "examples", "graphs", g + ".json")
+        for c in EXAMPLE_CLUSTERS:
+            cluster_path = os.path.join(ROOT, "examples", "clusters", c + ".json")
+            row = {"model": g, "cluster": c, "batch": 256}
+            for partitioner in ("graph", "chain"):
+                row[partitioner] = plan(binary, graph, cluster_path, 256, partitioner, False, as_paper=False)
+            if row["graph"]["fits"] and row["chain"]["fits"]:
+                row["graph_over_chain"] = row["graph"]["throughput"] / row["chain"]["throughput"]
+            examples.append(row)
+            print("%-13s on %-19s | graph %-36s | chain %-36s | %s" % (
+                g, c, describe(row["graph"]), describe(row["chain"]),
+                "%.3f" % row["graph_over_chain"] if "graph_over_chain" in row else "  - "), flush=True)
+    below = [r for r in examples if r.get("graph_over_chain", 0) < 0.999]
+    print("example graphs: graph / chain below 1.0 in %d of %d cells" % (len(below), len(examples)))
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"cases": rows}, f, indent=1)
+            json.dump({"cases": rows, "examples": examples}, f, indent=1)
     return 0
 
 

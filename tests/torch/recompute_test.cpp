@@ -32,6 +32,39 @@ TEST(Recomputation, EverySynchronousScheduleMatchesSingleProcess) {
     }
 }
 
+// Selective recomputation: each stage's first layers run again, the rest keep theirs.
+TEST(Recomputation, SomeLayersOfEachStageOnEverySynchronousSchedule) {
+  for (const std::string schedule : {"gpipe", "1f1b", "zb-h1", "zb-h2", "interleaved", "zb-v", "dualpipev"})
+    for (const int layers : {1, 2}) {
+      SCOPED_TRACE(schedule + ", first " + std::to_string(layers));
+      TrainConfig c = smallConfig("gpt", {{"layers", 6}, {"width", 32}, {"heads", 2}, {"context", 8}});
+      const bool looped = schedule == "interleaved";
+      usePlan(c, schedule, {1, 1}, looped ? 2 : 1);
+      for (plan::Stage& s : c.plan.stages) {
+        ASSERT_GT(static_cast<int>(s.layers.size()), layers);
+        s.recompute = true;
+        s.recompute_layers = layers;
+      }
+      expectMatchesReference(c);
+    }
+}
+
+// candle-uno's first stage holds two branches: recomputing the first (and the second's
+// first layer) keeps the first branch's output, which the next stage reads, and the
+// second's first output, which the stage's own rest reads.
+TEST(Recomputation, SomeLayersWhoseOutputsLaterStagesRead) {
+  for (const std::string schedule : {"1f1b", "zb-h1"})
+    for (const int layers : {2, 3}) {
+      SCOPED_TRACE(schedule + ", first " + std::to_string(layers));
+      TrainConfig c = smallConfig("candle-uno", {{"branches", 3}, {"features", 6}, {"layers", 2}, {"width", 8}});
+      usePlan(c, schedule, {1, 1});
+      ASSERT_EQ(c.plan.stages[0].layers, (std::vector<std::string>{"b0_fc0", "b0_fc1", "b1_fc0", "b1_fc1"}));
+      c.plan.stages[0].recompute = true;
+      c.plan.stages[0].recompute_layers = layers;
+      expectMatchesReference(c);
+    }
+}
+
 TEST(Recomputation, OnSomeStagesAndWithReplicas) {
   TrainConfig c = smallConfig("gpt", {{"layers", 4}, {"width", 32}, {"heads", 2}, {"context", 8}});
   usePlan(c, "1f1b", {2, 1});
@@ -84,7 +117,8 @@ struct OneRankRun {
 
 // One mini-batch of GPipe on one rank: every forward pass before the first backward, so
 // recomputation replays micro-batch 0 after the others drew their masks.
-OneRankRun runOneStage(bool recompute, int width, int microbatches, int64_t b) {
+// `recomputed`: how many of the stage's first layers recompute (0: none).
+OneRankRun runOneStage(int recomputed, int width, int microbatches, int64_t b) {
   torch::manual_seed(11);
   const torch::Tensor x = torch::randn({microbatches * b, width});
   const torch::Tensor y = torch::randint(0, 3, {microbatches * b});
@@ -99,7 +133,9 @@ OneRankRun runOneStage(bool recompute, int width, int microbatches, int64_t b) {
   auto sgd = [](std::vector<torch::Tensor> p) {
     return std::make_unique<torch::optim::SGD>(std::move(p), torch::optim::SGDOptions(0.1));
   };
-  PipelineExecutor executor(program, 0, model, {StageLayers{all, recompute}}, b, *group[0], sgd);
+  const int layers = static_cast<int>(all.size());
+  PipelineExecutor executor(program, 0, model, {StageLayers{all, recomputed > 0, recomputed < layers ? recomputed : 0}},
+                            b, *group[0], sgd);
   MicrobatchData data{[&](int j) { return x.narrow(0, j * b, b); }, [&](int j) { return y.narrow(0, j * b, b); }, {}};
   OneRankRun out;
   torch::manual_seed(13);  // the masks' stream, the same for both runs
@@ -116,21 +152,30 @@ OneRankRun runOneStage(bool recompute, int width, int microbatches, int64_t b) {
 }
 
 TEST(Recomputation, DropoutAndBatchNormComeOutAsWithout) {
-  const OneRankRun kept = runOneStage(false, 16, 4, 8), recomputed = runOneStage(true, 16, 4, 8);
-  EXPECT_EQ(largestDifference(recomputed.parameters, kept.parameters), 0.0);
-  EXPECT_EQ(largestDifference(recomputed.buffers, kept.buffers), 0.0);  // running statistics updated once
-  EXPECT_EQ(recomputed.first_draw_after, kept.first_draw_after);
+  const OneRankRun kept = runOneStage(0, 16, 4, 8);
+  for (const int layers : {10, 3}) {  // all of them; in, dropout and batch norm only
+    SCOPED_TRACE(layers);
+    const OneRankRun recomputed = runOneStage(layers, 16, 4, 8);
+    EXPECT_EQ(largestDifference(recomputed.parameters, kept.parameters), 0.0);
+    EXPECT_EQ(largestDifference(recomputed.buffers, kept.buffers), 0.0);  // running statistics updated once
+    EXPECT_EQ(recomputed.first_draw_after, kept.first_draw_after);
+  }
 }
 
 TEST(Recomputation, TheStageHoldsLessMemory) {
   // Eight micro-batches in flight at once: without recomputation each holds every layer's
   // saved activations; with it, its input and the loss, and one micro-batch at a time
   // holds the rest.
-  const OneRankRun kept = runOneStage(false, 256, 8, 512), recomputed = runOneStage(true, 256, 8, 512);
+  const OneRankRun kept = runOneStage(0, 256, 8, 512), recomputed = runOneStage(10, 256, 8, 512);
   ASSERT_GT(kept.peak_bytes, 0);
   RecordProperty("peak_bytes_kept", std::to_string(kept.peak_bytes));
   RecordProperty("peak_bytes_recomputed", std::to_string(recomputed.peak_bytes));
   EXPECT_LT(recomputed.peak_bytes, kept.peak_bytes / 3) << kept.peak_bytes << " vs " << recomputed.peak_bytes;
+  // Half the layers: between the two (the other half and the boundary stay).
+  const OneRankRun half = runOneStage(5, 256, 8, 512);
+  RecordProperty("peak_bytes_half_recomputed", std::to_string(half.peak_bytes));
+  EXPECT_LT(half.peak_bytes, kept.peak_bytes * 3 / 4) << kept.peak_bytes << " vs " << half.peak_bytes;
+  EXPECT_GT(half.peak_bytes, recomputed.peak_bytes) << half.peak_bytes << " vs " << recomputed.peak_bytes;
 }
 
 }  // namespace

@@ -26,6 +26,14 @@ struct Stage {
   // outputs it sends, and runs again before the backward pass needs the rest
   // (docs/planner.md#recomputation). Trades one more F per micro-batch for memory.
   bool recompute = false;
+  // Selective recomputation: with `recompute`, only the stage's first this many layers
+  // (in the model's order, which is topological) run again; the rest keep their activations, and the first
+  // layers' outputs that the rest or later stages read are kept too. 0: every layer.
+  int recompute_layers = 0;
+  // How many of the stage's layers recompute: 0, recompute_layers, or all of them.
+  int recomputedLayers() const {
+    return !recompute ? 0 : recompute_layers > 0 ? recompute_layers : static_cast<int>(layers.size());
+  }
 };
 
 struct ScheduleOptions {
@@ -58,7 +66,8 @@ struct Plan {
 // "2x1+1x2": the stages with their replica counts, run-length encoded (tables, reports).
 std::string stageShape(const Plan& plan);
 // The stages that recompute their activations: "" for none, "all", or their numbers
-// with runs as ranges ("1-78,80"), for tables and reports.
+// with runs as ranges ("1-78,80"), a stage recomputing some of its layers as "3(2/8)"
+// (2 of its 8), for tables and reports.
 std::string recomputedStages(const Plan& plan);
 
 // The stage DAG of a plan over a graph: stage s -> t when a layer of t consumes a layer

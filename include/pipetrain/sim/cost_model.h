@@ -34,13 +34,14 @@ double transferSeconds(double bytes, const cluster::Route& route);
 struct StageCosts {
   double forward = 0, backward_input = 0, backward_weight = 0;  // seconds at speed 1
   double split_weight = 0;      // a split schedule's W action (Layer::splitWeightSeconds)
-  double recompute = 0;         // the forward pass run again before B (or I); 0 = not recomputed
+  double recompute = 0;         // the forward pass (of the recomputed layers) again before B (or I)
   double optimizer_step = 0;    // seconds at speed 1, once per STEP
   double activation_bytes = 0;  // saved per micro-batch from F until B (or I)
   double split_activation_bytes = 0;  // the same between a split schedule's I and W
   // A recomputing stage: what one micro-batch holds while it is recomputed and its
-  // backward pass runs (every layer's saved activations), on top of the others' inputs
-  // and outputs, which are then its activation_bytes. 0 when the stage does not recompute.
+  // backward pass runs (the recomputed layers' saved activations), on top of what the
+  // others keep (their inputs, kept outputs and the layers not recomputed), which is then
+  // its activation_bytes. 0 when the stage does not recompute.
   double recompute_peak_bytes = 0;
   double param_bytes = 0;
   double optimizer_bytes = 0;

@@ -63,6 +63,9 @@ struct StageLayers {
   // The forward pass keeps only the stage's inputs and the outputs it sends, and runs
   // again, building the graph, just before the backward pass (plan::Stage::recompute).
   bool recompute = false;
+  // With `recompute`: only the first this many of `layers` do so (0: all of them); the
+  // rest keep their activations (plan::Stage::recompute_layers).
+  int recompute_layers = 0;
 };
 
 // Whether a stage runs a layer that reads the model's input (models::kModelInput): its

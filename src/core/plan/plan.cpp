@@ -40,8 +40,15 @@ ScheduleOptions readSchedule(const json_io::JsonCursor& c) {
 }
 
 Stage readStage(const json_io::JsonCursor& c) {
-  c.allowOnly({"layers", "devices", "recompute"});
-  return Stage{c.field("layers").asStringArray(), c.field("devices").asStringArray(), c.boolOr("recompute", false)};
+  c.allowOnly({"layers", "devices", "recompute", "recompute_layers"});
+  Stage s{c.field("layers").asStringArray(), c.field("devices").asStringArray(), c.boolOr("recompute", false)};
+  if (c.has("recompute_layers")) {
+    if (!s.recompute) c.field("recompute_layers").fail("needs \"recompute\": true beside it");
+    s.recompute_layers = static_cast<int>(
+        c.field("recompute_layers").asIntIn(1, std::max<int64_t>(1, static_cast<int64_t>(s.layers.size()))));
+    if (s.recompute_layers == static_cast<int>(s.layers.size())) s.recompute_layers = 0;  // all of them
+  }
+  return s;
 }
 
 }  // namespace
@@ -80,13 +87,20 @@ std::string stageShape(const Plan& plan) {
 std::string recomputedStages(const Plan& plan) {
   std::string listed;
   int count = 0;
+  const auto whole = [&](int s) { return plan.stages[s].recompute && plan.stages[s].recompute_layers == 0; };
   for (int s = 0; s < plan.numStages();) {
-    if (!plan.stages[s].recompute) {
+    if (plan.stages[s].recompute && !whole(s)) {  // some of its layers
+      listed += (listed.empty() ? "" : ",") + std::to_string(s) + "(" +
+                std::to_string(plan.stages[s].recompute_layers) + "/" + std::to_string(plan.stages[s].layers.size()) + ")";
       ++s;
       continue;
     }
-    int end = s;  // a run of recomputing stages [s, end]
-    while (end + 1 < plan.numStages() && plan.stages[end + 1].recompute) ++end;
+    if (!whole(s)) {
+      ++s;
+      continue;
+    }
+    int end = s;  // a run of stages recomputing every layer [s, end]
+    while (end + 1 < plan.numStages() && whole(end + 1)) ++end;
     listed += (listed.empty() ? "" : ",") + std::to_string(s) + (end > s ? "-" + std::to_string(end) : "");
     count += end - s + 1;
     s = end + 1;
@@ -109,6 +123,7 @@ json_io::Json Plan::toJson() const {
   for (const Stage& s : stages) {
     json_io::Json stage = {{"layers", s.layers}, {"devices", s.devices}};
     if (s.recompute) stage["recompute"] = true;  // absent = false: plans from before read the same
+    if (s.recompute && s.recompute_layers > 0) stage["recompute_layers"] = s.recompute_layers;
     stages_json.push_back(std::move(stage));
   }
   j["stages"] = std::move(stages_json);

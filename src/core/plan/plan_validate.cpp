@@ -63,6 +63,13 @@ class Validator {
       fail("schedule.chunks = " + std::to_string(plan_.schedule.chunks) +
            " only applies to the interleaved schedule, not '" + plan_.schedule.name + "'");
     if (plan_.stages.empty()) fail("the plan has no stages");
+    for (int s = 0; s < plan_.numStages(); ++s) {
+      const plan::Stage& stage = plan_.stages[s];
+      if (stage.recompute_layers < 0 || stage.recompute_layers > static_cast<int>(stage.layers.size()) ||
+          (stage.recompute_layers > 0 && !stage.recompute))
+        fail(stageName(s) + ": recompute_layers = " + std::to_string(stage.recompute_layers) +
+             " must lie in 1.." + std::to_string(stage.layers.size()) + " (its layers), with recompute set");
+    }
     if (traits().backward_weights == schedule::BackwardWeights::kLatest)
       for (int s = 0; s < plan_.numStages(); ++s)
         if (plan_.stages[s].recompute)

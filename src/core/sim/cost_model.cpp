@@ -35,10 +35,28 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
 
   for (int s = 0; s < plan.numStages(); ++s) {
     StageCosts c;
-    for (const std::string& name : plan.stages[s].layers) {
+    const plan::Stage& stage = plan.stages[s];
+    const int recomputed = stage.recomputedLayers();
+    double recomputed_forward = 0, recomputed_bytes = 0, kept_outputs = 0;  // of the recomputed layers
+    std::vector<int> order;  // the stage's layers in the model's (topological) order, as the runtime runs them
+    for (const std::string& name : stage.layers) order.push_back(graph.indexOf(name));
+    std::sort(order.begin(), order.end());
+    std::vector<char> in_recomputed(graph.size(), 0);
+    for (int i = 0; i < recomputed; ++i) in_recomputed[order[i]] = 1;
+    for (const std::string& name : stage.layers) {
       const int index = graph.indexOf(name);
       const graph::Layer& l = graph.layer(index);
       const graph::PassSeconds t = graph.secondsAt(index, plan.microbatch_size);
+      if (in_recomputed[index]) {
+        recomputed_forward += t.forward;
+        recomputed_bytes += l.saved_activation_bytes * scale;
+        // Its output stays where a layer that is not recomputed (here or later) reads it.
+        for (int next : graph.successors(index))
+          if (!in_recomputed[next]) {
+            kept_outputs += l.output_bytes * scale;
+            break;
+          }
+      }
       c.forward += t.forward;
       c.backward_input += t.backward_input;
       c.backward_weight += t.backward_weight;
@@ -49,7 +67,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.param_bytes += l.param_bytes;
       c.optimizer_bytes += l.optimizer_state_bytes;
     }
-    if (plan.stages[s].recompute) {
+    if (recomputed == static_cast<int>(stage.layers.size())) {
       // The forward pass runs twice. Between F and B a micro-batch keeps the messages the
       // stage received and sent; between I and W a split schedule still holds what W
       // reads, which the recomputed graph made again.
@@ -57,6 +75,13 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.recompute_peak_bytes = c.activation_bytes;
       c.activation_bytes = 0;
       for (double b : edge_bytes_[s]) c.activation_bytes += b;
+      for (int q : dag_.preds[s]) c.activation_bytes += edgeBytes(q, s);
+    } else if (recomputed > 0) {
+      // Its first layers run twice: between F and B a micro-batch keeps the stage's inputs,
+      // the outputs of those layers that others read, and the other layers' activations.
+      c.recompute = recomputed_forward;
+      c.recompute_peak_bytes = recomputed_bytes;
+      c.activation_bytes += kept_outputs - recomputed_bytes;
       for (int q : dag_.preds[s]) c.activation_bytes += edgeBytes(q, s);
     }
     stages_.push_back(c);

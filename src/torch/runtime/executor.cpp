@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "action_timer.h"
@@ -51,6 +52,17 @@ struct Activation {
   SplitBackward split;
   // A recomputing stage, from F until the forward pass runs again before B or I.
   std::optional<ForwardReplay> replay;
+  // A stage recomputing its first layers: the outputs of those that the other layers or
+  // later stages read, as the leaves the rest of the stage's graph starts from (by layer),
+  // and under split backward the recomputed layers' I, kept for their W.
+  std::vector<std::pair<int, torch::Tensor>> kept;
+  SplitBackward recomputed_split;
+};
+
+// A stage that recomputes some of its layers (StageLayers::recompute_layers): those, the
+// others, and which of the first the others or later stages read.
+struct PartRecomputed {
+  std::vector<int> layers, rest, kept;
 };
 
 }  // namespace
@@ -70,7 +82,8 @@ struct PipelineExecutor::Impl {
   WeightProbe probe;
 
   std::map<int, StageState> state;  // per stage of this rank
-  std::map<int, std::vector<torch::Tensor>> recomputed_buffers;  // per recomputing stage: its layers' buffers
+  std::map<int, std::vector<torch::Tensor>> recomputed_buffers;  // per recomputing stage: its recomputed layers' buffers
+  std::map<int, PartRecomputed> part_recomputed;  // per stage of this rank recomputing some of its layers
   std::unique_ptr<TiedGradients> tied;  // models with weights shared between layers
 
   schedule::RankFacts facts;  // of `program`, derived once per Program
@@ -201,14 +214,21 @@ struct PipelineExecutor::Impl {
     const torch::Tensor labels = p.isLastStage(s) ? toDevice(data.labels(j), s) : torch::Tensor();
     AutocastScope autocast(precision, state.at(s).device);
     const bool recompute = stages[s].recompute;
+    const auto part = part_recomputed.find(s);
+    const bool partly = part != part_recomputed.end();
     if (recompute) act.replay.emplace(state.at(s).device, values, labels);
     withWeights(a, [&] {
+      if (partly) {
+        values = forwardKeeping(part->second, std::move(values), act);
+        return;
+      }
       std::optional<torch::NoGradGuard> no_graph;  // a recomputing stage builds it again before B
       if (recompute) no_graph.emplace();
       values = models::forwardLayers(model, stages[s].layers, std::move(values));
     });
-    if (facts.split_stages.count(s) && !recompute)
-      for (int l : stages[s].layers) act.layer_outputs.push_back(values.at(model.layers[l].name));
+    if (facts.split_stages.count(s) && (!recompute || partly))
+      for (int l : partly ? part->second.rest : stages[s].layers)
+        act.layer_outputs.push_back(values.at(model.layers[l].name));
     act.outputs = sentOutputs(p, s, values);
     if (p.isLastStage(s)) {
       torch::Tensor loss = models::lossOf(model, modelOutput(values), labels);
@@ -219,6 +239,29 @@ struct PipelineExecutor::Impl {
       act.loss = loss * facts.steps.loss_scale[j];
     }
     live[{s, j}] = std::move(act);
+  }
+
+  // F of a stage recomputing its first layers: those without a graph, then the outputs
+  // of them that others read as leaves (Activation::kept), then the rest with its graph
+  // from there. The recomputed layers' other outputs go now.
+  std::map<std::string, torch::Tensor> forwardKeeping(const PartRecomputed& part,
+                                                      std::map<std::string, torch::Tensor> values, Activation& act) {
+    {
+      torch::NoGradGuard no_graph;
+      values = models::forwardLayers(model, part.layers, std::move(values));
+    }
+    for (int l : part.layers) {
+      const auto it = values.find(model.layers[l].name);
+      if (std::find(part.kept.begin(), part.kept.end(), l) == part.kept.end()) {
+        values.erase(it);
+        continue;
+      }
+      torch::Tensor leaf = it->second.detach();
+      if (leaf.is_floating_point()) leaf.requires_grad_(true);
+      it->second = leaf;
+      act.kept.emplace_back(l, leaf);
+    }
+    return models::forwardLayers(model, part.rest, std::move(values));
   }
 
   void evalForward(const schedule::Program& p, const Action& a, const MicrobatchData& data, EvalResult& result) {
@@ -246,6 +289,21 @@ struct PipelineExecutor::Impl {
   void recomputeForward(const Action& a) {
     const int s = a.stage, j = a.microbatch;
     Activation& act = live.at({s, j});
+    const torch::Tensor labels = act.replay->labels();
+    const std::map<std::string, torch::Tensor> values = forwardAgain(a, stages[s].layers);
+    if (facts.split_stages.count(s))
+      for (int l : stages[s].layers) act.layer_outputs.push_back(values.at(model.layers[l].name));
+    act.outputs = sentOutputs(*program, s, values);
+    if (program->isLastStage(s))
+      act.loss = models::lossOf(model, modelOutput(values), labels) * facts.steps.loss_scale[j];
+  }
+
+  // `layers` of a recomputing stage again, now building the graph, from the stage's
+  // inputs at F, on the weights F read (stashed where a step came between) and its random
+  // stream (ForwardReplay). Their outputs, with the inputs.
+  std::map<std::string, torch::Tensor> forwardAgain(const Action& a, const std::vector<int>& layers) {
+    const int s = a.stage, j = a.microbatch;
+    Activation& act = live.at({s, j});
     const ForwardReplay replay = std::move(*act.replay);
     act.replay.reset();
     StageState& st = state.at(s);
@@ -253,13 +311,9 @@ struct PipelineExecutor::Impl {
     std::map<std::string, torch::Tensor> values;
     auto what = [&] { return "rank " + std::to_string(rank) + ": recomputing " + schedule::toString(a); };
     withVersion(st, facts.forward_version.at({s, j}), 0, what, [&] {
-      replay.run(recomputed_buffers.at(s), [&] { values = models::forwardLayers(model, stages[s].layers, replay.inputs()); });
+      replay.run(recomputed_buffers.at(s), [&] { values = models::forwardLayers(model, layers, replay.inputs()); });
     });
-    if (facts.split_stages.count(s))
-      for (int l : stages[s].layers) act.layer_outputs.push_back(values.at(model.layers[l].name));
-    act.outputs = sentOutputs(*program, s, values);
-    if (program->isLastStage(s))
-      act.loss = models::lossOf(model, modelOutput(values), replay.labels()) * facts.steps.loss_scale[j];
+    return values;
   }
 
   // What the backward pass starts from: the scaled loss on the last stage; elsewhere the
@@ -312,12 +366,16 @@ struct PipelineExecutor::Impl {
 
   void backward(const Action& a) {
     const int s = a.stage;
-    if (live.at({s, a.microbatch}).replay) recomputeForward(a);
+    const auto part = part_recomputed.find(s);
+    if (part == part_recomputed.end() && live.at({s, a.microbatch}).replay) recomputeForward(a);
     auto [roots, root_grads] = backwardRoots(a);
     Activation& act = live.at({s, a.microbatch});
     std::vector<torch::Tensor> leaves;
     for (const auto& [q, tensors] : act.inputs) leaves.insert(leaves.end(), tensors.begin(), tensors.end());
-    withWeights(a, [&] {
+    if (part != part_recomputed.end()) {
+      packInputGrads(s, act, backwardInTwo(a, part->second, roots, root_grads, leaves));
+      act.weights_pending = a.type == ActionType::I;
+    } else withWeights(a, [&] {
       if (a.type == ActionType::B) {
         torch::autograd::backward(roots, root_grads);
         std::vector<torch::Tensor> grads;
@@ -342,10 +400,85 @@ struct PipelineExecutor::Impl {
     finishIfDone(s, a.microbatch);
   }
 
+  // B or I of a stage recomputing its first layers (PartRecomputed), in two engine calls:
+  // the rest of the stage from its roots down to the kept outputs, then the first layers,
+  // run again, from those outputs with the gradients that reached them. The stage's
+  // inputs collect from both; the gradients of `leaves` (its inputs) are returned.
+  std::vector<torch::Tensor> backwardInTwo(const Action& a, const PartRecomputed& part,
+                                           const std::vector<torch::Tensor>& roots,
+                                           const std::vector<torch::Tensor>& root_grads,
+                                           const std::vector<torch::Tensor>& leaves) {
+    Activation& act = live.at({a.stage, a.microbatch});
+    const bool split = a.type == ActionType::I;
+    std::map<int, torch::Tensor> kept_grads;  // by layer
+    auto add = [&](int l, const torch::Tensor& g) {
+      if (!g.defined()) return;
+      auto [it, fresh] = kept_grads.emplace(l, g);
+      if (!fresh) it->second = it->second + g;
+    };
+    // A kept output sent to a later stage is a root: its gradient seeds the second call.
+    std::vector<torch::Tensor> rest_roots, rest_grads, kept_leaves;
+    for (std::size_t i = 0; i < roots.size(); ++i) {
+      const auto k = std::find_if(act.kept.begin(), act.kept.end(), [&](const auto& p) { return p.second.is_same(roots[i]); });
+      if (k != act.kept.end()) {
+        add(k->first, root_grads[i]);
+      } else {
+        rest_roots.push_back(roots[i]);
+        rest_grads.push_back(root_grads[i]);
+      }
+    }
+    for (const auto& [l, leaf] : act.kept) kept_leaves.push_back(leaf);
+    std::vector<torch::Tensor> input_grads(leaves.size());
+    withWeights(a, [&] {
+      if (rest_roots.empty()) return;
+      if (!split) {
+        torch::autograd::backward(rest_roots, rest_grads);
+        for (std::size_t k = 0; k < kept_leaves.size(); ++k) add(act.kept[k].first, kept_leaves[k].grad());
+        return;
+      }
+      std::vector<torch::Tensor> targets = std::move(act.layer_outputs);
+      const std::size_t first = targets.size();
+      targets.insert(targets.end(), kept_leaves.begin(), kept_leaves.end());
+      targets.insert(targets.end(), leaves.begin(), leaves.end());
+      const std::vector<torch::Tensor> g = act.split.inputPass(rest_roots, rest_grads, targets, state.at(a.stage).params);
+      for (std::size_t k = 0; k < kept_leaves.size(); ++k) add(act.kept[k].first, g[first + k]);
+      for (std::size_t i = 0; i < leaves.size(); ++i) input_grads[i] = g[first + kept_leaves.size() + i];
+    });
+    act.kept.clear();
+    const std::map<std::string, torch::Tensor> again = forwardAgain(a, part.layers);
+    std::vector<torch::Tensor> again_roots, again_grads;
+    for (const auto& [l, g] : kept_grads) {
+      again_roots.push_back(again.at(model.layers[l].name));
+      again_grads.push_back(g);
+    }
+    withWeights(a, [&] {
+      if (!split) {  // .grad of the inputs now holds both calls' sums
+        if (!again_roots.empty()) torch::autograd::backward(again_roots, again_grads);
+        for (std::size_t i = 0; i < leaves.size(); ++i) input_grads[i] = leaves[i].grad();
+        return;
+      }
+      if (again_roots.empty()) return;
+      std::vector<torch::Tensor> targets;  // W of the recomputed layers starts from their outputs
+      for (int l : part.layers) targets.push_back(again.at(model.layers[l].name));
+      const std::size_t first = targets.size();
+      targets.insert(targets.end(), leaves.begin(), leaves.end());
+      const std::vector<torch::Tensor> g =
+          act.recomputed_split.inputPass(again_roots, again_grads, targets, state.at(a.stage).params);
+      for (std::size_t i = 0; i < leaves.size(); ++i) {
+        const torch::Tensor& more = g[first + i];
+        if (more.defined()) input_grads[i] = input_grads[i].defined() ? input_grads[i] + more : more;
+      }
+    });
+    return input_grads;
+  }
+
   // W: the parameters' gradients from what I kept.
   void weightBackward(const Action& a) {
     Activation& act = live.at({a.stage, a.microbatch});
-    withWeights(a, [&] { act.split.weightPass(); });
+    withWeights(a, [&] {
+      act.split.weightPass();
+      act.recomputed_split.weightPass();
+    });
     act.outputs.clear();
     act.loss.reset();
     act.inputs.clear();
@@ -526,9 +659,24 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   m.facts = schedule::rankFacts(*m.program, m.rank);
   channel.preparePeers(m.facts.peers);
   for (int s : my_stages_) {
+    const std::vector<int>& layers = m.stages[s].layers;
+    const int recomputed = m.stages[s].recompute ? m.stages[s].recompute_layers : 0;
+    if (recomputed > 0 && recomputed < static_cast<int>(layers.size())) {
+      PartRecomputed& part = m.part_recomputed[s];
+      part.layers.assign(layers.begin(), layers.begin() + recomputed);
+      part.rest.assign(layers.begin() + recomputed, layers.end());
+      std::set<std::string> read;  // by the rest of the stage or a later stage
+      for (int l : part.rest)
+        for (const std::string& input : models::layerInputs(model, l)) read.insert(input);
+      for (int t : program.stage_succs[s])
+        for (int l : m.edges.at({s, t}).layers) read.insert(model.layers[l].name);
+      for (int l : part.layers)
+        if (read.count(model.layers[l].name)) part.kept.push_back(l);
+    }
     if (m.stages[s].recompute) {
       std::vector<torch::Tensor>& buffers = m.recomputed_buffers[s];
-      for (int l : m.stages[s].layers)
+      const auto again = m.part_recomputed.count(s) ? m.part_recomputed.at(s).layers : layers;
+      for (int l : again)
         for (const torch::Tensor& b : model.layers[l].module.ptr()->buffers()) buffers.push_back(b);
     }
     StageState& st = m.state.emplace(s, StageState{model.device}).first->second;

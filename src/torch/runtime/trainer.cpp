@@ -273,6 +273,7 @@ std::vector<StageLayers> stageLayers(const plan::Plan& plan, const models::Model
     }
     std::sort(stage.layers.begin(), stage.layers.end());  // the model's order is topological
     stage.recompute = plan.stages[s].recompute;
+    stage.recompute_layers = plan.stages[s].recompute_layers;
     out.push_back(std::move(stage));
   }
   const auto missing = std::find(placed.begin(), placed.end(), 0);

@@ -73,6 +73,40 @@ TEST(Recompute, CostModelRunsTheForwardPassAgainAndKeepsTheMessages) {
   EXPECT_DOUBLE_EQ(costs.computeSeconds(b, 1), recomputed.forward + recomputed.backward_input + recomputed.backward_weight);
 }
 
+TEST(Recompute, SelectiveRecomputationRunsItsLayersAgainAndKeepsTheirLastOutput) {
+  const graph::LayerGraph g = heavyActivations();
+  const cluster::ClusterSpec c = fourDevices(int64_t{1} << 40);
+  plan::Plan p = twoStages(g, true);
+  p.stages[1].recompute_layers = 3;  // layer4..layer6 run again; layer6's output feeds layer7
+  const sim::CostModel costs(g, c, p);
+  const sim::StageCosts& part = costs.stage(1);
+  EXPECT_DOUBLE_EQ(part.recompute, 3 * 1e-3 * 2);  // three layers' F at micro-batch 2
+  EXPECT_DOUBLE_EQ(part.recompute_peak_bytes, 3 * 16 * kMiB * 2);
+  // The input from stage 0, layer6's output, and layer7's own activations.
+  EXPECT_DOUBLE_EQ(part.activation_bytes, kMiB * 2 + kMiB * 2 + 16 * kMiB * 2);
+  EXPECT_EQ(plan::recomputedStages(p), "1(3/4)");
+}
+
+TEST(Recompute, PlansSaySomeLayersRecomputeAndRefuseAbsurdCounts) {
+  const graph::LayerGraph g = heavyActivations();
+  plan::Plan p = twoStages(g, true);
+  p.stages[1].recompute_layers = 2;
+  const json_io::Json j = p.toJson();
+  EXPECT_EQ(j["stages"][1]["recompute_layers"], 2);
+  EXPECT_EQ(plan::Plan::fromJson(j, "test").stages[1].recomputedLayers(), 2);
+  json_io::Json all = j;
+  all["stages"][1]["recompute_layers"] = 4;  // every layer: plain recomputation
+  EXPECT_EQ(plan::Plan::fromJson(all, "test").stages[1].recompute_layers, 0);
+  json_io::Json too_many = j;
+  too_many["stages"][1]["recompute_layers"] = 5;
+  testing::expectError([&] { plan::Plan::fromJson(too_many, "plan.json"); }, {"plan.json", "recompute_layers", "5"});
+  json_io::Json without = j;
+  without["stages"][1].erase("recompute");
+  testing::expectError([&] { plan::Plan::fromJson(without, "plan.json"); }, {"recompute_layers", "\"recompute\": true"});
+  p.stages[0].recompute_layers = 1;  // without recompute: a plan made in code
+  testing::expectError([&] { plan::validate(p, g, fourDevices(int64_t{1} << 40)); }, {"stage 0", "recompute_layers"});
+}
+
 TEST(Recompute, PredictedMemoryHoldsTheInputsInFlightAndOneWholeMicrobatch) {
   const graph::LayerGraph g = heavyActivations();
   const cluster::ClusterSpec c = fourDevices(int64_t{1} << 40);
