@@ -58,9 +58,11 @@ def plan(binary, graph, cluster_path, batch, policy):
         return {"fits": False, "reason": reason, "seconds": elapsed}
     j = json.loads(run.stdout)
     recomputing = [i for i, s in enumerate(j["stages"]) if s.get("recompute")]
+    # Selective recomputation: stages recomputing only some of their layers.
+    partial = sum(1 for s in j["stages"] if 0 < s.get("recomputed_layers", 0) < len(s["layers"]))
     return {"fits": True, "throughput": j["predicted_throughput"], "schedule": j["schedule"],
             "stages": len(j["stages"]), "replicas": [s["replicas"] for s in j["stages"]],
-            "microbatch_size": j["microbatch_size"], "recomputing": recomputing,
+            "microbatch_size": j["microbatch_size"], "recomputing": recomputing, "partial": partial,
             "peak_memory_bytes": max(j["peak_memory_bytes"].values()), "seconds": elapsed}
 
 
@@ -81,6 +83,8 @@ def describe(r):
     shape = "%s %dst mb%d" % (r["schedule"], r["stages"], r["microbatch_size"])
     if r["recomputing"]:
         shape += " rc:" + ("all" if len(r["recomputing"]) == r["stages"] else ranges(r["recomputing"]))
+        if r["partial"]:
+            shape += " (%d partly)" % r["partial"]
     return "%.4g (%s)" % (r["throughput"], shape)
 
 

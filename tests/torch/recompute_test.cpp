@@ -40,10 +40,10 @@ TEST(Recomputation, SomeLayersOfEachStageOnEverySynchronousSchedule) {
       TrainConfig c = smallConfig("gpt", {{"layers", 6}, {"width", 32}, {"heads", 2}, {"context", 8}});
       const bool looped = schedule == "interleaved";
       usePlan(c, schedule, {1, 1}, looped ? 2 : 1);
-      for (plan::Stage& s : c.plan.stages) {
-        ASSERT_GT(static_cast<int>(s.layers.size()), layers);
+      for (plan::Stage& s : c.plan.stages) {  // two to four layers each
+        ASSERT_GE(s.layers.size(), 2u);
         s.recompute = true;
-        s.recompute_layers = layers;
+        s.recompute_layers = std::min(layers, static_cast<int>(s.layers.size()) - 1);
       }
       expectMatchesReference(c);
     }

@@ -134,8 +134,11 @@ json_io::Json Exploration::toJson() const {
   auto candidateJson = [](const Candidate& c) {
     json_io::Json stages = json_io::Json::array();
     for (const auto& s : c.plan.stages)
-      stages.push_back(
-          {{"layers", s.layers}, {"replicas", s.devices.size()}, {"devices", s.devices}, {"recompute", s.recompute}});
+      stages.push_back({{"layers", s.layers},
+                        {"replicas", s.devices.size()},
+                        {"devices", s.devices},
+                        {"recompute", s.recompute},
+                        {"recomputed_layers", s.recomputedLayers()}});
     json_io::Json memory = json_io::Json::object();
     for (const auto& r : c.report.ranks) memory[r.device] = std::max<int64_t>(memory.value(r.device, int64_t{0}), r.peak_memory_bytes);
     json_io::Json j{{"schedule", c.plan.schedule.name},

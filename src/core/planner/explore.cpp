@@ -89,6 +89,7 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   for (const std::string& name : names) result.async_included |= schedule::isAsynchronous(name);
   explorer.search(all_widths, names, detail::microbatchSizes(o));
   explorer.refine();
+  explorer.recomputeLess();
   // Among throughput ties (throughputTier) the larger micro-batch wins, then the leaner
   // plan. A profile prices a micro-batch as its own size scaled, so plans that differ
   // only in how the batch is cut tie (a single stage has no bubble to trade); what a

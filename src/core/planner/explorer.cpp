@@ -280,40 +280,11 @@ std::optional<sim::Report> Explorer::simulate(plan::Plan& plan, double to_beat) 
   std::set<std::string> short_devices;
   for (const sim::RankReport& rank : report->ranks)
     if (rank.peak_memory_bytes > rank.memory_capacity_bytes) short_devices.insert(rank.device);
-  std::vector<int> chosen;  // the stages made to recompute
   plan::Plan recomputing = plan;
-  for (int s = 0; s < recomputing.numStages(); ++s) {
-    plan::Stage& stage = recomputing.stages[s];
-    for (const std::string& d : stage.devices)
-      if (!stage.recompute && short_devices.count(d)) {
-        stage.recompute = true;
-        chosen.push_back(s);
-      }
-  }
+  for (plan::Stage& s : recomputing.stages)
+    for (const std::string& d : s.devices) s.recompute = s.recompute || short_devices.count(d) > 0;
   std::optional<sim::Report> again = sim::predictReportAbove(graph_, cluster_, recomputing, to_beat);
-  if (!again) return again;
-  plan = std::move(recomputing);
-  // Selective recomputation (AdaPipe's point): where every layer recomputing fits, the
-  // fewest that still fit cost the least time. Bisect on the share of each chosen stage's
-  // layers, in quarters: a half, then a quarter or three.
-  int low = 0, high = 4;  // quarters: `high` fits, `low` is not known to
-  while (memoryShortfall(*again).empty() && high - low > 1) {
-    const int mid = (low + high) / 2;
-    plan::Plan fewer = plan;
-    for (int s : chosen) {
-      const int layers = static_cast<int>(fewer.stages[s].layers.size());
-      const int k = std::max(1, (layers * mid + 3) / 4);
-      fewer.stages[s].recompute_layers = k < layers ? k : 0;
-    }
-    std::optional<sim::Report> r = sim::predictReportAbove(graph_, cluster_, fewer, to_beat);
-    if (r && memoryShortfall(*r).empty() && r->throughput >= again->throughput) {
-      high = mid;
-      plan = std::move(fewer);
-      again = std::move(r);
-    } else {
-      low = mid;
-    }
-  }
+  if (again) plan = std::move(recomputing);
   return again;
 }
 

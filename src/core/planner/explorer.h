@@ -34,6 +34,7 @@ class Explorer {
               const std::vector<int64_t>& sizes);
   // Then walks from the best chain and multi-stage plans to better simulated neighbours.
   void refine();
+  void recomputeLess();
 
  private:
   struct Proposal {

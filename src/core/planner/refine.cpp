@@ -25,6 +25,10 @@ int64_t simulationWork(const plan::Plan& p) {
   return devicesUsed(p) * microbatches;
 }
 constexpr std::size_t kRefineStarts = 3;
+// Plans whose recomputation recomputeLess() trims: the best few that recompute, within
+// a share of the refinement's work.
+constexpr std::size_t kRecomputeTrims = 6;
+constexpr int64_t kRecomputeTrimWork = kRefineWork / 2;
 
 }  // namespace
 
@@ -91,6 +95,48 @@ void Explorer::refine() {
       result_.ranked.push_back(*better);
       current = std::move(*better);
     }
+  }
+}
+
+// Selective recomputation (AdaPipe's point) on the best plans that recompute under auto:
+// where every layer of a recomputing stage fits, fewer may too, for less time. Bisects on
+// the share of each such stage's layers that recompute, in quarters (a half, then a
+// quarter or three), simulating each try; the fewest that fit, if faster, join the
+// ranking as a plan of their own. Done once on the best few rather than in every
+// simulation: a try costs a simulation, and most plans never come near the top.
+void Explorer::recomputeLess() {
+  if (o_.recompute != Recompute::kAuto) return;
+  std::vector<const Candidate*> order;
+  for (const Candidate& c : result_.ranked)
+    if (!plan::recomputedStages(c.plan).empty()) order.push_back(&c);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Candidate* a, const Candidate* b) { return a->report.throughput > b->report.throughput; });
+  std::vector<Candidate> starts;  // copies: the trims join result_.ranked
+  for (std::size_t k = 0; k < order.size() && k < kRecomputeTrims; ++k) starts.push_back(*order[k]);
+  int64_t work = 0;
+  for (const Candidate& start : starts) {
+    if ((work += 2 * simulationWork(start.plan)) > kRecomputeTrimWork) break;
+    std::optional<Candidate> best;
+    int low = 0, high = 4;  // quarters: `high` fits, `low` is not known to
+    while (high - low > 1) {
+      const int mid = (low + high) / 2;
+      Candidate fewer = start;
+      for (plan::Stage& s : fewer.plan.stages) {
+        const int layers = static_cast<int>(s.layers.size());
+        const int k = (layers * mid + 3) / 4;
+        if (s.recompute && s.recompute_layers == 0 && k < layers) s.recompute_layers = k;
+      }
+      const double to_beat = (best ? *best : start).report.throughput;
+      std::optional<sim::Report> r = sim::predictReportAbove(graph_, cluster_, fewer.plan, to_beat * std::exp(kTie));
+      if (r && memoryShortfall(*r).empty() && r->throughput > to_beat * std::exp(kTie)) {
+        high = mid;
+        fewer.report = std::move(*r);
+        best = std::move(fewer);
+      } else {
+        low = mid;
+      }
+    }
+    if (best) result_.ranked.push_back(std::move(*best));
   }
 }
 

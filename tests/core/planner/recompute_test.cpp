@@ -169,6 +169,24 @@ TEST(Recompute, AutoFindsAPlanWhereNoneFitsAndBeatsFull) {
   for (const auto& rank : automatic.best().report.ranks) EXPECT_LE(rank.peak_memory_bytes, rank.memory_capacity_bytes);
 }
 
+// 120 MiB: the 2-stage 1F1B plan fits with half its first stage's layers recomputing;
+// recomputing all four would cost two more layers' F for nothing.
+TEST(Recompute, AutoRecomputesOnlyTheLayersMemoryNeeds) {
+  const graph::LayerGraph g = heavyActivations();
+  const cluster::ClusterSpec c = fourDevices(120 * kMiB);
+  const Exploration automatic = explore(g, c, options(Recompute::kAuto));
+  const Candidate& best = automatic.best();
+  int partly = 0;
+  for (const plan::Stage& s : best.plan.stages)
+    partly += s.recomputedLayers() > 0 && s.recomputedLayers() < static_cast<int>(s.layers.size());
+  EXPECT_GE(partly, 1) << plan::recomputedStages(best.plan);
+  for (const auto& rank : best.report.ranks) EXPECT_LE(rank.peak_memory_bytes, rank.memory_capacity_bytes);
+  plan::Plan whole = best.plan;
+  for (plan::Stage& s : whole.stages) s.recompute_layers = 0;
+  EXPECT_GT(best.report.throughput, sim::predictReport(g, c, whole).throughput);
+  EXPECT_GT(best.report.throughput, explore(g, c, options(Recompute::kFull)).best().report.throughput);
+}
+
 TEST(Recompute, AutoChangesNothingWhereEverythingFits) {
   const graph::LayerGraph g = heavyActivations();
   const cluster::ClusterSpec c = fourDevices(int64_t{1} << 40);
