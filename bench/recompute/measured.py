@@ -53,7 +53,8 @@ def run(binary, policy, rank_memory, schedule, work):
         "fits": True,
         "plan": "%s, stages of %s layers, recomputing %s" % (
             s["plan"]["schedule"]["name"], "+".join(str(len(st["layers"])) for st in s["plan"]["stages"]),
-            ",".join(str(i) for i, st in enumerate(s["plan"]["stages"]) if st.get("recompute")) or "none"),
+            ",".join(str(i) + ("(%d/%d)" % (st["recompute_layers"], len(st["layers"])) if st.get("recompute_layers") else "")
+                     for i, st in enumerate(s["plan"]["stages"]) if st.get("recompute")) or "none"),
         "throughput": STEPS * per_step / seconds,
         "predicted_throughput": chosen["throughput"],
         "peak_bytes": [r["peak_memory_bytes"] - r["start_memory_bytes"] for r in s["ranks"]],

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <vector>
 
 #include "action_timer.h"
@@ -57,12 +56,6 @@ struct Activation {
   // and under split backward the recomputed layers' I, kept for their W.
   std::vector<std::pair<int, torch::Tensor>> kept;
   SplitBackward recomputed_split;
-};
-
-// A stage that recomputes some of its layers (StageLayers::recompute_layers): those, the
-// others, and which of the first the others or later stages read.
-struct PartRecomputed {
-  std::vector<int> layers, rest, kept;
 };
 
 }  // namespace
@@ -219,7 +212,7 @@ struct PipelineExecutor::Impl {
     if (recompute) act.replay.emplace(state.at(s).device, values, labels);
     withWeights(a, [&] {
       if (partly) {
-        values = forwardKeeping(part->second, std::move(values), act);
+        values = forwardKeeping(model, part->second, std::move(values), act.kept);
         return;
       }
       std::optional<torch::NoGradGuard> no_graph;  // a recomputing stage builds it again before B
@@ -239,29 +232,6 @@ struct PipelineExecutor::Impl {
       act.loss = loss * facts.steps.loss_scale[j];
     }
     live[{s, j}] = std::move(act);
-  }
-
-  // F of a stage recomputing its first layers: those without a graph, then the outputs
-  // of them that others read as leaves (Activation::kept), then the rest with its graph
-  // from there. The recomputed layers' other outputs go now.
-  std::map<std::string, torch::Tensor> forwardKeeping(const PartRecomputed& part,
-                                                      std::map<std::string, torch::Tensor> values, Activation& act) {
-    {
-      torch::NoGradGuard no_graph;
-      values = models::forwardLayers(model, part.layers, std::move(values));
-    }
-    for (int l : part.layers) {
-      const auto it = values.find(model.layers[l].name);
-      if (std::find(part.kept.begin(), part.kept.end(), l) == part.kept.end()) {
-        values.erase(it);
-        continue;
-      }
-      torch::Tensor leaf = it->second.detach();
-      if (leaf.is_floating_point()) leaf.requires_grad_(true);
-      it->second = leaf;
-      act.kept.emplace_back(l, leaf);
-    }
-    return models::forwardLayers(model, part.rest, std::move(values));
   }
 
   void evalForward(const schedule::Program& p, const Action& a, const MicrobatchData& data, EvalResult& result) {
@@ -284,8 +254,8 @@ struct PipelineExecutor::Impl {
     result.positions += labels.numel();
   }
 
-  // A recomputing stage's forward pass again, now building the graph, on the weights F
-  // read (stashed where a step came between) and its random stream (ForwardReplay).
+  // A stage recomputing every layer, before B or I: its forward pass again (forwardAgain),
+  // and from there what the backward pass starts from.
   void recomputeForward(const Action& a) {
     const int s = a.stage, j = a.microbatch;
     Activation& act = live.at({s, j});
@@ -662,16 +632,10 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
     const std::vector<int>& layers = m.stages[s].layers;
     const int recomputed = m.stages[s].recompute ? m.stages[s].recompute_layers : 0;
     if (recomputed > 0 && recomputed < static_cast<int>(layers.size())) {
-      PartRecomputed& part = m.part_recomputed[s];
-      part.layers.assign(layers.begin(), layers.begin() + recomputed);
-      part.rest.assign(layers.begin() + recomputed, layers.end());
-      std::set<std::string> read;  // by the rest of the stage or a later stage
-      for (int l : part.rest)
-        for (const std::string& input : models::layerInputs(model, l)) read.insert(input);
+      std::vector<int> sent;
       for (int t : program.stage_succs[s])
-        for (int l : m.edges.at({s, t}).layers) read.insert(model.layers[l].name);
-      for (int l : part.layers)
-        if (read.count(model.layers[l].name)) part.kept.push_back(l);
+        for (int l : m.edges.at({s, t}).layers) sent.push_back(l);
+      m.part_recomputed[s] = partRecomputed(model, layers, recomputed, sent);
     }
     if (m.stages[s].recompute) {
       std::vector<torch::Tensor>& buffers = m.recomputed_buffers[s];

@@ -1,6 +1,8 @@
 #include "forward_replay.h"
 
+#include <algorithm>
 #include <mutex>
+#include <set>
 
 #include <ATen/Context.h>
 
@@ -50,6 +52,41 @@ ForwardReplay::ForwardReplay(torch::Device device, std::map<std::string, torch::
       inputs_(std::move(inputs)),
       labels_(std::move(labels)),
       generator_state_(generatorState(at::globalContext().defaultGenerator(device))) {}
+
+PartRecomputed partRecomputed(const models::Model& model, const std::vector<int>& stage_layers, int recomputed,
+                              const std::vector<int>& sent) {
+  PartRecomputed part;
+  part.layers.assign(stage_layers.begin(), stage_layers.begin() + recomputed);
+  part.rest.assign(stage_layers.begin() + recomputed, stage_layers.end());
+  std::set<std::string> read;
+  for (int l : part.rest)
+    for (const std::string& input : models::layerInputs(model, l)) read.insert(input);
+  for (int l : sent) read.insert(model.layers[l].name);
+  for (int l : part.layers)
+    if (read.count(model.layers[l].name)) part.kept.push_back(l);
+  return part;
+}
+
+std::map<std::string, torch::Tensor> forwardKeeping(const models::Model& model, const PartRecomputed& part,
+                                                    std::map<std::string, torch::Tensor> values,
+                                                    std::vector<std::pair<int, torch::Tensor>>& kept) {
+  {
+    torch::NoGradGuard no_graph;
+    values = models::forwardLayers(model, part.layers, std::move(values));
+  }
+  for (int l : part.layers) {
+    const auto it = values.find(model.layers[l].name);
+    if (std::find(part.kept.begin(), part.kept.end(), l) == part.kept.end()) {
+      values.erase(it);
+      continue;
+    }
+    torch::Tensor leaf = it->second.detach();
+    if (leaf.is_floating_point()) leaf.requires_grad_(true);
+    it->second = leaf;
+    kept.emplace_back(l, leaf);
+  }
+  return models::forwardLayers(model, part.rest, std::move(values));
+}
 
 void ForwardReplay::run(const std::vector<torch::Tensor>& buffers, const std::function<void()>& forward) const {
   at::Generator generator = at::globalContext().defaultGenerator(device_);

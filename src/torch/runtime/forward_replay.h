@@ -18,7 +18,26 @@
 
 #include <torch/torch.h>
 
+#include "pipetrain/torch/models.h"
+
 namespace pipetrain::runtime {
+
+// A stage that recomputes only its first layers (StageLayers::recompute_layers): those,
+// the others, and which of the first the others or later stages read (`sent`: the
+// stage's layers whose outputs later stages receive).
+struct PartRecomputed {
+  std::vector<int> layers, rest, kept;
+};
+PartRecomputed partRecomputed(const models::Model& model, const std::vector<int>& stage_layers, int recomputed,
+                              const std::vector<int>& sent);
+
+// F of such a stage: its first layers without a graph, then the outputs of them that
+// others read made leaves (appended to `kept` by layer, the roots the second backward
+// call starts from), then the rest with its graph from there. The first layers' other
+// outputs go now. Returns `values` as models::forwardLayers does.
+std::map<std::string, torch::Tensor> forwardKeeping(const models::Model& model, const PartRecomputed& part,
+                                                    std::map<std::string, torch::Tensor> values,
+                                                    std::vector<std::pair<int, torch::Tensor>>& kept);
 
 class ForwardReplay {
  public:
