@@ -19,7 +19,8 @@ micro-batch size and peak memory, and notes (the graph search's budget running o
 
 Then the same race on the project's own multi-branch example graphs (examples/graphs) on
 its example clusters (examples/clusters), as `plan` runs by default (every schedule,
-recomputation where memory needs it), batch 256: graph / chain per cell.
+recomputation where memory needs it), batch 256: graph / chain per cell, and `auto` (both
+partitioners, the simulator choosing) against the better of the two.
 Usage: bench/graphpipe/graphpipe_bench.py [--build build] [--out results.json] [--gpus 4 8 16 32]
 """
 import argparse
@@ -121,16 +122,22 @@ def main():
         for c in EXAMPLE_CLUSTERS:
             cluster_path = os.path.join(ROOT, "examples", "clusters", c + ".json")
             row = {"model": g, "cluster": c, "batch": 256}
-            for partitioner in ("graph", "chain"):
+            for partitioner in ("graph", "chain", "auto"):
                 row[partitioner] = plan(binary, graph, cluster_path, 256, partitioner, False, as_paper=False)
             if row["graph"]["fits"] and row["chain"]["fits"]:
                 row["graph_over_chain"] = row["graph"]["throughput"] / row["chain"]["throughput"]
+                if row["auto"]["fits"]:
+                    row["auto_over_better"] = row["auto"]["throughput"] / max(row["graph"]["throughput"],
+                                                                              row["chain"]["throughput"])
             examples.append(row)
-            print("%-13s on %-19s | graph %-36s | chain %-36s | %s" % (
+            print("%-13s on %-19s | graph %-36s | chain %-36s | %s | auto / better %s" % (
                 g, c, describe(row["graph"]), describe(row["chain"]),
-                "%.3f" % row["graph_over_chain"] if "graph_over_chain" in row else "  - "), flush=True)
+                "%.3f" % row["graph_over_chain"] if "graph_over_chain" in row else "  - ",
+                "%.3f" % row["auto_over_better"] if "auto_over_better" in row else "-"), flush=True)
     below = [r for r in examples if r.get("graph_over_chain", 0) < 0.999]
     print("example graphs: graph / chain below 1.0 in %d of %d cells" % (len(below), len(examples)))
+    short = [r for r in examples if r.get("auto_over_better", 0) < 0.999]
+    print("example graphs: auto below the better of graph and chain in %d of %d cells" % (len(short), len(examples)))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"cases": rows, "examples": examples}, f, indent=1)

@@ -359,6 +359,15 @@ expect "the plan file says it" '"recompute": true' "$tmp/recompute_plan.json"
 check "train with every stage recomputing" "${train[@]}" --nproc 2 --stage-bounds 0,2,5 --recompute full \
   --plan-out "$tmp/recompute_hand.json" --no-eval
 expect "a hand-made plan recomputes" '"recompute": true' "$tmp/recompute_hand.json"
+# Selective recomputation: the first stage recomputes one of its two layers.
+sed '0,/"recompute": true/s//"recompute": true, "recompute_layers": 1/' "$tmp/recompute_hand.json" >"$tmp/recompute_part.json"
+planned=("$bin" train --model mlp --model-option input=16 --model-option width=32 --dataset synthetic --epochs 1
+         --max-steps 5 --timeout 20 --nproc 2 --no-eval)
+check "train with part of a stage recomputing" "${planned[@]}" --plan "$tmp/recompute_part.json"
+expect "part of a stage recomputed" "trained mlp with"
+sed 's/"recompute_layers": 1/"recompute_layers": 3/' "$tmp/recompute_part.json" >"$tmp/recompute_bad.json"
+refuses "more layers recomputed than the stage has" "recompute_layers: must be between 1 and 2" \
+  "${planned[@]}" --plan "$tmp/recompute_bad.json"
 refuses "a size it cannot read" "unknown unit 'parsecs'" "${train[@]}" --nproc 2 --rank-memory "12 parsecs"
 refuses "--rank-memory steers the planner only" "--rank-memory steers the planner" "${train[@]}" --nproc 2 \
   --stage-bounds 0,2,5 --rank-memory 1GiB

@@ -15,6 +15,11 @@
 //    second part is planned first, and its depth adds to k for the first part;
 //  - a parallel split: a run of branches on the first devices of the window and the
 //    other branches on the rest, each with the same k; the depth is the deeper one's.
+//  - beyond the paper, a join (SpNode::joins): a run of a series node that starts at a
+//    parallel child, as its first branches on the first devices and the other branches
+//    with the children after them, planned as a series, on the rest (so a stage may
+//    hold a branch's tail and the layers that merge the branches, as sequential plans'
+//    stages do); the depths add, as for a series split.
 // The smallest feasible T wins, then the smallest depth (GraphPipe's in-flight
 // micro-batches at the input stage). Devices are laid out in the tree's order, so a
 // stage's replicas sit next to each other as in the chain DP, on hierarchical and

@@ -121,11 +121,13 @@ void Explorer::recomputeLess() {
     while (high - low > 1) {
       const int mid = (low + high) / 2;
       Candidate fewer = start;
+      bool trimmed = false;
       for (plan::Stage& s : fewer.plan.stages) {
         const int layers = static_cast<int>(s.layers.size());
-        const int k = (layers * mid + 3) / 4;
-        if (s.recompute && s.recompute_layers == 0 && k < layers) s.recompute_layers = k;
+        const int k = (layers * mid + 3) / 4;  // at least one
+        if (s.recompute && s.recompute_layers == 0 && k < layers) s.recompute_layers = k, trimmed = true;
       }
+      if (!trimmed) break;  // stages of one layer: nothing to trim
       const double to_beat = (best ? *best : start).report.throughput;
       std::optional<sim::Report> r = sim::predictReportAbove(graph_, cluster_, fewer.plan, to_beat * std::exp(kTie));
       if (r && memoryShortfall(*r).empty() && r->throughput > to_beat * std::exp(kTie)) {

@@ -37,17 +37,21 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
     StageCosts c;
     const plan::Stage& stage = plan.stages[s];
     const int recomputed = stage.recomputedLayers();
+    const bool partly = recomputed > 0 && recomputed < static_cast<int>(stage.layers.size());
     double recomputed_forward = 0, recomputed_bytes = 0, kept_outputs = 0;  // of the recomputed layers
-    std::vector<int> order;  // the stage's layers in the model's (topological) order, as the runtime runs them
-    for (const std::string& name : stage.layers) order.push_back(graph.indexOf(name));
-    std::sort(order.begin(), order.end());
-    std::vector<char> in_recomputed(graph.size(), 0);
-    for (int i = 0; i < recomputed; ++i) in_recomputed[order[i]] = 1;
+    std::vector<char> in_recomputed;  // partly: by layer index
+    if (partly) {
+      std::vector<int> order;  // the stage's layers in the model's (topological) order, as the runtime runs them
+      for (const std::string& name : stage.layers) order.push_back(graph.indexOf(name));
+      std::sort(order.begin(), order.end());
+      in_recomputed.assign(graph.size(), 0);
+      for (int i = 0; i < recomputed; ++i) in_recomputed[order[i]] = 1;
+    }
     for (const std::string& name : stage.layers) {
       const int index = graph.indexOf(name);
       const graph::Layer& l = graph.layer(index);
       const graph::PassSeconds t = graph.secondsAt(index, plan.microbatch_size);
-      if (in_recomputed[index]) {
+      if (partly && in_recomputed[index]) {
         recomputed_forward += t.forward;
         recomputed_bytes += l.saved_activation_bytes * scale;
         // Its output stays where a layer that is not recomputed (here or later) reads it.
@@ -76,7 +80,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.activation_bytes = 0;
       for (double b : edge_bytes_[s]) c.activation_bytes += b;
       for (int q : dag_.preds[s]) c.activation_bytes += edgeBytes(q, s);
-    } else if (recomputed > 0) {
+    } else if (partly) {
       // Its first layers run twice: between F and B a micro-batch keeps the stage's inputs,
       // the outputs of those layers that others read, and the other layers' activations.
       c.recompute = recomputed_forward;
