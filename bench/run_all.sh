@@ -16,8 +16,10 @@ if "$python" -c "import torch" 2>/dev/null; then
   "$python" bench/race/race.py --build "$build" --models gpt,hf-gpt2 --nproc 2 --runs 1f1b,ddp,plan --peer-best 1f1b
 fi
 if [ -x /usr/bin/python3 ]; then bench/graph_comparison.sh "$build"; fi
+# GraphPipe's comparison at its paper's sizes, and the example graphs (docs/planner.md).
+if [ -x /usr/bin/python3 ]; then /usr/bin/python3 bench/graphpipe/graphpipe_bench.py --build "$build"; fi
 # Recomputation where memory binds (docs/planner.md#recomputation): predicted, then measured.
 if [ -x /usr/bin/python3 ]; then
   /usr/bin/python3 bench/recompute/recompute_bench.py --build "$build"
-  /usr/bin/python3 bench/recompute/measured.py --build "$build" --rounds 3
+  /usr/bin/python3 bench/recompute/measured.py --build "$build" --rounds 3 --rank-memory 140MiB --schedule 1f1b
 fi
