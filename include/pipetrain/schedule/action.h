@@ -36,7 +36,6 @@ const char* name(ActionType type);
 bool isCompute(ActionType type);   // F, B, I, W
 bool isComm(ActionType type);      // SEND_*, RECV_*
 bool isSend(ActionType type);      // SEND_F, SEND_B
-bool isBackward(ActionType type);  // B, I, W
 
 struct Action {
   ActionType type = ActionType::F;

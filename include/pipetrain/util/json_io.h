@@ -44,8 +44,6 @@ class JsonCursor {
   // Typed accessors: throw Error("<path>: expected ..., found ...") on a mismatch.
   std::string asString() const;
   double asNumber() const;
-  double asNonNegative() const;
-  double asPositive() const;
   int64_t asInt() const;
   int64_t asNonNegativeInt() const;
   // Range-checked: an Error names both bounds and the value found.

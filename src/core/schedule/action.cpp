@@ -11,8 +11,13 @@ namespace {
 
 constexpr std::array<const char*, kNumActionTypes> kNames = {
     "F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "STEP", "ALLREDUCE"};
-static_assert(kNames.size() == static_cast<std::size_t>(ActionType::kCount),
-              "every action type needs a text name");
+// The array's size is the count already; a name left out would be a null pointer.
+constexpr bool everyTypeNamed() {
+  for (const char* name : kNames)
+    if (name == nullptr) return false;
+  return true;
+}
+static_assert(everyTypeNamed(), "every action type needs a text name");
 
 bool hasMicrobatch(ActionType t) { return t != ActionType::STEP && t != ActionType::ALLREDUCE; }
 
@@ -40,7 +45,6 @@ bool isComm(ActionType t) {
 }
 bool isSend(ActionType t) { return t == ActionType::SEND_F || t == ActionType::SEND_B; }
 
-bool isBackward(ActionType t) { return t == ActionType::B || t == ActionType::I || t == ActionType::W; }
 
 MessageKey messageOf(const Action& a) {
   switch (a.type) {

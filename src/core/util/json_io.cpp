@@ -82,18 +82,6 @@ double JsonCursor::asNumber() const {
   return v;
 }
 
-double JsonCursor::asNonNegative() const {
-  double v = asNumber();
-  if (v < 0) fail("must not be negative (found " + quote(*node_) + ")");
-  return v;
-}
-
-double JsonCursor::asPositive() const {
-  double v = asNumber();
-  if (v <= 0) fail("must be positive (found " + quote(*node_) + ")");
-  return v;
-}
-
 int64_t JsonCursor::asInt() const {
   if (!node_->is_number_integer()) fail("expected an integer, found " + quote(*node_));
   if (node_->is_number_unsigned() && node_->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
@@ -118,7 +106,16 @@ double JsonCursor::asNumberIn(double lo, double hi) const {
   return v;
 }
 
-int64_t JsonCursor::asBytes() const { return asIntIn(0, limits::kMaxBytes); }
+int64_t JsonCursor::asBytes() const {
+  // A size may be written as a whole number in exponent form ("memory_bytes": 80e9),
+  // which JSON reads as a floating-point number.
+  if (node_->is_number_float()) {
+    const double v = asNumberIn(0, static_cast<double>(limits::kMaxBytes));
+    if (v != std::floor(v)) fail("expected a whole number of bytes, found " + quote(*node_));
+    return static_cast<int64_t>(v);
+  }
+  return asIntIn(0, limits::kMaxBytes);
+}
 
 double JsonCursor::asSeconds() const { return asNumberIn(0, limits::kMaxSeconds); }
 

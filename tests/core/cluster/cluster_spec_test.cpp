@@ -55,6 +55,18 @@ TEST(ClusterSpec, ExplicitDevicesDefaultsAndRoundTripWithInfiniteBandwidth) {
   EXPECT_EQ(ClusterSpec::fromJson(written, "written").toJson(), written);
 }
 
+// A size in exponent form, as people write 80 GB, is a JSON floating-point number.
+TEST(ClusterSpec, MemoryMayBeWrittenWithAnExponent) {
+  Json j = twoNodesJson();
+  j["devices"][0]["memory_bytes"] = Json::parse("80e9");
+  ASSERT_TRUE(j["devices"][0]["memory_bytes"].is_number_float());
+  EXPECT_EQ(ClusterSpec::fromJson(j, "c.json").device(0).memory_bytes, int64_t{80000000000});
+  j["devices"][0]["memory_bytes"] = 1.5;
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "memory_bytes", "whole number of bytes", "1.5"});
+  j["devices"][0]["memory_bytes"] = -2e9;
+  expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"memory_bytes", "between"});
+}
+
 TEST(ClusterSpec, SameDeviceIsFree) {
   const ClusterSpec c = ClusterSpec::fromJson(twoNodesJson(), "c.json");
   const Route r = c.route(2, 2);
