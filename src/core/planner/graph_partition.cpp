@@ -172,8 +172,12 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
     return {tree_.nodes[s.node].children[join.child], 0, join.apart, s.d0, d, after};
   }
   State joinTogether(const State& s, const SpNode::Join& join, int d) const {
-    const int before = width(join.series) - (width(s.node) - join.child - 1);  // the branches' children
-    return {join.series, 0, before + s.end - s.first - 1, d, s.d1, s.after};
+    return {join.series, 0, joinedChildren(s.node, join) + s.end - s.first - 1, d, s.d1, s.after};
+  }
+  // The children of a join's series that come from the joined branches (before the
+  // series node's children after the parallel one).
+  int joinedChildren(int node, const SpNode::Join& join) const {
+    return width(join.series) - (width(node) - join.child - 1);
   }
 
   // On identical devices joined by levels of nested groups, moving a window by the
@@ -233,7 +237,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
       for (const SpNode::Join& join : tree_.nodes[v].joins) {
         const SpNode& parallel = tree_.nodes[tree_.nodes[v].children[join.child]];
         const SpNode& series = tree_.nodes[join.series];
-        const int before = width(join.series) - (width(static_cast<int>(v)) - join.child - 1);
+        const int before = joinedChildren(static_cast<int>(v), join);
         aliases_[join.series] = {static_cast<int>(v), before, join.child + 1 - before};
         const int joined = series.children[0];
         const int branch = parallel.children.back();

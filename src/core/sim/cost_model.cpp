@@ -39,16 +39,16 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
     const int recomputed = stage.recomputedLayers();
     const bool partly = recomputed > 0 && recomputed < static_cast<int>(stage.layers.size());
     double recomputed_forward = 0, recomputed_bytes = 0, kept_outputs = 0;  // of the recomputed layers
+    std::vector<int> indices;
+    for (const std::string& name : stage.layers) indices.push_back(graph.indexOf(name));
     std::vector<char> in_recomputed;  // partly: by layer index
     if (partly) {
-      std::vector<int> order;  // the stage's layers in the model's (topological) order, as the runtime runs them
-      for (const std::string& name : stage.layers) order.push_back(graph.indexOf(name));
+      std::vector<int> order = indices;  // the model's (topological) order, as the runtime runs them
       std::sort(order.begin(), order.end());
       in_recomputed.assign(graph.size(), 0);
       for (int i = 0; i < recomputed; ++i) in_recomputed[order[i]] = 1;
     }
-    for (const std::string& name : stage.layers) {
-      const int index = graph.indexOf(name);
+    for (const int index : indices) {
       const graph::Layer& l = graph.layer(index);
       const graph::PassSeconds t = graph.secondsAt(index, plan.microbatch_size);
       if (partly && in_recomputed[index]) {
@@ -71,22 +71,25 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.param_bytes += l.param_bytes;
       c.optimizer_bytes += l.optimizer_state_bytes;
     }
-    if (recomputed == static_cast<int>(stage.layers.size())) {
-      // The forward pass runs twice. Between F and B a micro-batch keeps the messages the
-      // stage received and sent; between I and W a split schedule still holds what W
-      // reads, which the recomputed graph made again.
-      c.recompute = c.forward;
-      c.recompute_peak_bytes = c.activation_bytes;
-      c.activation_bytes = 0;
-      for (double b : edge_bytes_[s]) c.activation_bytes += b;
-      for (int q : dag_.preds[s]) c.activation_bytes += edgeBytes(q, s);
-    } else if (partly) {
-      // Its first layers run twice: between F and B a micro-batch keeps the stage's inputs,
-      // the outputs of those layers that others read, and the other layers' activations.
-      c.recompute = recomputed_forward;
-      c.recompute_peak_bytes = recomputed_bytes;
-      c.activation_bytes += kept_outputs - recomputed_bytes;
-      for (int q : dag_.preds[s]) c.activation_bytes += edgeBytes(q, s);
+    if (recomputed > 0) {
+      double received = 0;  // the stage's inputs per micro-batch, which a recomputing stage keeps
+      for (int q : dag_.preds[s]) received += edgeBytes(q, s);
+      if (!partly) {
+        // The forward pass runs twice. Between F and B a micro-batch keeps the messages
+        // the stage received and sent; between I and W a split schedule still holds what
+        // W reads, which the recomputed graph made again.
+        c.recompute = c.forward;
+        c.recompute_peak_bytes = c.activation_bytes;
+        c.activation_bytes = received;
+        for (double b : edge_bytes_[s]) c.activation_bytes += b;
+      } else {
+        // Its first layers run twice: between F and B a micro-batch keeps the stage's
+        // inputs, the outputs of those layers that others read, and the other layers'
+        // activations.
+        c.recompute = recomputed_forward;
+        c.recompute_peak_bytes = recomputed_bytes;
+        c.activation_bytes += received + kept_outputs - recomputed_bytes;
+      }
     }
     stages_.push_back(c);
   }
