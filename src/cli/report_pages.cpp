@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "plan_table.h"
+#include "pipetrain/report/run_headline.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/trace/timeline_json.h"
 #include "pipetrain/util/error.h"
@@ -33,57 +35,31 @@ std::string layerSpan(const std::vector<std::string>& layers) {
 
 double numberOr(const JsonCursor& c, const std::string& key) { return c.has(key) ? c.field(key).asNumber() : NAN; }
 
-std::string percent(double fraction) { return text::format("%.0f%%", 100 * fraction); }
-
-// The page's headline: how close the run came to its predictions, where each rank's
-// step went (from summary.json's per-rank fractions, as the console prints them), what
-// cost the most, and the busiest rank.
-std::vector<std::string> whereTheTimeWent(const JsonCursor& s, double measured, double predicted, double planned) {
-  std::vector<std::string> notes;
-  std::string reached = text::format("Measured %.1f samples/s", measured);
-  if (predicted > 0) reached += ": " + percent(measured / predicted) + " of the prediction from this run's own action times";
-  if (planned > 0) reached += (predicted > 0 ? ", " : ": ") + percent(measured / planned) + " of the planner's from the profile";
-  notes.push_back(reached + ".");
-  double compute = 0, messages = 0, schedule_idle = 0, framework = 0, core = 0;
-  int ranks = 0, core_ranks = 0, busiest = -1;
-  double busiest_compute = -1;
+// Each rank's shares of its step, as the run measured them, with the simulator's
+// prediction from this run's action times (the summary's predicted Gantt chart, whose
+// idle time holds the all-reduce) beside them.
+std::vector<report::RankShares> rankShares(const JsonCursor& s, const std::string& origin) {
+  std::optional<trace::Timeline> predicted;
+  if (s.has("predicted_timeline")) predicted = trace::timelineFromJson(s.field("predicted_timeline").node(), origin);
+  std::vector<report::RankShares> out;
   for (const auto& r : s.field("ranks").asArray()) {
-    const double idle = r.field("bubble_fraction").asNumber();
-    compute += 1 - idle;
-    messages += numberOr(r, "wait_fraction");
-    schedule_idle += numberOr(r, "predicted_bubble_fraction");
-    framework += numberOr(r, "overhead_fraction");
-    if (const double c = numberOr(r, "core_wait_fraction"); c >= 0) core += c, ++core_ranks;
-    if (1 - idle > busiest_compute) busiest_compute = 1 - idle, busiest = static_cast<int>(r.field("rank").asInt());
-    ++ranks;
+    report::RankShares& shares = out.emplace_back();
+    shares.rank = static_cast<int>(r.field("rank").asInt());
+    shares.compute = 1 - r.field("bubble_fraction").asNumber();
+    shares.allreduce = r.has("allreduce_fraction") ? r.field("allreduce_fraction").asNumber() : 0.0;
+    shares.messages = numberOr(r, "wait_fraction");
+    shares.framework = numberOr(r, "overhead_fraction");
+    if (const double c = numberOr(r, "core_wait_fraction"); c >= 0) shares.core_wait = c;
+    shares.schedule_idle = numberOr(r, "predicted_bubble_fraction");
+    if (predicted && shares.rank < predicted->numRanks() && predicted->makespan() > 0) {
+      double allreduce = 0;
+      for (const trace::TimedAction& a : predicted->ranks[static_cast<std::size_t>(shares.rank)])
+        if (a.action.type == schedule::ActionType::ALLREDUCE) allreduce += a.end - a.start;
+      shares.predicted_allreduce = allreduce / predicted->makespan();
+      shares.schedule_idle -= shares.predicted_allreduce;
+    }
   }
-  if (ranks == 0) return notes;
-  compute /= ranks, messages /= ranks, schedule_idle /= ranks, framework /= ranks;
-  std::string went = "Of each rank's step, on average: compute " + percent(compute) + ", waiting for messages " +
-                     percent(messages) + " (the schedule's own idle time, predicted from this run: " +
-                     percent(schedule_idle) + "), framework " + percent(framework);
-  if (core_ranks > 0) {
-    core /= core_ranks;
-    went += "; waiting for a CPU core, inside all of these: " + percent(core);
-  }
-  notes.push_back(went + ".");
-  // The largest cost beyond the schedule's own idle time, named with what to try.
-  const double extra_messages = std::max(0.0, messages - schedule_idle);
-  if (core_ranks > 0 && core >= std::max(extra_messages, framework) && core > 0.05)
-    notes.push_back("The largest loss is waiting for a CPU core (" + percent(core) +
-                    "): the ranks and their threads outnumber the cores. Fewer ranks, or --threads 1, would give "
-                    "each its own.");
-  else if (extra_messages >= framework && extra_messages > 0.05)
-    notes.push_back("The largest loss is waiting for messages beyond the schedule's own idle time (" +
-                    percent(extra_messages) + "): the network or the transport is slower than the plan assumed; "
-                    "profile-network measures it.");
-  else if (framework > 0.05)
-    notes.push_back("The largest loss is the framework, time neither computing nor waiting (" + percent(framework) +
-                    "): more work per action (a larger micro-batch) amortises it.");
-  if (busiest >= 0)
-    notes.push_back("The busiest rank is rank " + std::to_string(busiest) + ", computing " + percent(busiest_compute) +
-                    " of its step: the bottleneck stage lives there.");
-  return notes;
+  return out;
 }
 
 }  // namespace
@@ -173,7 +149,8 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   page.facts.push_back({"final training loss", text::format("%.4f", s.field("final_loss").asNumber())});
   if (s.has("test_accuracy")) page.facts.push_back({"test accuracy", text::format("%.4f", s.field("test_accuracy").asNumber())});
   if (s.has("test_loss")) page.facts.push_back({"test loss", text::format("%.4f", s.field("test_loss").asNumber())});
-  for (const std::string& note : whereTheTimeWent(s, measured, predicted, planned)) page.notes.push_back(note);
+  for (const std::string& note : report::runHeadline(rankShares(s, origin), measured, predicted, planned))
+    page.notes.push_back(note);
   if (s.boolOr("asynchronous", false))
     page.notes.push_back("This plan of " + schedule +
                          " trains asynchronously: its updates use stale weights, so it is not synchronous SGD.");
@@ -196,7 +173,7 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
                 rankNames(ranks.size()), {}};
   BarChart memory{"memory", "Memory per rank", Unit::kBytes, idle.categories, {}};
   BarChart::Series bubble{"idle, measured", {}}, bubble_predicted{"idle, predicted from this run", {}},
-      wait{"waiting for messages", {}}, framework{"framework", {}},
+      allreduce{"all-reduce", {}}, wait{"waiting for messages", {}}, framework{"framework", {}},
       core_wait{"waiting for a CPU core (within the others)", {}};
   // The process's peak less its resident set before the model was built: what training
   // added, comparable with the planner's peak (LibTorch alone is ~170 MiB here).
@@ -205,6 +182,7 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   for (const auto& r : ranks) {
     bubble.values.push_back(r.field("bubble_fraction").asNumber());
     bubble_predicted.values.push_back(numberOr(r, "predicted_bubble_fraction"));
+    allreduce.values.push_back(r.has("allreduce_fraction") ? r.field("allreduce_fraction").asNumber() : 0.0);
     wait.values.push_back(numberOr(r, "wait_fraction"));
     framework.values.push_back(numberOr(r, "overhead_fraction"));
     const double core = numberOr(r, "core_wait_fraction");
@@ -215,7 +193,10 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
     peak_predicted.values.push_back(numberOr(r, "predicted_peak_memory_bytes"));
     weights.values.push_back(numberOr(r, "weight_bytes"));
   }
-  idle.series = {bubble, bubble_predicted, wait, framework, core_wait};
+  idle.series = {bubble, bubble_predicted};
+  if (std::any_of(allreduce.values.begin(), allreduce.values.end(), [](double v) { return v > 0; }))
+    idle.series.push_back(allreduce);
+  idle.series.insert(idle.series.end(), {wait, framework, core_wait});
   memory.series = {peak};
   if (std::any_of(peak_predicted.values.begin(), peak_predicted.values.end(), [](double v) { return std::isfinite(v); }))
     memory.series.push_back(peak_predicted);

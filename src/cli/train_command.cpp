@@ -197,9 +197,10 @@ int launch(TrainArgs& a, const models::Model& model) {
       test_loss = r["test_loss"];
       if (history.empty()) history = r["history"];
     }
-    const double wait = r["wait_seconds"];
-    // Time in a step that is neither compute nor waiting for messages: the framework.
-    const double overhead = train > 0 ? std::max(0.0, train - busy - wait) / train : 0;
+    const double wait = r["wait_seconds"], allreduce = r["allreduce_seconds"];
+    // Time in a step that is neither compute, nor waiting for messages or the all-reduce:
+    // the framework.
+    const double overhead = train > 0 ? std::max(0.0, train - busy - wait - allreduce) / train : 0;
     // Lost to other processes on the same cores, inside compute or not, and the training
     // thread's time on a core (its work, whatever the sharing); -1 = unknown.
     const double core_wait = r["core_wait_seconds"], core_run = r["core_run_seconds"];
@@ -207,6 +208,7 @@ int launch(TrainArgs& a, const models::Model& model) {
                      {"stages", r["stages"]},
                      {"bubble_fraction", train > 0 ? 1 - busy / train : 0},
                      {"wait_fraction", train > 0 ? wait / train : 0},
+                     {"allreduce_fraction", train > 0 ? allreduce / train : 0},
                      {"overhead_fraction", overhead},
                      {"core_wait_fraction", core_wait < 0 ? -1.0 : train > 0 ? core_wait / train : 0},
                      {"core_run_fraction", core_run < 0 ? -1.0 : train > 0 ? core_run / train : 0},
@@ -299,11 +301,13 @@ int launch(TrainArgs& a, const models::Model& model) {
     const double device_peak = r["peak_device_memory_bytes"];
     const std::string device = r["device"].get<std::string>() + " over " + r["data_channel"].get<std::string>() +
                                (device_peak >= 0 ? ", peak GPU memory " + text::humanBytes(device_peak) : "");
-    std::printf("rank %d on %s: bubble %.1f%% (predicted %.1f%%; waiting for messages %.1f%%, framework %.1f%%)%s, "
+    const double allreduce = r["allreduce_fraction"];
+    const std::string allreduce_text = allreduce > 0 ? text::format("all-reduce %.1f%%, ", 100 * allreduce) : "";
+    std::printf("rank %d on %s: bubble %.1f%% (predicted %.1f%%; %swaiting for messages %.1f%%, framework %.1f%%)%s, "
                 "weights %s in %d version(s) (predicted %d), peak host memory %s\n",
                 r["rank"].get<int>(), device.c_str(), 100 * r["bubble_fraction"].get<double>(),
-                100 * r["predicted_bubble_fraction"].get<double>(), 100 * r["wait_fraction"].get<double>(),
-                100 * r["overhead_fraction"].get<double>(), core, text::humanBytes(r["weight_bytes"].get<double>()).c_str(),
+                100 * r["predicted_bubble_fraction"].get<double>(), allreduce_text.c_str(),
+                100 * r["wait_fraction"].get<double>(), 100 * r["overhead_fraction"].get<double>(), core, text::humanBytes(r["weight_bytes"].get<double>()).c_str(),
                 r["weight_versions"].get<int>(), r["predicted_weight_versions"].get<int>(),
                 text::humanBytes(r["peak_memory_bytes"].get<double>()).c_str());
   }

@@ -78,6 +78,7 @@ Json resultToJson(const runtime::RankResult& r) {
           {"samples", r.samples},
           {"train_seconds", r.train_seconds},
           {"busy_seconds", r.busy_seconds},
+          {"allreduce_seconds", r.allreduce_seconds},
           {"wait_seconds", r.wait_seconds},
           {"core_wait_seconds", r.core_wait_seconds},
           {"core_run_seconds", r.core_run_seconds},

@@ -86,6 +86,23 @@ assert ticks and max(ticks) <= 1.0, ticks
 PY
 check "self-contained: nothing fetched" bash -c "! grep -Eq '(src|href)=\"(https?:)?//' '$tmp/run/report.html'"
 
+# A run whose all-reduce takes most of what is not compute (31 MiB of weights, two
+# samples per micro-batch): the headline names it, as the measured Gantt chart shows it.
+check "train where the all-reduce dominates" "$bin" train --model mlp --dataset synthetic --model-option width=1024 \
+  --model-option layers=8 --nproc 2 --data-parallel --microbatches 2 --microbatch-size 2 --max-steps 12 --no-eval \
+  --report "$tmp/allreduce"
+expect "the console shows the all-reduce" "all-reduce" "$tmp/out"
+expect "the headline names the all-reduce" "The largest loss is the all-reduce" "$tmp/allreduce/report.html"
+check "the measured Gantt chart agrees" "$python" - "$tmp/allreduce/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+for actions in s["measured_timeline"]["ranks"]:
+    span = max(a[2] for a in actions) - min(a[1] for a in actions)
+    allreduce = sum(a[2] - a[1] for a in actions if a[0].endswith("ALLREDUCE"))
+    compute = sum(a[2] - a[1] for a in actions if not a[0].endswith("ALLREDUCE"))
+    assert allreduce > span - compute - allreduce, (allreduce, span, compute)
+PY
+
 # A real browser: every page loads, its script runs without an error, and it draws.
 chromium=$(command -v chromium || true)
 if [ -z "$chromium" ]; then

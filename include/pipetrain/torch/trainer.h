@@ -92,8 +92,9 @@ struct RankResult {
   std::vector<EvalPoint> history;        // last-stage ranks, when evaluating
   int64_t samples = 0;                   // trained samples
   double train_seconds = 0;              // inside training steps (excludes evaluation)
-  double busy_seconds = 0;               // compute inside those steps
-  double wait_seconds = 0;               // blocked on communication inside those steps
+  double busy_seconds = 0;               // compute (F, B, I, W, STEP) inside those steps
+  double allreduce_seconds = 0;          // in ALLREDUCE actions: the replicas' gradients
+  double wait_seconds = 0;               // blocked on messages inside those steps
   // Inside those steps, the training thread's time ready to run while other threads held
   // every core, and its time on a core (util::threadCoreTime); -1 where the kernel does
   // not say.

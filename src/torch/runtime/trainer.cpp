@@ -417,7 +417,10 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       }
       for (std::size_t i = 0; i < r.actions.size(); ++i) {
         const trace::TimedAction& a = r.actions[i];
-        result.busy_seconds += a.end - a.start;
+        // Compute as the simulator's timeline counts it (trace::Timeline::busySeconds):
+        // waiting for the replicas' all-reduce is its own share of the step.
+        (a.action.type == schedule::ActionType::ALLREDUCE ? result.allreduce_seconds : result.busy_seconds) +=
+            a.end - a.start;
         durations[{a.action.stage, a.action.type}].push_back({a.end - a.start, r.action_cpu_seconds[i]});
       }
       minibatches_run += end - first;

@@ -1,0 +1,45 @@
+// The headline of a training run's report: how close the run came to its predictions,
+// where each rank's step went, and the largest loss, named with what to try. The shares
+// come from the run's timed actions, the records the measured Gantt chart draws (its last
+// mini-batch), summed over the whole run, and the receive waits around them.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace pipetrain::report {
+
+// One rank's step, as shares of the time inside training steps.
+struct RankShares {
+  int rank = 0;
+  double compute = 0;    // F, B, I, W and STEP actions
+  double allreduce = 0;  // ALLREDUCE actions: waiting for the replicas' gradients
+  double messages = 0;   // blocked receiving or sending activations and gradients
+  double framework = 0;  // the rest: between actions
+  double core_wait = -1;  // ready to run while other threads held every core, inside all of these; -1 unknown
+  // The simulator's prediction from this run's own action times: the schedule's own idle
+  // share (bubbles, not the all-reduce) and the all-reduce's; NaN where not predicted.
+  double schedule_idle = NAN;
+  double predicted_allreduce = NAN;
+};
+
+// Below this share of the step, no loss is named.
+inline constexpr double kLossWorthNaming = 0.05;
+
+// The kinds of loss a headline can name.
+enum class Loss { kNone, kCoreWait, kAllReduce, kMessages, kFramework };
+
+// The largest loss over the ranks' mean shares, and its share of the step.
+struct LargestLoss {
+  Loss loss = Loss::kNone;
+  double share = 0;
+};
+LargestLoss largestLoss(const std::vector<RankShares>& ranks);
+
+// `measured` samples/s; `predicted` from this run's action times and `planned` from the
+// profile, each <= 0 or NaN when unknown.
+std::vector<std::string> runHeadline(const std::vector<RankShares>& ranks, double measured, double predicted,
+                                     double planned);
+
+}  // namespace pipetrain::report

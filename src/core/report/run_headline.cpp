@@ -1,0 +1,98 @@
+#include "pipetrain/report/run_headline.h"
+
+#include <algorithm>
+
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::report {
+namespace {
+
+std::string percent(double fraction) { return text::format("%.0f%%", 100 * fraction); }
+
+// The ranks' mean shares; a share unknown on any rank stays unknown (NaN, or -1 for the
+// core wait).
+RankShares mean(const std::vector<RankShares>& ranks) {
+  RankShares m;
+  m.schedule_idle = m.predicted_allreduce = 0;
+  m.core_wait = 0;
+  for (const RankShares& r : ranks) {
+    m.compute += r.compute, m.allreduce += r.allreduce, m.messages += r.messages, m.framework += r.framework;
+    m.schedule_idle += r.schedule_idle, m.predicted_allreduce += r.predicted_allreduce;
+    m.core_wait = m.core_wait < 0 || r.core_wait < 0 ? -1 : m.core_wait + r.core_wait;
+  }
+  const double n = static_cast<double>(ranks.size());
+  m.compute /= n, m.allreduce /= n, m.messages /= n, m.framework /= n, m.schedule_idle /= n, m.predicted_allreduce /= n;
+  if (m.core_wait >= 0) m.core_wait /= n;
+  return m;
+}
+
+// Waiting for messages beyond what the schedule itself leaves idle.
+double extraMessages(const RankShares& m) {
+  return std::max(0.0, m.messages - (std::isfinite(m.schedule_idle) ? m.schedule_idle : 0.0));
+}
+
+}  // namespace
+
+LargestLoss largestLoss(const std::vector<RankShares>& ranks) {
+  if (ranks.empty()) return {};
+  const RankShares m = mean(ranks);
+  // The core wait lies inside the other shares: named only where it is the largest.
+  if (m.core_wait >= std::max({m.allreduce, extraMessages(m), m.framework}) && m.core_wait > kLossWorthNaming)
+    return {Loss::kCoreWait, m.core_wait};
+  LargestLoss best;
+  for (const auto& [loss, share] :
+       {std::pair{Loss::kAllReduce, m.allreduce}, {Loss::kMessages, extraMessages(m)}, {Loss::kFramework, m.framework}})
+    if (share > best.share) best = {loss, share};
+  return best.share > kLossWorthNaming ? best : LargestLoss{};
+}
+
+std::vector<std::string> runHeadline(const std::vector<RankShares>& ranks, double measured, double predicted,
+                                     double planned) {
+  std::vector<std::string> notes;
+  std::string reached = text::format("Measured %.1f samples/s", measured);
+  if (predicted > 0) reached += ": " + percent(measured / predicted) + " of the prediction from this run's own action times";
+  if (planned > 0) reached += (predicted > 0 ? ", " : ": ") + percent(measured / planned) + " of the planner's from the profile";
+  notes.push_back(reached + ".");
+  if (ranks.empty()) return notes;
+  const RankShares m = mean(ranks);
+  std::string went = "Of each rank's step, on average: compute " + percent(m.compute);
+  if (m.allreduce > 0 || m.predicted_allreduce > 0) {
+    went += ", the gradients' all-reduce " + percent(m.allreduce);
+    if (std::isfinite(m.predicted_allreduce)) went += " (predicted from this run: " + percent(m.predicted_allreduce) + ")";
+  }
+  went += ", waiting for messages " + percent(m.messages);
+  if (std::isfinite(m.schedule_idle))
+    went += " (the schedule's own idle time, predicted from this run: " + percent(m.schedule_idle) + ")";
+  went += ", framework " + percent(m.framework);
+  if (m.core_wait >= 0) went += "; waiting for a CPU core, inside all of these: " + percent(m.core_wait);
+  notes.push_back(went + ".");
+
+  const LargestLoss largest = largestLoss(ranks);
+  switch (largest.loss) {
+    case Loss::kCoreWait:
+      notes.push_back("The largest loss is waiting for a CPU core (" + percent(largest.share) +
+                      "): the ranks and their threads outnumber the cores. Fewer ranks would give each its own.");
+      break;
+    case Loss::kAllReduce:
+      notes.push_back("The largest loss is the all-reduce of the replicas' gradients (" + percent(largest.share) +
+                      "): more samples per replica amortise it, or fewer replicas and more pipeline stages avoid it.");
+      break;
+    case Loss::kMessages:
+      notes.push_back("The largest loss is waiting for messages beyond the schedule's own idle time (" +
+                      percent(largest.share) +
+                      "): the network or the transport is slower than the plan assumed; profile-network measures it.");
+      break;
+    case Loss::kFramework:
+      notes.push_back("The largest loss is the framework, time neither computing nor waiting (" +
+                      percent(largest.share) + "): more work per action (a larger micro-batch) amortises it.");
+      break;
+    case Loss::kNone: break;
+  }
+  const auto busiest = std::max_element(ranks.begin(), ranks.end(),
+                                        [](const RankShares& a, const RankShares& b) { return a.compute < b.compute; });
+  notes.push_back("The busiest rank is rank " + std::to_string(busiest->rank) + ", computing " +
+                  percent(busiest->compute) + " of its step: the bottleneck stage lives there.");
+  return notes;
+}
+
+}  // namespace pipetrain::report

@@ -1,0 +1,67 @@
+#include "pipetrain/report/run_headline.h"
+
+#include <gtest/gtest.h>
+
+namespace pipetrain::report {
+namespace {
+
+bool anyNoteHas(const std::vector<std::string>& notes, const std::string& text) {
+  for (const auto& n : notes)
+    if (n.find(text) != std::string::npos) return true;
+  return false;
+}
+
+// Two data-parallel replicas whose step is a third all-reduce: the headline must name it,
+// not the framework time beside it (the byo example's report once named the framework).
+TEST(RunHeadline, NamesTheAllReduceWhereItTakesMostOfTheStep) {
+  std::vector<RankShares> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    ranks[r].rank = r;
+    ranks[r].compute = 0.45;
+    ranks[r].allreduce = 0.33;
+    ranks[r].messages = 0;
+    ranks[r].framework = 0.22;
+    ranks[r].core_wait = 0.10;
+    ranks[r].schedule_idle = 0.0;
+    ranks[r].predicted_allreduce = 0.05;
+  }
+  EXPECT_EQ(largestLoss(ranks).loss, Loss::kAllReduce);
+  EXPECT_NEAR(largestLoss(ranks).share, 0.33, 1e-12);
+  const auto notes = runHeadline(ranks, 1000, 2000, 3000);
+  EXPECT_TRUE(anyNoteHas(notes, "The largest loss is the all-reduce of the replicas' gradients (33%)"));
+  EXPECT_TRUE(anyNoteHas(notes, "the gradients' all-reduce 33% (predicted from this run: 5%)"));
+  EXPECT_FALSE(anyNoteHas(notes, "largest loss is the framework"));
+}
+
+TEST(RunHeadline, WaitingBeyondTheScheduleIdleIsALossTheScheduleItselfIsNot) {
+  std::vector<RankShares> ranks(1);
+  ranks[0].compute = 0.6;
+  ranks[0].messages = 0.3;
+  ranks[0].framework = 0.1;
+  ranks[0].schedule_idle = 0.28;  // the bubble the schedule predicts: messages add 2% to it
+  EXPECT_EQ(largestLoss(ranks).loss, Loss::kFramework);
+  ranks[0].schedule_idle = 0.1;
+  EXPECT_EQ(largestLoss(ranks).loss, Loss::kMessages);
+  EXPECT_NEAR(largestLoss(ranks).share, 0.2, 1e-12);
+}
+
+TEST(RunHeadline, TheCoreWaitIsNamedOnlyWhereItExceedsTheLossesItLiesInside) {
+  std::vector<RankShares> ranks(3);
+  for (auto& r : ranks) r.compute = 0.7, r.framework = 0.3, r.core_wait = 0.2;
+  EXPECT_EQ(largestLoss(ranks).loss, Loss::kFramework);
+  for (auto& r : ranks) r.core_wait = 0.35;
+  EXPECT_EQ(largestLoss(ranks).loss, Loss::kCoreWait);
+  EXPECT_FALSE(anyNoteHas(runHeadline(ranks, 1, 0, 0), "--threads"));  // train has no such choice to offer
+  ranks[1].core_wait = -1;  // one rank's kernel did not say: unknown for the run
+  EXPECT_EQ(largestLoss(ranks).loss, Loss::kFramework);
+}
+
+TEST(RunHeadline, SmallLossesAreNotNamed) {
+  std::vector<RankShares> ranks(2);
+  for (auto& r : ranks) r.compute = 0.96, r.framework = 0.02, r.allreduce = 0.02;
+  EXPECT_EQ(largestLoss(ranks).loss, Loss::kNone);
+  EXPECT_FALSE(anyNoteHas(runHeadline(ranks, 1, 0, 0), "largest loss"));
+}
+
+}  // namespace
+}  // namespace pipetrain::report
