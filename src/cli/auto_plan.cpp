@@ -119,10 +119,12 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   // speed while profiling from the schedule's part of an error). Where the ranks share
   // the cores, that compute stretches while they take turns; so each rank's compute on
   // a core of its own too: its work, to set beside the run's time on a core.
-  json_io::Json busy = json_io::Json::array(), alone = json_io::Json::array(), peak = json_io::Json::array();
+  json_io::Json busy = json_io::Json::array(), alone = json_io::Json::array(), peak = json_io::Json::array(),
+                process = json_io::Json::array();
   for (const sim::RankReport& r : e.best().report.ranks) {
     busy.push_back(r.busy_seconds);
     peak.push_back(r.peak_memory_bytes);
+    process.push_back(r.process_bytes);
   }
   const cluster::ClusterSpec unshared = localCluster(job.ranks, memory, job.ranks);
   for (const sim::RankReport& r : sim::predictReport(graph, unshared, e.best().plan).ranks)
@@ -131,6 +133,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                        {"iteration_seconds", e.best().report.iteration_time},
                        {"rank_busy_seconds", busy},
                        {"rank_peak_memory_bytes", peak},
+                       {"rank_process_bytes", process},
+                       {"process_memory_runs", graph.processMemory().runs},
                        {"rank_core_seconds", alone}};
   return {chosen, planner};
 }

@@ -23,6 +23,7 @@
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/process_memory.h"
 #include "pipetrain/util/json_io.h"
 #include "pipetrain/util/text.h"
 
@@ -240,9 +241,12 @@ int run(ProfileArgs& a) {
   std::unique_ptr<data::Dataset> dataset;
   std::optional<data::SampleOrder> order;
   int64_t next = 0, batch = 0;
+  graph::ProcessMemory process;  // what holding the dataset costs a rank that loads it
   if (a.load_data) {
     if (!a.data_dir.empty()) a.data.fashion_mnist_dir = a.data.fortunes_dir = a.data_dir;
+    const int64_t before = util::residentBytes();
     dataset = data::openDataset(a.data, model.input);
+    process.data_bytes = std::max<int64_t>(0, util::residentBytes() - before);
     order.emplace(dataset->size(), a.data.seed, 0);
     const int64_t largest = *std::max_element(a.batches.begin(), a.batches.end());
     if (order->minibatchesPerEpoch(largest, 1) == 0)
@@ -266,9 +270,10 @@ int run(ProfileArgs& a) {
     profiles.push_back(profiler::profileModel(model, b, a.options));
     if (profiles.size() == 1) timed_first = a.timed_passes;
   }
-  const graph::LayerGraph g =
-      profiles.size() == 1 ? profiles[0]
+  graph::LayerGraph g = profiles.size() == 1
+                           ? profiles[0]
                            : profiles[0].withOtherBatches({profiles.begin() + 1, profiles.end()}, "profile");
+  g.setProcessMemory(process);
   a.timed_passes = timed_first;
   printTable(a, g);
   json_io::writeFile(a.out, g.toJson());

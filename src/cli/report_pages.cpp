@@ -62,7 +62,34 @@ std::vector<report::RankShares> rankShares(const JsonCursor& s, const std::strin
   return out;
 }
 
+// The process's peak less its resident set before the model was built: what training
+// added, comparable with the planner's peak (LibTorch alone is ~170 MiB here).
+double memoryAdded(const JsonCursor& rank) {
+  return rank.field("peak_memory_bytes").asNumber() -
+         (rank.has("start_memory_bytes") ? rank.field("start_memory_bytes").asNumber() : 0.0);
+}
+
 }  // namespace
+
+std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string& origin) {
+  std::vector<report::RankMemory> ranks;
+  const JsonCursor s(summary, origin);
+  const int learned = s.has("planner") && s.field("planner").has("chosen")
+                          ? static_cast<int>(s.field("planner").field("chosen").numberOr("process_memory_runs", 0))
+                          : 0;
+  for (const auto& r : s.field("ranks").asArray()) {
+    report::RankMemory& m = ranks.emplace_back();
+    m.rank = static_cast<int>(r.field("rank").asInt());
+    m.measured = memoryAdded(r);
+    m.predicted = numberOr(r, "predicted_peak_memory_bytes");
+    m.predicted_process = r.has("predicted_process_bytes") ? r.field("predicted_process_bytes").asNumber() : 0.0;
+    m.data = r.has("data_memory_bytes") ? r.field("data_memory_bytes").asNumber() : -1.0;
+    m.learned_from_runs = learned;
+    // On a GPU the planner prices the device's memory, which the resident set does not hold.
+    if (r.has("peak_device_memory_bytes") && r.field("peak_device_memory_bytes").asNumber() >= 0) m.predicted = NAN;
+  }
+  return report::memoryNotes(ranks);
+}
 
 report::Table planStagesTable(const plan::Plan& plan) {
   report::Table t;
@@ -151,6 +178,7 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   if (s.has("test_loss")) page.facts.push_back({"test loss", text::format("%.4f", s.field("test_loss").asNumber())});
   for (const std::string& note : report::runHeadline(rankShares(s, origin), measured, predicted, planned))
     page.notes.push_back(note);
+  for (const std::string& note : memoryNotesOfRun(summary, origin)) page.notes.push_back(note);
   if (s.boolOr("asynchronous", false))
     page.notes.push_back("This plan of " + schedule +
                          " trains asynchronously: its updates use stale weights, so it is not synchronous SGD.");
@@ -175,8 +203,6 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   BarChart::Series bubble{"idle, measured", {}}, bubble_predicted{"idle, predicted from this run", {}},
       allreduce{"all-reduce", {}}, wait{"waiting for messages", {}}, framework{"framework", {}},
       core_wait{"waiting for a CPU core (within the others)", {}};
-  // The process's peak less its resident set before the model was built: what training
-  // added, comparable with the planner's peak (LibTorch alone is ~170 MiB here).
   BarChart::Series peak{"peak added by training, measured", {}},
       peak_predicted{"peak, predicted by the planner from the profile", {}}, weights{"weight copies", {}};
   for (const auto& r : ranks) {
@@ -187,9 +213,7 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
     framework.values.push_back(numberOr(r, "overhead_fraction"));
     const double core = numberOr(r, "core_wait_fraction");
     core_wait.values.push_back(core >= 0 ? core : NAN);
-    peak.values.push_back(r.field("peak_memory_bytes").asNumber() - (r.has("start_memory_bytes")
-                                                                          ? r.field("start_memory_bytes").asNumber()
-                                                                          : 0.0));
+    peak.values.push_back(memoryAdded(r));
     peak_predicted.values.push_back(numberOr(r, "predicted_peak_memory_bytes"));
     weights.values.push_back(numberOr(r, "weight_bytes"));
   }

@@ -23,6 +23,10 @@ report::Page pageForExploration(const planner::Exploration& e, const graph::Laye
 report::Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan, const std::string& title);
 
 // From `train --summary-json` and `--log-jsonl` (docs/report.md).
+// A note for each rank whose measured memory and the planner's prediction of it differ
+// by more than 10% (report::memoryNotes), from a `train --summary-json` summary.
+std::vector<std::string> memoryNotesOfRun(const json_io::Json& summary, const std::string& origin);
+
 report::Page pageForRun(const json_io::Json& summary, const std::vector<json_io::Json>& metrics,
                         const std::string& origin);
 

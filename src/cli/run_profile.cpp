@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,8 @@
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/torch_info.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/stats.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
 namespace {
@@ -292,17 +295,46 @@ RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model
   return run;
 }
 
+RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_io::Json& planner) {
+  RunMemory m;
+  if (!planner.contains("chosen") || !planner["chosen"].contains("rank_process_bytes")) return m;
+  const json_io::Json& peak = planner["chosen"]["rank_peak_memory_bytes"];
+  const json_io::Json& process = planner["chosen"]["rank_process_bytes"];
+  std::vector<double> beyond;
+  for (const json_io::Json& r : rank_results) {
+    const std::size_t rank = r["rank"];
+    // A GPU's memory is its allocator's; the resident set tells only the host's.
+    if (r["device"] != "cpu" || rank >= peak.size() || rank >= process.size()) continue;
+    const int64_t data = r.value("data_memory_bytes", int64_t{-1});
+    m.data_bytes = std::max(m.data_bytes, data);
+    const double tensors = peak[rank].get<double>() - process[rank].get<double>();
+    const double added = r["peak_memory_bytes"].get<double>() - r["start_memory_bytes"].get<double>();
+    beyond.push_back(added - tensors - std::max<int64_t>(0, data));
+  }
+  if (!beyond.empty()) m.framework_bytes = std::max<int64_t>(0, std::llround(util::median(beyond)));
+  return m;
+}
+
 void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
-                          const plan::StageSeconds& measured) {
+                          const plan::StageSeconds& measured, const RunMemory& memory) {
   const std::string path = profile_summary.value("path", std::string());
   if (path.empty()) return;
   try {
     const graph::ProfileCache cache(std::filesystem::path(path).parent_path().string());
     const graph::LayerGraph before = graph::LayerGraph::load(path);
-    const plan::SharpenedProfile after = plan::sharpenProfile(before, plan, measured, profile_summary.value("runs_merged", 0));
+    plan::SharpenedProfile after = plan::sharpenProfile(before, plan, measured, profile_summary.value("runs_merged", 0));
+    std::string learned;
+    if (memory.framework_bytes >= 0) {
+      after.graph.setProcessMemory(
+          plan::learnProcessMemory(before.processMemory(), memory.framework_bytes, memory.data_bytes));
+      const graph::ProcessMemory& m = after.graph.processMemory();
+      learned = "; the process's memory beyond its tensors: framework " + text::humanBytes(m.framework_bytes) +
+                " (mean of " + std::to_string(m.runs) + " run(s)), data " + text::humanBytes(m.data_bytes);
+    }
     const int runs = cache.refine(path, after.graph);
-    std::printf("profile sharpened by this run's stage times (%s; %d run(s) merged): %s\n", after.note.c_str(), runs,
-                path.c_str());
+    std::printf("profile sharpened by this run's %s (%s; %d run(s) merged%s): %s\n",
+                measured.empty() ? "memory" : "stage times", measured.empty() ? "times kept" : after.note.c_str(), runs,
+                learned.c_str(), path.c_str());
   } catch (const Error& e) {
     std::printf("the cached profile was not sharpened: %s\n", e.what());
   }

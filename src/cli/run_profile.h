@@ -47,9 +47,21 @@ RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model
 // smallest timed size is `smallest` (the graph's batch size).
 std::vector<int64_t> plannedSizes(int64_t batch, int64_t smallest);
 
-// The run's measured stage times into the cached profile, which then prices the next
-// plan; says on stdout what moved. Nothing where the profile is not in the cache.
+// What a run's ranks held beyond the tensors the planner priced (the median over its
+// ranks on the host), and what their datasets added; -1 where not measured.
+struct RunMemory {
+  int64_t framework_bytes = -1;
+  int64_t data_bytes = -1;
+};
+
+// From the ranks' results (train_rank.h) and the planner's summary of the plan they ran:
+// nothing where the plan was not planned here.
+RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_io::Json& planner);
+
+// The run's measured stage times (none: the times stay) and memory into the cached
+// profile, which then prices the next plan; says on stdout what moved. Nothing where the
+// profile is not in the cache.
 void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
-                          const plan::StageSeconds& measured);
+                          const plan::StageSeconds& measured, const RunMemory& memory);
 
 }  // namespace pipetrain::cli

@@ -214,6 +214,7 @@ int launch(TrainArgs& a, const models::Model& model) {
                      {"core_run_fraction", core_run < 0 ? -1.0 : train > 0 ? core_run / train : 0},
                      {"peak_memory_bytes", r["peak_memory_bytes"]},
                      {"start_memory_bytes", r["start_memory_bytes"]},
+                     {"data_memory_bytes", r["data_memory_bytes"]},
                      {"device", r["device"]},
                      {"data_channel", r["data_channel"]},
                      {"peak_device_memory_bytes", r["peak_device_memory_bytes"]},
@@ -239,9 +240,12 @@ int launch(TrainArgs& a, const models::Model& model) {
                        any_result["stage_param_bytes"].get<std::vector<int64_t>>(),
                        any_result["stage_preds"].get<std::vector<std::vector<int>>>()};
   // The run's stage times into the cached profile it was planned from (run_profile.h),
-  // where every rank had its own cores: taking turns on them stretches the times.
-  if (!a.planner.is_null() && a.planner.contains("profile") && a.nproc <= localCores(a) / threads)
-    sharpenCachedProfile(a.planner["profile"], plan, measured.action_seconds);
+  // where every rank had its own cores: taking turns on them stretches the times. Its
+  // memory beyond the planned tensors too, wherever the ranks computed on the host.
+  if (!a.planner.is_null() && a.planner.contains("profile"))
+    sharpenCachedProfile(a.planner["profile"], plan,
+                         a.nproc <= localCores(a) / threads ? measured.action_seconds : plan::StageSeconds{},
+                         runMemory(results, a.planner));
   sim::Evaluation prediction = predictRun(measured);
   const sim::Report& predicted = prediction.report;
   prediction.timeline.title = "predicted: " + timeline.title;
@@ -253,7 +257,11 @@ int launch(TrainArgs& a, const models::Model& model) {
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     ranks[r]["predicted_bubble_fraction"] = predicted.ranks[r].bubble_fraction;
     ranks[r]["predicted_weight_versions"] = predicted.ranks[r].weight_versions;
-    if (planned_memory) ranks[r]["predicted_peak_memory_bytes"] = a.planner["chosen"]["rank_peak_memory_bytes"][r];
+    if (planned_memory) {
+      ranks[r]["predicted_peak_memory_bytes"] = a.planner["chosen"]["rank_peak_memory_bytes"][r];
+      const Json& process = a.planner["chosen"].value("rank_process_bytes", Json::array());
+      ranks[r]["predicted_process_bytes"] = r < process.size() ? process[r] : Json(0);
+    }
   }
   // Whether the plan trains otherwise than synchronous SGD: its update rule's verdict, not
   // its schedule's (PipeDream on one stage replicated over the whole mini-batch is
@@ -303,14 +311,20 @@ int launch(TrainArgs& a, const models::Model& model) {
                                (device_peak >= 0 ? ", peak GPU memory " + text::humanBytes(device_peak) : "");
     const double allreduce = r["allreduce_fraction"];
     const std::string allreduce_text = allreduce > 0 ? text::format("all-reduce %.1f%%, ", 100 * allreduce) : "";
+    const double added = r["peak_memory_bytes"].get<double>() - r["start_memory_bytes"].get<double>();
+    const std::string memory_text =
+        text::humanBytes(r["peak_memory_bytes"].get<double>()) + " (training added " + text::humanBytes(added) +
+        (r.contains("predicted_peak_memory_bytes")
+             ? ", predicted " + text::humanBytes(r["predicted_peak_memory_bytes"].get<double>()) + ")"
+             : ")");
     std::printf("rank %d on %s: bubble %.1f%% (predicted %.1f%%; %swaiting for messages %.1f%%, framework %.1f%%)%s, "
                 "weights %s in %d version(s) (predicted %d), peak host memory %s\n",
                 r["rank"].get<int>(), device.c_str(), 100 * r["bubble_fraction"].get<double>(),
                 100 * r["predicted_bubble_fraction"].get<double>(), allreduce_text.c_str(),
                 100 * r["wait_fraction"].get<double>(), 100 * r["overhead_fraction"].get<double>(), core, text::humanBytes(r["weight_bytes"].get<double>()).c_str(),
-                r["weight_versions"].get<int>(), r["predicted_weight_versions"].get<int>(),
-                text::humanBytes(r["peak_memory_bytes"].get<double>()).c_str());
+                r["weight_versions"].get<int>(), r["predicted_weight_versions"].get<int>(), memory_text.c_str());
   }
+  for (const std::string& note : memoryNotesOfRun(summary, "this run")) std::printf("memory: %s\n", note.c_str());
   if (!a.trace.empty()) {
     trace::writeChromeTrace(timeline, a.trace);
     std::printf("trace: %s\n", a.trace.c_str());

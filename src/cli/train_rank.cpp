@@ -86,6 +86,7 @@ Json resultToJson(const runtime::RankResult& r) {
           {"history", historyJson(r.history)},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"start_memory_bytes", r.start_memory_bytes},
+          {"data_memory_bytes", r.data_memory_bytes},
           {"device", r.device},
           {"data_channel", r.data_channel},
           {"peak_device_memory_bytes", r.peak_device_memory_bytes},

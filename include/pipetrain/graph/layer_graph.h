@@ -74,6 +74,21 @@ struct Layer {
   }
 };
 
+// What a training process holds beyond the tensors the memory accounting prices (the
+// weights, gradients, optimizer state and activations of its stages): where a profile
+// measured it, docs/profiling.md#memory-the-process-holds.
+struct ProcessMemory {
+  // A rank that loads the model input or the labels holds the dataset in host memory:
+  // the resident bytes opening it added, in the profile's process or a run's.
+  int64_t data_bytes = 0;
+  // Every rank: the rest of what training adds to the process (the allocator's freed but
+  // kept memory, LibTorch's and the BLAS's workspaces, the model as built whole, the
+  // transport's buffers), learned from runs of this profile (`runs` of them, their mean).
+  int64_t framework_bytes = 0;
+  int runs = 0;
+  bool empty() const { return data_bytes == 0 && framework_bytes == 0 && runs == 0; }
+};
+
 class LayerGraph {
  public:
   LayerGraph() = default;
@@ -115,6 +130,10 @@ class LayerGraph {
   // Throws Error outside [0.5, 1].
   void setOverlapFactor(double factor);
 
+  const ProcessMemory& processMemory() const { return process_memory_; }
+  // Throws Error for a negative figure.
+  void setProcessMemory(const ProcessMemory& memory);
+
   // This graph with each layer's compute times in `timed` (profiles of the same model at
   // other batch sizes) added as its other_batches. Throws Error naming `origin` where a
   // profile is of another model or of a batch size given twice.
@@ -124,6 +143,7 @@ class LayerGraph {
   std::vector<Layer> layers_;
   int64_t batch_size_ = 1;
   double overlap_factor_ = 1.0;
+  ProcessMemory process_memory_;
   std::unordered_map<std::string, int> index_;
   std::vector<std::vector<int>> preds_;
   std::vector<std::vector<int>> succs_;

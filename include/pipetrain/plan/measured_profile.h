@@ -34,4 +34,11 @@ struct SharpenedProfile {
 SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& plan, const StageSeconds& measured,
                                 int runs_merged);
 
+// A run's memory into the profile's: `framework_bytes` (what the run's ranks held beyond
+// the tensors the accounting priced and their datasets) is averaged with the `runs` runs
+// before it; `data_bytes`, where the run's ranks loaded data (>= 0), is what opening it
+// added there, else it stays. Throws Error for a negative framework figure.
+graph::ProcessMemory learnProcessMemory(const graph::ProcessMemory& before, int64_t framework_bytes,
+                                        int64_t data_bytes);
+
 }  // namespace pipetrain::plan

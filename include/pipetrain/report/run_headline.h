@@ -42,4 +42,22 @@ LargestLoss largestLoss(const std::vector<RankShares>& ranks);
 std::vector<std::string> runHeadline(const std::vector<RankShares>& ranks, double measured, double predicted,
                                      double planned);
 
+// One rank's memory: what training added to the process at its peak (on the host, its
+// resident set), and the planner's prediction of it.
+struct RankMemory {
+  int rank = 0;
+  double measured = 0;
+  double predicted = NAN;         // NaN: no prediction (a plan given by hand)
+  double predicted_process = 0;   // of it, beyond the tensors: the framework and the dataset
+  double data = -1;               // what opening the datasets added; -1: it loads none
+  int learned_from_runs = 0;      // the runs the profile's framework figure is the mean of
+};
+
+// Below this share apart, prediction and measurement agree.
+inline constexpr double kMemoryAgrees = 0.10;
+
+// A note for each rank whose measured peak and prediction lie more than kMemoryAgrees
+// apart, saying by how much and what the measurement holds that the prediction did not.
+std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks);
+
 }  // namespace pipetrain::report

@@ -45,6 +45,7 @@ struct StageCosts {
   double recompute_peak_bytes = 0;
   double param_bytes = 0;
   double optimizer_bytes = 0;
+  bool holds_data = false;  // its ranks load the input or the labels (graph::ProcessMemory::data_bytes)
 };
 
 class CostModel {
@@ -53,6 +54,7 @@ class CostModel {
   CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan);
 
   const plan::Plan& plan() const { return plan_; }
+  const graph::LayerGraph& graph() const { return graph_; }
   const cluster::ClusterSpec& cluster() const { return cluster_; }
   const schedule::StageDag& dag() const { return dag_; }
   const std::vector<int>& replicas() const { return replicas_; }  // per stage

@@ -44,7 +44,12 @@ struct RankReport {
   double bubble_fraction = 0;    // idle share of the iteration
   double peak_activations = 0;   // micro-batches
   int weight_versions = 0;
-  int64_t peak_memory_bytes = 0; // activations + weights x versions + gradients + optimizer
+  // activations + weights x versions + gradients + optimizer state, and process_bytes
+  int64_t peak_memory_bytes = 0;
+  // Of that peak, what the process holds beyond the tensors the accounting prices: the
+  // profile's framework working memory and, on a rank that loads data, the dataset
+  // (graph::ProcessMemory).
+  int64_t process_bytes = 0;
   int64_t memory_capacity_bytes = 0;
 };
 

@@ -109,6 +109,8 @@ struct RankResult {
   // Its resident set as trainRank began (LibTorch and the libraries loaded, no model
   // yet): the peak less this is what the model and its training added.
   int64_t start_memory_bytes = 0;
+  // What opening the datasets added to its resident set (-1: it loads none).
+  int64_t data_memory_bytes = -1;
   int weight_versions = 1;               // peak versions of any of the rank's stages (measured)
   int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
   int max_sends_held = 0;                // outgoing messages kept alive at once (executor.h)

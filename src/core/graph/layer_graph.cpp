@@ -200,7 +200,16 @@ LayerGraph LayerGraph::withOtherBatches(const std::vector<LayerGraph>& timed, co
   }
   LayerGraph g(std::move(layers), batch_size_, origin);  // checks the batch sizes
   g.overlap_factor_ = overlap_factor_;
+  g.process_memory_ = process_memory_;
   return g;
+}
+
+void LayerGraph::setProcessMemory(const ProcessMemory& memory) {
+  if (memory.data_bytes < 0 || memory.framework_bytes < 0 || memory.runs < 0)
+    throw Error("a process's memory beyond its tensors cannot be negative (data " + std::to_string(memory.data_bytes) +
+                " bytes, framework " + std::to_string(memory.framework_bytes) + " bytes, " +
+                std::to_string(memory.runs) + " runs)");
+  process_memory_ = memory;
 }
 
 void LayerGraph::setOverlapFactor(double factor) {

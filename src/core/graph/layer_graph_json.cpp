@@ -75,7 +75,7 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
 LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origin) {
   const json_io::JsonCursor root(j, origin);
   json_io::checkHeader(root, kFormat, kVersion);
-  root.allowOnly({"format", "version", "batch_size", "overlap_factor", "layers"});
+  root.allowOnly({"format", "version", "batch_size", "overlap_factor", "process_memory", "layers"});
   const int64_t batch_size = root.field("batch_size").asIntIn(1, limits::kMaxMicrobatchSize);
   const auto items = root.field("layers").asArray();
   if (items.size() > static_cast<std::size_t>(limits::kMaxLayers))
@@ -92,6 +92,15 @@ LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origi
       root.field("overlap_factor").fail(e.what());
     }
   }
+  if (root.has("process_memory")) {
+    const json_io::JsonCursor m = root.field("process_memory");
+    m.allowOnly({"data_bytes", "framework_bytes", "runs"});
+    ProcessMemory memory;
+    if (m.has("data_bytes")) memory.data_bytes = m.field("data_bytes").asBytes();
+    if (m.has("framework_bytes")) memory.framework_bytes = m.field("framework_bytes").asBytes();
+    if (m.has("runs")) memory.runs = static_cast<int>(m.field("runs").asIntIn(0, 1 << 30));
+    graph.setProcessMemory(memory);
+  }
   return graph;
 }
 
@@ -101,6 +110,10 @@ json_io::Json LayerGraph::toJson() const {
   json_io::Json j = json_io::header(kFormat, kVersion);
   j["batch_size"] = batch_size_;
   if (overlap_factor_ != 1.0) j["overlap_factor"] = overlap_factor_;
+  if (!process_memory_.empty())
+    j["process_memory"] = {{"data_bytes", process_memory_.data_bytes},
+                           {"framework_bytes", process_memory_.framework_bytes},
+                           {"runs", process_memory_.runs}};
   json_io::Json layers = json_io::Json::array();
   for (const Layer& l : layers_) {
     json_io::Json layer = {{"name", l.name},

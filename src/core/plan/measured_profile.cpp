@@ -77,7 +77,19 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
   }
   SharpenedProfile out{graph::LayerGraph(std::move(layers), profile.batchSize(), "profile sharpened by a run"), note};
   out.graph.setOverlapFactor(profile.overlapFactor());
+  out.graph.setProcessMemory(profile.processMemory());
   return out;
+}
+
+graph::ProcessMemory learnProcessMemory(const graph::ProcessMemory& before, int64_t framework_bytes,
+                                        int64_t data_bytes) {
+  if (framework_bytes < 0)
+    throw Error("a run's framework memory cannot be negative (" + std::to_string(framework_bytes) + " bytes)");
+  graph::ProcessMemory after = before;
+  after.runs = before.runs + 1;
+  after.framework_bytes = before.framework_bytes + (framework_bytes - before.framework_bytes) / after.runs;
+  if (data_bytes >= 0) after.data_bytes = data_bytes;
+  return after;
 }
 
 }  // namespace pipetrain::plan

@@ -283,7 +283,9 @@ class Validator {
     for (int d = 0; d < cluster_.size(); ++d) {
       const auto& stages = device_stages_[d];
       if (stages.empty()) continue;
-      double total = 0;
+      // The framework's working memory is the process's, once per device (given figures
+      // are the stages' alone).
+      double total = static_cast<double>(graph_.processMemory().framework_bytes);
       for (int s : stages) total += need[s];
       const double has = static_cast<double>(cluster_.device(d).memory_bytes);
       if (total <= has) continue;

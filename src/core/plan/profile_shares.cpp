@@ -66,7 +66,13 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
       layers[l].optimizer_seconds = timed.optimizer_seconds;
       layers[l].other_batches = timed.other_batches;
     }
-  return graph::LayerGraph(std::move(layers), first.batchSize(), "profile in shares");
+  graph::LayerGraph merged(std::move(layers), first.batchSize(), "profile in shares");
+  // The share that loaded the data measured what holding it costs.
+  graph::ProcessMemory memory = first.processMemory();
+  for (const graph::LayerGraph& g : graphs)
+    memory.data_bytes = std::max(memory.data_bytes, g.processMemory().data_bytes);
+  merged.setProcessMemory(memory);
+  return merged;
 }
 
 }  // namespace pipetrain::plan

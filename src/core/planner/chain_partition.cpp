@@ -82,7 +82,9 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
       hop_through_host;
   for (int d = 0; d < devices_; ++d) {
     speed.push_back(cluster.device(d).speed);
-    memory.push_back(static_cast<double>(cluster.device(d).memory_bytes));
+    // What the process holds beside its stage's tensors is not the stage's to use (the
+    // dataset, held by the first and last stages only, is left to the simulator's check).
+    memory.push_back(static_cast<double>(cluster.device(d).memory_bytes - graph.processMemory().framework_bytes));
     copy.push_back(cluster::allreduceCopySecondsPerByte(cluster.device(d)));
     if (d + 1 < devices_) {
       const auto hop = cluster.route(d, d + 1);

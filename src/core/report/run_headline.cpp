@@ -95,4 +95,25 @@ std::vector<std::string> runHeadline(const std::vector<RankShares>& ranks, doubl
   return notes;
 }
 
+std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks) {
+  std::vector<std::string> notes;
+  for (const RankMemory& r : ranks) {
+    if (!(r.predicted > 0) || std::abs(r.measured / r.predicted - 1) <= kMemoryAgrees) continue;
+    const double apart = r.measured / r.predicted - 1;
+    std::string note = "Rank " + std::to_string(r.rank) + "'s peak memory, " + text::humanBytes(r.measured) +
+                       " added by training, is " + percent(std::abs(apart)) + (apart > 0 ? " above" : " below") +
+                       " the planner's prediction (" + text::humanBytes(r.predicted) + ", of which " +
+                       text::humanBytes(r.predicted_process) + " beyond its tensors)";
+    if (r.data >= 0) note += "; opening its datasets added " + text::humanBytes(r.data);
+    note += r.learned_from_runs > 0
+                ? ". The profile's figure for the framework is the mean of " + std::to_string(r.learned_from_runs) +
+                      " earlier run(s); this run's joins it for the next plan."
+                : ". The profile had not yet learned what the process holds beyond its tensors (the allocator's kept "
+                  "memory, LibTorch's workspaces, the whole model as every rank builds it, the dataset); this run "
+                  "taught it, and the next plan prices it.";
+    notes.push_back(note);
+  }
+  return notes;
+}
+
 }  // namespace pipetrain::report

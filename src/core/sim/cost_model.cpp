@@ -70,6 +70,9 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.split_activation_bytes += l.splitActivationBytes() * scale;
       c.param_bytes += l.param_bytes;
       c.optimizer_bytes += l.optimizer_state_bytes;
+      // It loads the micro-batches (a layer reading only the model input) or the labels
+      // (the last layer computes the loss): its ranks hold the dataset.
+      c.holds_data = c.holds_data || graph.predecessors(index).empty() || index == graph.size() - 1;
     }
     if (recomputed > 0) {
       double received = 0;  // the stage's inputs per micro-batch, which a recomputing stage keeps

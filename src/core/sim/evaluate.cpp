@@ -42,13 +42,17 @@ void fillMemory(Report& report, const schedule::Program& program, const CostMode
     rr.weight_versions = footprint[r].weight_versions;
     double bytes = footprint[r].peak_activation_bytes;
     double recomputing = 0;  // one micro-batch at a time is recomputed on a rank
+    const graph::ProcessMemory& process = costs.graph().processMemory();
+    bool holds_data = false;
     for (const auto& st : footprint[r].stages) {
       const StageCosts& c = costs.stage(st.stage);
       recomputing = std::max(recomputing, c.recompute_peak_bytes);
+      holds_data = holds_data || c.holds_data;
       // weights x versions, one gradient buffer, optimizer state, the schedule's extra buffers
       bytes += c.param_bytes * (st.weight_versions + 1 + extra_buffers) + c.optimizer_bytes;
     }
-    rr.peak_memory_bytes = static_cast<int64_t>(bytes + recomputing);
+    rr.process_bytes = process.framework_bytes + (holds_data ? process.data_bytes : 0);
+    rr.peak_memory_bytes = static_cast<int64_t>(bytes + recomputing) + rr.process_bytes;
   }
 }
 
@@ -389,6 +393,7 @@ json_io::Json Report::toJson() const {
                           {"peak_activations", rr.peak_activations},
                           {"weight_versions", rr.weight_versions},
                           {"peak_memory_bytes", rr.peak_memory_bytes},
+                          {"process_bytes", rr.process_bytes},
                           {"memory_capacity_bytes", rr.memory_capacity_bytes}});
   }
   return {{"schedule", schedule},

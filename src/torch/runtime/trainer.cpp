@@ -1,12 +1,8 @@
 #include "pipetrain/torch/trainer.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -23,6 +19,7 @@
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/core_time.h"
+#include "pipetrain/util/process_memory.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -30,19 +27,6 @@ namespace {
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, std::vector<torch::Tensor> params) {
   return runtime::makeOptimizer(c.optimizer, c.lr, c.momentum, std::move(params));
-}
-
-int64_t residentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-}
-
-int64_t peakResidentBytes() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 // Ranks that do not read data still need the dataset's size (for the epoch length):
@@ -310,7 +294,7 @@ RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<voi
 RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
                      const std::function<void(const Progress&)>& on_progress,
                      const PipelineExecutor::WeightProbe& probe) {
-  const int64_t start_memory = residentBytes();
+  const int64_t start_memory = util::residentBytes();
   if (c.threads > 0) at::set_num_threads(c.threads);
   checkNumbers(c);
   const torch::Device device = rankDevice(c.device, localRank(t.rank()));
@@ -332,6 +316,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   result.last_stage = one.isLastStage(mine.back());
   const bool reports = result.last_stage && one.rankOf(one.num_stages - 1, 0) == t.rank();
   std::unique_ptr<data::Dataset> train, test;
+  const int64_t before_data = util::residentBytes();
   if (first || result.last_stage) train = data::openDataset(c.data, model.input);
   const int64_t size = agreeOnSize(t, train.get());
   // Opened once for every epoch's evaluation (a user's file is read whole).
@@ -342,6 +327,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
     if (first || result.last_stage) test = data::openDataset(options, model.input);
     test_size = agreeOnSize(t, test.get());
   }
+  if (train || test) result.data_memory_bytes = std::max<int64_t>(0, util::residentBytes() - before_data);
   const int64_t b = c.plan.microbatch_size;
   const int m = c.plan.microbatches;
   int64_t steps = data::SampleOrder(size, c.seed, 0).minibatchesPerEpoch(b, m);
@@ -458,7 +444,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
     if (t.rank() == 0) models::saveScriptedModel(model, c.export_path);
   }
   result.action_seconds = steadyActionSeconds(durations, minibatches_run);
-  result.peak_memory_bytes = peakResidentBytes();
+  result.peak_memory_bytes = util::peakResidentBytes();
   result.start_memory_bytes = start_memory;
   result.parameters = executor.parameters();
   result.weight_bytes = 0;

@@ -111,6 +111,24 @@ TEST(LayerGraph, PeakMemoryIsOptionalAndWrittenOnlyWhenMeasured) {
               {"g.json", "layers[0].peak_memory_bytes"});
 }
 
+TEST(LayerGraph, WhatAProcessHoldsBesideItsTensorsIsOptionalAndRoundTrips) {
+  Json j = graphJson({layerJson("a"), layerJson("b")});
+  const LayerGraph plain = LayerGraph::fromJson(j, "g.json");
+  EXPECT_TRUE(plain.processMemory().empty());
+  EXPECT_FALSE(plain.toJson().contains("process_memory"));  // older files stay as they were
+  j["process_memory"] = {{"data_bytes", 48e6}, {"framework_bytes", 3 << 20}, {"runs", 2}};
+  const LayerGraph g = LayerGraph::fromJson(j, "g.json");
+  EXPECT_EQ(g.processMemory().data_bytes, 48000000);
+  EXPECT_EQ(g.processMemory().framework_bytes, 3 << 20);
+  EXPECT_EQ(g.processMemory().runs, 2);
+  EXPECT_EQ(LayerGraph::fromJson(g.toJson(), "written").toJson(), g.toJson());
+  EXPECT_EQ(g.withOtherBatches({}, "same").processMemory().framework_bytes, 3 << 20);
+  j["process_memory"]["framework_bytes"] = -1;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "process_memory.framework_bytes"});
+  j["process_memory"] = {{"dataset_bytes", 1}};
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "dataset_bytes"});
+}
+
 TEST(LayerGraph, SplitWeightSecondsDefaultToTheWeightPass) {
   Json measured = layerJson("b");
   measured["split_weight_seconds"] = 0.75;

@@ -80,6 +80,26 @@ TEST(SharpenProfile, SplitBackwardsMoveIAndWApartAtEveryTimedSize) {
   EXPECT_NEAR(s.graph.layer(0).other_batches[0].seconds.backward_input, 12e-3, 1e-12);
 }
 
+TEST(SharpenProfile, TheProcessMemoryStaysWithTheProfile) {
+  graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
+  g.setProcessMemory({5, 7, 1});
+  const SharpenedProfile s = sharpenProfile(g, twoStages(g, "1f1b", g.batchSize()), {}, 0);
+  EXPECT_EQ(s.graph.processMemory().framework_bytes, 7);
+  EXPECT_EQ(s.graph.processMemory().data_bytes, 5);
+}
+
+TEST(LearnProcessMemory, TheFrameworkIsTheMeanOfTheRunsAndTheDataTheLatestMeasure) {
+  const graph::ProcessMemory first = learnProcessMemory({48, 0, 0}, 30, -1);
+  EXPECT_EQ(first.framework_bytes, 30);
+  EXPECT_EQ(first.runs, 1);
+  EXPECT_EQ(first.data_bytes, 48);  // the run loaded no data: the profile's figure stays
+  const graph::ProcessMemory second = learnProcessMemory(first, 40, 56);
+  EXPECT_EQ(second.framework_bytes, 35);
+  EXPECT_EQ(second.runs, 2);
+  EXPECT_EQ(second.data_bytes, 56);
+  EXPECT_THROW(learnProcessMemory(first, -1, 0), Error);
+}
+
 TEST(SharpenProfile, APlanOfAnotherModelIsRefused) {
   const graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
   const graph::LayerGraph other = graph::LayerGraph::uniformChain(5, 1e-3, 2e-3, 1e-3, 100, 100);

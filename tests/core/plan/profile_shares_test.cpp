@@ -71,6 +71,10 @@ TEST(ProfileShares, MergeTakesEachLayerFromTheProfileThatTimedIt) {
   EXPECT_EQ(merged.batchSize(), 32);
   // One profile is its own merge.
   EXPECT_EQ(mergeProfileShares({chainProfile(bytes, 0)}).layer(4).forward_seconds, 1);
+  // The share that loaded the data measured what holding it costs.
+  graph::LayerGraph loaded = chainProfile(bytes, 1);
+  loaded.setProcessMemory({1 << 20, 0, 0});
+  EXPECT_EQ(mergeProfileShares({chainProfile(bytes, 0), loaded}).processMemory().data_bytes, 1 << 20);
 }
 
 TEST(ProfileShares, MergeRefusesProfilesOfAnotherModel) {

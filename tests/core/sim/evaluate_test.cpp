@@ -144,6 +144,23 @@ TEST(Evaluate, ShortMiniBatchesAreSimulatedWhole) {
   EXPECT_LT(points->second, 241);
 }
 
+// Every rank's process holds the framework's working memory; the ranks that load the
+// micro-batches (the first stage) or the labels (the last) hold the dataset too.
+TEST(Evaluate, EachRankHoldsTheFrameworkAndTheRanksThatLoadDataTheDataset) {
+  graph::LayerGraph graph = unevenChain();
+  const cluster::ClusterSpec cluster = sixDevices();
+  const plan::Plan plan = planFor("1f1b", cluster, 4);
+  const Report without = predictReport(graph, cluster, plan);
+  graph.setProcessMemory({48 << 20, 30 << 20, 1});
+  const Report with = predictReport(graph, cluster, plan);
+  ASSERT_EQ(with.ranks.size(), 6u);  // stages on 2, 1 and 3 replicas: rank 2 runs the middle one
+  for (int r = 0; r < 6; ++r) {
+    const int64_t expected = (30 << 20) + (r == 2 ? 0 : 48 << 20);
+    EXPECT_EQ(with.ranks[r].process_bytes, expected) << "rank " << r;
+    EXPECT_EQ(with.ranks[r].peak_memory_bytes - without.ranks[r].peak_memory_bytes, expected) << "rank " << r;
+  }
+}
+
 TEST(Evaluate, ARefusedPlanIsRefusedWithItsOwnNumbers) {
   // PipeDream steps per round of one micro-batch per replica: 241 is no multiple of 6.
   const plan::Plan p = planFor("pipedream", sixDevices(), 241);
