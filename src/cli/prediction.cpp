@@ -23,6 +23,15 @@ constexpr double kLoopbackAllreduceBandwidth = 0.6e9;
 // 32M: 36.6 of 42.1), 0.72-0.92 GB/s of ring traffic through each rank's CPU.
 constexpr double kLoopbackAllreduceHostBandwidth = 0.8e9;
 constexpr double kLoopbackLatency = 50e-6;
+// But a step of the all-reduce's ring costs ~10x that: a data-parallel run of the byo
+// example (38 KB of gradients, 2 ranks) waited 1.21-1.25 ms in each ALLREDUCE (the
+// bucket starts as the backward pass ends), predicted 0.16 ms at the latency above, and
+// measured 17-19k samples/s against 44-48k predicted from its own action times. Alone,
+// `torch.distributed` Gloo all-reduces of 4 B to 1 MiB between two processes here took
+// medians of 0.28-1.3 ms with a tenth of them 3.6-5.8 ms (a scheduler tick waiting for a
+// core: both ends' I/O threads must run), means of about 1 ms (2026-11-29, bench-free:
+// /tmp script, docs/profiling.md#the-all-reduce): 2 steps of 0.55 ms.
+constexpr double kLoopbackAllreduceLatency = 0.55e-3;
 // And each message costs both processes CPU time they do not train in: Gloo's call and
 // its I/O thread, and the kernel copying the bytes through the socket. `pipetrain
 // profile-network`: 28-46 us per message (runs on several days) and, on top, 9, 41,
@@ -43,6 +52,7 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
   cluster::Level loopback{"loopback", n, kLoopbackBandwidth, kLoopbackLatency, kLoopbackHostCost};
   loopback.allreduce_bandwidth = kLoopbackAllreduceBandwidth;
   loopback.allreduce_host_bandwidth = kLoopbackAllreduceHostBandwidth;
+  loopback.allreduce_latency = kLoopbackAllreduceLatency;
   return cluster::ClusterSpec(std::move(devices), {loopback}, {}, "this machine's ranks", std::move(shared));
 }
 

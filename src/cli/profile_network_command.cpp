@@ -59,6 +59,9 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
     std::printf("all-reduce of %s over %zu ranks: %.2f ms, %.2f ms of rank 0's CPU\n",
                 text::humanBytes(p.sizes.back()).c_str(), p.ranks.size(), p.allreduce_seconds * 1e3,
                 p.allreduce_cpu_seconds * 1e3);
+  if (p.small_allreduce_seconds > 0)
+    std::printf("all-reduce of %s: %.3f ms on average (its fixed cost)\n", text::humanBytes(4).c_str(),
+                p.small_allreduce_seconds * 1e3);
   for (std::size_t r = 0; r < p.ranks.size(); ++r)
     if (p.ranks[r].host_link_bandwidth > 0)
       std::printf("rank %zu's GPU <-> its host's pinned memory: %s (the slower way)\n", r,
@@ -71,6 +74,7 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
     if (l.allreduce_bandwidth > 0) std::printf(", all-reduce traffic at %s", rate(l.allreduce_bandwidth).c_str());
     if (!std::isinf(l.allreduce_host_bandwidth))
       std::printf(" (%s through each rank's CPU)", rate(l.allreduce_host_bandwidth).c_str());
+    if (l.allreduce_latency >= 0) std::printf(", %s per step of its ring", micros(l.allreduce_latency).c_str());
     std::printf(";");
   }
   std::printf("\n");

@@ -26,6 +26,10 @@
 // rank's CPU gets through per second: that time is the rank's core's, which no backward
 // pass can overlap (on this 2-core VM the all-reduce's Gloo threads stretched a data-
 // parallel backward pass by 12-18 ms). Left out, the all-reduce costs the CPUs nothing.
+// And `allreduce_latency` prices each step of the ring beyond its bytes where that is
+// not a message's latency: Gloo over loopback took about 1.1 ms for a 38 KB all-reduce
+// of two ranks (a message's latency is 50 us) because each step waits for both ends'
+// I/O threads to get a core. Left out, a step costs the route's latency.
 //
 // Through host memory: GPUs whose messages go through the hosts' memory (Gloo, or ranks
 // that share a GPU) copy each message to the host at the sender and onto the device at
@@ -86,6 +90,8 @@ struct Level {
   double allreduce_bandwidth = 0;  // a ring all-reduce's rate (see above); 0 = bandwidth
   // Its traffic through each rank's CPU (see above); infinity = none.
   double allreduce_host_bandwidth = std::numeric_limits<double>::infinity();
+  // Seconds per step of a ring all-reduce beyond its bytes (see above); < 0 = latency.
+  double allreduce_latency = -1;
   bool through_host = false;   // messages copied through host memory (see above)
 };
 
@@ -100,6 +106,7 @@ struct Link {
   HostCost host;
   double allreduce_bandwidth = 0;  // as Level's
   double allreduce_host_bandwidth = std::numeric_limits<double>::infinity();
+  double allreduce_latency = -1;
   bool through_host = false;
 };
 
@@ -133,7 +140,10 @@ struct Route {
   HostCost host;               // free for a device talking to itself
   double allreduce_bandwidth = 0;  // a ring all-reduce's traffic over this route, bytes/s
   double allreduce_host_bandwidth = std::numeric_limits<double>::infinity();  // ... and through each end's CPU
+  double allreduce_latency = -1;  // as Level's
   bool through_host = false;   // copied through host memory at both ends (see above)
+  // Seconds per step of a ring all-reduce over this route beyond its bytes.
+  double allreduceLatency() const { return allreduce_latency >= 0 ? allreduce_latency : latency; }
 };
 
 // What one message of `bytes` over `route` costs the device at one of its ends, in time

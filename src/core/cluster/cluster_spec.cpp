@@ -68,6 +68,8 @@ ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels,
     }
     if (!validBandwidth(l.bandwidth)) throw Error(where + ": bandwidth must be positive (or \"inf\")");
     if (!validLatency(l.latency)) throw Error(where + ": latency must be non-negative and finite");
+    if (l.allreduce_latency >= 0 && !validLatency(l.allreduce_latency))
+      throw Error(where + ": allreduce_latency must be non-negative and finite");
     checkHostCost(l.host, where);
     checkAllreduceRates(l.allreduce_bandwidth, l.allreduce_host_bandwidth, where);
   }
@@ -81,6 +83,8 @@ ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels,
     if (!pairs.emplace(std::min(a, b), std::max(a, b)).second) throw Error(where + " is given twice");
     if (!validBandwidth(k.bandwidth)) throw Error(where + ": bandwidth must be positive (or \"inf\")");
     if (!validLatency(k.latency)) throw Error(where + ": latency must be non-negative and finite");
+    if (k.allreduce_latency >= 0 && !validLatency(k.allreduce_latency))
+      throw Error(where + ": allreduce_latency must be non-negative and finite");
     checkHostCost(k.host, where);
     checkAllreduceRates(k.allreduce_bandwidth, k.allreduce_host_bandwidth, where);
   }
@@ -144,6 +148,7 @@ Route ClusterSpec::route(int from, int to) const {
     const Link& k = links_[(it->second - first_link_port) / 2];
     Route r{k.bandwidth, k.latency, it->second, it->second, k.host, k.allreduce_bandwidth, k.allreduce_host_bandwidth};
     r.through_host = k.through_host;
+    r.allreduce_latency = k.allreduce_latency;
     return r;
   }
   if (levels_.empty())
@@ -162,6 +167,7 @@ Route ClusterSpec::route(int from, int to) const {
   Route r{lv.bandwidth, lv.latency, base + 2 * unitOf(levels_, level, from), base + 2 * unitOf(levels_, level, to) + 1,
           lv.host, lv.allreduce_bandwidth, lv.allreduce_host_bandwidth};
   r.through_host = lv.through_host;
+  r.allreduce_latency = lv.allreduce_latency;
   return r;
 }
 

@@ -44,6 +44,7 @@ template <typename LevelOrLink>
 void readAllreduceRates(const json_io::JsonCursor& c, LevelOrLink& l) {
   if (c.has("allreduce_bandwidth")) l.allreduce_bandwidth = readBandwidth(c.field("allreduce_bandwidth"));
   if (c.has("allreduce_host_bandwidth")) l.allreduce_host_bandwidth = readBandwidth(c.field("allreduce_host_bandwidth"));
+  if (c.has("allreduce_latency")) l.allreduce_latency = c.field("allreduce_latency").asSeconds();
   l.through_host = c.boolOr("through_host", false);
 }
 
@@ -51,6 +52,7 @@ template <typename LevelOrLink>
 void writeAllreduceRates(const LevelOrLink& l, json_io::Json& j) {
   if (l.allreduce_bandwidth > 0) j["allreduce_bandwidth"] = writeBandwidth(l.allreduce_bandwidth);
   if (!std::isinf(l.allreduce_host_bandwidth)) j["allreduce_host_bandwidth"] = writeBandwidth(l.allreduce_host_bandwidth);
+  if (l.allreduce_latency >= 0) j["allreduce_latency"] = l.allreduce_latency;
   if (l.through_host) j["through_host"] = true;
 }
 
@@ -82,7 +84,7 @@ void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
 
 Level readLevel(const json_io::JsonCursor& c) {
   c.allowOnly({"name", "group_size", "bandwidth", "latency", "host_overhead", "host_copy_bandwidth",
-               "allreduce_bandwidth", "allreduce_host_bandwidth", "through_host"});
+               "allreduce_bandwidth", "allreduce_host_bandwidth", "allreduce_latency", "through_host"});
   Level l;
   l.name = c.field("name").asString();
   l.group_size = static_cast<int>(c.field("group_size").asIntIn(1, limits::kMaxDevices));
@@ -95,7 +97,7 @@ Level readLevel(const json_io::JsonCursor& c) {
 
 Link readLink(const json_io::JsonCursor& c) {
   c.allowOnly({"a", "b", "bandwidth", "latency", "host_overhead", "host_copy_bandwidth", "allreduce_bandwidth",
-               "allreduce_host_bandwidth", "through_host"});
+               "allreduce_host_bandwidth", "allreduce_latency", "through_host"});
   Link k{c.field("a").asString(), c.field("b").asString(), readBandwidth(c.field("bandwidth")),
          c.field("latency").asSeconds(), readHostCost(c)};
   readAllreduceRates(c, k);

@@ -90,7 +90,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
       const auto hop = cluster.route(d, d + 1);
       hop_allreduce_bandwidth.push_back(hop.allreduce_bandwidth);
       hop_allreduce_host_bandwidth.push_back(hop.allreduce_host_bandwidth);
-      hop_latency.push_back(hop.latency);
+      hop_latency.push_back(hop.allreduceLatency());  // only the ring uses it
       hop_through_host.push_back(hop.through_host ? 1 : 0);
       hop_.push_back(hop);
       hop_host_costs_ |= !cluster::endsFree(hop);
@@ -266,7 +266,7 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   b.ring_bandwidth = std::min(rangeOf(min_hop_allreduce_bandwidth_, first, end - 1, false), wrap.allreduce_bandwidth);
   b.ring_host_bandwidth =
       std::min(rangeOf(min_hop_allreduce_host_bandwidth_, first, end - 1, false), wrap.allreduce_host_bandwidth);
-  b.ring_latency = std::max(rangeOf(max_hop_latency_, first, end - 1, true), wrap.latency);
+  b.ring_latency = std::max(rangeOf(max_hop_latency_, first, end - 1, true), wrap.allreduceLatency());
   // The simulator's formulas (sim/cost_model.h), linear in the bytes.
   b.ring_seconds = sim::ringAllreduceSeconds(0, r, b.ring_bandwidth, b.ring_latency);
   b.ring_seconds_per_byte = sim::ringAllreduceSeconds(1, r, b.ring_bandwidth, 0);

@@ -154,7 +154,7 @@ CostModel::AllreduceCost CostModel::ringAllreduceOf(int stage) const {
     const auto r = cluster_.route(device, cluster_.indexOf(devices[(i + 1) % n]));
     bandwidth = std::min(bandwidth, r.allreduce_bandwidth);
     host_bandwidth = std::min(host_bandwidth, r.allreduce_host_bandwidth);
-    latency = std::max(latency, r.latency);
+    latency = std::max(latency, r.allreduceLatency());
     through_host |= r.through_host;
     copy = std::max(copy, cluster::allreduceCopySecondsPerByte(cluster_.device(device)));
   }

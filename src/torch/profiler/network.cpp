@@ -178,9 +178,13 @@ void answerRankZero(runtime::Transport& t, const NetworkOptions& o, torch::Tenso
   t.send(torch::tensor(cpu, torch::kDouble), 0, kCpuTag)->wait();
 }
 
-// Every rank: the median time of an all-reduce of `bytes` over all ranks, as data-parallel
-// replicas reduce their gradients (float sums), and the median process CPU time it took.
-std::pair<double, double> timeAllReduce(runtime::Transport& t, int64_t bytes, const NetworkOptions& o) {
+// Every rank: an all-reduce of `bytes` over all ranks, as data-parallel replicas reduce
+// their gradients (float sums): its median and mean time, and the median process CPU
+// time it took.
+struct AllReduceTimes {
+  double median = 0, mean = 0, cpu = 0;
+};
+AllReduceTimes timeAllReduce(runtime::Transport& t, int64_t bytes, const NetworkOptions& o) {
   std::vector<int> everyone(t.worldSize());
   for (int r = 0; r < t.worldSize(); ++r) everyone[r] = r;
   std::vector<torch::Tensor> gradients{torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::kFloat)};
@@ -195,7 +199,9 @@ std::pair<double, double> timeAllReduce(runtime::Transport& t, int64_t bytes, co
       cpu.push_back(processCpuSeconds() - cpu_start);
     }
   }
-  return {median(times), median(cpu)};
+  double sum = 0;
+  for (double x : times) sum += x;
+  return {median(times), sum / static_cast<double>(times.size()), median(cpu)};
 }
 
 }  // namespace
@@ -238,10 +244,17 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
     sendHost(t, self);
     answerRankZero(t, o, data);
   }
-  const auto [allreduce, allreduce_cpu] = timeAllReduce(t, o.sizes.back(), o);
+  const AllReduceTimes large = timeAllReduce(t, o.sizes.back(), o);
+  // A small one: what every all-reduce costs beyond its bytes. Its mean, since a run's
+  // iteration pays every slow one: on a 2-core host a tenth of them wait a scheduler
+  // tick for a core (docs/profiling.md#the-all-reduce).
+  NetworkOptions small = o;
+  small.repeats = std::max(o.repeats, 50);
+  const AllReduceTimes tiny = timeAllReduce(t, o.latency_bytes, small);
   if (t.rank() == 0) {
-    p.allreduce_seconds = allreduce;
-    p.allreduce_cpu_seconds = allreduce_cpu;
+    p.allreduce_seconds = large.median;
+    p.allreduce_cpu_seconds = large.cpu;
+    p.small_allreduce_seconds = tiny.mean;
   }
   t.barrier();  // nobody leaves (and closes its connections) while rank 0 still measures
   return p;
@@ -318,7 +331,9 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
   // same traffic over rank 0's CPU time is the rate its CPU moved it at (the ranks of a
   // thread-per-rank test share one process clock, and so overstate it).
   const double steps = 2.0 * (world - 1);
-  const double moving = p.allreduce_seconds - steps * levels.back().latency;
+  if (p.small_allreduce_seconds > 0) levels.back().allreduce_latency = p.small_allreduce_seconds / steps;
+  const cluster::Level& top = levels.back();
+  const double moving = p.allreduce_seconds - steps * (top.allreduce_latency >= 0 ? top.allreduce_latency : top.latency);
   if (p.allreduce_seconds > 0 && moving > 0.05 * p.allreduce_seconds)
     levels.back().allreduce_bandwidth = steps / world * largest / moving;
   if (p.allreduce_cpu_seconds > 0) levels.back().allreduce_host_bandwidth = steps / world * largest / p.allreduce_cpu_seconds;
