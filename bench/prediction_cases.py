@@ -117,7 +117,7 @@ def standalone(binary, work):
     plan = subprocess.run([binary, "plan", "--graph", f"{work}/gpt.graph.json", "--cluster", f"{work}/local2.json",
                            "--batch", "32", "--use-all-devices", "--out", f"{work}/gpt.plan.json", "--json"],
                           check=True, capture_output=True, text=True)
-    predicted = json.loads(plan.stdout)["chosen"]["throughput"]
+    predicted = json.loads(plan.stdout)["predicted_throughput"]
     m = measure(binary, GPT + ["--nproc", "2", "--plan", f"{work}/gpt.plan.json", "--max-steps", "16"] + COMMON, work)
     m["predicted"] = predicted
     return m

@@ -10,6 +10,7 @@
 #include "report_pages.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/planner/time_to_target.h"
+#include "pipetrain/planner/profile_caveat.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
@@ -70,10 +71,14 @@ int run(PlanArgs a) {
   if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());
   if (!a.report.empty())
     report::writeHtml(pageForExploration(e, graph, cluster, "Plan for " + a.graph + " on " + a.cluster), a.report);
+  const std::string caveat = planner::profileCaveat(graph, cluster);
   if (a.json) {
-    std::cout << e.toJson().dump(2) << "\n";
+    json_io::Json j = e.toJson();
+    if (!caveat.empty()) j["profile_caveat"] = caveat;
+    std::cout << j.dump(2) << "\n";
     return 0;
   }
+  if (!caveat.empty()) std::cout << "note: " << caveat << "\n";
   printExploration(e, a.top);
   if (!a.out.empty()) std::cout << "plan: " << a.out << "\n";
   if (!a.report.empty()) std::cout << "report: " << a.report << "\n";

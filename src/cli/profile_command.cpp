@@ -274,6 +274,7 @@ int run(ProfileArgs& a) {
                            ? profiles[0]
                            : profiles[0].withOtherBatches({profiles.begin() + 1, profiles.end()}, "profile");
   g.setProcessMemory(process);
+  g.setProfiledAs({std::max(at::get_num_threads(), blasThreads()), a.options.shares});
   a.timed_passes = timed_first;
   printTable(a, g);
   json_io::writeFile(a.out, g.toJson());

@@ -89,6 +89,14 @@ struct ProcessMemory {
   bool empty() const { return data_bytes == 0 && framework_bytes == 0 && runs == 0; }
 };
 
+// How a profile was taken, where it says: the threads its process computed on, and into
+// how many shares of the layers the profiling processes split the model (1: one process
+// timed the whole model). 0 = not recorded.
+struct ProfiledAs {
+  int threads = 0;
+  int shares = 0;
+};
+
 class LayerGraph {
  public:
   LayerGraph() = default;
@@ -130,6 +138,8 @@ class LayerGraph {
   // Throws Error outside [0.5, 1].
   void setOverlapFactor(double factor);
 
+  const ProfiledAs& profiledAs() const { return profiled_as_; }
+  void setProfiledAs(const ProfiledAs& how) { profiled_as_ = how; }
   const ProcessMemory& processMemory() const { return process_memory_; }
   // Throws Error for a negative figure.
   void setProcessMemory(const ProcessMemory& memory);
@@ -144,6 +154,7 @@ class LayerGraph {
   int64_t batch_size_ = 1;
   double overlap_factor_ = 1.0;
   ProcessMemory process_memory_;
+  ProfiledAs profiled_as_;
   std::unordered_map<std::string, int> index_;
   std::vector<std::vector<int>> preds_;
   std::vector<std::vector<int>> succs_;

@@ -30,6 +30,14 @@ double ringAllreduceSeconds(double bytes, int n, double bandwidth, double latenc
 double ringAllreduceHostSeconds(double bytes, int n, double host_bandwidth);
 // One message alone on its route.
 double transferSeconds(double bytes, const cluster::Route& route);
+// Replicas reduce their gradients in buckets of this many bytes (the runtime's
+// GradientBuckets), each as soon as the backward pass has filled it, in the order the
+// pass produces them: small enough that a large stage's first buckets go out early in
+// the pass, large enough that an all-reduce's fixed cost stays small.
+inline constexpr int64_t kGradientBucketBytes = int64_t{4} << 20;
+// The share of a backward pass over `param_bytes` of weights after which its first
+// bucket is full and the reduction can begin: 1 for a stage of one bucket or none.
+double firstBucketShare(double param_bytes);
 
 struct StageCosts {
   double forward = 0, backward_input = 0, backward_weight = 0;  // seconds at speed 1

@@ -201,6 +201,7 @@ LayerGraph LayerGraph::withOtherBatches(const std::vector<LayerGraph>& timed, co
   LayerGraph g(std::move(layers), batch_size_, origin);  // checks the batch sizes
   g.overlap_factor_ = overlap_factor_;
   g.process_memory_ = process_memory_;
+  g.profiled_as_ = profiled_as_;
   return g;
 }
 

@@ -75,7 +75,7 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
 LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origin) {
   const json_io::JsonCursor root(j, origin);
   json_io::checkHeader(root, kFormat, kVersion);
-  root.allowOnly({"format", "version", "batch_size", "overlap_factor", "process_memory", "layers"});
+  root.allowOnly({"format", "version", "batch_size", "overlap_factor", "process_memory", "profiled_as", "layers"});
   const int64_t batch_size = root.field("batch_size").asIntIn(1, limits::kMaxMicrobatchSize);
   const auto items = root.field("layers").asArray();
   if (items.size() > static_cast<std::size_t>(limits::kMaxLayers))
@@ -101,6 +101,12 @@ LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origi
     if (m.has("runs")) memory.runs = static_cast<int>(m.field("runs").asIntIn(0, 1 << 30));
     graph.setProcessMemory(memory);
   }
+  if (root.has("profiled_as")) {
+    const json_io::JsonCursor how = root.field("profiled_as");
+    how.allowOnly({"threads", "shares"});
+    graph.setProfiledAs({static_cast<int>(how.intOr("threads", 0)), static_cast<int>(how.intOr("shares", 0))});
+    if (graph.profiledAs().threads < 0 || graph.profiledAs().shares < 0) how.fail("threads and shares are counts, >= 0");
+  }
   return graph;
 }
 
@@ -114,6 +120,8 @@ json_io::Json LayerGraph::toJson() const {
     j["process_memory"] = {{"data_bytes", process_memory_.data_bytes},
                            {"framework_bytes", process_memory_.framework_bytes},
                            {"runs", process_memory_.runs}};
+  if (profiled_as_.threads > 0 || profiled_as_.shares > 0)
+    j["profiled_as"] = {{"threads", profiled_as_.threads}, {"shares", profiled_as_.shares}};
   json_io::Json layers = json_io::Json::array();
   for (const Layer& l : layers_) {
     json_io::Json layer = {{"name", l.name},

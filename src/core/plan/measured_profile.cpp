@@ -78,6 +78,7 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
   SharpenedProfile out{graph::LayerGraph(std::move(layers), profile.batchSize(), "profile sharpened by a run"), note};
   out.graph.setOverlapFactor(profile.overlapFactor());
   out.graph.setProcessMemory(profile.processMemory());
+  out.graph.setProfiledAs(profile.profiledAs());
   return out;
 }
 

@@ -72,6 +72,7 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
   for (const graph::LayerGraph& g : graphs)
     memory.data_bytes = std::max(memory.data_bytes, g.processMemory().data_bytes);
   merged.setProcessMemory(memory);
+  merged.setProfiledAs(first.profiledAs());
   return merged;
 }
 

@@ -308,11 +308,11 @@ double ChainProblem::stageSeconds(const StageSums& stage, const DeviceBlock& dev
   if (!devices.usable) return kInfinity;
   const double work = stage.compute + (recompute ? stage.forward : 0.0);
   const double compute = (work * devices.share + stage.step * devices.steps) / devices.speed;
-  // Each all-reduce overlaps the backward pass before it, but not what it takes of the
-  // replicas' cores (as the simulator prices it).
+  // Each all-reduce overlaps the backward pass before it from its first full bucket on,
+  // but not what it takes of the replicas' cores (as the simulator prices it).
   const double allreduce = devices.ring_seconds + devices.ring_seconds_per_byte * stage.params;
   const double host = devices.ring_host_seconds_per_byte * stage.params;
-  const double last_backward = stage.backward / devices.speed;
+  const double last_backward = stage.backward / devices.speed * (1 - sim::firstBucketShare(stage.params));
   return compute + devices.steps * std::max(host, allreduce - last_backward);
 }
 

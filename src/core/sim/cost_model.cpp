@@ -22,6 +22,10 @@ double transferSeconds(double bytes, const cluster::Route& route) {
   return bytes / route.bandwidth + route.latency;  // bytes / inf = 0 on the same device
 }
 
+double firstBucketShare(double param_bytes) {
+  return param_bytes > kGradientBucketBytes ? kGradientBucketBytes / param_bytes : 1.0;
+}
+
 CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const plan::Plan& plan)
     : graph_(graph), cluster_(cluster), plan_(plan) {
   // Bytes scale with the micro-batch; compute times come from the graph (secondsAt).

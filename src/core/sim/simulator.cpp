@@ -164,8 +164,10 @@ class Simulation {
       case ActionType::I:
       case ActionType::W:
       case ActionType::STEP: {
-        if (a.type == ActionType::B || a.type == ActionType::W) gradients_started_[{r, a.stage}] = start;
         const double seconds = c_.computeSeconds(a, r) * (overlapped ? c_.overlapFactor() : 1.0);
+        // The replicas' reduction can begin once this pass has filled its first bucket.
+        if (a.type == ActionType::B || a.type == ActionType::W)
+          gradients_started_[{r, a.stage}] = start + seconds * firstBucketShare(c_.stage(a.stage).param_bytes);
         if (core_of_rank_[r] >= 0) {
           startShared(core_of_rank_[r], r, start, seconds);
           return false;

@@ -17,6 +17,7 @@
 #include "stage_state.h"
 #include "tied_gradients.h"
 #include "pipetrain/schedule/rank_facts.h"
+#include "pipetrain/sim/cost_model.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -30,11 +31,9 @@ namespace {
 // forwards without holding every buffer of a long mini-batch at once.
 constexpr int kReceiveLookahead = 8;
 
-// Gradient bucket size for replicated stages: small enough that the first buckets are
-// reduced early in the backward pass (a 1024 x 1024 layer per bucket; DDP's default of
-// 25 MiB would make the 8 x 1024 mlp of bench/ddp_comparison.sh one bucket and overlap
-// nothing), large enough that a message's fixed cost is small. Not tuned further.
-constexpr int64_t kBucketBytes = 4 << 20;
+// Gradient buckets for replicated stages: sim::kGradientBucketBytes, which the simulator
+// prices (a 1024 x 1024 layer per bucket; DDP's default of 25 MiB would make the 8 x 1024
+// mlp one bucket and overlap nothing). Not tuned further.
 
 // What one (stage, micro-batch) keeps between its forward and backward passes.
 struct Activation {
@@ -649,7 +648,8 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
     st.optimizer = make_optimizer(st.aliases);
     st.base_lr = st.optimizer->param_groups().empty() ? 0.0 : st.optimizer->param_groups()[0].options().get_lr();
     if (program.stage_ranks[s].size() > 1)
-      st.buckets = std::make_unique<GradientBuckets>(st.params, program.stage_ranks[s], channel, kBucketBytes);
+      st.buckets =
+          std::make_unique<GradientBuckets>(st.params, program.stage_ranks[s], channel, sim::kGradientBucketBytes);
   }
   if (!model.tied.empty()) m.tied = std::make_unique<TiedGradients>(model, m.stages, program, rank, channel);
 }

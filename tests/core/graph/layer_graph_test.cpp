@@ -129,6 +129,18 @@ TEST(LayerGraph, WhatAProcessHoldsBesideItsTensorsIsOptionalAndRoundTrips) {
   expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "dataset_bytes"});
 }
 
+TEST(LayerGraph, HowAProfileWasTakenIsOptionalAndRoundTrips) {
+  Json j = graphJson({layerJson("a")});
+  EXPECT_EQ(LayerGraph::fromJson(j, "g.json").profiledAs().threads, 0);
+  j["profiled_as"] = {{"threads", 2}, {"shares", 1}};
+  const LayerGraph g = LayerGraph::fromJson(j, "g.json");
+  EXPECT_EQ(g.profiledAs().threads, 2);
+  EXPECT_EQ(g.profiledAs().shares, 1);
+  EXPECT_EQ(LayerGraph::fromJson(g.toJson(), "written").toJson(), g.toJson());
+  j["profiled_as"]["threads"] = -2;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "profiled_as"});
+}
+
 TEST(LayerGraph, SplitWeightSecondsDefaultToTheWeightPass) {
   Json measured = layerJson("b");
   measured["split_weight_seconds"] = 0.75;

@@ -155,22 +155,24 @@ double lastBackwardStart(const Evaluation& e) {
   return start;
 }
 
-TEST(Simulator, AllReduceOverlapsTheLastBackwardPass) {
+TEST(Simulator, AllReduceOverlapsTheLastBackwardPassFromItsFirstFullBucket) {
   Scenario s = twoStages("1f1b", 4, 0, 1000, 0, 2);
-  // Two replicas: the ring moves 2(n-1)/n = 1 x the weights; 3000 bytes take 3 s,
-  // longer than a backward pass (1 s), so 2 s of it show.
+  // Two replicas: the ring moves 2(n-1)/n = 1 x the weights. 3000 bytes are one bucket,
+  // full only when the backward pass (1 s) ends: the 3 s of the ring all show after it.
   s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, 3000);
   Evaluation e = evaluatePlan(s.graph, s.cluster, s.plan);
   for (const auto& t : e.timeline.ranks[0])
     if (t.action.type == schedule::ActionType::ALLREDUCE) {
-      EXPECT_NEAR(t.end, lastBackwardStart(e) + 3, 1e-9);
+      EXPECT_NEAR(t.end, lastBackwardStart(e) + 1 + 3, 1e-9);
     }
-  // 500 bytes take 0.5 s, hidden by the backward pass: the all-reduce costs nothing.
-  s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, 500);
+  // Four buckets (16 MiB): the first is full a quarter into the pass, and the ring runs
+  // from there.
+  const double bytes = 4.0 * sim::kGradientBucketBytes;
+  s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, static_cast<int64_t>(bytes));
   e = evaluatePlan(s.graph, s.cluster, s.plan);
   for (const auto& t : e.timeline.ranks[0])
     if (t.action.type == schedule::ActionType::ALLREDUCE) {
-      EXPECT_NEAR(t.end, t.start, 1e-12);
+      EXPECT_NEAR(t.end, lastBackwardStart(e) + 0.25 + bytes / 1000, 1e-6);
     }
 }
 
