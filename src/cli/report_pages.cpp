@@ -56,7 +56,7 @@ std::vector<report::RankShares> rankShares(const JsonCursor& s, const std::strin
       for (const trace::TimedAction& a : predicted->ranks[static_cast<std::size_t>(shares.rank)])
         if (a.action.type == schedule::ActionType::ALLREDUCE) allreduce += a.end - a.start;
       shares.predicted_allreduce = allreduce / predicted->makespan();
-      shares.schedule_idle -= shares.predicted_allreduce;
+      shares.schedule_idle = std::max(0.0, shares.schedule_idle - shares.predicted_allreduce);
     }
   }
   return out;

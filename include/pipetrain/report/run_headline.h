@@ -28,9 +28,10 @@ struct RankShares {
 inline constexpr double kLossWorthNaming = 0.05;
 
 // The kinds of loss a headline can name.
-enum class Loss { kNone, kCoreWait, kAllReduce, kMessages, kFramework };
+enum class Loss { kNone, kAllReduce, kMessages, kFramework };
 
-// The largest loss over the ranks' mean shares, and its share of the step.
+// The largest loss over the ranks' mean shares, and its share of the step. Waiting for a
+// core lies inside these (and compute), so the headline says it beside the largest one.
 struct LargestLoss {
   Loss loss = Loss::kNone;
   double share = 0;

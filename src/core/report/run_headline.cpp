@@ -36,9 +36,6 @@ double extraMessages(const RankShares& m) {
 LargestLoss largestLoss(const std::vector<RankShares>& ranks) {
   if (ranks.empty()) return {};
   const RankShares m = mean(ranks);
-  // The core wait lies inside the other shares: named only where it is the largest.
-  if (m.core_wait >= std::max({m.allreduce, extraMessages(m), m.framework}) && m.core_wait > kLossWorthNaming)
-    return {Loss::kCoreWait, m.core_wait};
   LargestLoss best;
   for (const auto& [loss, share] :
        {std::pair{Loss::kAllReduce, m.allreduce}, {Loss::kMessages, extraMessages(m)}, {Loss::kFramework, m.framework}})
@@ -69,10 +66,6 @@ std::vector<std::string> runHeadline(const std::vector<RankShares>& ranks, doubl
 
   const LargestLoss largest = largestLoss(ranks);
   switch (largest.loss) {
-    case Loss::kCoreWait:
-      notes.push_back("The largest loss is waiting for a CPU core (" + percent(largest.share) +
-                      "): the ranks and their threads outnumber the cores. Fewer ranks would give each its own.");
-      break;
     case Loss::kAllReduce:
       notes.push_back("The largest loss is the all-reduce of the replicas' gradients (" + percent(largest.share) +
                       "): more samples per replica amortise it, or fewer replicas and more pipeline stages avoid it.");
@@ -88,6 +81,11 @@ std::vector<std::string> runHeadline(const std::vector<RankShares>& ranks, doubl
       break;
     case Loss::kNone: break;
   }
+  // It lies inside the losses above (and inside compute): said beside them, not instead.
+  if (m.core_wait > kLossWorthNaming)
+    notes.push_back("Inside these, waiting for a CPU core took " + percent(m.core_wait) +
+                    " of the step: the ranks and their threads, or other processes, outnumber the cores. Fewer ranks "
+                    "would give each its own.");
   const auto busiest = std::max_element(ranks.begin(), ranks.end(),
                                         [](const RankShares& a, const RankShares& b) { return a.compute < b.compute; });
   notes.push_back("The busiest rank is rank " + std::to_string(busiest->rank) + ", computing " +

@@ -45,15 +45,18 @@ TEST(RunHeadline, WaitingBeyondTheScheduleIdleIsALossTheScheduleItselfIsNot) {
   EXPECT_NEAR(largestLoss(ranks).share, 0.2, 1e-12);
 }
 
-TEST(RunHeadline, TheCoreWaitIsNamedOnlyWhereItExceedsTheLossesItLiesInside) {
+// A busy machine (other tests, other processes) makes the ranks wait for cores: that is
+// said beside the largest loss, which stays named.
+TEST(RunHeadline, TheCoreWaitIsSaidBesideTheLargestLossNotInsteadOfIt) {
   std::vector<RankShares> ranks(3);
-  for (auto& r : ranks) r.compute = 0.7, r.framework = 0.3, r.core_wait = 0.2;
+  for (auto& r : ranks) r.compute = 0.7, r.framework = 0.3, r.core_wait = 0.35;
   EXPECT_EQ(largestLoss(ranks).loss, Loss::kFramework);
-  for (auto& r : ranks) r.core_wait = 0.35;
-  EXPECT_EQ(largestLoss(ranks).loss, Loss::kCoreWait);
-  EXPECT_FALSE(anyNoteHas(runHeadline(ranks, 1, 0, 0), "--threads"));  // train has no such choice to offer
+  const auto notes = runHeadline(ranks, 1, 0, 0);
+  EXPECT_TRUE(anyNoteHas(notes, "The largest loss is the framework"));
+  EXPECT_TRUE(anyNoteHas(notes, "waiting for a CPU core took 35%"));
+  EXPECT_FALSE(anyNoteHas(notes, "--threads"));  // train has no such choice to offer
   ranks[1].core_wait = -1;  // one rank's kernel did not say: unknown for the run
-  EXPECT_EQ(largestLoss(ranks).loss, Loss::kFramework);
+  EXPECT_FALSE(anyNoteHas(runHeadline(ranks, 1, 0, 0), "CPU core took"));
 }
 
 TEST(RunHeadline, SmallLossesAreNotNamed) {
