@@ -322,7 +322,8 @@ void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan
   try {
     const graph::ProfileCache cache(std::filesystem::path(path).parent_path().string());
     const graph::LayerGraph before = graph::LayerGraph::load(path);
-    plan::SharpenedProfile after = plan::sharpenProfile(before, plan, measured, profile_summary.value("runs_merged", 0));
+    plan::SharpenedProfile after =
+        plan::sharpenProfile(before, plan, measured, profile_summary.value("runs_merged", 0));
     std::string learned;
     if (memory.framework_bytes >= 0) {
       after.graph.setProcessMemory(

@@ -321,8 +321,9 @@ int launch(TrainArgs& a, const models::Model& model) {
                 "weights %s in %d version(s) (predicted %d), peak host memory %s\n",
                 r["rank"].get<int>(), device.c_str(), 100 * r["bubble_fraction"].get<double>(),
                 100 * r["predicted_bubble_fraction"].get<double>(), allreduce_text.c_str(),
-                100 * r["wait_fraction"].get<double>(), 100 * r["overhead_fraction"].get<double>(), core, text::humanBytes(r["weight_bytes"].get<double>()).c_str(),
-                r["weight_versions"].get<int>(), r["predicted_weight_versions"].get<int>(), memory_text.c_str());
+                100 * r["wait_fraction"].get<double>(), 100 * r["overhead_fraction"].get<double>(), core,
+                text::humanBytes(r["weight_bytes"].get<double>()).c_str(), r["weight_versions"].get<int>(),
+                r["predicted_weight_versions"].get<int>(), memory_text.c_str());
   }
   for (const std::string& note : memoryNotesOfRun(summary, "this run")) std::printf("memory: %s\n", note.c_str());
   if (!a.trace.empty()) {

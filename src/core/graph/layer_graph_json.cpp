@@ -105,7 +105,8 @@ LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origi
     const json_io::JsonCursor how = root.field("profiled_as");
     how.allowOnly({"threads", "shares"});
     graph.setProfiledAs({static_cast<int>(how.intOr("threads", 0)), static_cast<int>(how.intOr("shares", 0))});
-    if (graph.profiledAs().threads < 0 || graph.profiledAs().shares < 0) how.fail("threads and shares are counts, >= 0");
+    if (graph.profiledAs().threads < 0 || graph.profiledAs().shares < 0)
+      how.fail("threads and shares are counts, >= 0");
   }
   return graph;
 }

@@ -47,15 +47,18 @@ std::vector<std::string> runHeadline(const std::vector<RankShares>& ranks, doubl
                                      double planned) {
   std::vector<std::string> notes;
   std::string reached = text::format("Measured %.1f samples/s", measured);
-  if (predicted > 0) reached += ": " + percent(measured / predicted) + " of the prediction from this run's own action times";
-  if (planned > 0) reached += (predicted > 0 ? ", " : ": ") + percent(measured / planned) + " of the planner's from the profile";
+  if (predicted > 0)
+    reached += ": " + percent(measured / predicted) + " of the prediction from this run's own action times";
+  if (planned > 0)
+    reached += (predicted > 0 ? ", " : ": ") + percent(measured / planned) + " of the planner's from the profile";
   notes.push_back(reached + ".");
   if (ranks.empty()) return notes;
   const RankShares m = mean(ranks);
   std::string went = "Of each rank's step, on average: compute " + percent(m.compute);
   if (m.allreduce > 0 || m.predicted_allreduce > 0) {
     went += ", the gradients' all-reduce " + percent(m.allreduce);
-    if (std::isfinite(m.predicted_allreduce)) went += " (predicted from this run: " + percent(m.predicted_allreduce) + ")";
+    if (std::isfinite(m.predicted_allreduce))
+      went += " (predicted from this run: " + percent(m.predicted_allreduce) + ")";
   }
   went += ", waiting for messages " + percent(m.messages);
   if (std::isfinite(m.schedule_idle))

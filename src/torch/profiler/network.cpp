@@ -333,7 +333,8 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
   const double steps = 2.0 * (world - 1);
   if (p.small_allreduce_seconds > 0) levels.back().allreduce_latency = p.small_allreduce_seconds / steps;
   const cluster::Level& top = levels.back();
-  const double moving = p.allreduce_seconds - steps * (top.allreduce_latency >= 0 ? top.allreduce_latency : top.latency);
+  const double step_latency = top.allreduce_latency >= 0 ? top.allreduce_latency : top.latency;
+  const double moving = p.allreduce_seconds - steps * step_latency;
   if (p.allreduce_seconds > 0 && moving > 0.05 * p.allreduce_seconds)
     levels.back().allreduce_bandwidth = steps / world * largest / moving;
   if (p.allreduce_cpu_seconds > 0) levels.back().allreduce_host_bandwidth = steps / world * largest / p.allreduce_cpu_seconds;
