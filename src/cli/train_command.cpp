@@ -418,8 +418,12 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->capture_default_str();
   cmd->add_option("--pipemare-decay", pa.schedule.pipemare_decay, "pipemare: T2's decay D (gamma = D^(1/delay))")
       ->capture_default_str();
-  cmd->add_option("--microbatches", pa.microbatches, "micro-batches per mini-batch")->capture_default_str();
-  cmd->add_option("--microbatch-size", pa.microbatch_size, "samples per micro-batch")->capture_default_str();
+  cmd->add_option("--microbatches", pa.microbatches, "micro-batches per mini-batch")
+      ->check(positive())
+      ->capture_default_str();
+  cmd->add_option("--microbatch-size", pa.microbatch_size, "samples per micro-batch")
+      ->check(positive())
+      ->capture_default_str();
   cmd->add_option("--batch", pa.batch,
                   "samples per optimizer step, instead of --microbatches and --microbatch-size: the planner also "
                   "chooses how to split them (micro-batch sizes: powers of two dividing it, from the profiled one up)")

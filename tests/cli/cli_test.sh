@@ -269,7 +269,7 @@ fault STOP
 "$bin" simulate --schedule 1f1b --stages 2 --microbatches -3 --uniform 1,2 >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 2 ] && grep -q "must be a positive number, found -3" "$tmp/err" && [ "$(wc -c <"$tmp/err")" -lt 200 ] &&
   passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: negative micro-batches:"; cat "$tmp/err"; }
-for bad in "--max-steps -5" "--max-steps 0" "--timeout 0" "--epochs -1"; do
+for bad in "--max-steps -5" "--max-steps 0" "--timeout 0" "--epochs -1" "--microbatches -1" "--microbatch-size 0"; do
   # shellcheck disable=SC2086
   refuses "train $bad" "must be a positive number" "${train[@]}" --nproc 2 --data-parallel $bad
 done
