@@ -29,8 +29,9 @@ constexpr double kLoopbackLatency = 50e-6;
 // measured 17-19k samples/s against 44-48k predicted from its own action times. Alone,
 // `torch.distributed` Gloo all-reduces of 4 B to 1 MiB between two processes here took
 // medians of 0.28-1.3 ms with a tenth of them 3.6-5.8 ms (a scheduler tick waiting for a
-// core: both ends' I/O threads must run), means of about 1 ms (2026-11-29, bench-free:
-// /tmp script, docs/profiling.md#the-all-reduce): 2 steps of 0.55 ms.
+// core: both ends' I/O threads must run; bench/allreduce_cost.py: means of 2.0-2.4 ms
+// for 1-256 KiB in a later hour, docs/profiling.md#the-all-reduce). Priced at the run's
+// own 1.2 ms: 2 steps of 0.55 ms.
 constexpr double kLoopbackAllreduceLatency = 0.55e-3;
 // And each message costs both processes CPU time they do not train in: Gloo's call and
 // its I/O thread, and the kernel copying the bytes through the socket. `pipetrain

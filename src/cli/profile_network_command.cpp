@@ -60,7 +60,7 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
                 text::humanBytes(p.sizes.back()).c_str(), p.ranks.size(), p.allreduce_seconds * 1e3,
                 p.allreduce_cpu_seconds * 1e3);
   if (p.small_allreduce_seconds > 0)
-    std::printf("all-reduce of %s: %.3f ms on average (its fixed cost)\n", text::humanBytes(4).c_str(),
+    std::printf("all-reduce of %s: %.3f ms on average (its fixed cost)\n", text::humanBytes(64 << 10).c_str(),
                 p.small_allreduce_seconds * 1e3);
   for (std::size_t r = 0; r < p.ranks.size(); ++r)
     if (p.ranks[r].host_link_bandwidth > 0)

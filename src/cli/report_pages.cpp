@@ -62,14 +62,39 @@ std::vector<report::RankShares> rankShares(const JsonCursor& s, const std::strin
   return out;
 }
 
-// The process's peak less its resident set before the model was built: what training
-// added, comparable with the planner's peak (LibTorch alone is ~170 MiB here).
-double memoryAdded(const JsonCursor& rank) {
+}  // namespace
+
+double memoryAddedByTraining(const JsonCursor& rank) {
   return rank.field("peak_memory_bytes").asNumber() -
          (rank.has("start_memory_bytes") ? rank.field("start_memory_bytes").asNumber() : 0.0);
 }
 
-}  // namespace
+std::string rankSummaryLine(const Json& r) {
+  const double core_wait = r["core_wait_fraction"];
+  const std::string core = core_wait >= 0 ? text::format(", waited for a core %.1f%%", 100 * core_wait) : "";
+  // On a GPU, the caching allocator's peak beside the process's resident set.
+  const double device_peak = r["peak_device_memory_bytes"];
+  const std::string device = r["device"].get<std::string>() + " over " + r["data_channel"].get<std::string>() +
+                             (device_peak >= 0 ? ", peak GPU memory " + text::humanBytes(device_peak) : "");
+  const double allreduce = r["allreduce_fraction"];
+  const std::string allreduce_text = allreduce > 0 ? text::format("all-reduce %.1f%%, ", 100 * allreduce) : "";
+  const std::string memory =
+      text::humanBytes(r["peak_memory_bytes"].get<double>()) + " (training added " +
+      text::humanBytes(memoryAddedByTraining(JsonCursor(r, "rank"))) +
+      (r.contains("predicted_peak_memory_bytes")
+           ? ", predicted " + text::humanBytes(r["predicted_peak_memory_bytes"].get<double>()) + ")"
+           : ")");
+  char line[1024];
+  std::snprintf(line, sizeof line,
+                "rank %d on %s: bubble %.1f%% (predicted %.1f%%; %swaiting for messages %.1f%%, framework %.1f%%)%s, "
+                "weights %s in %d version(s) (predicted %d), peak host memory %s",
+                r["rank"].get<int>(), device.c_str(), 100 * r["bubble_fraction"].get<double>(),
+                100 * r["predicted_bubble_fraction"].get<double>(), allreduce_text.c_str(),
+                100 * r["wait_fraction"].get<double>(), 100 * r["overhead_fraction"].get<double>(), core.c_str(),
+                text::humanBytes(r["weight_bytes"].get<double>()).c_str(), r["weight_versions"].get<int>(),
+                r["predicted_weight_versions"].get<int>(), memory.c_str());
+  return line;
+}
 
 std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string& origin) {
   std::vector<report::RankMemory> ranks;
@@ -80,7 +105,7 @@ std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string
   for (const auto& r : s.field("ranks").asArray()) {
     report::RankMemory& m = ranks.emplace_back();
     m.rank = static_cast<int>(r.field("rank").asInt());
-    m.measured = memoryAdded(r);
+    m.measured = memoryAddedByTraining(r);
     m.predicted = numberOr(r, "predicted_peak_memory_bytes");
     m.predicted_process = r.has("predicted_process_bytes") ? r.field("predicted_process_bytes").asNumber() : 0.0;
     m.data = r.has("data_memory_bytes") ? r.field("data_memory_bytes").asNumber() : -1.0;
@@ -213,7 +238,7 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
     framework.values.push_back(numberOr(r, "overhead_fraction"));
     const double core = numberOr(r, "core_wait_fraction");
     core_wait.values.push_back(core >= 0 ? core : NAN);
-    peak.values.push_back(memoryAdded(r));
+    peak.values.push_back(memoryAddedByTraining(r));
     peak_predicted.values.push_back(numberOr(r, "predicted_peak_memory_bytes"));
     weights.values.push_back(numberOr(r, "weight_bytes"));
   }

@@ -23,6 +23,15 @@ report::Page pageForExploration(const planner::Exploration& e, const graph::Laye
 report::Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan, const std::string& title);
 
 // From `train --summary-json` and `--log-jsonl` (docs/report.md).
+// What training added to a rank's process at its peak: its peak resident set less the
+// one before the model was built (LibTorch's own ~170 MiB left out), from a rank's result
+// or its entry in a run's summary.
+double memoryAddedByTraining(const json_io::JsonCursor& rank);
+
+// The console's line for one rank of a run's summary: where its step went, its weights
+// and its memory beside the predictions.
+std::string rankSummaryLine(const json_io::Json& rank);
+
 // A note for each rank whose measured memory and the planner's prediction of it differ
 // by more than 10% (report::memoryNotes), from a `train --summary-json` summary.
 std::vector<std::string> memoryNotesOfRun(const json_io::Json& summary, const std::string& origin);

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "launcher.h"
+#include "report_pages.h"
 #include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/torch_info.h"
@@ -308,8 +309,7 @@ RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_i
     const int64_t data = r.value("data_memory_bytes", int64_t{-1});
     m.data_bytes = std::max(m.data_bytes, data);
     const double tensors = peak[rank].get<double>() - process[rank].get<double>();
-    const double added = r["peak_memory_bytes"].get<double>() - r["start_memory_bytes"].get<double>();
-    beyond.push_back(added - tensors - std::max<int64_t>(0, data));
+    beyond.push_back(memoryAddedByTraining(json_io::JsonCursor(r, "rank result")) - tensors - std::max<int64_t>(0, data));
   }
   if (!beyond.empty()) m.framework_bytes = std::max<int64_t>(0, std::llround(util::median(beyond)));
   return m;

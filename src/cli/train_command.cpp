@@ -301,30 +301,7 @@ int launch(TrainArgs& a, const models::Model& model) {
     if (const std::string before = beforeTrainingText(json_io::JsonCursor(a.planner, "planner")); !before.empty())
       std::printf("before training: %s\n", before.c_str());
   if (accuracy >= 0) std::printf("test accuracy %.4f, test loss %.4f, final training loss %.4f\n", accuracy, test_loss, loss);
-  for (const auto& r : ranks) {
-    const double core_wait = r["core_wait_fraction"];
-    char core[64] = "";
-    if (core_wait >= 0) std::snprintf(core, sizeof core, ", waited for a core %.1f%%", 100 * core_wait);
-    // On a GPU, the caching allocator's peak beside the process's resident set.
-    const double device_peak = r["peak_device_memory_bytes"];
-    const std::string device = r["device"].get<std::string>() + " over " + r["data_channel"].get<std::string>() +
-                               (device_peak >= 0 ? ", peak GPU memory " + text::humanBytes(device_peak) : "");
-    const double allreduce = r["allreduce_fraction"];
-    const std::string allreduce_text = allreduce > 0 ? text::format("all-reduce %.1f%%, ", 100 * allreduce) : "";
-    const double added = r["peak_memory_bytes"].get<double>() - r["start_memory_bytes"].get<double>();
-    const std::string memory_text =
-        text::humanBytes(r["peak_memory_bytes"].get<double>()) + " (training added " + text::humanBytes(added) +
-        (r.contains("predicted_peak_memory_bytes")
-             ? ", predicted " + text::humanBytes(r["predicted_peak_memory_bytes"].get<double>()) + ")"
-             : ")");
-    std::printf("rank %d on %s: bubble %.1f%% (predicted %.1f%%; %swaiting for messages %.1f%%, framework %.1f%%)%s, "
-                "weights %s in %d version(s) (predicted %d), peak host memory %s\n",
-                r["rank"].get<int>(), device.c_str(), 100 * r["bubble_fraction"].get<double>(),
-                100 * r["predicted_bubble_fraction"].get<double>(), allreduce_text.c_str(),
-                100 * r["wait_fraction"].get<double>(), 100 * r["overhead_fraction"].get<double>(), core,
-                text::humanBytes(r["weight_bytes"].get<double>()).c_str(), r["weight_versions"].get<int>(),
-                r["predicted_weight_versions"].get<int>(), memory_text.c_str());
-  }
+  for (const auto& r : ranks) std::printf("%s\n", rankSummaryLine(r).c_str());
   for (const std::string& note : memoryNotesOfRun(summary, "this run")) std::printf("memory: %s\n", note.c_str());
   if (!a.trace.empty()) {
     trace::writeChromeTrace(timeline, a.trace);

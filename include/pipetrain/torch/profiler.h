@@ -155,7 +155,7 @@ struct NetworkProfile {
   // its all-reduce can run far below the messages' bandwidth (cluster_spec.h).
   double allreduce_seconds = 0;
   double allreduce_cpu_seconds = 0;  // rank 0's process CPU time per all-reduce, all its threads
-  double small_allreduce_seconds = 0;  // the mean time of an all-reduce of latency_bytes
+  double small_allreduce_seconds = 0;  // the mean time of a 64 KiB all-reduce: its fixed cost
 };
 
 // Collective: every rank of `transport` calls it with its own RankHost. Rank 0 measures

@@ -178,6 +178,10 @@ void answerRankZero(runtime::Transport& t, const NetworkOptions& o, torch::Tenso
   t.send(torch::tensor(cpu, torch::kDouble), 0, kCpuTag)->wait();
 }
 
+// An all-reduce this small costs its fixed part: its bytes take ~0.1 ms at the slowest
+// rates measured here.
+constexpr int64_t kFixedCostBytes = 64 << 10;
+
 // Every rank: an all-reduce of `bytes` over all ranks, as data-parallel replicas reduce
 // their gradients (float sums): its median and mean time, and the median process CPU
 // time it took.
@@ -247,10 +251,11 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
   const AllReduceTimes large = timeAllReduce(t, o.sizes.back(), o);
   // A small one: what every all-reduce costs beyond its bytes. Its mean, since a run's
   // iteration pays every slow one: on a 2-core host a tenth of them wait a scheduler
-  // tick for a core (docs/profiling.md#the-all-reduce).
+  // tick for a core. Of gradient size, not a few bytes: Gloo over loopback took 0.36 ms
+  // on average for 4 B, 2.0-2.4 ms for 1-256 KiB (docs/profiling.md#the-all-reduce).
   NetworkOptions small = o;
   small.repeats = std::max(o.repeats, 50);
-  const AllReduceTimes tiny = timeAllReduce(t, o.latency_bytes, small);
+  const AllReduceTimes tiny = timeAllReduce(t, kFixedCostBytes, small);
   if (t.rank() == 0) {
     p.allreduce_seconds = large.median;
     p.allreduce_cpu_seconds = large.cpu;
