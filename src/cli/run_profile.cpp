@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -16,7 +15,6 @@
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/torch_info.h"
 #include "pipetrain/util/error.h"
-#include "pipetrain/util/stats.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
@@ -301,17 +299,17 @@ RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_i
   if (!planner.contains("chosen") || !planner["chosen"].contains("rank_process_bytes")) return m;
   const json_io::Json& peak = planner["chosen"]["rank_peak_memory_bytes"];
   const json_io::Json& process = planner["chosen"]["rank_process_bytes"];
-  std::vector<double> beyond;
+  std::vector<plan::RankMemoryMeasured> ranks;
   for (const json_io::Json& r : rank_results) {
     const std::size_t rank = r["rank"];
     // A GPU's memory is its allocator's; the resident set tells only the host's.
     if (r["device"] != "cpu" || rank >= peak.size() || rank >= process.size()) continue;
     const int64_t data = r.value("data_memory_bytes", int64_t{-1});
     m.data_bytes = std::max(m.data_bytes, data);
-    const double tensors = peak[rank].get<double>() - process[rank].get<double>();
-    beyond.push_back(memoryAddedByTraining(json_io::JsonCursor(r, "rank result")) - tensors - std::max<int64_t>(0, data));
+    ranks.push_back({memoryAddedByTraining(json_io::JsonCursor(r, "rank result")),
+                     peak[rank].get<double>() - process[rank].get<double>(), data});
   }
-  if (!beyond.empty()) m.framework_bytes = std::max<int64_t>(0, std::llround(util::median(beyond)));
+  m.framework_bytes = plan::frameworkBytesOfRun(ranks);
   return m;
 }
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/plan/plan.h"
@@ -33,6 +34,17 @@ struct SharpenedProfile {
 // Throws Error when the plan names a layer the profile does not have.
 SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& plan, const StageSeconds& measured,
                                 int runs_merged);
+
+// One rank of a run, on the host: what training added to its process at its peak, the
+// tensors the planner priced for it, and what opening its datasets added (-1: none).
+struct RankMemoryMeasured {
+  double added = 0;
+  double priced_tensors = 0;
+  int64_t data = -1;
+};
+// The framework's working memory a run shows: the median over its ranks of what each
+// held beyond its priced tensors and its data, at least 0; -1 for no ranks.
+int64_t frameworkBytesOfRun(const std::vector<RankMemoryMeasured>& ranks);
 
 // A run's memory into the profile's: `framework_bytes` (what the run's ranks held beyond
 // the tensors the accounting priced and their datasets) is averaged with the `runs` runs

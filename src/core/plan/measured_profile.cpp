@@ -1,10 +1,12 @@
 #include "pipetrain/plan/measured_profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/stats.h"
 
 namespace pipetrain::plan {
 namespace {
@@ -80,6 +82,14 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
   out.graph.setProcessMemory(profile.processMemory());
   out.graph.setProfiledAs(profile.profiledAs());
   return out;
+}
+
+int64_t frameworkBytesOfRun(const std::vector<RankMemoryMeasured>& ranks) {
+  if (ranks.empty()) return -1;
+  std::vector<double> beyond;
+  for (const RankMemoryMeasured& r : ranks)
+    beyond.push_back(r.added - r.priced_tensors - static_cast<double>(std::max<int64_t>(0, r.data)));
+  return std::max<int64_t>(0, std::llround(util::median(beyond)));
 }
 
 graph::ProcessMemory learnProcessMemory(const graph::ProcessMemory& before, int64_t framework_bytes,

@@ -88,6 +88,13 @@ TEST(SharpenProfile, TheProcessMemoryStaysWithTheProfile) {
   EXPECT_EQ(s.graph.processMemory().data_bytes, 5);
 }
 
+TEST(FrameworkBytesOfRun, TheMedianOverTheRanksOfWhatTheyHeldBeyondTensorsAndData) {
+  EXPECT_EQ(frameworkBytesOfRun({}), -1);
+  // 100 - 40 - 50 = 10; 90 - 40 (no data) = 50; 70 - 60 - 0 = 10: median 10.
+  EXPECT_EQ(frameworkBytesOfRun({{100, 40, 50}, {90, 40, -1}, {70, 60, 0}}), 10);
+  EXPECT_EQ(frameworkBytesOfRun({{10, 40, -1}}), 0);  // held less than priced: nothing learned beyond
+}
+
 TEST(LearnProcessMemory, TheFrameworkIsTheMeanOfTheRunsAndTheDataTheLatestMeasure) {
   const graph::ProcessMemory first = learnProcessMemory({48, 0, 0}, 30, -1);
   EXPECT_EQ(first.framework_bytes, 30);
