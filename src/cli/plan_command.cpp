@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "options.h"
 #include "plan_table.h"
-#include "report_pages.h"
+#include "pipetrain/report/pages.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/planner/profile_caveat.h"
@@ -70,7 +70,7 @@ int run(PlanArgs a) {
       file ? planner::exploreForTimeToTarget(graph, cluster, a.explore, *file) : planner::explore(graph, cluster, a.explore);
   if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());
   if (!a.report.empty())
-    report::writeHtml(pageForExploration(e, graph, cluster, "Plan for " + a.graph + " on " + a.cluster), a.report);
+    report::writeHtml(report::pageForExploration(e, graph, cluster, "Plan for " + a.graph + " on " + a.cluster), a.report);
   const std::string caveat = planner::profileCaveat(graph, cluster);
   if (a.json) {
     json_io::Json j = e.toJson();

@@ -1,21 +1,10 @@
-// The ranked table of an exploration, as `plan` and `train` (without a plan) print it
-// and as the report shows it: one table, built once.
+// The ranked table of an exploration on the console, as `plan` and `train` (without a
+// plan) print it; the table itself is report::explorationTable, the report's too.
 #pragma once
 
-#include <string>
-
 #include "pipetrain/planner/explore.h"
-#include "pipetrain/report/report.h"
 
 namespace pipetrain::cli {
-
-// "1f1b, 3 stages (1x2+2x1)", or for one stage "data parallelism on 4 devices (...)".
-std::string planName(const plan::Plan& plan);
-
-// The best `top` candidates, the chosen one highlighted.
-report::Table explorationTable(const planner::Exploration& e, int top);
-// The sentences printed under the table (counts, the runner-up, warnings, the choice).
-std::vector<std::string> explorationNotes(const planner::Exploration& e);
 
 void printExploration(const planner::Exploration& e, int top);
 

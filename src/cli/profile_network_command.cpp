@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "commands.h"
-#include "launcher.h"
+#include "pipetrain/job/launcher.h"
 #include "options.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
@@ -123,7 +123,7 @@ int launch(const NetworkArgs& a) {
   checkWritable(a.out, "--out");
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = std::max(1, static_cast<int>(cores) / a.nproc);
-  const auto outputs = launchLocal(a.argv, a.nproc, threads, [](int rank, const std::string& line) {
+  const auto outputs = job::launchLocal(a.argv, a.nproc, threads, [](int rank, const std::string& line) {
     if (rank == 0) std::printf("%s\n", line.c_str());
   });
   if (outputs.empty() || outputs[0].result_json.empty()) throw Error("rank 0 ended without reporting its measurements");

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "report_pages.h"
+#include "pipetrain/report/pages.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
@@ -20,10 +20,10 @@ Command addReportCommand(CLI::App& app) {
   cmd->add_option("--metrics", a->metrics, "the run's metrics log (train --log-jsonl), for the loss curve");
   cmd->add_option("--out", a->out, "the HTML file to write")->required();
   return {cmd, [a] {
-            const auto metrics = a->metrics.empty() ? std::vector<json_io::Json>{} : readJsonLines(a->metrics);
+            const auto metrics = a->metrics.empty() ? std::vector<json_io::Json>{} : report::readJsonLines(a->metrics);
             const json_io::Json summary = json_io::readFile(a->summary);
             json_io::checkHeader(json_io::JsonCursor(summary, a->summary), "pipetrain.train-summary", 1);
-            report::writeHtml(pageForRun(summary, metrics, a->summary), a->out);
+            report::writeHtml(report::pageForRun(summary, metrics, a->summary), a->out);
             std::printf("report: %s\n", a->out.c_str());
             return 0;
           }};

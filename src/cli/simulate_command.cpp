@@ -6,7 +6,7 @@
 
 #include "commands.h"
 #include "options.h"
-#include "report_pages.h"
+#include "pipetrain/report/pages.h"
 #include "pipetrain/schedule/csv_schedule.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/trace/chrome_trace.h"
@@ -101,7 +101,7 @@ int run(const SimulateArgs& a) {
 
   if (!a.trace.empty()) trace::writeChromeTrace(e.timeline, a.trace);
   if (!a.svg.empty()) trace::writeSvgGantt(e.timeline, a.svg);
-  if (!a.report.empty()) report::writeHtml(pageForSimulation(e, plan, "Simulation of " + origin), a.report);
+  if (!a.report.empty()) report::writeHtml(report::pageForSimulation(e, plan, "Simulation of " + origin), a.report);
   if (a.json) {
     std::cout << e.report.toJson().dump(2) << "\n";
   } else {

@@ -1,9 +1,9 @@
-#include "train_plan.h"
+#include "pipetrain/job/plan_source.h"
 
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/util/error.h"
 
-namespace pipetrain::cli {
+namespace pipetrain::job {
 
 namespace {
 
@@ -46,4 +46,4 @@ void applyScheduleOptions(const plan::ScheduleOptions& given, plan::Plan& plan) 
   if (schedule::traits(name).step_rule != schedule::StepRule::kPerMicrobatch) plan.schedule.vertical_sync = false;
 }
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

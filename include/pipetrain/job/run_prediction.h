@@ -7,23 +7,13 @@
 
 #include <cstdint>
 #include <map>
-#include <string>
 #include <vector>
 
 #include "pipetrain/plan/plan.h"
-#include "pipetrain/sim/evaluate.h"
 #include "pipetrain/schedule/action.h"
+#include "pipetrain/sim/evaluate.h"
 
-namespace pipetrain::cli {
-
-// This machine's ranks as a cluster: CPU devices with these names that share loopback
-// Gloo (bandwidth and latency as measured on these machines, docs/runtime.md), each
-// with `memory_bytes`. `concurrent_ranks`: how many ranks the cores run at once at full
-// speed (cores / each rank's threads); more ranks than that share the cores.
-cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
-                                  int concurrent_ranks);
-// The same with `ranks` devices named dev0, dev1, ... (plan::chainPlan's names).
-cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks);
+namespace pipetrain::job {
 
 struct MeasuredRun {
   const plan::Plan* plan = nullptr;           // what ran
@@ -42,4 +32,4 @@ struct MeasuredRun {
 // The report and the predicted timeline of one mini-batch.
 sim::Evaluation predictRun(const MeasuredRun& run);
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

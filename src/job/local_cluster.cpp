@@ -1,12 +1,6 @@
-#include "prediction.h"
+#include "pipetrain/job/local_cluster.h"
 
-#include <limits>
-#include <map>
-
-#include "pipetrain/plan/plan_program.h"
-#include "pipetrain/util/error.h"
-
-namespace pipetrain::cli {
+namespace pipetrain::job {
 namespace {
 
 // Gloo over loopback on these machines, two rates. Point to point it moves 3.3-6 GB/s
@@ -63,52 +57,4 @@ cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurren
   return localCluster(names, memory_bytes, concurrent_ranks);
 }
 
-sim::Evaluation predictRun(const MeasuredRun& run) {
-  const plan::Plan& plan = *run.plan;
-  const std::vector<std::string> devices = plan::rankDevices(plan);
-  // An action's wall time also holds what else ran on its core meanwhile: other ranks'
-  // turns where ranks outnumbered the cores (priced so, 3 ranks on 2 cores were
-  // predicted 8-10% slow: fmnist-cnn, docs/profiling.md), and the transport's threads
-  // copying messages and summing the all-reduce (a data-parallel backward pass ran 62-71
-  // ms of wall for 50-53 on its core). The simulator prices both itself (shared cores as
-  // the launcher pinned them, the routes' host costs), so actions are priced at their
-  // time on a core. With several BLAS threads a rank's compute also runs on threads its
-  // CPU clock does not count; such ranks keep wall times.
-  const int ranks = static_cast<int>(devices.size());
-  const bool shared = ranks > run.concurrent_ranks;
-  const auto& seconds = run.blas_threads == 1 ? run.action_cpu_seconds : run.action_seconds;
-  auto mean = [&](int s, schedule::ActionType t) {
-    auto it = seconds.find({s, t});
-    return it == seconds.end() ? 0.0 : it->second;
-  };
-  // The plan's own layers, a chain inside each stage, the first reading the last layer
-  // of each stage it reads; each stage's measured costs sit on its last layer (whose
-  // output is what crosses to its consumers), the others cost nothing.
-  std::vector<graph::Layer> layers;
-  for (int s = 0; s < plan.numStages(); ++s)
-    for (std::size_t i = 0; i < plan.stages[s].layers.size(); ++i) {
-      graph::Layer l;
-      l.name = plan.stages[s].layers[i];
-      l.kind = "measured";
-      if (i > 0) l.inputs = {layers.back().name};
-      else
-        for (int q : run.stage_preds.at(s)) l.inputs.push_back(plan.stages[q].layers.back());
-      if (i + 1 == plan.stages[s].layers.size()) {
-        l.forward_seconds = mean(s, schedule::ActionType::F);
-        const double split_i = mean(s, schedule::ActionType::I), split_w = mean(s, schedule::ActionType::W);
-        l.backward_input_seconds = split_i + split_w > 0 ? split_i : mean(s, schedule::ActionType::B);
-        l.backward_weight_seconds = l.split_weight_seconds = split_w;
-        l.optimizer_seconds = mean(s, schedule::ActionType::STEP);
-        l.output_bytes = l.saved_activation_bytes = run.stage_output_bytes.at(s);
-        l.param_bytes = run.stage_param_bytes.at(s);
-      }
-      layers.push_back(l);
-    }
-  const graph::LayerGraph graph(layers, plan.microbatch_size, "measured run");
-  // The plan was validated before it ran, so its ranks' devices are distinct.
-  const cluster::ClusterSpec cluster =
-      localCluster(devices, std::numeric_limits<int64_t>::max(), shared ? run.concurrent_ranks : ranks);
-  return sim::evaluatePlan(graph, cluster, plan);
-}
-
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

@@ -1,37 +1,31 @@
-#include "auto_plan.h"
+#include "pipetrain/job/local_plan.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <vector>
 
-#include "plan_table.h"
-#include "prediction.h"
-#include "report_pages.h"
-#include "run_profile.h"
+#include "pipetrain/job/local_cluster.h"
+#include "pipetrain/job/run_profile.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/torch/profiler.h"
+#include "pipetrain/report/exploration_table.h"
+#include "pipetrain/report/pages.h"
+#include "pipetrain/util/clock.h"
 #include "pipetrain/util/error.h"
 
-namespace pipetrain::cli {
-namespace {
-
-double secondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
+namespace pipetrain::job {
 
 std::string profilePath(const std::string& plan_path) { return plan_path + ".profile.json"; }
 
 std::string calibrationPath(const std::string& profile_path) { return profile_path + ".calibration.json"; }
 
-LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& model, const AutoPlanRequest& request) {
+LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& model, const AutoPlanRequest& request,
+                       const Say& say) {
   const ProfileRequest& job = request.profile;  // the ranks and their micro-batching
   const int layers = static_cast<int>(model.layers.size());
   if (!request.allow_replication && job.ranks > layers)
@@ -39,7 +33,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                 " layers, too few for a pipeline over " + std::to_string(job.ranks) +
                 " ranks; use fewer ranks (--nproc) or allow replicated stages");
   const std::string graph_path = profilePath(request.out);
-  const RunProfile profile = profileForRun(config, model, job, graph_path);
+  const RunProfile profile = profileForRun(config, model, job, graph_path, say);
   const graph::LayerGraph& graph = profile.graph;
   const int64_t global_batch =
       job.args.batch > 0 ? job.args.batch : job.args.microbatch_size * job.args.microbatches;
@@ -63,9 +57,9 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   }
   const bool async_considered = o.allow_async || (o.schedule != "auto" && schedule::isAsynchronous(o.schedule));
   if (async_considered && !model.tied.empty())
-    std::printf("note: layers %s share a weight, so asynchronous schedules are considered only with them on one "
-                "stage\n",
-                models::describeHolders(model, model.tied.front()).c_str());
+    say(formatted("note: layers %s share a weight, so asynchronous schedules are considered only with them on one "
+                "stage",
+                models::describeHolders(model, model.tied.front()).c_str()));
   o.partitioner = request.partitioner;
   o.recompute = request.recompute;
   o.use_all_devices = true;
@@ -77,16 +71,16 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   // same synchronous rule on the same batch: throughput ranks them alike.
   const bool calibrate = request.objective == planner::Objective::kTimeToAccuracy && o.allow_async;
   if (request.objective == planner::Objective::kTimeToAccuracy && !calibrate)
-    std::printf("note: every plan here trains synchronously on mini-batches of %lld, so time to accuracy ranks them "
-                "as throughput does (--allow-async adds schedules whose progress per sample differs)\n",
-                static_cast<long long>(global_batch));
+    say(formatted("note: every plan here trains synchronously on mini-batches of %lld, so time to accuracy ranks them "
+                "as throughput does (--allow-async adds schedules whose progress per sample differs)",
+                static_cast<long long>(global_batch)));
   json_io::Json calibration_summary;
   double calibration_seconds = 0;
   auto exploreForTarget = [&] {
     const std::string path = calibrationPath(profile.cached_path.empty() ? graph_path : profile.cached_path);
     runtime::RuleCalibrator calibrator(config, global_batch, request.calibration, path);
-    std::printf("calibrating update rules for time to accuracy, about %g s each (cache: %s)\n",
-                request.calibration.seconds_per_rule, path.c_str());
+    say(formatted("calibrating update rules for time to accuracy, about %g s each (cache: %s)",
+                request.calibration.seconds_per_rule, path.c_str()));
     planner::Exploration e = planner::exploreForTimeToTarget(graph, cluster, o, calibrator);
     calibration_seconds = calibrator.trainingSeconds();
     calibration_summary = e.calibrationJson();
@@ -96,20 +90,11 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   };
   const planner::Exploration e = calibrate ? exploreForTarget() : planner::explore(graph, cluster, o);
   const double planning_seconds = secondsSince(planning_start) - calibration_seconds;
-  if (calibrate)
-    std::printf("planned for %d local ranks in %.2f s, after %.1f s of calibration:\n", job.ranks, planning_seconds,
-                calibration_seconds);
-  else
-    std::printf("planned for %d local ranks in %.2f s:\n", job.ranks, planning_seconds);
-  printExploration(e, 5);
   plan::Plan chosen = e.best().plan;
   applyScheduleOptions(job.args.schedule, chosen);
   json_io::writeFile(request.out, chosen.toJson());
-  std::printf("plan: %s (profile: %s)\n", request.out.c_str(),
-              profile.cached_path.empty() ? graph_path.c_str() : profile.cached_path.c_str());
-  std::fflush(stdout);
-  json_io::Json planner = tableToJson(explorationTable(e, 10));
-  planner["notes"] = explorationNotes(e);
+  json_io::Json planner = report::tableToJson(report::explorationTable(e, 10));
+  planner["notes"] = report::explorationNotes(e);
   planner["profile"] = profile.summary;
   planner["planning_seconds"] = planning_seconds;
   planner["objective"] = planner::objectiveName(e.objective);
@@ -136,7 +121,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                        {"rank_process_bytes", process},
                        {"process_memory_runs", graph.processMemory().runs},
                        {"rank_core_seconds", alone}};
-  return {chosen, planner};
+  if (calibrate) planner["calibration_seconds"] = calibration_seconds;
+  return {chosen, planner, e, profile.cached_path.empty() ? graph_path : profile.cached_path};
 }
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

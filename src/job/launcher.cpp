@@ -1,4 +1,4 @@
-#include "launcher.h"
+#include "pipetrain/job/launcher.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -20,7 +20,7 @@
 #include "pipetrain/cluster/cluster_spec.h"
 #include "pipetrain/util/error.h"
 
-namespace pipetrain::cli {
+namespace pipetrain::job {
 namespace {
 
 // A port nobody listens on right now, for the rendezvous store.
@@ -227,7 +227,7 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
           while ((nl = c.pending.find('\n')) != std::string::npos) {
             const std::string line = c.pending.substr(0, nl);
             c.pending.erase(0, nl + 1);
-            if (line.rfind("RESULT ", 0) == 0) c.output.result_json = line.substr(7);
+            if (line.rfind(kResultPrefix, 0) == 0) c.output.result_json = line.substr(std::strlen(kResultPrefix));
             else on_line(r, line);
           }
         }
@@ -273,12 +273,14 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
       ssize_t n;
       while ((n = read(c.out, buf, sizeof buf)) > 0) c.pending.append(buf, n);
       close(c.out);
-      if (auto pos = c.pending.find("RESULT "); pos != std::string::npos)
-        c.output.result_json = c.pending.substr(pos + 7, c.pending.find('\n', pos) - pos - 7);
+      if (auto pos = c.pending.find(kResultPrefix); pos != std::string::npos) {
+        const std::size_t from = pos + std::strlen(kResultPrefix);
+        c.output.result_json = c.pending.substr(from, c.pending.find('\n', pos) - from);
+      }
     }
     out.push_back(c.output);
   }
   return out;
 }
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

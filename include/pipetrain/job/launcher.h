@@ -8,7 +8,11 @@
 #include <string>
 #include <vector>
 
-namespace pipetrain::cli {
+namespace pipetrain::job {
+
+// A rank's last line to the launcher starts with this; the launcher keeps what follows
+// (rank_report.h, rankResultToJson).
+inline constexpr const char* kResultPrefix = "RESULT ";
 
 struct RankOutput {
   int rank = 0;
@@ -36,4 +40,4 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
 void runLikeRanks(const std::vector<std::vector<std::string>>& commands, int blas_threads,
                   std::chrono::milliseconds stopped_limit);
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

@@ -1,20 +1,20 @@
-// `pipetrain train` without --plan or --stage-bounds on local ranks: profile the model
-// at the run's micro-batch size as a rank would run it (or take the profile from the
-// profile cache, graph/profile_cache.h, where an earlier run took it under the same
-// key), plan it for this machine's ranks with the planner (every rank used), print the
-// ranked table, write the plan.
+// A training job without a plan on local ranks: profile the model at the run's
+// micro-batch size as a rank would run it (or take the profile from the profile cache,
+// graph/profile_cache.h, where an earlier run took it under the same key), plan it for
+// this machine's ranks with the planner (every rank used), write the plan.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "run_profile.h"
-#include "train_plan.h"
+#include "pipetrain/job/console.h"
+#include "pipetrain/job/run_profile.h"
+#include "pipetrain/job/plan_source.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/torch/calibration.h"
 #include "pipetrain/torch/trainer.h"
 
-namespace pipetrain::cli {
+namespace pipetrain::job {
 
 struct AutoPlanRequest {
   ProfileRequest profile;                 // the ranks, their micro-batching and how to profile them
@@ -33,7 +33,11 @@ struct AutoPlanRequest {
 
 struct LocalPlan {
   plan::Plan plan;             // with the requested schedule options applied
-  json_io::Json planner;       // the ranked table and its notes, for the report (report_pages.h)
+  // The ranked table and its notes, for the report (report/pages.h), with
+  // "planning_seconds" (and "calibration_seconds" under time to accuracy).
+  json_io::Json planner;
+  planner::Exploration exploration;  // what the planner ranked, for the console
+  std::string profile_path;          // the profile planned from (the cache's entry where kept)
 };
 
 // Where planLocalRun keeps the profile behind the plan written to `plan_path`.
@@ -44,6 +48,7 @@ std::string calibrationPath(const std::string& profile_path);
 // Returns the chosen plan, also written to `request.out`. Throws Error when profiling
 // fails or no plan fits (with the planner's reasons).
 // `model` is the config's (runtime::openModel).
-LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& model, const AutoPlanRequest& request);
+LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& model, const AutoPlanRequest& request,
+                       const Say& say);
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

@@ -1,4 +1,4 @@
-#include "run_profile.h"
+#include "pipetrain/job/run_profile.h"
 
 #include <unistd.h>
 
@@ -9,15 +9,16 @@
 #include <optional>
 #include <thread>
 
-#include "launcher.h"
-#include "report_pages.h"
+#include "pipetrain/job/launcher.h"
+#include "pipetrain/report/pages.h"
 #include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/torch_info.h"
+#include "pipetrain/util/clock.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
 
-namespace pipetrain::cli {
+namespace pipetrain::job {
 namespace {
 
 // The profile's passes (ProfileOptions): warm-up at least, then timed until steady
@@ -91,7 +92,7 @@ struct Sizes {
 // of this machine's cores, and its profile five minutes before a fifty-second run.
 // Above the larger size the costs then scale in proportion, an upper bound, which the
 // run's measured stage times correct (sharpenCachedProfile).
-Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Processes& processes) {
+Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Processes& processes, const Say& say) {
   // Two samples, not one: BatchNorm refuses to train on one value per channel, which is
   // what a ResNet's last blocks see of a single 28 x 28 image.
   const double per_sample = profiler::stepSeconds(model, 2, r.blas_threads) / 2;
@@ -113,7 +114,7 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
     } catch (const std::exception& e) {
       smallest = 2;
       top = std::max<int64_t>(top, std::min<int64_t>(2, wantedSize(r)));
-      std::printf("note: micro-batches of 2 samples or more: %s\n", e.what());
+      say(formatted("note: micro-batches of 2 samples or more: %s", e.what()));
     }
   }
   Sizes s{{lowOf(top)}, costOf(top)};
@@ -170,8 +171,8 @@ graph::LayerGraph mergeProfiles(const std::string& path, int count) {
 }
 
 graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r,
-                          const Processes& processes, const std::string& out) {
-  const Sizes sizes = timedSizes(model, r, processes);
+                          const Processes& processes, const std::string& out, const Say& say) {
+  const Sizes sizes = timedSizes(model, r, processes, say);
   // The processes time together (profiler::ProfileRendezvous), meeting in this directory.
   const std::string rendezvous = out + ".rendezvous";
   std::filesystem::remove_all(rendezvous);
@@ -185,12 +186,11 @@ graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Mode
   } remove_after{rendezvous};
   std::string held;
   for (int k : processes.in_flight) held += (held.empty() ? "" : ",") + std::to_string(k);
-  std::printf("profiling %s at micro-batch %s in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
-              "a share of the layers each, micro-batches in flight %s; about %.0f s\n",
+  say(formatted("profiling %s at micro-batch %s in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
+              "a share of the layers each, micro-batches in flight %s; about %.0f s",
               config.model.c_str(), joined(sizes.timed).c_str(), processes.count, r.blas_threads,
               processes.count < r.ranks ? " (the ranks then share the cores)" : "", held.c_str(),
-              sizes.estimated_seconds);
-  std::fflush(stdout);
+              sizes.estimated_seconds));
   runLikeRanks(profileCommands(config, r, processes, sizes, out, rendezvous), r.blas_threads,
                std::chrono::seconds(r.timeout_seconds));
   return mergeProfiles(out, processes.count);
@@ -236,10 +236,6 @@ graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRe
   return key;
 }
 
-double secondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 }  // namespace
 
 std::vector<int64_t> plannedSizes(int64_t batch, int64_t smallest) {
@@ -259,38 +255,37 @@ std::vector<int64_t> plannedSizes(int64_t batch, int64_t smallest) {
 }
 
 RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r,
-                         const std::string& out) {
+                         const std::string& out, const Say& say) {
   const Processes processes = processesFor(r);
   const graph::ProfileCache cache(graph::ProfileCache::defaultDir());
   RunProfile run{{}, "", profileKey(config, r, processes), {}};
   const auto start = std::chrono::steady_clock::now();
   std::string problem;
   const std::optional<graph::CachedProfile> cached = r.reprofile ? std::nullopt : cache.find(run.key, &problem);
-  if (!problem.empty()) std::printf("the profile cache's entry cannot be used (%s): profiling again\n", problem.c_str());
+  if (!problem.empty()) say(formatted("the profile cache's entry cannot be used (%s): profiling again", problem.c_str()));
   if (cached) {
     run.graph = cached->graph;
     run.cached_path = cached->path;
     json_io::writeFile(out, run.graph.toJson());
-    std::printf("profile: from the cache, %s (measured %s in %.0f s%s; --reprofile measures again)\n",
+    say(formatted("profile: from the cache, %s (measured %s in %.0f s%s; --reprofile measures again)",
                 cached->path.c_str(), cached->created.c_str(), cached->profiling_seconds,
                 cached->runs_merged > 0 ? (", sharpened by " + std::to_string(cached->runs_merged) + " run(s)").c_str()
-                                        : "");
+                                        : ""));
     run.summary = {{"cached", true}, {"path", cached->path}, {"measured_seconds", cached->profiling_seconds},
                    {"measured", cached->created}, {"runs_merged", cached->runs_merged}};
   } else {
-    run.graph = measure(config, model, r, processes, out);
+    run.graph = measure(config, model, r, processes, out, say);
     const double seconds = secondsSince(start);
     try {
       run.cached_path = cache.store(run.key, run.graph, seconds);
-      std::printf("profiled in %.1f s; kept in the profile cache for the next run: %s\n", seconds,
-                  run.cached_path.c_str());
+      say(formatted("profiled in %.1f s; kept in the profile cache for the next run: %s", seconds,
+                  run.cached_path.c_str()));
     } catch (const Error& e) {
-      std::printf("profiled in %.1f s; not kept for the next run: %s\n", seconds, e.what());
+      say(formatted("profiled in %.1f s; not kept for the next run: %s", seconds, e.what()));
     }
     run.summary = {{"cached", false}, {"path", run.cached_path}, {"measured_seconds", seconds}, {"runs_merged", 0}};
   }
   run.summary["seconds"] = secondsSince(start);
-  std::fflush(stdout);
   return run;
 }
 
@@ -306,7 +301,7 @@ RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_i
     if (r["device"] != "cpu" || rank >= peak.size() || rank >= process.size()) continue;
     const int64_t data = r.value("data_memory_bytes", int64_t{-1});
     m.data_bytes = std::max(m.data_bytes, data);
-    ranks.push_back({memoryAddedByTraining(json_io::JsonCursor(r, "rank result")),
+    ranks.push_back({report::memoryAddedByTraining(json_io::JsonCursor(r, "rank result")),
                      peak[rank].get<double>() - process[rank].get<double>(), data});
   }
   m.framework_bytes = plan::frameworkBytesOfRun(ranks);
@@ -314,7 +309,7 @@ RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_i
 }
 
 void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
-                          const plan::StageSeconds& measured, const RunMemory& memory) {
+                          const plan::StageSeconds& measured, const RunMemory& memory, const Say& say) {
   const std::string path = profile_summary.value("path", std::string());
   if (path.empty()) return;
   try {
@@ -331,12 +326,12 @@ void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan
                 " (mean of " + std::to_string(m.runs) + " run(s)), data " + text::humanBytes(m.data_bytes);
     }
     const int runs = cache.refine(path, after.graph);
-    std::printf("profile sharpened by this run's %s (%s; %d run(s) merged%s): %s\n",
+    say(formatted("profile sharpened by this run's %s (%s; %d run(s) merged%s): %s",
                 measured.empty() ? "memory" : "stage times", measured.empty() ? "times kept" : after.note.c_str(), runs,
-                learned.c_str(), path.c_str());
+                learned.c_str(), path.c_str()));
   } catch (const Error& e) {
-    std::printf("the cached profile was not sharpened: %s\n", e.what());
+    say(formatted("the cached profile was not sharpened: %s", e.what()));
   }
 }
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

@@ -1,7 +1,7 @@
 // Where a training run's Plan comes from. Every path ends in one plan::Plan that the
 // launcher writes to a file and every rank loads: a plan file (`--plan`), hand-given
 // stage bounds (`--stage-bounds`), plain data parallelism (`--data-parallel`), or the
-// planner's choice for the local ranks (auto_plan.h).
+// planner's choice for the local ranks (local_plan.h); plan_decision.h chooses among them.
 #pragma once
 
 #include <string>
@@ -11,7 +11,7 @@
 #include "pipetrain/planner/chain_partition.h"
 #include "pipetrain/torch/trainer.h"
 
-namespace pipetrain::cli {
+namespace pipetrain::job {
 
 struct PlanArgs {
   plan::ScheduleOptions schedule = [] {
@@ -39,4 +39,4 @@ plan::Plan planFromArgs(const models::Model& model, const PlanArgs& args, int wo
 // no schedule was named.
 void applyScheduleOptions(const plan::ScheduleOptions& given, plan::Plan& plan);
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "train_plan.h"
+#include "pipetrain/job/console.h"
+#include "pipetrain/job/plan_source.h"
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/graph/profile_cache.h"
 #include "pipetrain/plan/measured_profile.h"
@@ -17,7 +18,7 @@
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/json_io.h"
 
-namespace pipetrain::cli {
+namespace pipetrain::job {
 
 struct ProfileRequest {
   int ranks = 1;
@@ -41,7 +42,7 @@ struct RunProfile {
 
 // The profile, also written to `out` (a measured one is measured there).
 RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& request,
-                         const std::string& out);
+                         const std::string& out, const Say& say);
 
 // The micro-batch sizes the planner may choose for `batch` from a profile whose
 // smallest timed size is `smallest` (the graph's batch size).
@@ -54,7 +55,7 @@ struct RunMemory {
   int64_t data_bytes = -1;
 };
 
-// From the ranks' results (train_rank.h) and the planner's summary of the plan they ran:
+// From the ranks' results (rank_report.h) and the planner's summary of the plan they ran:
 // nothing where the plan was not planned here.
 RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_io::Json& planner);
 
@@ -62,6 +63,6 @@ RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_i
 // profile, which then prices the next plan; says on stdout what moved. Nothing where the
 // profile is not in the cache.
 void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
-                          const plan::StageSeconds& measured, const RunMemory& memory);
+                          const plan::StageSeconds& measured, const RunMemory& memory, const Say& say);
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::job

@@ -1,4 +1,4 @@
-#include "report_pages.h"
+#include "pipetrain/report/pages.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,21 +6,18 @@
 #include <fstream>
 #include <optional>
 
-#include "plan_table.h"
+#include "pipetrain/report/exploration_table.h"
 #include "pipetrain/report/run_headline.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/trace/timeline_json.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
 
-namespace pipetrain::cli {
+namespace pipetrain::report {
 namespace {
 
 using json_io::Json;
 using json_io::JsonCursor;
-using report::BarChart;
-using report::LineChart;
-using report::Unit;
 
 std::vector<std::string> rankNames(std::size_t n) {
   std::vector<std::string> out;
@@ -38,12 +35,12 @@ double numberOr(const JsonCursor& c, const std::string& key) { return c.has(key)
 // Each rank's shares of its step, as the run measured them, with the simulator's
 // prediction from this run's action times (the summary's predicted Gantt chart, whose
 // idle time holds the all-reduce) beside them.
-std::vector<report::RankShares> rankShares(const JsonCursor& s, const std::string& origin) {
+std::vector<RankShares> rankShares(const JsonCursor& s, const std::string& origin) {
   std::optional<trace::Timeline> predicted;
   if (s.has("predicted_timeline")) predicted = trace::timelineFromJson(s.field("predicted_timeline").node(), origin);
-  std::vector<report::RankShares> out;
+  std::vector<RankShares> out;
   for (const auto& r : s.field("ranks").asArray()) {
-    report::RankShares& shares = out.emplace_back();
+    RankShares& shares = out.emplace_back();
     shares.rank = static_cast<int>(r.field("rank").asInt());
     shares.compute = 1 - r.field("bubble_fraction").asNumber();
     shares.allreduce = r.has("allreduce_fraction") ? r.field("allreduce_fraction").asNumber() : 0.0;
@@ -97,13 +94,13 @@ std::string rankSummaryLine(const Json& r) {
 }
 
 std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string& origin) {
-  std::vector<report::RankMemory> ranks;
+  std::vector<RankMemory> ranks;
   const JsonCursor s(summary, origin);
   const int learned = s.has("planner") && s.field("planner").has("chosen")
                           ? static_cast<int>(s.field("planner").field("chosen").numberOr("process_memory_runs", 0))
                           : 0;
   for (const auto& r : s.field("ranks").asArray()) {
-    report::RankMemory& m = ranks.emplace_back();
+    RankMemory& m = ranks.emplace_back();
     m.rank = static_cast<int>(r.field("rank").asInt());
     m.measured = memoryAddedByTraining(r);
     m.predicted = numberOr(r, "predicted_peak_memory_bytes");
@@ -113,11 +110,11 @@ std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string
     // On a GPU the planner prices the device's memory, which the resident set does not hold.
     if (r.has("peak_device_memory_bytes") && r.field("peak_device_memory_bytes").asNumber() >= 0) m.predicted = NAN;
   }
-  return report::memoryNotes(ranks);
+  return memoryNotes(ranks);
 }
 
-report::Table planStagesTable(const plan::Plan& plan) {
-  report::Table t;
+Table planStagesTable(const plan::Plan& plan) {
+  Table t;
   t.caption = planName(plan) + ", micro-batch " + std::to_string(plan.microbatch_size) + " x " +
               std::to_string(plan.microbatches);
   t.header = {"stage", "layers", "replicas", "devices"};
@@ -144,10 +141,10 @@ std::vector<BarChart> predictedRankBars(const sim::Report& r) {
   return {idle, memory};
 }
 
-report::Page pageForExploration(const planner::Exploration& e, const graph::LayerGraph& graph,
+Page pageForExploration(const planner::Exploration& e, const graph::LayerGraph& graph,
                                 const cluster::ClusterSpec& cluster, const std::string& title) {
   const auto& best = e.best();
-  report::Page page;
+  Page page;
   page.title = title;
   page.facts = {{"chosen", planName(best.plan)},
                 {"predicted throughput", text::format("%.6g samples/s", best.report.throughput)},
@@ -161,8 +158,8 @@ report::Page pageForExploration(const planner::Exploration& e, const graph::Laye
   return page;
 }
 
-report::Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan, const std::string& title) {
-  report::Page page;
+Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan, const std::string& title) {
+  Page page;
   page.title = title;
   page.facts = {{"schedule", e.report.schedule},
                 {"stages", std::to_string(e.report.stages)},
@@ -176,11 +173,11 @@ report::Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan,
   return page;
 }
 
-report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, const std::string& origin) {
+Page pageForRun(const Json& summary, const std::vector<Json>& metrics, const std::string& origin) {
   const JsonCursor s(summary, origin);
   const std::string model = s.field("model").asString(), schedule = s.field("schedule").asString();
   const int64_t world = s.field("world_size").asInt();
-  report::Page page;
+  Page page;
   const plan::Plan plan = plan::Plan::fromJson(s.field("plan").node(), origin + ": plan");
   page.title = model + " with " + (planner::isDataParallel(plan) ? "data parallelism" : schedule) + " on " +
                std::to_string(world) + " ranks";
@@ -201,7 +198,7 @@ report::Page pageForRun(const Json& summary, const std::vector<Json>& metrics, c
   page.facts.push_back({"final training loss", text::format("%.4f", s.field("final_loss").asNumber())});
   if (s.has("test_accuracy")) page.facts.push_back({"test accuracy", text::format("%.4f", s.field("test_accuracy").asNumber())});
   if (s.has("test_loss")) page.facts.push_back({"test loss", text::format("%.4f", s.field("test_loss").asNumber())});
-  for (const std::string& note : report::runHeadline(rankShares(s, origin), measured, predicted, planned))
+  for (const std::string& note : runHeadline(rankShares(s, origin), measured, predicted, planned))
     page.notes.push_back(note);
   for (const std::string& note : memoryNotesOfRun(summary, origin)) page.notes.push_back(note);
   if (s.boolOr("asynchronous", false))
@@ -295,13 +292,13 @@ std::string beforeTrainingText(const JsonCursor& planner) {
   return text;
 }
 
-Json tableToJson(const report::Table& t) {
+Json tableToJson(const Table& t) {
   return {{"caption", t.caption}, {"header", t.header}, {"rows", t.rows}, {"highlighted_row", t.highlighted_row}};
 }
 
-report::Table tableFromJson(const Json& json, const std::string& origin) {
+Table tableFromJson(const Json& json, const std::string& origin) {
   const JsonCursor c(json, origin);
-  report::Table t;
+  Table t;
   t.caption = c.stringOr("caption", "");
   t.header = c.field("header").asStringArray();
   for (const auto& row : c.field("rows").asArray()) {
@@ -330,4 +327,4 @@ std::vector<Json> readJsonLines(const std::string& path) {
   return out;
 }
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::report

@@ -10,17 +10,17 @@
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/util/json_io.h"
 
-namespace pipetrain::cli {
+namespace pipetrain::report {
 
 // A plan's stages: layers, replicas and the devices that run them.
-report::Table planStagesTable(const plan::Plan& plan);
+Table planStagesTable(const plan::Plan& plan);
 
 // The simulator's per-rank idle share and memory as bars.
-std::vector<report::BarChart> predictedRankBars(const sim::Report& report);
+std::vector<BarChart> predictedRankBars(const sim::Report& report);
 
-report::Page pageForExploration(const planner::Exploration& e, const graph::LayerGraph& graph,
+Page pageForExploration(const planner::Exploration& e, const graph::LayerGraph& graph,
                                 const cluster::ClusterSpec& cluster, const std::string& title);
-report::Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan, const std::string& title);
+Page pageForSimulation(const sim::Evaluation& e, const plan::Plan& plan, const std::string& title);
 
 // From `train --summary-json` and `--log-jsonl` (docs/report.md).
 // What training added to a rank's process at its peak: its peak resident set less the
@@ -33,10 +33,10 @@ double memoryAddedByTraining(const json_io::JsonCursor& rank);
 std::string rankSummaryLine(const json_io::Json& rank);
 
 // A note for each rank whose measured memory and the planner's prediction of it differ
-// by more than 10% (report::memoryNotes), from a `train --summary-json` summary.
+// by more than 10% (memoryNotes), from a `train --summary-json` summary.
 std::vector<std::string> memoryNotesOfRun(const json_io::Json& summary, const std::string& origin);
 
-report::Page pageForRun(const json_io::Json& summary, const std::vector<json_io::Json>& metrics,
+Page pageForRun(const json_io::Json& summary, const std::vector<json_io::Json>& metrics,
                         const std::string& origin);
 
 // What came before training, from a run summary's "planner" (auto_plan.h): "profiling
@@ -45,10 +45,10 @@ report::Page pageForRun(const json_io::Json& summary, const std::vector<json_io:
 // summary holds no such figures (a plan file, or a summary from before them).
 std::string beforeTrainingText(const json_io::JsonCursor& planner);
 
-json_io::Json tableToJson(const report::Table& table);
-report::Table tableFromJson(const json_io::Json& json, const std::string& origin);
+json_io::Json tableToJson(const Table& table);
+Table tableFromJson(const json_io::Json& json, const std::string& origin);
 
 // One JSON value per non-empty line; an Error names the file and the line.
 std::vector<json_io::Json> readJsonLines(const std::string& path);
 
-}  // namespace pipetrain::cli
+}  // namespace pipetrain::report

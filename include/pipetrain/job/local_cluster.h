@@ -1,0 +1,22 @@
+// This machine's ranks as the planner and the simulator see them: CPU devices sharing
+// loopback Gloo and, where ranks outnumber them, the cores.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipetrain/cluster/cluster_spec.h"
+
+namespace pipetrain::job {
+
+// This machine's ranks as a cluster: CPU devices with these names that share loopback
+// Gloo (bandwidth and latency as measured on these machines, docs/runtime.md), each
+// with `memory_bytes`. `concurrent_ranks`: how many ranks the cores run at once at full
+// speed (cores / each rank's threads); more ranks than that share the cores.
+cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
+                                  int concurrent_ranks);
+// The same with `ranks` devices named dev0, dev1, ... (plan::chainPlan's names).
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks);
+
+}  // namespace pipetrain::job

@@ -1,0 +1,33 @@
+// A finished training job, summed up from its ranks' results: the summary JSON that
+// `--summary-json` writes and the report reads (docs/report.md), the measured and
+// predicted timelines of the last mini-batch, and the notes a user should read. On the
+// way, the run's stage times and memory sharpen the cached profile it was planned from.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipetrain/job/console.h"
+#include "pipetrain/job/local_launch.h"
+#include "pipetrain/job/train_request.h"
+#include "pipetrain/trace/timeline.h"
+
+namespace pipetrain::job {
+
+struct RunSummary {
+  json_io::Json json;        // "format": "pipetrain.train-summary"
+  trace::Timeline measured;  // the last mini-batch, the ranks aligned on one origin
+  // What to say of how the run trained: asynchronous updates, batch norm over
+  // micro-batches.
+  std::vector<std::string> notes;
+};
+
+RunSummary summarizeRun(const TrainRequest& request, const models::Model& model, const LaunchedRun& run,
+                        const Say& say);
+
+// Writes what `request` asks for beyond the summary's printing: the trace, the Gantt
+// chart, the summary's JSON and the report page. Returns a line per file written
+// ("trace: PATH").
+std::vector<std::string> writeRunOutputs(const TrainRequest& request, const RunSummary& summary);
+
+}  // namespace pipetrain::job

@@ -1,0 +1,108 @@
+#include "train_console.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "plan_table.h"
+#include "pipetrain/job/rank_job.h"
+#include "pipetrain/report/pages.h"
+
+namespace pipetrain::cli {
+namespace {
+
+// "epoch 1  step 20/112  loss 0.3640  20513 samples/s  ETA 3 s": what a user reads.
+std::string progressLine(const job::ProgressReport& p, int64_t samples_per_step) {
+  const double eta =  // this epoch's
+      p.samples_per_second > 0 ? (p.steps - p.step) * samples_per_step / p.samples_per_second : 0;
+  return job::formatted("epoch %d  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0f s", p.epoch + 1,
+                        static_cast<long long>(p.step), static_cast<long long>(p.steps), p.loss,
+                        p.samples_per_second, eta);
+}
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+ProgressDisplay::ProgressDisplay(int64_t samples_per_step, bool in_place)
+    : samples_per_step_(samples_per_step),
+      in_place_(in_place && isatty(STDOUT_FILENO)),
+      last_plain_(std::chrono::steady_clock::now()) {}
+
+ProgressDisplay::~ProgressDisplay() { endLine(); }
+
+void ProgressDisplay::endLine() {
+  if (in_place_ && shown_) std::cout << "\n" << std::flush;
+  shown_ = false;
+}
+
+void ProgressDisplay::show(const job::ProgressReport& p) {
+  const std::string text = progressLine(p, samples_per_step_);
+  if (in_place_) {
+    std::cout << "\r" << text << "   " << std::flush;
+    shown_ = true;
+    return;
+  }
+  if (std::chrono::steady_clock::now() - last_plain_ <= std::chrono::seconds(10) && p.step != p.steps) return;
+  last_plain_ = std::chrono::steady_clock::now();
+  std::cout << text << std::endl;
+}
+
+void printPlanned(const job::LocalPlan& planned, int ranks, const std::string& plan_path) {
+  const double planning = planned.planner.value("planning_seconds", 0.0);
+  if (planned.planner.contains("calibration_seconds"))
+    std::printf("planned for %d local ranks in %.2f s, after %.1f s of calibration:\n", ranks, planning,
+                planned.planner["calibration_seconds"].get<double>());
+  else
+    std::printf("planned for %d local ranks in %.2f s:\n", ranks, planning);
+  printExploration(planned.exploration, 5);
+  std::printf("plan: %s (profile: %s)\n", plan_path.c_str(), planned.profile_path.c_str());
+  std::fflush(stdout);
+}
+
+void printRunSummary(const job::TrainRequest& request, const job::RunSummary& summary) {
+  const json_io::Json& s = summary.json;
+  std::printf("trained %s with %s on %d ranks: %lld samples, %.1f samples/s, wall %.1f s\n",
+              request.config.model.c_str(), s["schedule"].get<std::string>().c_str(), request.nproc,
+              static_cast<long long>(s["samples"].get<int64_t>()), s["throughput"].get<double>(),
+              s["wall_seconds"].get<double>());
+  if (!request.config.export_path.empty())
+    std::printf("exported the trained model to %s\n", request.config.export_path.c_str());
+  for (const std::string& note : summary.notes) std::printf("note: %s\n", note.c_str());
+  std::printf("simulator, from the measured stage times: %.1f samples/s\n", s["predicted_throughput"].get<double>());
+  if (!request.planner.is_null())
+    if (const std::string before = report::beforeTrainingText(json_io::JsonCursor(request.planner, "planner"));
+        !before.empty())
+      std::printf("before training: %s\n", before.c_str());
+  // A regression (float targets) has a test loss and no accuracy.
+  std::string figures;
+  if (s.contains("test_accuracy")) figures += job::formatted("test accuracy %.4f, ", s["test_accuracy"].get<double>());
+  if (s.contains("test_loss")) figures += job::formatted("test loss %.4f, ", s["test_loss"].get<double>());
+  std::printf("%sfinal training loss %.4f\n", figures.c_str(), s["final_loss"].get<double>());
+  for (const auto& r : s["ranks"]) std::printf("%s\n", report::rankSummaryLine(r).c_str());
+  for (const std::string& note : report::memoryNotesOfRun(s, "this run")) std::printf("memory: %s\n", note.c_str());
+  for (const std::string& line : job::writeRunOutputs(request, summary)) std::printf("%s\n", line.c_str());
+}
+
+int runRankOnConsole(job::TrainRequest& request) {
+  ProgressDisplay display(request.config.plan.samplesPerMinibatch(), false);
+  const runtime::RankResult result = job::runRank(
+      request,
+      [&](const runtime::Progress& p) { display.show({p.epoch, p.step, p.steps, p.loss, p.samples_per_second}); },
+      say);
+  if (job::startedByLauncher()) return 0;  // it reported to the launcher
+  std::printf("rank %d: stages", result.rank);
+  for (int s : result.stages) std::printf(" %d", s);
+  std::printf(", %lld samples in %.2f s, bubble %.1f%%%s\n", static_cast<long long>(result.samples),
+              result.train_seconds, 100 * (1 - result.busy_seconds / result.train_seconds),
+              result.last_stage ? (", loss " + std::to_string(result.final_loss)).c_str() : "");
+  if (result.test_accuracy >= 0) std::printf("test accuracy %.4f\n", result.test_accuracy);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace pipetrain::cli

@@ -1,0 +1,71 @@
+#include "pipetrain/job/local_launch.h"
+
+#include <chrono>
+
+#include "pipetrain/job/launcher.h"
+#include "pipetrain/torch/checkpoint.h"
+#include "pipetrain/util/clock.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::job {
+namespace {
+
+// The newest intact checkpoint in `dir` ("" when there is none, or no folder).
+std::string newestCheckpoint(const std::string& dir) {
+  if (dir.empty()) return "";
+  try {
+    return runtime::findCheckpoint(dir).dir;
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+std::string howToResume(const std::string& newest) {
+  if (newest.empty()) return "no checkpoint was written (--checkpoint-dir makes a run resumable)";
+  return "the newest intact checkpoint is " + newest + ": run the same command with --resume " + newest +
+         " to go on from it";
+}
+
+}  // namespace
+
+LaunchedRun launchRanks(const TrainRequest& request, const LaunchWatch& watch) {
+  std::vector<RankOutput> outputs;
+  std::vector<std::string> argv = request.argv;
+  const auto start = std::chrono::steady_clock::now();
+  for (int attempt = 0;; ++attempt) {
+    try {
+      outputs = launchLocal(
+          argv, request.nproc, request.blasThreadsPerRank(),
+          [&](int, const std::string& line) {
+            if (const auto progress = readProgressReport(line)) watch.progress(*progress);
+            else watch.line(line);
+          },
+          request.concurrentRanks());
+      break;
+    } catch (const Error& e) {
+      const std::string newest = newestCheckpoint(request.config.checkpoint_dir);
+      if (attempt >= request.max_restarts) throw Error(std::string(e.what()) + "\n" + howToResume(newest));
+      watch.restart(std::string(e.what()) + "\npipetrain: restart " + std::to_string(attempt + 1) + " of " +
+                    std::to_string(request.max_restarts) +
+                    (newest.empty() ? ", from the start" : ", from checkpoint " + newest));
+      argv = request.argv;
+      if (!newest.empty()) argv.insert(argv.end(), {"--resume", newest});
+    }
+  }
+  LaunchedRun run;
+  run.wall_seconds = secondsSince(start);
+  for (const RankOutput& o : outputs) {
+    const std::string origin = "rank " + std::to_string(o.rank) + "'s result";
+    if (o.result_json.empty()) throw Error("rank " + std::to_string(o.rank) + " ended without reporting a result");
+    json_io::Json result;
+    try {
+      result = json_io::Json::parse(o.result_json);
+    } catch (const json_io::Json::exception& e) {
+      throw Error(origin + " is not JSON (" + e.what() + ")");
+    }
+    run.ranks.push_back(rankResultFromJson(result, origin));
+  }
+  return run;
+}
+
+}  // namespace pipetrain::job

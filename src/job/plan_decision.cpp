@@ -1,0 +1,62 @@
+#include "pipetrain/job/plan_decision.h"
+
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::job {
+namespace {
+
+bool handMade(const PlanArgs& args) { return !args.stage_bounds.empty() || args.data_parallel; }
+
+}  // namespace
+
+std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& model, const PlanChoice& choice,
+                                    const Say& say) {
+  runtime::TrainConfig& config = request.config;
+  std::optional<LocalPlan> planned;
+  if (!request.plan.empty()) {
+    config.plan = plan::Plan::load(request.plan);
+    if (!request.plan_out.empty()) json_io::writeFile(choice.out, config.plan.toJson());
+  } else if (handMade(request.plan_args)) {
+    config.plan = planFromArgs(model, request.plan_args, request.nproc);
+    json_io::writeFile(choice.out, config.plan.toJson());
+  } else if (choice.resumed && request.nproc == choice.resumed->manifest.world_size && !choice.replanning_asked) {
+    config.plan = choice.resumed->manifest.plan;
+    json_io::writeFile(choice.out, config.plan.toJson());
+  } else {
+    const ProfileRequest profile{request.nproc,   request.blasThreadsPerRank(), request.localCores(),
+                                 request.model_options, request.plan_args,   request.timeout_seconds,
+                                 request.reprofile};
+    const AutoPlanRequest auto_plan{profile,
+                                    !request.no_replication,
+                                    request.allow_async,
+                                    request.partitioner,
+                                    request.plan_args.recompute,
+                                    request.rank_memory_bytes,
+                                    choice.out,
+                                    request.objective,
+                                    request.calibration};
+    planned = planLocalRun(config, model, auto_plan, say);
+    config.plan = planned->plan;
+    request.planner = planned->planner;
+  }
+  if (choice.resumed) {
+    const std::string difference = choice.resumed->manifest.identity.differenceFrom(runtime::identityOf(config));
+    if (!difference.empty())
+      throw Error("--resume " + choice.resumed->dir + " does not match this run: " + difference);
+    // Refused here, before any rank starts: the ranks would each say it, and the
+    // launcher would then advise resuming the very checkpoint.
+    runtime::checkEpochsLeft(*choice.resumed, config.epochs);
+  }
+  if (request.plan.empty() || !request.plan_out.empty()) request.plan = choice.out;
+  request.argv.insert(request.argv.end(), {"--plan", request.plan});
+  return planned;
+}
+
+plan::Plan planOfRank(const TrainRequest& request, int world_size) {
+  if (!request.plan.empty()) return plan::Plan::load(request.plan);
+  if (handMade(request.plan_args)) return planFromArgs(runtime::openModel(request.config), request.plan_args, world_size);
+  throw Error("ranks started by hand need a plan: --plan FILE (from `pipetrain plan` or `pipetrain train "
+              "--plan-out`), --stage-bounds or --data-parallel");
+}
+
+}  // namespace pipetrain::job

@@ -1,0 +1,144 @@
+#include "pipetrain/job/rank_report.h"
+
+#include <cstdio>
+
+#include "pipetrain/schedule/action.h"
+#include "pipetrain/trace/timeline_json.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::job {
+
+using json_io::Json;
+using json_io::JsonCursor;
+
+namespace {
+
+runtime::EvalPoint evalFromJson(const JsonCursor& c) {
+  runtime::EvalPoint e;
+  e.epoch = static_cast<int>(c.field("epoch").asInt());
+  e.samples = c.field("samples").asInt();
+  e.train_seconds = c.field("train_seconds").asNumber();
+  e.wall_seconds = c.field("wall_seconds").asNumber();
+  e.test_accuracy = c.field("test_accuracy").asNumber();
+  e.test_loss = c.field("test_loss").asNumber();
+  return e;
+}
+
+schedule::ActionType actionType(const JsonCursor& c) {
+  const std::string name = c.asString();
+  for (int t = 0; t < schedule::kNumActionTypes; ++t)
+    if (name == schedule::name(static_cast<schedule::ActionType>(t))) return static_cast<schedule::ActionType>(t);
+  c.fail("unknown action type '" + name + "'");
+}
+
+std::vector<int64_t> intArray(const JsonCursor& c) {
+  std::vector<int64_t> out;
+  for (const JsonCursor& v : c.asArray()) out.push_back(v.asInt());
+  return out;
+}
+
+}  // namespace
+
+Json evalPointToJson(const runtime::EvalPoint& e) {
+  return {{"epoch", e.epoch},
+          {"samples", e.samples},
+          {"train_seconds", e.train_seconds},
+          {"wall_seconds", e.wall_seconds},
+          {"test_accuracy", e.test_accuracy},
+          {"test_loss", e.test_loss}};
+}
+
+std::string progressReportLine(const ProgressReport& p) {
+  char line[160];
+  std::snprintf(line, sizeof line, "PROGRESS %d %lld %lld %.6f %.3f", p.epoch, static_cast<long long>(p.step),
+                static_cast<long long>(p.steps), p.loss, p.samples_per_second);
+  return line;
+}
+
+std::optional<ProgressReport> readProgressReport(const std::string& line) {
+  ProgressReport p;
+  long long step = 0, steps = 0;
+  if (std::sscanf(line.c_str(), "PROGRESS %d %lld %lld %lf %lf", &p.epoch, &step, &steps, &p.loss,
+                  &p.samples_per_second) != 5)
+    return std::nullopt;
+  p.step = step;
+  p.steps = steps;
+  return p;
+}
+
+Json rankResultToJson(const runtime::RankResult& r) {
+  Json history = Json::array(), actions = Json::array();
+  for (const auto& e : r.history) history.push_back(evalPointToJson(e));
+  for (const auto& a : r.action_seconds)
+    actions.push_back({{"stage", a.stage}, {"type", schedule::name(a.type)}, {"seconds", a.seconds},
+                       {"cpu_seconds", a.cpu_seconds}});
+  return {{"rank", r.rank},
+          {"stages", r.stages},
+          {"last_stage", r.last_stage},
+          {"final_loss", r.final_loss},
+          {"test_accuracy", r.test_accuracy},
+          {"test_loss", r.test_loss},
+          {"history", history},
+          {"samples", r.samples},
+          {"train_seconds", r.train_seconds},
+          {"busy_seconds", r.busy_seconds},
+          {"allreduce_seconds", r.allreduce_seconds},
+          {"wait_seconds", r.wait_seconds},
+          {"core_wait_seconds", r.core_wait_seconds},
+          {"core_run_seconds", r.core_run_seconds},
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"device", r.device},
+          {"data_channel", r.data_channel},
+          {"peak_device_memory_bytes", r.peak_device_memory_bytes},
+          {"start_memory_bytes", r.start_memory_bytes},
+          {"data_memory_bytes", r.data_memory_bytes},
+          {"weight_versions", r.weight_versions},
+          {"weight_bytes", r.weight_bytes},
+          {"max_sends_held", r.max_sends_held},
+          {"last_step", trace::actionsToJson(r.last_step)},
+          {"action_seconds", actions},
+          {"stage_output_bytes", r.stage_output_bytes},
+          {"stage_preds", r.stage_preds},
+          {"stage_param_bytes", r.stage_param_bytes}};
+}
+
+runtime::RankResult rankResultFromJson(const Json& json, const std::string& origin) {
+  const JsonCursor c(json, origin);
+  runtime::RankResult r;
+  r.rank = static_cast<int>(c.field("rank").asNonNegativeInt());
+  for (const JsonCursor& s : c.field("stages").asArray()) r.stages.push_back(static_cast<int>(s.asNonNegativeInt()));
+  r.last_stage = c.field("last_stage").asBool();
+  r.final_loss = c.field("final_loss").asNumber();
+  r.test_accuracy = c.field("test_accuracy").asNumber();
+  r.test_loss = c.field("test_loss").asNumber();
+  for (const JsonCursor& e : c.field("history").asArray()) r.history.push_back(evalFromJson(e));
+  r.samples = c.field("samples").asNonNegativeInt();
+  r.train_seconds = c.field("train_seconds").asNumber();
+  r.busy_seconds = c.field("busy_seconds").asNumber();
+  r.allreduce_seconds = c.field("allreduce_seconds").asNumber();
+  r.wait_seconds = c.field("wait_seconds").asNumber();
+  r.core_wait_seconds = c.field("core_wait_seconds").asNumber();
+  r.core_run_seconds = c.field("core_run_seconds").asNumber();
+  r.peak_memory_bytes = c.field("peak_memory_bytes").asInt();
+  r.device = c.field("device").asString();
+  r.data_channel = c.field("data_channel").asString();
+  r.peak_device_memory_bytes = c.field("peak_device_memory_bytes").asInt();
+  r.start_memory_bytes = c.field("start_memory_bytes").asInt();
+  r.data_memory_bytes = c.field("data_memory_bytes").asInt();
+  r.weight_versions = static_cast<int>(c.field("weight_versions").asInt());
+  r.weight_bytes = c.field("weight_bytes").asInt();
+  r.max_sends_held = static_cast<int>(c.field("max_sends_held").asInt());
+  r.last_step = trace::actionsFromJson(c.field("last_step").node(), origin + ": last_step");
+  for (const JsonCursor& a : c.field("action_seconds").asArray())
+    r.action_seconds.push_back({static_cast<int>(a.field("stage").asNonNegativeInt()), actionType(a.field("type")),
+                                a.field("seconds").asNumber(), a.field("cpu_seconds").asNumber()});
+  r.stage_output_bytes = intArray(c.field("stage_output_bytes"));
+  for (const JsonCursor& preds : c.field("stage_preds").asArray()) {
+    std::vector<int>& p = r.stage_preds.emplace_back();
+    for (const JsonCursor& q : preds.asArray()) p.push_back(static_cast<int>(q.asNonNegativeInt()));
+  }
+  r.stage_param_bytes = intArray(c.field("stage_param_bytes"));
+  return r;
+}
+
+}  // namespace pipetrain::job

@@ -1,0 +1,203 @@
+#include "pipetrain/job/run_summary.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "pipetrain/job/run_prediction.h"
+#include "pipetrain/job/run_profile.h"
+#include "pipetrain/planner/update_rule.h"
+#include "pipetrain/report/pages.h"
+#include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/trace/chrome_trace.h"
+#include "pipetrain/trace/svg_gantt.h"
+#include "pipetrain/trace/timeline_json.h"
+
+namespace pipetrain::job {
+namespace {
+
+using json_io::Json;
+
+// The ranks' steady-state action times (RankResult::action_seconds) per stage and type,
+// of wall time or of time on a core; replicas of a stage are averaged.
+std::map<std::pair<int, schedule::ActionType>, double> meanActionSeconds(const std::vector<runtime::RankResult>& ranks,
+                                                                         bool on_a_core) {
+  std::map<std::pair<int, schedule::ActionType>, std::pair<double, int>> sums;
+  for (const runtime::RankResult& r : ranks)
+    for (const auto& a : r.action_seconds) {
+      auto& [total, count] = sums[{a.stage, a.type}];
+      total += on_a_core ? a.cpu_seconds : a.seconds;
+      ++count;
+    }
+  std::map<std::pair<int, schedule::ActionType>, double> means;
+  for (const auto& [key, sum] : sums) means[key] = sum.first / sum.second;
+  return means;
+}
+
+// A rank's entry in the summary: where its step went, its memory and weights.
+Json rankEntry(const runtime::RankResult& r) {
+  const double train = r.train_seconds;
+  const auto share = [&](double seconds) { return train > 0 ? seconds / train : 0; };
+  // Time in a step that is neither compute, nor waiting for messages or the all-reduce:
+  // the framework.
+  const double overhead = share(std::max(0.0, train - r.busy_seconds - r.wait_seconds - r.allreduce_seconds));
+  Json actions = Json::array();
+  for (const auto& a : r.action_seconds)
+    actions.push_back({{"stage", a.stage}, {"type", schedule::name(a.type)}, {"seconds", a.seconds},
+                       {"cpu_seconds", a.cpu_seconds}});
+  // Lost to other processes on the same cores, inside compute or not, and the training
+  // thread's time on a core (its work, whatever the sharing); -1 = unknown.
+  return {{"rank", r.rank},
+          {"stages", r.stages},
+          {"bubble_fraction", train > 0 ? 1 - r.busy_seconds / train : 0},
+          {"wait_fraction", share(r.wait_seconds)},
+          {"allreduce_fraction", share(r.allreduce_seconds)},
+          {"overhead_fraction", overhead},
+          {"core_wait_fraction", r.core_wait_seconds < 0 ? -1.0 : share(r.core_wait_seconds)},
+          {"core_run_fraction", r.core_run_seconds < 0 ? -1.0 : share(r.core_run_seconds)},
+          {"peak_memory_bytes", r.peak_memory_bytes},
+          {"start_memory_bytes", r.start_memory_bytes},
+          {"data_memory_bytes", r.data_memory_bytes},
+          {"device", r.device},
+          {"data_channel", r.data_channel},
+          {"peak_device_memory_bytes", r.peak_device_memory_bytes},
+          {"weight_versions", r.weight_versions},
+          {"weight_bytes", r.weight_bytes},
+          {"action_seconds", actions}};
+}
+
+// The ranks' last mini-batches on one time axis: they were timed from one shared
+// origin (runtime::sharedOrigin), so one shift aligns them all.
+trace::Timeline measuredTimeline(const TrainRequest& request, const std::vector<runtime::RankResult>& ranks) {
+  const plan::Plan& plan = request.config.plan;
+  trace::Timeline timeline;
+  timeline.title = request.config.model + ", " + plan.schedule.name + ", " + std::to_string(ranks.size()) +
+                   " ranks, " + std::to_string(plan.microbatches) + " micro-batches (last mini-batch)";
+  timeline.source = "measured";
+  for (const runtime::RankResult& r : ranks) timeline.ranks.push_back(r.last_step);
+  double first = std::numeric_limits<double>::infinity();
+  for (const auto& rank : timeline.ranks)
+    if (!rank.empty()) first = std::min(first, rank.front().start);
+  for (auto& rank : timeline.ranks)
+    for (auto& a : rank) a.start -= first, a.end -= first;
+  return timeline;
+}
+
+std::vector<std::string> trainingNotes(const TrainRequest& request, const models::Model& model,
+                                       const planner::UpdateRule& rule) {
+  const plan::Plan& plan = request.config.plan;
+  std::vector<std::string> notes;
+  if (!rule.synchronous)
+    notes.push_back("this plan trains asynchronously (" + rule.description +
+                    "), not as synchronous SGD, and converges differently");
+  else if (schedule::isAsynchronous(plan.schedule.name))
+    notes.push_back(plan.schedule.name + " here trains as synchronous SGD (" + rule.description + ")");
+  if (plan.microbatch_size < plan.samplesPerMinibatch())
+    if (const std::vector<std::string> normed = models::batchNormLayers(model); !normed.empty())
+      notes.push_back(formatted(
+          "%zu layer(s) use batch norm ('%s'%s), whose statistics here are per micro-batch of %lld samples, not over "
+          "the mini-batch of %lld as in one process: training differs from it",
+          normed.size(), normed.front().c_str(), normed.size() > 1 ? ", ..." : "",
+          static_cast<long long>(plan.microbatch_size), static_cast<long long>(plan.samplesPerMinibatch())));
+  return notes;
+}
+
+}  // namespace
+
+RunSummary summarizeRun(const TrainRequest& request, const models::Model& model, const LaunchedRun& run,
+                        const Say& say) {
+  const plan::Plan& plan = request.config.plan;
+  const Json& planner = request.planner;
+  const std::vector<runtime::RankResult>& results = run.ranks;
+  RunSummary summary;
+  summary.measured = measuredTimeline(request, results);
+  double train_seconds = 0;
+  Json ranks = Json::array(), history = Json::array();
+  const runtime::RankResult* last = nullptr;  // a last stage's rank: the loss and the test figures
+  for (const runtime::RankResult& r : results) {
+    train_seconds = std::max(train_seconds, r.train_seconds);
+    if (r.last_stage) last = &r;
+    if (r.last_stage && history.empty())
+      for (const runtime::EvalPoint& e : r.history) history.push_back(evalPointToJson(e));
+    ranks.push_back(rankEntry(r));
+  }
+  // What the simulator predicts for these measured stage times, next to what happened.
+  const runtime::RankResult& any = results.front();
+  const MeasuredRun measured{&plan,
+                             meanActionSeconds(results, false),
+                             meanActionSeconds(results, true),
+                             request.concurrentRanks(),
+                             request.blasThreadsPerRank(),
+                             any.stage_output_bytes,
+                             any.stage_param_bytes,
+                             any.stage_preds};
+  // The run's stage times into the cached profile it was planned from (run_profile.h),
+  // where every rank had its own cores: taking turns on them stretches the times. Its
+  // memory beyond the planned tensors too, wherever the ranks computed on the host.
+  if (!planner.is_null() && planner.contains("profile")) {
+    Json rank_results = Json::array();
+    for (const runtime::RankResult& r : results) rank_results.push_back(rankResultToJson(r));
+    sharpenCachedProfile(planner["profile"], plan,
+                         request.nproc <= request.concurrentRanks() ? measured.action_seconds : plan::StageSeconds{},
+                         runMemory(rank_results, planner), say);
+  }
+  sim::Evaluation prediction = predictRun(measured);
+  const sim::Report& predicted = prediction.report;
+  prediction.timeline.title = "predicted: " + summary.measured.title;
+  // Memory as the planner predicted it from the profile (its layers' activations): the
+  // run's own stage times say nothing of it.
+  const bool planned_memory = !planner.is_null() && planner.contains("chosen") &&
+                              planner["chosen"].contains("rank_peak_memory_bytes") &&
+                              planner["chosen"]["rank_peak_memory_bytes"].size() == ranks.size();
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    ranks[r]["predicted_bubble_fraction"] = predicted.ranks[r].bubble_fraction;
+    ranks[r]["predicted_weight_versions"] = predicted.ranks[r].weight_versions;
+    if (planned_memory) {
+      ranks[r]["predicted_peak_memory_bytes"] = planner["chosen"]["rank_peak_memory_bytes"][r];
+      const Json& process = planner["chosen"].value("rank_process_bytes", Json::array());
+      ranks[r]["predicted_process_bytes"] = r < process.size() ? process[r] : Json(0);
+    }
+  }
+  // Whether the plan trains otherwise than synchronous SGD: its update rule's verdict, not
+  // its schedule's (PipeDream on one stage replicated over the whole mini-batch is
+  // synchronous SGD).
+  const planner::UpdateRule rule = planner::updateRuleOf(plan, model.layerGraph());
+  summary.notes = trainingNotes(request, model, rule);
+  const int64_t samples = any.samples;
+  Json& s = summary.json;
+  s = {{"format", "pipetrain.train-summary"}, {"version", 1},
+       {"model", request.config.model}, {"schedule", plan.schedule.name}, {"asynchronous", !rule.synchronous},
+       {"world_size", request.nproc}, {"final_loss", last ? last->final_loss : 0.0},
+       {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
+       {"wall_seconds", run.wall_seconds}, {"samples", samples}, {"ranks", ranks}, {"history", history},
+       {"predicted_throughput", predicted.throughput}, {"plan_file", request.plan}, {"plan", plan.toJson()},
+       {"measured_timeline", trace::timelineToJson(summary.measured)},
+       {"predicted_timeline", trace::timelineToJson(prediction.timeline)}};
+  if (!planner.is_null()) s["planner"] = planner;
+  if (last && last->test_accuracy >= 0) s["test_accuracy"] = last->test_accuracy;
+  if (last && last->test_loss >= 0) s["test_loss"] = last->test_loss;
+  return summary;
+}
+
+std::vector<std::string> writeRunOutputs(const TrainRequest& request, const RunSummary& summary) {
+  std::vector<std::string> written;
+  if (!request.trace.empty()) {
+    trace::writeChromeTrace(summary.measured, request.trace);
+    written.push_back("trace: " + request.trace);
+  }
+  if (!request.svg.empty()) {
+    trace::writeSvgGantt(summary.measured, request.svg);
+    written.push_back("gantt: " + request.svg);
+  }
+  if (!request.summary_json.empty()) json_io::writeFile(request.summary_json, summary.json);
+  if (!request.report_dir.empty()) {
+    const std::string page = (std::filesystem::path(request.report_dir) / "report.html").string();
+    report::writeHtml(report::pageForRun(summary.json, report::readJsonLines(request.log_jsonl), request.summary_json),
+                      page);
+    written.push_back("report: " + page);
+  }
+  return written;
+}
+
+}  // namespace pipetrain::job
