@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "options.h"
 #include "pipetrain/util/allocator.h"
 #include "pipetrain/util/error.h"
 
@@ -23,6 +24,12 @@ int main(int argc, char** argv) {
   for (auto& command : pipetrain::cli::addTorchCommands(app, std::vector<std::string>(argv, argv + argc)))
     commands.push_back(std::move(command));
 
+  app.set_version_flag("--version", "pipetrain " PIPETRAIN_VERSION);
+  if (const std::string mistake = pipetrain::cli::unknownNameIn(app, std::vector<std::string>(argv + 1, argv + argc));
+      !mistake.empty()) {
+    std::cerr << "pipetrain: error: " << mistake << "\nRun with --help for more information.\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -37,7 +44,17 @@ int main(int argc, char** argv) {
     std::cerr << "pipetrain: error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "pipetrain: internal error: " << e.what() << "\n";
+    // A peer that died mid-operation surfaces from Gloo's threads as a library error,
+    // not pipetrain's: said as what it is, without LibTorch's stack frames.
+    const std::string what = e.what();
+    const std::string first_line = what.substr(0, what.find('\n'));
+    if (what.find("Connection reset by peer") != std::string::npos ||
+        what.find("Connection closed by peer") != std::string::npos) {
+      std::cerr << "pipetrain: error: a peer rank closed its connection (it failed or was stopped): " << first_line
+                << "\n";
+      return 1;
+    }
+    std::cerr << "pipetrain: internal error: " << what << "\n";
     return 3;
   }
   return 1;

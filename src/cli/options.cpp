@@ -1,5 +1,6 @@
 #include "options.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,58 @@ void addRecomputeOption(CLI::App* cmd, planner::Recompute& recompute) {
          "activation recomputation: auto (the planner makes the stages that would not fit their memory recompute "
          "their forward pass before the backward pass, and prices it), none, or full (every stage) [auto]")
       ->check(CLI::IsMember({"auto", "none", "full"}));
+}
+
+namespace {
+
+std::size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "; did you mean 'train'?" for the nearest of `known` within a third of the name's
+// length (at least 2 edits), else "".
+std::string didYouMean(const std::string& name, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(2, name.size() / 3) + 1;
+  for (const std::string& k : known)
+    if (const std::size_t d = editDistance(name, k); d < best_distance) best = k, best_distance = d;
+  return best.empty() ? "" : "; did you mean " + best + "?";
+}
+
+}  // namespace
+
+std::string unknownNameIn(const CLI::App& app, const std::vector<std::string>& args) {
+  if (args.empty() || args[0].rfind("-", 0) == 0) return "";
+  std::vector<std::string> commands;
+  const CLI::App* chosen = nullptr;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    commands.push_back(sub->get_name());
+    if (sub->get_name() == args[0]) chosen = sub;
+  }
+  if (!chosen) return "unknown command '" + args[0] + "'" + didYouMean(args[0], commands);
+  if (chosen->get_allow_extras()) return "";  // pipetrain's forwarders: pipetrain-torch checks them
+  std::vector<std::string> options;
+  for (const CLI::Option* o : chosen->get_options())
+    for (const std::string& name : o->get_lnames()) options.push_back("--" + name);
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--") break;
+    if (args[i].rfind("--", 0) != 0) continue;
+    const std::string name = args[i].substr(0, args[i].find('='));
+    if (std::find(options.begin(), options.end(), name) == options.end())
+      return "unknown option " + name + " for `pipetrain " + args[0] + "`" + didYouMean(name, options);
+  }
+  return "";
 }
 
 }  // namespace pipetrain::cli

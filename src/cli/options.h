@@ -30,4 +30,9 @@ void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner);
 // `--recompute auto|none|full`, for plan and train alike.
 void addRecomputeOption(CLI::App* cmd, planner::Recompute& recompute);
 
+// A command line's first mistake that CLI11 would name poorly, or "": an unknown
+// command ("A subcommand is required") or an unknown --option of a known command (CLI11
+// names a missing required option first), each with the nearest known name.
+std::string unknownNameIn(const CLI::App& app, const std::vector<std::string>& args);
+
 }  // namespace pipetrain::cli

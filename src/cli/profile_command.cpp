@@ -128,7 +128,7 @@ int blasThreads() {
   return get ? get() : 0;
 }
 
-// The threads of a rank that `train --nproc` gives `threads` cores (launcher.cpp): BLAS
+// The threads of a rank that `train --nproc` gives `threads` cores (job/launcher.cpp): BLAS
 // gets them and LibTorch's intra-op pool one, so profiled costs match the ranks' own.
 // Without OpenBLAS, LibTorch's pool gets them.
 void useThreadsOfARank(int threads) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +23,8 @@
 #include "pipetrain/job/plan_decision.h"
 #include "pipetrain/job/rank_job.h"
 #include "pipetrain/job/run_summary.h"
+#include "pipetrain/job/torchrun_job.h"
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/json_io.h"
 #include "pipetrain/util/text.h"
@@ -65,7 +68,8 @@ void prepareOutputs(job::TrainRequest& a) {
       a.argv.insert(a.argv.end(), {"--log-jsonl", a.log_jsonl});
     }
   }
-  // The reporting rank starts the file afresh; here it only has to be writable.
+  // The reporting rank starts the file afresh (a resumed run goes on with it); here it
+  // only has to be writable.
   if (!a.log_jsonl.empty()) checkWritable(a.log_jsonl, "--log-jsonl");
 }
 
@@ -78,15 +82,23 @@ int launch(job::TrainRequest& a, const models::Model& model) {
   job::LaunchedRun run;
   {
     ProgressDisplay display(a.config.plan.samplesPerMinibatch(), true);
-    run = job::launchRanks(a, {[&](const job::ProgressReport& p) { display.show(p); },
-                               [&](const std::string& line) {
-                                 display.endLine();
-                                 std::cout << line << std::endl;
-                               },
-                               [&](const std::string& why) {
-                                 display.endLine();
-                                 std::cerr << "pipetrain: " << why << std::endl;
-                               }});
+    job::LaunchWatch watch;
+    watch.progress = [&](const job::ProgressReport& p) { display.show(p); };
+    watch.line = [&](const std::string& line) {
+      display.endLine();
+      std::cout << line << std::endl;
+    };
+    watch.restart = [&](const std::string& why) {
+      display.endLine();
+      std::cerr << "pipetrain: " << why << std::endl;
+    };
+    watch.shrink = [&](const std::string& why, const std::optional<job::LocalPlan>& planned) {
+      display.endLine();
+      std::cerr << "pipetrain: " << why << std::endl;
+      if (planned) printPlanned(*planned, a.nproc, a.plan_out);
+    };
+    watch.say = say;
+    run = job::launchRanks(a, model, a.plan, watch);
   }
   printRunSummary(a, job::summarizeRun(a, model, run, say));
   return 0;
@@ -140,6 +152,7 @@ void mapModelAndData(job::TrainRequest& a, const CLI::App& cmd) {
 
 // Flags that cannot go together, refused before any long work.
 void checkPlanFlags(const job::TrainRequest& a, const CLI::App& cmd) {
+  if (!a.plan_args.schedule.name.empty()) schedule::checkScheduleName(a.plan_args.schedule.name);
   const bool hand_made = !a.plan_args.stage_bounds.empty() || a.plan_args.data_parallel;
   if (cmd.count("--batch"))
     for (const char* flag : {"--microbatches", "--microbatch-size", "--plan", "--stage-bounds", "--data-parallel"})
@@ -151,6 +164,14 @@ void checkPlanFlags(const job::TrainRequest& a, const CLI::App& cmd) {
       if (cmd.count(flag))
         throw Error(std::string(flag) + " steers the planner, and --stage-bounds or --data-parallel leave it "
                     "nothing to choose; drop one of them");
+  if (cmd.count("--min-nproc") && (!a.plan.empty() || !a.plan_args.stage_bounds.empty()))
+    throw Error("--min-nproc re-plans for the ranks left, and --plan or --stage-bounds fix the plan for " +
+                std::to_string(a.nproc) + " ranks; drop one of them (--data-parallel goes with it)");
+  if (cmd.count("--min-nproc") && a.min_nproc >= a.nproc)
+    throw Error("--min-nproc " + std::to_string(a.min_nproc) + " leaves no rank to lose from --nproc " +
+                std::to_string(a.nproc) + "; give fewer");
+  if (cmd.count("--min-nproc") && a.config.checkpoint_dir.empty())
+    throw Error("--min-nproc goes on from the newest checkpoint: give --checkpoint-dir");
   // A plan file decides stages, micro-batching and schedule; the launcher's own
   // choice reaches its ranks this way too, beside the options that led to it.
   if (!a.plan.empty())
@@ -162,42 +183,91 @@ void checkPlanFlags(const job::TrainRequest& a, const CLI::App& cmd) {
                     flag + " or edit the plan");
 }
 
-// The launcher: checks everything it can, decides the plan, starts the ranks and
-// prints what they did.
-int runLauncher(job::TrainRequest& a, const CLI::App& cmd) {
+// Checks everything that can be checked before any long work, then decides the job's
+// plan, as the launcher does for its ranks and rank 0 of a torchrun job for the others.
+// `ranks_fixed`: the job's ranks are given (torchrun's), not the checkpoint's to choose.
+// Returns the model, opened once here for every check and plan (each rank opens its own).
+models::Model decideJobPlan(job::TrainRequest& a, const CLI::App& cmd, bool ranks_fixed,
+                            const std::string& planner_unavailable, RemovedAtExit& temporary) {
   // --resume without a plan goes on under the checkpoint's, on as many ranks as it ran
   // (another --nproc plans afresh: any plan loads a checkpoint).
   const std::optional<runtime::Checkpoint> resumed = job::resolveResume(a.config, say);
   if (resumed) {  // every rank resumes from this one
     a.argv.insert(a.argv.end(), {"--resume", resumed->dir});
-    if (!cmd.count("--nproc")) a.nproc = resumed->manifest.world_size;
+    if (!ranks_fixed && !cmd.count("--nproc")) a.nproc = resumed->manifest.world_size;
   }
   checkPlanFlags(a, cmd);
-  // The launcher opens the model once, for every check and plan before the ranks start
-  // (each rank opens its own); an unknown model fails here, first.
-  const models::Model model = runtime::openModel(a.config);
-  data::openDataset(a.config.data, model.input);  // a missing or unfitting dataset, before any long work
+  models::Model model = runtime::openModel(a.config);  // an unknown model fails here, first
+  data::openDataset(a.config.data, model.input);     // so does a missing or unfitting dataset
   prepareOutputs(a);
-  // Every rank trains exactly the plan the launcher holds: it goes to them as a file.
-  job::PlanChoice choice{resumed ? &*resumed : nullptr,
-                         std::any_of(kReplanning.begin(), kReplanning.end(),
-                                     [&](const char* flag) { return cmd.count(flag) > 0; }),
-                         a.plan_out};
-  RemovedAtExit temporary;
+  // Every rank trains exactly the plan decided here: it goes to them as a file.
+  // --batch of the checkpoint's own mini-batch asks for nothing new.
+  const auto asks = [&](const char* flag) {
+    return cmd.count(flag) > 0 && !(resumed && std::string(flag) == "--batch" &&
+                                    a.plan_args.batch == resumed->manifest.plan.samplesPerMinibatch());
+  };
+  job::PlanChoice choice{resumed ? &*resumed : nullptr, std::any_of(kReplanning.begin(), kReplanning.end(), asks),
+                         a.plan_out, planner_unavailable};
   if (choice.out.empty()) {
     choice.out = (std::filesystem::temp_directory_path() /
                   ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
     temporary.paths = {choice.out, job::profilePath(choice.out)};
   }
   if (const std::optional<job::LocalPlan> planned = job::decidePlan(a, model, choice, say))
-    printPlanned(*planned, a.nproc, choice.out);
+    printPlanned(*planned, a.nproc, a.plan_out.empty() ? "" : a.plan_out);
+  return model;
+}
+
+// The launcher: decides the plan, starts the ranks and prints what they did.
+int runLauncher(job::TrainRequest& a, const CLI::App& cmd) {
+  RemovedAtExit temporary;
+  const models::Model model = decideJobPlan(a, cmd, false, "", temporary);
   return launch(a, model);
 }
 
-// A rank: it trains the plan its launcher wrote, or one its own flags describe.
-int runRankCommand(job::TrainRequest& a) {
+// A rank of a torchrun job: the same job as the launcher's (job/torchrun_job.h). Rank 0
+// decides the plan and, at the end, prints the run and writes its outputs.
+int runTorchrunRank(job::TrainRequest& a, const CLI::App& cmd) {
+  const auto start = std::chrono::steady_clock::now();
+  job::TorchrunJob torchrun(runtime::Rendezvous::fromEnvironment());
+  a.nproc = torchrun.worldSize();
+  std::optional<models::Model> model;
+  RemovedAtExit temporary;
+  if (torchrun.rank() == 0) {
+    try {
+      const std::string several_hosts =
+          torchrun.oneHost() ? ""
+                             : "the planner plans the ranks of one host, and this torchrun job spans several: plan "
+                               "it with `pipetrain plan` on a cluster file and give every rank --plan FILE";
+      model = decideJobPlan(a, cmd, true, several_hosts, temporary);
+      runtime::checkConfig(a.config, *model, a.nproc);
+    } catch (const Error& e) {
+      torchrun.sharePlanFailure(e.what());
+      throw;
+    }
+    torchrun.sharePlan(a.config.plan, a.planner);
+  } else {
+    prepareOutputs(a);  // the reporting rank, whichever it is, writes the metrics log
+    job::resolveResume(a.config, job::Say());
+    torchrun.receivePlan(a, std::chrono::hours(1));
+  }
+  ProgressDisplay display(a.config.plan.samplesPerMinibatch(), false);
+  const runtime::RankResult mine = job::runRank(
+      a, [&](const runtime::Progress& p) { display.show({p.epoch, p.step, p.steps, p.loss, p.samples_per_second}); });
+  const job::LaunchedRun run = torchrun.gatherResults(mine, start);
+  if (torchrun.rank() == 0) printRunSummary(a, job::summarizeRun(a, *model, run, say));
+  return 0;
+}
+
+// A rank its launcher started, or one started by hand without torchrun's agent: it
+// trains the plan its launcher wrote, or one its own flags describe.
+int runRankCommand(job::TrainRequest& a, const CLI::App& cmd) {
+  if (!job::startedByLauncher() && job::TorchrunJob::here()) return runTorchrunRank(a, cmd);
   const char* world = std::getenv("WORLD_SIZE");
   a.config.plan = job::planOfRank(a, world ? std::atoi(world) : a.nproc);
+  const char* rank = std::getenv("RANK");
+  // Under the launcher, it has said so.
+  job::resolveResume(a.config, !job::startedByLauncher() && rank && std::string(rank) == "0" ? job::Say(say) : job::Say());
   return runRankOnConsole(a);
 }
 
@@ -326,6 +396,10 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                   "--checkpoint-dir (from the start without one)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd->add_option("--min-nproc", a->min_nproc,
+                  "elastic: when a rank fails again after --max-restarts, go on with one rank fewer, down to this "
+                  "many, re-planned for them and resumed from the newest checkpoint of --checkpoint-dir")
+      ->check(positive());
   cmd->add_option("--trace", a->trace, "write the last mini-batch's measured Chrome trace");
   cmd->add_option("--svg", a->svg, "write the last mini-batch's measured Gantt chart");
   cmd->add_option("--summary-json", a->summary_json, "write the summary as JSON");
@@ -334,7 +408,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                                              "loss and accuracy) into this folder");
   return {cmd, [a, cmd] {
             mapModelAndData(*a, *cmd);
-            return std::getenv("RANK") != nullptr ? runRankCommand(*a) : runLauncher(*a, *cmd);
+            return std::getenv("RANK") != nullptr ? runRankCommand(*a, *cmd) : runLauncher(*a, *cmd);
           }};
 }
 

@@ -21,11 +21,6 @@ std::string progressLine(const job::ProgressReport& p, int64_t samples_per_step)
                         p.samples_per_second, eta);
 }
 
-void say(const std::string& line) {
-  std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
-}
-
 }  // namespace
 
 ProgressDisplay::ProgressDisplay(int64_t samples_per_step, bool in_place)
@@ -60,14 +55,17 @@ void printPlanned(const job::LocalPlan& planned, int ranks, const std::string& p
   else
     std::printf("planned for %d local ranks in %.2f s:\n", ranks, planning);
   printExploration(planned.exploration, 5);
-  std::printf("plan: %s (profile: %s)\n", plan_path.c_str(), planned.profile_path.c_str());
+  if (plan_path.empty()) std::printf("profile: %s\n", planned.profile_path.c_str());
+  else std::printf("plan: %s (profile: %s)\n", plan_path.c_str(), planned.profile_path.c_str());
   std::fflush(stdout);
 }
 
 void printRunSummary(const job::TrainRequest& request, const job::RunSummary& summary) {
   const json_io::Json& s = summary.json;
+  const std::string how =
+      planner::isDataParallel(request.config.plan) ? "data parallelism" : s["schedule"].get<std::string>();
   std::printf("trained %s with %s on %d ranks: %lld samples, %.1f samples/s, wall %.1f s\n",
-              request.config.model.c_str(), s["schedule"].get<std::string>().c_str(), request.nproc,
+              request.config.model.c_str(), how.c_str(), request.nproc,
               static_cast<long long>(s["samples"].get<int64_t>()), s["throughput"].get<double>(),
               s["wall_seconds"].get<double>());
   if (!request.config.export_path.empty())
@@ -92,8 +90,7 @@ int runRankOnConsole(job::TrainRequest& request) {
   ProgressDisplay display(request.config.plan.samplesPerMinibatch(), false);
   const runtime::RankResult result = job::runRank(
       request,
-      [&](const runtime::Progress& p) { display.show({p.epoch, p.step, p.steps, p.loss, p.samples_per_second}); },
-      say);
+      [&](const runtime::Progress& p) { display.show({p.epoch, p.step, p.steps, p.loss, p.samples_per_second}); });
   if (job::startedByLauncher()) return 0;  // it reported to the launcher
   std::printf("rank %d: stages", result.rank);
   for (int s : result.stages) std::printf(" %d", s);

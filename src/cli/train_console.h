@@ -27,7 +27,8 @@ class ProgressDisplay {
   std::chrono::steady_clock::time_point last_plain_;
 };
 
-// "planned for 2 local ranks in 0.02 s:", the ranked table, and where the plan went.
+// "planned for 2 local ranks in 0.02 s:", the ranked table, where the plan went (""
+// where it is not kept: --plan-out keeps it) and the profile it came from.
 void printPlanned(const job::LocalPlan& planned, int ranks, const std::string& plan_path);
 
 // The run's summary: throughput, notes, the test figures, a line per rank, memory notes

@@ -28,10 +28,16 @@ std::string howToResume(const std::string& newest) {
 
 }  // namespace
 
-LaunchedRun launchRanks(const TrainRequest& request, const LaunchWatch& watch) {
+LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, const std::string& plan_out,
+                        const LaunchWatch& watch) {
   std::vector<RankOutput> outputs;
   std::vector<std::string> argv = request.argv;
+  json_io::Json events = json_io::Json::array();
   const auto start = std::chrono::steady_clock::now();
+  const auto record = [&](const char* event, const std::string& checkpoint, const std::string& why) {
+    events.push_back({{"seconds", secondsSince(start)}, {"event", event}, {"ranks", request.nproc},
+                      {"checkpoint", checkpoint}, {"why", why}});
+  };
   for (int attempt = 0;; ++attempt) {
     try {
       outputs = launchLocal(
@@ -44,16 +50,38 @@ LaunchedRun launchRanks(const TrainRequest& request, const LaunchWatch& watch) {
       break;
     } catch (const Error& e) {
       const std::string newest = newestCheckpoint(request.config.checkpoint_dir);
-      if (attempt >= request.max_restarts) throw Error(std::string(e.what()) + "\n" + howToResume(newest));
-      watch.restart(std::string(e.what()) + "\npipetrain: restart " + std::to_string(attempt + 1) + " of " +
-                    std::to_string(request.max_restarts) +
-                    (newest.empty() ? ", from the start" : ", from checkpoint " + newest));
+      if (attempt < request.max_restarts) {
+        watch.restart(std::string(e.what()) + "\npipetrain: restart " + std::to_string(attempt + 1) + " of " +
+                      std::to_string(request.max_restarts) +
+                      (newest.empty() ? ", from the start" : ", from checkpoint " + newest));
+        record("restart", newest, e.what());
+        argv = request.argv;
+        if (!newest.empty()) argv.insert(argv.end(), {"--resume", newest});
+        continue;
+      }
+      if (request.min_nproc <= 0 || request.nproc <= request.min_nproc || newest.empty())
+        throw Error(std::string(e.what()) + "\n" + howToResume(newest) +
+                    (request.min_nproc > 0 && newest.empty() ? " (going on with fewer ranks needs a checkpoint)" : ""));
+      // Lost for good: the ranks left go on from the newest checkpoint, resharded to a
+      // plan made for them (any plan loads a checkpoint).
+      const runtime::Checkpoint from = runtime::findCheckpoint(newest);
+      --request.nproc;
+      request.plan.clear();
+      request.config.resume = from.dir;
+      const std::optional<LocalPlan> planned = decidePlan(request, model, {&from, true, plan_out, ""}, watch.say);
+      runtime::checkConfig(request.config, model, request.nproc);
+      watch.shrink(std::string(e.what()) + "\npipetrain: the restarts are spent; going on with " +
+                       std::to_string(request.nproc) + " ranks from checkpoint " + from.dir + ", re-planned for them",
+                   planned);
+      record("shrink", from.dir, e.what());
       argv = request.argv;
-      if (!newest.empty()) argv.insert(argv.end(), {"--resume", newest});
+      argv.insert(argv.end(), {"--resume", from.dir});
+      attempt = -1;  // the restarts start again for the smaller job
     }
   }
   LaunchedRun run;
   run.wall_seconds = secondsSince(start);
+  run.events = std::move(events);
   for (const RankOutput& o : outputs) {
     const std::string origin = "rank " + std::to_string(o.rank) + "'s result";
     if (o.result_json.empty()) throw Error("rank " + std::to_string(o.rank) + " ended without reporting a result");

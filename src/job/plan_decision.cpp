@@ -7,11 +7,30 @@ namespace {
 
 bool handMade(const PlanArgs& args) { return !args.stage_bounds.empty() || args.data_parallel; }
 
+// Whether `from` is a checkpoint of this run under `plan` (any plan loads it; its
+// mini-batch must be the run's).
+void checkResumable(const runtime::Checkpoint& from, const runtime::TrainConfig& config, const plan::Plan& plan) {
+  runtime::TrainConfig run = config;
+  run.plan = plan;
+  const std::string difference = from.manifest.identity.differenceFrom(runtime::identityOf(run));
+  if (!difference.empty()) throw Error("--resume " + from.dir + " does not match this run: " + difference);
+}
+
 }  // namespace
 
 std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& model, const PlanChoice& choice,
                                     const Say& say) {
   runtime::TrainConfig& config = request.config;
+  // A checkpoint of another run is refused before any profiling: all but the batch,
+  // which the plan decides, can be compared now.
+  if (choice.resumed) {
+    checkResumable(*choice.resumed, config, choice.resumed->manifest.plan);
+    const int64_t trained = choice.resumed->manifest.plan.samplesPerMinibatch();
+    if (request.plan_args.batch > 0 && request.plan_args.batch != trained)
+      throw Error("--resume " + choice.resumed->dir + " trained mini-batches of " + std::to_string(trained) +
+                  " samples, and --batch asks for " + std::to_string(request.plan_args.batch) +
+                  ": resume with --batch " + std::to_string(trained) + ", or start afresh");
+  }
   std::optional<LocalPlan> planned;
   if (!request.plan.empty()) {
     config.plan = plan::Plan::load(request.plan);
@@ -23,6 +42,7 @@ std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& 
     config.plan = choice.resumed->manifest.plan;
     json_io::writeFile(choice.out, config.plan.toJson());
   } else {
+    if (!choice.planner_unavailable.empty()) throw Error(choice.planner_unavailable);
     const ProfileRequest profile{request.nproc,   request.blasThreadsPerRank(), request.localCores(),
                                  request.model_options, request.plan_args,   request.timeout_seconds,
                                  request.reprofile};
@@ -40,9 +60,7 @@ std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& 
     request.planner = planned->planner;
   }
   if (choice.resumed) {
-    const std::string difference = choice.resumed->manifest.identity.differenceFrom(runtime::identityOf(config));
-    if (!difference.empty())
-      throw Error("--resume " + choice.resumed->dir + " does not match this run: " + difference);
+    checkResumable(*choice.resumed, config, config.plan);
     // Refused here, before any rank starts: the ranks would each say it, and the
     // launcher would then advise resuming the very checkpoint.
     runtime::checkEpochsLeft(*choice.resumed, config.epochs);

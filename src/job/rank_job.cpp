@@ -17,13 +17,14 @@ using json_io::Json;
 
 // --log-jsonl: the reporting rank's JSON line per mini-batch ("step") and per evaluation
 // ("eval"), flushed as they happen so a user can follow the file (docs/report.md).
+// A resumed run (a restart among them) goes on with the log it had.
 class MetricsLog {
  public:
-  explicit MetricsLog(std::string path) : path_(std::move(path)) {}
+  MetricsLog(std::string path, bool resumed) : path_(std::move(path)), resumed_(resumed) {}
   void write(const runtime::Progress& p) {
     if (path_.empty()) return;
     if (!out_.is_open()) {
-      out_.open(path_, std::ios::trunc);
+      out_.open(path_, resumed_ ? std::ios::app : std::ios::trunc);
       if (!out_) throw Error("--log-jsonl " + path_ + ": cannot write the file");
     }
     Json line;
@@ -39,6 +40,7 @@ class MetricsLog {
 
  private:
   std::string path_;
+  bool resumed_;
   std::ofstream out_;
 };
 
@@ -62,8 +64,7 @@ std::optional<runtime::Checkpoint> resolveResume(runtime::TrainConfig& config, c
   return from;
 }
 
-runtime::RankResult runRank(TrainRequest& request, const std::function<void(const runtime::Progress&)>& on_progress,
-                            const Say& say) {
+runtime::RankResult runRank(TrainRequest& request, const std::function<void(const runtime::Progress&)>& on_progress) {
   runtime::Rendezvous rv = runtime::Rendezvous::fromEnvironment();
   rv.timeout = std::chrono::seconds(request.timeout_seconds);
   runtime::TrainConfig& config = request.config;
@@ -74,9 +75,7 @@ runtime::RankResult runRank(TrainRequest& request, const std::function<void(cons
   const torch::Device device = runtime::rankDevice(config.device, runtime::localRank(transport->rank()));
   const std::unique_ptr<runtime::DataChannel> nccl = runtime::openDataChannel(request.wire, rv, device, *transport);
   runtime::DataChannel& data = nccl ? *nccl : static_cast<runtime::DataChannel&>(*transport);
-  // Under the launcher, it has said so; under torchrun every start of a job runs this.
-  resolveResume(config, !launched && transport->rank() == 0 ? say : Say());
-  MetricsLog log(request.log_jsonl);
+  MetricsLog log(request.log_jsonl, !config.resume.empty());
   auto last_progress = std::chrono::steady_clock::now();
   runtime::RankResult result = runtime::trainRank(config, data, *transport, [&](const runtime::Progress& p) {
     if (p.reports) log.write(p);

@@ -175,6 +175,7 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
        {"measured_timeline", trace::timelineToJson(summary.measured)},
        {"predicted_timeline", trace::timelineToJson(prediction.timeline)}};
   if (!planner.is_null()) s["planner"] = planner;
+  if (!run.events.empty()) s["events"] = run.events;
   if (last && last->test_accuracy >= 0) s["test_accuracy"] = last->test_accuracy;
   if (last && last->test_loss >= 0) s["test_loss"] = last->test_loss;
   return summary;

@@ -273,6 +273,15 @@ for bad in "--max-steps -5" "--max-steps 0" "--timeout 0" "--epochs -1" "--micro
   # shellcheck disable=SC2086
   refuses "train $bad" "must be a positive number" "${train[@]}" --nproc 2 --data-parallel $bad
 done
+# Names mistyped: said with the nearest known one, before anything runs.
+refuses "a mistyped command" "unknown command 'trian'; did you mean train?" "$bin" trian --model mlp
+refuses "a mistyped option" "unknown option --grap for \`pipetrain plan\`; did you mean --graph?" "$bin" plan --grap g.json
+refuses "a mistyped train option" "did you mean --microbatches?" "${train[@]}" --nproc 2 --microbatchs 4
+refuses "a mistyped schedule, before profiling" "unknown schedule \"1fib\"" "${train[@]}" --nproc 2 --schedule 1fib
+if grep -q "profil" "$tmp/out" "$tmp/err"; then failed=$((failed + 1)); echo "FAIL: profiled before the schedule's check"
+else passed=$((passed + 1)); fi
+check "the version" "$bin" --version
+expect "the version names pipetrain" "^pipetrain [0-9]"
 refuses "too many stages" "at most 8192" "$bin" schedule --schedule 1f1b --stages 100000 --microbatches 100000
 for s in gpipe zb-v interleaved; do
   refuses "the most stages an int holds ($s)" "at most 8192" "$bin" schedule --schedule $s --stages 2147483647 \

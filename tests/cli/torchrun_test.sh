@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pipetrain under PyTorch's torchrun (the pinned torch's, .venv/bin/torchrun), as the docs
 # tell users to run it: `torchrun --no-python pipetrain train ...` trains to the launcher's
-# result, and torchrun's own restarts (--max-restarts), with one command that names its
+# result, plans and writes its outputs as the launcher does, and torchrun's own restarts (--max-restarts), with one command that names its
 # checkpoint folder in both --checkpoint-dir and --resume, finish a job whose rank was
 # killed, with the parameters of a run never interrupted.
 # Usage: PIPETRAIN=path/to/pipetrain torchrun_test.sh SOURCE_DIR
@@ -19,7 +19,26 @@ args=(train --model-file "$tmp/model.pt" --data-file "$tmp/data.pt" --stage-boun
 
 check "the launcher's run" "$bin" "${args[@]}" --nproc 2 --export "$tmp/launcher.pt"
 check "the same run under torchrun" "${torchrun[@]}" "$bin" "${args[@]}" --export "$tmp/torchrun.pt"
-expect "rank 0 reports" "rank 0: stages 0, 14336 samples"
+expect "rank 0 sums up the job as the launcher does" "trained model with 1f1b on 2 ranks: 14336 samples"
+
+# Without a plan, rank 0 profiles and plans as the launcher would, the other rank trains
+# what it chose, and rank 0 writes every output: one job, whoever launched it.
+check "torchrun: planned, reported" "${torchrun[@]}" "$bin" train --model-file "$tmp/model.pt" --data-file "$tmp/data.pt" \
+  --batch 32 --epochs 1 --max-steps 20 --timeout 20 --report "$tmp/report" --trace "$tmp/trace.json" --svg "$tmp/gantt.svg"
+expect "rank 0 planned for the job's ranks" "planned for 2 local ranks"
+expect "the test loss" "test loss"
+for f in report/report.html report/summary.json report/metrics.jsonl trace.json gantt.svg; do
+  [ -s "$tmp/$f" ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: torchrun wrote no $f"; }
+done
+summaries=$(grep -c "^trained model with" "$tmp/out")
+[ "$summaries" = 1 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: $summaries summaries, not 1"; }
+check "python: the summary names both ranks and the planner" "$python" - "$tmp/report/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["world_size"] == 2 and len(s["ranks"]) == 2, s["world_size"]
+assert "planner" in s and s["planner"]["chosen"]["throughput"] > 0
+print(s["schedule"], s["throughput"])
+PY
 
 # torchrun restarts every worker with the same command: the first start finds no
 # checkpoint in the folder --resume names and trains from the beginning; the restart

@@ -1,12 +1,14 @@
 // A training job's local ranks, from start to their results: started by the launcher
 // (launcher.h), watched, restarted from the newest checkpoint after a failure (up to
-// --max-restarts), their results read back.
+// --max-restarts), continued on fewer ranks under a new plan when one is lost for good
+// (--min-nproc), their results read back.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "pipetrain/job/plan_decision.h"
 #include "pipetrain/job/rank_report.h"
 #include "pipetrain/job/train_request.h"
 
@@ -17,15 +19,27 @@ struct LaunchWatch {
   std::function<void(const ProgressReport&)> progress;
   std::function<void(const std::string&)> line;     // any other line a rank printed
   std::function<void(const std::string&)> restart;  // why the job starts again, and from where
+  // The job went on with fewer ranks: why and how, and the planner's work for them.
+  std::function<void(const std::string&, const std::optional<LocalPlan>&)> shrink;
+  Say say;  // what re-planning says as it goes
 };
 
 struct LaunchedRun {
   std::vector<runtime::RankResult> ranks;  // by rank
   double wall_seconds = 0;                 // from the first start, restarts, set-up and evaluation included
+  // What happened to the job on the way, in order: {"seconds" (since the first start),
+  // "event" ("restart" or "shrink"), "ranks" (after it), "checkpoint" ("" = the start),
+  // "why"}.
+  json_io::Json events = json_io::Json::array();
 };
 
-// Runs request.argv as request.nproc local ranks. Throws Error naming the failed rank,
-// and saying how to resume, once the restarts are spent.
-LaunchedRun launchRanks(const TrainRequest& request, const LaunchWatch& watch);
+// Runs request.argv as request.nproc local ranks. After a failure it restarts them, up to
+// request.max_restarts times, from the newest checkpoint; once those are spent, where
+// request.min_nproc allows and a checkpoint exists, it goes on with one rank fewer
+// (request.nproc, config.plan, planner and argv then describe the job that finished),
+// the plan decided again for them (plan_decision.h, written to `plan_out`). Throws
+// Error naming the failed rank, and saying how to resume, when it cannot go on.
+LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, const std::string& plan_out,
+                        const LaunchWatch& watch);
 
 }  // namespace pipetrain::job

@@ -20,6 +20,8 @@ struct PlanChoice {
   const runtime::Checkpoint* resumed = nullptr;
   bool replanning_asked = false;  // options that steer the planner were given
   std::string out;                // where the plan is written for the ranks
+  // Why the planner cannot plan this job ("" = it can): said where it would be needed.
+  std::string planner_unavailable;
 };
 
 // Decides request.config.plan (and request.planner when the planner chose), writes it to

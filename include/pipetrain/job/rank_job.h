@@ -20,10 +20,10 @@ bool startedByLauncher();
 std::optional<runtime::Checkpoint> resolveResume(runtime::TrainConfig& config, const Say& say);
 
 // Trains this rank over Gloo from the environment (NCCL for the data where asked and
-// possible), writing the metrics log where the request names one. Under the launcher it
-// reports progress and its result on stdout as the launcher reads them; otherwise the
-// reporting rank's progress goes to `on_progress`.
-runtime::RankResult runRank(TrainRequest& request, const std::function<void(const runtime::Progress&)>& on_progress,
-                            const Say& say);
+// possible) under request.config's plan, from the checkpoint its resume names
+// (resolveResume first), writing the metrics log where the request names one. Under the
+// launcher it reports progress and its result on stdout as the launcher reads them;
+// otherwise the reporting rank's progress goes to `on_progress`.
+runtime::RankResult runRank(TrainRequest& request, const std::function<void(const runtime::Progress&)>& on_progress);
 
 }  // namespace pipetrain::job

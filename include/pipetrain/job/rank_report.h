@@ -29,7 +29,8 @@ std::optional<ProgressReport> readProgressReport(const std::string& line);
 // One evaluation, as a rank's result, the run's summary and the metrics log write it.
 json_io::Json evalPointToJson(const runtime::EvalPoint& e);
 
-// The RESULT line (launcher.h, kResultPrefix) carries a rank's result without its parameters (which stay with the rank), as one JSON value.
+// The RESULT line (launcher.h, kResultPrefix) carries a rank's result as one JSON
+// value, without its parameters (which stay with the rank).
 json_io::Json rankResultToJson(const runtime::RankResult& r);
 // Its reader: throws Error naming `origin` and the field that is missing or wrong.
 runtime::RankResult rankResultFromJson(const json_io::Json& json, const std::string& origin);

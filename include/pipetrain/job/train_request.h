@@ -34,6 +34,10 @@ struct TrainRequest {
   std::string wire = "auto";  // what carries the data between ranks: auto, gloo or nccl
   int timeout_seconds = 60;
   int max_restarts = 0;
+  // Elastic (> 0): when a rank is lost for good (it failed again once the restarts were
+  // spent), the job goes on with one rank fewer, down to this many, re-planned for them
+  // and resumed from the newest checkpoint.
+  int min_nproc = 0;
   // Outputs: the measured Chrome trace and Gantt chart, the summary, the metrics log
   // (written by the reporting rank) and the report's folder.
   std::string trace, svg, summary_json, log_jsonl, report_dir;

@@ -39,7 +39,7 @@ std::vector<std::string> memoryNotesOfRun(const json_io::Json& summary, const st
 Page pageForRun(const json_io::Json& summary, const std::vector<json_io::Json>& metrics,
                         const std::string& origin);
 
-// What came before training, from a run summary's "planner" (auto_plan.h): "profiling
+// What came before training, from a run summary's "planner" (job/local_plan.h): "profiling
 // 0.0 s (from the cache, measured in 312 s on ...), planning 0.02 s" (and calibrating,
 // under time to accuracy); "" when the
 // summary holds no such figures (a plan file, or a summary from before them).

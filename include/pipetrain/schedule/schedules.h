@@ -15,6 +15,11 @@
 //   zb-h1       zero-bubble H1: backward split into I and W; stage s defers its W
 //               passes by s (its distance from the input), which fills the drain
 //               bubble without holding more than p micro-batches of activations
+//   zb-h2       zero-bubble H2: up to 2p-1 micro-batches in flight, W fills every bubble
+//   zb-v        zero-bubble V: two stages per rank in a V, 1F1B's activation memory
+//   dualpipev   DeepSeek's DualPipeV: a V of two stages per rank, a forward and a
+//               backward overlapped
+// (schedule_traits.h holds each one's properties, from one table.)
 //
 // Replicated stages (c replicas): micro-batch j runs on replica j mod c, and every
 // replica runs its own copy of the stage's order over its own micro-batches (its own

@@ -130,6 +130,9 @@ struct Rendezvous {
   // store outlives its restarts (TORCHELASTIC_RESTART_COUNT=N, as torch's env://
   // rendezvous does); a restarted rank would otherwise read the dead ranks' addresses.
   std::string store_prefix;
+  // torchrun's agent already serves the store at MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE): every rank, rank 0 too, connects to it as a client.
+  bool agent_store = false;
   // Reads the variables above from the environment; missing or malformed ones are an
   // Error naming the variable.
   static Rendezvous fromEnvironment();
@@ -148,7 +151,7 @@ struct GroupSlot {
 };
 GroupSlot groupSlot(const std::string& kind, const std::vector<int>& group, int rank);
 
-// Gloo over TCP, rendezvous through c10d's TCPStore hosted by rank 0.
+// Gloo over TCP, rendezvous through c10d's TCPStore: torchrun's agent's, else one hosted by rank 0.
 std::unique_ptr<Transport> makeGlooTransport(const Rendezvous& rendezvous);
 
 // Whether this build carries NCCL (a CUDA build of LibTorch with c10d's NCCL backend).

@@ -201,6 +201,18 @@ Page pageForRun(const Json& summary, const std::vector<Json>& metrics, const std
   for (const std::string& note : runHeadline(rankShares(s, origin), measured, predicted, planned))
     page.notes.push_back(note);
   for (const std::string& note : memoryNotesOfRun(summary, origin)) page.notes.push_back(note);
+  if (s.has("events"))  // restarts, and the job going on with fewer ranks
+    for (const JsonCursor& e : s.field("events").asArray()) {
+      const std::string checkpoint = e.field("checkpoint").asString();
+      const std::string why = e.field("why").asString();
+      page.notes.push_back(text::format("At %.1f s", e.field("seconds").asNumber()) + ": " +
+                           (e.field("event").asString() == "shrink"
+                                ? "a rank was lost for good; the job went on with " +
+                                      std::to_string(e.field("ranks").asInt()) + " ranks, re-planned for them,"
+                                : std::string("the job restarted")) +
+                           (checkpoint.empty() ? " from the start" : " from checkpoint " + checkpoint) + " (" +
+                           why.substr(0, why.find('\n')) + ").");
+    }
   if (s.boolOr("asynchronous", false))
     page.notes.push_back("This plan of " + schedule +
                          " trains asynchronously: its updates use stale weights, so it is not synchronous SGD.");

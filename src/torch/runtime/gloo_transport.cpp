@@ -1,5 +1,5 @@
 // Transport over c10d's ProcessGroupGloo. Rank 0 hosts the TCPStore used for the
-// rendezvous; replica groups get their own process group under a store prefix.
+// rendezvous (torchrun's agent hosts it under torchrun); replica groups get their own process group under a store prefix.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -86,7 +86,9 @@ class GlooTransport : public Transport {
   explicit GlooTransport(const Rendezvous& rv) : rv_(rv), staging_(rv.timeout) {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(rv.master_port);
-    options.isServer = rv.rank == 0;
+    // Under torchrun's agent store, binding a second server on its port failed, and
+    // c10d said so on stderr in every run before connecting as a client anyway.
+    options.isServer = rv.rank == 0 && !rv.agent_store;
     options.numWorkers = rv.world_size;
     options.timeout = rv.timeout;
     try {
@@ -211,6 +213,8 @@ Rendezvous Rendezvous::fromEnvironment() {
   rv.world_size = intFromEnv("WORLD_SIZE", 1, true);
   if (const int attempt = intFromEnv("TORCHELASTIC_RESTART_COUNT", -1, false); attempt >= 0)
     rv.store_prefix = "/worker/attempt_" + std::to_string(attempt);
+  if (const char* agent = std::getenv("TORCHELASTIC_USE_AGENT_STORE"))
+    rv.agent_store = std::string(agent) == "True" || std::string(agent) == "true" || std::string(agent) == "1";
   if (rv.rank >= rv.world_size)
     throw Error("RANK=" + std::to_string(rv.rank) + " is not below WORLD_SIZE=" + std::to_string(rv.world_size));
   return rv;
