@@ -92,9 +92,7 @@ int launch(job::TrainRequest& a, const models::Model& model) {
       display.endLine();
       std::cerr << "pipetrain: " << why << std::endl;
     };
-    watch.shrink = [&](const std::string& why, const std::optional<job::LocalPlan>& planned) {
-      display.endLine();
-      std::cerr << "pipetrain: " << why << std::endl;
+    watch.replanned = [&](const std::optional<job::LocalPlan>& planned) {
       if (planned) printPlanned(*planned, a.nproc, a.plan_out);
     };
     watch.say = say;

@@ -28,7 +28,7 @@ std::string howToResume(const std::string& newest) {
 
 }  // namespace
 
-LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, const std::string& plan_out,
+LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, std::string plan_out,
                         const LaunchWatch& watch) {
   std::vector<RankOutput> outputs;
   std::vector<std::string> argv = request.argv;
@@ -66,14 +66,13 @@ LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, const
       // plan made for them (any plan loads a checkpoint).
       const runtime::Checkpoint from = runtime::findCheckpoint(newest);
       --request.nproc;
+      watch.restart(std::string(e.what()) + "\npipetrain: the restarts are spent; going on with " +
+                    std::to_string(request.nproc) + " ranks from checkpoint " + from.dir + ", re-planned for them");
+      record("shrink", from.dir, e.what());
       request.plan.clear();
       request.config.resume = from.dir;
-      const std::optional<LocalPlan> planned = decidePlan(request, model, {&from, true, plan_out, ""}, watch.say);
+      watch.replanned(decidePlan(request, model, {&from, true, plan_out, ""}, watch.say));
       runtime::checkConfig(request.config, model, request.nproc);
-      watch.shrink(std::string(e.what()) + "\npipetrain: the restarts are spent; going on with " +
-                       std::to_string(request.nproc) + " ranks from checkpoint " + from.dir + ", re-planned for them",
-                   planned);
-      record("shrink", from.dir, e.what());
       argv = request.argv;
       argv.insert(argv.end(), {"--resume", from.dir});
       attempt = -1;  // the restarts start again for the smaller job

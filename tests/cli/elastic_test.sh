@@ -11,15 +11,16 @@ python=${PIPETRAIN_PYTHON:?the Python with the pinned torch (set by CMake)}
 . "$(dirname "$0")/harness.sh"
 
 check "the example writes a model and data" "$python" "$src/examples/byo/make_model.py" "$tmp"
-common=(train --model-file "$tmp/model.pt" --data-file "$tmp/data.pt" --epochs 2 --no-eval --checkpoint-every 20
-  --timeout 5)
+common=(train --model-file "$tmp/model.pt" --data-file "$tmp/data.pt" --epochs 2 --no-eval --timeout 5)
 
 refuses "--min-nproc needs checkpoints" "give --checkpoint-dir" "$bin" "${common[@]}" --batch 32 --nproc 3 --min-nproc 2
 refuses "--min-nproc re-plans" "drop one of them" "$bin" "${common[@]}" --nproc 3 --min-nproc 2 \
   --checkpoint-dir "$tmp/x" --stage-bounds 0,2,4,7
 
 # Three ranks; once the first checkpoint is complete, rank 2 is killed with no restart left.
-"$bin" "${common[@]}" --batch 32 --nproc 3 --min-nproc 2 --checkpoint-dir "$tmp/ckpt" --plan-out "$tmp/plan.json" \
+# Every checkpoint is kept: the reference starts from the one the job went on from.
+"$bin" "${common[@]}" --batch 32 --nproc 3 --min-nproc 2 --checkpoint-dir "$tmp/ckpt" --checkpoint-every 20 \
+  --keep-checkpoints 1000 --plan-out "$tmp/plan.json" \
   --log-jsonl "$tmp/elastic.jsonl" --summary-json "$tmp/summary.json" >"$tmp/elastic.out" 2>&1 &
 launcher=$!
 wait_for_checkpoint "$tmp/ckpt" 600

@@ -18,9 +18,10 @@ namespace pipetrain::job {
 struct LaunchWatch {
   std::function<void(const ProgressReport&)> progress;
   std::function<void(const std::string&)> line;     // any other line a rank printed
-  std::function<void(const std::string&)> restart;  // why the job starts again, and from where
-  // The job went on with fewer ranks: why and how, and the planner's work for them.
-  std::function<void(const std::string&, const std::optional<LocalPlan>&)> shrink;
+  // Why the job starts again, and from where (on fewer ranks, once restarts are spent).
+  std::function<void(const std::string&)> restart;
+  // The plan decided for the ranks left, and the planner's work where it planned it.
+  std::function<void(const std::optional<LocalPlan>&)> replanned;
   Say say;  // what re-planning says as it goes
 };
 
@@ -39,7 +40,7 @@ struct LaunchedRun {
 // (request.nproc, config.plan, planner and argv then describe the job that finished),
 // the plan decided again for them (plan_decision.h, written to `plan_out`). Throws
 // Error naming the failed rank, and saying how to resume, when it cannot go on.
-LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, const std::string& plan_out,
+LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, std::string plan_out,
                         const LaunchWatch& watch);
 
 }  // namespace pipetrain::job
