@@ -16,7 +16,7 @@
 namespace pipetrain::cli {
 namespace {
 
-struct PlanArgs {
+struct PlanCommandArgs {
   std::string graph, cluster, out, report, calibration;
   planner::ExploreOptions explore;
   int microbatches = 0;  // 0: the planner's choice
@@ -48,7 +48,7 @@ class CalibrationFile : public planner::Calibrator {
   std::string measured_synchronous_;
 };
 
-int run(PlanArgs a) {
+int run(PlanCommandArgs a) {
   const auto graph = graph::LayerGraph::load(a.graph);
   const auto cluster = cluster::ClusterSpec::load(a.cluster);
   if (a.microbatches > 0) {
@@ -88,7 +88,7 @@ int run(PlanArgs a) {
 }  // namespace
 
 Command addPlanCommand(CLI::App& app) {
-  auto a = std::make_shared<PlanArgs>();
+  auto a = std::make_shared<PlanCommandArgs>();
   CLI::App* cmd = app.add_subcommand("plan", "Choose schedule, stages, replicas and micro-batches for a model on a cluster");
   cmd->add_option("--graph", a->graph, "layer graph JSON (from `pipetrain profile`)")->required();
   cmd->add_option("--cluster", a->cluster, "cluster spec JSON")->required();

@@ -21,6 +21,9 @@ std::string progressLine(const job::ProgressReport& p, int64_t samples_per_step)
                         p.samples_per_second, eta);
 }
 
+// "1 rank", "2 ranks".
+std::string ranks(int n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); }
+
 }  // namespace
 
 ProgressDisplay::ProgressDisplay(int64_t samples_per_step, bool in_place)
@@ -47,13 +50,13 @@ void ProgressDisplay::show(const job::ProgressReport& p) {
   std::cout << text << std::endl;
 }
 
-void printPlanned(const job::LocalPlan& planned, int ranks, const std::string& plan_path) {
+void printPlanned(const job::LocalPlan& planned, int rank_count, const std::string& plan_path) {
   const double planning = planned.planner.value("planning_seconds", 0.0);
   if (planned.planner.contains("calibration_seconds"))
-    std::printf("planned for %d local ranks in %.2f s, after %.1f s of calibration:\n", ranks, planning,
+    std::printf("planned for %s in %.2f s, after %.1f s of calibration:\n", ranks(rank_count).c_str(), planning,
                 planned.planner["calibration_seconds"].get<double>());
   else
-    std::printf("planned for %d local ranks in %.2f s:\n", ranks, planning);
+    std::printf("planned for %s in %.2f s:\n", ranks(rank_count).c_str(), planning);
   printExploration(planned.exploration, 5);
   if (plan_path.empty()) std::printf("profile: %s\n", planned.profile_path.c_str());
   else std::printf("plan: %s (profile: %s)\n", plan_path.c_str(), planned.profile_path.c_str());
@@ -64,8 +67,8 @@ void printRunSummary(const job::TrainRequest& request, const job::RunSummary& su
   const json_io::Json& s = summary.json;
   const std::string how =
       planner::isDataParallel(request.config.plan) ? "data parallelism" : s["schedule"].get<std::string>();
-  std::printf("trained %s with %s on %d ranks: %lld samples, %.1f samples/s, wall %.1f s\n",
-              request.config.model.c_str(), how.c_str(), request.nproc,
+  std::printf("trained %s with %s on %s: %lld samples, %.1f samples/s, wall %.1f s\n",
+              request.config.model.c_str(), how.c_str(), ranks(request.nproc).c_str(),
               static_cast<long long>(s["samples"].get<int64_t>()), s["throughput"].get<double>(),
               s["wall_seconds"].get<double>());
   if (!request.config.export_path.empty())

@@ -29,7 +29,7 @@ class ProgressDisplay {
 
 // "planned for 2 local ranks in 0.02 s:", the ranked table, where the plan went (""
 // where it is not kept: --plan-out keeps it) and the profile it came from.
-void printPlanned(const job::LocalPlan& planned, int ranks, const std::string& plan_path);
+void printPlanned(const job::LocalPlan& planned, int rank_count, const std::string& plan_path);
 
 // The run's summary: throughput, notes, the test figures, a line per rank, memory notes
 // and the files written.

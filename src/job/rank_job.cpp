@@ -73,8 +73,8 @@ runtime::RankResult runRank(TrainRequest& request, const std::function<void(cons
   auto transport = runtime::makeGlooTransport(rv);
   // NCCL carries the data between ranks on GPUs of their own; Gloo always coordinates.
   const torch::Device device = runtime::rankDevice(config.device, runtime::localRank(transport->rank()));
-  const std::unique_ptr<runtime::DataChannel> nccl = runtime::openDataChannel(request.wire, rv, device, *transport);
-  runtime::DataChannel& data = nccl ? *nccl : static_cast<runtime::DataChannel&>(*transport);
+  const std::unique_ptr<runtime::DataChannel> channel = runtime::openDataChannel(request.wire, rv, device, *transport);
+  runtime::DataChannel& data = channel ? *channel : static_cast<runtime::DataChannel&>(*transport);
   MetricsLog log(request.log_jsonl, !config.resume.empty());
   auto last_progress = std::chrono::steady_clock::now();
   runtime::RankResult result = runtime::trainRank(config, data, *transport, [&](const runtime::Progress& p) {

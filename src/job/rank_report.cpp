@@ -48,6 +48,14 @@ Json evalPointToJson(const runtime::EvalPoint& e) {
           {"test_loss", e.test_loss}};
 }
 
+Json actionSecondsToJson(const std::vector<runtime::RankResult::ActionSeconds>& all) {
+  Json out = Json::array();
+  for (const auto& a : all)
+    out.push_back({{"stage", a.stage}, {"type", schedule::name(a.type)}, {"seconds", a.seconds},
+                   {"cpu_seconds", a.cpu_seconds}});
+  return out;
+}
+
 std::string progressReportLine(const ProgressReport& p) {
   char line[160];
   std::snprintf(line, sizeof line, "PROGRESS %d %lld %lld %.6f %.3f", p.epoch, static_cast<long long>(p.step),
@@ -67,11 +75,8 @@ std::optional<ProgressReport> readProgressReport(const std::string& line) {
 }
 
 Json rankResultToJson(const runtime::RankResult& r) {
-  Json history = Json::array(), actions = Json::array();
+  Json history = Json::array();
   for (const auto& e : r.history) history.push_back(evalPointToJson(e));
-  for (const auto& a : r.action_seconds)
-    actions.push_back({{"stage", a.stage}, {"type", schedule::name(a.type)}, {"seconds", a.seconds},
-                       {"cpu_seconds", a.cpu_seconds}});
   return {{"rank", r.rank},
           {"stages", r.stages},
           {"last_stage", r.last_stage},
@@ -96,7 +101,7 @@ Json rankResultToJson(const runtime::RankResult& r) {
           {"weight_bytes", r.weight_bytes},
           {"max_sends_held", r.max_sends_held},
           {"last_step", trace::actionsToJson(r.last_step)},
-          {"action_seconds", actions},
+          {"action_seconds", actionSecondsToJson(r.action_seconds)},
           {"stage_output_bytes", r.stage_output_bytes},
           {"stage_preds", r.stage_preds},
           {"stage_param_bytes", r.stage_param_bytes}};

@@ -9,7 +9,7 @@ namespace pipetrain::job {
 
 sim::Evaluation predictRun(const MeasuredRun& run) {
   const plan::Plan& plan = *run.plan;
-  const std::vector<std::string> devices = plan::rankDevices(plan);
+  const std::vector<std::string> devices = plan::rankDeviceNames(plan);
   // An action's wall time also holds what else ran on its core meanwhile: other ranks'
   // turns where ranks outnumbered the cores (priced so, 3 ranks on 2 cores were
   // predicted 8-10% slow: fmnist-cnn, docs/profiling.md), and the transport's threads

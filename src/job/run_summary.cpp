@@ -42,10 +42,6 @@ Json rankEntry(const runtime::RankResult& r) {
   // Time in a step that is neither compute, nor waiting for messages or the all-reduce:
   // the framework.
   const double overhead = share(std::max(0.0, train - r.busy_seconds - r.wait_seconds - r.allreduce_seconds));
-  Json actions = Json::array();
-  for (const auto& a : r.action_seconds)
-    actions.push_back({{"stage", a.stage}, {"type", schedule::name(a.type)}, {"seconds", a.seconds},
-                       {"cpu_seconds", a.cpu_seconds}});
   // Lost to other processes on the same cores, inside compute or not, and the training
   // thread's time on a core (its work, whatever the sharing); -1 = unknown.
   return {{"rank", r.rank},
@@ -64,7 +60,7 @@ Json rankEntry(const runtime::RankResult& r) {
           {"peak_device_memory_bytes", r.peak_device_memory_bytes},
           {"weight_versions", r.weight_versions},
           {"weight_bytes", r.weight_bytes},
-          {"action_seconds", actions}};
+          {"action_seconds", actionSecondsToJson(r.action_seconds)}};
 }
 
 // The ranks' last mini-batches on one time axis: they were timed from one shared

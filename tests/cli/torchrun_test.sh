@@ -25,7 +25,7 @@ expect "rank 0 sums up the job as the launcher does" "trained model with 1f1b on
 # what it chose, and rank 0 writes every output: one job, whoever launched it.
 check "torchrun: planned, reported" "${torchrun[@]}" "$bin" train --model-file "$tmp/model.pt" --data-file "$tmp/data.pt" \
   --batch 32 --epochs 1 --max-steps 20 --timeout 20 --report "$tmp/report" --trace "$tmp/trace.json" --svg "$tmp/gantt.svg"
-expect "rank 0 planned for the job's ranks" "planned for 2 local ranks"
+expect "rank 0 planned for the job's ranks" "planned for 2 ranks"
 expect "the test loss" "test loss"
 for f in report/report.html report/summary.json report/metrics.jsonl trace.json gantt.svg; do
   [ -s "$tmp/$f" ] && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: torchrun wrote no $f"; }

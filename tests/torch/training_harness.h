@@ -120,7 +120,7 @@ inline std::string errorOf(const std::function<void()>& f) {
   return "";
 }
 
-inline int rankCount(const TrainConfig& c) { return static_cast<int>(plan::rankDevices(c.plan).size()); }
+inline int rankCount(const TrainConfig& c) { return static_cast<int>(plan::rankDeviceNames(c.plan).size()); }
 
 // Largest |a - b| over all parameters of the rank.
 inline double largestDifference(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want) {

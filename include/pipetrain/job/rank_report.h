@@ -28,6 +28,8 @@ std::optional<ProgressReport> readProgressReport(const std::string& line);
 
 // One evaluation, as a rank's result, the run's summary and the metrics log write it.
 json_io::Json evalPointToJson(const runtime::EvalPoint& e);
+// The mean time of each stage's kind of action, as a rank's result and the summary write it.
+json_io::Json actionSecondsToJson(const std::vector<runtime::RankResult::ActionSeconds>& all);
 
 // The RESULT line (launcher.h, kResultPrefix) carries a rank's result as one JSON
 // value, without its parameters (which stay with the rank).

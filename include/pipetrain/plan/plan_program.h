@@ -20,7 +20,7 @@ namespace pipetrain::plan {
 std::vector<std::vector<int>> stageRanks(const Plan& plan);
 
 // The devices of the Program's ranks, in rank order (names from the plan).
-std::vector<std::string> rankDevices(const Plan& plan);
+std::vector<std::string> rankDeviceNames(const Plan& plan);
 
 // Data-parallel replicas per stage (1 each when a rank runs several stages).
 std::vector<int> stageReplicas(const Plan& plan);

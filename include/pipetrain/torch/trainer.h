@@ -31,7 +31,7 @@ struct TrainConfig {
   std::string model_file;                // a TorchScript model instead of the zoo's (needs data.file)
   data::DataOptions data;                // name, paths, seed for synthetic data, or the user's file
   // Stages (runs of the model's layers, by name), their replicas (one rank per device, in
-  // plan::rankDevices order), micro-batching and schedule.
+  // plan::rankDeviceNames order), micro-batching and schedule.
   plan::Plan plan;
   int epochs = 1;
   int64_t max_steps_per_epoch = -1;      // -1 = the whole epoch
@@ -62,7 +62,7 @@ struct TrainConfig {
 // One evaluation, after an epoch.
 struct EvalPoint {
   int epoch = 0;                         // 1-based
-  int64_t samples = 0;                   // trained so far
+  int64_t samples = 0;                   // trained so far, by every start of the run (resumed ones too)
   double train_seconds = 0;              // inside training steps so far
   double wall_seconds = 0;               // since training began, evaluations included
   double test_accuracy = -1;             // -1 under a loss without classes (MSE)

@@ -2,9 +2,10 @@
 // activations and gradients and the gradient buckets, on the ranks' devices; a
 // Coordinator agrees on small CPU values (sizes, ids, totals, the clock, checkpoints).
 // The executor talks only to the first, the trainer's bookkeeping only to the second,
-// so a GPU channel (NCCL) can carry the data while Gloo coordinates. Today one
-// Transport plays both: tests run whole pipelines in one process (InProcessTransport)
-// and real jobs run over c10d's Gloo process group (GlooTransport).
+// so a GPU channel (NCCL, makeNcclChannel) can carry the data while Gloo coordinates.
+// Otherwise one Transport plays both: tests run whole pipelines in one process
+// (InProcessTransport), and jobs on CPUs, or on GPUs through host copies, run over
+// c10d's Gloo process group (GlooTransport).
 //
 // Messages between two ranks are matched by tag; shapes are known to both sides in
 // advance (from the plan), so only the payload travels. Every wait is bounded: a peer

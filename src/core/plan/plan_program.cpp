@@ -27,7 +27,7 @@ std::vector<std::vector<int>> stageRanks(const Plan& plan) {
   return ranks;
 }
 
-std::vector<std::string> rankDevices(const Plan& plan) {
+std::vector<std::string> rankDeviceNames(const Plan& plan) {
   std::vector<std::string> devices;
   const auto ranks = stageRanks(plan);
   for (int s = 0; s < plan.numStages(); ++s)

@@ -25,7 +25,7 @@ inline int64_t throughputTier(const sim::Report& r) {
 }
 
 // A device runs one rank (several stages under interleaved and V schedules).
-inline int devicesUsed(const plan::Plan& p) { return static_cast<int>(plan::rankDevices(p).size()); }
+inline int devicesUsed(const plan::Plan& p) { return static_cast<int>(plan::rankDeviceNames(p).size()); }
 
 // Interleaved 1F1B's chunks per rank in the exploration.
 constexpr int kInterleavedChunks = 2;

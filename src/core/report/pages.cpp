@@ -180,7 +180,7 @@ Page pageForRun(const Json& summary, const std::vector<Json>& metrics, const std
   Page page;
   const plan::Plan plan = plan::Plan::fromJson(s.field("plan").node(), origin + ": plan");
   page.title = model + " with " + (planner::isDataParallel(plan) ? "data parallelism" : schedule) + " on " +
-               std::to_string(world) + " ranks";
+               std::to_string(world) + (world == 1 ? " rank" : " ranks");
   const double measured = s.field("throughput").asNumber(), predicted = s.field("predicted_throughput").asNumber();
   const double planned = s.has("planner") && s.field("planner").has("chosen")
                              ? s.field("planner").field("chosen").numberOr("throughput", NAN)

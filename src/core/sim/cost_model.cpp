@@ -101,7 +101,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
     stages_.push_back(c);
   }
   replicas_ = plan::stageReplicas(plan);
-  for (const std::string& d : plan::rankDevices(plan)) rank_device_.push_back(cluster.indexOf(d));
+  for (const std::string& d : plan::rankDeviceNames(plan)) rank_device_.push_back(cluster.indexOf(d));
   for (int s = 0; s < plan.numStages(); ++s) allreduce_.push_back(ringAllreduceOf(s));
 }
 

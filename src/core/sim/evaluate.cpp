@@ -204,7 +204,7 @@ Periodicity periodicityOf(const plan::Plan& plan) {
     widest = std::max<int64_t>(widest, r);
   }
   if (schedule::multiStage(schedule::traits(plan.schedule.name)))
-    p.quantum = std::lcm(p.quantum, static_cast<int64_t>(plan::rankDevices(plan).size()));
+    p.quantum = std::lcm(p.quantum, static_cast<int64_t>(plan::rankDeviceNames(plan).size()));
   p.transient = int64_t{kTransientDepths} * plan.numStages() * widest;
   return p;
 }

@@ -14,6 +14,7 @@
 
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
+#include "pipetrain/util/clock.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/stats.h"
 
@@ -28,10 +29,6 @@ constexpr uint32_t kHostTag = 0x7fff0100u, kInfoTag = 0x7fff0101u, kPingTag = 0x
                    kPongTag = 0x7fff0103u, kDataTag = 0x7fff0104u, kAckTag = 0x7fff0105u,
                    kCpuTag = 0x7fff0106u;
 constexpr int64_t kHostBytes = 256;
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // CPU seconds this process has used, all its threads (Gloo's I/O threads included).
 double processCpuSeconds() {

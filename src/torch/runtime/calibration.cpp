@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "staleness_replay.h"
+#include "pipetrain/util/clock.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -66,10 +67,6 @@ planner::LossCurve measureCurve(TrainConfig config, const plan::Plan& plan, int 
     curve.loss.push_back(loss);
   }
   return curve;
-}
-
-double secondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "pipetrain/torch/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -21,6 +24,7 @@
 #include "pipetrain/util/core_time.h"
 #include "pipetrain/util/process_memory.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::runtime {
 namespace {
@@ -59,7 +63,7 @@ int64_t agreeOnRunId(Coordinator& t) {
 // report, not to check here. Returns the plan's stage DAG.
 schedule::StageDag checkPlan(const TrainConfig& c, int world_size, const models::Model& model) {
   const plan::Plan& p = c.plan;
-  const std::vector<std::string> ranks = plan::rankDevices(p);
+  const std::vector<std::string> ranks = plan::rankDeviceNames(p);
   std::vector<cluster::Device> devices;
   for (const auto& name : ranks) {
     const bool seen = std::any_of(devices.begin(), devices.end(), [&](const cluster::Device& d) { return d.name == name; });
@@ -203,13 +207,38 @@ std::vector<RankResult::ActionSeconds> steadyActionSeconds(const ActionDurations
 
 }  // namespace
 
+namespace {
+
+// What a model that cannot be built for want of memory needs, from LibTorch's allocator
+// ("... you tried to allocate 313600000000000 bytes ..."): said as a size, next to the
+// machine's memory, without the allocator's stack frames.
+std::string modelTooLarge(const std::string& name, const std::string& what) {
+  const std::string marker = "tried to allocate ";
+  const std::size_t at = what.find(marker);
+  if (at == std::string::npos || what.find("can't allocate memory") == std::string::npos)
+    return "building model '" + name + "' failed: " + what.substr(0, what.find('\n'));
+  const double bytes = std::strtod(what.c_str() + at + marker.size(), nullptr);
+  const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  return "model '" + name + "' does not fit in this machine's memory: one of its tensors alone needs " +
+         text::humanBytes(bytes) + ", and the machine has " + text::humanBytes(physical) +
+         " (smaller --model-option sizes, or the model on more machines' memory)";
+}
+
+}  // namespace
+
 models::Model openModel(const std::string& name, const models::ModelConfig& config, uint64_t seed,
                         const std::string& model_file, const data::DataOptions& data) {
   // buildModel seeds LibTorch's global generator and draws from it; ranks that are
   // threads of one process (the in-process transport) must not interleave their draws.
   static std::mutex mutex;
   std::lock_guard<std::mutex> lock(mutex);
-  if (model_file.empty()) return models::buildModel(name, config, seed);
+  if (model_file.empty()) {
+    try {
+      return models::buildModel(name, config, seed);
+    } catch (const c10::Error& e) {
+      throw Error(modelTooLarge(name, e.what_without_backtrace()));
+    }
+  }
   if (data.file.empty())
     throw Error("--model-file " + model_file + " needs --data-file: the model's input shape and loss come from the data");
   if (!config.empty()) throw Error("--model-option sizes the zoo's models; a --model-file model is sized in Python");
@@ -312,19 +341,19 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   RankResult result;
   result.rank = t.rank();
   result.stages = mine;
-  const bool first = std::any_of(mine.begin(), mine.end(), [&](int s) { return readsModelInput(model, stages[s]); });
+  const bool loads_input = std::any_of(mine.begin(), mine.end(), [&](int s) { return readsModelInput(model, stages[s]); });
   result.last_stage = one.isLastStage(mine.back());
   const bool reports = result.last_stage && one.rankOf(one.num_stages - 1, 0) == t.rank();
   std::unique_ptr<data::Dataset> train, test;
   const int64_t before_data = util::residentBytes();
-  if (first || result.last_stage) train = data::openDataset(c.data, model.input);
+  if (loads_input || result.last_stage) train = data::openDataset(c.data, model.input);
   const int64_t size = agreeOnSize(t, train.get());
   // Opened once for every epoch's evaluation (a user's file is read whole).
   int64_t test_size = 0;
   if (c.evaluate) {
     data::DataOptions options = c.data;
     options.split = "test";
-    if (first || result.last_stage) test = data::openDataset(options, model.input);
+    if (loads_input || result.last_stage) test = data::openDataset(options, model.input);
     test_size = agreeOnSize(t, test.get());
   }
   if (train || test) result.data_memory_bytes = std::max<int64_t>(0, util::residentBytes() - before_data);
@@ -378,18 +407,18 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   for (int epoch = position.epoch; epoch < c.epochs; ++epoch) {
     const data::SampleOrder order(size, c.seed, epoch);
     while (position.step < steps) {
-      const int64_t first = position.step;
-      const int64_t end = c.checkpoint_every > 0 ? std::min(steps, (first / c.checkpoint_every + 1) * c.checkpoint_every)
+      const int64_t from = position.step;
+      const int64_t end = c.checkpoint_every > 0 ? std::min(steps, (from / c.checkpoint_every + 1) * c.checkpoint_every)
                                                  : steps;
-      auto indices = [&](int j) { return order.microbatch(first + j / m, j % m, b, m); };
+      auto indices = [&](int j) { return order.microbatch(from + j / m, j % m, b, m); };
       MicrobatchData feed{[&](int j) { return train->get(indices(j)).inputs; },
                           [&](int j) { return train->labels(indices(j)); }, {}};
       const auto segment_start = Clock::now();
       const util::ThreadCoreTime core_time_before = util::threadCoreTime();
-      RunResult r = executor.run(programOf(end - first), feed, origin, [&](int k, double loss) {
+      RunResult r = executor.run(programOf(end - from), feed, origin, [&](int k, double loss) {
         if (!std::isnan(loss)) result.final_loss = loss;
         if (on_progress)
-          on_progress({epoch, first + k + 1, steps, result.final_loss,
+          on_progress({epoch, from + k + 1, steps, result.final_loss,
                        (result.samples + (k + 1) * m * b) / std::max(result.train_seconds + since(segment_start), 1e-9),
                        since(origin), reports});
       });
@@ -409,13 +438,13 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
             a.end - a.start;
         durations[{a.action.stage, a.action.type}].push_back({a.end - a.start, r.action_cpu_seconds[i]});
       }
-      minibatches_run += end - first;
+      minibatches_run += end - from;
       result.wait_seconds += r.wait_seconds;
       result.max_sends_held = std::max(result.max_sends_held, r.max_sends_held);
-      result.samples += (end - first) * m * b;
-      result.last_step = finalMinibatch(std::move(r.actions), static_cast<int>((end - first - 1) * m));
+      result.samples += (end - from) * m * b;
+      result.last_step = finalMinibatch(std::move(r.actions), static_cast<int>((end - from - 1) * m));
       position.step = end;
-      position.minibatches += end - first;
+      position.minibatches += end - from;
       if (end < steps) save();
     }
     position = {epoch + 1, 0, position.minibatches};
@@ -427,7 +456,10 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       result.test_accuracy = accuracy;
       result.test_loss = loss;
       if (result.last_stage) {
-        result.history.push_back({epoch + 1, result.samples, result.train_seconds, since(origin), accuracy, loss});
+        // Samples trained by the whole run, the checkpoints it resumed from included, so
+        // that a restarted run's curve goes on where it was (its time is this start's).
+        result.history.push_back({epoch + 1, position.minibatches * m * b, result.train_seconds, since(origin),
+                                  accuracy, loss});
         if (on_progress)
           on_progress({epoch, steps, steps, result.final_loss, result.samples / std::max(result.train_seconds, 1e-9),
                        since(origin), reports, &result.history.back()});

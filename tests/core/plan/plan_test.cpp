@@ -222,7 +222,7 @@ TEST(Validate, VLayout) {
   p.schedule.name = "zb-v";
   for (int s = 0; s < 6; ++s) p.stages[s].devices = {"dev" + std::to_string(s < 3 ? s : 5 - s)};
   validate(p, g, c, "plan.json");
-  EXPECT_EQ(rankDevices(p), (std::vector<std::string>{"dev0", "dev1", "dev2"}));
+  EXPECT_EQ(rankDeviceNames(p), (std::vector<std::string>{"dev0", "dev1", "dev2"}));
 
   Plan wrong = p;
   wrong.stages[4].devices = {"dev2"};  // the looped layout, not the V

@@ -248,7 +248,7 @@ TEST(Explore, SaysWhenDevicesSitIdleAndWhatWouldUseThem) {
   // With four, a plan on all four exists: leaving devices idle is then the planner's choice.
   o.global_batch = 4;
   const Exploration four = explore(s.graph, s.cluster, o);
-  if (static_cast<int>(plan::rankDevices(four.best().plan).size()) < 4)
+  if (static_cast<int>(plan::rankDeviceNames(four.best().plan).size()) < 4)
     EXPECT_NE(four.idleDevicesNote().find("was predicted slower"), std::string::npos) << four.idleDevicesNote();
   else
     EXPECT_EQ(four.idleDevicesNote(), "");
