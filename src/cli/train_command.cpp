@@ -110,7 +110,6 @@ std::string modelPyName(const std::string& spec) {
   return name.empty() ? "model" : name;
 }
 
-
 // The model and data the flags name, checked against each other: a --model-py model
 // captured (by the launcher, which hands its ranks the file), the model's name, the
 // data's defaults.

@@ -7,8 +7,8 @@ namespace {
 
 bool handMade(const PlanArgs& args) { return !args.stage_bounds.empty() || args.data_parallel; }
 
-// Whether `from` is a checkpoint of this run under `plan` (any plan loads it; its
-// mini-batch must be the run's).
+// Refuses `from` where it is not a checkpoint of this run under `plan` (any plan loads
+// a checkpoint, but its mini-batch must be the run's).
 void checkResumable(const runtime::Checkpoint& from, const runtime::TrainConfig& config, const plan::Plan& plan) {
   runtime::TrainConfig run = config;
   run.plan = plan;
