@@ -210,9 +210,7 @@ PlanRun planInChild(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
     try {
       const auto start = std::chrono::steady_clock::now();
       ModeledCalibrator calibrator;
-      const planner::Exploration e = o.objective == planner::Objective::kTimeToAccuracy
-                                         ? planner::exploreForTimeToTarget(graph, cluster, o, calibrator)
-                                         : planner::explore(graph, cluster, o);
+      const planner::Exploration e = planner::explore(graph, cluster, o, planner::ObjectiveInputs{&calibrator});
       run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       run.throughput = e.best().report.throughput;
       // The choice simulated whole, without the extrapolation the planner ranks by.
@@ -280,7 +278,7 @@ void examples(benchmark::State& state) {
   planner::ExploreOptions o;
   o.global_batch = 8192;
   if (state.range(2) == 1) {
-    o.objective = planner::Objective::kTimeToAccuracy;
+    o.objective = &planner::objectiveNamed("time-to-accuracy");
     o.allow_async = true;
   }
   PlanRun run;

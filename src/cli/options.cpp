@@ -58,6 +58,16 @@ void addRecomputeOption(CLI::App* cmd, planner::Recompute& recompute) {
       ->check(CLI::IsMember({"auto", "none", "full"}));
 }
 
+void addObjectiveOption(CLI::App* cmd, const planner::PlanObjective*& objective, const std::string& context) {
+  std::string help = context + "what the planner ranks by:";
+  for (const planner::PlanObjective* o : planner::objectives())
+    help += std::string(o == planner::objectives().front() ? " " : "; ") + o->name() + " (" + o->help() + ")";
+  cmd->add_option_function<std::string>(
+         "--objective", [&objective](const std::string& name) { objective = &planner::objectiveNamed(name); },
+         help + " [" + planner::objectives().front()->name() + "]")
+      ->check(CLI::IsMember(planner::objectiveNames()));
+}
+
 namespace {
 
 std::size_t editDistance(const std::string& a, const std::string& b) {

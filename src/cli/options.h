@@ -29,6 +29,9 @@ void checkWritable(const std::string& path, const std::string& option);
 void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner);
 // `--recompute auto|none|full`, for plan and train alike.
 void addRecomputeOption(CLI::App* cmd, planner::Recompute& recompute);
+// --objective: one of planner::objectives(), each named with what it ranks by; `context`
+// opens the help ("without --plan: ").
+void addObjectiveOption(CLI::App* cmd, const planner::PlanObjective*& objective, const std::string& context);
 
 // A command line's first mistake that CLI11 would name poorly, or "": an unknown
 // command ("A subcommand is required") or an unknown --option of a known command (CLI11

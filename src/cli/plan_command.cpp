@@ -58,16 +58,20 @@ int run(PlanCommandArgs a) {
                   std::to_string(a.explore.global_batch));
     a.explore.microbatch_sizes = {a.explore.global_batch / a.microbatches};
   }
-  if (a.explore.objective == planner::Objective::kTimeToAccuracy && a.calibration.empty())
-    throw Error("--objective time-to-accuracy needs --calibration FILE: the update rules' progress per sample, as "
-                "`pipetrain train --objective time-to-accuracy --allow-async` measures and caches it beside its "
+  const std::string objective = a.explore.objective->name();
+  if (a.explore.objective->needsCalibrator() && a.calibration.empty())
+    throw Error("--objective " + objective + " needs --calibration FILE: the update rules' progress per sample, as "
+                "`pipetrain train --objective " + objective + " --allow-async` measures and caches it beside its "
                 "profile (*.calibration.json)");
-  if (!a.calibration.empty() && a.explore.objective != planner::Objective::kTimeToAccuracy)
-    throw Error("--calibration is read under --objective time-to-accuracy only");
+  if (!a.calibration.empty() && !a.explore.objective->needsCalibrator())
+    throw Error("--calibration is not read under --objective " + objective);
   std::unique_ptr<CalibrationFile> file;
-  if (!a.calibration.empty()) file = std::make_unique<CalibrationFile>(a.calibration, a.explore.global_batch);
-  const planner::Exploration e =
-      file ? planner::exploreForTimeToTarget(graph, cluster, a.explore, *file) : planner::explore(graph, cluster, a.explore);
+  planner::ObjectiveInputs inputs;
+  if (!a.calibration.empty()) {
+    file = std::make_unique<CalibrationFile>(a.calibration, a.explore.global_batch);
+    inputs.calibrator = file.get();
+  }
+  const planner::Exploration e = planner::explore(graph, cluster, a.explore, inputs);
   if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());
   if (!a.report.empty())
     report::writeHtml(report::pageForExploration(e, graph, cluster, "Plan for " + a.graph + " on " + a.cluster), a.report);
@@ -108,11 +112,7 @@ Command addPlanCommand(CLI::App& app) {
       ->check(positive())->capture_default_str();
   cmd->add_flag("--exhaustive", [a](int64_t) { a->explore.prune = false; },
                 "simulate every proposal, also those whose bound (compute, ports, round trips) cannot beat the best (slower, same choice)");
-  cmd->add_option_function<std::string>(
-         "--objective", [a](const std::string& name) { a->explore.objective = planner::objectiveFromName(name); },
-         "throughput, or time-to-accuracy (predicted seconds to a loss; needs --calibration)")
-      ->check(CLI::IsMember({"throughput", "time-to-accuracy"}))
-      ->default_str("throughput");
+  addObjectiveOption(cmd, a->explore.objective, "");
   cmd->add_option("--calibration", a->calibration,
                   "time to accuracy: the update rules' calibration (train --objective time-to-accuracy caches it "
                   "beside its profile as *.calibration.json)");

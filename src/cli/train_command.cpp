@@ -313,12 +313,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                   schedule::scheduleNameList() +
                       ", or auto (default: the planner's choice; 1f1b with --stage-bounds or --data-parallel)");
   cmd->add_flag("--allow-async", a->allow_async, "without --plan: the planner may choose pipedream, 2bw or pipemare");
-  cmd->add_option_function<std::string>(
-         "--objective", [a](const std::string& name) { a->objective = planner::objectiveFromName(name); },
-         "without --plan: what the planner ranks by, throughput or time-to-accuracy (predicted seconds to a loss, "
-         "from a calibration of each candidate's update rule, cached beside the profile; docs/time_to_accuracy.md)")
-      ->check(CLI::IsMember({"throughput", "time-to-accuracy"}))
-      ->default_str("throughput");
+  addObjectiveOption(cmd, a->objective, "without --plan: ");
   cmd->add_option("--calibration-seconds", a->calibration.seconds_per_rule,
                   "time to accuracy: the training budget of each update rule's calibration")
       ->check(CLI::PositiveNumber)->capture_default_str();

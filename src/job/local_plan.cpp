@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <vector>
 
 #include "pipetrain/job/local_cluster.h"
@@ -67,28 +68,19 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   // plans predicted closer than that are equals; their shape decides, not the noise.
   o.noise = profiler::ProfileOptions{}.spread;
   const cluster::ClusterSpec cluster = localCluster(job.ranks, memory, concurrent);
-  // Under time to accuracy without asynchronous schedules every candidate trains the
-  // same synchronous rule on the same batch: throughput ranks them alike.
-  const bool calibrate = request.objective == planner::Objective::kTimeToAccuracy && o.allow_async;
-  if (request.objective == planner::Objective::kTimeToAccuracy && !calibrate)
-    say(formatted("note: every plan here trains synchronously on mini-batches of %lld, so time to accuracy ranks them "
-                "as throughput does (--allow-async adds schedules whose progress per sample differs)",
-                static_cast<long long>(global_batch)));
-  json_io::Json calibration_summary;
-  double calibration_seconds = 0;
-  auto exploreForTarget = [&] {
-    const std::string path = calibrationPath(profile.cached_path.empty() ? graph_path : profile.cached_path);
-    runtime::RuleCalibrator calibrator(config, global_batch, request.calibration, path);
-    say(formatted("calibrating update rules for time to accuracy, about %g s each (cache: %s)",
-                request.calibration.seconds_per_rule, path.c_str()));
-    planner::Exploration e = planner::exploreForTimeToTarget(graph, cluster, o, calibrator);
-    calibration_seconds = calibrator.trainingSeconds();
-    calibration_summary = e.calibrationJson();
-    calibration_summary["path"] = path;
-    calibration_summary["seconds"] = calibration_seconds;
-    return e;
-  };
-  const planner::Exploration e = calibrate ? exploreForTarget() : planner::explore(graph, cluster, o);
+  planner::ObjectiveInputs inputs;
+  std::optional<runtime::RuleCalibrator> calibrator;
+  std::string calibration_path;
+  if (request.objective->needsCalibrator()) {
+    calibration_path = calibrationPath(profile.cached_path.empty() ? graph_path : profile.cached_path);
+    calibrator.emplace(config, global_batch, request.calibration, calibration_path);
+    inputs.calibrator = &*calibrator;
+    say(formatted("%s: the update rules that could win are calibrated, about %g s each (cache: %s)",
+                  request.objective->name(), request.calibration.seconds_per_rule, calibration_path.c_str()));
+  }
+  o.objective = request.objective;
+  const planner::Exploration e = planner::explore(graph, cluster, o, inputs);
+  const double calibration_seconds = calibrator ? calibrator->trainingSeconds() : 0;
   const double planning_seconds = secondsSince(planning_start) - calibration_seconds;
   plan::Plan chosen = e.best().plan;
   applyScheduleOptions(job.args.schedule, chosen);
@@ -97,8 +89,14 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   planner["notes"] = report::explorationNotes(e);
   planner["profile"] = profile.summary;
   planner["planning_seconds"] = planning_seconds;
-  planner["objective"] = planner::objectiveName(e.objective);
-  if (!calibration_summary.is_null()) planner["calibration"] = calibration_summary;
+  planner["objective"] = e.objective->name();
+  const bool calibrated = calibrator && e.objective == request.objective;
+  if (calibrated) {
+    json_io::Json calibration = e.calibrationJson();
+    calibration["path"] = calibration_path;
+    calibration["seconds"] = calibration_seconds;
+    planner["calibration"] = calibration;
+  }
   // The profile-based prediction of the plan that runs, for comparison with what it
   // measures: the whole, and each rank's compute per mini-batch (which tells the machine's
   // speed while profiling from the schedule's part of an error). Where the ranks share
@@ -121,7 +119,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                        {"rank_process_bytes", process},
                        {"process_memory_runs", graph.processMemory().runs},
                        {"rank_core_seconds", alone}};
-  if (calibrate) planner["calibration_seconds"] = calibration_seconds;
+  if (calibrated) planner["calibration_seconds"] = calibration_seconds;
   return {chosen, planner, e, profile.cached_path.empty() ? graph_path : profile.cached_path};
 }
 

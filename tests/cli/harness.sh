@@ -8,8 +8,12 @@ passed=0 failed=0
 
 check() {  # check NAME COMMAND...: the command must succeed; its stdout is kept in $tmp/out
   local name=$1; shift
+  local started=$SECONDS
   if "$@" >"$tmp/out" 2>"$tmp/err"; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: $name"; cat "$tmp/out" "$tmp/err" | tail -20; fi
+  # PIPETRAIN_TEST_TIMES=1: each check's seconds, to find where a slow script spends them.
+  [ -n "${PIPETRAIN_TEST_TIMES:-}" ] && echo "$((SECONDS - started)) s: $name"
+  return 0
 }
 expect() {  # expect NAME TEXT [FILE]: FILE (default: the last checked command's output) has TEXT
   local file=${3:-$tmp/out}

@@ -24,10 +24,10 @@ struct AutoPlanRequest {
   planner::Recompute recompute = planner::Recompute::kAuto;
   int64_t rank_memory_bytes = 0;          // the memory each rank is planned with; 0 = physical memory / ranks
   std::string out;                        // where the plan is written
-  // Under time to accuracy, candidates are ranked by predicted seconds to a loss, their
-  // update rules calibrated on the model and data (runtime/calibration.h), the
-  // calibration cached beside the profile.
-  planner::Objective objective = planner::Objective::kThroughput;
+  // What the planner ranks by (planner/objective.h). An objective that needs calibration
+  // (time to accuracy) has its update rules calibrated on the model and data
+  // (runtime/calibration.h), the calibration cached beside the profile.
+  const planner::PlanObjective* objective = &planner::throughputObjective();
   runtime::CalibrationBudget calibration;
 };
 

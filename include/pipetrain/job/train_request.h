@@ -25,7 +25,7 @@ struct TrainRequest {
   bool no_replication = false;
   bool reprofile = false;
   bool allow_async = false;
-  planner::Objective objective = planner::Objective::kThroughput;
+  const planner::PlanObjective* objective = &planner::throughputObjective();
   runtime::CalibrationBudget calibration;
   planner::Partitioner partitioner = planner::Partitioner::kAuto;
   int64_t rank_memory_bytes = 0;  // 0 = physical memory / ranks

@@ -19,6 +19,7 @@
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/planner/chain_partition.h"
+#include "pipetrain/planner/objective.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/util/json_io.h"
 
@@ -32,17 +33,6 @@ namespace pipetrain::planner {
 enum class Partitioner { kAuto, kChain, kGraph };
 Partitioner partitionerFromName(const std::string& name);  // "auto", "chain", "graph"; Error otherwise
 const char* partitionerName(Partitioner p);
-
-// What the ranking puts first: the most samples per second, or the least time to a
-// loss (time_to_target.h), which also weighs how much each plan's update rule trains
-// per sample.
-enum class Objective { kThroughput, kTimeToAccuracy };
-Objective objectiveFromName(const std::string& name);
-// How far calibration's estimates may be off (time_to_target.h), as a fraction, where
-// the search prunes before any rule is measured: a plan is kept if it could win with
-// its rule's most progress per sample and this much luck besides.
-inline constexpr double kCalibrationNoiseAllowance = 0.25;  // "throughput", "time-to-accuracy"; Error otherwise
-const char* objectiveName(Objective o);
 
 struct ExploreOptions {
   int64_t global_batch = 0;             // samples per optimizer step
@@ -62,11 +52,10 @@ struct ExploreOptions {
   // among them goes by the plan's shape (choiceOrder), so that profiling again, with
   // other noise, chooses the same plan. 0: only throughput ties (0.1%) are equals.
   double noise = 0;
-  // Under kTimeToAccuracy the search keeps the fastest synchronous plan and the fastest
-  // of every asynchronous schedule (its pipelines and its single stages apart; PipeDream
-  // at each micro-batch size), not only the fastest overall: a slower plan whose rule
-  // trains more per sample may reach the target first.
-  Objective objective = Objective::kThroughput;
+  // What the ranking puts first (objective.h): the most samples per second, or, for
+  // example, the least time to a loss (time_to_target.h), which also weighs how much each
+  // plan's update rule trains per sample.
+  const PlanObjective* objective = &throughputObjective();
   // Groups of layers that hold one weight (tied embeddings). Each holder keeps a copy that
   // stays equal only where every stage steps together: a plan whose asynchronous schedule
   // puts a group's layers on different stages is dropped, with the layers named.
@@ -124,10 +113,11 @@ struct Exploration {
   double noise = 0;                     // ExploreOptions::noise
   int within_noise = 0;                 // distinct plans within it of the best prediction (the chosen one included)
   double best_predicted = 0;            // the best prediction, where another plan within the noise was chosen
+  const PlanObjective* objective = &throughputObjective();  // what ranked it
+  std::vector<std::string> ranking_notes;  // the objective's, on how it ranked (e.g. why it fell back to throughput)
   // Under the time-to-accuracy objective (time_to_target.h): the loss the times are to,
   // the samples that calibration trained per rule, its noise, and the plan throughput
   // alone would have chosen.
-  Objective objective = Objective::kThroughput;
   double target_loss = 0;
   int64_t calibration_samples = 0;
   double calibration_noise = 0;
@@ -150,6 +140,7 @@ struct Exploration {
   // among them was made; "" otherwise.
   std::string noiseNote() const;
   json_io::Json toJson() const;         // the chosen plan's summary plus the table
+  json_io::Json candidateJson(const Candidate& c) const;  // one row of toJson's table
   // Under time to accuracy: the target loss, the samples per rule, the noise and what
   // became of the rules (toJson's, and a run summary's "calibration").
   json_io::Json calibrationJson() const;
@@ -158,9 +149,11 @@ struct Exploration {
 // The schedules `options.schedule` stands for.
 std::vector<std::string> schedulesToExplore(const ExploreOptions& options);
 
-// Throws Error when the batch or schedule is unusable, or when nothing fits (listing
-// the reasons of the dropped combinations).
-Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& options);
+// Searches, then ranks by options.objective, with what it needs from `inputs`. Throws
+// Error when the batch or schedule is unusable, when the objective lacks an input, or
+// when nothing fits (listing the reasons of the dropped combinations).
+Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& options,
+                    const ObjectiveInputs& inputs = {});
 
 // Synchronous data parallelism: one stage under a schedule that steps once per
 // mini-batch. It runs alike under each such schedule: they only order its passes
@@ -169,6 +162,10 @@ bool isDataParallel(const plan::Plan& plan);
 // Whether `a` and `b` are that same run (replicas, micro-batch size and count): the
 // ranking lists it once.
 bool sameDataParallelRun(const plan::Plan& a, const plan::Plan& b);
+
+// A plan in words: "1f1b, 3 stages (1x2+2x1)", what recomputes, or for one stage
+// "data parallelism on 4 devices (...)".
+std::string planName(const plan::Plan& plan);
 
 // Why `loser` is slower than `winner`, in the report's terms (bubble, bottleneck, memory).
 std::string whySlower(const Candidate& winner, const Candidate& loser);

@@ -67,13 +67,8 @@ const Calibration& calibrateRules(Exploration& e, UpdateRules& rules, Calibrator
 // others by throughput. An asynchronous plan whose bound cannot beat the best time is
 // left without an estimate, its rule not looked at. Keeps the throughput objective's choice in e.throughput_choice
 // where it differs. Throws Error where the calibration has no synchronous progress.
+// The time-to-accuracy objective (time_to_accuracy_objective.cpp) runs these two after
+// the search.
 void rankByTimeToTarget(Exploration& e, UpdateRules& rules, const Calibration& calibration);
-
-// explore() under the time-to-accuracy objective: the search keeps the fastest plans of
-// each family of rules, calibrateRules() measures what could win, and the ranking is by
-// predicted time to the target.
-inline constexpr int kMaxCalibratedRules = 8;
-Exploration exploreForTimeToTarget(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
-                                   ExploreOptions options, Calibrator& calibrator, int max_rules = kMaxCalibratedRules);
 
 }  // namespace pipetrain::planner

@@ -9,9 +9,6 @@
 
 namespace pipetrain::report {
 
-// "1f1b, 3 stages (1x2+2x1)", or for one stage "data parallelism on 4 devices (...)".
-std::string planName(const plan::Plan& plan);
-
 // The best `top` candidates, the chosen one highlighted.
 Table explorationTable(const planner::Exploration& e, int top);
 // The sentences printed under the table (counts, the runner-up, warnings, the choice).

@@ -130,43 +130,33 @@ json_io::Json Exploration::calibrationJson() const {
           {"rules_over_budget", rules_over_budget}};
 }
 
+json_io::Json Exploration::candidateJson(const Candidate& c) const {
+  json_io::Json stages = json_io::Json::array();
+  for (const auto& s : c.plan.stages)
+    stages.push_back({{"layers", s.layers},
+                      {"replicas", s.devices.size()},
+                      {"devices", s.devices},
+                      {"recompute", s.recompute},
+                      {"recomputed_layers", s.recomputedLayers()}});
+  json_io::Json memory = json_io::Json::object();
+  for (const auto& r : c.report.ranks) memory[r.device] = std::max<int64_t>(memory.value(r.device, int64_t{0}), r.peak_memory_bytes);
+  json_io::Json j{{"schedule", c.plan.schedule.name},
+                  {"partitioner", c.partitioner},
+                  {"depth", c.depth},
+                  {"chunks", c.plan.schedule.chunks},
+                  {"asynchronous", schedule::isAsynchronous(c.plan.schedule.name)},
+                  {"stages", stages},
+                  {"microbatch_size", c.plan.microbatch_size},
+                  {"microbatches", c.plan.microbatches},
+                  {"predicted_throughput", c.report.throughput},
+                  {"predicted_iteration_seconds", c.report.iteration_time},
+                  {"bubble_fraction", c.report.bubble_fraction},
+                  {"peak_memory_bytes", memory}};
+  objective->addCandidateJson(c, j);
+  return j;
+}
+
 json_io::Json Exploration::toJson() const {
-  auto candidateJson = [](const Candidate& c) {
-    json_io::Json stages = json_io::Json::array();
-    for (const auto& s : c.plan.stages)
-      stages.push_back({{"layers", s.layers},
-                        {"replicas", s.devices.size()},
-                        {"devices", s.devices},
-                        {"recompute", s.recompute},
-                        {"recomputed_layers", s.recomputedLayers()}});
-    json_io::Json memory = json_io::Json::object();
-    for (const auto& r : c.report.ranks) memory[r.device] = std::max<int64_t>(memory.value(r.device, int64_t{0}), r.peak_memory_bytes);
-    json_io::Json j{{"schedule", c.plan.schedule.name},
-                         {"partitioner", c.partitioner},
-                         {"depth", c.depth},
-                         {"chunks", c.plan.schedule.chunks},
-                         {"asynchronous", schedule::isAsynchronous(c.plan.schedule.name)},
-                         {"stages", stages},
-                         {"microbatch_size", c.plan.microbatch_size},
-                         {"microbatches", c.plan.microbatches},
-                         {"predicted_throughput", c.report.throughput},
-                         {"predicted_iteration_seconds", c.report.iteration_time},
-                         {"bubble_fraction", c.report.bubble_fraction},
-                         {"peak_memory_bytes", memory}};
-    if (c.to_target) {
-      const TargetEstimate& t = *c.to_target;
-      j["to_target"] = {{"rule", t.rule}, {"calibrated", t.calibrated}};
-      // Infinite where the rule made no progress: JSON has no infinity, so null.
-      auto finite = [](double v) { return std::isfinite(v) ? json_io::Json(v) : json_io::Json(); };
-      if (t.calibrated)
-        j["to_target"].update({{"reached", t.reached},
-                               {"efficiency", t.efficiency},
-                               {"seconds", finite(t.seconds)},
-                               {"seconds_low", finite(t.seconds_low)},
-                               {"seconds_high", finite(t.seconds_high)}});
-    }
-    return j;
-  };
   json_io::Json j = candidateJson(best());
   j["search_seconds"] = search_seconds;
   j["pruned"] = pruned;
@@ -176,11 +166,9 @@ json_io::Json Exploration::toJson() const {
   j["noise_note"] = noiseNote();
   j["idle_devices_note"] = idleDevicesNote();
   j["graph_notes"] = graph_notes;
-  j["objective"] = objectiveName(objective);
-  if (objective == Objective::kTimeToAccuracy) {
-    j.update(calibrationJson());
-    if (throughput_choice) j["throughput_choice"] = candidateJson(*throughput_choice);
-  }
+  j["objective"] = objective->name();
+  j["ranking_notes"] = ranking_notes;
+  objective->addJson(*this, j);
   json_io::Json table = json_io::Json::array();
   for (const auto& c : ranked) table.push_back(candidateJson(c));
   j["candidates"] = table;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "explorer.h"
+#include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
@@ -24,14 +25,19 @@ const char* partitionerName(Partitioner p) {
   }
 }
 
-Objective objectiveFromName(const std::string& name) {
-  for (Objective o : {Objective::kThroughput, Objective::kTimeToAccuracy})
-    if (name == objectiveName(o)) return o;
-  throw Error("unknown objective '" + name + "' (known: throughput, time-to-accuracy)");
-}
-
-const char* objectiveName(Objective o) {
-  return o == Objective::kTimeToAccuracy ? "time-to-accuracy" : "throughput";
+std::string planName(const plan::Plan& plan) {
+  const std::string recomputed = plan::recomputedStages(plan);
+  const auto count =
+      std::count_if(plan.stages.begin(), plan.stages.end(), [](const plan::Stage& s) { return s.recompute; });
+  const std::string recomputing = recomputed.empty()    ? ""
+                                  : recomputed == "all" ? ", recomputing activations"
+                                                        : (count == 1 ? ", stage " : ", stages ") + recomputed +
+                                                              " recomputing activations";
+  if (isDataParallel(plan))
+    return "data parallelism on " + std::to_string(plan.stages[0].devices.size()) + " devices (" +
+           plan.schedule.name + "'s order of passes" + recomputing + ")";
+  return plan.schedule.name + ", " + std::to_string(plan.numStages()) + " stages (" + plan::stageShape(plan) + ")" +
+         recomputing;
 }
 
 std::vector<std::string> schedulesToExplore(const ExploreOptions& o) {
@@ -75,10 +81,14 @@ void chooseWithinNoise(Exploration& e, double noise) {
 
 }  // namespace
 
-Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o) {
+Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& o,
+                    const ObjectiveInputs& inputs) {
   const auto start = std::chrono::steady_clock::now();
   if (o.global_batch < 1) throw Error("the batch size must be at least 1 (got " + std::to_string(o.global_batch) + ")");
   if (!(o.noise >= 0 && o.noise < 0.5)) throw Error("the profile's noise must be a fraction in [0, 0.5)");
+  if (o.objective->needsCalibrator() && !inputs.calibrator)
+    throw Error(std::string("internal: the ") + o.objective->name() +
+                " objective ranks by update rules' loss curves, and no calibrator was given to measure them");
   Exploration result;
   result.cluster_devices = cluster.size();
   result.graph_layers = graph.size();
@@ -105,7 +115,6 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
     return a.report.peakMemoryBytes() < b.report.peakMemoryBytes();
   });
   if (!result.ranked.empty() && o.noise > 0) chooseWithinNoise(result, o.noise);
-  result.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (result.ranked.empty()) {
     std::string reasons;
     for (std::size_t i = 0; i < result.dropped.size() && i < 5; ++i)
@@ -114,6 +123,11 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
     throw Error("no plan fits this cluster for a batch of " + std::to_string(o.global_batch) + " (" +
                 std::to_string(result.dropped.size()) + " combinations tried), e.g.:" + reasons);
   }
+  // The objective's time counts as the planner's, not the training a calibrator does for it.
+  const double training_before = inputs.calibrator ? inputs.calibrator->trainingSeconds() : 0;
+  o.objective->rank(result, graph, inputs);
+  const double training = inputs.calibrator ? inputs.calibrator->trainingSeconds() - training_before : 0;
+  result.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - training;
   return result;
 }
 

@@ -9,7 +9,6 @@
 
 #include "pipetrain/graph/series_parallel.h"
 #include "pipetrain/plan/plan_program.h"
-#include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/sim/throughput_bound.h"
@@ -194,21 +193,6 @@ int64_t Explorer::graphStepsBudget() const { return chain_partitioner_ ? kGraphS
 
 int64_t Explorer::graphStepsLeft() const { return graphStepsBudget() - result_.graph_search_steps; }
 
-// The plans that compete for the choice: all of them under the throughput objective;
-// under time to accuracy the synchronous ones (one update rule), and apart each
-// asynchronous schedule's pipelines and single stages, which train by other rules
-// (update_rule.h): PipeDream on one replicated stage is synchronous SGD. A schedule
-// that steps per micro-batch (PipeDream) makes a family of each micro-batch size, whose
-// steps it sets; one that steps per mini-batch applies a mini-batch's gradient however
-// it is cut, and its fastest plan stands for it.
-std::string Explorer::family(const std::string& schedule, bool single_stage, int64_t microbatch_size) const {
-  if (o_.objective == Objective::kThroughput || !schedule::isAsynchronous(schedule)) return "";
-  std::string name = schedule + (single_stage ? " alone" : "");
-  if (schedule::traits(schedule).step_rule == schedule::StepRule::kPerMicrobatch)
-    name += ", micro-batch " + std::to_string(microbatch_size);
-  return name;
-}
-
 // The throughput the best plan of a family beat by a tie: 0 until pruning starts.
 double Explorer::barOf(const std::string& family) const {
   if (!o_.prune || simulated_ < kAlwaysSimulated) return 0;
@@ -217,17 +201,10 @@ double Explorer::barOf(const std::string& family) const {
 }
 
 // The throughput a plan of this schedule, shape and micro-batch size must beat to
-// matter: its family's best and, under time to accuracy, the fastest synchronous plan's
-// over the most progress per sample any plan of it could make against that
-// (mostProgressPerSample), allowing calibration kCalibrationNoiseAllowance of noise.
+// matter, as the objective judges it.
 double Explorer::toBeat(const std::string& schedule, bool single_stage, int64_t microbatch_size) const {
-  double bar = barOf(family(schedule, single_stage, microbatch_size));
-  const schedule::ScheduleTraits& t = schedule::traits(schedule);
-  if (o_.objective == Objective::kTimeToAccuracy && t.asynchronous) {
-    const int microbatches = static_cast<int>(o_.global_batch / microbatch_size);
-    bar = std::max(bar, barOf("") / (mostProgressPerSample(schedule, microbatches) * (1 + kCalibrationNoiseAllowance)));
-  }
-  return bar;
+  return o_.objective->toBeat([this](const std::string& family) { return barOf(family); }, schedule, single_stage,
+                              microbatch_size, o_.global_batch);
 }
 
 // Whether a combination of that bound cannot beat the best plans simulated so far: of
@@ -487,7 +464,7 @@ void Explorer::evaluateBest(double next_combination_bound) {
       continue;
     }
     const plan::Plan& plan = p.candidate.plan;
-    double& best = best_[family(plan.schedule.name, plan.numStages() == 1, plan.microbatch_size)];
+    double& best = best_[o_.objective->family(plan.schedule.name, plan.numStages() == 1, plan.microbatch_size)];
     best = std::max(best, p.candidate.report.throughput);
     result_.ranked.push_back(std::move(p.candidate));
   }

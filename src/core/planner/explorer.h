@@ -77,7 +77,6 @@ class Explorer {
   bool cannotWin(double bound, const std::string& schedule, int64_t microbatch_size) const;
   double barOf(const std::string& family) const;
   double toBeat(const std::string& schedule, bool single_stage, int64_t microbatch_size) const;
-  std::string family(const std::string& schedule, bool single_stage, int64_t microbatch_size) const;
 
   // Bounds (explorer.cpp).
   double combinationBound(int64_t b, int width) const;
@@ -99,7 +98,7 @@ class Explorer {
   std::vector<Proposal> proposals_;  // a heap by ByBound: the highest bound on top
   int proposed_ = 0;
   // The best simulated throughput so far, per family of schedules that compete
-  // (family()): one family under the throughput objective.
+  // (PlanObjective::family): one family under the throughput objective.
   std::map<std::string, double> best_;
   int simulated_ = 0;
   std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds

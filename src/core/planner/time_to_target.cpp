@@ -1,7 +1,6 @@
 #include "pipetrain/planner/time_to_target.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 
@@ -107,7 +106,6 @@ const Calibration& calibrateRules(Exploration& e, UpdateRules& book, Calibrator&
 void rankByTimeToTarget(Exploration& e, UpdateRules& book, const Calibration& calibration) {
   const double target = calibration.targetLoss();
   const double yardstick = yardstickSamples(calibration);
-  e.objective = Objective::kTimeToAccuracy;
   e.target_loss = target;
   e.calibration_samples = calibration.samples;
   e.calibration_noise = calibration.noise();
@@ -153,22 +151,6 @@ void rankByTimeToTarget(Exploration& e, UpdateRules& book, const Calibration& ca
     std::rotate(e.ranked.begin(), kept, kept + 1);
   if (isThroughputChoice(e.ranked.front())) return;
   e.throughput_choice = *std::find_if(e.ranked.begin(), e.ranked.end(), isThroughputChoice);
-}
-
-Exploration exploreForTimeToTarget(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
-                                   ExploreOptions options, Calibrator& calibrator, int max_rules) {
-  options.objective = Objective::kTimeToAccuracy;
-  Exploration e = explore(graph, cluster, options);
-  // The planner's time includes finding the rules and ranking by them, not the
-  // calibration's training (which its caller reports).
-  auto start = std::chrono::steady_clock::now();
-  UpdateRules book(graph);
-  const Calibration& calibration = calibrateRules(e, book, calibrator, max_rules);
-  const double calibrating = calibrator.trainingSeconds();
-  rankByTimeToTarget(e, book, calibration);
-  e.search_seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - calibrating;
-  return e;
 }
 
 }  // namespace pipetrain::planner

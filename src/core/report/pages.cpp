@@ -115,7 +115,7 @@ std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string
 
 Table planStagesTable(const plan::Plan& plan) {
   Table t;
-  t.caption = planName(plan) + ", micro-batch " + std::to_string(plan.microbatch_size) + " x " +
+  t.caption = planner::planName(plan) + ", micro-batch " + std::to_string(plan.microbatch_size) + " x " +
               std::to_string(plan.microbatches);
   t.header = {"stage", "layers", "replicas", "devices"};
   for (int s = 0; s < plan.numStages(); ++s) {
@@ -146,7 +146,7 @@ Page pageForExploration(const planner::Exploration& e, const graph::LayerGraph& 
   const auto& best = e.best();
   Page page;
   page.title = title;
-  page.facts = {{"chosen", planName(best.plan)},
+  page.facts = {{"chosen", planner::planName(best.plan)},
                 {"predicted throughput", text::format("%.6g samples/s", best.report.throughput)},
                 {"iteration", text::format("%.4g ms", 1e3 * best.report.iteration_time)},
                 {"mean bubble", text::format("%.1f%%", 100 * best.report.bubble_fraction)},

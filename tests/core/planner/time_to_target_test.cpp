@@ -177,21 +177,6 @@ TEST(UpdateRule, ShortenedProgramGivesTheFullRule) {
   EXPECT_EQ(shapes, 48);
 }
 
-TEST(UpdateRule, TheSearchKeepsEveryAsynchronousFamilysFastestPlan) {
-  FourDevices s;
-  ExploreOptions o;
-  o.global_batch = 64;
-  o.allow_async = true;
-  o.objective = Objective::kTimeToAccuracy;
-  std::set<std::string> families;
-  for (const Candidate& c : explore(s.graph, s.cluster, o).ranked)
-    families.insert(c.plan.schedule.name + (c.plan.numStages() == 1 ? " alone" : ""));
-  for (const char* name : {"pipedream", "2bw", "pipemare"}) {
-    EXPECT_TRUE(families.count(name)) << name;
-    EXPECT_TRUE(families.count(std::string(name) + " alone")) << name;
-  }
-}
-
 // Curves by rule, from a function; the repeat lands 2% short of the yardstick.
 struct FakeCalibrator : Calibrator {
   Calibration c;
@@ -216,6 +201,25 @@ ExploreOptions asyncAllowed() {
   return o;
 }
 
+// explore() under the time-to-accuracy objective, its rules from `calibrator`.
+Exploration exploreForTarget(const FourDevices& s, ExploreOptions o, Calibrator& calibrator,
+                             int max_rules = kMaxCalibratedRules) {
+  o.objective = &objectiveNamed("time-to-accuracy");
+  return explore(s.graph, s.cluster, o, ObjectiveInputs{&calibrator, max_rules});
+}
+
+TEST(UpdateRule, TheSearchKeepsEveryAsynchronousFamilysFastestPlan) {
+  FourDevices s;
+  FakeCalibrator calibrator([](const RuleToCalibrate&) { return linear(1.0, 1000); });
+  std::set<std::string> families;
+  for (const Candidate& c : exploreForTarget(s, asyncAllowed(), calibrator).ranked)
+    families.insert(c.plan.schedule.name + (c.plan.numStages() == 1 ? " alone" : ""));
+  for (const char* name : {"pipedream", "2bw", "pipemare"}) {
+    EXPECT_TRUE(families.count(name)) << name;
+    EXPECT_TRUE(families.count(std::string(name) + " alone")) << name;
+  }
+}
+
 TEST(TimeToTarget, ChoosesTheRuleThatReachesTheTargetFirstAndKeepsThroughputsChoice) {
   FourDevices s;
   const ExploreOptions o = asyncAllowed();
@@ -226,13 +230,13 @@ TEST(TimeToTarget, ChoosesTheRuleThatReachesTheTargetFirstAndKeepsThroughputsCho
   FakeCalibrator calibrator([&](const RuleToCalibrate& r) {
     return r.rule.synchronous ? linear(1.0, 1000) : r.plan.schedule.name == winner ? linear(-1.0, 1000) : linear(2.0, 1000);
   });
-  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, o, calibrator, /*max_rules=*/100);
+  const Exploration e = exploreForTarget(s, o, calibrator, 100);
   ASSERT_FALSE(calibrator.measured.empty());
   EXPECT_EQ(calibrator.measured.front(), "sync b64");  // the yardstick first
   EXPECT_EQ(std::set<std::string>(calibrator.measured.begin(), calibrator.measured.end()).size(),
             calibrator.measured.size());
   EXPECT_EQ(e.rules_measured, static_cast<int>(calibrator.measured.size()));
-  EXPECT_EQ(e.objective, Objective::kTimeToAccuracy);
+  EXPECT_STREQ(e.objective->name(), "time-to-accuracy");
   EXPECT_EQ(e.best().plan.schedule.name, winner);
   EXPECT_NEAR(e.best().to_target->efficiency, 3.0, 1e-9);
   ASSERT_TRUE(e.throughput_choice);
@@ -241,7 +245,7 @@ TEST(TimeToTarget, ChoosesTheRuleThatReachesTheTargetFirstAndKeepsThroughputsCho
   ExploreOptions exhaustive = o;
   exhaustive.prune = false;
   FakeCalibrator again(calibrator.curve_of);
-  EXPECT_EQ(exploreForTimeToTarget(s.graph, s.cluster, exhaustive, again, 100).best().plan.toJson(),
+  EXPECT_EQ(exploreForTarget(s, exhaustive, again, 100).best().plan.toJson(),
             e.best().plan.toJson());
   // Predicted seconds: the yardstick's samples / efficiency / throughput, in order.
   double last = 0;
@@ -264,7 +268,7 @@ TEST(TimeToTarget, TrainsOnlyTheRulesThatCouldWin) {
   FakeCalibrator calibrator([](const RuleToCalibrate&) { return linear(1.0, 1000); });
   ExploreOptions exhaustive = asyncAllowed();
   exhaustive.prune = false;
-  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, exhaustive, calibrator, /*max_rules=*/100);
+  const Exploration e = exploreForTarget(s, exhaustive, calibrator, 100);
   EXPECT_GT(e.plans_bounded, 0);
   EXPECT_EQ(e.rules_over_budget, 0);
   const double best = e.best().to_target->seconds;
@@ -279,13 +283,13 @@ TEST(TimeToTarget, TrainsOnlyTheRulesThatCouldWin) {
   }
   // A limit on the rules leaves the others untrained, and says so.
   FakeCalibrator limited([](const RuleToCalibrate& r) { return r.rule.synchronous ? linear(1.0, 1000) : linear(-1.0, 1000); });
-  const Exploration l = exploreForTimeToTarget(s.graph, s.cluster, asyncAllowed(), limited, 2);
+  const Exploration l = exploreForTarget(s, asyncAllowed(), limited, 2);
   EXPECT_EQ(limited.measured.size(), 2u);
   EXPECT_GT(l.rules_over_budget, 0);
   // Curves the calibrator holds already are not trained again.
   FakeCalibrator cached([](const RuleToCalibrate&) -> LossCurve { throw Error("trained a cached rule"); });
   cached.c = limited.c;
-  const Exploration again = exploreForTimeToTarget(s.graph, s.cluster, asyncAllowed(), cached, 2);
+  const Exploration again = exploreForTarget(s, asyncAllowed(), cached, 2);
   EXPECT_EQ(again.rules_cached, 2);
   EXPECT_EQ(again.best().plan.toJson(), l.best().plan.toJson());
 }
@@ -294,7 +298,7 @@ TEST(TimeToTarget, WithoutAnAsynchronousAdvantageThroughputDecides) {
   FourDevices s;
   ExploreOptions o = asyncAllowed();
   FakeCalibrator calibrator([](const RuleToCalibrate& r) { return r.rule.synchronous ? linear(1.0, 1000) : linear(1.5, 1000); });
-  const Exploration e = exploreForTimeToTarget(s.graph, s.cluster, o, calibrator);
+  const Exploration e = exploreForTarget(s, o, calibrator);
   const plan::Plan fastest = explore(s.graph, s.cluster, o).best().plan;
   o.allow_async = false;
   EXPECT_EQ(e.best().plan.toJson(), explore(s.graph, s.cluster, o).best().plan.toJson());
@@ -308,14 +312,35 @@ TEST(TimeToTarget, NeedsASynchronousYardstick) {
   ExploreOptions o = asyncAllowed();
   o.schedule = "2bw";
   FakeCalibrator calibrator([](const RuleToCalibrate&) { return linear(1.0, 1000); });
-  testing::expectError([&] { exploreForTimeToTarget(s.graph, s.cluster, o, calibrator); },
+  testing::expectError([&] { exploreForTarget(s, o, calibrator); },
                        {"synchronous", "--schedule auto"});
 }
 
-TEST(Objective, NamesRoundTripAndUnknownOnesAreRefused) {
-  EXPECT_EQ(objectiveFromName("time-to-accuracy"), Objective::kTimeToAccuracy);
-  EXPECT_STREQ(objectiveName(objectiveFromName("throughput")), "throughput");
-  testing::expectError([] { objectiveFromName("accuracy"); }, {"accuracy", "time-to-accuracy"});
+TEST(Objective, TheTableNamesEachObjectiveOnceAndRefusesUnknownOnes) {
+  EXPECT_EQ(objectiveNames(), (std::vector<std::string>{"throughput", "time-to-accuracy"}));
+  EXPECT_EQ(&objectiveNamed("throughput"), &throughputObjective());
+  EXPECT_EQ(objectives().front(), &throughputObjective());  // the default
+  testing::expectError([] { objectiveNamed("accuracy"); }, {"accuracy", "throughput, time-to-accuracy"});
+}
+
+TEST(Objective, AnObjectiveThatNeedsACalibratorRefusesToSearchWithoutOne) {
+  FourDevices s;
+  ExploreOptions o = asyncAllowed();
+  o.objective = &objectiveNamed("time-to-accuracy");
+  testing::expectError([&] { explore(s.graph, s.cluster, o); }, {"time-to-accuracy", "no calibrator"});
+}
+
+TEST(Objective, TimeToAccuracyWithOnlySynchronousPlansRanksByThroughputAndSaysSo) {
+  FourDevices s;
+  ExploreOptions o = asyncAllowed();
+  o.allow_async = false;
+  FakeCalibrator calibrator([](const RuleToCalibrate&) -> LossCurve { throw Error("calibrated a synchronous-only run"); });
+  const Exploration e = exploreForTarget(s, o, calibrator);
+  EXPECT_TRUE(calibrator.measured.empty());
+  EXPECT_STREQ(e.objective->name(), "throughput");
+  EXPECT_EQ(e.best().plan.toJson(), explore(s.graph, s.cluster, o).best().plan.toJson());
+  ASSERT_EQ(e.ranking_notes.size(), 1u);
+  EXPECT_NE(e.ranking_notes[0].find("--allow-async"), std::string::npos) << e.ranking_notes[0];
 }
 
 }  // namespace
