@@ -1,7 +1,6 @@
 // The user's own tensors, from a torch.save file (the zip archive Python writes by
 // default since 1.6), read with LibTorch's unpickler.
 #include <fstream>
-#include <iterator>
 
 #include <torch/serialize.h>
 
@@ -64,9 +63,12 @@ Split normalise(torch::Tensor inputs, torch::Tensor labels, const std::string& p
 
 TensorFile readTensorFile(const std::string& path) {
   const FileError fail(path);
-  std::ifstream in(path, std::ios::binary);
+  // One read of the whole file: an istreambuf_iterator copy took ~1 s per 100 MB.
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) fail("cannot open it");
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char> bytes(static_cast<std::size_t>(in.tellg()));
+  in.seekg(0);
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) fail("cannot read it");
   c10::IValue value;
   try {
     value = torch::pickle_load(bytes);

@@ -4,9 +4,7 @@
 
 namespace pipetrain::profiler {
 
-void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
-}
+void synchronize(const torch::Device& device) { runtime::deviceKind(device).synchronize(device); }
 
 Memory measureMemory(const LayerRun& run, const torch::Device& device) {
   MemoryProbe probe(device);

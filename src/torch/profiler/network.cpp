@@ -10,7 +10,6 @@
 #include <map>
 #include <utility>
 
-#include <torch/cuda.h>
 
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
@@ -46,10 +45,10 @@ double hostLinkBandwidth(const torch::Device& device, int64_t bytes, int repeats
   const torch::Tensor host = torch::zeros({bytes}, torch::TensorOptions(torch::kUInt8).pinned_memory(true));
   const torch::Tensor on_device = torch::zeros({bytes}, torch::TensorOptions(torch::kUInt8).device(device));
   auto timed = [&](const torch::Tensor& to, const torch::Tensor& from) {
-    torch::cuda::synchronize(device.index());
+    runtime::deviceKind(device).synchronize(device);
     const auto start = Clock::now();
     to.copy_(from, /*non_blocking=*/true);
-    torch::cuda::synchronize(device.index());
+    runtime::deviceKind(device).synchronize(device);
     return secondsSince(start);
   };
   timed(on_device, host);
@@ -215,7 +214,7 @@ RankHost thisHost(int local_rank, const torch::Device& device, int64_t link_byte
   h.local_rank = local_rank;
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
   h.physical_memory_bytes = pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
-  if (device.is_cuda()) {
+  if (!device.is_cpu()) {  // a device of its own, fed through pinned host memory
     h.gpu_memory_bytes = runtime::deviceMemoryBytes(device);
     h.host_link_bandwidth = hostLinkBandwidth(device, link_bytes, repeats);
   }

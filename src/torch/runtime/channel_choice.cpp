@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "pipetrain/torch/device.h"
 #include "pipetrain/torch/transport.h"
 #include "pipetrain/util/error.h"
 
@@ -18,7 +19,7 @@ std::vector<int64_t> gpusOfRanks(Coordinator& coordinator, const torch::Device& 
   gethostname(host, sizeof host - 1);
   const int64_t host_id = static_cast<int64_t>(std::hash<std::string>{}(host) & ((int64_t{1} << 40) - 1));
   torch::Tensor all = torch::zeros({coordinator.worldSize()}, torch::kLong);
-  if (device.is_cuda()) all[coordinator.rank()] = host_id * 1024 + device.index() + 1;
+  if (deviceKind(device).ncclCapable()) all[coordinator.rank()] = host_id * 1024 + device.index() + 1;
   std::vector<torch::Tensor> list{all};
   coordinator.allReduceSum(list, coordinator.allRanks());
   return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
