@@ -26,8 +26,9 @@ class TimeToAccuracy : public PlanObjective {
  public:
   const char* name() const override { return "time-to-accuracy"; }
   const char* help() const override {
-    return "the least predicted seconds to a held-out loss: throughput times each update rule's progress per sample, "
-           "measured by calibration";
+    return "the least predicted seconds to a held-out loss: the samples synchronous training needs for it, over each "
+           "plan's throughput times its update rule's progress per sample as calibration measures it; "
+           "docs/time_to_accuracy.md";
   }
   bool needsCalibrator() const override { return true; }
 
