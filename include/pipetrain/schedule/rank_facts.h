@@ -1,8 +1,9 @@
 // What an interpreter of one rank's part of a Program needs to know beyond the actions
-// themselves, derived once from the whole Program: the tag each message has, when a
-// stashed weight version is created and dropped, where the gradients of a replicated
-// stage are complete, where a mini-batch ends, and when a send is certain to have been
-// delivered. (A message's other rank is Program::rankOf; the order in which each pair
+// themselves, derived once from the whole Program and resolved per position: each
+// message's peer, edge, tag and mailbox slot, the slots a pass reads its inputs from,
+// when a stashed weight version is created and dropped, where the gradients of a
+// replicated stage are complete, where a mini-batch ends, and when a send is certain to
+// have been delivered. (A message's other rank is Program::rankOf; the order in which each pair
 // of ranks posts its messages, which NCCL needs, is program_check.h's
 // validateInOrderDelivery.) The runtime's executor reads these and decides nothing of
 // its own about the Program; the core's tests check them on every generator.
@@ -10,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -30,30 +32,52 @@ uint32_t messageTag(const Program& program, bool backward, int producer, int con
 // The tag of the message a SEND_F, SEND_B, RECV_F or RECV_B action moves.
 uint32_t messageTag(const Program& program, const Action& message);
 
+// A message a SEND or RECV moves, resolved for the rank that moves it.
+struct MessageFacts {
+  int peer = -1;                     // the rank at the other end
+  int producer = -1, consumer = -1;  // the stage DAG's edge it crosses
+  bool gradient = false;             // the consumer's gradient back to the producer
+  uint32_t tag = 0;                  // messageTag()
+  int slot = -1;                     // RECV: the rank's mailbox slot it arrives in, 0..RankFacts::slots
+};
+
+// One position of the rank's action list, resolved.
+struct PositionFacts {
+  std::optional<MessageFacts> message;  // SEND_F, SEND_B, RECV_F, RECV_B
+  // F: per producer of its stage (Program::stage_preds order), the mailbox slot its input
+  // arrives in; B and I: per consumer (stage_succs order), the slot its output's gradient
+  // arrives in. -1 where that stage's micro-batch runs on this rank.
+  std::vector<int> input_slots;
+  bool stash_at_step = false;       // STEP: a later action still reads the replaced version (stash it)
+  int completes_gradients_of = -1;  // B or W: the stage whose gradients it completes before its ALLREDUCE
+  int minibatch_done = -1;          // the rank's last action of this mini-batch
+  // RECV: positions of this rank's SENDs that are certainly delivered once this message
+  // has arrived: the peer sent it after receiving them. A transport that says a send is
+  // done only when waited on (Gloo) may then wait without deadlock, and a rank need not
+  // hold every payload of a long Program until its end.
+  std::vector<int> sends_delivered;
+};
+
 struct RankFacts {
   int rank = 0;
+  std::vector<PositionFacts> positions;  // one per action of the rank's list
+  int slots = 0;                         // mailbox slots: the messages the rank receives
+  // The ranks this rank sends to or receives from, in increasing order.
+  std::vector<int> peers;
   // Where each stashed version stops being read (program_memory.h), by position.
   std::vector<Retirement> retirements;
-  // Per position: a STEP whose replaced version a later action still reads (stash it).
-  std::vector<char> stash_at_step;
   // (stage, micro-batch) -> the weight version its forward pass reads.
   std::map<std::pair<int, int>, int> forward_version;
   // Stages whose backward pass runs as I then W.
   std::set<int> split_stages;
-  // Position of the B or W that completes a stage's gradients before its ALLREDUCE -> stage.
-  std::map<int, int> completes_gradients_at;
-  // Position of the rank's last action of a mini-batch -> that mini-batch.
-  std::map<int, int> minibatch_done_at;
-  // RECV position -> positions of this rank's SENDs that are certainly delivered once
-  // that message has arrived: the peer sent it after receiving them. A transport that
-  // says a send is done only when waited on (Gloo) may then wait without deadlock,
-  // and a rank need not hold every payload of a long Program until its end.
-  std::map<int, std::vector<int>> sends_delivered_at;
-  // The ranks this rank sends to or receives from, in increasing order.
-  std::vector<int> peers;
   StepCombination steps;           // loss scale and gradient factors (staleness.h)
   std::vector<int> stage_delays;   // per stage, what T1 and T2 are tuned for
 };
+
+// Only what the rank's messages need: positions' messages and input slots, slots and
+// peers (a forward-only Program's, which has no steps to stash or gradients to arm).
+// REQUIRES: program validated, 0 <= rank < program.numRanks().
+RankFacts messageFacts(const Program& program, int rank);
 
 // REQUIRES: program validated, 0 <= rank < program.numRanks().
 RankFacts rankFacts(const Program& program, int rank);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -66,12 +67,50 @@ uint32_t messageTag(const Program& program, const Action& message) {
   return messageTag(program, backward, producer, consumer, microbatch);
 }
 
-RankFacts rankFacts(const Program& program, int rank) {
+RankFacts messageFacts(const Program& program, int rank) {
   RankFacts f;
   f.rank = rank;
   const auto& actions = program.ranks[rank];
+  f.positions.resize(actions.size());
+  // (gradient, producer, consumer, micro-batch) -> the slot its RECV fills. A validated
+  // Program receives a message before the pass that reads it.
+  std::map<std::tuple<bool, int, int, int>, int> slot_of;
+  std::set<int> peers;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    PositionFacts& at = f.positions[i];
+    const int j = a.microbatch;
+    if (isComm(a.type)) {
+      const auto [gradient, producer, consumer, microbatch] = messageOf(a);
+      MessageFacts m{program.rankOf(a.peer_stage, j), producer, consumer, gradient, messageTag(program, a), -1};
+      if (!isSend(a.type)) {
+        m.slot = f.slots++;
+        slot_of[{gradient, producer, consumer, microbatch}] = m.slot;
+      }
+      peers.insert(m.peer);
+      at.message = m;
+    }
+    auto slotOf = [&](bool gradient, int producer, int consumer) {
+      const int other = gradient ? consumer : producer;
+      if (program.rankOf(other, j) == rank) return -1;
+      const auto it = slot_of.find({gradient, producer, consumer, j});
+      if (it == slot_of.end())
+        throw Error("internal: rank " + std::to_string(rank) + " runs " + toString(a) + " before receiving its input");
+      return it->second;
+    };
+    if (a.type == ActionType::F)
+      for (int q : program.stage_preds[a.stage]) at.input_slots.push_back(slotOf(false, q, a.stage));
+    if (a.type == ActionType::B || a.type == ActionType::I)
+      for (int t : program.stage_succs[a.stage]) at.input_slots.push_back(slotOf(true, a.stage, t));
+  }
+  f.peers.assign(peers.begin(), peers.end());
+  return f;
+}
+
+RankFacts rankFacts(const Program& program, int rank) {
+  RankFacts f = messageFacts(program, rank);
+  const auto& actions = program.ranks[rank];
   const int n = static_cast<int>(actions.size());
-  f.stash_at_step.assign(n, 0);
   f.retirements = retirements(program)[rank];
   std::map<std::pair<int, int>, int> retired_at;  // (stage, version) -> position
   for (const Retirement& r : f.retirements) retired_at[{r.stage, r.version}] = r.position;
@@ -80,24 +119,20 @@ RankFacts rankFacts(const Program& program, int rank) {
     const Action& a = actions[i];
     if (a.type == ActionType::STEP) {
       auto it = retired_at.find({a.stage, a.version - 1});
-      f.stash_at_step[i] = it != retired_at.end() && it->second > i;
+      f.positions[i].stash_at_step = it != retired_at.end() && it->second > i;
     }
     if (a.type == ActionType::F) f.forward_version[{a.stage, a.microbatch}] = a.version;
     if (a.type == ActionType::I) f.split_stages.insert(a.stage);
     if (a.type == ActionType::ALLREDUCE)
       for (int k = i - 1; k >= 0; --k)
         if (actions[k].stage == a.stage && (actions[k].type == ActionType::B || actions[k].type == ActionType::W)) {
-          f.completes_gradients_at[k] = a.stage;
+          f.positions[k].completes_gradients_of = a.stage;
           break;
         }
     if (a.microbatch >= 0) last_position[a.microbatch / program.microbatches] = i;
   }
-  for (const auto& [k, i] : last_position) f.minibatch_done_at[i] = k;
-  f.sends_delivered_at = deliveredSends(program, rank);
-  std::set<int> peers;
-  for (const Action& a : actions)
-    if (isComm(a.type)) peers.insert(program.rankOf(a.peer_stage, a.microbatch));
-  f.peers.assign(peers.begin(), peers.end());
+  for (const auto& [k, i] : last_position) f.positions[i].minibatch_done = k;
+  for (auto& [recv, sends] : deliveredSends(program, rank)) f.positions[recv].sends_delivered = std::move(sends);
   f.steps = stepCombination(program);
   f.stage_delays = stageDelays(program);
   return f;

@@ -78,16 +78,18 @@ struct PipelineExecutor::Impl {
   std::map<int, PartRecomputed> part_recomputed;  // per stage of this rank recomputing some of its layers
   std::unique_ptr<TiedGradients> tied;  // models with weights shared between layers
 
-  schedule::RankFacts facts;  // of `program`, derived once per Program
+  schedule::RankFacts facts;       // of `program`, derived once per Program
+  schedule::RankFacts eval_facts;  // the messages of the last forward-only Program evaluated
 
   // Per run.
   std::map<std::pair<int, int>, Activation> live;  // (stage, micro-batch)
-  struct Posted {
-    torch::Tensor buffer;
-    std::unique_ptr<PendingOp> op;
+  // A received message, by its slot (schedule::MessageFacts::slot): posted, then arrived,
+  // then taken by the pass that reads it.
+  struct Mail {
+    torch::Tensor buffer;             // defined from posting until taken
+    std::unique_ptr<PendingOp> op;    // until arrived
   };
-  std::map<uint32_t, Posted> received;        // posted, not yet waited for
-  std::map<uint32_t, torch::Tensor> arrived;  // completed, waiting for their consumer
+  std::vector<Mail> mailbox;
   struct InFlight {
     torch::Tensor payload;
     std::unique_ptr<PendingOp> op;
@@ -110,24 +112,26 @@ struct PipelineExecutor::Impl {
       : program(&p), rank(r), model(m), stages(std::move(s)), channel(t), corrections(c), precision(precision),
         lr_warmup_steps(warmup), latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
 
-  void postReceive(const schedule::Program& p, const Action& a) {
-    const uint32_t tag = schedule::messageTag(p, a);
-    if (received.count(tag)) return;
-    // A gradient has the shape of the activations it belongs to.
-    const bool forward = a.type == ActionType::RECV_F;
-    const Edge& edge = forward ? edges.at({a.peer_stage, a.stage}) : edges.at({a.stage, a.peer_stage});
-    torch::Tensor buffer = torch::empty(edge.messageShape(), torch::dtype(edge.dtype).device(state.at(a.stage).device));
-    auto op = channel.recv(buffer, p.rankOf(a.peer_stage, a.microbatch), tag);
-    received[tag] = Posted{buffer, std::move(op)};
+  // A gradient has the shape of the activations it belongs to.
+  void postReceive(const Action& a, const schedule::MessageFacts& m) {
+    const Edge& edge = edges.at({m.producer, m.consumer});
+    Mail& mail = mailbox.at(m.slot);
+    mail.buffer = torch::empty(edge.messageShape(), torch::dtype(edge.dtype).device(state.at(a.stage).device));
+    mail.op = channel.recv(mail.buffer, m.peer, m.tag);
   }
 
-  torch::Tensor takeReceived(const schedule::Program& p, const Action& recv_action) {
-    auto it = received.find(schedule::messageTag(p, recv_action));
-    if (it == received.end()) throw Error("internal: receive not posted for " + schedule::toString(recv_action));
-    it->second.op->wait();
-    torch::Tensor t = it->second.buffer;
-    received.erase(it);
-    return t;
+  void awaitReceived(const Action& a, const schedule::MessageFacts& m) {
+    Mail& mail = mailbox.at(m.slot);
+    if (!mail.op) throw Error("internal: receive not posted for " + schedule::toString(a));
+    mail.op->wait();
+    mail.op.reset();
+  }
+
+  // The message in `slot`, which its consumer takes once.
+  torch::Tensor takeMail(int slot) {
+    Mail& mail = mailbox.at(slot);
+    if (!mail.buffer.defined() || mail.op) throw Error("internal: no message has arrived in slot " + std::to_string(slot));
+    return std::exchange(mail.buffer, torch::Tensor());
   }
 
   // Runs `compute` with the stage's parameters holding the weights action `a` reads.
@@ -160,22 +164,22 @@ struct PipelineExecutor::Impl {
   // The stage's inputs by producer name: what its producer stages sent, as leaves that
   // collect gradients when training, and the model input where a layer reads it.
   std::map<std::string, torch::Tensor> takeInputs(const schedule::Program& p, const Action& a,
-                                                  const MicrobatchData& data, bool training,
+                                                  const schedule::PositionFacts& at, const MicrobatchData& data,
+                                                  bool training,
                                                   std::map<int, std::vector<torch::Tensor>>* leaves) {
     const int s = a.stage, j = a.microbatch;
     std::map<std::string, torch::Tensor> values;
     if (reads_input[s]) values[models::kModelInput] = toDevice(data.inputs(j), s);
-    for (int q : p.stage_preds[s]) {
+    for (std::size_t k = 0; k < p.stage_preds[s].size(); ++k) {
+      const int q = p.stage_preds[s][k];
       const Edge& edge = edges.at({q, s});
       std::vector<torch::Tensor> tensors;
-      if (p.rankOf(q, j) == rank) {
+      if (at.input_slots[k] < 0) {
         Activation& producer = live.at({q, j});
         for (int l : edge.layers) tensors.push_back(producer.outputs.at(l).detach());
         if (!training && --producer.consumers_left == 0) live.erase({q, j});
       } else {
-        const uint32_t tag = schedule::messageTag(p, false, q, s, j);
-        tensors = edge.unpack(arrived.at(tag));
-        arrived.erase(tag);
+        tensors = edge.unpack(takeMail(at.input_slots[k]));
       }
       for (std::size_t k = 0; k < tensors.size(); ++k) {
         if (training) tensors[k] = tensors[k].detach().requires_grad_(true);
@@ -199,10 +203,11 @@ struct PipelineExecutor::Impl {
     return values.at(model.layers.back().name);
   }
 
-  void forward(const schedule::Program& p, const Action& a, const MicrobatchData& data) {
+  void forward(const schedule::Program& p, const Action& a, const schedule::PositionFacts& at,
+               const MicrobatchData& data) {
     const int s = a.stage, j = a.microbatch;
     Activation act;
-    std::map<std::string, torch::Tensor> values = takeInputs(p, a, data, true, &act.inputs);
+    std::map<std::string, torch::Tensor> values = takeInputs(p, a, at, data, true, &act.inputs);
     const torch::Tensor labels = p.isLastStage(s) ? toDevice(data.labels(j), s) : torch::Tensor();
     AutocastScope autocast(precision, state.at(s).device);
     const bool recompute = stages[s].recompute;
@@ -233,10 +238,11 @@ struct PipelineExecutor::Impl {
     live[{s, j}] = std::move(act);
   }
 
-  void evalForward(const schedule::Program& p, const Action& a, const MicrobatchData& data, EvalResult& result) {
+  void evalForward(const schedule::Program& p, const Action& a, const schedule::PositionFacts& at,
+                   const MicrobatchData& data, EvalResult& result) {
     const int s = a.stage, j = a.microbatch;
     AutocastScope autocast(precision, state.at(s).device);
-    const auto values = models::forwardLayers(model, stages[s].layers, takeInputs(p, a, data, false, nullptr));
+    const auto values = models::forwardLayers(model, stages[s].layers, takeInputs(p, a, at, data, false, nullptr));
     if (!p.isLastStage(s)) {
       Activation act;
       act.outputs = sentOutputs(p, s, values);
@@ -287,23 +293,23 @@ struct PipelineExecutor::Impl {
 
   // What the backward pass starts from: the scaled loss on the last stage; elsewhere the
   // outputs later stages read, each with the sum of the gradients its consumers sent.
-  std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> backwardRoots(const Action& a) {
+  std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> backwardRoots(const Action& a,
+                                                                                const schedule::PositionFacts& at) {
     const int s = a.stage, j = a.microbatch;
     Activation& act = live.at({s, j});
     if (program->isLastStage(s)) return {{act.loss}, {torch::ones_like(act.loss)}};
     std::map<int, torch::Tensor> grads;  // per output layer
-    for (int t : program->stage_succs[s]) {
+    for (std::size_t k = 0; k < program->stage_succs[s].size(); ++k) {
+      const int t = program->stage_succs[s][k];
       const Edge& edge = edges.at({s, t});
       torch::Tensor message;
-      if (program->rankOf(t, j) == rank) {
+      if (at.input_slots[k] < 0) {
         Activation& consumer = live.at({t, j});
         message = consumer.input_grads.at(s);
         consumer.input_grads.erase(s);
         finishIfDone(t, j);
       } else {
-        const uint32_t tag = schedule::messageTag(*program, true, s, t, j);
-        message = arrived.at(tag);
-        arrived.erase(tag);
+        message = takeMail(at.input_slots[k]);
       }
       const std::vector<torch::Tensor> parts = edge.unpack(message);
       for (std::size_t k = 0; k < parts.size(); ++k) {
@@ -333,11 +339,11 @@ struct PipelineExecutor::Impl {
     }
   }
 
-  void backward(const Action& a) {
+  void backward(const Action& a, const schedule::PositionFacts& at) {
     const int s = a.stage;
     const auto part = part_recomputed.find(s);
     if (part == part_recomputed.end() && live.at({s, a.microbatch}).replay) recomputeForward(a);
-    auto [roots, root_grads] = backwardRoots(a);
+    auto [roots, root_grads] = backwardRoots(a, at);
     Activation& act = live.at({s, a.microbatch});
     std::vector<torch::Tensor> leaves;
     for (const auto& [q, tensors] : act.inputs) leaves.insert(leaves.end(), tensors.begin(), tensors.end());
@@ -462,7 +468,7 @@ struct PipelineExecutor::Impl {
     if (!act.weights_pending && act.input_grads.empty() && !act.loss.defined() && act.outputs.empty()) live.erase({s, j});
   }
 
-  void send(const schedule::Program& p, const Action& a, int position, bool training) {
+  void send(const Action& a, int position, const schedule::MessageFacts& m, bool training) {
     const int s = a.stage, j = a.microbatch;
     Activation& act = live.at({s, j});
     torch::Tensor payload;
@@ -477,16 +483,14 @@ struct PipelineExecutor::Impl {
       payload = edge.pack(tensors);
       if (!training && --act.consumers_left == 0) live.erase({s, j});
     }
-    auto op = channel.send(payload, p.rankOf(a.peer_stage, j), schedule::messageTag(p, a));
+    auto op = channel.send(payload, m.peer, m.tag);
     sends[position] = InFlight{payload, std::move(op)};
     max_sends_held = std::max(max_sends_held, static_cast<int>(sends.size()));
   }
 
   // These sends have certainly been delivered (NOTE(send-release) in schedule/rank_facts.cpp).
-  void releaseDeliveredSends(int recv_position) {
-    auto it = facts.sends_delivered_at.find(recv_position);
-    if (it == facts.sends_delivered_at.end()) return;
-    for (int position : it->second) {
+  void releaseDeliveredSends(const schedule::PositionFacts& at) {
+    for (int position : at.sends_delivered) {
       auto send = sends.find(position);
       if (send == sends.end()) continue;
       send->second.op->wait();
@@ -499,19 +503,18 @@ struct PipelineExecutor::Impl {
 
   // Before the backward pass that completes a replicated stage's gradients: reduce each
   // bucket as soon as that pass has finished it.
-  void armBuckets(int position) {
-    auto it = facts.completes_gradients_at.find(position);
-    if (it != facts.completes_gradients_at.end()) state.at(it->second).buckets->arm();
+  void armBuckets(const schedule::PositionFacts& at) {
+    if (at.completes_gradients_of >= 0) state.at(at.completes_gradients_of).buckets->arm();
   }
 
   // The stage's next version (stage_state.h), with this rank's scale for its gradients,
   // the warm-up's rate and, under PipeMare, T1's factor on it and T2's decay for the
   // stage's delay.
-  void step(const Action& a, int position) {
+  void step(const Action& a, const schedule::PositionFacts& at) {
     const int s = a.stage;
     StageState& st = state.at(s);
     StepOptions o;
-    o.stash_old = facts.stash_at_step[position];
+    o.stash_old = at.stash_at_step;
     o.gradient_factor = facts.steps.gradient_factor[s].at(a.version);
     if (tied)
       tied->beforeStep(s, a.version, [&](int stage, int v) { return facts.steps.gradient_factor[stage].at(v); });
@@ -525,6 +528,9 @@ struct PipelineExecutor::Impl {
   RunResult execute(const schedule::Program& p, const MicrobatchData& data, Clock::time_point origin,
                     const std::function<void(int, double)>& on_minibatch, EvalResult* eval) {
     const auto& actions = p.ranks[rank];
+    const schedule::RankFacts& f = eval ? eval_facts : facts;  // of `p`
+    mailbox.clear();
+    mailbox.resize(f.slots);
     for (auto& [s, st] : state) {
       st.version = 0;  // the Program's version 0 is the weights as they are now
       if (!st.stash.empty()) throw Error("internal: stashed versions left from the last run");
@@ -538,9 +544,10 @@ struct PipelineExecutor::Impl {
     for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
       for (; posted < static_cast<int>(actions.size()) && posted <= i + kReceiveLookahead; ++posted) {
         const Action& ahead = actions[posted];
-        if (ahead.type == ActionType::RECV_F || ahead.type == ActionType::RECV_B) postReceive(p, ahead);
+        if (ahead.type == ActionType::RECV_F || ahead.type == ActionType::RECV_B) postReceive(ahead, *f.positions[posted].message);
       }
       const Action& a = actions[i];
+      const schedule::PositionFacts& at = f.positions[i];
       const auto start = Clock::now();
       const bool compute = !eval && a.type != ActionType::RECV_F && a.type != ActionType::RECV_B &&
                            a.type != ActionType::SEND_F && a.type != ActionType::SEND_B;
@@ -548,29 +555,29 @@ struct PipelineExecutor::Impl {
       switch (a.type) {
         case ActionType::RECV_F:
         case ActionType::RECV_B:
-          arrived[schedule::messageTag(p, a)] = takeReceived(p, a);
+          awaitReceived(a, *at.message);
           result.wait_seconds += seconds(Clock::now()) - seconds(start);
-          if (!eval) releaseDeliveredSends(i);
+          releaseDeliveredSends(at);
           break;
         case ActionType::SEND_F:
         case ActionType::SEND_B:
-          send(p, a, i, eval == nullptr);
+          send(a, i, *at.message, eval == nullptr);
           break;
         case ActionType::F:
-          if (eval) evalForward(p, a, data, *eval);
-          else forward(p, a, data);
+          if (eval) evalForward(p, a, at, data, *eval);
+          else forward(p, a, at, data);
           break;
         case ActionType::B:
         case ActionType::I:
-          armBuckets(i);
-          backward(a);
+          armBuckets(at);
+          backward(a, at);
           break;
         case ActionType::W:
-          armBuckets(i);
+          armBuckets(at);
           weightBackward(a);
           break;
         case ActionType::ALLREDUCE: allReduce(a.stage); break;
-        case ActionType::STEP: step(a, i); break;
+        case ActionType::STEP: step(a, at); break;
         default: break;
       }
       if (eval) continue;
@@ -579,13 +586,12 @@ struct PipelineExecutor::Impl {
       for (; next_retirement < retiring.size() && retiring[next_retirement].position <= i; ++next_retirement)
         state.at(retiring[next_retirement].stage).stash.erase(retiring[next_retirement].version);
       if (compute) timer.stop(a);
-      auto done = facts.minibatch_done_at.find(i);
-      if (done != facts.minibatch_done_at.end()) {
+      if (at.minibatch_done >= 0) {
         // Reported one mini-batch late: reading a loss waits for the device to compute it,
         // and by then the next mini-batch's work is queued, so a GPU never idles while the
         // host catches up.
         if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean());
-        unreported = minibatchLoss(p, done->second);
+        unreported = minibatchLoss(p, at.minibatch_done);
       }
     }
     if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean());
@@ -596,9 +602,10 @@ struct PipelineExecutor::Impl {
     result.max_sends_held = max_sends_held;
     max_sends_held = 0;
     result.wait_seconds += seconds(Clock::now()) - seconds(flush);
-    if (!live.empty() || !received.empty() || !arrived.empty())
+    const auto unused = std::count_if(mailbox.begin(), mailbox.end(), [](const Mail& m) { return m.buffer.defined(); });
+    if (!live.empty() || unused > 0)
       throw Error("rank " + std::to_string(rank) + ": the schedule left " + std::to_string(live.size()) +
-                  " activations and " + std::to_string(received.size() + arrived.size()) + " messages unused");
+                  " activations and " + std::to_string(unused) + " messages unused");
     return result;
   }
 };
@@ -672,6 +679,7 @@ RunResult PipelineExecutor::run(const schedule::Program& program, const Microbat
 EvalResult PipelineExecutor::evaluate(const schedule::Program& forward_only, const MicrobatchData& data) {
   torch::NoGradGuard no_grad;
   EvalResult result;
+  impl_->eval_facts = schedule::messageFacts(forward_only, impl_->rank);
   impl_->execute(forward_only, data, Clock::now(), {}, &result);
   return result;
 }

@@ -62,6 +62,49 @@ TEST(RankFacts, TagsPairEverySendWithItsReceive) {
   }
 }
 
+// Every message resolved where it moves: its peer and tag on both ends, one mailbox slot
+// per receive, and each pass reading its inputs from the slots their receives filled.
+TEST(RankFacts, EveryMessageAndInputIsResolvedToItsSlot) {
+  for (const Program& p : everySchedule()) {
+    SCOPED_TRACE(p.schedule + " on " + std::to_string(p.numRanks()) + " ranks");
+    for (int r = 0; r < p.numRanks(); ++r) {
+      const RankFacts facts = rankFacts(p, r);
+      ASSERT_EQ(facts.positions.size(), p.ranks[r].size());
+      std::map<MessageKey, int> slot_of;
+      std::set<int> slots;
+      for (std::size_t i = 0; i < facts.positions.size(); ++i) {
+        const Action& a = p.ranks[r][i];
+        const PositionFacts& at = facts.positions[i];
+        ASSERT_EQ(at.message.has_value(), isComm(a.type)) << toString(a);
+        if (at.message) {
+          EXPECT_EQ(at.message->tag, messageTag(p, a));
+          EXPECT_EQ(at.message->peer, p.rankOf(a.peer_stage, a.microbatch));
+          const auto [gradient, producer, consumer, microbatch] = messageOf(a);
+          EXPECT_EQ(at.message->gradient, gradient);
+          EXPECT_EQ(std::make_pair(at.message->producer, at.message->consumer), std::make_pair(producer, consumer));
+          if (isRecv(a.type)) {
+            EXPECT_TRUE(slots.insert(at.message->slot).second) << "a slot filled twice";
+            slot_of[messageOf(a)] = at.message->slot;
+          } else {
+            EXPECT_EQ(at.message->slot, -1);
+          }
+        }
+        const bool forward = a.type == ActionType::F, backward = a.type == ActionType::B || a.type == ActionType::I;
+        const std::vector<int>& others = forward ? p.stage_preds[a.stage] : p.stage_succs[a.stage];
+        ASSERT_EQ(at.input_slots.size(), forward || backward ? others.size() : 0u) << toString(a);
+        for (std::size_t k = 0; k < at.input_slots.size(); ++k) {
+          const bool remote = p.rankOf(others[k], a.microbatch) != r;
+          const MessageKey key = forward ? MessageKey{false, others[k], a.stage, a.microbatch}
+                                         : MessageKey{true, a.stage, others[k], a.microbatch};
+          EXPECT_EQ(at.input_slots[k], remote ? slot_of.at(key) : -1) << toString(a);
+        }
+      }
+      EXPECT_EQ(facts.slots, static_cast<int>(slots.size()));
+      EXPECT_EQ(messageFacts(p, r).slots, facts.slots);
+    }
+  }
+}
+
 // A send is released at a receive from its own peer, which the peer sent after taking
 // the send in: it cannot still be in flight.
 TEST(RankFacts, SendsAreReleasedOnlyOnceTheirPeerHasAnswered) {
@@ -70,7 +113,9 @@ TEST(RankFacts, SendsAreReleasedOnlyOnceTheirPeerHasAnswered) {
     for (int r = 0; r < p.numRanks(); ++r) {
       const RankFacts facts = rankFacts(p, r);
       std::set<int> released;
-      for (const auto& [recv_pos, sends] : facts.sends_delivered_at) {
+      for (int recv_pos = 0; recv_pos < static_cast<int>(facts.positions.size()); ++recv_pos) {
+        const std::vector<int>& sends = facts.positions[recv_pos].sends_delivered;
+        if (sends.empty()) continue;
         const Action& answer = p.ranks[r][recv_pos];
         ASSERT_TRUE(isRecv(answer.type));
         const int peer = p.rankOf(answer.peer_stage, answer.microbatch);
@@ -99,20 +144,20 @@ TEST(RankFacts, OneFOneBReleasesAnActivationWhenItsGradientComesBack) {
   const Program p = build("1f1b", 2, 4, 1);
   const RankFacts facts = rankFacts(p, 0);
   // Rank 1 sends B0 after taking F0 and before F1: F0 is delivered then, F1 may not be.
-  EXPECT_EQ(facts.sends_delivered_at.at(positionOf(p, 0, ActionType::RECV_B, 0)),
+  EXPECT_EQ(facts.positions.at(positionOf(p, 0, ActionType::RECV_B, 0)).sends_delivered,
             std::vector<int>{positionOf(p, 0, ActionType::SEND_F, 0)});
 }
 
 TEST(RankFacts, StashesOnlyVersionsReadLater) {
   const Program gpipe = build("gpipe", 3, 6, 2), pipedream = build("pipedream", 3, 6, 2);
   for (int r = 0; r < 3; ++r)
-    for (char stash : rankFacts(gpipe, r).stash_at_step) EXPECT_FALSE(stash) << "rank " << r;
+    for (const PositionFacts& at : rankFacts(gpipe, r).positions) EXPECT_FALSE(at.stash_at_step) << "rank " << r;
   // PipeDream's first stage steps after each backward pass while later micro-batches'
   // forward passes, on older versions, still owe their backward passes.
   const RankFacts first = rankFacts(pipedream, 0);
   int stashed = 0;
-  for (std::size_t i = 0; i < first.stash_at_step.size(); ++i)
-    if (first.stash_at_step[i]) {
+  for (std::size_t i = 0; i < first.positions.size(); ++i)
+    if (first.positions[i].stash_at_step) {
       EXPECT_EQ(pipedream.ranks[0][i].type, ActionType::STEP);
       ++stashed;
     }
@@ -128,15 +173,17 @@ TEST(RankFacts, MiniBatchesEndAtTheirLastAction) {
   const Program p = build("1f1b", 3, 6, 3);
   for (int r = 0; r < 3; ++r) {
     const RankFacts facts = rankFacts(p, r);
-    ASSERT_EQ(facts.minibatch_done_at.size(), 3u);
     int k = 0;
-    for (const auto& [position, minibatch] : facts.minibatch_done_at) {
+    for (int position = 0; position < static_cast<int>(facts.positions.size()); ++position) {
+      const int minibatch = facts.positions[position].minibatch_done;
+      if (minibatch < 0) continue;
       EXPECT_EQ(minibatch, k++);
       for (int i = position + 1; i < static_cast<int>(p.ranks[r].size()); ++i) {
         if (p.ranks[r][i].microbatch < 0) continue;
         EXPECT_GT(p.ranks[r][i].microbatch / p.microbatches, minibatch);
       }
     }
+    EXPECT_EQ(k, 3);
   }
 }
 
@@ -145,12 +192,16 @@ TEST(RankFacts, AReplicatedStageReducesAfterItsLastBackwardPass) {
     SCOPED_TRACE(name);
     const Program p = build(name, 0, 4, 2, {2, 1});
     const RankFacts facts = rankFacts(p, 0);  // replica 0 of stage 0
-    ASSERT_EQ(facts.completes_gradients_at.size(), 2u);  // once per mini-batch
-    for (const auto& [position, stage] : facts.completes_gradients_at) {
+    int completing = 0;
+    for (int position = 0; position < static_cast<int>(facts.positions.size()); ++position) {
+      const int stage = facts.positions[position].completes_gradients_of;
+      if (stage < 0) continue;
+      ++completing;
       EXPECT_EQ(stage, 0);
       const ActionType t = p.ranks[0][position].type;
       EXPECT_TRUE(t == ActionType::B || t == ActionType::W) << toString(p.ranks[0][position]);
     }
+    EXPECT_EQ(completing, 2);  // once per mini-batch
     EXPECT_EQ(facts.split_stages.size(), name == "zb-h1" ? 1u : 0u);
   }
 }
