@@ -58,10 +58,20 @@ int64_t agreeOnRunId(Coordinator& t) {
   return id[0][0].item<int64_t>();
 }
 
-// The plan against the model and the job: every layer in one stage, stages that are
-// convex sets of the model's layers, one rank per device. Memory is the runtime's to
-// report, not to check here. Returns the plan's stage DAG.
-schedule::StageDag checkPlan(const TrainConfig& c, int world_size, const models::Model& model) {
+// What a rank's run derives from its plan, once: the stage DAG, each stage's layers, the
+// Program of one mini-batch (which ranks run which stages: the replicas and the devices)
+// and this rank's stages. Longer Programs (trainRank's programOf) share its layout.
+struct RankLayout {
+  schedule::StageDag dag;
+  std::vector<StageLayers> stages;
+  schedule::Program one;
+  std::vector<int> mine;
+};
+
+// The plan checked against the model and the job (every layer in one stage, stages that
+// are convex sets of the model's layers, one rank per device), and laid out for `rank`.
+// Memory is the runtime's to report, not to check here.
+RankLayout layoutOf(const TrainConfig& c, int world_size, int rank, const models::Model& model) {
   const plan::Plan& p = c.plan;
   const std::vector<std::string> ranks = plan::rankDeviceNames(p);
   std::vector<cluster::Device> devices;
@@ -77,8 +87,12 @@ schedule::StageDag checkPlan(const TrainConfig& c, int world_size, const models:
                                      "the job's ranks");
   const graph::LayerGraph graph = model.layerGraph();
   plan::validate(p, graph, cluster, "plan");
-  stageLayers(p, model);
-  return plan::stageDag(p, graph);
+  RankLayout layout;
+  layout.stages = stageLayers(p, model);
+  layout.dag = plan::stageDag(p, graph);
+  layout.one = plan::programForPlan(p, layout.dag, 1);
+  layout.mine = layout.one.stagesOfRank(rank);
+  return layout;
 }
 
 // Inference mode for some layers (BatchNorm uses its running statistics), and back to
@@ -312,7 +326,7 @@ LatestWeightCorrections correctionsOf(const plan::ScheduleOptions& s) {
 
 schedule::Program checkConfig(const TrainConfig& c, const models::Model& model, int world_size) {
   checkNumbers(c);
-  return plan::programForPlan(c.plan, checkPlan(c, world_size, model), 1);
+  return layoutOf(c, world_size, 0, model).one;
 }
 
 RankResult trainRank(const TrainConfig& c, Transport& t, const std::function<void(const Progress&)>& on_progress,
@@ -328,15 +342,16 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   checkNumbers(c);
   const torch::Device device = rankDevice(c.device, localRank(t.rank()));
   models::Model model = openModel(c);
-  const schedule::StageDag dag = checkPlan(c, t.worldSize(), model);
+  const RankLayout layout = layoutOf(c, t.worldSize(), t.rank(), model);
+  const schedule::StageDag& dag = layout.dag;
+  const std::vector<StageLayers>& stages = layout.stages;
+  const schedule::Program& one = layout.one;
+  const std::vector<int>& mine = layout.mine;
   // On a GPU, from before the weights arrive: the peak holds them, the optimizer's state,
   // the activations and the messages.
   std::optional<profiler::MemoryProbe> device_memory;
   if (!device.is_cpu()) device_memory.emplace(device);
   models::moveTo(model, device);
-  const std::vector<StageLayers> stages = stageLayers(c.plan, model);
-  const schedule::Program one = plan::programForPlan(c.plan, dag, 1);
-  const std::vector<int> mine = one.stagesOfRank(t.rank());
 
   RankResult result;
   result.rank = t.rank();
