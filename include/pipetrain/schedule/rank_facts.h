@@ -49,6 +49,9 @@ struct PositionFacts {
   // arrives in. -1 where that stage's micro-batch runs on this rank.
   std::vector<int> input_slots;
   bool stash_at_step = false;       // STEP: a later action still reads the replaced version (stash it)
+  // (stage, version) of the stashed versions nothing reads after this action (drop them;
+  // program_memory.h's retirements, the accounting's rule).
+  std::vector<std::pair<int, int>> retire;
   int completes_gradients_of = -1;  // B or W: the stage whose gradients it completes before its ALLREDUCE
   int minibatch_done = -1;          // the rank's last action of this mini-batch
   // RECV: positions of this rank's SENDs that are certainly delivered once this message
@@ -64,8 +67,6 @@ struct RankFacts {
   int slots = 0;                         // mailbox slots: the messages the rank receives
   // The ranks this rank sends to or receives from, in increasing order.
   std::vector<int> peers;
-  // Where each stashed version stops being read (program_memory.h), by position.
-  std::vector<Retirement> retirements;
   // (stage, micro-batch) -> the weight version its forward pass reads.
   std::map<std::pair<int, int>, int> forward_version;
   // Stages whose backward pass runs as I then W.

@@ -111,9 +111,12 @@ RankFacts rankFacts(const Program& program, int rank) {
   RankFacts f = messageFacts(program, rank);
   const auto& actions = program.ranks[rank];
   const int n = static_cast<int>(actions.size());
-  f.retirements = retirements(program)[rank];
   std::map<std::pair<int, int>, int> retired_at;  // (stage, version) -> position
-  for (const Retirement& r : f.retirements) retired_at[{r.stage, r.version}] = r.position;
+  const std::vector<Retirement> retired = retirements(program)[rank];
+  for (const Retirement& r : retired) {
+    retired_at[{r.stage, r.version}] = r.position;
+    if (r.position < n) f.positions[std::max(0, r.position)].retire.push_back({r.stage, r.version});
+  }
   std::map<int, int> last_position;  // mini-batch -> the rank's last action of it
   for (int i = 0; i < n; ++i) {
     const Action& a = actions[i];

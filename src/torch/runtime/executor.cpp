@@ -538,7 +538,6 @@ struct PipelineExecutor::Impl {
     RunResult result;
     auto seconds = [origin](Clock::time_point t) { return std::chrono::duration<double>(t - origin).count(); };
     ActionTimer timer(model.device, origin);
-    std::size_t next_retirement = 0;
     int posted = 0;
     std::optional<MinibatchLoss> unreported;
     for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
@@ -582,9 +581,7 @@ struct PipelineExecutor::Impl {
       }
       if (eval) continue;
       // A stashed version is dropped once nothing later reads it (the accounting's rule).
-      const auto& retiring = facts.retirements;
-      for (; next_retirement < retiring.size() && retiring[next_retirement].position <= i; ++next_retirement)
-        state.at(retiring[next_retirement].stage).stash.erase(retiring[next_retirement].version);
+      for (const auto& [stage, version] : at.retire) state.at(stage).stash.erase(version);
       if (compute) timer.stop(a);
       if (at.minibatch_done >= 0) {
         // Reported one mini-batch late: reading a loss waits for the device to compute it,

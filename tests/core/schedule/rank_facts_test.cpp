@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -162,6 +163,16 @@ TEST(RankFacts, StashesOnlyVersionsReadLater) {
       ++stashed;
     }
   EXPECT_GT(stashed, 0);
+  // Each stashed version is dropped where the memory accounting retires it.
+  const std::vector<Retirement> retired = retirements(pipedream)[0];
+  std::size_t dropped = 0;
+  for (const Retirement& r : retired) {
+    const auto& at = first.positions.at(std::max(0, r.position)).retire;
+    EXPECT_NE(std::find(at.begin(), at.end(), std::make_pair(r.stage, r.version)), at.end()) << r.position;
+  }
+  for (const PositionFacts& at : first.positions) dropped += at.retire.size();
+  EXPECT_EQ(dropped, retired.size());
+  EXPECT_GT(dropped, 0u);
   for (const auto& [key, version] : first.forward_version) {
     const auto [stage, microbatch] = key;
     EXPECT_EQ(pipedream.ranks[0][positionOf(pipedream, 0, ActionType::F, microbatch)].version, version);
