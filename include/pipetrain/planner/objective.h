@@ -57,11 +57,11 @@ class PlanObjective {
   // ranking, a clause after "chosen: ...", and the fields it adds to the JSON.
   virtual std::vector<std::string> header() const { return {}; }
   virtual std::string caption() const { return ""; }
-  virtual std::vector<std::string> cells(const Candidate& c) const { return {}; }
+  virtual std::vector<std::string> cells(const Candidate& /*c*/) const { return {}; }
   virtual void addNotes(const Exploration& e, std::vector<std::string>& notes) const = 0;
-  virtual std::string chosenClause(const Candidate& best) const { return ""; }
-  virtual void addJson(const Exploration& e, json_io::Json& j) const {}
-  virtual void addCandidateJson(const Candidate& c, json_io::Json& j) const {}
+  virtual std::string chosenClause(const Candidate& /*best*/) const { return ""; }
+  virtual void addJson(const Exploration& /*e*/, json_io::Json& /*j*/) const {}
+  virtual void addCandidateJson(const Candidate& /*c*/, json_io::Json& /*j*/) const {}
 };
 
 // The table of objectives, throughput first (the default).

@@ -3,10 +3,10 @@
 // message's peer, edge, tag and mailbox slot, the slots a pass reads its inputs from,
 // when a stashed weight version is created and dropped, where the gradients of a
 // replicated stage are complete, where a mini-batch ends, and when a send is certain to
-// have been delivered. (A message's other rank is Program::rankOf; the order in which each pair
-// of ranks posts its messages, which NCCL needs, is program_check.h's
-// validateInOrderDelivery.) The runtime's executor reads these and decides nothing of
-// its own about the Program; the core's tests check them on every generator.
+// have been delivered. (The order in which each pair of ranks posts its messages, which
+// NCCL needs, is program_check.h's validateInOrderDelivery.) The runtime's executor
+// reads these and decides nothing of its own about the Program; the core's tests check
+// them on every generator.
 #pragma once
 
 #include <cstdint>
