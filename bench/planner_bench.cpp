@@ -210,7 +210,8 @@ PlanRun planInChild(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
     try {
       const auto start = std::chrono::steady_clock::now();
       ModeledCalibrator calibrator;
-      const planner::Exploration e = planner::explore(graph, cluster, o, planner::ObjectiveInputs{&calibrator});
+      const planner::Exploration e = planner::explore(
+          graph, cluster, o, planner::ObjectiveInputs{[&]() -> planner::Calibrator& { return calibrator; }});
       run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       run.throughput = e.best().report.throughput;
       // The choice simulated whole, without the extrapolation the planner ranks by.

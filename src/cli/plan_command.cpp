@@ -69,7 +69,7 @@ int run(PlanCommandArgs a) {
   planner::ObjectiveInputs inputs;
   if (!a.calibration.empty()) {
     file = std::make_unique<CalibrationFile>(a.calibration, a.explore.global_batch);
-    inputs.calibrator = file.get();
+    inputs.calibrator = [&file]() -> planner::Calibrator& { return *file; };
   }
   const planner::Exploration e = planner::explore(graph, cluster, a.explore, inputs);
   if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());

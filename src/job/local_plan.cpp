@@ -70,17 +70,19 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   const cluster::ClusterSpec cluster = localCluster(job.ranks, memory, concurrent);
   planner::ObjectiveInputs inputs;
   std::optional<runtime::RuleCalibrator> calibrator;
-  std::string calibration_path;
-  if (request.objective->needsCalibrator()) {
-    calibration_path = calibrationPath(profile.cached_path.empty() ? graph_path : profile.cached_path);
-    calibrator.emplace(config, global_batch, request.calibration, calibration_path);
-    inputs.calibrator = &*calibrator;
-    say(formatted("%s: the update rules that could win are calibrated, about %g s each (cache: %s)",
-                  request.objective->name(), request.calibration.seconds_per_rule, calibration_path.c_str()));
-  }
+  const std::string calibration_path =
+      calibrationPath(profile.cached_path.empty() ? graph_path : profile.cached_path);
+  inputs.calibrator = [&]() -> planner::Calibrator& {
+    if (!calibrator) {
+      calibrator.emplace(config, global_batch, request.calibration, calibration_path);
+      say(formatted("%s: calibrating the update rules that could win, about %g s each (cache: %s)",
+                    request.objective->name(), request.calibration.seconds_per_rule, calibration_path.c_str()));
+    }
+    return *calibrator;
+  };
   o.objective = request.objective;
   const planner::Exploration e = planner::explore(graph, cluster, o, inputs);
-  const double calibration_seconds = calibrator ? calibrator->trainingSeconds() : 0;
+  const double calibration_seconds = e.calibration_seconds;
   const double planning_seconds = secondsSince(planning_start) - calibration_seconds;
   plan::Plan chosen = e.best().plan;
   applyScheduleOptions(job.args.schedule, chosen);
@@ -90,7 +92,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   planner["profile"] = profile.summary;
   planner["planning_seconds"] = planning_seconds;
   planner["objective"] = e.objective->name();
-  const bool calibrated = calibrator && e.objective == request.objective;
+  const bool calibrated = calibrator.has_value();
   if (calibrated) {
     json_io::Json calibration = e.calibrationJson();
     calibration["path"] = calibration_path;

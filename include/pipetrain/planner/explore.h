@@ -115,6 +115,7 @@ struct Exploration {
   double best_predicted = 0;            // the best prediction, where another plan within the noise was chosen
   const PlanObjective* objective = &throughputObjective();  // what ranked it
   std::vector<std::string> ranking_notes;  // the objective's, on how it ranked (e.g. why it fell back to throughput)
+  double calibration_seconds = 0;          // training the objective's calibrator did: not in search_seconds
   // Under the time-to-accuracy objective (time_to_target.h): the loss the times are to,
   // the samples that calibration trained per rule, its noise, and the plan throughput
   // alone would have chosen.

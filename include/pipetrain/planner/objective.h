@@ -28,8 +28,11 @@ inline constexpr int kMaxCalibratedRules = 8;
 
 // What an objective may need beyond the model, the cluster and the options.
 struct ObjectiveInputs {
-  Calibrator* calibrator = nullptr;      // where update rules' loss curves come from (time_to_target.h)
-  int max_rules = kMaxCalibratedRules;   // calibrator's limit on the rules it trains
+  // Where update rules' loss curves come from (time_to_target.h), made on first call:
+  // making one costs (the model and held-out data are opened), and an objective calls it
+  // only where its ranking needs curves.
+  std::function<Calibrator&()> calibrator;
+  int max_rules = kMaxCalibratedRules;  // the calibrator's limit on the rules it trains
 };
 
 class PlanObjective {
@@ -37,7 +40,7 @@ class PlanObjective {
   virtual ~PlanObjective() = default;
   virtual const char* name() const = 0;  // as --objective takes it
   virtual const char* help() const = 0;  // what it ranks by, for --help
-  // Whether rank() needs ObjectiveInputs::calibrator: explore() refuses to start without one.
+  // Whether rank() may need ObjectiveInputs::calibrator: explore() refuses to start without one.
   virtual bool needsCalibrator() const { return false; }
 
   // The search. Plans of different families compete apart: each family's best is kept

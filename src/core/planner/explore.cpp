@@ -4,7 +4,6 @@
 #include <chrono>
 
 #include "explorer.h"
-#include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
@@ -124,10 +123,9 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
                 std::to_string(result.dropped.size()) + " combinations tried), e.g.:" + reasons);
   }
   // The objective's time counts as the planner's, not the training a calibrator does for it.
-  const double training_before = inputs.calibrator ? inputs.calibrator->trainingSeconds() : 0;
   o.objective->rank(result, graph, inputs);
-  const double training = inputs.calibrator ? inputs.calibrator->trainingSeconds() - training_before : 0;
-  result.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - training;
+  result.search_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - result.calibration_seconds;
   return result;
 }
 

@@ -70,8 +70,11 @@ class TimeToAccuracy : public PlanObjective {
       throughputObjective().rank(e, graph, inputs);
       return;
     }
+    Calibrator& calibrator = inputs.calibrator();
+    const double trained_before = calibrator.trainingSeconds();
     UpdateRules book(graph);
-    const Calibration& calibration = calibrateRules(e, book, *inputs.calibrator, inputs.max_rules);
+    const Calibration& calibration = calibrateRules(e, book, calibrator, inputs.max_rules);
+    e.calibration_seconds = calibrator.trainingSeconds() - trained_before;
     rankByTimeToTarget(e, book, calibration);
     e.objective = this;
   }
