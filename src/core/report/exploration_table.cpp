@@ -1,7 +1,6 @@
 #include "pipetrain/report/exploration_table.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 
 #include "pipetrain/schedule/schedules.h"

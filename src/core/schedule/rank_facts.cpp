@@ -72,20 +72,21 @@ RankFacts messageFacts(const Program& program, int rank) {
   f.rank = rank;
   const auto& actions = program.ranks[rank];
   f.positions.resize(actions.size());
-  // (gradient, producer, consumer, micro-batch) -> the slot its RECV fills. A validated
-  // Program receives a message before the pass that reads it.
-  std::map<std::tuple<bool, int, int, int>, int> slot_of;
+  // A message -> the slot its RECV fills. A validated Program receives a message before
+  // the pass that reads it.
+  std::map<MessageKey, int> slot_of;
   std::set<int> peers;
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     PositionFacts& at = f.positions[i];
     const int j = a.microbatch;
     if (isComm(a.type)) {
-      const auto [gradient, producer, consumer, microbatch] = messageOf(a);
+      const MessageKey key = messageOf(a);
+      const auto [gradient, producer, consumer, microbatch] = key;
       MessageFacts m{program.rankOf(a.peer_stage, j), producer, consumer, gradient, messageTag(program, a), -1};
       if (!isSend(a.type)) {
         m.slot = f.slots++;
-        slot_of[{gradient, producer, consumer, microbatch}] = m.slot;
+        slot_of[key] = m.slot;
       }
       peers.insert(m.peer);
       at.message = m;
@@ -93,7 +94,7 @@ RankFacts messageFacts(const Program& program, int rank) {
     auto slotOf = [&](bool gradient, int producer, int consumer) {
       const int other = gradient ? consumer : producer;
       if (program.rankOf(other, j) == rank) return -1;
-      const auto it = slot_of.find({gradient, producer, consumer, j});
+      const auto it = slot_of.find(MessageKey{gradient, producer, consumer, j});
       if (it == slot_of.end())
         throw Error("internal: rank " + std::to_string(rank) + " runs " + toString(a) + " before receiving its input");
       return it->second;
