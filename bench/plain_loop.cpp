@@ -1,6 +1,6 @@
 // The baseline of pipetrain's efficiency on one device: a plain LibTorch training loop
 // of a zoo model, as a user would write it (batch from the dataset, to the device,
-// forward under autocast, loss, backward, Adam step), with nothing of pipetrain's
+// forward under autocast, loss, backward, Adam's fused step), with nothing of pipetrain's
 // runtime; --pin-memory copies the batch as a careful user would. scripts/device_check.sh runs it beside `pipetrain train --nproc 1` on the
 // same model, data, batch and precision and compares their throughputs.
 //
@@ -24,6 +24,7 @@
 #include "pipetrain/torch/precision.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
+#include "../src/torch/runtime/optimizer_state.h"
 
 using namespace pipetrain;
 
@@ -63,7 +64,10 @@ int main(int argc, char** argv) {
     const auto params = m.parameters(0, static_cast<int>(m.layers.size()));
     int64_t parameter_count = 0;
     for (const auto& p : params) parameter_count += p.numel();
-    torch::optim::Adam optimizer(params, torch::optim::AdamOptions(lr));
+    // Training's own Adam: on a GPU one fused kernel per step (at::_fused_adam_), as
+    // torch.optim.Adam(fused=True) in bench/device/torch_loop.py.
+    const auto optimizer_ptr = runtime::makeOptimizer("adam", lr, 0.0, params);
+    torch::optim::Optimizer& optimizer = *optimizer_ptr;
     const auto dataset = data::openDataset(data_options, m.input);
     const data::SampleOrder order(dataset->size(), 0, 0);
     const int64_t per_epoch = order.minibatchesPerEpoch(batch, 1);

@@ -18,6 +18,7 @@
 #include "options.h"
 #include "pipetrain/torch/data.h"
 #include "pipetrain/torch/device.h"
+#include "pipetrain/torch/precision.h"
 #include "pipetrain/torch/models.h"
 #include "pipetrain/torch/transport.h"
 #include "pipetrain/torch/profiler.h"
@@ -44,6 +45,7 @@ struct ProfileArgs {
   profiler::ProfileOptions options;
   int threads = 0;  // 0 = leave LibTorch's and BLAS's defaults
   std::string device = "cpu";  // where the layers run (runtime::rankDevice)
+  std::string precision = "fp32";  // runtime::parsePrecision
   std::string share;  // "K/P": time share K of P (ProfileOptions::share)
   std::string rendezvous;  // with --share: the directory the shares' processes meet in
   std::string out;
@@ -229,6 +231,7 @@ int run(ProfileArgs& a) {
       throw Error("--rendezvous " + a.rendezvous + ": no such directory");
     a.options.rendezvous = &rendezvous.emplace(a.rendezvous, a.options.share, a.options.shares);
   }
+  a.options.precision = runtime::parsePrecision(a.precision);
   const models::ModelConfig config = parseModelOptions(a.model_options);
   profiler::optimizerStateBytes(a.options.optimizer, 0);  // known optimizer?
   checkWritable(a.out, "--out");
@@ -330,6 +333,8 @@ Command addProfileCommand(CLI::App& app) {
                   "DIR: with --share, time together with the other shares' processes, which meet in DIR");
   cmd->add_option("--device", a->device,
                   "where the layers run: cpu, cuda (LOCAL_RANK's GPU), cuda:N, or auto (as train's --device)")
+      ->capture_default_str();
+  cmd->add_option("--precision", a->precision, "fp32, or bf16 (forward passes under autocast, as train's --precision)")
       ->capture_default_str();
   cmd->add_option("--out", a->out, "the layer graph JSON to write")->required();
   return {cmd, [a, zoo, file, data_file, dataset] {

@@ -35,12 +35,18 @@ constexpr double kLoopbackAllreduceLatency = 0.55e-3;
 // MB). A 16 MiB message took 3.5 ms, 4.8 GB/s: underpriced 2x by this rate.
 constexpr cluster::HostCost kLoopbackHostCost{35e-6, 11e9};
 
+// A GPU's copies to and from pinned host memory: PCIe 5 x16's practical rate, until
+// `profile-network --device cuda`'s measurement feeds the local cluster.
+constexpr double kGpuHostLinkBandwidth = 25e9;
+
 }  // namespace
 
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
-                                  int concurrent_ranks) {
+                                  int concurrent_ranks, bool gpus) {
   std::vector<cluster::Device> devices;
-  for (const auto& name : device_names) devices.push_back({name, "cpu", 1.0, memory_bytes});
+  for (const auto& name : device_names)
+    devices.push_back(gpus ? cluster::Device{name, "gpu", 1.0, memory_bytes, kGpuHostLinkBandwidth}
+                           : cluster::Device{name, "cpu", 1.0, memory_bytes});
   const int n = static_cast<int>(devices.size());
   std::vector<cluster::SharedCores> shared;
   if (n > concurrent_ranks) shared.push_back({device_names, concurrent_ranks});
@@ -48,13 +54,14 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
   loopback.allreduce_bandwidth = kLoopbackAllreduceBandwidth;
   loopback.allreduce_host_bandwidth = kLoopbackAllreduceHostBandwidth;
   loopback.allreduce_latency = kLoopbackAllreduceLatency;
+  loopback.through_host = gpus;
   return cluster::ClusterSpec(std::move(devices), {loopback}, {}, "this machine's ranks", std::move(shared));
 }
 
-cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks) {
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, bool gpus) {
   std::vector<std::string> names;
   for (int r = 0; r < ranks; ++r) names.push_back("dev" + std::to_string(r));
-  return localCluster(names, memory_bytes, concurrent_ranks);
+  return localCluster(names, memory_bytes, concurrent_ranks, gpus);
 }
 
 }  // namespace pipetrain::job

@@ -13,6 +13,7 @@
 #include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/sim/evaluate.h"
+#include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/report/exploration_table.h"
 #include "pipetrain/report/pages.h"
@@ -38,11 +39,17 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   const graph::LayerGraph& graph = profile.graph;
   const int64_t global_batch =
       job.args.batch > 0 ? job.args.batch : job.args.microbatch_size * job.args.microbatches;
-  const int concurrent = std::max(1, job.cores / job.blas_threads);
+  // The ranks' device: the host's cores, or GPUs, which ranks beyond their count share
+  // (runtime::rankDevice), each rank then holding its share of its GPU's memory.
+  const torch::Device device = runtime::rankDevice(config.device, 0);
+  const bool gpus = !device.is_cpu();
+  const int concurrent = gpus ? std::min(job.ranks, runtime::deviceKind(device).count())
+                              : std::max(1, job.cores / job.blas_threads);
   const auto planning_start = std::chrono::steady_clock::now();
-  const int64_t memory = request.rank_memory_bytes > 0
-                             ? request.rank_memory_bytes
-                             : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / job.ranks;
+  const int64_t ranks_per_device = gpus ? (job.ranks + concurrent - 1) / concurrent : job.ranks;
+  const int64_t memory = request.rank_memory_bytes > 0 ? request.rank_memory_bytes
+                         : gpus ? runtime::deviceMemoryBytes(device) / ranks_per_device
+                                : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / job.ranks;
   planner::ExploreOptions o;
   o.global_batch = global_batch;
   o.microbatch_sizes = job.args.batch > 0 ? plannedSizes(global_batch, graph.batchSize())
@@ -67,7 +74,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   // The profile's passes agree within this spread (profileForRun takes the default), so
   // plans predicted closer than that are equals; their shape decides, not the noise.
   o.noise = profiler::ProfileOptions{}.spread;
-  const cluster::ClusterSpec cluster = localCluster(job.ranks, memory, concurrent);
+  const cluster::ClusterSpec cluster = localCluster(job.ranks, memory, concurrent, gpus);
   planner::ObjectiveInputs inputs;
   std::optional<runtime::RuleCalibrator> calibrator;
   const std::string calibration_path =
@@ -111,7 +118,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
     peak.push_back(r.peak_memory_bytes);
     process.push_back(r.process_bytes);
   }
-  const cluster::ClusterSpec unshared = localCluster(job.ranks, memory, job.ranks);
+  const cluster::ClusterSpec unshared = localCluster(job.ranks, memory, job.ranks, gpus);
   for (const sim::RankReport& r : sim::predictReport(graph, unshared, e.best().plan).ranks)
     alone.push_back(r.busy_seconds);
   planner["chosen"] = {{"throughput", e.best().report.throughput},

@@ -12,6 +12,7 @@
 #include "pipetrain/job/launcher.h"
 #include "pipetrain/report/pages.h"
 #include "pipetrain/plan/profile_shares.h"
+#include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/torch_info.h"
 #include "pipetrain/util/clock.h"
@@ -70,9 +71,14 @@ struct Processes {
 // the cluster says that the ranks share the cores (time-slicing left in the profile
 // would be counted twice; and it lands unevenly: of three profiles on two cores, one
 // took 1.7x as long as the other two, which ran as fast as alone).
-Processes processesFor(const ProfileRequest& r) {
+//
+// On GPUs, one process per GPU the ranks use (each takes GPU LOCAL_RANK, as rank k
+// does): ranks that share a GPU share it while they train, and one profile of it is
+// the GPU's speed, as one of the cores is the cores'.
+Processes processesFor(const ProfileRequest& r, const torch::Device& device) {
   Processes p;
-  p.count = std::min(r.ranks, std::max(1, r.cores / r.blas_threads));
+  p.count = device.is_cpu() ? std::min(r.ranks, std::max(1, r.cores / r.blas_threads))
+                            : std::min(r.ranks, runtime::deviceKind(device).count());
   // 1F1B's under auto; with a batch, at the most micro-batches the planner may choose.
   const int microbatches =
       r.args.batch > 0 ? static_cast<int>(r.args.batch / std::max<int64_t>(1, lowSize(r, wantedSize(r)))) : r.args.microbatches;
@@ -92,7 +98,19 @@ struct Sizes {
 // of this machine's cores, and its profile five minutes before a fifty-second run.
 // Above the larger size the costs then scale in proportion, an upper bound, which the
 // run's measured stage times correct (sharpenCachedProfile).
-Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Processes& processes, const Say& say) {
+//
+// On a GPU the sizes are the wanted ones: its passes take milliseconds, and pricing
+// them here would put the model on the GPU in this process, which the ranks then start
+// beside (a CPU pass of a billion-parameter gpt at two samples takes minutes).
+Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Processes& processes,
+                 const torch::Device& device, const Say& say) {
+  if (!device.is_cpu()) {
+    const int64_t top = wantedSize(r);
+    const int64_t low = r.args.batch > 0 ? std::max<int64_t>(2, lowSize(r, top)) : top;
+    Sizes s{{std::min(low, top)}, 0};
+    if (low < top) s.timed.push_back(top);
+    return s;
+  }
   // Two samples, not one: BatchNorm refuses to train on one value per channel, which is
   // what a ResNet's last blocks see of a single 28 x 28 image.
   const double per_sample = profiler::stepSeconds(model, 2, r.blas_threads) / 2;
@@ -139,6 +157,7 @@ std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig
                                   "--share", std::to_string(k) + "/" + std::to_string(processes.count),
                                   "--rendezvous", rendezvous,
                                   "--in-flight", std::to_string(processes.in_flight[k]),
+                                  "--device", config.device, "--precision", config.precision,
                                   "--out", k == 0 ? out : out + "." + std::to_string(k)};
     if (k == 0) argv.push_back("--progress");  // the others would say the same
     // The dataset too: the first stage's forward passes load its micro-batches
@@ -171,8 +190,9 @@ graph::LayerGraph mergeProfiles(const std::string& path, int count) {
 }
 
 graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r,
-                          const Processes& processes, const std::string& out, const Say& say) {
-  const Sizes sizes = timedSizes(model, r, processes, say);
+                          const Processes& processes, const torch::Device& device, const std::string& out,
+                          const Say& say) {
+  const Sizes sizes = timedSizes(model, r, processes, device, say);
   // The processes time together (profiler::ProfileRendezvous), meeting in this directory.
   const std::string rendezvous = out + ".rendezvous";
   std::filesystem::remove_all(rendezvous);
@@ -186,11 +206,18 @@ graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Mode
   } remove_after{rendezvous};
   std::string held;
   for (int k : processes.in_flight) held += (held.empty() ? "" : ",") + std::to_string(k);
-  say(formatted("profiling %s at micro-batch %s in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
-              "a share of the layers each, micro-batches in flight %s; about %.0f s",
-              config.model.c_str(), joined(sizes.timed).c_str(), processes.count, r.blas_threads,
-              processes.count < r.ranks ? " (the ranks then share the cores)" : "", held.c_str(),
-              sizes.estimated_seconds));
+  if (device.is_cpu())
+    say(formatted("profiling %s at micro-batch %s in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
+                  "a share of the layers each, micro-batches in flight %s; about %.0f s",
+                  config.model.c_str(), joined(sizes.timed).c_str(), processes.count, r.blas_threads,
+                  processes.count < r.ranks ? " (the ranks then share the cores)" : "", held.c_str(),
+                  sizes.estimated_seconds));
+  else
+    say(formatted("profiling %s at micro-batch %s on %s in %d process(es) at once, one per GPU, at %s%s: a share of "
+                  "the layers each, micro-batches in flight %s",
+                  config.model.c_str(), joined(sizes.timed).c_str(), runtime::describeDevice(device).c_str(),
+                  processes.count, config.precision.c_str(),
+                  processes.count < r.ranks ? " (the ranks then share the GPUs)" : "", held.c_str()));
   runLikeRanks(profileCommands(config, r, processes, sizes, out, rendezvous), r.blas_threads,
                std::chrono::seconds(r.timeout_seconds));
   return mergeProfiles(out, processes.count);
@@ -201,7 +228,8 @@ graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Mode
 // timed follow from it and the model's cost), the processes with their threads and
 // micro-batches in flight, the method (this build of pipetrain, LibTorch's version)
 // and the machine.
-graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRequest& r, const Processes& processes) {
+graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRequest& r, const Processes& processes,
+                             const torch::Device& device) {
   graph::ProfileKey key;
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -224,6 +252,8 @@ graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRe
     const auto data_bytes = std::filesystem::file_size(config.data.file, ec);
     key.add("data file", config.data.file + " " + std::to_string(ec ? 0 : data_bytes));
   }
+  key.add("device", runtime::describeDevice(device));  // "cpu", or "cuda:0 (NVIDIA H200)"
+  key.add("precision", config.precision);
   key.add("optimizer", config.optimizer);
   key.add("largest size", std::to_string(wantedSize(r)) + (r.args.batch > 0 ? " and a quarter" : ""));
   std::string held;
@@ -256,9 +286,10 @@ std::vector<int64_t> plannedSizes(int64_t batch, int64_t smallest) {
 
 RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r,
                          const std::string& out, const Say& say) {
-  const Processes processes = processesFor(r);
+  const torch::Device device = runtime::rankDevice(config.device, 0);
+  const Processes processes = processesFor(r, device);
   const graph::ProfileCache cache(graph::ProfileCache::defaultDir());
-  RunProfile run{{}, "", profileKey(config, r, processes), {}};
+  RunProfile run{{}, "", profileKey(config, r, processes, device), {}};
   const auto start = std::chrono::steady_clock::now();
   std::string problem;
   const std::optional<graph::CachedProfile> cached = r.reprofile ? std::nullopt : cache.find(run.key, &problem);
@@ -274,7 +305,7 @@ RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model
     run.summary = {{"cached", true}, {"path", cached->path}, {"measured_seconds", cached->profiling_seconds},
                    {"measured", cached->created}, {"runs_merged", cached->runs_merged}};
   } else {
-    run.graph = measure(config, model, r, processes, out, say);
+    run.graph = measure(config, model, r, processes, device, out, say);
     const double seconds = secondsSince(start);
     try {
       run.cached_path = cache.store(run.key, run.graph, seconds);

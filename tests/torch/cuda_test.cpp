@@ -10,6 +10,7 @@
 #include <torch/cuda.h>
 
 #include "../core/expect_error.h"
+#include "../../src/torch/runtime/optimizer_state.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/precision.h"
 #include "pipetrain/torch/transport.h"
@@ -105,6 +106,69 @@ TEST(Cuda, SynchronousSchedulesMatchSingleGpu) {
       }
 }
 
+// The schedules of more than one stage per rank and of deferred weight passes.
+TEST(Cuda, EveryOtherSynchronousScheduleMatchesSingleGpu) {
+  REQUIRE_GPU();
+  const models::ModelConfig gpt{{"layers", 6}, {"width", 32}, {"heads", 2}, {"context", 8}};
+  TrainConfig interleaved = onGpu(smallConfig("gpt", gpt));
+  usePlan(interleaved, "interleaved", {1, 1}, 2);
+  expectMatchesReference(interleaved);
+  for (const std::string schedule : {"zb-h2", "zb-v", "dualpipev"}) {
+    SCOPED_TRACE(schedule);
+    TrainConfig c = onGpu(smallConfig("gpt", gpt));
+    c.plan.microbatches = 4;  // DualPipeV's least on 2 ranks
+    usePlan(c, schedule, {1, 1});
+    expectMatchesReference(c);
+  }
+}
+
+TEST(Cuda, AsynchronousSchedulesMatchTheirStalenessRules) {
+  REQUIRE_GPU();
+  for (const std::string schedule : {"pipedream", "2bw", "pipemare"})
+    for (int stages : {2, 3}) {
+      SCOPED_TRACE(schedule + " stages=" + std::to_string(stages));
+      TrainConfig c = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 6}, {"width", 32}}));
+      c.plan.schedule.pipemare_lr_warmup = false;
+      c.plan.schedule.pipemare_correction = false;
+      usePlan(c, schedule, std::vector<int>(stages, 1));
+      expectMatchesStalenessReference(c);
+    }
+}
+
+// Adam's fused step on a GPU (runtime::makeOptimizer): a pipeline matches single-GPU
+// training with it, and its update is LibTorch's per-tensor Adam's within fp32 rounding.
+TEST(Cuda, FusedAdamMatchesLibTorchAdam) {
+  REQUIRE_GPU();
+  TrainConfig c = onGpu(smallConfig("gpt", {{"layers", 4}, {"width", 32}, {"heads", 2}, {"context", 8}}));
+  c.optimizer = "adam";
+  c.lr = 1e-3;
+  usePlan(c, "1f1b", {1, 1});
+  expectMatchesReference(c);
+
+  torch::manual_seed(0);
+  const torch::Device gpu("cuda");
+  std::vector<torch::Tensor> fused, plain;
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{33, 7}, {5}, {128, 64}}) {
+    fused.push_back(torch::randn(shape, gpu).requires_grad_(true));
+    plain.push_back(fused.back().detach().clone().requires_grad_(true));
+  }
+  const auto optimizer = makeOptimizer("adam", 1e-2, 0.0, fused);
+  torch::optim::Adam reference(plain, torch::optim::AdamOptions(1e-2));
+  for (int step = 0; step < 5; ++step) {
+    for (std::size_t k = 0; k < fused.size(); ++k) {
+      const torch::Tensor g = torch::randn_like(fused[k]);
+      fused[k].mutable_grad() = g.clone();
+      plain[k].mutable_grad() = g.clone();
+    }
+    optimizer->step();
+    reference.step();
+  }
+  for (std::size_t k = 0; k < fused.size(); ++k) {
+    EXPECT_LT((fused[k] - plain[k]).abs().max().item<double>(), 1e-6) << "parameter " << k;
+    EXPECT_EQ(optimizerState(*optimizer, fused[k]).at("adam.step").item<int64_t>(), 5);
+  }
+}
+
 TEST(Cuda, PipeDreamMatchesItsStalenessRule) {
   REQUIRE_GPU();
   for (int stages : {1, 2, 3}) {
@@ -117,9 +181,12 @@ TEST(Cuda, PipeDreamMatchesItsStalenessRule) {
 // Ranks on one GPU over Gloo: every message and reduction through host memory.
 TEST(Cuda, OverGlooThroughHostCopies) {
   REQUIRE_GPU();
-  TrainConfig c = onGpu(smallConfig("gpt", {{"layers", 4}, {"width", 32}, {"heads", 2}, {"context", 8}}));
-  usePlan(c, "1f1b", {1, 1, 1});
-  expectMatchesReference(c, Wire::kGloo);
+  for (int ranks : {2, 3, 4}) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    TrainConfig c = onGpu(smallConfig("gpt", {{"layers", 4}, {"width", 32}, {"heads", 2}, {"context", 8}}));
+    usePlan(c, "1f1b", std::vector<int>(ranks, 1));
+    expectMatchesReference(c, Wire::kGloo);
+  }
   TrainConfig replicated = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 4}, {"width", 32}}));
   usePlan(replicated, "1f1b", {2, 1});  // the first stage's gradients all-reduced
   expectMatchesReference(replicated, Wire::kGloo);

@@ -1,5 +1,5 @@
-// This machine's ranks as the planner and the simulator see them: CPU devices sharing
-// loopback Gloo and, where ranks outnumber them, the cores.
+// This machine's ranks as the planner and the simulator see them: CPU devices (or GPUs)
+// sharing loopback Gloo and, where ranks outnumber them, the cores (or the GPUs).
 #pragma once
 
 #include <cstdint>
@@ -14,9 +14,12 @@ namespace pipetrain::job {
 // Gloo (bandwidth and latency as measured on these machines, docs/runtime.md), each
 // with `memory_bytes`. `concurrent_ranks`: how many ranks the cores run at once at full
 // speed (cores / each rank's threads); more ranks than that share the cores.
+// `gpus`: the ranks compute on GPUs instead (kind "gpu", `memory_bytes` each rank's share
+// of its GPU's), and their messages and reductions go through pinned host memory over
+// loopback Gloo (through_host, at kGpuHostLinkBandwidth), as between ranks that share a GPU.
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
-                                  int concurrent_ranks);
+                                  int concurrent_ranks, bool gpus = false);
 // The same with `ranks` devices named dev0, dev1, ... (plan::chainPlan's names).
-cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks);
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, bool gpus = false);
 
 }  // namespace pipetrain::job

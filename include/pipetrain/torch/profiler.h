@@ -24,6 +24,7 @@
 #include "pipetrain/cluster/cluster_spec.h"
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/torch/models.h"
+#include "pipetrain/torch/precision.h"
 #include "pipetrain/torch/transport.h"
 
 namespace pipetrain::profiler {
@@ -82,6 +83,9 @@ struct ProfileOptions {
   // A layer identical to an earlier one of its share (module, parameters, inputs,
   // output) takes its times instead of being timed (NOTE(identical-layers)).
   bool time_identical_once = true;
+  // bf16: every forward pass under autocast, as training at that precision runs it, so
+  // that times, activations and messages are bf16's (runtime::AutocastScope).
+  runtime::Precision precision = runtime::Precision::kFp32;
 };
 
 // Profiles every layer of `model` on one batch of `batch` samples, in training mode, on
@@ -99,10 +103,11 @@ struct ProfileOptions {
 graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const ProfileOptions& options = {});
 
 // Seconds of one forward and backward pass of the whole model on a batch of `batch`
-// (random input, as profileModel's) on `threads` intra-op threads (0: as they are),
+// (random input, as profileModel's) at `precision` on `threads` intra-op threads (0: as they are),
 // after one untimed: what a profile's pass will cost, for choosing its sizes before
 // profiling. Leaves the model and the thread count as they were.
-double stepSeconds(const models::Model& model, int64_t batch, int threads = 0);
+double stepSeconds(const models::Model& model, int64_t batch, int threads = 0,
+                   runtime::Precision precision = runtime::Precision::kFp32);
 
 // Optimizer state bytes for `param_bytes` of parameters: "adam" 2x, "sgd" 1x (momentum).
 // Throws Error naming the known optimizers otherwise.

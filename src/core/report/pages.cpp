@@ -69,10 +69,19 @@ double memoryAddedByTraining(const JsonCursor& rank) {
 std::string rankSummaryLine(const Json& r) {
   const double core_wait = r["core_wait_fraction"];
   const std::string core = core_wait >= 0 ? text::format(", waited for a core %.1f%%", 100 * core_wait) : "";
-  // On a GPU, the caching allocator's peak beside the process's resident set.
+  // On a GPU, the caching allocator's peak beside the process's resident set, and what
+  // the planner predicted of it: its tensors, the prediction less the process's own bytes.
   const double device_peak = r["peak_device_memory_bytes"];
+  std::string device_predicted;
+  if (device_peak >= 0 && r.contains("predicted_peak_memory_bytes")) {
+    const double tensors =
+        r["predicted_peak_memory_bytes"].get<double>() - r.value("predicted_process_bytes", 0.0);
+    device_predicted = " (predicted " + text::humanBytes(tensors) +
+                       (device_peak > 0 ? text::format(", %+.0f%%", 100 * (tensors / device_peak - 1)) : "") + ")";
+  }
   const std::string device = r["device"].get<std::string>() + " over " + r["data_channel"].get<std::string>() +
-                             (device_peak >= 0 ? ", peak GPU memory " + text::humanBytes(device_peak) : "");
+                             (device_peak >= 0 ? ", peak GPU memory " + text::humanBytes(device_peak) + device_predicted
+                                               : "");
   const double allreduce = r["allreduce_fraction"];
   const std::string allreduce_text = allreduce > 0 ? text::format("all-reduce %.1f%%, ", 100 * allreduce) : "";
   const std::string memory =

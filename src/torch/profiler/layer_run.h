@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "../runtime/split_backward.h"
+#include "pipetrain/torch/precision.h"
 #include "pipetrain/torch/models.h"
 
 namespace pipetrain::profiler {
@@ -26,8 +27,12 @@ struct LayerRun {
   std::vector<torch::Tensor> params;  // the layer's trainable parameters
   bool input_grad = false;            // whether any input requires grad (the layer has an I part)
   std::vector<torch::Tensor> grad_sums;  // per parameter: where the full backward accumulates
+  runtime::Precision precision = runtime::Precision::kFp32;  // bf16: the forward pass under autocast, as training's
 
-  torch::Tensor forward() const { return models::forwardLayer(model, index, inputs); }  // merge included
+  torch::Tensor forward() const {  // merge included
+    runtime::AutocastScope autocast(precision, params.empty() ? inputs.front().device() : params.front().device());
+    return models::forwardLayer(model, index, inputs);
+  }
 
   // Gradients of `output` (seeded with `seed`) w.r.t. the inputs that require grad, then
   // the parameters. torch::autograd::grad returns the gradients instead of accumulating

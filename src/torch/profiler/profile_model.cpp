@@ -8,6 +8,7 @@
 
 #include "layer_run.h"
 #include "memory_probe.h"
+#include "../runtime/optimizer_state.h"
 #include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
@@ -147,9 +148,9 @@ struct Timings {
 };
 
 // The optimizer steps of a training step, on the layers' own weights and gradients: one
-// optimizer per layer with weights (nullptr for the others), the trainer's (Adam, or SGD
-// with momentum), each parameter's gradient lent the running sum its backward passes add
-// into, as autograd adds into .grad. A step's working set is then a rank's: the weights,
+// optimizer per layer with weights (nullptr for the others), the trainer's (Adam, fused
+// on a GPU, or SGD with momentum: runtime::makeOptimizer), each parameter's gradient lent
+// the running sum its backward passes add into, as autograd adds into .grad. A step's working set is then a rank's: the weights,
 // their gradients and the optimizer state; copies of the weights would add theirs to the
 // passes (the forward and backward passes of the 8x1024 mlp's share timed 5-15% slower
 // beside them). The learning rate is 0: each step reads and writes every weight as
@@ -166,13 +167,8 @@ class LayerSteps {
         if (!run.grad_sums[k].defined()) run.grad_sums[k] = torch::zeros_like(p);
         sums_.back().emplace_back(p, run.grad_sums[k]);
       }
-      if (run.params.empty())
-        optimizers_.push_back(nullptr);
-      else if (optimizer == "adam")
-        optimizers_.push_back(std::make_unique<torch::optim::Adam>(run.params, torch::optim::AdamOptions(0.0)));
-      else
-        optimizers_.push_back(
-            std::make_unique<torch::optim::SGD>(run.params, torch::optim::SGDOptions(0.0).momentum(0.9)));
+      optimizers_.push_back(run.params.empty() ? nullptr
+                                               : runtime::makeOptimizer(optimizer, 0.0, /*momentum=*/0.9, run.params));
     }
   }
   ~LayerSteps() {  // last lent first: a parameter two layers share gets its own gradient back
@@ -306,6 +302,7 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
         const double f = secondsOf(device, [&] {
           mb[l] = runs[l].forward();
           if (static_cast<int>(l) == loss.layer) {
+            runtime::AutocastScope autocast(o.precision, device);  // as the last stage computes it
             mb[l] = models::lossOf(runs[l].model, mb[l], loss.labels);
             mb[l].item<double>();  // the loss's value, as the log's sum needs it
           }
@@ -386,7 +383,7 @@ int64_t optimizerStateBytes(const std::string& optimizer, int64_t param_bytes) {
   throw Error("unknown optimizer '" + optimizer + "' (known: adam, sgd)");
 }
 
-double stepSeconds(const models::Model& model, int64_t batch, int threads) {
+double stepSeconds(const models::Model& model, int64_t batch, int threads, runtime::Precision precision) {
   if (batch < 1) throw Error("profile: the batch size must be at least 1, not " + std::to_string(batch));
   models::checkWiring(model);
   const int threads_before = at::get_num_threads();
@@ -409,7 +406,11 @@ double stepSeconds(const models::Model& model, int64_t batch, int threads) {
       if (p.requires_grad()) params.push_back(p);
   // Gradients returned, not accumulated: the model's .grad stays as it was.
   const auto step = [&] {
-    const torch::Tensor loss = models::lossOf(model, models::forwardModel(model, input), labels);
+    torch::Tensor loss;
+    {
+      runtime::AutocastScope autocast(precision, device);
+      loss = models::lossOf(model, models::forwardModel(model, input), labels);
+    }
     if (!params.empty()) torch::autograd::grad({loss}, params, {}, false, false, /*allow_unused=*/true);
   };
   step();  // the first touches memory and initialises the kernels
@@ -447,7 +448,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   for (int l = 0; l < n; ++l) {
     const std::vector<std::string> sources = models::layerInputs(model, l);
     const std::vector<torch::Tensor> given = models::gatherInputs(model, l, values);
-    LayerRun run{model, l, {}, {}, false, {}};
+    LayerRun run{model, l, {}, {}, false, {}, o.precision};
     for (std::size_t k = 0; k < sources.size(); ++k) {
       // The model input needs no gradient (the first stage has nobody to send one to), so
       // a layer reading only the model input has no I part; every other input does.

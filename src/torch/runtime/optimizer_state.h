@@ -12,7 +12,8 @@
 
 namespace pipetrain::runtime {
 
-// "adam" or "sgd" (with `momentum`).
+// "adam" or "sgd" (with `momentum`). Adam's step on a GPU is fused (one kernel per
+// parameter group), on the CPU LibTorch's own.
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, double lr, double momentum,
                                                        std::vector<torch::Tensor> params);
 
