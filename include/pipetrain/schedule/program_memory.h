@@ -21,7 +21,9 @@ struct StageFootprint {
 
 struct RankFootprint {
   double peak_activations = 0;   // in micro-batches of the rank's whole share
-  double peak_activation_bytes = 0;  // with stage_activation_bytes given
+  // With stage_activation_bytes given: the most the activations held at once, and the
+  // gradients then live where stage_gradient_bytes is given too.
+  double peak_activation_bytes = 0;
   int weight_versions = 0;       // max over the rank's stages
   std::vector<StageFootprint> stages;
 };
@@ -30,9 +32,15 @@ struct RankFootprint {
 // stage s; the walk then also tracks bytes at the moment they peak.
 // `stage_split_activation_bytes[s]`, when given, is what a micro-batch of stage s holds
 // between its I and its W instead (default: the same as before I).
+// `stage_gradient_bytes[s]`, when given, is stage s's weight gradients, which training
+// allocates in the stage's first backward pass after a step (B, or W under split
+// backward) and frees at its STEP (it clears them rather than zeroing them): a rank's
+// activations peak before its first backward pass without them. A stage whose
+// gradients live throughout (in all-reduce buckets) is given 0 here and priced apart.
 std::vector<RankFootprint> accountMemory(const Program& program,
                                          const std::vector<double>& stage_activation_bytes = {},
-                                         const std::vector<double>& stage_split_activation_bytes = {});
+                                         const std::vector<double>& stage_split_activation_bytes = {},
+                                         const std::vector<double>& stage_gradient_bytes = {});
 
 // Position after which each rank no longer needs weight version v of stage s: for
 // every rank, a list of (position, stage, version) in increasing position. Executors

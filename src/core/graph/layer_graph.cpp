@@ -198,6 +198,20 @@ LayerGraph LayerGraph::withOtherBatches(const std::vector<LayerGraph>& timed, co
       layers[i].other_batches.push_back({other.batchSize(), other.layer(i).passSeconds()});
     }
   }
+  // The saved bytes on the line through (batch, saved) here and at the largest other
+  // size, where it meets batch 0: what every micro-batch keeps whatever its size. Kept
+  // within [0, saved]: allocator rounding can tilt the line a little either way.
+  const auto largest = std::max_element(timed.begin(), timed.end(), [](const LayerGraph& a, const LayerGraph& b) {
+    return a.batchSize() < b.batchSize();
+  });
+  if (largest != timed.end() && largest->batchSize() != batch_size_)
+    for (int i = 0; i < size(); ++i) {
+      const double b0 = static_cast<double>(batch_size_), b1 = static_cast<double>(largest->batchSize());
+      const double s0 = static_cast<double>(layers[i].saved_activation_bytes);
+      const double s1 = static_cast<double>(largest->layer(i).saved_activation_bytes);
+      const double fixed = s0 - (s1 - s0) / (b1 - b0) * b0;
+      layers[i].saved_fixed_bytes = static_cast<int64_t>(std::llround(std::clamp(fixed, 0.0, s0)));
+    }
   LayerGraph g(std::move(layers), batch_size_, origin);  // checks the batch sizes
   g.overlap_factor_ = overlap_factor_;
   g.process_memory_ = process_memory_;

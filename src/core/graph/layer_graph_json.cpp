@@ -14,7 +14,7 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
                "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
                "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_weight_seconds",
-               "split_activation_bytes", "other_batches"});
+               "split_activation_bytes", "saved_fixed_bytes", "other_batches"});
   Layer l;
   l.name = c.field("name").asString();
   l.kind = c.stringOr("kind", "layer");
@@ -54,6 +54,12 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   if (c.has("split_weight_seconds")) l.split_weight_seconds = c.field("split_weight_seconds").asSeconds();
   if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asBytes();
   if (c.has("split_activation_bytes")) l.split_activation_bytes = c.field("split_activation_bytes").asBytes();
+  if (c.has("saved_fixed_bytes")) {
+    l.saved_fixed_bytes = c.field("saved_fixed_bytes").asBytes();
+    if (l.saved_fixed_bytes > l.saved_activation_bytes)
+      c.field("saved_fixed_bytes").fail("is more than the layer's saved_activation_bytes (" +
+                                        std::to_string(l.saved_activation_bytes) + ")");
+  }
   if (c.has("other_batches"))
     for (const auto& item : c.field("other_batches").asArray()) {
       item.allowOnly({"batch", "forward_seconds", "backward_input_seconds", "backward_weight_seconds",
@@ -139,6 +145,7 @@ json_io::Json LayerGraph::toJson() const {
     if (l.split_weight_seconds >= 0) layer["split_weight_seconds"] = l.split_weight_seconds;
     if (l.peak_memory_bytes >= 0) layer["peak_memory_bytes"] = l.peak_memory_bytes;
     if (l.split_activation_bytes >= 0) layer["split_activation_bytes"] = l.split_activation_bytes;
+    if (l.saved_fixed_bytes > 0) layer["saved_fixed_bytes"] = l.saved_fixed_bytes;
     if (!l.other_batches.empty()) {
       json_io::Json others = json_io::Json::array();
       for (const TimedAtBatch& t : l.other_batches)

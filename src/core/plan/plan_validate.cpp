@@ -277,7 +277,7 @@ class Validator {
       // Weights and their gradients, optimizer state, one micro-batch of activations.
       for (const std::string& name : plan_.stages[s].layers) {
         const graph::Layer& l = graph_.layer(graph_.indexOf(name));
-        need[s] += 2.0 * l.param_bytes + l.optimizer_state_bytes + l.saved_activation_bytes * scale;
+        need[s] += 2.0 * l.param_bytes + l.optimizer_state_bytes + l.savedBytesAt(scale);
       }
     }
     for (int d = 0; d < cluster_.size(); ++d) {

@@ -218,9 +218,9 @@ StageSums ChainProblem::layerSums(int layer) const {
   sums.step = l.optimizer_seconds;
   // Under a split schedule a micro-batch holds one or the other (before and after its
   // I); the larger of each layer's bounds the stage's.
-  sums.activation = static_cast<double>(traits_->split_backward
-                                            ? std::max(l.saved_activation_bytes, l.splitActivationBytes())
-                                            : l.saved_activation_bytes) * scale_;
+  const double saved = l.savedBytesAt(scale_);
+  sums.activation =
+      traits_->split_backward ? std::max(saved, static_cast<double>(l.splitActivationBytes()) * scale_) : saved;
   sums.params = static_cast<double>(l.param_bytes);
   sums.optimizer = static_cast<double>(l.optimizer_state_bytes);
   sums.forward = t.forward;

@@ -41,7 +41,8 @@ std::vector<std::vector<Retirement>> retirements(const Program& program) {
 
 std::vector<RankFootprint> accountMemory(const Program& program,
                                          const std::vector<double>& stage_activation_bytes,
-                                         const std::vector<double>& stage_split_activation_bytes) {
+                                         const std::vector<double>& stage_split_activation_bytes,
+                                         const std::vector<double>& stage_gradient_bytes) {
   auto bytesOf = [&](int stage) {
     return stage_activation_bytes.empty() ? 0.0 : stage_activation_bytes[stage];
   };
@@ -67,6 +68,13 @@ std::vector<RankFootprint> accountMemory(const Program& program,
 
     int total_in_flight = 0;
     double peak = 0, bytes = 0, peak_bytes = 0;
+    std::set<int> gradients_live;  // stages whose gradients are allocated
+    // A backward pass that computes weight gradients ends with them allocated.
+    auto gradientsComputed = [&](int stage) {
+      if (stage_gradient_bytes.empty() || !gradients_live.insert(stage).second) return;
+      bytes += stage_gradient_bytes[stage];
+      peak_bytes = std::max(peak_bytes, bytes);
+    };
     std::size_t next_retirement = 0;
     auto retireUpTo = [&](int position) {
       for (; next_retirement < retired[r].size() && retired[r][next_retirement].position <= position; ++next_retirement)
@@ -88,6 +96,7 @@ std::vector<RankFootprint> accountMemory(const Program& program,
         --in_flight[a.stage];
         --total_in_flight;
         bytes -= bytesOf(a.stage);
+        gradientsComputed(a.stage);
       } else if (a.type == ActionType::I && has_weight_pass.count({a.stage, a.microbatch})) {
         bytes += splitBytesOf(a.stage) - bytesOf(a.stage);  // the gradients kept for W, less what only I read
         peak_bytes = std::max(peak_bytes, bytes);
@@ -95,7 +104,9 @@ std::vector<RankFootprint> accountMemory(const Program& program,
         --in_flight[a.stage];
         --total_in_flight;
         bytes -= splitBytesOf(a.stage);
+        gradientsComputed(a.stage);
       } else if (a.type == ActionType::STEP) {
+        if (gradients_live.erase(a.stage)) bytes -= stage_gradient_bytes[a.stage];
         auto& fp = per_stage[a.stage];
         fp.weight_versions = std::max(fp.weight_versions, ++live_versions[a.stage]);
       }

@@ -57,7 +57,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       const graph::PassSeconds t = graph.secondsAt(index, plan.microbatch_size);
       if (partly && in_recomputed[index]) {
         recomputed_forward += t.forward;
-        recomputed_bytes += l.saved_activation_bytes * scale;
+        recomputed_bytes += l.savedBytesAt(scale);
         // Its output stays where a layer that is not recomputed (here or later) reads it.
         for (int next : graph.successors(index))
           if (!in_recomputed[next]) {
@@ -70,7 +70,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.backward_weight += t.backward_weight;
       c.split_weight += t.split_weight;
       c.optimizer_step += l.optimizer_seconds;  // per step, whatever the micro-batch
-      c.activation_bytes += l.saved_activation_bytes * scale;
+      c.activation_bytes += l.savedBytesAt(scale);
       c.split_activation_bytes += l.splitActivationBytes() * scale;
       c.param_bytes += l.param_bytes;
       c.optimizer_bytes += l.optimizer_state_bytes;

@@ -216,6 +216,26 @@ TEST(LayerGraph, ProfilesAtOtherBatchesBecomeOtherBatches) {
               {"profile", "batch 1", "2 layers, not 3"});
 }
 
+// What every micro-batch keeps whatever its size (autocast's weight copies) is where the
+// saved bytes at two sizes meet batch 0; priced once per micro-batch, not in proportion.
+TEST(LayerGraph, SavedBytesFixedPerMicrobatchFromTwoSizes) {
+  std::vector<Layer> layers = LayerGraph::uniformChain(2, 1, 1, 1).layers();
+  layers[0].saved_activation_bytes = 100 + 4 * 10;  // 100 fixed, 10 per sample
+  layers[1].saved_activation_bytes = 4 * 10;
+  std::vector<Layer> big = layers;
+  big[0].saved_activation_bytes = 100 + 16 * 10;
+  big[1].saved_activation_bytes = 16 * 10 + 8;  // rounding tilts the line below 0: none fixed
+  const LayerGraph both = LayerGraph(layers, 4).withOtherBatches({LayerGraph(big, 16)}, "profile");
+  EXPECT_EQ(both.layer(0).saved_fixed_bytes, 100);
+  EXPECT_EQ(both.layer(1).saved_fixed_bytes, 0);
+  EXPECT_DOUBLE_EQ(both.layer(0).savedBytesAt(4.0), 100 + 16 * 10);
+  const LayerGraph again = LayerGraph::fromJson(both.toJson(), "round trip");
+  EXPECT_EQ(again.layer(0).saved_fixed_bytes, 100);
+  json_io::Json j = both.toJson();
+  j["layers"][0]["saved_fixed_bytes"] = 1000;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "saved_fixed_bytes", "more than"});
+}
+
 TEST(LayerGraph, SortsTopologicallyKeepingTheGivenOrderWherePossible) {
   // Listed: a, c, b, d with c reading b; the only move needed is b before c.
   const LayerGraph g = LayerGraph::fromJson(

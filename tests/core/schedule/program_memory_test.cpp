@@ -57,6 +57,22 @@ TEST(ProgramMemory, ActivationBytesFollowTheWalk) {
   EXPECT_DOUBLE_EQ(f[1].peak_activation_bytes, 10.0);
 }
 
+// Gradients exist from a stage's first backward pass after a step to the step: GPipe's
+// activations peak without them, 1F1B's steady state holds both.
+TEST(ProgramMemory, GradientsFromTheFirstBackwardToTheStep) {
+  ScheduleSpec spec;
+  spec.name = "gpipe";
+  spec.microbatches = 4;
+  const Program gpipe = buildProgram(spec, chainDag(1));  // F F F F B B B B STEP
+  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {50.0})[0].peak_activation_bytes, 400.0);
+  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {350.0})[0].peak_activation_bytes, 650.0);  // 3 x 100 + 350
+  spec.name = "1f1b";
+  const Program one_f_one_b = buildProgram(spec, chainDag(2));
+  // Rank 0 holds 2 micro-batches at its peak; after its first B, 2 again with the gradients.
+  EXPECT_DOUBLE_EQ(accountMemory(one_f_one_b, {100.0, 100.0}, {}, {50.0, 50.0})[0].peak_activation_bytes, 250.0);
+  EXPECT_DOUBLE_EQ(accountMemory(one_f_one_b, {100.0, 100.0})[0].peak_activation_bytes, 200.0);
+}
+
 // A split backward's micro-batch holds its activations until I, then what W reads and the
 // gradients kept for it until W (more or less than before: I frees what only it read).
 TEST(ProgramMemory, SplitActivationBytesHeldFromIToW) {
