@@ -168,7 +168,8 @@ fi
 
 # (d) NCCL for one rank from the CLI; the GPU's link to pinned host memory; a profile
 # taken on this GPU at bf16 and the planner's prediction for 8 such GPUs
-# (examples/clusters/gpu-server.json, NVLink; and through host memory at the link measured).
+# (examples/clusters/for-gpu-profiles/h200-nvlink.json, speed 1 since the profile is this GPU's; and
+# through host memory at the link measured).
 small=(--model gpt --model-option layers=8 --model-option width=256 --model-option heads=4
        --model-option context=128 --dataset synthetic --device cuda --timeout 60)
 if part d "(d) NCCL, the host link, the prediction for 8 GPUs"; then
@@ -183,7 +184,7 @@ if part d "(d) NCCL, the host link, the prediction for 8 GPUs"; then
   timeout 90 "$bin/pipetrain" profile "${gpt[@]:0:10}" --batch 8 --device cuda --precision bf16 --out "$out/gpt_gpu.json" \
     >"$out/profile_gpu.log" 2>&1
   note "{\"check\": \"profile_on_gpu\", \"rc\": $?}"
-  "$python" - "$src/examples/clusters/gpu-server.json" "$out/network.json" "$out/server_through_host.json" <<'PY'
+  "$python" - "$src/examples/clusters/for-gpu-profiles/h200-nvlink.json" "$out/network.json" "$out/server_through_host.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 try:
@@ -196,7 +197,7 @@ for l in c["levels"]:
     l["through_host"] = True
 json.dump(c, open(sys.argv[3], "w"))
 PY
-  for cluster in "$src/examples/clusters/gpu-server.json" "$out/server_through_host.json"; do
+  for cluster in "$src/examples/clusters/for-gpu-profiles/h200-nvlink.json" "$out/server_through_host.json"; do
     name=$(basename "$cluster" .json)
     timeout 30 "$bin/pipetrain" plan --graph "$out/gpt_gpu.json" --cluster "$cluster" --batch 64 --json \
       >"$out/plan_$name.json" 2>"$out/plan_$name.err"
