@@ -117,10 +117,10 @@ if part 2 "(2) one stage vs PyTorch's loop vs the plain LibTorch loop, 86M gpt";
 fi
 
 # (3) MFU at a billion parameters: gpt of 24 layers, width 2048, 16 heads, context 1024
-# (1.26 B parameters, vocabulary 256), bf16, no recomputation: pipetrain's one stage at
+# (1.21 B parameters, vocabulary 256), bf16, no recomputation: pipetrain's one stage at
 # batch 8 and 4 x 8, PyTorch's loop at 8. FLOPs per token 6N + 12 L T d (docs/gpu.md).
 big=(--model-option layers=24 --model-option width=2048 --model-option heads=16 --model-option context=1024)
-if part 3 "(3) MFU of a 1.26B gpt"; then
+if part 3 "(3) MFU of a 1.21B gpt"; then
   timeout 120 "$python" "$src/bench/device/torch_loop.py" --layers 24 --width 2048 --heads 16 --context 1024 \
     --batch 8 --precision bf16 --steps 30 --warmup 10 >"$out/torch_loop_1b.json" 2>"$out/torch_loop_1b.err"
   note "{\"check\": \"torch_loop_1b\", \"result\": $(cat "$out/torch_loop_1b.json" 2>/dev/null || echo null)}"
@@ -137,9 +137,9 @@ fi
 
 # (1, 4) Planned where it trains: `train --batch` profiles on the GPU at bf16 (one
 # profiling process per GPU), plans, trains; the summary's prediction beside the
-# allocator's peak. The 1.26B gpt on one rank, then the 86M gpt as a 2-rank pipeline
+# allocator's peak. The 1.21B gpt on one rank, then the 86M gpt as a 2-rank pipeline
 # sharing the GPU (--no-replication: a pipeline, not data parallelism), over Gloo.
-if part 1b "(1, 4) planned on the GPU: 1.26B gpt, 1 rank"; then
+if part 1b "(1, 4) planned on the GPU: 1.21B gpt, 1 rank"; then
   timeout 150 "$bin/pipetrain" train --model gpt "${big[@]}" --dataset synthetic --precision bf16 --device cuda \
     --no-eval --epochs 1 --nproc 1 --batch 16 --max-steps 16 --summary-json "$out/planned_1b.json" \
     >"$out/planned_1b.log" 2>&1

@@ -48,7 +48,7 @@ struct Layer {
   int64_t output_bytes = 0;            // what crosses to consumers
   int64_t saved_activation_bytes = 0;  // kept from forward until backward finishes
   // The part of saved_activation_bytes that does not grow with the micro-batch: under
-  // bf16, autocast's copies of the weights, which the backward pass keeps (a 1.26B gpt's
+  // bf16, autocast's copies of the weights, which the backward pass keeps (a 1.21B gpt's
   // block: 101 MB of its 403 at 4 x 1024 tokens). Taken by withOtherBatches() from the
   // bytes at two batch sizes; 0 = all of them grow in proportion. savedBytesAt() prices it.
   int64_t saved_fixed_bytes = 0;

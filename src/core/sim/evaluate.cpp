@@ -27,7 +27,7 @@ std::vector<double> busyPerRank(const trace::Timeline& t) {
 // Memory per rank from the Program's accounting priced with the stage sizes. A stage's
 // gradients exist from its first backward pass to its step (training clears them), so
 // they count only at the peaks they are part of; a replicated stage's live in its
-// all-reduce buckets throughout. (The 1.26B gpt on an H200, one micro-batch of 16:
+// all-reduce buckets throughout. (The 1.21B gpt on an H200, one micro-batch of 16:
 // counted throughout, the prediction was 25% above the allocator's peak, 43.4 GiB,
 // which comes at the end of the forward pass, before any gradient: docs/gpu.md.)
 bool gradientsPersist(const CostModel& costs, int stage) { return costs.replicas()[stage] > 1; }
