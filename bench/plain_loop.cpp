@@ -25,6 +25,7 @@
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
 #include "../src/torch/runtime/optimizer_state.h"
+#include "../src/torch/runtime/torch_trace.h"
 
 using namespace pipetrain;
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   int64_t batch = 8, steps = 30, warmup = 5, synthetic_size = 4096;
   double lr = 1e-3;
   bool pin_memory = false;
+  std::string trace;
   app.add_option("--model", model);
   app.add_option("--model-option", options, "KEY=N");
   app.add_option("--batch", batch);
@@ -44,6 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--precision", precision_name);
   app.add_option("--synthetic-size", synthetic_size);
   app.add_option("--lr", lr);
+  app.add_option("--trace", trace, "FILE: a Chrome trace of the last two timed steps (LibTorch's profiler)");
   app.add_flag("--pin-memory", pin_memory,
                "copy each batch through pinned memory without waiting (as DataLoader(pin_memory=True) and "
                "non_blocking=True do); without it, the plain .to(device) of a first loop");
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
     auto sync = [&] {
       if (device.is_cuda()) torch::cuda::synchronize(device.index());
     };
+    runtime::TorchTrace traced(trace, warmup + steps - 2, 2);
     double loss_value = 0;
     std::chrono::steady_clock::time_point start;
     for (int64_t step = 0; step < warmup + steps; ++step) {
@@ -95,6 +99,7 @@ int main(int argc, char** argv) {
       loss.backward();
       optimizer.step();
       if (step == warmup + steps - 1) loss_value = loss.item<double>();
+      traced.stepDone(step + 1);
     }
     sync();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

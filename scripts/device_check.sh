@@ -11,7 +11,7 @@
 # every part (the device tool brings back a few files, not a folder of logs). The parts
 # run most telling first; each has its own time limit, a part that fails is reported and
 # the next one runs, and none starts once BUDGET seconds (420) have passed. PARTS names
-# the parts to run (default all: machine 2 3 1b 2ranks tests d e schedules), so that the
+# the parts to run (default all: machine 2 trace 3 1b 2ranks tests d e schedules), so that the
 # check can be split over two calls or a rerun take only what failed.
 set -uo pipefail
 bin=$(realpath "${1:?BIN: the folder with pipetrain, pipetrain-torch, pipetrain_torch_tests, plain_loop}")
@@ -30,7 +30,7 @@ started=$SECONDS
 budget=${BUDGET:-420}
 # part ID NAME: starts a part, or says it is skipped: not among PARTS (by ID; all by
 # default), or the budget is spent.
-parts=" ${PARTS:-machine 2 3 1b 2ranks tests d e schedules} done "
+parts=" ${PARTS:-machine 2 trace 3 1b 2ranks tests d e schedules} done "
 part() {
   local id=$1
   shift
@@ -42,7 +42,8 @@ part() {
   echo "== $((SECONDS - started))s $*" | tee -a "$out/steps.log"
 }
 note() { echo "$1" >>"$results"; }
-save() { [ -n "$snapshot" ] && tar -czf "$snapshot.tmp" -C "$(dirname "$out")" "$(basename "$out")" --exclude cache &&
+# The profiles `train` took stay in (OUT/cache): the planner's inputs, to price again here.
+save() { [ -n "$snapshot" ] && tar -czf "$snapshot.tmp" -C "$(dirname "$out")" "$(basename "$out")" &&
   mv "$snapshot.tmp" "$snapshot"; true; }
 # The rate of a pipetrain run in its steady state: samples/s between its step FIRST and
 # its last step, read off the reporting rank's --log-jsonl (each step's wall clock), so
@@ -113,6 +114,25 @@ if part 2 "(2) one stage vs PyTorch's loop vs the plain LibTorch loop, 86M gpt";
     note "{\"check\": \"one_stage\", \"round\": $round, \"samples_per_second\": $(steady "$out/one_$round.jsonl" 20 8)}"
     tail -n 3 "$results"
   done
+  save
+fi
+
+# Where a step's time goes: Chrome traces (LibTorch's profiler, Kineto) of two steps of
+# pipetrain's one stage, the plain loop and PyTorch's loop on the 86M gpt, each after 20
+# steps of warm-up, summarized by bench/device/trace_summary.py (the GPU's busy and idle
+# time in the traced span, the kernels that took it); the traces go into the snapshot
+# compressed.
+if part trace "where a step's time goes: traces of the three at batch 8"; then
+  timeout 90 "$python" "$src/bench/device/torch_loop.py" "${loop[@]}" --steps 24 --warmup 20 \
+    --trace "$out/trace_torch_loop.json" >"$out/trace_torch_loop.out" 2>&1
+  timeout 90 "$bin/plain_loop" --model gpt --model-option layers=12 --model-option width=768 --model-option heads=12 \
+    --model-option context=1024 --batch 8 --steps 24 --warmup 20 --device cuda --precision bf16 --pin-memory \
+    --trace "$out/trace_plain.json" >"$out/trace_plain.out" 2>&1
+  timeout 90 "$bin/pipetrain" train "${gpt[@]}" --nproc 1 --schedule gpipe --stage-bounds 0,14 --microbatches 1 \
+    --microbatch-size 8 --max-steps 30 --torch-trace "$out/trace_pipetrain" >"$out/trace_pipetrain.log" 2>&1
+  "$python" "$src/bench/device/trace_summary.py" "$out"/trace_*.json | sed 's/^{/{"check": "trace", /' >>"$results"
+  tail -n 3 "$results"
+  gzip -f "$out"/trace_*.json
   save
 fi
 

@@ -66,6 +66,7 @@ def main():
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--checkpoint", action="store_true", help="recompute each block's activations")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak (H100/H200 SXM)")
+    p.add_argument("--trace", help="write a Chrome trace (torch.profiler) of the last two steps here")
     a = p.parse_args()
     device = torch.device(a.device)
     cuda = device.type == "cuda"
@@ -82,10 +83,15 @@ def main():
         model = torch.compile(model)  # compiled during the warm-up steps, outside the timing
     data = batches(a, device)
 
+    profiler = None
     for step in range(a.warmup + a.steps):
         if step == a.warmup:
             sync()
             start = time.perf_counter()
+        if a.trace and step == a.warmup + a.steps - 2:  # inside the timed steps: they slow a little
+            activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+            profiler = torch.profiler.profile(activities=activities)
+            profiler.__enter__()
         x, y = next(data)
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
@@ -94,6 +100,9 @@ def main():
         optimizer.step()
     sync()  # no loss.item() in the loop: it would make the host wait for the GPU every step
     seconds = time.perf_counter() - start
+    if profiler:
+        profiler.__exit__(None, None, None)
+        profiler.export_chrome_trace(a.trace)
 
     tokens_per_second = a.steps * a.batch * a.context / seconds
     # 6N for the matrix products with the weights (forward + backward) and 12·L·T·d for

@@ -291,6 +291,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->capture_default_str();
   cmd->add_option("--precision", c.precision, "fp32, or bf16 (autocast; fp32 master weights and optimizer state)")
       ->capture_default_str();
+  cmd->add_option("--torch-trace", c.torch_trace,
+                  "PREFIX: each rank r writes a Chrome trace (LibTorch's profiler: operators, GPU kernels and copies) "
+                  "of mini-batches 21 and 22 to PREFIX.rank<r>.json (the run needs 22 or more)");
   cmd->add_option("--model-file", c.model_file,
                   "your own model: a TorchScript file saved from Python (docs/byo.md); needs --data-file");
   cmd->add_option("--data-file", c.data.file,

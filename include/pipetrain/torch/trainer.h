@@ -48,6 +48,10 @@ struct TrainConfig {
   std::string device = "cpu";            // each rank's, by runtime::rankDevice (device.h)
   std::string precision = "fp32";        // fp32 or bf16 (autocast; precision.h)
   std::string export_path;               // model_file only: rank 0 writes the trained TorchScript here
+  // When set, each rank r writes a Chrome trace of two mini-batches (LibTorch's profiler,
+  // Kineto: operators, and on a GPU kernels and copies) to torch_trace.rank<r>.json,
+  // those after its kTraceAfterSteps-th (runtime/torch_trace.h).
+  std::string torch_trace;
   // Checkpoints (checkpoint.h) into this folder, when set: at every epoch's end and, when
   // `checkpoint_every` > 0, every that many mini-batches within an epoch (an asynchronous
   // schedule drains there). The newest `checkpoint_keep` stay.

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "../profiler/memory_probe.h"
+#include "torch_trace.h"
 #include "optimizer_state.h"
 #include "staleness_replay.h"
 #include "tied_gradients.h"
@@ -417,6 +418,8 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
 
   ActionDurations durations;
   int64_t minibatches_run = 0;
+  TorchTrace trace(c.torch_trace.empty() ? "" : c.torch_trace + ".rank" + std::to_string(t.rank()) + ".json",
+                   kTraceAfterSteps, 2);
   const Clock::time_point origin = sharedOrigin(t);
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   for (int epoch = position.epoch; epoch < c.epochs; ++epoch) {
@@ -431,6 +434,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       const auto segment_start = Clock::now();
       const util::ThreadCoreTime core_time_before = util::threadCoreTime();
       RunResult r = executor.run(programOf(end - from), feed, origin, [&](int k, double loss) {
+        trace.stepDone(minibatches_run + k + 1);
         if (!std::isnan(loss)) result.final_loss = loss;
         if (on_progress)
           on_progress({epoch, from + k + 1, steps, result.final_loss,
