@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
 
 namespace pipetrain::schedule {
 namespace {
@@ -68,10 +69,10 @@ std::vector<RankFootprint> accountMemory(const Program& program,
 
     int total_in_flight = 0;
     double peak = 0, bytes = 0, peak_bytes = 0;
-    std::set<int> gradients_live;  // stages whose gradients are allocated
+    std::vector<char> gradients_live(program.num_stages, 0);  // by stage: its gradients are allocated
     // A backward pass that computes weight gradients ends with them allocated.
     auto gradientsComputed = [&](int stage) {
-      if (stage_gradient_bytes.empty() || !gradients_live.insert(stage).second) return;
+      if (stage_gradient_bytes.empty() || std::exchange(gradients_live[stage], 1)) return;
       bytes += stage_gradient_bytes[stage];
       peak_bytes = std::max(peak_bytes, bytes);
     };
@@ -106,7 +107,7 @@ std::vector<RankFootprint> accountMemory(const Program& program,
         bytes -= splitBytesOf(a.stage);
         gradientsComputed(a.stage);
       } else if (a.type == ActionType::STEP) {
-        if (gradients_live.erase(a.stage)) bytes -= stage_gradient_bytes[a.stage];
+        if (std::exchange(gradients_live[a.stage], 0)) bytes -= stage_gradient_bytes[a.stage];
         auto& fp = per_stage[a.stage];
         fp.weight_versions = std::max(fp.weight_versions, ++live_versions[a.stage]);
       }
