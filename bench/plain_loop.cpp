@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
   app.add_option("--model", model);
   app.add_option("--model-option", options, "KEY=N");
   app.add_option("--batch", batch);
-  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  app.add_option("--steps", steps, "timed steps")->check(CLI::Range(1, 1000000000));
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 1000000000));
   app.add_option("--device", device_name);
   app.add_option("--precision", precision_name);
   app.add_option("--synthetic-size", synthetic_size);
