@@ -30,8 +30,8 @@ torch::Tensor sameShape(const std::map<std::string, torch::Tensor>& state, const
 
 // LibTorch's Adam, whose step on a GPU is one fused kernel per group of parameters at
 // one step count (at::_fused_adam_, what torch.optim.Adam(fused=True) runs) instead of
-// about ten kernels per parameter: on the H200, the 86M-parameter gpt's 150 parameters
-// took ~1500 launches a step. The state is Adam's own (AdamParamState, so checkpoints
+// about ten kernels per parameter (the 86M-parameter gpt's 150 parameters: some 1500
+// launches a step, each a few microseconds of the host's time). The state is Adam's own (AdamParamState, so checkpoints
 // and reshards read and write it alike); the update is the same arithmetic, in fp32 and
 // with the bias corrections in fp32 rather than double. On the CPU, where a launch costs
 // nothing, the step is Adam's, so that CPU training stays bitwise what it was.
