@@ -122,9 +122,10 @@ TEST(Cuda, EveryOtherSynchronousScheduleMatchesSingleGpu) {
   }
 }
 
+// 2BW's double buffer and PipeMare's one weight copy (PipeDream's stash: below).
 TEST(Cuda, AsynchronousSchedulesMatchTheirStalenessRules) {
   REQUIRE_GPU();
-  for (const std::string schedule : {"pipedream", "2bw", "pipemare"})
+  for (const std::string schedule : {"2bw", "pipemare"})
     for (int stages : {2, 3}) {
       SCOPED_TRACE(schedule + " stages=" + std::to_string(stages));
       TrainConfig c = onGpu(smallConfig("mlp", {{"input", 16}, {"layers", 6}, {"width", 32}}));
