@@ -95,12 +95,18 @@ expect "the console shows the all-reduce" "all-reduce" "$tmp/out"
 expect "the headline names the all-reduce" "The largest loss is the all-reduce" "$tmp/allreduce/report.html"
 check "the measured Gantt chart agrees" "$python" - "$tmp/allreduce/summary.json" <<'PY'
 import json, sys
+# Over the ranks together, as the headline's averages are: the rank that reaches the
+# all-reduce last waits in it only microseconds, and on a loaded machine its gaps between
+# actions can outlast that (41 us against 1.8 ms once, under ctest -j2).
 s = json.load(open(sys.argv[1]))
+allreduce = gaps = 0.0
 for actions in s["measured_timeline"]["ranks"]:
     span = max(a[2] for a in actions) - min(a[1] for a in actions)
-    allreduce = sum(a[2] - a[1] for a in actions if a[0].endswith("ALLREDUCE"))
+    reducing = sum(a[2] - a[1] for a in actions if a[0].endswith("ALLREDUCE"))
     compute = sum(a[2] - a[1] for a in actions if not a[0].endswith("ALLREDUCE"))
-    assert allreduce > span - compute - allreduce, (allreduce, span, compute)
+    allreduce += reducing
+    gaps += span - compute - reducing
+assert allreduce > gaps, (allreduce, gaps)
 PY
 
 # A real browser: every page loads, its script runs without an error, and it draws.
