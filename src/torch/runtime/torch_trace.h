@@ -26,7 +26,6 @@ class TorchTrace {
   // Call on the training thread after each step, with the steps completed so far:
   // starts the profiler after the first-th, writes the trace after the last.
   void stepDone(int64_t completed);
-  bool written() const { return written_; }
 
  private:
   std::string path_;
