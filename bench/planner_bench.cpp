@@ -26,6 +26,7 @@
 #include "pipetrain/planner/graph_partition.h"
 #include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/sim/evaluate.h"
+#include "pipetrain/util/allocator.h"
 #include "../tests/core/fork_join.h"
 
 namespace {
@@ -206,6 +207,7 @@ PlanRun planInChild(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   if (pipe(fds) != 0) return {0, 0, 0, 0, 0, 0, true};
   const pid_t pid = fork();
   if (pid == 0) {
+    util::applyHeapPolicyOfEnvironment();  // as `pipetrain` (src/cli/main.cpp) plans
     PlanRun run;
     try {
       const auto start = std::chrono::steady_clock::now();

@@ -16,7 +16,7 @@ namespace pipetrain::schedule {
 // follow that sender's order, as a channel that pairs messages by order (NCCL) needs: a
 // RECV whose message is sent before one this rank waits for earlier moves up to that
 // wait (which costs no time: it has arrived by then).
-Program lower(const Program& compute_only);
+Program lower(Program compute_only);
 
 // The forward passes of a lowered Program alone, with their communication, every one
 // reading version 0 (the current weights): evaluation runs it with the same executor,

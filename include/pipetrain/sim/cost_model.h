@@ -97,6 +97,7 @@ class CostModel {
   std::vector<StageCosts> stages_;
   std::vector<int> replicas_;
   std::vector<int> rank_device_;
+  bool ends_free_ = false;  // no route of the cluster costs its ends host time (cluster::endsFree)
   struct AllreduceCost {
     double seconds = 0, host_seconds = 0;
   };

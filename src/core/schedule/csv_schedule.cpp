@@ -258,7 +258,7 @@ CsvSchedule readCsvSchedule(const std::string& csv_text, const std::string& orig
   }
   for (int r = 0; r < p.numRanks(); ++r)
     for (int s : p.stagesOfRank(r)) p.ranks[r].push_back(stepAction(s, 1));
-  out.program = lower(p);
+  out.program = lower(std::move(p));
   if (out.gave_communication)
     for (int r = 0; r < out.program.numRanks(); ++r)
       out.program.ranks[r] = mergeCommunication(rows[r], out.program.ranks[r], r, origin, out.late_sends);

@@ -113,6 +113,11 @@ struct Context {
       mbs.push_back(j);
     return mbs;
   }
+  // Room for a replica's actions: `per_microbatch` of them for each micro-batch it runs,
+  // and an all-reduce and a step per mini-batch (or per micro-batch: count those in).
+  std::size_t room(Replica r, int per_microbatch) const {
+    return static_cast<std::size_t>(total() / r.count + 1) * per_microbatch + 2 * spec.minibatches;
+  }
 };
 
 // Replicas sum their gradients before every step.
@@ -123,6 +128,7 @@ void emitStep(std::vector<Action>& out, int stage, int new_version, Replica r) {
 
 std::vector<Action> gpipe(const Context& c, int s, Replica r) {
   std::vector<Action> out;
+  out.reserve(c.room(r, 2));
   for (int k = 0; k < c.spec.minibatches; ++k) {
     const auto mbs = c.own(k * c.m(), c.m(), r);
     for (int j : mbs) out.push_back(computeAction(ActionType::F, s, j, k));
@@ -134,6 +140,7 @@ std::vector<Action> gpipe(const Context& c, int s, Replica r) {
 
 std::vector<Action> oneFOneB(const Context& c, int s, Replica r) {
   std::vector<Action> out;
+  out.reserve(c.room(r, 2));
   for (int k = 0; k < c.spec.minibatches; ++k) {
     for (auto [fwd, j] : oneFOneBOrder(c.own(k * c.m(), c.m(), r), c.warmup[s]))
       out.push_back(computeAction(fwd ? ActionType::F : ActionType::B, s, j, k));
@@ -147,6 +154,7 @@ std::vector<Action> oneFOneB(const Context& c, int s, Replica r) {
 // would idle waiting for gradients; activations held stay at p for every stage.
 std::vector<Action> zeroBubbleH1(const Context& c, int s, Replica r) {
   std::vector<Action> out;
+  out.reserve(c.room(r, 3));
   const int defer = c.height[s];
   for (int k = 0; k < c.spec.minibatches; ++k) {
     const auto mbs = c.own(k * c.m(), c.m(), r);
@@ -176,6 +184,7 @@ std::vector<Action> asyncStream(const Context& c, int s, Replica r,
   const ScheduleTraits& t = traits(c.spec.name);
   const bool stash = t.backward_weights == BackwardWeights::kStashed;
   std::vector<Action> out;
+  out.reserve(c.room(r, 4));  // F and B, and the step after each micro-batch under PipeMare
   std::vector<int> read(c.total(), 0);
   int current = 0;
   for (auto [fwd, j] : oneFOneBOrder(c.own(0, c.total(), r), c.warmup[s])) {

@@ -56,16 +56,20 @@ std::vector<RankFootprint> accountMemory(const Program& program,
     const auto& actions = program.ranks[r];
     const std::vector<int> stages = program.stagesOfRank(r);
     const double share = stages.empty() ? 0.0 : 1.0 / stages.size();
-    std::map<int, StageFootprint> per_stage;
-    std::map<int, int> in_flight, live_versions;
-    for (int s : stages) {
-      per_stage[s] = StageFootprint{s, 0, 1};
-      live_versions[s] = 1;  // version 0 exists from the start
-    }
+    // Per stage of the rank, by its place in `stages` (sorted; a rank holds few).
+    auto local = [&](int stage) {
+      return static_cast<std::size_t>(std::lower_bound(stages.begin(), stages.end(), stage) - stages.begin());
+    };
+    std::vector<StageFootprint> per_stage;
+    for (int s : stages) per_stage.push_back(StageFootprint{s, 0, 1});
+    std::vector<int> in_flight(stages.size(), 0), live_versions(stages.size(), 1);  // version 0 exists from the start
     // A split backward keeps activations until W; a whole one until B.
     std::set<std::pair<int, int>> has_weight_pass;
     for (const Action& a : actions)
       if (a.type == ActionType::W) has_weight_pass.insert({a.stage, a.microbatch});
+    auto splitHere = [&](const Action& a) {
+      return !has_weight_pass.empty() && has_weight_pass.count({a.stage, a.microbatch}) > 0;
+    };
 
     int total_in_flight = 0;
     double peak = 0, bytes = 0, peak_bytes = 0;
@@ -79,47 +83,45 @@ std::vector<RankFootprint> accountMemory(const Program& program,
     std::size_t next_retirement = 0;
     auto retireUpTo = [&](int position) {
       for (; next_retirement < retired[r].size() && retired[r][next_retirement].position <= position; ++next_retirement)
-        --live_versions[retired[r][next_retirement].stage];
+        --live_versions[local(retired[r][next_retirement].stage)];
     };
     for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
       const Action& a = actions[i];
       // A STEP whose old version has no later reader updates in place: retire first.
       if (a.type == ActionType::STEP) retireUpTo(i);
       if (a.type == ActionType::F) {
-        ++in_flight[a.stage];
+        const std::size_t k = local(a.stage);
+        ++in_flight[k];
         ++total_in_flight;
-        auto& fp = per_stage[a.stage];
-        fp.peak_activations = std::max(fp.peak_activations, in_flight[a.stage]);
+        per_stage[k].peak_activations = std::max(per_stage[k].peak_activations, in_flight[k]);
         peak = std::max(peak, total_in_flight * share);
         bytes += bytesOf(a.stage);
         peak_bytes = std::max(peak_bytes, bytes);
-      } else if (a.type == ActionType::B && !has_weight_pass.count({a.stage, a.microbatch})) {
-        --in_flight[a.stage];
+      } else if (a.type == ActionType::B && !splitHere(a)) {
+        --in_flight[local(a.stage)];
         --total_in_flight;
         bytes -= bytesOf(a.stage);
         gradientsComputed(a.stage);
-      } else if (a.type == ActionType::I && has_weight_pass.count({a.stage, a.microbatch})) {
+      } else if (a.type == ActionType::I && splitHere(a)) {
         bytes += splitBytesOf(a.stage) - bytesOf(a.stage);  // the gradients kept for W, less what only I read
         peak_bytes = std::max(peak_bytes, bytes);
       } else if (a.type == ActionType::W) {
-        --in_flight[a.stage];
+        --in_flight[local(a.stage)];
         --total_in_flight;
         bytes -= splitBytesOf(a.stage);
         gradientsComputed(a.stage);
       } else if (a.type == ActionType::STEP) {
         if (std::exchange(gradients_live[a.stage], 0)) bytes -= stage_gradient_bytes[a.stage];
-        auto& fp = per_stage[a.stage];
-        fp.weight_versions = std::max(fp.weight_versions, ++live_versions[a.stage]);
+        const std::size_t k = local(a.stage);
+        per_stage[k].weight_versions = std::max(per_stage[k].weight_versions, ++live_versions[k]);
       }
       retireUpTo(i);
     }
     RankFootprint& fp = out[r];
     fp.peak_activations = peak;
     fp.peak_activation_bytes = peak_bytes;
-    for (auto& [s, stage_fp] : per_stage) {
-      fp.weight_versions = std::max(fp.weight_versions, stage_fp.weight_versions);
-      fp.stages.push_back(stage_fp);
-    }
+    for (const StageFootprint& stage_fp : per_stage) fp.weight_versions = std::max(fp.weight_versions, stage_fp.weight_versions);
+    fp.stages = std::move(per_stage);
   }
   return out;
 }

@@ -103,6 +103,10 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
   replicas_ = plan::stageReplicas(plan);
   for (const std::string& d : plan::rankDeviceNames(plan)) rank_device_.push_back(cluster.indexOf(d));
   for (int s = 0; s < plan.numStages(); ++s) allreduce_.push_back(ringAllreduceOf(s));
+  ends_free_ = std::all_of(cluster.levels().begin(), cluster.levels().end(),
+                           [](const cluster::Level& l) { return l.host.free() && !l.through_host; }) &&
+               std::all_of(cluster.links().begin(), cluster.links().end(),
+                           [](const cluster::Link& l) { return l.host.free() && !l.through_host; });
 }
 
 double CostModel::computeSeconds(const schedule::Action& a, int rank) const {
@@ -138,8 +142,9 @@ double CostModel::edgeBytes(int from, int to) const {
 }
 
 double CostModel::hostSeconds(const schedule::Action& message, int rank, int peer_rank) const {
+  if (ends_free_) return 0;  // most clusters: no route to find either
   const cluster::Route r = route(rank, peer_rank);  // the same both ways
-  if (cluster::endsFree(r)) return 0;                // most clusters: no bytes to look up
+  if (cluster::endsFree(r)) return 0;
   return cluster::messageEndSeconds(cluster_.device(rank_device_[rank]), r, messageBytes(message));
 }
 

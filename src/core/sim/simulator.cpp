@@ -60,7 +60,19 @@ class Simulation {
       if (ready_.empty()) break;
       auto [start, r] = ready_.top();
       ready_.pop();
-      if (execute(r, start)) schedule(r);
+      // The rank goes on for as long as its next action would come off the queue next
+      // anyway: the same order of events, without a push and a pop per action (the
+      // queue was a third of a simulation's time).
+      while (execute(r, start)) {
+        if (pos_[r] >= static_cast<int>(p_.ranks[r].size())) break;
+        const double t = readyTime(r);
+        if (t == kUnknown) break;
+        if (!runsNext(t, r)) {
+          ready_.emplace(t, r);
+          break;
+        }
+        start = t;
+      }
     }
     // A Program the validator passed never stalls; one it was not shown (the planner's
     // extrapolation checks a plan at one count of micro-batches) is refused here rather
@@ -136,10 +148,18 @@ class Simulation {
     }
   }
 
+  // Whether rank r, ready at t, is what the loop in run() would take next.
+  bool runsNext(double t, int r) const {
+    if (!ready_.empty() && !(std::make_pair(t, r) < ready_.top())) return false;
+    if (cores_.empty()) return true;
+    const auto [core, finish] = nextFinish();
+    return core < 0 || finish > t;
+  }
+
   void schedule(int r) {
     if (pos_[r] >= static_cast<int>(p_.ranks[r].size())) return;
     const double t = readyTime(r);
-    if (t != kUnknown) ready_.push({t, r});
+    if (t != kUnknown) ready_.emplace(t, r);
   }
 
   void wake(std::size_t message) {
