@@ -52,6 +52,7 @@ TEST(Profiler, ProfilesEveryLayerOfAnMlp) {
     EXPECT_EQ(l.optimizer_state_bytes, 2 * l.param_bytes);
     EXPECT_GT(l.optimizer_seconds, 0);  // every mlp layer has weights to step
     EXPECT_GT(l.split_weight_seconds, 0);  // and a W of its own to time after I
+    EXPECT_GT(l.forward_no_grad_seconds, 0);  // and a forward pass without a graph, as recomputation's F
     const int64_t width = i + 1 == g.size() ? 10 : 128;
     EXPECT_EQ(l.output_bytes, 4 * batch * width);
     // Linear + ReLU keeps its output (ReLU's backward reads it); the head, a bare

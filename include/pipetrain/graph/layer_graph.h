@@ -23,6 +23,9 @@ struct PassSeconds {
   double backward_input = 0;
   double backward_weight = 0;
   double split_weight = 0;  // Layer::splitWeightSeconds()
+  // The forward pass without a graph (Layer::forwardNoGradSeconds()): what a recomputing
+  // stage's F costs; its backward pass then runs `forward` again.
+  double forward_no_grad = 0;
 
   // A micro-batch's forward and whole backward pass: F + I + W.
   double forwardBackward() const { return forward + backward_input + backward_weight; }
@@ -45,6 +48,10 @@ struct Layer {
   // gradients I kept at each parameter's operation). -1 = not measured:
   // splitWeightSeconds() then gives backward_weight_seconds.
   double split_weight_seconds = -1;
+  // The forward pass under no_grad, as a recomputing stage's F runs it (no graph is
+  // recorded; its backward pass runs the forward again with one). -1 = not measured:
+  // forwardNoGradSeconds() then gives forward_seconds.
+  double forward_no_grad_seconds = -1;
   int64_t output_bytes = 0;            // what crosses to consumers
   int64_t saved_activation_bytes = 0;  // kept from forward until backward finishes
   // The part of saved_activation_bytes that does not grow with the micro-batch: under
@@ -70,8 +77,9 @@ struct Layer {
   std::vector<TimedAtBatch> other_batches;
 
   PassSeconds passSeconds() const {
-    return {forward_seconds, backward_input_seconds, backward_weight_seconds, splitWeightSeconds()};
+    return {forward_seconds, backward_input_seconds, backward_weight_seconds, splitWeightSeconds(), forwardNoGradSeconds()};
   }
+  double forwardNoGradSeconds() const { return forward_no_grad_seconds >= 0 ? forward_no_grad_seconds : forward_seconds; }
   double backwardSeconds() const { return backward_input_seconds + backward_weight_seconds; }
   double splitWeightSeconds() const { return split_weight_seconds >= 0 ? split_weight_seconds : backward_weight_seconds; }
   // What one micro-batch of `scale` times the graph's batch keeps from its forward pass

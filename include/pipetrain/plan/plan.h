@@ -69,6 +69,9 @@ std::string stageShape(const Plan& plan);
 // with runs as ranges ("1-78,80"), a stage recomputing some of its layers as "3(2/8)"
 // (2 of its 8), for tables and reports.
 std::string recomputedStages(const Plan& plan);
+// Per layer of `graph`, whether `stage` recomputes it: its first recomputedLayers() in
+// the model's order, as the runtime runs them. REQUIRES: the graph has the stage's layers.
+std::vector<char> recomputedLayerMask(const Stage& stage, const graph::LayerGraph& graph);
 
 // The stage DAG of a plan over a graph: stage s -> t when a layer of t consumes a layer
 // of s. REQUIRES: validate(plan, graph, cluster) passed.

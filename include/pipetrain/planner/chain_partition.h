@@ -99,7 +99,9 @@ struct DeviceBlock {
 // (already scaled to the micro-batch size), the optimizer step per STEP, and bytes.
 struct StageSums {
   double compute = 0, backward = 0, step = 0, activation = 0, params = 0, optimizer = 0;
-  double forward = 0;  // the part of `compute` that recomputation runs again
+  // What recomputation adds to `compute`: F runs without a graph (this), B runs the
+  // forward pass with one again (already in `compute`).
+  double forward = 0;
   double split = 0;    // held between a split schedule's I and W (0 under other schedules)
   // Bytes per micro-batch a recomputing stage keeps from F to B: its inputs and the
   // outputs it sends. Not a sum over layers: set for a stage as a whole; -1 (what sums

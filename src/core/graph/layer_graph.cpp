@@ -46,7 +46,8 @@ void checkOtherBatches(Layer& l, int64_t batch_size, const std::string& origin) 
     const std::string at = where + ", other_batches at " + std::to_string(t.batch);
     if (t.batch < 1) throw Error(where + ": other_batches: batch must be at least 1 (found " + std::to_string(t.batch) + ")");
     if (t.batch == batch_size) throw Error(at + ": the graph's own batch_size; its times are the layer's fields");
-    for (double s : {t.seconds.forward, t.seconds.backward_input, t.seconds.backward_weight, t.seconds.split_weight})
+    for (double s : {t.seconds.forward, t.seconds.backward_input, t.seconds.backward_weight, t.seconds.split_weight,
+                     t.seconds.forward_no_grad})
       if (!(s >= 0 && s < std::numeric_limits<double>::infinity()))
         throw Error(at + ": times must be non-negative and finite seconds");
   }
@@ -58,7 +59,8 @@ void checkOtherBatches(Layer& l, int64_t batch_size, const std::string& origin) 
 }
 
 PassSeconds scaled(const PassSeconds& s, double factor) {
-  return {s.forward * factor, s.backward_input * factor, s.backward_weight * factor, s.split_weight * factor};
+  return {s.forward * factor, s.backward_input * factor, s.backward_weight * factor, s.split_weight * factor,
+          s.forward_no_grad * factor};
 }
 
 }  // namespace
@@ -83,7 +85,7 @@ PassSeconds LayerGraph::secondsAt(int index, int64_t batch) const {
   auto mix = [w](double x, double y) { return x + w * (y - x); };
   const PassSeconds &x = below->seconds, &y = above->seconds;
   return {mix(x.forward, y.forward), mix(x.backward_input, y.backward_input), mix(x.backward_weight, y.backward_weight),
-          mix(x.split_weight, y.split_weight)};
+          mix(x.split_weight, y.split_weight), mix(x.forward_no_grad, y.forward_no_grad)};
 }
 
 LayerGraph::LayerGraph(std::vector<Layer> layers, int64_t batch_size, std::string origin) : batch_size_(batch_size) {

@@ -13,7 +13,7 @@ constexpr int kVersion = 1;
 Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
                "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
-               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_weight_seconds",
+               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_weight_seconds", "forward_no_grad_seconds",
                "split_activation_bytes", "saved_fixed_bytes", "other_batches"});
   Layer l;
   l.name = c.field("name").asString();
@@ -52,6 +52,7 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   l.optimizer_seconds = c.has("optimizer_seconds") ? c.field("optimizer_seconds").asSeconds() : 0.0;
   // Optional (files written before the profiler measured them have none).
   if (c.has("split_weight_seconds")) l.split_weight_seconds = c.field("split_weight_seconds").asSeconds();
+  if (c.has("forward_no_grad_seconds")) l.forward_no_grad_seconds = c.field("forward_no_grad_seconds").asSeconds();
   if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asBytes();
   if (c.has("split_activation_bytes")) l.split_activation_bytes = c.field("split_activation_bytes").asBytes();
   if (c.has("saved_fixed_bytes")) {
@@ -63,7 +64,7 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   if (c.has("other_batches"))
     for (const auto& item : c.field("other_batches").asArray()) {
       item.allowOnly({"batch", "forward_seconds", "backward_input_seconds", "backward_weight_seconds",
-                      "split_weight_seconds"});
+                      "split_weight_seconds", "forward_no_grad_seconds"});
       TimedAtBatch t;
       t.batch = item.field("batch").asIntIn(1, limits::kMaxMicrobatchSize);
       t.seconds.forward = item.field("forward_seconds").asSeconds();
@@ -71,6 +72,8 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
       t.seconds.backward_weight = item.field("backward_weight_seconds").asSeconds();
       t.seconds.split_weight = item.has("split_weight_seconds") ? item.field("split_weight_seconds").asSeconds()
                                                                 : t.seconds.backward_weight;
+      t.seconds.forward_no_grad = item.has("forward_no_grad_seconds") ? item.field("forward_no_grad_seconds").asSeconds()
+                                                                      : t.seconds.forward;
       l.other_batches.push_back(t);
     }
   return l;
@@ -143,6 +146,7 @@ json_io::Json LayerGraph::toJson() const {
                            {"optimizer_state_bytes", l.optimizer_state_bytes}};
     if (l.optimizer_seconds > 0) layer["optimizer_seconds"] = l.optimizer_seconds;
     if (l.split_weight_seconds >= 0) layer["split_weight_seconds"] = l.split_weight_seconds;
+    if (l.forward_no_grad_seconds >= 0) layer["forward_no_grad_seconds"] = l.forward_no_grad_seconds;
     if (l.peak_memory_bytes >= 0) layer["peak_memory_bytes"] = l.peak_memory_bytes;
     if (l.split_activation_bytes >= 0) layer["split_activation_bytes"] = l.split_activation_bytes;
     if (l.saved_fixed_bytes > 0) layer["saved_fixed_bytes"] = l.saved_fixed_bytes;
@@ -153,7 +157,8 @@ json_io::Json LayerGraph::toJson() const {
                           {"forward_seconds", t.seconds.forward},
                           {"backward_input_seconds", t.seconds.backward_input},
                           {"backward_weight_seconds", t.seconds.backward_weight},
-                          {"split_weight_seconds", t.seconds.split_weight}});
+                          {"split_weight_seconds", t.seconds.split_weight},
+                          {"forward_no_grad_seconds", t.seconds.forward_no_grad}});
       layer["other_batches"] = std::move(others);
     }
     layers.push_back(std::move(layer));

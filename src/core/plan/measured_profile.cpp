@@ -23,6 +23,7 @@ void scale(graph::PassSeconds& t, const Factors& f) {
   t.backward_input *= f.input;
   t.backward_weight *= f.weight;
   t.split_weight *= f.split_weight;
+  t.forward_no_grad *= f.forward;
 }
 
 }  // namespace
@@ -42,13 +43,18 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
     std::vector<int> members;
     graph::PassSeconds profiled;
     double step = 0;
+    double recomputed = 0;  // what B (or I) runs first on a recomputing stage: its layers' forward pass again
+    for (const std::string& name : plan.stages[s].layers)
+      if (profile.indexOf(name) < 0)
+        throw Error("plan stage " + std::to_string(s) + " holds layer '" + name + "', which the profile does not have");
+    const std::vector<char> recomputes = plan::recomputedLayerMask(plan.stages[s], profile);
     for (const std::string& name : plan.stages[s].layers) {
       const int i = profile.indexOf(name);
-      if (i < 0)
-        throw Error("plan stage " + std::to_string(s) + " holds layer '" + name + "', which the profile does not have");
       members.push_back(i);
       const graph::PassSeconds t = profile.secondsAt(i, plan.microbatch_size);
-      profiled.forward += t.forward;
+      // A recomputing layer's F ran without a graph, as the cost model prices it.
+      profiled.forward += recomputes[i] ? t.forward_no_grad : t.forward;
+      if (recomputes[i]) recomputed += t.forward;
       profiled.backward_input += t.backward_input;
       profiled.backward_weight += t.backward_weight;
       profiled.split_weight += t.split_weight;
@@ -57,8 +63,8 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
     Factors f;
     f.forward = toward(measuredOf(s, ActionType::F), profiled.forward);
     f.input = f.weight = f.split_weight =
-        toward(measuredOf(s, ActionType::B), profiled.backward_input + profiled.backward_weight);
-    if (measuredOf(s, ActionType::I) > 0) f.input = toward(measuredOf(s, ActionType::I), profiled.backward_input);
+        toward(measuredOf(s, ActionType::B), recomputed + profiled.backward_input + profiled.backward_weight);
+    if (measuredOf(s, ActionType::I) > 0) f.input = toward(measuredOf(s, ActionType::I), recomputed + profiled.backward_input);
     if (measuredOf(s, ActionType::W) > 0) f.split_weight = toward(measuredOf(s, ActionType::W), profiled.split_weight);
     f.step = toward(measuredOf(s, ActionType::STEP), step);
     for (int i : members) {
@@ -67,6 +73,7 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
       // measured, it gets a figure of its own.
       l.split_weight_seconds = l.splitWeightSeconds() * f.split_weight;
       l.forward_seconds *= f.forward;
+      if (l.forward_no_grad_seconds >= 0) l.forward_no_grad_seconds *= f.forward;
       l.backward_input_seconds *= f.input;
       l.backward_weight_seconds *= f.weight;
       l.optimizer_seconds *= f.step;

@@ -84,6 +84,15 @@ std::string stageShape(const Plan& plan) {
   return out;
 }
 
+std::vector<char> recomputedLayerMask(const Stage& stage, const graph::LayerGraph& graph) {
+  std::vector<char> mask(graph.size(), 0);
+  std::vector<int> order;  // the model's (topological) order
+  for (const std::string& name : stage.layers) order.push_back(graph.indexOf(name));
+  std::sort(order.begin(), order.end());
+  for (int i = 0; i < stage.recomputedLayers(); ++i) mask[order[i]] = 1;
+  return mask;
+}
+
 std::string recomputedStages(const Plan& plan) {
   std::string listed;
   int count = 0;

@@ -63,6 +63,7 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
       layers[l].backward_input_seconds = timed.backward_input_seconds;
       layers[l].backward_weight_seconds = timed.backward_weight_seconds;
       layers[l].split_weight_seconds = timed.split_weight_seconds;
+      layers[l].forward_no_grad_seconds = timed.forward_no_grad_seconds;
       layers[l].optimizer_seconds = timed.optimizer_seconds;
       layers[l].other_batches = timed.other_batches;
     }

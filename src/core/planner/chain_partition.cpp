@@ -223,7 +223,7 @@ StageSums ChainProblem::layerSums(int layer) const {
       traits_->split_backward ? std::max(saved, static_cast<double>(l.splitActivationBytes()) * scale_) : saved;
   sums.params = static_cast<double>(l.param_bytes);
   sums.optimizer = static_cast<double>(l.optimizer_state_bytes);
-  sums.forward = t.forward;
+  sums.forward = t.forward_no_grad;
   sums.split = traits_->split_backward ? static_cast<double>(l.splitActivationBytes()) * scale_ : 0.0;
   return sums;
 }

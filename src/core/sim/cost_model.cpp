@@ -42,21 +42,22 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
     const plan::Stage& stage = plan.stages[s];
     const int recomputed = stage.recomputedLayers();
     const bool partly = recomputed > 0 && recomputed < static_cast<int>(stage.layers.size());
-    double recomputed_forward = 0, recomputed_bytes = 0, kept_outputs = 0;  // of the recomputed layers
-    std::vector<int> indices;
-    for (const std::string& name : stage.layers) indices.push_back(graph.indexOf(name));
-    std::vector<char> in_recomputed;  // partly: by layer index
-    if (partly) {
-      std::vector<int> order = indices;  // the model's (topological) order, as the runtime runs them
-      std::sort(order.begin(), order.end());
-      in_recomputed.assign(graph.size(), 0);
-      for (int i = 0; i < recomputed; ++i) in_recomputed[order[i]] = 1;
-    }
-    for (const int index : indices) {
+    // By layer index; not made for a stage that recomputes nothing (the planner prices
+    // stages by the thousand).
+    const std::vector<char> in_recomputed = recomputed > 0 ? plan::recomputedLayerMask(stage, graph) : std::vector<char>();
+    double recomputed_bytes = 0, kept_outputs = 0;  // of the recomputed layers, where only some are
+    for (const std::string& name : stage.layers) {
+      const int index = graph.indexOf(name);
       const graph::Layer& l = graph.layer(index);
       const graph::PassSeconds t = graph.secondsAt(index, plan.microbatch_size);
+      if (recomputed > 0 && in_recomputed[index]) {
+        // F runs it without a graph; B (or I) runs it again with one first.
+        c.forward += t.forward_no_grad;
+        c.recompute += t.forward;
+      } else {
+        c.forward += t.forward;
+      }
       if (partly && in_recomputed[index]) {
-        recomputed_forward += t.forward;
         recomputed_bytes += l.savedBytesAt(scale);
         // Its output stays where a layer that is not recomputed (here or later) reads it.
         for (int next : graph.successors(index))
@@ -65,7 +66,6 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
             break;
           }
       }
-      c.forward += t.forward;
       c.backward_input += t.backward_input;
       c.backward_weight += t.backward_weight;
       c.split_weight += t.split_weight;
@@ -85,7 +85,6 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
         // The forward pass runs twice. Between F and B a micro-batch keeps the messages
         // the stage received and sent; between I and W a split schedule still holds what
         // W reads, which the recomputed graph made again.
-        c.recompute = c.forward;
         c.recompute_peak_bytes = c.activation_bytes;
         c.activation_bytes = received;
         for (double b : edge_bytes_[s]) c.activation_bytes += b;
@@ -93,7 +92,6 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
         // Its first layers run twice: between F and B a micro-batch keeps the stage's
         // inputs, the outputs of those layers that others read, and the other layers'
         // activations.
-        c.recompute = recomputed_forward;
         c.recompute_peak_bytes = recomputed_bytes;
         c.activation_bytes += received + kept_outputs - recomputed_bytes;
       }

@@ -143,6 +143,7 @@ std::string signature(const models::Layer& layer, const std::vector<torch::Tenso
 // A layer's medians over the timed passes.
 struct Timings {
   double forward = 0, input = 0, weight = 0;
+  double forward_no_grad = 0;  // without a graph, as a recomputing stage's F (graph::Layer::forward_no_grad_seconds)
   double split_weight = 0;  // the parameters-only backward after I (graph::Layer::split_weight_seconds)
   double step = 0;          // the optimizer step and the clearing of gradients (0 without weights)
 };
@@ -289,13 +290,25 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
                                 const ProfileOptions& o, int loading_layer, const OutputLoss& loss) {
   const std::size_t n = runs.size();
   LayerSteps steps(runs, o.optimizer);
-  std::vector<std::vector<double>> forward(n), input(n), split_weight(n), full(n), step(n);
+  std::vector<std::vector<double>> forward(n), forward_no_grad(n), input(n), split_weight(n), full(n), step(n);
   // A pass of a whole-backward step (`split` false: B per layer) or of a split one (I per
   // layer, then W per layer), each as training runs it (NOTE(backward-passes)).
   // Every pass holds o.in_flight micro-batches' activations between their forward and
   // backward passes (NOTE(in-flight)); they are the same batch, in separate tensors.
   const std::size_t k = static_cast<std::size_t>(o.in_flight);
   const auto pass = [&](bool split, bool timed) {
+    if (!split)  // one micro-batch's forward pass without a graph, as a recomputing stage's F runs it
+      for (std::size_t l = 0; l < n; ++l) {
+        const double f = secondsOf(device, [&] {
+          torch::NoGradGuard no_grad;
+          torch::Tensor output = runs[l].forward();
+          if (static_cast<int>(l) == loss.layer) {
+            runtime::AutocastScope autocast(o.precision, device);
+            models::lossOf(runs[l].model, output, loss.labels).item<double>();
+          }
+        });
+        if (timed) forward_no_grad[l].push_back(f);
+      }
     std::vector<std::vector<torch::Tensor>> outputs(k, std::vector<torch::Tensor>(n));  // [micro-batch][layer]
     for (auto& mb : outputs)
       for (std::size_t l = 0; l < n; ++l) {
@@ -366,12 +379,16 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
   std::vector<Timings> t(n);  // a part the layer does not have was never timed: its median is 0
   for (std::size_t l = 0; l < n; ++l) {
     t[l].forward = median(forward[l]);
+    t[l].forward_no_grad = median(forward_no_grad[l]);
     t[l].input = median(input[l]);
     t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, median(full[l]) - t[l].input);
     t[l].split_weight = median(split_weight[l]);
     t[l].step = median(step[l]);
   }
-  if (loading_layer >= 0) t[loading_layer].forward += loading;
+  if (loading_layer >= 0) {
+    t[loading_layer].forward += loading;
+    t[loading_layer].forward_no_grad += loading;
+  }
   return t;
 }
 
@@ -514,6 +531,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     if (l >= first && l < end) {
       const Timings& t = times[slot[l]];
       node.forward_seconds = t.forward;
+      node.forward_no_grad_seconds = t.forward_no_grad;
       node.backward_input_seconds = t.input;
       node.backward_weight_seconds = t.weight;
       node.split_weight_seconds = t.split_weight;

@@ -155,6 +155,28 @@ TEST(LayerGraph, SplitWeightSecondsDefaultToTheWeightPass) {
               {"g.json", "layers[0].split_weight_seconds"});
 }
 
+TEST(LayerGraph, ForwardWithoutAGraphDefaultsToTheForwardPass) {
+  Json measured = layerJson("b");
+  measured["forward_no_grad_seconds"] = 0.25;
+  measured["other_batches"] = Json::parse(R"([
+    {"batch": 8, "forward_seconds": 1.6, "backward_input_seconds": 1.5, "backward_weight_seconds": 0.8,
+     "forward_no_grad_seconds": 0.5},
+    {"batch": 16, "forward_seconds": 2.5, "backward_input_seconds": 2.0, "backward_weight_seconds": 1.0}])");
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), measured}), "g.json");
+  EXPECT_EQ(g.layer(0).forwardNoGradSeconds(), g.layer(0).forward_seconds);  // older files
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 8).forward_no_grad, g.secondsAt(0, 8).forward);
+  EXPECT_EQ(g.layer(1).forwardNoGradSeconds(), 0.25);
+  EXPECT_DOUBLE_EQ(g.secondsAt(1, 4).forward_no_grad, 0.25);
+  EXPECT_DOUBLE_EQ(g.secondsAt(1, 6).forward_no_grad, (0.25 + 0.5) / 2);
+  EXPECT_DOUBLE_EQ(g.secondsAt(1, 12).forward_no_grad, (0.5 + 2.5) / 2);  // given at 8, the forward pass at 16
+  const Json written = g.toJson();
+  EXPECT_FALSE(written["layers"][0].contains("forward_no_grad_seconds"));
+  EXPECT_EQ(LayerGraph::fromJson(written, "written").toJson(), written);
+  measured["forward_no_grad_seconds"] = -1;
+  expectError([&] { LayerGraph::fromJson(graphJson({measured}), "g.json"); },
+              {"g.json", "layers[0].forward_no_grad_seconds"});
+}
+
 TEST(LayerGraph, SplitActivationBytesDefaultToTheSavedActivations) {
   Json measured = layerJson("b");
   measured["split_activation_bytes"] = 1234;

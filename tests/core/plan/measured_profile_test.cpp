@@ -55,6 +55,27 @@ TEST(SharpenProfile, TheFirstRunSetsEachStageToWhatItMeasured) {
   EXPECT_NE(s.note.find("stage 1: F x0.80"), std::string::npos) << s.note;
 }
 
+// A recomputing stage's F ran its layers without a graph, and its B ran them again with
+// one before the backward pass: each is compared with what the cost model priced it at.
+TEST(SharpenProfile, ARecomputingStageIsComparedWithWhatRecomputationCosts) {
+  std::vector<graph::Layer> layers = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100).layers();
+  for (graph::Layer& l : layers) l.forward_no_grad_seconds = 0.5e-3;
+  const graph::LayerGraph g(layers, 1);
+  Plan plan = twoStages(g, "1f1b", g.batchSize());
+  plan.stages[1].recompute = true;
+  // Measured as priced: F 3 x 0.5 ms, B 3 x (1 + 2 + 1) ms. Nothing moves.
+  const SharpenedProfile same = sharpenProfile(g, plan, {{{1, ActionType::F}, 1.5e-3}, {{1, ActionType::B}, 12e-3}}, 0);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_NEAR(same.graph.layer(i).forward_seconds, 1e-3, 1e-12);
+    EXPECT_NEAR(same.graph.layer(i).forward_no_grad_seconds, 0.5e-3, 1e-12);
+    EXPECT_NEAR(same.graph.layer(i).backward_input_seconds, 2e-3, 1e-12);
+  }
+  // F twice as slow as priced: both forward figures double.
+  const SharpenedProfile slower = sharpenProfile(g, plan, {{{1, ActionType::F}, 3e-3}}, 0);
+  EXPECT_NEAR(slower.graph.layer(2).forward_no_grad_seconds, 1e-3, 1e-12);
+  EXPECT_NEAR(slower.graph.layer(2).forward_seconds, 2e-3, 1e-12);
+}
+
 TEST(SharpenProfile, LaterRunsMoveTowardTheGeometricMean) {
   const graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
   const Plan plan = twoStages(g, "1f1b", g.batchSize());

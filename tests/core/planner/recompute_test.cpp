@@ -87,6 +87,37 @@ TEST(Recompute, SelectiveRecomputationRunsItsLayersAgainAndKeepsTheirLastOutput)
   EXPECT_EQ(plan::recomputedStages(p), "1(3/4)");
 }
 
+// The profiler times each layer's forward pass without a graph as well: a recomputing
+// layer's F costs that, and its B (or I) the forward pass with a graph again.
+TEST(Recompute, FRunsWithoutAGraphAndBRunsTheForwardPassWithOne) {
+  std::vector<graph::Layer> layers = heavyActivations().layers();
+  for (graph::Layer& l : layers) l.forward_no_grad_seconds = 0.6e-3;
+  const graph::LayerGraph g(layers, 1);
+  const cluster::ClusterSpec c = fourDevices(int64_t{1} << 40);
+  plan::Plan p = twoStages(g, true);
+  {
+    const sim::CostModel costs(g, c, p);
+    EXPECT_DOUBLE_EQ(costs.stage(0).forward, 4 * 1e-3 * 2);  // not recomputing: with a graph
+    EXPECT_DOUBLE_EQ(costs.stage(1).forward, 4 * 0.6e-3 * 2);
+    EXPECT_DOUBLE_EQ(costs.stage(1).recompute, 4 * 1e-3 * 2);
+  }
+  p.stages[1].recompute_layers = 3;
+  {
+    const sim::CostModel costs(g, c, p);
+    EXPECT_DOUBLE_EQ(costs.stage(1).forward, (3 * 0.6e-3 + 1e-3) * 2);
+    EXPECT_DOUBLE_EQ(costs.stage(1).recompute, 3 * 1e-3 * 2);
+  }
+  // The chain DP: a stage that fits only recomputing adds its layers' F without a graph.
+  PartitionOptions o;
+  o.microbatch_size = 1;
+  o.microbatches = 8;
+  o.assumed_depth = 2;
+  o.recompute = Recompute::kAuto;
+  const ChainProblem tight(g, fourDevices(100 * kMiB), o), roomy(g, fourDevices(int64_t{1} << 40), o);
+  EXPECT_NEAR(tight.stageSeconds(0, 4, tight.deviceBlock(0, 1)),
+              roomy.stageSeconds(0, 4, roomy.deviceBlock(0, 1)) + 8 * 4 * 0.6e-3, 1e-12);
+}
+
 TEST(Recompute, PlansSaySomeLayersRecomputeAndRefuseAbsurdCounts) {
   const graph::LayerGraph g = heavyActivations();
   plan::Plan p = twoStages(g, true);

@@ -1,0 +1,41 @@
+// job::predictRun: a run's measured stage times, simulated as the plan ran them.
+#include "pipetrain/job/run_prediction.h"
+
+#include <gtest/gtest.h>
+
+#include "pipetrain/plan/plan_program.h"
+
+namespace pipetrain::job {
+namespace {
+
+using schedule::ActionType;
+
+// One stage of three layers on one rank, 4 micro-batches under 1F1B, measured at
+// F 1 ms, B 3 ms and a 2 ms step: a mini-batch takes 4 x 4 + 2 ms, whatever recomputes.
+sim::Evaluation predicted(int recompute_layers, bool recompute) {
+  plan::ScheduleOptions schedule;
+  schedule.name = "1f1b";
+  plan::Plan plan = plan::chainPlan({"a", "b", "c"}, {0, 3}, {}, schedule, /*microbatch_size=*/2, /*microbatches=*/4);
+  plan.stages[0].recompute = recompute;
+  plan.stages[0].recompute_layers = recompute_layers;
+  MeasuredRun run;
+  run.plan = &plan;
+  run.action_seconds = {{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{0, ActionType::STEP}, 2e-3}};
+  run.action_cpu_seconds = run.action_seconds;
+  run.stage_output_bytes = {64};
+  run.stage_param_bytes = {1024};
+  run.stage_preds = {{}};
+  return predictRun(run);
+}
+
+// A recomputing stage's measured B already holds its forward pass run again: the
+// prediction does not add it a second time.
+TEST(PredictRun, ARecomputingStageIsPricedAtItsMeasuredTimes) {
+  for (const auto& [layers, recompute] : {std::pair{0, false}, std::pair{0, true}, std::pair{2, true}}) {
+    SCOPED_TRACE("recompute " + std::to_string(recompute) + ", layers " + std::to_string(layers));
+    EXPECT_NEAR(predicted(layers, recompute).report.iteration_time, 4 * 4e-3 + 2e-3, 1e-9);
+  }
+}
+
+}  // namespace
+}  // namespace pipetrain::job
