@@ -35,6 +35,11 @@ constexpr int64_t kGraphStepsAlone = 30'000'000;
 
 }  // namespace
 
+void Explorer::rank(Candidate c) {
+  ranked_at_[planKey(c.plan)] = result_.ranked.size();
+  result_.ranked.push_back(std::move(c));
+}
+
 // The rank that misses its memory most, or "" when all fit.
 std::string memoryShortfall(const sim::Report& r) {
   for (const auto& rank : r.ranks)
@@ -466,7 +471,7 @@ void Explorer::evaluateBest(double next_combination_bound) {
     const plan::Plan& plan = p.candidate.plan;
     double& best = best_[o_.objective->family(plan.schedule.name, plan.numStages() == 1, plan.microbatch_size)];
     best = std::max(best, p.candidate.report.throughput);
-    result_.ranked.push_back(std::move(p.candidate));
+    rank(std::move(p.candidate));
   }
 }
 

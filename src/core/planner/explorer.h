@@ -86,6 +86,9 @@ class Explorer {
   static double busySeconds(const plan::Plan& plan, int replicas, double work, double step, double speed);
   static double boundOf(const plan::Plan& plan, double busiest_seconds);
 
+  // Adds a simulated plan to the ranking, where refine() finds it by its planKey().
+  void rank(Candidate c);
+
   // Refining (refine.cpp).
   std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan) const;
 
@@ -95,6 +98,7 @@ class Explorer {
   Exploration& result_;
   const bool graph_partitioner_, chain_partitioner_;  // which propose plans (ExploreOptions::partitioner)
   std::set<std::string> seen_;  // plans proposed so far, by planKey()
+  std::map<std::string, std::size_t> ranked_at_;  // simulated plans' places in result_.ranked, by planKey()
   std::vector<Proposal> proposals_;  // a heap by ByBound: the highest bound on top
   int proposed_ = 0;
   // The best simulated throughput so far, per family of schedules that compete

@@ -24,6 +24,11 @@ int64_t simulationWork(const plan::Plan& p) {
   const int64_t microbatches = points ? points->first + points->second : p.microbatches;
   return devicesUsed(p) * microbatches;
 }
+// Walks start from this many plans, each with its share of the simulations; and where
+// both partitioners proposed plans (auto on a multi-branch model), from this many of
+// each one's too, each with the same share: so auto walks from every plan either alone
+// would have (on fmnist-branch over gpu-server, auto's third start was its second's twin
+// under another schedule, and the plan `--partitioner graph` walked to was never found).
 constexpr std::size_t kRefineStarts = 3;
 // Plans whose recomputation recomputeLess() trims: the best few that recompute, within
 // a share of the refinement's work.
@@ -55,23 +60,46 @@ void Explorer::refine() {
       partitioners.insert(c->partitioner);
       picked.push_back(c);
     }
+  auto isPicked = [&](const Candidate* c) { return std::find(picked.begin(), picked.end(), c) != picked.end(); };
   for (const Candidate* c : order) {
     if (picked.size() >= kRefineStarts) break;
-    if (std::find(picked.begin(), picked.end(), c) == picked.end() && refinable(*c)) picked.push_back(c);
+    if (!isPicked(c) && refinable(*c)) picked.push_back(c);
   }
+  if (graph_partitioner_ && chain_partitioner_)
+    for (const char* by : {"graph", "chain"}) {
+      auto own = static_cast<std::size_t>(
+          std::count_if(picked.begin(), picked.end(), [&](const Candidate* c) { return c->partitioner == by; }));
+      for (const Candidate* c : order)
+        if (own < kRefineStarts && c->partitioner == by && !isPicked(c) && refinable(*c)) {
+          picked.push_back(c);
+          ++own;
+        }
+    }
   std::vector<Candidate> starts;  // copies: the walk adds to result_.ranked
   for (const Candidate* c : picked) starts.push_back(*c);
   const int total = starts.empty() ? 0 : std::min<int64_t>(kRefineSimulations, kRefineWork / simulationWork(starts.front().plan));
+  const int shares = static_cast<int>(std::min(starts.size(), kRefineStarts));
   int budget = 0;
   for (std::size_t k = 0; k < starts.size(); ++k) {
     Candidate& current = starts[k];
-    budget += total / static_cast<int>(starts.size()) + (k == 0 ? total % static_cast<int>(starts.size()) : 0);
+    budget += total / shares + (k == 0 ? total % shares : 0);
     while (budget > 0) {
       std::optional<Candidate> better;
+      bool better_ranked = false;  // `better` is already in the ranking
       for (auto& [bound, name] : neighboursOf(current.plan)) {
         if (budget == 0 || bound <= (better ? *better : current).report.throughput * std::exp(kTie)) break;
         plan::Plan p = name();
-        if (!seen_.insert(planKey(p)).second) continue;
+        const std::string key = planKey(p);
+        if (!seen_.insert(key).second) {
+          // Simulated already, by the search or another walk: a step to it costs nothing.
+          const auto known = ranked_at_.find(key);
+          if (known != ranked_at_.end() &&
+              result_.ranked[known->second].report.throughput > (better ? *better : current).report.throughput * std::exp(kTie)) {
+            better = result_.ranked[known->second];
+            better_ranked = true;
+          }
+          continue;
+        }
         Candidate c{std::move(p), {}, 0, 0, "refined"};
         recomputeAsAsked(c.plan);
         const double to_beat = (better ? *better : current).report.throughput;
@@ -87,12 +115,16 @@ void Explorer::refine() {
           continue;  // e.g. a Program the validator refuses
         }
         if (memoryShortfall(c.report).empty() && tiedLayersApart(c.plan, o_.tied_layers).empty() &&
-            c.report.throughput > to_beat * std::exp(kTie))
+            c.report.throughput > to_beat * std::exp(kTie)) {
           better = std::move(c);
+          better_ranked = false;
+        }
       }
       if (!better) break;
-      better->depth = schedule::pipelineDepth(plan::stageDag(better->plan, graph_));
-      result_.ranked.push_back(*better);
+      if (!better_ranked) {
+        better->depth = schedule::pipelineDepth(plan::stageDag(better->plan, graph_));
+        rank(*better);
+      }
       current = std::move(*better);
     }
   }
@@ -138,7 +170,7 @@ void Explorer::recomputeLess() {
         low = mid;
       }
     }
-    if (best) result_.ranked.push_back(std::move(*best));
+    if (best) rank(std::move(*best));
   }
 }
 
