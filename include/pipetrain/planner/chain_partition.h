@@ -92,6 +92,10 @@ struct DeviceBlock {
   // and its ring all-reduce as seconds + seconds per byte of parameters.
   bool usable = false;
   double share = 0, steps = 0, ring_seconds = 0, ring_seconds_per_byte = 0, ring_host_seconds_per_byte = 0;
+  // And its memory at the DP's assumed depth: micro-batches in flight on the busiest
+  // replica, and the copies of the weights the schedule keeps for them.
+  int inflight = 0;
+  double weight_copies = 0;
   int replicas() const { return end - first; }
 };
 
@@ -192,6 +196,8 @@ class ChainProblem {
   StageSums sumsOf(const std::vector<int>& layers) const;
   double stageSeconds(const StageSums& stage, const DeviceBlock& devices, bool recompute = false) const;
   double stageMemoryBytes(const StageSums& stage, int replicas, int depth, bool recompute = false) const;
+  // At the DP's assumed depth, from what the block priced once (DeviceBlock::inflight).
+  double stageMemoryBytes(const StageSums& stage, const DeviceBlock& devices, bool recompute) const;
   // The graph partitioners' rule: every stage recomputes under kFull (priced as one more
   // F, with no memory saved: their sums leave `kept` unknown), none otherwise.
   bool recomputesAll() const { return options_.recompute == Recompute::kFull; }
@@ -200,6 +206,8 @@ class ChainProblem {
   double objective(const std::vector<StageChoice>& stages) const;
 
  private:
+  // A replica's peak bytes with `inflight` micro-batches and `weight_copies` of the weights.
+  double memoryBytes(const StageSums& stage, int inflight, double weight_copies, bool recompute) const;
   std::vector<int> starts(int end, bool useful_only) const;
   bool replicasUsable(int replicas) const;
 

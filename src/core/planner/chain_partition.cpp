@@ -243,7 +243,15 @@ double ChainProblem::stageMemoryBytes(const StageSums& stage, int replicas, int 
   const schedule::ScheduleKind kind = traits_->kind;
   const int share = schedule::busiestReplicaShare(options_.microbatches, replicas);
   const int inflight = schedule::inflightMicrobatchesBound(kind, depth, share);
-  const double weights = stage.params * schedule::weightCopiesBound(kind, inflight, extra_weight_buffers_) + stage.optimizer;
+  return memoryBytes(stage, inflight, schedule::weightCopiesBound(kind, inflight, extra_weight_buffers_), recompute);
+}
+
+double ChainProblem::stageMemoryBytes(const StageSums& stage, const DeviceBlock& devices, bool recompute) const {
+  return memoryBytes(stage, devices.inflight, devices.weight_copies, recompute);
+}
+
+double ChainProblem::memoryBytes(const StageSums& stage, int inflight, double weight_copies, bool recompute) const {
+  const double weights = stage.params * weight_copies + stage.optimizer;
   if (!recompute || stage.kept < 0) return weights + stage.activation * inflight;
   // Each micro-batch in flight keeps its messages (or, between a split schedule's I and
   // W, what W reads); the one being recomputed holds all its activations.
@@ -260,6 +268,11 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   // Every replica steps its whole share of the weights once per mini-batch, or after
   // each of its micro-batches under PipeDream (1F1B-RR: replicas all-reduce every round).
   b.steps = traits_->step_rule == schedule::StepRule::kPerMicrobatch ? b.share : 1;
+  // stageMemoryBytes()'s terms that depend on the block alone, priced once: the DP asks
+  // for every stage it tries.
+  b.inflight = schedule::inflightMicrobatchesBound(traits_->kind, options_.assumed_depth,
+                                                    schedule::busiestReplicaShare(options_.microbatches, r));
+  b.weight_copies = schedule::weightCopiesBound(traits_->kind, b.inflight, extra_weight_buffers_);
   if (r < 2) return b;
   // The ring: hops d -> d + 1 inside the block, and the last device back to the first.
   const auto wrap = cluster_.route(end - 1, first);
@@ -281,11 +294,10 @@ double ChainProblem::stageSeconds(int i, int j, const DeviceBlock& devices) cons
   bool recompute = recomputesAll();
   if (options_.check_memory && devices.usable) {
     // The DP asks for every stage it tries: one memory figure where the stage fits as it is.
-    const int depth = options_.assumed_depth;
-    double need = stageMemoryBytes(sums, devices.replicas(), depth, recompute);
+    double need = stageMemoryBytes(sums, devices, recompute);
     if (need > devices.memory_bytes && options_.recompute == Recompute::kAuto) {
       recompute = true;  // it fits only so, if at all
-      need = stageMemoryBytes(sums, devices.replicas(), depth, true);
+      need = stageMemoryBytes(sums, devices, true);
     }
     if (need > devices.memory_bytes) return kInfinity;
   }
