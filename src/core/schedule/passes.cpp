@@ -111,8 +111,7 @@ Program lower(Program program) {
   // them first cost a tenth of a plan's simulation (every simulated plan is lowered).
   const std::vector<std::vector<Action>> compute = std::move(program.ranks);
   program.ranks.assign(compute.size(), {});
-  const Program& compute_only = program;
-  for (int r = 0; r < compute_only.numRanks(); ++r) {
+  for (int r = 0; r < program.numRanks(); ++r) {
     // The receives before (or sends after) an action that consumes or makes data:
     // activations come from predecessors and go to successors, gradients the other way.
     auto addComm = [&](const Action& a, bool receives, std::vector<Action>& out_actions) {
@@ -121,8 +120,8 @@ Program lower(Program program) {
       const ActionType type = receives ? (forward ? ActionType::RECV_F : ActionType::RECV_B)
                                        : (forward ? ActionType::SEND_F : ActionType::SEND_B);
       const bool predecessors = forward == receives;
-      for (int q : predecessors ? compute_only.stage_preds[a.stage] : compute_only.stage_succs[a.stage])
-        if (compute_only.rankOf(q, a.microbatch) != r) out_actions.push_back(commAction(type, a.stage, a.microbatch, q));
+      for (int q : predecessors ? program.stage_preds[a.stage] : program.stage_succs[a.stage])
+        if (program.rankOf(q, a.microbatch) != r) out_actions.push_back(commAction(type, a.stage, a.microbatch, q));
     };
     const auto& in = compute[r];
     std::vector<Action> actions;
