@@ -52,6 +52,8 @@ struct Entry {
   int depth = kNoPartition;  // deepest of the stages placed for this state
   int step = -1;             // index into steps_[down-set]
   int first_device = 0;      // the stage's block is [first_device, d)
+  double worst = 0;          // the slowest stage or transfer placed for this state
+  double solved_at = 0;      // the limit it was found under
 };
 
 class DownSetSearch final : public StageGraphSearch {
@@ -85,12 +87,13 @@ class DownSetSearch final : public StageGraphSearch {
     for (int end = 1; end <= problem.numDevices(); ++end) starts_[end] = problem.allowedStarts(end);
   }
 
-  bool gaveUp() const override { return states_ > kMaxStates; }
+  bool gaveUp() const override { return memo_.size() > kMaxStates; }
 
+  // The memo outlives a solve: a state solved under one limit keeps its answer under a
+  // lower one that its stages still meet (stillHolds), so the bisection's solves, which
+  // mostly tighten the limit, reuse most of it.
   int solve(double limit) override {
     limit_ = limit;
-    states_ += memo_.size();
-    memo_.clear();
     used_ = 0;
     int depth = kNoPartition;
     for (int e = 1; e <= problem_.numDevices(); ++e) {
@@ -105,6 +108,7 @@ class DownSetSearch final : public StageGraphSearch {
     int set = full_, end = used_;
     Boundary placed;
     while (sets_[set] != 0) {
+      best(set, end, placed);  // an entry of an earlier solve may need solving again under this limit
       const Entry e = memo_.at(key(set, end, placed));
       const Step& step = steps_[set][e.step];
       const int depth = stageDepth(set, step.stage, placed);
@@ -172,32 +176,49 @@ class DownSetSearch final : public StageGraphSearch {
     return seconds;
   }
 
+  // Lowering the limit only removes partitions: the shallowest one found stays the
+  // shallowest while it still meets the limit, and a state without one stays without.
+  bool stillHolds(const Entry& e) const {
+    return limit_ <= e.solved_at && (e.depth == kNoPartition || e.worst <= limit_);
+  }
+
   int best(int set, int end, const Boundary& placed) {
     if (sets_[set] == 0) return end == 0 ? 0 : kNoPartition;
-    if (states_ + memo_.size() > kMaxStates) return kNoPartition;
+    if (memo_.size() > kMaxStates) return kNoPartition;
     const std::string k = key(set, end, placed);
-    if (auto it = memo_.find(k); it != memo_.end()) return it->second.depth;
+    if (auto it = memo_.find(k); it != memo_.end() && stillHolds(it->second)) return it->second.depth;
     Entry result;
+    result.solved_at = limit_;
     for (std::size_t s = 0; s < steps_[set].size(); ++s) {
       const Step& step = steps_[set][s];
-      if (transferSeconds(set, step, end, placed) > limit_) continue;
+      const double transfer = transferSeconds(set, step, end, placed);
+      if (transfer > limit_) continue;
       const int depth = stageDepth(set, step.stage, placed);
       if (depth >= result.depth) continue;
       const bool first = sets_[step.lower] == 0;
       for (int a : starts_[end]) {  // from the last device down, as allowedDevices allows
         if (first ? a != 0 : a == 0) continue;  // the first stage starts at device 0, no other does
         const DeviceBlock block = problem_.deviceBlock(a, end);
-        if (problem_.stageSeconds(step.sums, block, problem_.recomputesAll()) > limit_) continue;
+        const double seconds = problem_.stageSeconds(step.sums, block, problem_.recomputesAll());
+        if (seconds > limit_) continue;
         if (problem_.options().check_memory &&
             problem_.stageMemoryBytes(step.sums, block.replicas(), std::max(depth, depth_floor_)) > block.memory_bytes)
           continue;
-        const int rest = best(step.lower, a, lowerBoundary(set, step, placed, {depth, a}));
+        const Boundary lower = lowerBoundary(set, step, placed, {depth, a});
+        const int rest = best(step.lower, a, lower);
         if (rest != kNoPartition && std::max(depth, rest) < result.depth)
-          result = {std::max(depth, rest), static_cast<int>(s), a};
+          result = {std::max(depth, rest), static_cast<int>(s), a,
+                    std::max({seconds, transfer, worstOf(step.lower, a, lower)}), limit_};
       }
     }
     memo_[k] = result;
     return result.depth;
+  }
+
+  // The slowest stage or transfer placed for a state, once best() has solved it.
+  double worstOf(int set, int end, const Boundary& placed) const {
+    if (sets_[set] == 0) return 0;
+    return memo_.at(key(set, end, placed)).worst;
   }
 
   const graph::LayerGraph& graph_;
@@ -209,8 +230,7 @@ class DownSetSearch final : public StageGraphSearch {
   std::vector<std::vector<int>> boundary_;   // per down-set: the layers outside it that read from it
   std::vector<std::vector<int>> starts_;     // per end device: ChainProblem::allowedStarts, descending
   int full_ = 0;                             // the index of the set of all layers
-  std::unordered_map<std::string, Entry> memo_;
-  std::size_t states_ = 0;  // in the memos of earlier solves
+  std::unordered_map<std::string, Entry> memo_;  // of every solve so far
   double limit_ = 0;
   int used_ = 0;
 };

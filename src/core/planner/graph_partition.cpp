@@ -58,7 +58,17 @@ struct Choice {
 struct Entry {
   int depth = kNoPartition;
   Choice choice;
+  double worst = 0;      // the slowest stage or transfer of the partition chosen
+  double solved_at = 0;  // the limit it was found under
 };
+
+// Whether a state solved under one bottleneck limit keeps its answer under `limit`.
+// Lowering the limit only removes partitions: the shallowest one found stays the
+// shallowest while it still meets the limit, and a state without one stays without.
+// So the bisection's solves, which mostly tighten the limit, reuse most of the memo.
+bool stillHolds(const Entry& e, double limit) {
+  return limit <= e.solved_at && (e.depth == kNoPartition || e.worst <= limit);
+}
 
 // GraphPipe's DP over the series-parallel tree (see the header).
 class SeriesParallelSearch final : public detail::StageGraphSearch {
@@ -82,7 +92,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
       run_base_.push_back(runs);
       runs += (width(static_cast<int>(v)) + 1) * (width(static_cast<int>(v)) + 1);
     }
-    dense_.resize(static_cast<std::size_t>(runs) * period_ * (problem.numDevices() + 1));
+    dense_.assign(static_cast<std::size_t>(runs) * period_ * (problem.numDevices() + 1), Entry{kUnsolved, {}});
     child_prefix_.resize(tree.nodes.size());
     for (std::size_t v = 0; v < tree.nodes.size(); ++v) {
       const SpNode& node = tree.nodes[v];
@@ -102,8 +112,6 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
   int solve(double limit) override {
     limit_ = limit;
     if (gaveUp()) return kNoPartition;
-    dense_.assign(dense_.size(), Entry{kUnsolved, {}});
-    deep_.clear();
     used_ = 0;
     int depth = kNoPartition;
     for (int e = 1; e <= problem_.numDevices(); ++e) {
@@ -206,14 +214,16 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
   int best(const State& s) {
     if (++steps_ > max_steps_) return kNoPartition;  // gave up: solve() answers nothing
     const State key = canonical(unaliased(s));
-    Entry& slot = entry(key);
-    if (slot.depth == kUnsolved) {
-      const Entry e = search(key);
-      entry(key) = e;  // `slot` may have moved: search() adds entries
-      return e.depth;
-    }
-    return slot.depth;
+    const Entry& slot = entry(key);
+    if (slot.depth != kUnsolved && stillHolds(slot, limit_)) return slot.depth;
+    Entry e = search(key);
+    e.solved_at = limit_;
+    entry(key) = e;  // `slot` may have moved: search() adds entries
+    return e.depth;
   }
+
+  // The slowest stage or transfer of a state's partition, once best() has solved it.
+  double worstOf(const State& s) { return entry(canonical(unaliased(s))).worst; }
 
   const Choice& choiceOf(const State& s) {
     best(s);
@@ -284,47 +294,55 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
       const double seconds = problem_.stageSeconds(sums, block, problem_.recomputesAll());
       const bool fits = !problem_.options().check_memory ||
                         problem_.stageMemoryBytes(sums, block.replicas(), std::max(s.after + 1, depth_floor_)) <= block.memory_bytes;
-      if (seconds <= limit_ && fits) return {1, {Choice::Kind::kStage, 0, false, 0, s.d1 - s.d0, 0, seconds}};
+      if (seconds <= limit_ && fits) return {1, {Choice::Kind::kStage, 0, false, 0, s.d1 - s.d0, 0, seconds}, seconds};
     }
     const SpNode& n = tree_.nodes[s.node];
     if (n.kind == SpNode::Kind::kLayer) return result;
     if (s.end - s.first == 1) {
       const int child = n.children[s.first];
       if (tree_.nodes[child].kind == SpNode::Kind::kLayer) return result;  // tried as one stage above
-      result.depth = best({child, 0, width(child), s.d0, s.d1, s.after});
+      const State only{child, 0, width(child), s.d0, s.d1, s.after};
+      result.depth = best(only);
       result.choice.kind = Choice::Kind::kChild;
+      result.worst = worstOf(only);
       return result;
     }
     if (n.by_level >= 0 && s.first == 0 && s.end == width(s.node) &&
         static_cast<int>(n.layers.size()) <= kMaxLevelLayers) {
       // The branches' layers as one series by level: stages may cut across branches.
-      const int depth = best({n.by_level, 0, width(n.by_level), s.d0, s.d1, s.after});
-      if (depth < result.depth) result = {depth, {Choice::Kind::kLevels}};
+      const State levels{n.by_level, 0, width(n.by_level), s.d0, s.d1, s.after};
+      const int depth = best(levels);
+      if (depth < result.depth) result = {depth, {Choice::Kind::kLevels}, worstOf(levels)};
     }
     const bool series = n.kind == SpNode::Kind::kSeries;
     for (int split = s.first + 1; split < s.end; ++split)
       for (int d = s.d0 + 1; d < s.d1; ++d) {
         if (series) {
-          int depth = kNoPartition;
-          const int second_depth = best({s.node, split, s.end, d, s.d1, s.after});
+          const State second{s.node, split, s.end, d, s.d1, s.after};
+          const int second_depth = best(second);
           if (second_depth == kNoPartition || second_depth + 1 >= result.depth) continue;
           const double transfer = problem_.messagesSeconds(crossingBytes(s.node, s.first, split, s.end), d - 1, d);
           if (transfer > limit_) continue;
-          const int first_depth = best({s.node, s.first, split, s.d0, d, s.after + second_depth});
-          if (first_depth != kNoPartition) depth = first_depth + second_depth;
-          if (depth < result.depth)
-            result = {depth, {Choice::Kind::kSeries, split, false, d - s.d0, 0, second_depth, transfer}};
+          const State first{s.node, s.first, split, s.d0, d, s.after + second_depth};
+          const int first_depth = best(first);
+          if (first_depth != kNoPartition && first_depth + second_depth < result.depth)
+            result = {first_depth + second_depth,
+                      {Choice::Kind::kSeries, split, false, d - s.d0, 0, second_depth, transfer},
+                      std::max({transfer, worstOf(first), worstOf(second)})};
           continue;
         }
         // Either part may take the first devices: on a cluster of fast and slow nodes
         // the heavier branches should get the fast ones.
         for (const bool swapped : {false, true}) {
 
-          const int a = best({s.node, s.first, split, swapped ? d : s.d0, swapped ? s.d1 : d, s.after});
+          const State first{s.node, s.first, split, swapped ? d : s.d0, swapped ? s.d1 : d, s.after};
+          const int a = best(first);
           if (a == kNoPartition || a >= result.depth) continue;
-          const int b = best({s.node, split, s.end, swapped ? s.d0 : d, swapped ? d : s.d1, s.after});
+          const State second{s.node, split, s.end, swapped ? s.d0 : d, swapped ? d : s.d1, s.after};
+          const int b = best(second);
           if (b != kNoPartition && std::max(a, b) < result.depth)
-            result = {std::max(a, b), {Choice::Kind::kParallel, split, swapped, d - s.d0, 0, 0}};
+            result = {std::max(a, b), {Choice::Kind::kParallel, split, swapped, d - s.d0, 0, 0},
+                      std::max(worstOf(first), worstOf(second))};
         }
       }
     if (series && s.end - s.first >= 2)
@@ -347,9 +365,11 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
         it = joined_bytes_.emplace(key, bytesBetween(layersOf(joinApart(s, join, d, 0)), layersOf(together))).first;
       const double transfer = problem_.messagesSeconds(it->second, d - 1, d);
       if (transfer > limit_) continue;
-      const int first_depth = best(joinApart(s, join, d, s.after + second_depth));
+      const State apart = joinApart(s, join, d, s.after + second_depth);
+      const int first_depth = best(apart);
       if (first_depth != kNoPartition && first_depth + second_depth < result.depth)
-        result = {first_depth + second_depth, {Choice::Kind::kJoin, j, false, d - s.d0, 0, second_depth, transfer}};
+        result = {first_depth + second_depth, {Choice::Kind::kJoin, j, false, d - s.d0, 0, second_depth, transfer},
+                  std::max({transfer, worstOf(apart), worstOf(together)})};
     }
   }
 
