@@ -15,7 +15,8 @@ paper's pipeline-against-pipeline setting, where depth and memory decide) and an
 Clusters: nodes of 4 V100s (the paper's 4 of Summit's 6), NVLink 50 GB/s within a node,
 EDR InfiniBand 12.5 GB/s between nodes. Prints one row per model x GPUs x view with the
 predicted samples/s of each partitioner's chosen plan, graph / chain, both plans' depth,
-micro-batch size and peak memory, and notes (the graph search's budget running out).
+micro-batch size, peak memory and proposer (graph, sequential, chain or refined), and
+notes (the graph search's budget running out).
 
 Then the same race on the project's own multi-branch example graphs (examples/graphs) on
 its example clusters (examples/clusters), as `plan` runs by default (every schedule,
@@ -77,8 +78,8 @@ def plan(binary, graph, cluster_path, batch, partitioner, pipelines, as_paper=Tr
 def describe(r):
     if not r["fits"]:
         return "no plan"
-    shape = "%dst d%s mb%d %.1fG" % (r["stages"], r["depth"] if r["depth"] is not None else "?",
-                                      r["microbatch_size"], r["peak_memory_bytes"] / GIB)
+    shape = "%dst d%s mb%d %.1fG %s" % (r["stages"], r["depth"] if r["depth"] is not None else "?",
+                                         r["microbatch_size"], r["peak_memory_bytes"] / GIB, r["by"])
     return "%9.1f (%s)" % (r["throughput"], shape)
 
 
@@ -112,7 +113,7 @@ def main():
                         row["graph_over_chain"] = row["graph"]["throughput"] / row["chain"]["throughput"]
                     rows.append(row)
                     notes = "; ".join(row["graph"].get("notes", []))
-                    print("%-10s %2d GPUs batch %6d %-9s | graph %-36s | chain %-36s | %s | %.1f s %s" % (
+                    print("%-10s %2d GPUs batch %6d %-9s | graph %-47s | chain %-47s | %s | %.1f s %s" % (
                         model, gpus, batch, row["view"], describe(row["graph"]), describe(row["chain"]),
                         "%.2f" % row["graph_over_chain"] if "graph_over_chain" in row else "  - ",
                         row["graph"]["seconds"], notes), flush=True)
@@ -130,7 +131,7 @@ def main():
                     row["auto_over_better"] = row["auto"]["throughput"] / max(row["graph"]["throughput"],
                                                                               row["chain"]["throughput"])
             examples.append(row)
-            print("%-13s on %-19s | graph %-36s | chain %-36s | %s | auto / better %s" % (
+            print("%-13s on %-19s | graph %-47s | chain %-47s | %s | auto / better %s" % (
                 g, c, describe(row["graph"]), describe(row["chain"]),
                 "%.3f" % row["graph_over_chain"] if "graph_over_chain" in row else "  - ",
                 "%.3f" % row["auto_over_better"] if "auto_over_better" in row else "-"), flush=True)

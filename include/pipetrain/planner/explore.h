@@ -84,8 +84,10 @@ struct Candidate {
   sim::Report report;                   // simulated; report.ranks has peak memory per rank
   double dp_objective = 0;              // the DP's bottleneck (0 for balanced splits)
   int depth = 0;                        // stages on the stage graph's longest path
-  // What proposed it: "chain", "graph", "balanced" (multi-stage schedules) or "refined"
-  // (a neighbour of a chain plan that simulated faster, neighbours.h).
+  // What proposed it: "chain", "graph", "sequential" (the graph partitioner's chain of
+  // stages in topological order, from the chain DP: explorer.cpp), "balanced"
+  // (multi-stage schedules) or "refined" (a neighbour of a chain plan that simulated
+  // faster, neighbours.h).
   std::string partitioner = "chain";
   std::optional<TargetEstimate> to_target = std::nullopt;  // under the time-to-accuracy objective
 };

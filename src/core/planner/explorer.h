@@ -53,7 +53,7 @@ class Explorer {
   void explore(const std::string& name, int64_t b, int width);
   void exploreGraph(const std::string& name, int64_t b, int width);
   void proposeDataParallel(const std::string& name, int64_t b, int width, const std::string& by);
-  void exploreChain(const std::string& name, int64_t b, int width);
+  void exploreChain(const std::string& name, int64_t b, int width, const std::string& by);
   void consider(const std::string& name, int64_t b, int width, const std::function<std::optional<Candidate>()>& propose);
   ChainPlan partitionShared(PartitionOptions po, const plan::ScheduleOptions& schedule);
   GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule, GraphSearch search);

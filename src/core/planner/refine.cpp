@@ -25,8 +25,9 @@ int64_t simulationWork(const plan::Plan& p) {
   return devicesUsed(p) * microbatches;
 }
 // Walks start from this many plans, each with its share of the simulations; and where
-// both partitioners proposed plans (auto on a multi-branch model), from this many of
-// each one's too, each with the same share: so auto walks from every plan either alone
+// the graph partitioner proposed plans, from this many of its stage graphs and of the
+// chains of stages (auto's chain partitioner, or its own sequential proposals) too,
+// each with the same share: so auto walks from every plan either alone
 // would have (on fmnist-branch over gpu-server, auto's third start was its second's twin
 // under another schedule, and the plan `--partitioner graph` walked to was never found).
 constexpr std::size_t kRefineStarts = 3;
@@ -65,16 +66,20 @@ void Explorer::refine() {
     if (picked.size() >= kRefineStarts) break;
     if (!isPicked(c) && refinable(*c)) picked.push_back(c);
   }
-  if (graph_partitioner_ && chain_partitioner_)
-    for (const char* by : {"graph", "chain"}) {
-      auto own = static_cast<std::size_t>(
-          std::count_if(picked.begin(), picked.end(), [&](const Candidate* c) { return c->partitioner == by; }));
-      for (const Candidate* c : order)
-        if (own < kRefineStarts && c->partitioner == by && !isPicked(c) && refinable(*c)) {
-          picked.push_back(c);
-          ++own;
-        }
-    }
+  // Where the graph partitioner proposed, its stage graphs walk beside the chains of
+  // stages (the chain partitioner's under auto, else the graph partitioner's own
+  // sequential ones): neither crowds the other's starts out.
+  std::vector<std::string> proposers;
+  if (graph_partitioner_) proposers = {"graph", chain_partitioner_ ? "chain" : "sequential"};
+  for (const std::string& by : proposers) {
+    auto own = static_cast<std::size_t>(
+        std::count_if(picked.begin(), picked.end(), [&](const Candidate* c) { return c->partitioner == by; }));
+    for (const Candidate* c : order)
+      if (own < kRefineStarts && c->partitioner == by && !isPicked(c) && refinable(*c)) {
+        picked.push_back(c);
+        ++own;
+      }
+  }
   std::vector<Candidate> starts;  // copies: the walk adds to result_.ranked
   for (const Candidate* c : picked) starts.push_back(*c);
   const int total = starts.empty() ? 0 : std::min<int64_t>(kRefineSimulations, kRefineWork / simulationWork(starts.front().plan));

@@ -585,5 +585,30 @@ TEST(Explore, AutoIsAtLeastAsFastAsEitherPartitionerAlone) {
   EXPECT_GE(automatic, best(Partitioner::kChain) * (1 - 1e-9));
 }
 
+// On candle-uno over the FPGA ring, the down-set search's optimum at micro-batch 16 has
+// the chain DP's bottleneck and simulates 18% slower: the graph partitioner's own
+// sequential proposal (the chain DP's cut) is what keeps it level with the chain
+// partitioner.
+TEST(Explore, GraphProposesTheSequentialStageGraphBesideItsOwn) {
+  const std::string self = __FILE__;
+  const std::string root = self.substr(0, self.size() - std::string("tests/core/planner/explore_test.cpp").size());
+  const auto graph = graph::LayerGraph::load(root + "examples/graphs/candle-uno.json");
+  const auto cluster = cluster::ClusterSpec::load(root + "examples/clusters/fpga-ring.json");
+  auto run = [&](Partitioner p) {
+    ExploreOptions o;
+    o.global_batch = 256;
+    o.partitioner = p;
+    return explore(graph, cluster, o);
+  };
+  const auto graph_only = run(Partitioner::kGraph);
+  const auto chain_only = run(Partitioner::kChain);
+  EXPECT_GE(graph_only.best().report.throughput, chain_only.best().report.throughput * (1 - 1e-9));
+  std::set<std::string> by;
+  for (const Candidate& c : graph_only.ranked) by.insert(c.partitioner);
+  EXPECT_TRUE(by.count("graph"));
+  EXPECT_TRUE(by.count("sequential"));
+  for (const Candidate& c : chain_only.ranked) EXPECT_NE(c.partitioner, "sequential");
+}
+
 }  // namespace
 }  // namespace pipetrain::planner
