@@ -64,8 +64,8 @@ struct PartitionOptions {
   // share that relaxation's optimum, which is each one's optimum wherever it fits
   // (fitsMemory): the exploration solves one DP for several schedules.
   bool check_memory = true;
-  // The graph partitioner's budget of DP transitions (its tree search gives up past
-  // it); ~10 million a second on this machine. The exploration shares a smaller one.
+  // The graph partitioner's budget of DP transitions (its searches give up past it,
+  // both counted); ~10 million a second on this machine. The exploration shares a smaller one.
   int64_t max_graph_steps = 30'000'000;
   // kAuto: a stage that does not fit without recomputation is priced with it (one more
   // forward pass per micro-batch) where that makes it fit. The chain DP prices what a

@@ -28,10 +28,17 @@ constexpr int kMaxDownSets = 256;
 // Transitions times device pairs: above this a solve() would take tens of milliseconds,
 // and solveGraph runs some 30 of them per plan.
 constexpr double kMaxWork = 1e6;
-// States over all solves: the ways already placed stages can sit are not known ahead,
-// and wide graphs on many devices have too many (multimodal's 627 down-sets on 4
-// devices took 3 s). Past this the search gives up for the tree's.
+// States solved over all solves (a state solved again under another limit counts
+// again): the ways already placed stages can sit are not known ahead, and wide graphs
+// on many devices have too many (multimodal's 627 down-sets on 4 devices took 3 s).
+// Past this the search gives up for the tree's.
 constexpr std::size_t kMaxStates = 200000;
+
+// Transitions tried over all solves (about 4 million a second here): past this the
+// search gives up for the tree's. Since the memo outlives a solve, kMaxStates alone let
+// candle-uno's searches on 64 devices run to 1 million transitions (0.3 s each) inside
+// a 1,024-device exploration whose plan none of them changed.
+constexpr int64_t kMaxSteps = 300'000;
 
 Mask bit(int layer) { return Mask{1} << layer; }
 
@@ -50,7 +57,7 @@ using Boundary = std::vector<Placed>;  // per layer of boundary_[down-set]
 
 struct Entry {
   int depth = kNoPartition;  // deepest of the stages placed for this state
-  int step = -1;             // index into steps_[down-set]
+  int step = -1;             // index into steps_of_[down-set]
   int first_device = 0;      // the stage's block is [first_device, d)
   double worst = 0;          // the slowest stage or transfer placed for this state
   double solved_at = 0;      // the limit it was found under
@@ -66,7 +73,7 @@ class DownSetSearch final : public StageGraphSearch {
       for (int p : graph.predecessors(l)) preds |= bit(p);
       preds_.push_back(preds);
     }
-    steps_.resize(sets_.size());
+    steps_of_.resize(sets_.size());
     boundary_.resize(sets_.size());
     for (std::size_t i = 0; i < sets_.size(); ++i) {
       const Mask d = sets_[i];
@@ -80,14 +87,15 @@ class DownSetSearch final : public StageGraphSearch {
         for (int l = 0; l < n; ++l)
           if (step.stage & bit(l)) layers.push_back(l);
         step.sums = problem.sumsOf(layers);
-        steps_[i].push_back(step);
+        steps_of_[i].push_back(step);
       }
     }
     starts_.resize(problem.numDevices() + 1);
     for (int end = 1; end <= problem.numDevices(); ++end) starts_[end] = problem.allowedStarts(end);
   }
 
-  bool gaveUp() const override { return memo_.size() > kMaxStates; }
+  bool gaveUp() const override { return solved_ > kMaxStates || steps_ > kMaxSteps; }
+  int64_t steps() const override { return steps_; }
 
   // The memo outlives a solve: a state solved under one limit keeps its answer under a
   // lower one that its stages still meet (stillHolds), so the bisection's solves, which
@@ -110,7 +118,7 @@ class DownSetSearch final : public StageGraphSearch {
     while (sets_[set] != 0) {
       best(set, end, placed);  // an entry of an earlier solve may need solving again under this limit
       const Entry e = memo_.at(key(set, end, placed));
-      const Step& step = steps_[set][e.step];
+      const Step& step = steps_of_[set][e.step];
       const int depth = stageDepth(set, step.stage, placed);
       GraphStage stage{{}, e.first_device, end, depth};
       for (int l = 0; l < graph_.size(); ++l)
@@ -184,13 +192,15 @@ class DownSetSearch final : public StageGraphSearch {
 
   int best(int set, int end, const Boundary& placed) {
     if (sets_[set] == 0) return end == 0 ? 0 : kNoPartition;
-    if (memo_.size() > kMaxStates) return kNoPartition;
+    if (gaveUp()) return kNoPartition;
     const std::string k = key(set, end, placed);
     if (auto it = memo_.find(k); it != memo_.end() && stillHolds(it->second)) return it->second.depth;
+    ++solved_;
     Entry result;
     result.solved_at = limit_;
-    for (std::size_t s = 0; s < steps_[set].size(); ++s) {
-      const Step& step = steps_[set][s];
+    for (std::size_t s = 0; s < steps_of_[set].size(); ++s) {
+      ++steps_;
+      const Step& step = steps_of_[set][s];
       const double transfer = transferSeconds(set, step, end, placed);
       if (transfer > limit_) continue;
       const int depth = stageDepth(set, step.stage, placed);
@@ -198,6 +208,7 @@ class DownSetSearch final : public StageGraphSearch {
       const bool first = sets_[step.lower] == 0;
       for (int a : starts_[end]) {  // from the last device down, as allowedDevices allows
         if (first ? a != 0 : a == 0) continue;  // the first stage starts at device 0, no other does
+        ++steps_;
         const DeviceBlock block = problem_.deviceBlock(a, end);
         const double seconds = problem_.stageSeconds(step.sums, block, problem_.recomputesAll());
         if (seconds > limit_) continue;
@@ -226,11 +237,13 @@ class DownSetSearch final : public StageGraphSearch {
   const int depth_floor_;
   std::vector<Mask> sets_;                   // every down-set
   std::vector<Mask> preds_;                  // per layer
-  std::vector<std::vector<Step>> steps_;     // per down-set: every smaller down-set
+  std::vector<std::vector<Step>> steps_of_;  // per down-set: every smaller down-set
   std::vector<std::vector<int>> boundary_;   // per down-set: the layers outside it that read from it
   std::vector<std::vector<int>> starts_;     // per end device: ChainProblem::allowedStarts, descending
   int full_ = 0;                             // the index of the set of all layers
   std::unordered_map<std::string, Entry> memo_;  // of every solve so far
+  std::size_t solved_ = 0;                       // states solved, over all solves
+  int64_t steps_ = 0;  // transitions tried over all solves (kMaxSteps)
   double limit_ = 0;
   int used_ = 0;
 };

@@ -30,8 +30,10 @@ class StageGraphSearch {
   virtual GraphPartition partition() = 0;
   // Whether the search ran out of its work budget: its answers are then worthless.
   virtual bool gaveUp() const { return false; }
-  // The DP transitions taken so far (the tree's search counts them; 0 otherwise).
-  virtual int64_t steps() const { return 0; }
+  // The DP transitions taken so far, over all solves. The tree's count against the
+  // graph partitioner's budget (PartitionOptions::max_graph_steps); the down-set search
+  // has a bound of its own.
+  virtual int64_t steps() const = 0;
 };
 
 // The down-set search, or nullptr where the model has too many down-sets for it.
