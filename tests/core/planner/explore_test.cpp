@@ -569,17 +569,21 @@ namespace {
 // graph partitioner's best came from walking its micro-batch 32 plan, which auto's three
 // walks (its best graph plan, its best chain plan and that plan's twin) never started
 // from: 0.94 of `--partitioner graph`, before each partitioner's best three were starts.
-TEST(Explore, AutoIsAtLeastAsFastAsEitherPartitionerAlone) {
+// `plan --graph examples/graphs/GRAPH.json --cluster examples/clusters/CLUSTER.json
+// --batch 256 --partitioner P`.
+Exploration planExample(const std::string& graph_name, const std::string& cluster_name, Partitioner p) {
   const std::string self = __FILE__;
   const std::string root = self.substr(0, self.size() - std::string("tests/core/planner/explore_test.cpp").size());
-  const auto graph = graph::LayerGraph::load(root + "examples/graphs/fmnist-branch.json");
-  const auto cluster = cluster::ClusterSpec::load(root + "examples/clusters/gpu-server.json");
-  auto best = [&](Partitioner p) {
-    ExploreOptions o;
-    o.global_batch = 256;
-    o.partitioner = p;
-    return explore(graph, cluster, o).best().report.throughput;
-  };
+  const auto graph = graph::LayerGraph::load(root + "examples/graphs/" + graph_name + ".json");
+  const auto cluster = cluster::ClusterSpec::load(root + "examples/clusters/" + cluster_name + ".json");
+  ExploreOptions o;
+  o.global_batch = 256;
+  o.partitioner = p;
+  return explore(graph, cluster, o);
+}
+
+TEST(Explore, AutoIsAtLeastAsFastAsEitherPartitionerAlone) {
+  auto best = [](Partitioner p) { return planExample("fmnist-branch", "gpu-server", p).best().report.throughput; };
   const double automatic = best(Partitioner::kAuto);
   EXPECT_GE(automatic, best(Partitioner::kGraph) * (1 - 1e-9));
   EXPECT_GE(automatic, best(Partitioner::kChain) * (1 - 1e-9));
@@ -590,18 +594,8 @@ TEST(Explore, AutoIsAtLeastAsFastAsEitherPartitionerAlone) {
 // sequential proposal (the chain DP's cut) is what keeps it level with the chain
 // partitioner.
 TEST(Explore, GraphProposesTheSequentialStageGraphBesideItsOwn) {
-  const std::string self = __FILE__;
-  const std::string root = self.substr(0, self.size() - std::string("tests/core/planner/explore_test.cpp").size());
-  const auto graph = graph::LayerGraph::load(root + "examples/graphs/candle-uno.json");
-  const auto cluster = cluster::ClusterSpec::load(root + "examples/clusters/fpga-ring.json");
-  auto run = [&](Partitioner p) {
-    ExploreOptions o;
-    o.global_batch = 256;
-    o.partitioner = p;
-    return explore(graph, cluster, o);
-  };
-  const auto graph_only = run(Partitioner::kGraph);
-  const auto chain_only = run(Partitioner::kChain);
+  const Exploration graph_only = planExample("candle-uno", "fpga-ring", Partitioner::kGraph);
+  const Exploration chain_only = planExample("candle-uno", "fpga-ring", Partitioner::kChain);
   EXPECT_GE(graph_only.best().report.throughput, chain_only.best().report.throughput * (1 - 1e-9));
   std::set<std::string> by;
   for (const Candidate& c : graph_only.ranked) by.insert(c.partitioner);
