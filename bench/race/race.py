@@ -63,7 +63,11 @@ PAIRS = [("ScheduleGPipe", "gpipe", 1), ("Schedule1F1B", "1f1b", 1), ("ScheduleI
          ("ScheduleDualPipeV", "dualpipev", 2)]
 MICROBATCH_SIZE = {"mlp": 32, "gpt": 8, "fmnist-cnn": 32, "hf-gpt2": 8, "hf-llama": 8, "timm-vit": 16,
                    "tv-resnet": 16}
-MICROBATCHES_PER_RANK = 4  # the paired runs'; the mini-batch is this times the ranks times MICROBATCH_SIZE
+MICROBATCHES_PER_RANK = 4  # the paired runs'; the mini-batch is this times the ranks times the micro-batch size
+
+
+def microbatch_size(a, model):
+    return a.microbatch_size or MICROBATCH_SIZE[model]
 MALLOC = {"tuned": {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647"},
           "glibc": {"PIPETRAIN_MALLOC": "glibc"}}
 LR = 0.01
@@ -85,7 +89,7 @@ class Race:
         self.torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
 
     def configurations(self, model, p):
-        b = MICROBATCH_SIZE[model]
+        b = microbatch_size(self.a, model)
         batch = MICROBATCHES_PER_RANK * p * b
         pieces = json.load(open(f"{self.work}/{model}.pieces.json"))
         layer_of = pieces["layer_bounds"]
@@ -214,6 +218,9 @@ def main():
     p.add_argument("--peer-best", default="gpipe,1f1b,zb-h1",
                    help="schedules the peer also runs at the other micro-batch counts")
     p.add_argument("--peer-microbatches", default="2,4,8", help="micro-batches per rank the peer tries")
+    p.add_argument("--microbatch-size", type=int,
+                   help="samples per micro-batch for every model (default: each model's own, MICROBATCH_SIZE); "
+                        "small ones race the runtimes' cost per action")
     p.add_argument("--timeout", type=float, default=300, help="seconds one run may take")
     p.add_argument("--seed", type=int, default=0, help="of the rounds' random orders")
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results",
@@ -230,7 +237,7 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         race = Race(a, work)
         for model in models:
-            samples = (a.warmup_steps + a.steps) * MICROBATCHES_PER_RANK * max(nprocs) * MICROBATCH_SIZE[model]
+            samples = (a.warmup_steps + a.steps) * MICROBATCHES_PER_RANK * max(nprocs) * microbatch_size(a, model)
             subprocess.run([sys.executable, f"{HERE}/race_models.py", model, work, "--samples", str(samples)],
                            check=True)
         table = {(model, n, m): race.configurations(model, n) for model in models for n in nprocs for m in mallocs}
@@ -266,7 +273,7 @@ def report(table, results, a):
         ddps = [c.name for c in runs if c.kind == "ddp" and c.name in median]
         best = max(peers, key=median.get) if peers else None
         best_ddp = max(ddps, key=median.get) if ddps else None
-        print(f"\n{model}, {p} processes, mini-batch {MICROBATCHES_PER_RANK * p * MICROBATCH_SIZE[model]}, "
+        print(f"\n{model}, {p} processes, mini-batch {MICROBATCHES_PER_RANK * p * microbatch_size(a, model)}, "
               f"malloc {malloc}")
         print("| configuration | samples/s | range | peak RSS MiB | paired ratio |")
         print("|---|---|---|---|---|")
