@@ -35,7 +35,8 @@ details, go to `--out` (JSON).
 
     bench/race/race.py [--build build] [--rounds 7] [--steps 30] [--warmup-steps 3]
                        [--models mlp,gpt,...] [--nproc 2,3] [--malloc both|tuned|glibc]
-                       [--runs 1f1b,zb-h1,...,ddp,plan,async] [--out bench/results/race-DATE.json]
+                       [--runs 1f1b,zb-h1,...,ddp,plan,async] [--microbatch-size N]
+                       [--out bench/results/race-DATE.json]
 """
 import argparse
 import datetime
@@ -64,13 +65,13 @@ PAIRS = [("ScheduleGPipe", "gpipe", 1), ("Schedule1F1B", "1f1b", 1), ("ScheduleI
 MICROBATCH_SIZE = {"mlp": 32, "gpt": 8, "fmnist-cnn": 32, "hf-gpt2": 8, "hf-llama": 8, "timm-vit": 16,
                    "tv-resnet": 16}
 MICROBATCHES_PER_RANK = 4  # the paired runs'; the mini-batch is this times the ranks times the micro-batch size
+MALLOC = {"tuned": {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647"},
+          "glibc": {"PIPETRAIN_MALLOC": "glibc"}}
+LR = 0.01
 
 
 def microbatch_size(a, model):
     return a.microbatch_size or MICROBATCH_SIZE[model]
-MALLOC = {"tuned": {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647"},
-          "glibc": {"PIPETRAIN_MALLOC": "glibc"}}
-LR = 0.01
 
 
 def even_bounds(pieces, stages):

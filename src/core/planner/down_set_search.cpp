@@ -26,7 +26,7 @@ using Mask = uint64_t;
 constexpr int kMaxLayers = 64;
 constexpr int kMaxDownSets = 256;
 // Transitions times device pairs: above this a solve() would take tens of milliseconds,
-// and solveGraph runs some 30 of them per plan.
+// and solveGraph runs several of them per plan (the bisection's).
 constexpr double kMaxWork = 1e6;
 // States solved over all solves (a state solved again under another limit counts
 // again): the ways already placed stages can sit are not known ahead, and wide graphs
