@@ -17,7 +17,10 @@ Trains `--warmup-steps` and then `--steps` mini-batches of `--microbatches` x
 SGD (momentum 0.9, as pipetrain's `--optimizer sgd`) and mean cross-entropy per
 micro-batch (scaled by 1/M, as pipetrain does). Rank 0 prints one JSON line: samples/s
 over the timed steps (barrier to barrier) and each rank's peak RSS. `--save-params FILE`
-writes the trained weights under the model's own state_dict names.
+writes the trained weights under the model's own state_dict names. `--action-times` adds,
+per rank, the mean seconds of its stages' forward and backward calls in the timed steps
+and the share of the time outside them (the schedule, messages, the loss, the optimizer
+step and waiting), to set beside pipetrain's per-action figures.
 
     torchrun --nproc-per-node 2 pipelining_peer.py --model mlp --dir DIR \
         --schedule Schedule1F1B --stage-bounds 0,4,9 --microbatches 8 --microbatch-size 32 --steps 30
@@ -54,6 +57,17 @@ def stages_of_rank(schedule, rank, world, stages):
     return list(range(rank, stages, world))
 
 
+def timed(call, into):
+    """`call`, appending the seconds of each call to `into`."""
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            into.append(time.perf_counter() - t0)
+    return wrapper
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a race model (race_models.py)")
@@ -67,6 +81,9 @@ def main():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
     p.add_argument("--save-params", help="write the trained parameters here (torch.save)")
+    p.add_argument("--action-times", action="store_true",
+                   help="time each stage's forward and backward calls in the timed steps and report, per rank, "
+                        "their mean and the share of the time spent outside them")
     a = p.parse_args()
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))
@@ -108,11 +125,20 @@ def main():
             optimizer.step()
 
     train(a.warmup_steps, 0)  # shape inference and buffers are set up in the first step
+    spent = {}  # (stage, "F" or "B") -> seconds of each call, in the timed steps
+    if a.action_times:
+        for st in stages:
+            for method, kind in (("forward_one_chunk", "F"), ("backward_one_chunk", "B")):
+                setattr(st, method, timed(getattr(st, method), spent.setdefault((st.stage_index, kind), [])))
     dist.barrier()
     start = time.perf_counter()
     train(a.steps, a.warmup_steps)
     dist.barrier()
     seconds = time.perf_counter() - start
+    actions = [None] * world
+    dist.all_gather_object(actions, {"mean_seconds": {f"{k}{s}": sum(v) / len(v) for (s, k), v in spent.items() if v},
+                                     "outside_actions_fraction": 1 - sum(map(sum, spent.values())) / seconds}
+                           if a.action_times else None)
 
     rss = [None] * world
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
@@ -123,7 +149,8 @@ def main():
         if a.save_params:
             torch.save({k: v for part in trained for k, v in part.items()}, a.save_params)
         print(json.dumps({"schedule": a.schedule, "world_size": world, "samples_per_second": a.steps * batch / seconds,
-                          "seconds": seconds, "peak_rss_bytes": rss}), flush=True)
+                          "seconds": seconds, "peak_rss_bytes": rss,
+                          **({"ranks": actions} if a.action_times else {})}), flush=True)
     dist.destroy_process_group()
 
 
