@@ -184,17 +184,11 @@ class DownSetSearch final : public StageGraphSearch {
     return seconds;
   }
 
-  // Lowering the limit only removes partitions: the shallowest one found stays the
-  // shallowest while it still meets the limit, and a state without one stays without.
-  bool stillHolds(const Entry& e) const {
-    return limit_ <= e.solved_at && (e.depth == kNoPartition || e.worst <= limit_);
-  }
-
   int best(int set, int end, const Boundary& placed) {
     if (sets_[set] == 0) return end == 0 ? 0 : kNoPartition;
     if (gaveUp()) return kNoPartition;
     const std::string k = key(set, end, placed);
-    if (auto it = memo_.find(k); it != memo_.end() && stillHolds(it->second)) return it->second.depth;
+    if (auto it = memo_.find(k); it != memo_.end() && stillHolds(it->second, limit_)) return it->second.depth;
     ++solved_;
     Entry result;
     result.solved_at = limit_;

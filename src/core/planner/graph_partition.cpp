@@ -62,14 +62,6 @@ struct Entry {
   double solved_at = 0;  // the limit it was found under
 };
 
-// Whether a state solved under one bottleneck limit keeps its answer under `limit`.
-// Lowering the limit only removes partitions: the shallowest one found stays the
-// shallowest while it still meets the limit, and a state without one stays without.
-// So the bisection's solves, which mostly tighten the limit, reuse most of the memo.
-bool stillHolds(const Entry& e, double limit) {
-  return limit <= e.solved_at && (e.depth == kNoPartition || e.worst <= limit);
-}
-
 // GraphPipe's DP over the series-parallel tree (see the header).
 class SeriesParallelSearch final : public detail::StageGraphSearch {
  public:
@@ -215,7 +207,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
     if (++steps_ > max_steps_) return kNoPartition;  // gave up: solve() answers nothing
     const State key = canonical(unaliased(s));
     const Entry& slot = entry(key);
-    if (slot.depth != kUnsolved && stillHolds(slot, limit_)) return slot.depth;
+    if (slot.depth != kUnsolved && detail::stillHolds(slot, limit_)) return slot.depth;
     Entry e = search(key);
     e.solved_at = limit_;
     entry(key) = e;  // `slot` may have moved: search() adds entries

@@ -18,6 +18,16 @@ namespace pipetrain::planner::detail {
 
 constexpr int kNoPartition = std::numeric_limits<int>::max() / 4;
 
+// Whether a memo entry solved under one bottleneck limit keeps its answer under
+// `limit`: both searches keep their memo across the bisection's solves. Lowering the
+// limit only removes partitions, so the shallowest one found stays the shallowest while
+// its slowest stage or transfer (`worst`) still meets the limit, and a state without
+// one (kNoPartition) stays without. The bisection's solves mostly tighten the limit.
+template <class Entry>
+bool stillHolds(const Entry& e, double limit) {
+  return limit <= e.solved_at && (e.depth == kNoPartition || e.worst <= limit);
+}
+
 class StageGraphSearch {
  public:
   virtual ~StageGraphSearch() = default;
