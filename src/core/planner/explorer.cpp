@@ -242,8 +242,8 @@ void Explorer::explore(const std::string& name, int64_t b, int width) {
     // graph too, but the tree's stages cannot hold one branch's tail with the next
     // one's head, and the bottleneck both searches minimise does not say which plan
     // simulates faster (candle-uno on fpga-ring: at micro-batch 16 the down-set search's
-    // optimum simulates 18% slower than this cut). Under auto the chain partitioner
-    // proposes it already.
+    // pipeline simulates at less than half this cut's speed). Under auto the chain
+    // partitioner proposes it already.
     exploreChain(name, b, width, "sequential");
     proposeDataParallel(name, b, width, "graph");
   }
