@@ -8,7 +8,7 @@ bench/pipeline_throughput.sh "$build" mlp
 bench/pipeline_throughput.sh "$build" gpt
 bench/prediction_accuracy.sh "$build" 2
 # The runs people start, as they start them: planner against measurement, throughput and memory.
-if [ -x .venv/bin/python ]; then python3 bench/prediction_cases.py --build "$build" --rounds 2; fi
+if [ -x .venv/bin/python ]; then python3 bench/prediction_cases.py --build "$build" --rounds 3; fi
 for model in mlp gpt fmnist-cnn; do bench/profile_vs_run.sh "$build" 3 "$model"; done
 python=${PIPETRAIN_PYTHON:-.venv/bin/python}  # the pinned torch (make deps)
 if "$python" -c "import torch" 2>/dev/null; then "$python" bench/noise_floor.py 120 2; fi

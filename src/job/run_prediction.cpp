@@ -11,17 +11,9 @@ namespace pipetrain::job {
 sim::Evaluation predictRun(const MeasuredRun& run) {
   const plan::Plan& plan = *run.plan;
   const std::vector<std::string> devices = plan::rankDeviceNames(plan);
-  // An action's wall time also holds what else ran on its core meanwhile: other ranks'
-  // turns where ranks outnumbered the cores (priced so, 3 ranks on 2 cores were
-  // predicted 8-10% slow: fmnist-cnn, docs/profiling.md), and the transport's threads
-  // copying messages and summing the all-reduce (a data-parallel backward pass ran 62-71
-  // ms of wall for 50-53 on its core). The simulator prices both itself (shared cores as
-  // the launcher pinned them, the routes' host costs), so actions are priced at their
-  // time on a core. With several BLAS threads a rank's compute also runs on threads its
-  // CPU clock does not count; such ranks keep wall times.
   const int ranks = static_cast<int>(devices.size());
   const bool shared = ranks > run.concurrent_ranks;
-  const auto& seconds = run.blas_threads == 1 ? run.action_cpu_seconds : run.action_seconds;
+  const auto& seconds = run.pricedSeconds();
   auto mean = [&](int s, schedule::ActionType t) {
     auto it = seconds.find({s, t});
     return it == seconds.end() ? 0.0 : it->second;

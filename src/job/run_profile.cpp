@@ -91,24 +91,40 @@ struct Sizes {
   double estimated_seconds = 0;
 };
 
-// The sizes to time: with a batch, two 4 x ranks apart (lowSize), between which the planners
-// interpolate (LayerGraph::secondsAt); the run's own without. Both shrink until the
-// profile fits kProfileBudgetSeconds, priced by one training pass of the model at two
-// samples: a share of ResNet-50's passes at 32 images of 224 x 224 took a minute on one
-// of this machine's cores, and its profile five minutes before a fifty-second run.
-// Above the larger size the costs then scale in proportion, an upper bound, which the
-// run's measured stage times correct (sharpenCachedProfile).
+// The sizes to time: with a batch, two 4 x ranks apart (lowSize), and every size the
+// planner may choose between them (plannedSizes) that the budget leaves room for; the
+// run's own without. The planners interpolate linearly between neighbours
+// (LayerGraph::secondsAt), and a pass is not affine in its samples over a 4 x ranks
+// span: timed in one process at every size (`profile --threads 1`, 2026-11-30), the
+// 8 x 1024 mlp at 32 took 1.19-1.31x the chord from 8 to 128, gpt at 8 and 16
+// 0.93-0.97x the chord from 4 to 32. The sizes shrink until the two ends fit
+// kProfileBudgetSeconds, priced by one training pass of the model at two samples: a
+// share of ResNet-50's passes at 32 images of 224 x 224 took a minute on one of this
+// machine's cores, and its profile five minutes before a fifty-second run. Above the
+// larger size the costs then scale in proportion, an upper bound, which the run's
+// measured stage times correct (sharpenCachedProfile).
 //
 // On a GPU the sizes are the wanted ones: its passes take milliseconds, and pricing
 // them here would put the model on the GPU in this process, which the ranks then start
 // beside (a CPU pass of a billion-parameter gpt at two samples takes minutes).
 Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Processes& processes,
                  const torch::Device& device, const Say& say) {
+  // The planner's sizes strictly between the two ends, smallest first.
+  const auto between = [&](int64_t low, int64_t top) {
+    std::vector<int64_t> inner;
+    if (r.args.batch > 0)
+      for (int64_t b : plannedSizes(r.args.batch, low))
+        if (b > low && b < top) inner.push_back(b);
+    return inner;
+  };
   if (!device.is_cpu()) {
     const int64_t top = wantedSize(r);
     const int64_t low = r.args.batch > 0 ? std::max<int64_t>(2, lowSize(r, top)) : top;
     Sizes s{{std::min(low, top)}, 0};
-    if (low < top) s.timed.push_back(top);
+    if (low < top) {
+      for (int64_t b : between(low, top)) s.timed.push_back(b);
+      s.timed.push_back(top);
+    }
     return s;
   }
   // Two samples, not one: BatchNorm refuses to train on one value per channel, which is
@@ -135,8 +151,16 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
       say(formatted("note: micro-batches of 2 samples or more: %s", e.what()));
     }
   }
-  Sizes s{{lowOf(top)}, costOf(top)};
-  if (lowOf(top) < top) s.timed.push_back(top);
+  const int64_t low = lowOf(top);
+  Sizes s{{low}, costOf(top)};
+  if (low < top) {
+    for (int64_t b : between(low, top))
+      if (s.estimated_seconds + cost(b) <= kProfileBudgetSeconds) {
+        s.timed.push_back(b);
+        s.estimated_seconds += cost(b);
+      }
+    s.timed.push_back(top);
+  }
   return s;
 }
 
@@ -255,7 +279,8 @@ graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRe
   key.add("device", runtime::describeDevice(device));  // "cpu", or "cuda:0 (NVIDIA H200)"
   key.add("precision", config.precision);
   key.add("optimizer", config.optimizer);
-  key.add("largest size", std::to_string(wantedSize(r)) + (r.args.batch > 0 ? " and a quarter" : ""));
+  key.add("largest size", std::to_string(wantedSize(r)) +
+                              (r.args.batch > 0 ? " down to a quarter per rank, the planner's sizes between" : ""));
   std::string held;
   for (int k : processes.in_flight) held += (held.empty() ? "" : ",") + std::to_string(k);
   key.add("processes", std::to_string(processes.count) + " x " + std::to_string(r.blas_threads) +

@@ -128,15 +128,15 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
                              any.stage_output_bytes,
                              any.stage_param_bytes,
                              any.stage_preds};
-  // The run's stage times into the cached profile it was planned from (run_profile.h),
-  // where every rank had its own cores: taking turns on them stretches the times. Its
-  // memory beyond the planned tensors too, wherever the ranks computed on the host.
+  // The run's stage times into the cached profile it was planned from (run_profile.h), as
+  // the simulator prices them: where ranks take turns on the cores, their time on a core,
+  // which is what a profile of shared cores measures (a core's speed), and the turns'
+  // cost in switching and refilled caches with it (docs/profiling.md). Its memory beyond
+  // the planned tensors too, wherever the ranks computed on the host.
   if (!planner.is_null() && planner.contains("profile")) {
     Json rank_results = Json::array();
     for (const runtime::RankResult& r : results) rank_results.push_back(rankResultToJson(r));
-    sharpenCachedProfile(planner["profile"], plan,
-                         request.nproc <= request.concurrentRanks() ? measured.action_seconds : plan::StageSeconds{},
-                         runMemory(rank_results, planner), say);
+    sharpenCachedProfile(planner["profile"], plan, measured.pricedSeconds(), runMemory(rank_results, planner), say);
   }
   sim::Evaluation prediction = predictRun(measured);
   const sim::Report& predicted = prediction.report;

@@ -27,6 +27,19 @@ struct MeasuredRun {
   std::vector<int64_t> stage_output_bytes;
   std::vector<int64_t> stage_param_bytes;     // what replicas all-reduce
   std::vector<std::vector<int>> stage_preds;  // the stages each stage reads (the plan's stage DAG)
+
+  // What the simulator prices each action at: its time on a core where a rank runs one
+  // BLAS thread, else its wall time. An action's wall time also holds what else ran on
+  // its core meanwhile: other ranks' turns where ranks outnumbered the cores (priced so,
+  // 3 ranks on 2 cores were predicted 8-10% slow: fmnist-cnn, docs/profiling.md), and
+  // the transport's threads copying messages and summing the all-reduce (a data-parallel
+  // backward pass ran 62-71 ms of wall for 50-53 on its core). The simulator prices both
+  // itself (shared cores as the launcher pinned them, the routes' host costs). With
+  // several BLAS threads a rank's compute also runs on threads its CPU clock does not
+  // count; such ranks keep wall times.
+  const std::map<std::pair<int, schedule::ActionType>, double>& pricedSeconds() const {
+    return blas_threads == 1 ? action_cpu_seconds : action_seconds;
+  }
 };
 
 // The report and the predicted timeline of one mini-batch.

@@ -206,6 +206,9 @@ LayerGraph LayerGraph::withOtherBatches(const std::vector<LayerGraph>& timed, co
   const auto largest = std::max_element(timed.begin(), timed.end(), [](const LayerGraph& a, const LayerGraph& b) {
     return a.batchSize() < b.batchSize();
   });
+  // The optimizer step as it runs after the largest size's passes (layer_graph.h).
+  if (largest != timed.end() && largest->batchSize() > batch_size_)
+    for (int i = 0; i < size(); ++i) layers[i].optimizer_seconds = largest->layer(i).optimizer_seconds;
   if (largest != timed.end() && largest->batchSize() != batch_size_)
     for (int i = 0; i < size(); ++i) {
       const double b0 = static_cast<double>(batch_size_), b1 = static_cast<double>(largest->batchSize());

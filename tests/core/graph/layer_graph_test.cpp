@@ -238,6 +238,19 @@ TEST(LayerGraph, ProfilesAtOtherBatchesBecomeOtherBatches) {
               {"profile", "batch 1", "2 layers, not 3"});
 }
 
+// The optimizer step is taken as timed after the largest size's passes, whose working
+// set is nearer a training step's; a smaller size given after the graph's changes nothing.
+TEST(LayerGraph, TheOptimizerStepIsTheOneTimedAfterTheLargestSize) {
+  std::vector<Layer> at4 = LayerGraph::uniformChain(2, 1, 1, 1).layers(), at16 = at4, at2 = at4;
+  for (Layer& l : at4) l.optimizer_seconds = 0.003;
+  for (Layer& l : at16) l.optimizer_seconds = 0.005;
+  for (Layer& l : at2) l.optimizer_seconds = 0.002;
+  const LayerGraph graph(at4, 4);
+  EXPECT_DOUBLE_EQ(graph.withOtherBatches({LayerGraph(at16, 16), LayerGraph(at2, 2)}, "p").layer(1).optimizer_seconds,
+                   0.005);
+  EXPECT_DOUBLE_EQ(graph.withOtherBatches({LayerGraph(at2, 2)}, "p").layer(1).optimizer_seconds, 0.003);
+}
+
 // What every micro-batch keeps whatever its size (autocast's weight copies) is where the
 // saved bytes at two sizes meet batch 0; priced once per micro-batch, not in proportion.
 TEST(LayerGraph, SavedBytesFixedPerMicrobatchFromTwoSizes) {
