@@ -198,6 +198,18 @@ def main():
         rows.append({"case": name, "runs": runs, "first_run_error": e_first, "later_runs_error": e_later})
     print(within("throughput from a fresh profile (1st run)", first_errors))
     print(within("throughput from the profile runs sharpened (later runs, median per case)", later_errors))
+    # What no prediction made before a run can beat here: the spread of the run itself.
+    # Each run's measurement as the prediction of the case's other runs under the same plan
+    # (their median): a predictor that knew the plan's speed as other runs found it.
+    spread = []
+    for row in rows:
+        by_plan = {}
+        for m in row["runs"]:
+            by_plan.setdefault(m["plan"], []).append(m["measured"])
+        for xs in by_plan.values():
+            if len(xs) > 1 and all(xs):
+                spread += [error(statistics.median(xs[:i] + xs[i + 1:]), x) for i, x in enumerate(xs)]
+    print(within("the machine's own spread (another run of the same plan as the prediction, runs)", spread))
     print(within("memory, first run (ranks)", memory_first))
     print(within("memory, later runs (ranks)", memory_later))
     if a.out:

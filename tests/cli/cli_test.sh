@@ -117,6 +117,8 @@ expect "it says why" "the profile cache's entry cannot be used"
 expect "and keeps the new one" "kept in the profile cache for the next run"
 refuses "pipeline longer than the model" "too few" "${train[@]}" --nproc 9 --no-replication
 check "train zb-h1 3 ranks" "${train[@]}" --nproc 3 --schedule zb-h1 --summary-json "$tmp/three.json"
+# Ranks that take turns on the cores teach the profile their time on a core.
+expect "3 ranks sharpen the profile's times" "profile sharpened by this run's stage times"
 check "3 ranks on 2 cores: each rank's time on a core, and its compute predicted shared and alone" \
   python3 - "$tmp/three.json" <<'PY'
 import json, os, sys
