@@ -21,6 +21,7 @@ throughput and for memory.
 
 Cases where predictions missed are kept: the point is to see them.
 Usage: bench/prediction_cases.py [--build build] [--rounds 3] [--only "NAME|NAME..."] [--out F.json]
+       bench/prediction_cases.py --from F.json   (the table of an earlier run)
 """
 import argparse
 import json
@@ -143,13 +144,8 @@ def within(label, errors):
             f"median |error| {100 * statistics.median(xs):.1f}%")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", default="", help="case names (substrings) separated by |")
-    ap.add_argument("--out", default="")
-    a = ap.parse_args()
+def run(a):
+    """Every case, a.rounds times in a random order each round: {case: [its runs]}."""
     binary = os.path.join(a.build, "pipetrain")
     work = os.path.join(tempfile.gettempdir(), "pipetrain-prediction-cases")
     os.makedirs(work, exist_ok=True)
@@ -169,13 +165,17 @@ def main():
             results[name].append(m)
             print(f"round {r + 1}: {name}: {m}", file=sys.stderr, flush=True)
     shutil.rmtree(cache, ignore_errors=True)
+    return results
 
+
+def report(results, out):
+    """The table and its summary lines; the rows as JSON into `out` ("" : none)."""
     fmt = lambda x: "-" if x is None else f"{100 * x:+.1f}%"
     med = lambda xs: statistics.median(xs) if xs else None
     worst = lambda xs: None if not xs else max(xs, key=abs)
-    rows, first_errors, later_errors, memory_first, memory_later = [], [], [], [], []
+    rows, first_errors, later_errors, later_runs, memory_first, memory_later = [], [], [], [], [], []
     print(f"{'case':44} {'plan':22} {'measured':>9} {'1st run':>8} {'later':>8} {'own acts':>8}  memory (1st; later)")
-    for name, _ in sorted(todo):
+    for name in sorted(results):
         runs = [m for m in results[name] if "error" not in m]
         if not runs:
             print(f"{name:44} failed: {results[name][0]['error']}")
@@ -191,6 +191,7 @@ def main():
         m_later = [e for m in later for e in mem(m)]
         first_errors.append(e_first)
         later_errors.append(e_later)
+        later_runs += [error(m["predicted"], m["measured"]) for m in later]
         memory_first += m_first
         memory_later += m_later
         print(f"{name:44} {runs[-1]['plan']:22} {statistics.median([m['measured'] or 0 for m in runs]):9.1f} "
@@ -198,6 +199,7 @@ def main():
         rows.append({"case": name, "runs": runs, "first_run_error": e_first, "later_runs_error": e_later})
     print(within("throughput from a fresh profile (1st run)", first_errors))
     print(within("throughput from the profile runs sharpened (later runs, median per case)", later_errors))
+    print(within("the same, runs", later_runs))
     # What no prediction made before a run can beat here: the spread of the run itself.
     # Each run's measurement as the prediction of the case's other runs under the same plan
     # (their median): a predictor that knew the plan's speed as other runs found it.
@@ -212,8 +214,22 @@ def main():
     print(within("the machine's own spread (another run of the same plan as the prediction, runs)", spread))
     print(within("memory, first run (ranks)", memory_first))
     print(within("memory, later runs (ranks)", memory_later))
-    if a.out:
-        json.dump(rows, open(a.out, "w"), indent=1)
+    if out:
+        json.dump(rows, open(out, "w"), indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="", help="case names (substrings) separated by |")
+    ap.add_argument("--out", default="", help="write the rows (every run's figures) as JSON here")
+    ap.add_argument("--from", dest="source", default="", help="print the table of an earlier --out file; run nothing")
+    a = ap.parse_args()
+    if a.source:
+        report({row["case"]: row["runs"] for row in json.load(open(a.source))}, a.out)
+    else:
+        report(run(a), a.out)
 
 
 if __name__ == "__main__":
