@@ -30,7 +30,8 @@ struct SharpenedProfile {
 // the measured times' geometric mean with the `runs_merged` runs merged before: each
 // figure moves by (measured / profiled)^(1 / (runs_merged + 1)), every layer of the
 // stage and every batch size it was timed at by the same factor. A stage's figure that
-// either side lacks (0, or not measured) stays as it was.
+// either side lacks (0, or not measured) stays as it was, and so does the optimizer step
+// under an asynchronous schedule, whose step does more than the plain one profiled.
 // Throws Error when the plan names a layer the profile does not have.
 SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& plan, const StageSeconds& measured,
                                 int runs_merged);

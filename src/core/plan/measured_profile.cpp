@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/stats.h"
 
@@ -32,6 +33,7 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
                                 int runs_merged) {
   std::vector<graph::Layer> layers = profile.layers();
   std::string note;
+  const bool plain_steps = !schedule::isAsynchronous(plan.schedule.name);
   const auto measuredOf = [&](int stage, ActionType type) {
     const auto it = measured.find({stage, type});
     return it == measured.end() ? 0.0 : it->second;
@@ -66,7 +68,13 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
         toward(measuredOf(s, ActionType::B), recomputed + profiled.backward_input + profiled.backward_weight);
     if (measuredOf(s, ActionType::I) > 0) f.input = toward(measuredOf(s, ActionType::I), recomputed + profiled.backward_input);
     if (measuredOf(s, ActionType::W) > 0) f.split_weight = toward(measuredOf(s, ActionType::W), profiled.split_weight);
-    f.step = toward(measuredOf(s, ActionType::STEP), step);
+    // The profile times a plain optimizer step. An asynchronous rule's step does more
+    // (2BW and PipeDream stash the weights it replaces, PipeMare keeps them for its
+    // discrepancy correction): gpt's ran 1.1-2.1x its profile where a synchronous
+    // schedule's ran 1.0x, and, learned, it priced the next 1F1B plan on the same
+    // profile 17% slow (docs/profiling.md#the-runs-people-start).
+    if (!plain_steps) f.step = 1;
+    else f.step = toward(measuredOf(s, ActionType::STEP), step);
     for (int i : members) {
       graph::Layer& l = layers[i];
       // A split W never timed on its own is priced as the fused one (splitWeightSeconds);
@@ -80,8 +88,9 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
       for (graph::TimedAtBatch& other : l.other_batches) scale(other.seconds, f);
     }
     char line[128];
-    std::snprintf(line, sizeof line, "%sstage %d: F x%.2f, I x%.2f, W x%.2f, step x%.2f", s ? "; " : "", s, f.forward,
-                  f.input, measuredOf(s, ActionType::W) > 0 ? f.split_weight : f.weight, f.step);
+    std::snprintf(line, sizeof line, "%sstage %d: F x%.2f, I x%.2f, W x%.2f, %s%.2f", s ? "; " : "", s, f.forward,
+                  f.input, measuredOf(s, ActionType::W) > 0 ? f.split_weight : f.weight,
+                  plain_steps ? "step x" : "step kept (not a plain optimizer step) x", f.step);
     note += line;
   }
   SharpenedProfile out{graph::LayerGraph(std::move(layers), profile.batchSize(), "profile sharpened by a run"), note};

@@ -55,6 +55,21 @@ TEST(SharpenProfile, TheFirstRunSetsEachStageToWhatItMeasured) {
   EXPECT_NE(s.note.find("stage 1: F x0.80"), std::string::npos) << s.note;
 }
 
+// An asynchronous rule's step stashes or corrects weights besides the optimizer's
+// update: it says nothing of the plain step the profile times, which it keeps.
+TEST(SharpenProfile, AnAsynchronousRulesStepLeavesThePlainStepAsProfiled) {
+  std::vector<graph::Layer> layers = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100).layers();
+  for (graph::Layer& l : layers) l.optimizer_seconds = 1e-3;
+  const graph::LayerGraph g(layers, 1);
+  const StageSeconds measured{{{0, ActionType::F}, 2e-3}, {{0, ActionType::STEP}, 3e-3}};
+  const SharpenedProfile async = sharpenProfile(g, twoStages(g, "pipemare", g.batchSize()), measured, 0);
+  EXPECT_NEAR(async.graph.layer(0).optimizer_seconds, 1e-3, 1e-15);
+  EXPECT_NEAR(async.graph.layer(0).forward_seconds, 2e-3, 1e-15);
+  EXPECT_NE(async.note.find("step kept"), std::string::npos) << async.note;
+  const SharpenedProfile sync = sharpenProfile(g, twoStages(g, "1f1b", g.batchSize()), measured, 0);
+  EXPECT_NEAR(sync.graph.layer(0).optimizer_seconds, 3e-3, 1e-15);
+}
+
 // A recomputing stage's F ran its layers without a graph, and its B ran them again with
 // one before the backward pass: each is compared with what the cost model priced it at.
 TEST(SharpenProfile, ARecomputingStageIsComparedWithWhatRecomputationCosts) {
