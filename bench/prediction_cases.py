@@ -12,9 +12,9 @@ built. The runs are longer than the issue's (more steps, more byo epochs), so th
 steady window lasts seconds: over the 0.2-1.3 s the original step counts left, this
 machine's speed alone moved the same run by 10-30%.
 
-The profile cache is the bench's own, empty at the start, so a case's first round plans
-from a profile taken just before it (a user's first run), and its later rounds from that
-profile as the runs before sharpened it (every later run: docs/profiling.md). Rounds run
+Each case has a profile cache of its own, empty at the start, so a case's first round
+plans from a profile taken just before it (a user's first run), and its later rounds from
+that profile as the case's runs before sharpened it (every later run: docs/profiling.md). Rounds run
 the cases in a random order (this machine's speed drifts); the table gives the first
 round's error (predicted / measured - 1) and the median of the later rounds', for
 throughput and for memory.
@@ -150,9 +150,10 @@ def run(a):
     work = os.path.join(tempfile.gettempdir(), "pipetrain-prediction-cases")
     os.makedirs(work, exist_ok=True)
     prepare(binary, work)
-    # The bench's own profile cache, empty: each case's first round profiles afresh.
+    # A profile cache of the bench's own per case, empty at the start: each case's first
+    # round profiles afresh, and only its own runs sharpen what its later rounds plan from
+    # (cases of one model and ranks share a profile, and would otherwise teach each other).
     cache = tempfile.mkdtemp(prefix="pipetrain-prediction-cache-")
-    os.environ["PIPETRAIN_CACHE_DIR"] = cache
     todo = cases(work) + [("gpt, standalone profile, plan for 2 ranks", None)]
     if a.only:
         todo = [c for c in todo if any(o.strip() in c[0] for o in a.only.split("|"))]
@@ -160,6 +161,7 @@ def run(a):
     for r in range(a.rounds):
         random.shuffle(todo)
         for name, args in todo:
+            os.environ["PIPETRAIN_CACHE_DIR"] = os.path.join(cache, "".join(c if c.isalnum() else "-" for c in name))
             m = standalone(binary, work) if args is None else measure(binary, args, work)
             m["round"] = r + 1
             results[name].append(m)
