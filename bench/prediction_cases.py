@@ -14,10 +14,10 @@ machine's speed alone moved the same run by 10-30%.
 
 Each case has a profile cache of its own, empty at the start, so a case's first round
 plans from a profile taken just before it (a user's first run), and its later rounds from
-that profile as the case's runs before sharpened it (every later run: docs/profiling.md). Rounds run
-the cases in a random order (this machine's speed drifts); the table gives the first
-round's error (predicted / measured - 1) and the median of the later rounds', for
-throughput and for memory.
+that profile as the case's runs before sharpened it (every later run: docs/profiling.md).
+Rounds run the cases in a random order (this machine's speed drifts); the table gives
+the first round's error (predicted / measured - 1) and the median of the later rounds',
+for throughput and for memory, and the machine's own spread beside them.
 
 Cases where predictions missed are kept: the point is to see them.
 Usage: bench/prediction_cases.py [--build build] [--rounds 3] [--only "NAME|NAME..."] [--out F.json]

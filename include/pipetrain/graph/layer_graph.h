@@ -168,9 +168,9 @@ class LayerGraph {
   // activations here and there, and its optimizer step as timed there. A step costs the
   // same arithmetic whatever the micro-batch, but it finds its weights, gradients and
   // state in a cache the passes before it left: after passes at 4 samples, a share of
-  // the 2-stage gpt stepped in 3.3-3.8 ms against 4.5-5.4 after passes at 16 or 32, and
-  // 4.8 ms in a run at 16 (docs/profiling.md); the step a training run takes follows a
-  // whole mini-batch's passes. Throws Error naming `origin` where a profile is of
+  // the 2-stage gpt stepped in 3.3-3.8 ms against 3.6-5.5 after passes at 16 or 32, and
+  // 4.7-5.0 ms in a run at 16 (docs/profiling.md); the step a training run takes follows
+  // a whole mini-batch's passes. Throws Error naming `origin` where a profile is of
   // another model or of a batch size given twice.
   LayerGraph withOtherBatches(const std::vector<LayerGraph>& timed, const std::string& origin) const;
 
