@@ -229,7 +229,10 @@ def main():
     ap.add_argument("--from", dest="source", default="", help="print the table of an earlier --out file; run nothing")
     a = ap.parse_args()
     if a.source:
-        report({row["case"]: row["runs"] for row in json.load(open(a.source))}, a.out)
+        rows = json.load(open(a.source))
+        if any("round" not in m for row in rows for m in row["runs"]):
+            sys.exit(f"{a.source}: its runs carry no round (written before 2026-11-30's rounds): no first runs to tell")
+        report({row["case"]: row["runs"] for row in rows}, a.out)
     else:
         report(run(a), a.out)
 

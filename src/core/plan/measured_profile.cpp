@@ -73,8 +73,7 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
     // discrepancy correction): gpt's ran 1.1-2.1x its profile where a synchronous
     // schedule's ran 1.0x, and, learned, it priced the next 1F1B plan on the same
     // profile 17% slow (docs/profiling.md#the-runs-people-start).
-    if (!plain_steps) f.step = 1;
-    else f.step = toward(measuredOf(s, ActionType::STEP), step);
+    f.step = plain_steps ? toward(measuredOf(s, ActionType::STEP), step) : 1;
     for (int i : members) {
       graph::Layer& l = layers[i];
       // A split W never timed on its own is priced as the fused one (splitWeightSeconds);
