@@ -235,10 +235,12 @@ int run(ProfileArgs& a) {
   const models::ModelConfig config = parseModelOptions(a.model_options);
   profiler::optimizerStateBytes(a.options.optimizer, 0);  // known optimizer?
   checkWritable(a.out, "--out");
+  const int64_t code_before = util::residentFileBytes();
   models::Model model = runtime::openModel(a.model, config, 0, a.model_file, a.data);
   // On a GPU the passes are timed from an idle device to an idle device, and memory is
   // the caching allocator's (profiler::MemoryProbe).
-  models::moveTo(model, runtime::rankDevice(a.device, runtime::localRank(0)));
+  const torch::Device device = runtime::rankDevice(a.device, runtime::localRank(0));
+  models::moveTo(model, device);
   if (a.threads > 0) useThreadsOfARank(a.threads);
   // The batches a first stage would load: consecutive micro-batches of epoch 0's order.
   std::unique_ptr<data::Dataset> dataset;
@@ -276,6 +278,10 @@ int run(ProfileArgs& a) {
   graph::LayerGraph g = profiles.size() == 1
                            ? profiles[0]
                            : profiles[0].withOtherBatches({profiles.begin() + 1, profiles.end()}, "profile");
+  // Until a run measures the rest, a rank's framework memory is the LibTorch code its
+  // passes page in, which this process has paged in too (docs/profiling.md#memory-the-process-holds).
+  // A GPU's memory holds none of it.
+  if (device.is_cpu()) process.framework_bytes = std::max<int64_t>(0, util::residentFileBytes() - code_before);
   g.setProcessMemory(process);
   g.setProfiledAs({std::max(at::get_num_threads(), blasThreads()), a.options.shares});
   a.timed_passes = timed_first;

@@ -99,9 +99,11 @@ struct ProcessMemory {
   // A rank that loads the model input or the labels holds the dataset in host memory:
   // the resident bytes opening it added, in the profile's process or a run's.
   int64_t data_bytes = 0;
-  // Every rank: the rest of what training adds to the process (the allocator's freed but
-  // kept memory, LibTorch's and the BLAS's workspaces, the model as built whole, the
-  // transport's buffers), learned from runs of this profile (`runs` of them, their mean).
+  // Every rank: the rest of what training adds to the process (LibTorch's code as its
+  // kernels page it in, the allocator's freed but kept memory, LibTorch's and the BLAS's
+  // workspaces, the model as built whole, the transport's buffers), learned from runs of
+  // this profile (`runs` of them, their mean). Before any run, the code the profile's own
+  // passes paged in: the one part a profiling process holds as a rank does.
   int64_t framework_bytes = 0;
   int runs = 0;
   bool empty() const { return data_bytes == 0 && framework_bytes == 0 && runs == 0; }

@@ -10,5 +10,9 @@ namespace pipetrain::util {
 int64_t residentBytes();
 // The largest resident set the process has had (getrusage's ru_maxrss).
 int64_t peakResidentBytes();
+// The part of the resident set now that is pages of files (/proc/self/status's RssFile):
+// mostly the code of the libraries, paged in as their functions are first called; 0
+// where the kernel does not say.
+int64_t residentFileBytes();
 
 }  // namespace pipetrain::util

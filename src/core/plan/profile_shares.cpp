@@ -68,10 +68,13 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
       layers[l].other_batches = timed.other_batches;
     }
   graph::LayerGraph merged(std::move(layers), first.batchSize(), "profile in shares");
-  // The share that loaded the data measured what holding it costs.
+  // The share that loaded the data measured what holding it costs; the framework is the
+  // most any share's process paged in, a rank's passes being some share's.
   graph::ProcessMemory memory = first.processMemory();
-  for (const graph::LayerGraph& g : graphs)
+  for (const graph::LayerGraph& g : graphs) {
     memory.data_bytes = std::max(memory.data_bytes, g.processMemory().data_bytes);
+    memory.framework_bytes = std::max(memory.framework_bytes, g.processMemory().framework_bytes);
+  }
   merged.setProcessMemory(memory);
   merged.setProfiledAs(first.profiledAs());
   return merged;

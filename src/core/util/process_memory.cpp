@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <limits>
+#include <string>
 
 namespace pipetrain::util {
 
@@ -18,6 +20,20 @@ int64_t peakResidentBytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+int64_t residentFileBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "RssFile:") {
+      int64_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+    status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
 }
 
 }  // namespace pipetrain::util

@@ -75,6 +75,13 @@ TEST(ProfileShares, MergeTakesEachLayerFromTheProfileThatTimedIt) {
   graph::LayerGraph loaded = chainProfile(bytes, 1);
   loaded.setProcessMemory({1 << 20, 0, 0});
   EXPECT_EQ(mergeProfileShares({chainProfile(bytes, 0), loaded}).processMemory().data_bytes, 1 << 20);
+  // The framework: the most code any share's process paged in (a rank's passes are some
+  // share's).
+  graph::LayerGraph more_code = chainProfile(bytes, 1);
+  more_code.setProcessMemory({0, 3 << 20, 0});
+  graph::LayerGraph less_code = chainProfile(bytes, 0);
+  less_code.setProcessMemory({0, 2 << 20, 0});
+  EXPECT_EQ(mergeProfileShares({less_code, more_code}).processMemory().framework_bytes, 3 << 20);
 }
 
 TEST(ProfileShares, MergeRefusesProfilesOfAnotherModel) {
