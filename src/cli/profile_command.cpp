@@ -25,6 +25,7 @@
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/process_memory.h"
+#include "pipetrain/util/stats.h"
 #include "pipetrain/util/json_io.h"
 #include "pipetrain/util/text.h"
 
@@ -283,7 +284,11 @@ int run(ProfileArgs& a) {
   // A GPU's memory holds none of it.
   if (device.is_cpu()) process.framework_bytes = std::max<int64_t>(0, util::residentFileBytes() - code_before);
   g.setProcessMemory(process);
-  g.setProfiledAs({std::max(at::get_num_threads(), blasThreads()), a.options.shares});
+  std::vector<double> probes;  // the core's speed while each size was timed
+  for (const graph::LayerGraph& p : profiles)
+    if (p.profiledAs().probe_seconds > 0) probes.push_back(p.profiledAs().probe_seconds);
+  g.setProfiledAs({std::max(at::get_num_threads(), blasThreads()), a.options.shares,
+                   probes.empty() ? 0.0 : util::median(probes)});
   a.timed_passes = timed_first;
   printTable(a, g);
   json_io::writeFile(a.out, g.toJson());

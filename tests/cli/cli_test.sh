@@ -300,10 +300,12 @@ mlp=(--model mlp --model-option input=16 --model-option width=32)
 check "profile mlp" "$bin" profile "${mlp[@]}" --batch 4 --repeats 1 --out "$tmp/profile.json"
 expect "profile table" "fc3 "
 expect "profile wrote" "wrote"
-check "a profile's first figure for the framework: the LibTorch code its passes paged in" python3 -c '
+check "a profile measures the LibTorch code its passes paged in and its core's speed" python3 -c '
 import json, sys
 m = json.load(open(sys.argv[1]))["process_memory"]
-assert m["framework_bytes"] > 0 and m["runs"] == 0, m' "$tmp/profile.json"
+assert m["framework_bytes"] > 0 and m["runs"] == 0, m
+how = json.load(open(sys.argv[1]))["profiled_as"]
+assert 0 < how["probe_seconds"] < 1, how' "$tmp/profile.json"
 check "profile with the data the first stage loads" "$bin" profile "${mlp[@]}" --batch 4 --repeats 1 \
   --dataset synthetic --out "$tmp/profile_data.json"
 expect "loading said" "includes loading a batch of synthetic"

@@ -76,6 +76,9 @@ struct Layer {
   // as at 32 (docs/profiling.md). Empty: times scale linearly from the graph's batch.
   std::vector<TimedAtBatch> other_batches;
 
+  // Every time it has multiplied by `factor`: its passes' and its optimizer step's, at
+  // every batch size.
+  void scaleTimes(double factor);
   PassSeconds passSeconds() const {
     return {forward_seconds, backward_input_seconds, backward_weight_seconds, splitWeightSeconds(), forwardNoGradSeconds()};
   }
@@ -115,6 +118,11 @@ struct ProcessMemory {
 struct ProfiledAs {
   int threads = 0;
   int shares = 0;
+  // How fast its core computed while it timed: the median seconds of a fixed computation
+  // run after each timed pass (profile_model.cpp, NOTE(core-probe)). Shares timed on
+  // different cores are brought to their mean speed by it (plan::mergeProfileShares),
+  // and a merged profile keeps that mean. 0 = not measured (a GPU's profile).
+  double probe_seconds = 0;
 };
 
 class LayerGraph {

@@ -112,8 +112,9 @@ LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origi
   }
   if (root.has("profiled_as")) {
     const json_io::JsonCursor how = root.field("profiled_as");
-    how.allowOnly({"threads", "shares"});
-    graph.setProfiledAs({static_cast<int>(how.intOr("threads", 0)), static_cast<int>(how.intOr("shares", 0))});
+    how.allowOnly({"threads", "shares", "probe_seconds"});
+    graph.setProfiledAs({static_cast<int>(how.intOr("threads", 0)), static_cast<int>(how.intOr("shares", 0)),
+                         how.has("probe_seconds") ? how.field("probe_seconds").asSeconds() : 0.0});
     if (graph.profiledAs().threads < 0 || graph.profiledAs().shares < 0)
       how.fail("threads and shares are counts, >= 0");
   }
@@ -130,8 +131,10 @@ json_io::Json LayerGraph::toJson() const {
     j["process_memory"] = {{"data_bytes", process_memory_.data_bytes},
                            {"framework_bytes", process_memory_.framework_bytes},
                            {"runs", process_memory_.runs}};
-  if (profiled_as_.threads > 0 || profiled_as_.shares > 0)
+  if (profiled_as_.threads > 0 || profiled_as_.shares > 0 || profiled_as_.probe_seconds > 0) {
     j["profiled_as"] = {{"threads", profiled_as_.threads}, {"shares", profiled_as_.shares}};
+    if (profiled_as_.probe_seconds > 0) j["profiled_as"]["probe_seconds"] = profiled_as_.probe_seconds;
+  }
   json_io::Json layers = json_io::Json::array();
   for (const Layer& l : layers_) {
     json_io::Json layer = {{"name", l.name},

@@ -55,6 +55,13 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
                     first.layer(l).name + "' of the same size as in profile 0");
   }
   const std::vector<int> bounds = profileShares(param_bytes, static_cast<int>(graphs.size()));
+  // The shares' cores at one speed, their mean while they timed (profile_model.cpp,
+  // NOTE(core-probe)), where every share measured its own.
+  double mean_probe = 0;
+  for (const graph::LayerGraph& g : graphs)
+    mean_probe += g.profiledAs().probe_seconds / static_cast<double>(graphs.size());
+  const bool probed = std::all_of(graphs.begin(), graphs.end(),
+                                  [](const graph::LayerGraph& g) { return g.profiledAs().probe_seconds > 0; });
   std::vector<graph::Layer> layers = first.layers();
   for (std::size_t share = 0; share + 1 < bounds.size(); ++share)
     for (int l = bounds[share]; l < bounds[share + 1]; ++l) {
@@ -66,6 +73,7 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
       layers[l].forward_no_grad_seconds = timed.forward_no_grad_seconds;
       layers[l].optimizer_seconds = timed.optimizer_seconds;
       layers[l].other_batches = timed.other_batches;
+      if (probed) layers[l].scaleTimes(mean_probe / graphs[share].profiledAs().probe_seconds);
     }
   graph::LayerGraph merged(std::move(layers), first.batchSize(), "profile in shares");
   // The share that loaded the data measured what holding it costs; the framework is the
@@ -76,7 +84,9 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
     memory.framework_bytes = std::max(memory.framework_bytes, g.processMemory().framework_bytes);
   }
   merged.setProcessMemory(memory);
-  merged.setProfiledAs(first.profiledAs());
+  graph::ProfiledAs how = first.profiledAs();
+  how.probe_seconds = probed ? mean_probe : 0.0;
+  merged.setProfiledAs(how);
   return merged;
 }
 

@@ -76,6 +76,23 @@ torch::Tensor typicalInput(const models::InputSpec& input, int64_t batch) {
   throw Error("profile: unknown input kind");
 }
 
+// NOTE(core-probe): the shares of a profile time at once, each on a core of its own, and
+// on this project's VMs a core's speed moves on its own: two processes pinned to the two
+// cores, each counting 256 x 256 matrix products a quarter second at a time, saw one core
+// fall to 1,200-2,200 a second for two seconds while the other held 4,600 (a throwaway
+// script, 2026-11-30). A share timed on the slower core looks costlier than the same
+// layers timed on the other, and the partitioner, which believes the figures, gives the
+// faster-timed share's layers to fewer ranks' worth of time: in one profile of gpt for
+// 2 ranks, its identical transformer blocks timed 1.16 ms in one share and 1.70 ms in
+// the other (in three more, within 8%). Runs then came out slower than planned, and the
+// partitioner's choice among noisy figures makes that one-sided. So after each timed
+// pass a share times this fixed computation, and the merge brings the shares to their
+// mean speed (plan::mergeProfileShares).
+void probeCore() {
+  static const torch::Tensor a = torch::full({256, 256}, 0.5f), b = torch::full({256, 256}, 0.25f);
+  for (int k = 0; k < 4; ++k) at::mm(a, b);
+}
+
 // Minor page faults of this process so far: each is memory touched for the first time.
 long minorFaults() {
   rusage usage{};
@@ -286,8 +303,13 @@ torch::Tensor typicalLabels(const models::Model& model, const torch::Tensor& out
 // `loading_layer`: the index in `runs` of the layer whose forward time includes loading
 // the batch (NOTE(input-loading)), or -1; `loss`: the layer that computes the loss
 // (NOTE(loss)).
-std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device& device,
-                                const ProfileOptions& o, int loading_layer, const OutputLoss& loss) {
+struct LayerTimes {
+  std::vector<Timings> layers;
+  double probe_seconds = 0;  // the core's speed meanwhile (NOTE(core-probe)); 0 off the CPU
+};
+
+LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, const ProfileOptions& o,
+                      int loading_layer, const OutputLoss& loss) {
   const std::size_t n = runs.size();
   LayerSteps steps(runs, o.optimizer);
   std::vector<std::vector<double>> forward(n), forward_no_grad(n), input(n), split_weight(n), full(n), step(n);
@@ -351,11 +373,15 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
   int passes = 0, timed_passes = 0;
   bool done = false;  // timing, that is: later passes only keep the other shares company
   std::vector<double> pass_seconds;  // the timed passes'
+  std::vector<double> probes;
   const auto both = [&](bool timed) {
-    const auto start = Clock::now();
-    pass(/*split=*/false, timed);
-    pass(/*split=*/true, timed);
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    double seconds = 0;
+    for (const bool split : {false, true}) {
+      const auto start = Clock::now();
+      pass(split, timed);
+      seconds += std::chrono::duration<double>(Clock::now() - start).count();
+      if (timed && device.is_cpu()) probes.push_back(secondsOf(device, probeCore));
+    }
     ++passes;
     if (timed) {
       ++timed_passes;
@@ -376,7 +402,10 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
     o.rendezvous->doneTiming();
     while (o.rendezvous->othersTiming()) both(false);
   }
-  std::vector<Timings> t(n);  // a part the layer does not have was never timed: its median is 0
+  LayerTimes times;
+  times.probe_seconds = probes.empty() ? 0.0 : median(probes);
+  std::vector<Timings>& t = times.layers;
+  t.resize(n);  // a part the layer does not have was never timed: its median is 0
   for (std::size_t l = 0; l < n; ++l) {
     t[l].forward = median(forward[l]);
     t[l].forward_no_grad = median(forward_no_grad[l]);
@@ -389,7 +418,7 @@ std::vector<Timings> timeLayers(std::vector<LayerRun>& runs, const torch::Device
     t[loading_layer].forward += loading;
     t[loading_layer].forward_no_grad += loading;
   }
-  return t;
+  return times;
 }
 
 }  // namespace
@@ -519,7 +548,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   std::vector<LayerRun> timed;
   for (int l : timed_layers) timed.push_back(runs[l]);
   const auto slotOf = [&](int l) { return l >= first && l < end ? slot[l] : -1; };
-  const std::vector<Timings> times = timeLayers(timed, device, o, slotOf(loading), OutputLoss{slotOf(n - 1), labels});
+  const LayerTimes times = timeLayers(timed, device, o, slotOf(loading), OutputLoss{slotOf(n - 1), labels});
   std::vector<graph::Layer> nodes;
   for (int l = 0; l < n; ++l) {
     const models::Layer& layer = model.layers[l];
@@ -529,7 +558,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     node.kind = layer.kind;
     node.inputs = models::graphInputs(model, l);
     if (l >= first && l < end) {
-      const Timings& t = times[slot[l]];
+      const Timings& t = times.layers[slot[l]];
       node.forward_seconds = t.forward;
       node.forward_no_grad_seconds = t.forward_no_grad;
       node.backward_input_seconds = t.input;
@@ -545,7 +574,9 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     node.peak_memory_bytes = m.peak;
     nodes.push_back(std::move(node));
   }
-  return graph::LayerGraph(std::move(nodes), batch, "profile of model '" + model.name + "'");
+  graph::LayerGraph profile(std::move(nodes), batch, "profile of model '" + model.name + "'");
+  profile.setProfiledAs({0, 0, times.probe_seconds});
+  return profile;
 }
 
 }  // namespace pipetrain::profiler

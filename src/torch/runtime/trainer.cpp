@@ -216,6 +216,12 @@ std::vector<RankResult::ActionSeconds> steadyActionSeconds(const ActionDurations
     for (std::size_t i = warm_up; i < all.size(); ++i) wall += all[i].wall, cpu += all[i].cpu;
     const double n = static_cast<double>(all.size() - warm_up);
     out.push_back({key.first, key.second, wall / n, cpu / n});
+    if (std::getenv("PT_DIAG")) {
+      std::vector<double> w;
+      for (std::size_t i = warm_up; i < all.size(); ++i) w.push_back(all[i].wall);
+      std::sort(w.begin(), w.end());
+      fprintf(stderr, "DIAG stage %d type %d n %zu mean %.3f median %.3f p10 %.3f p90 %.3f ms\n", key.first, (int)key.second, w.size(), 1e3*wall/n, 1e3*w[w.size()/2], 1e3*w[w.size()/10], 1e3*w[w.size()*9/10]);
+    }
   }
   return out;
 }

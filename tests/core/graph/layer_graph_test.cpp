@@ -132,11 +132,15 @@ TEST(LayerGraph, WhatAProcessHoldsBesideItsTensorsIsOptionalAndRoundTrips) {
 TEST(LayerGraph, HowAProfileWasTakenIsOptionalAndRoundTrips) {
   Json j = graphJson({layerJson("a")});
   EXPECT_EQ(LayerGraph::fromJson(j, "g.json").profiledAs().threads, 0);
-  j["profiled_as"] = {{"threads", 2}, {"shares", 1}};
+  j["profiled_as"] = {{"threads", 2}, {"shares", 1}, {"probe_seconds", 0.001}};
   const LayerGraph g = LayerGraph::fromJson(j, "g.json");
   EXPECT_EQ(g.profiledAs().threads, 2);
   EXPECT_EQ(g.profiledAs().shares, 1);
+  EXPECT_EQ(g.profiledAs().probe_seconds, 0.001);
   EXPECT_EQ(LayerGraph::fromJson(g.toJson(), "written").toJson(), g.toJson());
+  j["profiled_as"]["probe_seconds"] = -1;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "probe_seconds"});
+  j["profiled_as"]["probe_seconds"] = 0.001;
   j["profiled_as"]["threads"] = -2;
   expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "profiled_as"});
 }
