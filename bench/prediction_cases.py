@@ -110,6 +110,9 @@ def measure(binary, args, work):
             "measured_whole_run": s["throughput"],
             "from_own_actions": s["predicted_throughput"],
             "memory_predicted": [r.get("predicted_peak_memory_bytes") for r in ranks],
+            # The cores' speed (torch/runtime/core_probe.h): the profile's, and each rank's.
+            "profile_probe": chosen.get("probe_seconds"),
+            "rank_probes": [r.get("probe_seconds") for r in ranks],
             "memory_measured": [r["peak_memory_bytes"] - r["start_memory_bytes"] for r in ranks]}
 
 
@@ -133,6 +136,15 @@ def standalone(binary, work):
 
 def error(p, m):
     return None if not p or not m else p / m - 1
+
+
+def at_run_speed(m):
+    """The planner's prediction at the speed the run's slowest core computed, against the
+    profile's (the summary's `speed:` note); None where either was not measured."""
+    probes = [p for p in m.get("rank_probes") or [] if p]
+    if not m.get("predicted") or not m.get("profile_probe") or not probes:
+        return None
+    return m["predicted"] * m["profile_probe"] / max(probes)
 
 
 def within(label, errors):
@@ -214,6 +226,17 @@ def report(results, out):
             if len(xs) > 1 and all(xs):
                 spread += [error(statistics.median(xs[:i] + xs[i + 1:]), x) for i, x in enumerate(xs)]
     print(within("the machine's own spread (another run of the same plan as the prediction, runs)", spread))
+    # Where the misses come from: the same predictions at the speed the run's cores had.
+    first_at_speed = [error(at_run_speed(r["runs"][0]), r["runs"][0]["measured"]) for r in rows
+                      if r["runs"][0]["round"] == 1]
+    later_at_speed = [error(at_run_speed(m), m["measured"]) for r in rows for m in r["runs"][1:]]
+    print(within("the 1st run's prediction at the run's core speed", first_at_speed))
+    print(within("later runs' predictions at the run's core speed, runs", later_at_speed))
+    speeds = [max(p for p in m["rank_probes"] if p) / m["profile_probe"] for r in rows for m in r["runs"]
+              if m.get("profile_probe") and any(m.get("rank_probes") or [])]
+    if speeds:
+        print(f"the run's slowest core against the profile's (probe time ratio, runs): median "
+              f"{statistics.median(speeds):.2f}, {min(speeds):.2f}-{max(speeds):.2f}")
     print(within("memory, first run (ranks)", memory_first))
     print(within("memory, later runs (ranks)", memory_later))
     if out:

@@ -86,6 +86,7 @@ void printRunSummary(const job::TrainRequest& request, const job::RunSummary& su
   std::printf("%sfinal training loss %.4f\n", figures.c_str(), s["final_loss"].get<double>());
   for (const auto& r : s["ranks"]) std::printf("%s\n", report::rankSummaryLine(r).c_str());
   for (const std::string& note : report::memoryNotesOfRun(s, "this run")) std::printf("memory: %s\n", note.c_str());
+  for (const std::string& note : report::coreSpeedNotesOfRun(s, "this run")) std::printf("speed: %s\n", note.c_str());
   for (const std::string& line : job::writeRunOutputs(request, summary)) std::printf("%s\n", line.c_str());
 }
 

@@ -127,6 +127,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                        {"rank_peak_memory_bytes", peak},
                        {"rank_process_bytes", process},
                        {"process_memory_runs", graph.processMemory().runs},
+                       {"probe_seconds", graph.profiledAs().probe_seconds},
                        {"rank_core_seconds", alone}};
   if (calibrated) planner["calibration_seconds"] = calibration_seconds;
   return {chosen, planner, e, profile.cached_path.empty() ? graph_path : profile.cached_path};

@@ -91,6 +91,7 @@ Json rankResultToJson(const runtime::RankResult& r) {
           {"wait_seconds", r.wait_seconds},
           {"core_wait_seconds", r.core_wait_seconds},
           {"core_run_seconds", r.core_run_seconds},
+          {"probe_seconds", r.probe_seconds},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"device", r.device},
           {"data_channel", r.data_channel},
@@ -124,6 +125,7 @@ runtime::RankResult rankResultFromJson(const Json& json, const std::string& orig
   r.wait_seconds = c.field("wait_seconds").asNumber();
   r.core_wait_seconds = c.field("core_wait_seconds").asNumber();
   r.core_run_seconds = c.field("core_run_seconds").asNumber();
+  r.probe_seconds = c.field("probe_seconds").asSeconds();
   r.peak_memory_bytes = c.field("peak_memory_bytes").asInt();
   r.device = c.field("device").asString();
   r.data_channel = c.field("data_channel").asString();

@@ -52,6 +52,7 @@ Json rankEntry(const runtime::RankResult& r) {
           {"overhead_fraction", overhead},
           {"core_wait_fraction", r.core_wait_seconds < 0 ? -1.0 : share(r.core_wait_seconds)},
           {"core_run_fraction", r.core_run_seconds < 0 ? -1.0 : share(r.core_run_seconds)},
+          {"probe_seconds", r.probe_seconds},
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"start_memory_bytes", r.start_memory_bytes},
           {"data_memory_bytes", r.data_memory_bytes},

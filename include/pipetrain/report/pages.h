@@ -35,6 +35,8 @@ std::string rankSummaryLine(const json_io::Json& rank);
 // A note for each rank whose measured memory and the planner's prediction of it differ
 // by more than 10% (memoryNotes), from a `train --summary-json` summary.
 std::vector<std::string> memoryNotesOfRun(const json_io::Json& summary, const std::string& origin);
+// The same for the cores' speed against the profile's (coreSpeedNotes).
+std::vector<std::string> coreSpeedNotesOfRun(const json_io::Json& summary, const std::string& origin);
 
 Page pageForRun(const json_io::Json& summary, const std::vector<json_io::Json>& metrics,
                         const std::string& origin);

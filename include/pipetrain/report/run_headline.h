@@ -61,4 +61,15 @@ inline constexpr double kMemoryAgrees = 0.10;
 // apart, saying by how much and what the measurement holds that the prediction did not.
 std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks);
 
+// Below this share apart, the run's cores computed at the profile's speed.
+inline constexpr double kSpeedAgrees = 0.10;
+
+// How fast the run's cores computed against the profile's (torch/runtime/core_probe.h):
+// the seconds of one fixed computation while profiling, and on each rank during the run
+// (<= 0: not measured). Where the slowest rank's core lies more than kSpeedAgrees from
+// the profile's, one note saying by how much and what the planner's prediction
+// (`planned` samples/s, <= 0 or NaN: none) is at that speed, as the slowest rank bounds a
+// synchronous step; none otherwise.
+std::vector<std::string> coreSpeedNotes(double profile_probe, const std::vector<double>& rank_probes, double planned);
+
 }  // namespace pipetrain::report

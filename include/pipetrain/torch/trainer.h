@@ -104,6 +104,9 @@ struct RankResult {
   // not say.
   double core_wait_seconds = 0;
   double core_run_seconds = 0;
+  // How fast its core computed meanwhile, as a profile measures it (runtime/core_probe.h):
+  // the median over probes between steps, at most one every half second; 0 off the CPU.
+  double probe_seconds = 0;
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
   std::string device;                    // where the rank computed (describeDevice)
   std::string data_channel;              // what carried its messages (DataChannel::name)

@@ -55,7 +55,7 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
                     first.layer(l).name + "' of the same size as in profile 0");
   }
   const std::vector<int> bounds = profileShares(param_bytes, static_cast<int>(graphs.size()));
-  // The shares' cores at one speed, their mean while they timed (profile_model.cpp,
+  // The shares' cores at one speed, their mean while they timed (torch/runtime/core_probe.h,
   // NOTE(core-probe)), where every share measured its own.
   double mean_probe = 0;
   for (const graph::LayerGraph& g : graphs)

@@ -122,6 +122,15 @@ std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string
   return memoryNotes(ranks);
 }
 
+std::vector<std::string> coreSpeedNotesOfRun(const Json& summary, const std::string& origin) {
+  const JsonCursor s(summary, origin);
+  if (!s.has("planner") || !s.field("planner").has("chosen")) return {};
+  const JsonCursor chosen = s.field("planner").field("chosen");
+  std::vector<double> rank_probes;
+  for (const auto& r : s.field("ranks").asArray()) rank_probes.push_back(r.numberOr("probe_seconds", 0));
+  return coreSpeedNotes(chosen.numberOr("probe_seconds", 0), rank_probes, chosen.numberOr("throughput", 0));
+}
+
 Table planStagesTable(const plan::Plan& plan) {
   Table t;
   t.caption = planner::planName(plan) + ", micro-batch " + std::to_string(plan.microbatch_size) + " x " +
@@ -210,6 +219,7 @@ Page pageForRun(const Json& summary, const std::vector<Json>& metrics, const std
   for (const std::string& note : runHeadline(rankShares(s, origin), measured, predicted, planned))
     page.notes.push_back(note);
   for (const std::string& note : memoryNotesOfRun(summary, origin)) page.notes.push_back(note);
+  for (const std::string& note : coreSpeedNotesOfRun(summary, origin)) page.notes.push_back(note);
   if (s.has("events"))  // restarts, and the job going on with fewer ranks
     for (const JsonCursor& e : s.field("events").asArray()) {
       const std::string checkpoint = e.field("checkpoint").asString();

@@ -1,6 +1,7 @@
 #include "pipetrain/report/run_headline.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "pipetrain/util/text.h"
 
@@ -94,6 +95,27 @@ std::vector<std::string> runHeadline(const std::vector<RankShares>& ranks, doubl
   notes.push_back("The busiest rank is rank " + std::to_string(busiest->rank) + ", computing " +
                   percent(busiest->compute) + " of its step: the bottleneck stage lives there.");
   return notes;
+}
+
+std::vector<std::string> coreSpeedNotes(double profile_probe, const std::vector<double>& rank_probes,
+                                        double planned) {
+  const auto slowest = std::max_element(rank_probes.begin(), rank_probes.end());
+  if (!(profile_probe > 0) || slowest == rank_probes.end() || !(*slowest > 0)) return {};
+  const double slower = *slowest / profile_probe;
+  if (std::abs(slower - 1) <= kSpeedAgrees) return {};
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "The cores computed %.2fx %s than while the profile was taken: one fixed computation took %.2f ms on "
+                "the slowest rank's core (rank %d) against %.2f ms then.",
+                slower > 1 ? slower : 1 / slower, slower > 1 ? "slower" : "faster", 1e3 * *slowest,
+                static_cast<int>(slowest - rank_probes.begin()), 1e3 * profile_probe);
+  std::string note = line;
+  if (planned > 0) {
+    std::snprintf(line, sizeof line, " At that speed the planner's prediction is %.1f samples/s (planned: %.1f).",
+                  planned / slower, planned);
+    note += line;
+  }
+  return {note};
 }
 
 std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks) {

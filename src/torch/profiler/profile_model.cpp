@@ -8,6 +8,7 @@
 
 #include "layer_run.h"
 #include "memory_probe.h"
+#include "../runtime/core_probe.h"
 #include "../runtime/optimizer_state.h"
 #include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/torch/profiler.h"
@@ -74,23 +75,6 @@ torch::Tensor typicalInput(const models::InputSpec& input, int64_t batch) {
                              : torch::zeros(shape, torch::kLong);
   }
   throw Error("profile: unknown input kind");
-}
-
-// NOTE(core-probe): the shares of a profile time at once, each on a core of its own, and
-// on this project's VMs a core's speed moves on its own: two processes pinned to the two
-// cores, each counting 256 x 256 matrix products a quarter second at a time, saw one core
-// fall to 1,200-2,200 a second for two seconds while the other held 4,600 (a throwaway
-// script, 2026-11-30). A share timed on the slower core looks costlier than the same
-// layers timed on the other, and the partitioner, which believes the figures, gives the
-// faster-timed share's layers to fewer ranks' worth of time: in one profile of gpt for
-// 2 ranks, its identical transformer blocks timed 1.16 ms in one share and 1.70 ms in
-// the other (in three more, within 8%). Runs then came out slower than planned, and the
-// partitioner's choice among noisy figures makes that one-sided. So after each timed
-// pass a share times this fixed computation, and the merge brings the shares to their
-// mean speed (plan::mergeProfileShares).
-void probeCore() {
-  static const torch::Tensor a = torch::full({256, 256}, 0.5f), b = torch::full({256, 256}, 0.25f);
-  for (int k = 0; k < 4; ++k) at::mm(a, b);
 }
 
 // Minor page faults of this process so far: each is memory touched for the first time.
@@ -305,7 +289,7 @@ torch::Tensor typicalLabels(const models::Model& model, const torch::Tensor& out
 // (NOTE(loss)).
 struct LayerTimes {
   std::vector<Timings> layers;
-  double probe_seconds = 0;  // the core's speed meanwhile (NOTE(core-probe)); 0 off the CPU
+  double probe_seconds = 0;  // the core's speed meanwhile (runtime/core_probe.h); 0 off the CPU
 };
 
 LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, const ProfileOptions& o,
@@ -380,7 +364,7 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
       const auto start = Clock::now();
       pass(split, timed);
       seconds += std::chrono::duration<double>(Clock::now() - start).count();
-      if (timed && device.is_cpu()) probes.push_back(secondsOf(device, probeCore));
+      if (timed && device.is_cpu()) probes.push_back(runtime::coreProbeSeconds());  // NOTE(core-probe)
     }
     ++passes;
     if (timed) {

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "../profiler/memory_probe.h"
+#include "core_probe.h"
 #include "torch_trace.h"
 #include "optimizer_state.h"
 #include "staleness_replay.h"
@@ -24,6 +25,7 @@
 #include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/core_time.h"
 #include "pipetrain/util/process_memory.h"
+#include "pipetrain/util/stats.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
 
@@ -216,12 +218,6 @@ std::vector<RankResult::ActionSeconds> steadyActionSeconds(const ActionDurations
     for (std::size_t i = warm_up; i < all.size(); ++i) wall += all[i].wall, cpu += all[i].cpu;
     const double n = static_cast<double>(all.size() - warm_up);
     out.push_back({key.first, key.second, wall / n, cpu / n});
-    if (std::getenv("PT_DIAG")) {
-      std::vector<double> w;
-      for (std::size_t i = warm_up; i < all.size(); ++i) w.push_back(all[i].wall);
-      std::sort(w.begin(), w.end());
-      fprintf(stderr, "DIAG stage %d type %d n %zu mean %.3f median %.3f p10 %.3f p90 %.3f ms\n", key.first, (int)key.second, w.size(), 1e3*wall/n, 1e3*w[w.size()/2], 1e3*w[w.size()/10], 1e3*w[w.size()*9/10]);
-    }
   }
   return out;
 }
@@ -424,6 +420,15 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
 
   ActionDurations durations;
   int64_t minibatches_run = 0;
+  // The core's speed, probed between steps (runtime/core_probe.h), often enough to follow
+  // it and rarely enough to cost nothing: about 1 ms each half second.
+  std::vector<double> probes;
+  Clock::time_point last_probe{};
+  auto probeCore = [&] {
+    if (!device.is_cpu() || Clock::now() - last_probe < std::chrono::milliseconds(500)) return;
+    probes.push_back(coreProbeSeconds());
+    last_probe = Clock::now();
+  };
   TorchTrace trace(c.torch_trace.empty() ? "" : c.torch_trace + ".rank" + std::to_string(t.rank()) + ".json",
                    kTraceAfterSteps, 2);
   const Clock::time_point origin = sharedOrigin(t);
@@ -440,6 +445,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       const auto segment_start = Clock::now();
       const util::ThreadCoreTime core_time_before = util::threadCoreTime();
       RunResult r = executor.run(programOf(end - from), feed, origin, [&](int k, double loss) {
+        probeCore();
         trace.stepDone(minibatches_run + k + 1);
         if (!std::isnan(loss)) result.final_loss = loss;
         if (on_progress)
@@ -502,6 +508,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   }
   result.action_seconds = steadyActionSeconds(durations, minibatches_run);
   result.peak_memory_bytes = util::peakResidentBytes();
+  result.probe_seconds = util::median(probes);
   result.start_memory_bytes = start_memory;
   result.parameters = executor.parameters();
   result.weight_bytes = 0;

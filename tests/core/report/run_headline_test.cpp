@@ -66,6 +66,29 @@ TEST(RunHeadline, SmallLossesAreNotNamed) {
   EXPECT_FALSE(anyNoteHas(runHeadline(ranks, 1, 0, 0), "largest loss"));
 }
 
+TEST(CoreSpeedNotes, TheSlowestRanksCoreAgainstTheProfilesPricesThePlanAtItsSpeed) {
+  // Rank 1's core took 1.5x the profile's time for the probe: the plan at its speed.
+  const auto notes = coreSpeedNotes(0.001, {0.00105, 0.0015}, 300.0);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("1.50x slower"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("rank 1"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("1.50 ms"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("200.0 samples/s (planned: 300.0)"), std::string::npos) << notes[0];
+  const auto faster = coreSpeedNotes(0.002, {0.001, 0.001}, 300.0);
+  ASSERT_EQ(faster.size(), 1u);
+  EXPECT_NE(faster[0].find("2.00x faster"), std::string::npos) << faster[0];
+  EXPECT_NE(faster[0].find("600.0 samples/s"), std::string::npos) << faster[0];
+  // Within 10%, or not measured on either side: nothing to say.
+  EXPECT_TRUE(coreSpeedNotes(0.001, {0.00105, 0.00108}, 300.0).empty());
+  EXPECT_TRUE(coreSpeedNotes(0, {0.002}, 300.0).empty());
+  EXPECT_TRUE(coreSpeedNotes(0.001, {0, 0}, 300.0).empty());
+  EXPECT_TRUE(coreSpeedNotes(0.001, {}, 300.0).empty());
+  // No prediction to price: the speed alone.
+  const auto unplanned = coreSpeedNotes(0.001, {0.002}, NAN);
+  ASSERT_EQ(unplanned.size(), 1u);
+  EXPECT_EQ(unplanned[0].find("samples/s"), std::string::npos) << unplanned[0];
+}
+
 TEST(MemoryNotes, ARankPastTenPercentIsExplainedTheOthersAreNot) {
   std::vector<RankMemory> ranks(3);
   ranks[0] = {0, 105.0, 64.0, 50.0, 48.0, 0};  // the framework not learned yet

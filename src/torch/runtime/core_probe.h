@@ -1,0 +1,23 @@
+// How fast this thread's core computes now: the seconds of a fixed computation (four
+// 256 x 256 single-precision matrix products, about 1 ms here), the same in the profile
+// and in a run, so that the two can be compared.
+//
+// NOTE(core-probe): on this project's VMs a core's speed moves on its own. Two processes
+// pinned to the two cores, each counting 256 x 256 matrix products a quarter second at a
+// time, saw one core fall to 1,200-2,200 a second for two seconds while the other held
+// 4,600 (a throwaway script, 2026-11-30). Two uses:
+//  - a profile's shares time at once on different cores, and a share timed on the slower
+//    core looks costlier than the same layers timed on the other; the partitioner, which
+//    believes the figures, then gives the faster-timed share's layers to fewer ranks'
+//    worth of time. Each share probes its core after every timed pass, and the merge
+//    brings the shares to their mean speed (plan::mergeProfileShares);
+//  - a run probes its cores too (RankResult::probe_seconds), and the summary says how
+//    their speed compared with the profile's, and what the plan predicts at the run's
+//    speed (docs/profiling.md#cores-that-run-at-different-speeds).
+#pragma once
+
+namespace pipetrain::runtime {
+
+double coreProbeSeconds();
+
+}  // namespace pipetrain::runtime
