@@ -229,13 +229,13 @@ def report(results, out):
     # Where the misses come from: the same predictions at the speed the run's cores had.
     first_at_speed = [error(at_run_speed(r["runs"][0]), r["runs"][0]["measured"]) for r in rows
                       if r["runs"][0]["round"] == 1]
-    later_at_speed = [error(at_run_speed(m), m["measured"]) for r in rows for m in r["runs"][1:]]
     print(within("the 1st run's prediction at the run's core speed", first_at_speed))
-    print(within("later runs' predictions at the run's core speed, runs", later_at_speed))
-    speeds = [max(p for p in m["rank_probes"] if p) / m["profile_probe"] for r in rows for m in r["runs"]
-              if m.get("profile_probe") and any(m.get("rank_probes") or [])]
+    # (Later runs plan from times the runs sharpened, at those runs' speed: not the probe's.)
+    speeds = [max(p for p in r["runs"][0]["rank_probes"] if p) / r["runs"][0]["profile_probe"] for r in rows
+              if r["runs"][0]["round"] == 1 and r["runs"][0].get("profile_probe")
+              and any(r["runs"][0].get("rank_probes") or [])]
     if speeds:
-        print(f"the run's slowest core against the profile's (probe time ratio, runs): median "
+        print(f"the 1st run's slowest core against the profile's (probe time ratio): median "
               f"{statistics.median(speeds):.2f}, {min(speeds):.2f}-{max(speeds):.2f}")
     print(within("memory, first run (ranks)", memory_first))
     print(within("memory, later runs (ranks)", memory_later))

@@ -120,8 +120,8 @@ struct ProfiledAs {
   int shares = 0;
   // How fast its core computed while it timed: the median seconds of a fixed computation
   // run after each timed pass (torch/runtime/core_probe.h, NOTE(core-probe)). Shares
-  // timed on different cores are brought to their mean speed by it
-  // (plan::mergeProfileShares), and a merged profile keeps that mean. 0 = not measured
+  // timed on different cores are brought to the slower core's speed by it
+  // (plan::mergeProfileShares), and a merged profile keeps that core's. 0 = not measured
   // (a GPU's profile).
   double probe_seconds = 0;
 };

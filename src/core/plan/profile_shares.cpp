@@ -55,11 +55,14 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
                     first.layer(l).name + "' of the same size as in profile 0");
   }
   const std::vector<int> bounds = profileShares(param_bytes, static_cast<int>(graphs.size()));
-  // The shares' cores at one speed, their mean while they timed (torch/runtime/core_probe.h,
-  // NOTE(core-probe)), where every share measured its own.
-  double mean_probe = 0;
-  for (const graph::LayerGraph& g : graphs)
-    mean_probe += g.profiledAs().probe_seconds / static_cast<double>(graphs.size());
+  // The shares' cores at one speed, where every share measured its own
+  // (torch/runtime/core_probe.h, NOTE(core-probe)): the slower core's. A synchronous step
+  // goes at its slowest rank's pace, and at any moment the cores differ: in the runs of
+  // bench/prediction_cases.py the slowest rank's probe took a median 1.26x the shares'
+  // mean (docs/profiling.md#cores-that-run-at-different-speeds). Which core will be the
+  // slow one is not known, but that one will be.
+  double slowest_probe = 0;
+  for (const graph::LayerGraph& g : graphs) slowest_probe = std::max(slowest_probe, g.profiledAs().probe_seconds);
   const bool probed = std::all_of(graphs.begin(), graphs.end(),
                                   [](const graph::LayerGraph& g) { return g.profiledAs().probe_seconds > 0; });
   std::vector<graph::Layer> layers = first.layers();
@@ -73,7 +76,7 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
       layers[l].forward_no_grad_seconds = timed.forward_no_grad_seconds;
       layers[l].optimizer_seconds = timed.optimizer_seconds;
       layers[l].other_batches = timed.other_batches;
-      if (probed) layers[l].scaleTimes(mean_probe / graphs[share].profiledAs().probe_seconds);
+      if (probed) layers[l].scaleTimes(slowest_probe / graphs[share].profiledAs().probe_seconds);
     }
   graph::LayerGraph merged(std::move(layers), first.batchSize(), "profile in shares");
   // The share that loaded the data measured what holding it costs; the framework is the
@@ -85,7 +88,7 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
   }
   merged.setProcessMemory(memory);
   graph::ProfiledAs how = first.profiledAs();
-  how.probe_seconds = probed ? mean_probe : 0.0;
+  how.probe_seconds = probed ? slowest_probe : 0.0;
   merged.setProfiledAs(how);
   return merged;
 }

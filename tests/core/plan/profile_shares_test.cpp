@@ -84,7 +84,7 @@ TEST(ProfileShares, MergeTakesEachLayerFromTheProfileThatTimedIt) {
   EXPECT_EQ(mergeProfileShares({less_code, more_code}).processMemory().framework_bytes, 3 << 20);
 }
 
-TEST(ProfileShares, SharesTimedOnCoresOfDifferentSpeedsAreMergedAtTheirMeanSpeed) {
+TEST(ProfileShares, SharesTimedOnCoresOfDifferentSpeedsAreMergedAtTheSlowerCoresSpeed) {
   // The same layers, the second share's core three times as slow while it timed.
   const std::vector<int64_t> bytes = {4, 4, 4, 4};
   graph::LayerGraph fast = chainProfile(bytes, 0), slow = chainProfile(bytes, 2);
@@ -92,14 +92,14 @@ TEST(ProfileShares, SharesTimedOnCoresOfDifferentSpeedsAreMergedAtTheirMeanSpeed
   slow.setProfiledAs({1, 2, 0.003});
   const graph::LayerGraph merged = mergeProfileShares({fast, slow});
   for (int l = 0; l < 4; ++l) {
-    EXPECT_DOUBLE_EQ(merged.layer(l).forward_seconds, 2) << l;
-    EXPECT_DOUBLE_EQ(merged.layer(l).backward_input_seconds, 20) << l;
-    EXPECT_DOUBLE_EQ(merged.layer(l).backward_weight_seconds, 200) << l;
-    EXPECT_DOUBLE_EQ(merged.layer(l).split_weight_seconds, 2000) << l;
-    EXPECT_DOUBLE_EQ(merged.layer(l).optimizer_seconds, 1) << l;
-    EXPECT_DOUBLE_EQ(merged.layer(l).other_batches[0].seconds.forward, 4) << l;
+    EXPECT_DOUBLE_EQ(merged.layer(l).forward_seconds, 3) << l;
+    EXPECT_DOUBLE_EQ(merged.layer(l).backward_input_seconds, 30) << l;
+    EXPECT_DOUBLE_EQ(merged.layer(l).backward_weight_seconds, 300) << l;
+    EXPECT_DOUBLE_EQ(merged.layer(l).split_weight_seconds, 3000) << l;
+    EXPECT_DOUBLE_EQ(merged.layer(l).optimizer_seconds, 1.5) << l;
+    EXPECT_DOUBLE_EQ(merged.layer(l).other_batches[0].seconds.forward, 6) << l;
   }
-  EXPECT_DOUBLE_EQ(merged.profiledAs().probe_seconds, 0.002);
+  EXPECT_DOUBLE_EQ(merged.profiledAs().probe_seconds, 0.003);
   EXPECT_EQ(merged.profiledAs().shares, 2);
   // A share that did not measure its core's speed: the times as timed.
   slow.setProfiledAs({1, 2, 0});
