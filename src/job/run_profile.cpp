@@ -365,14 +365,15 @@ RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_i
 }
 
 void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
-                          const plan::StageSeconds& measured, const RunMemory& memory, const Say& say) {
+                          const plan::StageSeconds& measured, double probe_seconds, const RunMemory& memory,
+                          const Say& say) {
   const std::string path = profile_summary.value("path", std::string());
   if (path.empty()) return;
   try {
     const graph::ProfileCache cache(std::filesystem::path(path).parent_path().string());
     const graph::LayerGraph before = graph::LayerGraph::load(path);
     plan::SharpenedProfile after =
-        plan::sharpenProfile(before, plan, measured, profile_summary.value("runs_merged", 0));
+        plan::sharpenProfile(before, plan, measured, profile_summary.value("runs_merged", 0), probe_seconds);
     std::string learned;
     if (memory.framework_bytes >= 0) {
       after.graph.setProcessMemory(

@@ -315,12 +315,19 @@ TEST(Profiler, SharesTimeTheirOwnLayersAndMergeIntoOneProfile) {
       EXPECT_EQ(layer.param_bytes, 4 * numel(model.layers[l]));  // sizes and memory of every layer
       EXPECT_GE(layer.peak_memory_bytes, layer.output_bytes);
     }
+  // Each share probed its core, and the merge takes its times to the slower core's speed
+  // (runtime/core_probe.h).
+  const double slower = std::max(shares[0].profiledAs().probe_seconds, shares[1].profiledAs().probe_seconds);
+  EXPECT_GT(shares[0].profiledAs().probe_seconds, 0);
+  EXPECT_GT(shares[1].profiledAs().probe_seconds, 0);
   const graph::LayerGraph merged = plan::mergeProfileShares(shares);
   for (int l = 0; l < 4; ++l) {
-    EXPECT_EQ(merged.layer(l).forward_seconds, shares[l / 2].layer(l).forward_seconds);
-    EXPECT_EQ(merged.layer(l).splitWeightSeconds(), shares[l / 2].layer(l).splitWeightSeconds());
+    const double speed = slower / shares[l / 2].profiledAs().probe_seconds;
+    EXPECT_DOUBLE_EQ(merged.layer(l).forward_seconds, shares[l / 2].layer(l).forward_seconds * speed);
+    EXPECT_DOUBLE_EQ(merged.layer(l).splitWeightSeconds(), shares[l / 2].layer(l).splitWeightSeconds() * speed);
     EXPECT_GT(merged.layer(l).backwardSeconds(), 0);
   }
+  EXPECT_EQ(merged.profiledAs().probe_seconds, slower);
   // More processes than layers repeat the shares: every process still profiles.
   const graph::LayerGraph fifth = profileModel(model, 8, {1, 1, "sgd", 5, 6});
   EXPECT_GT(fifth.layer(1).forward_seconds, 0);

@@ -59,10 +59,12 @@ struct RunMemory {
 // nothing where the plan was not planned here.
 RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_io::Json& planner);
 
-// The run's measured stage times (none: the times stay) and memory into the cached
-// profile, which then prices the next plan; says on stdout what moved. Nothing where the
-// profile is not in the cache.
+// The run's measured stage times (none: the times stay), its slowest core's probe
+// (RankResult::probe_seconds; <= 0: none) and its memory into the cached profile, which
+// then prices the next plan; says on stdout what moved. Nothing where the profile is not
+// in the cache.
 void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
-                          const plan::StageSeconds& measured, const RunMemory& memory, const Say& say);
+                          const plan::StageSeconds& measured, double probe_seconds, const RunMemory& memory,
+                          const Say& say);
 
 }  // namespace pipetrain::job

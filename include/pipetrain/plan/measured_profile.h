@@ -32,9 +32,11 @@ struct SharpenedProfile {
 // stage and every batch size it was timed at by the same factor. A stage's figure that
 // either side lacks (0, or not measured) stays as it was, and so does the optimizer step
 // under an asynchronous schedule, whose step does more than the plain one profiled.
+// The speed those times hold at moves alike: the profile's probe_seconds toward the
+// run's slowest core's `measured_probe_seconds` (torch/runtime/core_probe.h; <= 0: kept).
 // Throws Error when the plan names a layer the profile does not have.
 SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& plan, const StageSeconds& measured,
-                                int runs_merged);
+                                int runs_merged, double measured_probe_seconds = 0);
 
 // One rank of a run, on the host: what training added to its process at its peak, the
 // tensors the planner priced for it, and what opening its datasets added (-1: none).

@@ -30,7 +30,7 @@ void scale(graph::PassSeconds& t, const Factors& f) {
 }  // namespace
 
 SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& plan, const StageSeconds& measured,
-                                int runs_merged) {
+                                int runs_merged, double measured_probe_seconds) {
   std::vector<graph::Layer> layers = profile.layers();
   std::string note;
   const bool plain_steps = !schedule::isAsynchronous(plan.schedule.name);
@@ -95,7 +95,9 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
   SharpenedProfile out{graph::LayerGraph(std::move(layers), profile.batchSize(), "profile sharpened by a run"), note};
   out.graph.setOverlapFactor(profile.overlapFactor());
   out.graph.setProcessMemory(profile.processMemory());
-  out.graph.setProfiledAs(profile.profiledAs());
+  graph::ProfiledAs how = profile.profiledAs();
+  how.probe_seconds *= toward(measured_probe_seconds, how.probe_seconds);
+  out.graph.setProfiledAs(how);
   return out;
 }
 

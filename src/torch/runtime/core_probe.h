@@ -10,7 +10,7 @@
 //    core looks costlier than the same layers timed on the other; the partitioner, which
 //    believes the figures, then gives the faster-timed share's layers to fewer ranks'
 //    worth of time. Each share probes its core after every timed pass, and the merge
-//    brings the shares to their mean speed (plan::mergeProfileShares);
+//    brings the shares to the slower core's speed (plan::mergeProfileShares);
 //  - a run probes its cores too (RankResult::probe_seconds), and the summary says how
 //    their speed compared with the profile's, and what the plan predicts at the run's
 //    speed (docs/profiling.md#cores-that-run-at-different-speeds).

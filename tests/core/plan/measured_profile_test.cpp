@@ -55,6 +55,21 @@ TEST(SharpenProfile, TheFirstRunSetsEachStageToWhatItMeasured) {
   EXPECT_NE(s.note.find("stage 1: F x0.80"), std::string::npos) << s.note;
 }
 
+// The times learned are at the run's cores' speed, and the profile's probe moves with
+// them, so that the next run's speed is compared with the speed its plan was priced at.
+TEST(SharpenProfile, TheProbeMovesWithTheTimesTowardTheRunsSlowestCore) {
+  graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
+  g.setProfiledAs({1, 2, 1e-3});
+  const Plan plan = twoStages(g, "1f1b", g.batchSize());
+  const StageSeconds measured{{{0, ActionType::F}, 4e-3}};
+  EXPECT_NEAR(sharpenProfile(g, plan, measured, 0, 2e-3).graph.profiledAs().probe_seconds, 2e-3, 1e-15);
+  // Merged with three runs before: a quarter of the way, geometrically, as the times.
+  EXPECT_NEAR(sharpenProfile(g, plan, measured, 3, 16e-3).graph.profiledAs().probe_seconds, 2e-3, 1e-15);
+  // Not measured (a GPU's run): kept.
+  EXPECT_NEAR(sharpenProfile(g, plan, measured, 0).graph.profiledAs().probe_seconds, 1e-3, 1e-15);
+  EXPECT_EQ(sharpenProfile(g, plan, measured, 0).graph.profiledAs().shares, 2);
+}
+
 // An asynchronous rule's step stashes or corrects weights besides the optimizer's
 // update: it says nothing of the plain step the profile times, which it keeps.
 TEST(SharpenProfile, AnAsynchronousRulesStepLeavesThePlainStepAsProfiled) {
