@@ -96,7 +96,7 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
   out.graph.setOverlapFactor(profile.overlapFactor());
   out.graph.setProcessMemory(profile.processMemory());
   graph::ProfiledAs how = profile.profiledAs();
-  how.probe_seconds *= toward(measured_probe_seconds, how.probe_seconds);
+  if (!measured.empty()) how.probe_seconds *= toward(measured_probe_seconds, how.probe_seconds);  // kept with the times
   out.graph.setProfiledAs(how);
   return out;
 }

@@ -65,8 +65,9 @@ TEST(SharpenProfile, TheProbeMovesWithTheTimesTowardTheRunsSlowestCore) {
   EXPECT_NEAR(sharpenProfile(g, plan, measured, 0, 2e-3).graph.profiledAs().probe_seconds, 2e-3, 1e-15);
   // Merged with three runs before: a quarter of the way, geometrically, as the times.
   EXPECT_NEAR(sharpenProfile(g, plan, measured, 3, 16e-3).graph.profiledAs().probe_seconds, 2e-3, 1e-15);
-  // Not measured (a GPU's run): kept.
+  // Not measured (a GPU's run), or no times learned: kept.
   EXPECT_NEAR(sharpenProfile(g, plan, measured, 0).graph.profiledAs().probe_seconds, 1e-3, 1e-15);
+  EXPECT_NEAR(sharpenProfile(g, plan, {}, 0, 2e-3).graph.profiledAs().probe_seconds, 1e-3, 1e-15);
   EXPECT_EQ(sharpenProfile(g, plan, measured, 0).graph.profiledAs().shares, 2);
 }
 
