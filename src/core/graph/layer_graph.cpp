@@ -66,16 +66,10 @@ PassSeconds scaled(const PassSeconds& s, double factor) {
 }  // namespace
 
 void Layer::scaleTimes(double factor) {
-  const auto scaled = [factor](double& seconds) {
-    if (seconds >= 0) seconds *= factor;  // -1: never timed, taken from another figure
-  };
   for (double* seconds : {&forward_seconds, &backward_input_seconds, &backward_weight_seconds, &split_weight_seconds,
                           &forward_no_grad_seconds, &optimizer_seconds})
-    scaled(*seconds);
-  for (TimedAtBatch& other : other_batches)
-    for (double* seconds : {&other.seconds.forward, &other.seconds.backward_input, &other.seconds.backward_weight,
-                            &other.seconds.split_weight, &other.seconds.forward_no_grad})
-      scaled(*seconds);
+    if (*seconds >= 0) *seconds *= factor;  // -1: never timed, taken from another figure
+  for (TimedAtBatch& other : other_batches) other.seconds = scaled(other.seconds, factor);
 }
 
 PassSeconds LayerGraph::secondsAt(int index, int64_t batch) const {
