@@ -26,6 +26,7 @@ struct NetworkArgs {
   int repeats = 10;
   int timeout_seconds = 60;
   std::string device = "cpu";
+  std::string wire = "auto";
   std::string out;
   std::vector<std::string> argv;
 };
@@ -100,11 +101,15 @@ int runRank(const NetworkArgs& a) {
   const int local_rank = runtime::localRank(rv.rank);
   auto transport = runtime::makeGlooTransport(rv);
   const torch::Device device = runtime::rankDevice(a.device, local_rank);
+  // Its all-reduces sum CPU tensors: on GPUs they go over Gloo, through host memory.
+  const std::string wire = a.wire == "auto" && !device.is_cpu() ? "gloo" : a.wire;
+  const std::unique_ptr<runtime::DataChannel> sums = runtime::openDataChannel(wire, rv, device, *transport);
   const profiler::NetworkProfile p =
       profiler::profileNetwork(*transport,
                                profiler::thisHost(local_rank, device, *std::max_element(options.sizes.begin(), options.sizes.end())),
-                               options);
+                               options, sums.get());
   if (rv.rank != 0) return 0;
+  std::printf("all-reduces on %s\n", (sums ? sums->name() : transport->name()).c_str());
   const cluster::ClusterSpec c = profiler::clusterFromNetwork(p);
   printProfile(p, c);
   if (std::getenv("PIPETRAIN_LAUNCHED")) {
@@ -152,6 +157,11 @@ Command addProfileNetworkCommand(CLI::App& app, const std::vector<std::string>& 
   cmd->add_option("--device", a->device,
                   "where the ranks compute, as train's --device: on GPUs each rank also times its copies to and from "
                   "the host, and the cluster prices messages through host memory (Gloo) with them")
+      ->capture_default_str();
+  cmd->add_option("--wire", a->wire, "what the all-reduces run on: shm (shared memory between CPU ranks of one host), gloo, or auto "
+                  "(shm where it can, else gloo), as train's --wire chooses for CPU ranks; messages always go over "
+                  "gloo")
+      ->check(CLI::IsMember({"auto", "gloo", "shm"}))
       ->capture_default_str();
   cmd->add_option("--out", a->out, "the cluster JSON to write")->required();
   return {cmd, [a] { return std::getenv("RANK") ? runRank(*a) : launch(*a); }};

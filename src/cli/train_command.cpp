@@ -285,9 +285,10 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
       ->capture_default_str();
   cmd->add_option("--wire", a->wire,
                   "what carries activations, gradients and gradient buckets between ranks: nccl (each rank on a "
-                  "GPU of its own), gloo (through host copies on GPUs), auto: nccl where it can, else gloo; "
-                  "coordination always goes over gloo")
-      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
+                  "GPU of its own), shm (gradient sums in shared memory between CPU ranks of one host, messages "
+                  "over gloo), gloo (through host copies on GPUs), auto: nccl where it can, else shm where it "
+                  "can, else gloo; coordination always goes over gloo")
+      ->check(CLI::IsMember({"auto", "gloo", "shm", "nccl"}))
       ->capture_default_str();
   cmd->add_option("--precision", c.precision, "fp32, or bf16 (autocast; fp32 master weights and optimizer state)")
       ->capture_default_str();

@@ -35,14 +35,35 @@ constexpr double kLoopbackAllreduceLatency = 0.55e-3;
 // MB). A 16 MiB message took 3.5 ms, 4.8 GB/s: underpriced 2x by this rate.
 constexpr cluster::HostCost kLoopbackHostCost{35e-6, 11e9};
 
+// Sums in shared memory (runtime::makeShmChannel), 2 ranks: `pipetrain profile-network
+// --nproc 2 --wire shm --sizes 1M,4M,16M --repeats 20`, 4 runs on 2026-11-30: 16 MiB in
+// 4.8-14.1 ms (3 of 4 runs 4.8-5.4 ms), of which rank 0's CPU 4.7-6.4 ms: the sum is
+// all CPU work, copies and adds, so its traffic goes at one rate, 3.2-3.6 GB/s in the
+// three steady runs (1.2 in the other); a 64 KiB sum took 0.09-0.11 ms on average (0.24
+// in that run): ~50 us a step of the ring's two, its two barriers on the futex. Gloo's,
+// alternated with them: 4 MiB in 3.3 and 5.4 ms, 64 KiB in 1.7 and 2.6 ms.
+constexpr double kShmAllreduceBandwidth = 3.2e9;
+constexpr double kShmAllreduceLatency = 50e-6;
+
 // A GPU's copies to and from pinned host memory: PCIe 5 x16's practical rate, until
 // `profile-network --device cuda`'s measurement feeds the local cluster.
 constexpr double kGpuHostLinkBandwidth = 25e9;
 
 }  // namespace
 
+LocalSums localSums(const std::string& wire, bool gpus) {
+  return wire == "shm" || (wire == "auto" && !gpus) ? LocalSums::kSharedMemory : LocalSums::kGloo;
+}
+
+LocalSums sumsOfChannel(const std::string& channel_name) {
+  const std::string suffix = "+shm";  // runtime::makeShmChannel's name: its messages' channel's, then this
+  return channel_name.size() > suffix.size() && channel_name.compare(channel_name.size() - suffix.size(), suffix.size(), suffix) == 0
+             ? LocalSums::kSharedMemory
+             : LocalSums::kGloo;
+}
+
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
-                                  int concurrent_ranks, bool gpus) {
+                                  int concurrent_ranks, LocalSums sums, bool gpus) {
   std::vector<cluster::Device> devices;
   for (const auto& name : device_names)
     devices.push_back(gpus ? cluster::Device{name, "gpu", 1.0, memory_bytes, kGpuHostLinkBandwidth}
@@ -51,17 +72,18 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
   std::vector<cluster::SharedCores> shared;
   if (n > concurrent_ranks) shared.push_back({device_names, concurrent_ranks});
   cluster::Level loopback{"loopback", n, kLoopbackBandwidth, kLoopbackLatency, kLoopbackHostCost};
-  loopback.allreduce_bandwidth = kLoopbackAllreduceBandwidth;
-  loopback.allreduce_host_bandwidth = kLoopbackAllreduceHostBandwidth;
-  loopback.allreduce_latency = kLoopbackAllreduceLatency;
+  const bool shm = sums == LocalSums::kSharedMemory;
+  loopback.allreduce_bandwidth = shm ? kShmAllreduceBandwidth : kLoopbackAllreduceBandwidth;
+  loopback.allreduce_host_bandwidth = shm ? kShmAllreduceBandwidth : kLoopbackAllreduceHostBandwidth;
+  loopback.allreduce_latency = shm ? kShmAllreduceLatency : kLoopbackAllreduceLatency;
   loopback.through_host = gpus;
   return cluster::ClusterSpec(std::move(devices), {loopback}, {}, "this machine's ranks", std::move(shared));
 }
 
-cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, bool gpus) {
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, LocalSums sums, bool gpus) {
   std::vector<std::string> names;
   for (int r = 0; r < ranks; ++r) names.push_back("dev" + std::to_string(r));
-  return localCluster(names, memory_bytes, concurrent_ranks, gpus);
+  return localCluster(names, memory_bytes, concurrent_ranks, sums, gpus);
 }
 
 }  // namespace pipetrain::job

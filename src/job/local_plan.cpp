@@ -74,7 +74,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   // The profile's passes agree within this spread (profileForRun takes the default), so
   // plans predicted closer than that are equals; their shape decides, not the noise.
   o.noise = profiler::ProfileOptions{}.spread;
-  const cluster::ClusterSpec cluster = localCluster(job.ranks, memory, concurrent, gpus);
+  const LocalSums sums = localSums(request.wire, gpus);
+  const cluster::ClusterSpec cluster = localCluster(job.ranks, memory, concurrent, sums, gpus);
   planner::ObjectiveInputs inputs;
   std::optional<runtime::RuleCalibrator> calibrator;
   const std::string calibration_path =
@@ -118,7 +119,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
     peak.push_back(r.peak_memory_bytes);
     process.push_back(r.process_bytes);
   }
-  const cluster::ClusterSpec unshared = localCluster(job.ranks, memory, job.ranks, gpus);
+  const cluster::ClusterSpec unshared = localCluster(job.ranks, memory, job.ranks, sums, gpus);
   for (const sim::RankReport& r : sim::predictReport(graph, unshared, e.best().plan).ranks)
     alone.push_back(r.busy_seconds);
   planner["chosen"] = {{"throughput", e.best().report.throughput},

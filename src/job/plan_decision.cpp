@@ -53,6 +53,7 @@ std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& 
                                     request.plan_args.recompute,
                                     request.rank_memory_bytes,
                                     choice.out,
+                                    request.wire,
                                     request.objective,
                                     request.calibration};
     planned = planLocalRun(config, model, auto_plan, say);

@@ -53,7 +53,7 @@ sim::Evaluation predictRun(const MeasuredRun& run) {
   const graph::LayerGraph graph(layers, plan.microbatch_size, "measured run");
   // The plan was validated before it ran, so its ranks' devices are distinct.
   const cluster::ClusterSpec cluster =
-      localCluster(devices, std::numeric_limits<int64_t>::max(), shared ? run.concurrent_ranks : ranks);
+      localCluster(devices, std::numeric_limits<int64_t>::max(), shared ? run.concurrent_ranks : ranks, run.sums);
   return sim::evaluatePlan(graph, cluster, plan);
 }
 

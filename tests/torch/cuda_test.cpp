@@ -74,7 +74,8 @@ TEST(Devices, Bf16MatchesSingleProcessAtItsPrecision) {
 }
 
 // Which channel carries the data (openDataChannel): every rank decides alike from what
-// all have; NCCL asked for where it cannot serve is an error that says why.
+// all have; CPU ranks of one host sum in shared memory; NCCL asked for where it cannot
+// serve is an error that says why.
 TEST(Devices, NcclOnlyBetweenRanksWithGpusOfTheirOwn) {
   auto group = makeInProcessGroup(2, std::chrono::seconds(10));
   std::vector<std::string> chosen(2), refused(2);
@@ -82,13 +83,14 @@ TEST(Devices, NcclOnlyBetweenRanksWithGpusOfTheirOwn) {
   for (int r = 0; r < 2; ++r)
     threads.emplace_back([&, r] {
       const Rendezvous rv{"127.0.0.1", 29400, r, 2, std::chrono::seconds(10), ""};
-      chosen[r] = openDataChannel("auto", rv, torch::kCPU, *group[r]) ? "nccl" : "gloo";
-      if (openDataChannel("gloo", rv, torch::kCPU, *group[r])) chosen[r] += ", nccl for gloo";
+      const auto automatic = openDataChannel("auto", rv, torch::kCPU, *group[r]);
+      chosen[r] = automatic ? automatic->name() : "the transport";
+      if (openDataChannel("gloo", rv, torch::kCPU, *group[r])) chosen[r] += ", a channel for gloo";
       refused[r] = errorOf([&] { openDataChannel("nccl", rv, torch::kCPU, *group[r]); });
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(chosen[r], "gloo");
+    EXPECT_EQ(chosen[r], "in-process+shm");
     EXPECT_NE(refused[r].find(ncclBuilt() ? "rank 0 has no GPU" : "this build has no NCCL"), std::string::npos)
         << refused[r];
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -44,9 +45,10 @@ inline TrainConfig smallConfig(const std::string& model, models::ModelConfig mod
 }
 
 // What the test's ranks talk over: the in-process transport (matching by tag, or by the
-// order each pair posts in, as NCCL does), real Gloo on loopback, or NCCL for the data
-// (rank r on GPU r mod the GPUs) with Gloo coordinating.
-enum class Wire { kInProcess, kInProcessInOrder, kGloo, kNccl };
+// order each pair posts in, as NCCL does), real Gloo on loopback, NCCL for the data
+// (rank r on GPU r mod the GPUs) with Gloo coordinating, or the in-process transport with
+// sums in shared memory.
+enum class Wire { kInProcess, kInProcessInOrder, kGloo, kNccl, kShm };
 
 // Ranks as threads.
 // `timeout`: how long a rank waits for a peer before it gives up.
@@ -57,6 +59,8 @@ inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks
   std::vector<std::unique_ptr<Transport>> group;
   if (!gloo) group = makeInProcessGroup(ranks, timeout, wire == Wire::kInProcessInOrder);
   const int port = 29000 + static_cast<int>(::getpid() % 1000);
+  static std::atomic<int> runs{0};
+  const std::string shm_token = "test-" + std::to_string(::getpid()) + "-" + std::to_string(runs++);
   std::vector<RankResult> results(ranks);
   std::vector<std::exception_ptr> errors(ranks);
   std::vector<std::thread> threads;
@@ -67,9 +71,10 @@ inline std::vector<RankResult> runInProcess(const TrainConfig& config, int ranks
         const Rendezvous rv{"127.0.0.1", port, r, ranks, timeout, ""};
         if (gloo) own = makeGlooTransport(rv);
         Transport& coordinator = gloo ? *own : *group[r];
-        std::unique_ptr<DataChannel> nccl;
-        if (wire == Wire::kNccl) nccl = makeNcclChannel(rv, rankDevice(config.device, r));
-        results[r] = trainRank(config, nccl ? *nccl : static_cast<DataChannel&>(coordinator), coordinator, {}, probe);
+        std::unique_ptr<DataChannel> data;
+        if (wire == Wire::kNccl) data = makeNcclChannel(rv, rankDevice(config.device, r));
+        if (wire == Wire::kShm) data = makeShmChannel(coordinator, shm_token, timeout);
+        results[r] = trainRank(config, data ? *data : static_cast<DataChannel&>(coordinator), coordinator, {}, probe);
       } catch (...) {
         errors[r] = std::current_exception();
       }

@@ -10,16 +10,29 @@
 
 namespace pipetrain::job {
 
+// What sums this machine's ranks' gradients: Gloo over loopback, or shared memory
+// (runtime::makeShmChannel). Each all-reduces at its own measured rates.
+enum class LocalSums { kGloo, kSharedMemory };
+
+// What a job's `--wire` sums with on this machine: shared memory for "shm", and for
+// "auto" between CPU ranks (as runtime::openDataChannel chooses for ranks of one host);
+// Gloo otherwise.
+LocalSums localSums(const std::string& wire, bool gpus);
+// What a run summed with, from the name of its data channel (RankResult::data_channel).
+LocalSums sumsOfChannel(const std::string& channel_name);
+
 // This machine's ranks as a cluster: CPU devices with these names that share loopback
-// Gloo (bandwidth and latency as measured on these machines, docs/runtime.md), each
-// with `memory_bytes`. `concurrent_ranks`: how many ranks the cores run at once at full
-// speed (cores / each rank's threads); more ranks than that share the cores.
-// `gpus`: the ranks compute on GPUs instead (kind "gpu", `memory_bytes` each rank's share
-// of its GPU's), and their messages and reductions go through pinned host memory over
-// loopback Gloo (through_host, at kGpuHostLinkBandwidth), as between ranks that share a GPU.
+// Gloo (bandwidth and latency as measured on these machines, docs/runtime.md), their
+// all-reduces summed by `sums`, each with `memory_bytes`. `concurrent_ranks`: how many
+// ranks the cores run at once at full speed (cores / each rank's threads); more ranks
+// than that share the cores. `gpus`: the ranks compute on GPUs instead (kind "gpu",
+// `memory_bytes` each rank's share of its GPU's), and their messages and reductions go
+// through pinned host memory over loopback Gloo (through_host, at
+// kGpuHostLinkBandwidth), as between ranks that share a GPU.
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
-                                  int concurrent_ranks, bool gpus = false);
+                                  int concurrent_ranks, LocalSums sums, bool gpus = false);
 // The same with `ranks` devices named dev0, dev1, ... (plan::chainPlan's names).
-cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, bool gpus = false);
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, LocalSums sums,
+                                  bool gpus = false);
 
 }  // namespace pipetrain::job

@@ -24,6 +24,7 @@ struct AutoPlanRequest {
   planner::Recompute recompute = planner::Recompute::kAuto;
   int64_t rank_memory_bytes = 0;          // the memory each rank is planned with; 0 = physical memory / ranks
   std::string out;                        // where the plan is written
+  std::string wire = "auto";              // what will carry the data (train's --wire): prices the all-reduces
   // What the planner ranks by (planner/objective.h). An objective that needs calibration
   // (time to accuracy) has its update rules calibrated on the model and data
   // (runtime/calibration.h), the calibration cached beside the profile.

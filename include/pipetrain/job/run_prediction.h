@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "pipetrain/job/local_cluster.h"
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/schedule/action.h"
 #include "pipetrain/sim/evaluate.h"
@@ -27,6 +28,7 @@ struct MeasuredRun {
   std::vector<int64_t> stage_output_bytes;
   std::vector<int64_t> stage_param_bytes;     // what replicas all-reduce
   std::vector<std::vector<int>> stage_preds;  // the stages each stage reads (the plan's stage DAG)
+  LocalSums sums = LocalSums::kGloo;          // what summed the replicas' gradients
 
   // What the simulator prices each action at: its time on a core where a rank runs one
   // BLAS thread, else its wall time. An action's wall time also holds what else ran on

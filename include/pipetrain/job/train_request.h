@@ -31,7 +31,7 @@ struct TrainRequest {
   int64_t rank_memory_bytes = 0;  // 0 = physical memory / ranks
   int cores = 0;                  // for all local ranks together; 0 = the machine's
   int nproc = 2;
-  std::string wire = "auto";  // what carries the data between ranks: auto, gloo or nccl
+  std::string wire = "auto";  // what carries the data between ranks: auto, gloo, shm or nccl
   int timeout_seconds = 60;
   int max_restarts = 0;
   // Elastic (> 0): when a rank is lost for good (it failed again once the restarts were

@@ -166,9 +166,11 @@ struct NetworkProfile {
 // Collective: every rank of `transport` calls it with its own RankHost. Rank 0 measures
 // against every other rank in turn (the others wait for their turn) and returns the
 // whole profile; the other ranks return a profile holding only `ranks`.
+// The all-reduces run on `sums` where given (the data channel a job would sum its
+// gradients on: shared memory between a host's CPU ranks), else on `transport`.
 // REQUIRES: world size >= 2 (Error otherwise), options.sizes non-empty and positive.
 NetworkProfile profileNetwork(runtime::Transport& transport, const RankHost& self,
-                              const NetworkOptions& options = {});
+                              const NetworkOptions& options = {}, runtime::DataChannel* sums = nullptr);
 
 // A ClusterSpec from a profile: one "cpu" device per rank named "<host>-<local rank>"
 // (a "gpu" of its GPU's memory and host link where the rank ran on a GPU, every level

@@ -184,16 +184,16 @@ constexpr int64_t kFixedCostBytes = 64 << 10;
 struct AllReduceTimes {
   double median = 0, mean = 0, cpu = 0;
 };
-AllReduceTimes timeAllReduce(runtime::Transport& t, int64_t bytes, const NetworkOptions& o) {
-  std::vector<int> everyone(t.worldSize());
-  for (int r = 0; r < t.worldSize(); ++r) everyone[r] = r;
-  std::vector<torch::Tensor> gradients{torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::kFloat)};
+AllReduceTimes timeAllReduce(runtime::Transport& t, runtime::DataChannel& sums, int64_t bytes,
+                             const NetworkOptions& o) {
+  const std::vector<int> everyone = t.allRanks();
+  const torch::Tensor gradients = torch::ones({std::max<int64_t>(1, bytes / 4)}, torch::kFloat);
   std::vector<double> times, cpu;
   for (int i = 0; i < o.warmup + o.repeats; ++i) {
     t.barrier();  // all start together: the time is the reduction's, not the stragglers'
     const double cpu_start = processCpuSeconds();
     const auto start = Clock::now();
-    t.allReduceSum(gradients, everyone);
+    sums.startAllReduceSum(gradients, everyone)->wait();
     if (i >= o.warmup) {
       times.push_back(secondsSince(start));
       cpu.push_back(processCpuSeconds() - cpu_start);
@@ -221,7 +221,8 @@ RankHost thisHost(int local_rank, const torch::Device& device, int64_t link_byte
   return h;
 }
 
-NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const NetworkOptions& options) {
+NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const NetworkOptions& options,
+                              runtime::DataChannel* sums) {
   // Smallest size first: the cluster takes the largest message's figures from the back.
   NetworkOptions o = options;
   std::sort(o.sizes.begin(), o.sizes.end());
@@ -244,14 +245,16 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
     sendHost(t, self);
     answerRankZero(t, o, data);
   }
-  const AllReduceTimes large = timeAllReduce(t, o.sizes.back(), o);
+  runtime::DataChannel& summing = sums ? *sums : static_cast<runtime::DataChannel&>(t);
+  summing.prepareGroup(t.allRanks());
+  const AllReduceTimes large = timeAllReduce(t, summing, o.sizes.back(), o);
   // A small one: what every all-reduce costs beyond its bytes. Its mean, since a run's
   // iteration pays every slow one: on a 2-core host a tenth of them wait a scheduler
   // tick for a core. Of gradient size, not a few bytes: Gloo over loopback took 0.36 ms
   // on average for 4 B, 2.0-2.4 ms for 1-256 KiB (docs/profiling.md#the-all-reduce).
   NetworkOptions small = o;
   small.repeats = std::max(o.repeats, 50);
-  const AllReduceTimes tiny = timeAllReduce(t, kFixedCostBytes, small);
+  const AllReduceTimes tiny = timeAllReduce(t, summing, kFixedCostBytes, small);
   if (t.rank() == 0) {
     p.allreduce_seconds = large.median;
     p.allreduce_cpu_seconds = large.cpu;

@@ -1,8 +1,10 @@
-// Which channel carries a job's data: NCCL between ranks on GPUs of their own, Gloo
-// otherwise (docs/gpu.md).
+// Which channel carries a job's data: NCCL between ranks on GPUs of their own, sums in
+// shared memory between CPU ranks of one host, Gloo otherwise (docs/gpu.md,
+// docs/runtime.md).
 #include <unistd.h>
 
 #include <functional>
+#include <random>
 #include <string>
 
 #include "pipetrain/torch/device.h"
@@ -12,38 +14,71 @@
 namespace pipetrain::runtime {
 namespace {
 
-// Every rank's GPU as (host, index), 0 for a CPU: each rank writes its own entry and a sum
-// over the job gives all of them to all.
-std::vector<int64_t> gpusOfRanks(Coordinator& coordinator, const torch::Device& device) {
+// What every rank needs to know of all, to choose alike.
+struct JobFacts {
+  std::vector<int64_t> hosts;  // per rank: its host name's hash
+  std::vector<int64_t> gpus;   // per rank: 1 + its GPU's index where NCCL could use it, else 0
+  bool cpus = true;            // every rank computes on the CPU
+  int64_t token = 0;           // rank 0's random number: names this job's shared memory
+};
+
+// Each rank writes its own entries and a sum over the job gives all of them to all.
+JobFacts gatherFacts(Coordinator& coordinator, const torch::Device& device) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  const int64_t host_id = static_cast<int64_t>(std::hash<std::string>{}(host) & ((int64_t{1} << 40) - 1));
-  torch::Tensor all = torch::zeros({coordinator.worldSize()}, torch::kLong);
-  if (deviceKind(device).ncclCapable()) all[coordinator.rank()] = host_id * 1024 + device.index() + 1;
+  const int n = coordinator.worldSize(), me = coordinator.rank();
+  torch::Tensor all = torch::zeros({3 * n + 1}, torch::kLong);
+  all[me] = static_cast<int64_t>(std::hash<std::string>{}(host) & ((int64_t{1} << 40) - 1));
+  if (deviceKind(device).ncclCapable()) all[n + me] = device.index() + 1;
+  all[2 * n + me] = device.is_cpu() ? 0 : 1;
+  if (me == 0) all[3 * n] = static_cast<int64_t>(std::random_device{}() & 0x7fffffff) << 16 | (::getpid() & 0xffff);
   std::vector<torch::Tensor> list{all};
   coordinator.allReduceSum(list, coordinator.allRanks());
-  return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
+  const int64_t* v = all.data_ptr<int64_t>();
+  JobFacts facts;
+  facts.hosts.assign(v, v + n);
+  facts.gpus.assign(v + n, v + 2 * n);
+  for (int r = 0; r < n; ++r) facts.cpus = facts.cpus && v[2 * n + r] == 0;
+  facts.token = v[3 * n];
+  return facts;
+}
+
+// Why NCCL cannot carry this job's data, or "" where it can.
+std::string whyNotNccl(const JobFacts& facts) {
+  if (!ncclBuilt()) return "this build has no NCCL";
+  for (int r = 0; r < static_cast<int>(facts.gpus.size()); ++r) {
+    if (facts.gpus[r] == 0) return "rank " + std::to_string(r) + " has no GPU";
+    for (int q = 0; q < r; ++q)
+      if (facts.hosts[q] == facts.hosts[r] && facts.gpus[q] == facts.gpus[r])
+        return "ranks " + std::to_string(q) + " and " + std::to_string(r) + " share a GPU";
+  }
+  return "";
+}
+
+// Why shared memory cannot carry this job's sums, or "" where it can.
+std::string whyNotShm(const JobFacts& facts) {
+  if (!facts.cpus) return "not every rank computes on the CPU";
+  for (int r = 1; r < static_cast<int>(facts.hosts.size()); ++r)
+    if (facts.hosts[r] != facts.hosts[0]) return "rank " + std::to_string(r) + " is on another host than rank 0";
+  return "";
 }
 
 }  // namespace
 
 std::unique_ptr<DataChannel> openDataChannel(const std::string& wire, const Rendezvous& rendezvous,
-                                             const torch::Device& device, Coordinator& coordinator) {
+                                             const torch::Device& device, Transport& transport) {
   if (wire == "gloo") return nullptr;
-  if (wire != "auto" && wire != "nccl") throw Error("--wire " + wire + ": expected auto, gloo or nccl");
-  // Every rank decides from the same facts, so all choose alike.
-  std::string why_not;
-  if (!ncclBuilt()) why_not = "this build has no NCCL";
-  if (why_not.empty()) {
-    const std::vector<int64_t> gpus = gpusOfRanks(coordinator, device);
-    for (int r = 0; r < static_cast<int>(gpus.size()) && why_not.empty(); ++r) {
-      if (gpus[r] == 0) why_not = "rank " + std::to_string(r) + " has no GPU";
-      for (int q = 0; q < r && why_not.empty(); ++q)
-        if (gpus[q] == gpus[r]) why_not = "ranks " + std::to_string(q) + " and " + std::to_string(r) + " share a GPU";
-    }
+  if (wire != "auto" && wire != "nccl" && wire != "shm")
+    throw Error("--wire " + wire + ": expected auto, gloo, shm or nccl");
+  const JobFacts facts = gatherFacts(transport, device);
+  if (wire != "shm") {
+    const std::string why = whyNotNccl(facts);
+    if (why.empty()) return makeNcclChannel(rendezvous, device);
+    if (wire == "nccl") throw Error("--wire nccl: " + why + " (NCCL needs a GPU of its own per rank; use --wire gloo)");
   }
-  if (why_not.empty()) return makeNcclChannel(rendezvous, device);
-  if (wire == "nccl") throw Error("--wire nccl: " + why_not + " (NCCL needs a GPU of its own per rank; use --wire gloo)");
+  const std::string why = whyNotShm(facts);
+  if (why.empty()) return makeShmChannel(transport, std::to_string(facts.token), rendezvous.timeout);
+  if (wire == "shm") throw Error("--wire shm: " + why + " (shared memory serves CPU ranks of one host; use --wire gloo)");
   return nullptr;
 }
 
