@@ -129,8 +129,14 @@ class Race:
                 runs.append(Configuration(f"torch DDP, {mb} MiB buckets",
                                           torchrun + [f"{HERE}/ddp_peer.py", "--batch", str(batch),
                                                       "--bucket-mb", str(mb)] + peer, "ddp"))
+        gloo_plan = "pipetrain's plan, sums over gloo"
         if "plan" in wanted:
-            runs.append(Configuration("pipetrain's plan", ours + ["--batch", str(batch)], "plan", log=log))
+            # Its sums go through shared memory (train's default between CPU ranks of one host);
+            # paired with the same plan summing over Gloo where plan-gloo runs too.
+            runs.append(Configuration("pipetrain's plan", ours + ["--batch", str(batch)], "plan", log=log,
+                                      versus=gloo_plan if "plan-gloo" in wanted else None))
+        if "plan-gloo" in wanted:
+            runs.append(Configuration(gloo_plan, ours + ["--batch", str(batch), "--wire", "gloo"], "plan", log=log))
         if "async" in wanted:
             runs.append(Configuration("pipetrain's plan, async allowed", ours + ["--batch", str(batch), "--allow-async"],
                                       "plan", log=log))
@@ -215,7 +221,8 @@ def main():
     p.add_argument("--nproc", default="2,3")
     p.add_argument("--malloc", default="both", choices=["both", "tuned", "glibc"])
     p.add_argument("--runs", default=",".join([s for _, s, _ in PAIRS] + ["ddp", "plan", "async"]),
-                   help="which to run: pipetrain's schedule names (each with its torch peer), ddp, plan, async")
+                   help="which to run: pipetrain's schedule names (each with its torch peer), ddp, plan, "
+                        "plan-gloo (the plan with its sums over Gloo instead of shared memory), async")
     p.add_argument("--peer-best", default="gpipe,1f1b,zb-h1",
                    help="schedules the peer also runs at the other micro-batch counts")
     p.add_argument("--peer-microbatches", default="2,4,8", help="micro-batches per rank the peer tries")
