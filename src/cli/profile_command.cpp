@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "model_options.h"
 #include "options.h"
+#include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/torch/data.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/precision.h"
@@ -25,7 +26,6 @@
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/process_memory.h"
-#include "pipetrain/util/stats.h"
 #include "pipetrain/util/json_io.h"
 #include "pipetrain/util/text.h"
 
@@ -276,6 +276,7 @@ int run(ProfileArgs& a) {
     profiles.push_back(profiler::profileModel(model, b, a.options));
     if (profiles.size() == 1) timed_first = a.timed_passes;
   }
+  profiles = plan::sizesAtOneCoreSpeed(std::move(profiles));
   graph::LayerGraph g = profiles.size() == 1
                            ? profiles[0]
                            : profiles[0].withOtherBatches({profiles.begin() + 1, profiles.end()}, "profile");
@@ -284,11 +285,8 @@ int run(ProfileArgs& a) {
   // A GPU's memory holds none of it.
   if (device.is_cpu()) process.framework_bytes = std::max<int64_t>(0, util::residentFileBytes() - code_before);
   g.setProcessMemory(process);
-  std::vector<double> probes;  // the core's speed while each size was timed
-  for (const graph::LayerGraph& p : profiles)
-    if (p.profiledAs().probe_seconds > 0) probes.push_back(p.profiledAs().probe_seconds);
   g.setProfiledAs({std::max(at::get_num_threads(), blasThreads()), a.options.shares,
-                   probes.empty() ? 0.0 : util::median(probes)});
+                   profiles[0].profiledAs().probe_seconds});
   a.timed_passes = timed_first;
   printTable(a, g);
   json_io::writeFile(a.out, g.toJson());

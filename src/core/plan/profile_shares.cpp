@@ -9,6 +9,7 @@
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/stats.h"
 
 namespace pipetrain::plan {
 
@@ -38,6 +39,27 @@ std::vector<int> profileInFlight(const std::string& schedule, int parts, int mic
     in_flight[k] = std::clamp(static_cast<int>(std::ceil(footprint[k].peak_activations - 1e-9)), 1,
                               kMaxProfiledInFlight);
   return in_flight;
+}
+
+std::vector<graph::LayerGraph> sizesAtOneCoreSpeed(std::vector<graph::LayerGraph> sizes) {
+  std::vector<double> probes;
+  for (const graph::LayerGraph& g : sizes) {
+    if (g.profiledAs().probe_seconds <= 0) return sizes;
+    probes.push_back(g.profiledAs().probe_seconds);
+  }
+  const double reference = util::median(probes);
+  for (graph::LayerGraph& g : sizes) {
+    std::vector<graph::Layer> layers = g.layers();
+    for (graph::Layer& l : layers) l.scaleTimes(reference / g.profiledAs().probe_seconds);
+    graph::LayerGraph scaled(std::move(layers), g.batchSize(), "profile at one core speed");
+    scaled.setOverlapFactor(g.overlapFactor());
+    scaled.setProcessMemory(g.processMemory());
+    graph::ProfiledAs how = g.profiledAs();
+    how.probe_seconds = reference;
+    scaled.setProfiledAs(how);
+    g = std::move(scaled);
+  }
+  return sizes;
 }
 
 graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graphs) {

@@ -36,8 +36,10 @@ constexpr int kMaxMembers = 128;
 // A slot's bytes: 512 KiB keeps a chunk's slots of two ranks in the caches of these
 // machines while a chunk's two barriers cost little beside its copies.
 constexpr int64_t kSlotBytes = 512 * 1024;
-// Spins before sleeping on the futex: a peer on another core usually arrives within them.
-constexpr int kSpins = 2000;
+// Spins before sleeping on the futex, a few microseconds: long enough for a peer that
+// is arriving on another core, short enough not to take its core from a backward pass
+// that a bucket's sum overlaps (a rank has one core here, shared by both threads).
+constexpr int kSpins = 100;
 constexpr auto kPoll = std::chrono::milliseconds(20);  // how often a sleeper checks its peers are alive
 
 struct Header {

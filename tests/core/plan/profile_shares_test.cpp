@@ -108,6 +108,26 @@ TEST(ProfileShares, SharesTimedOnCoresOfDifferentSpeedsAreMergedAtTheSlowerCores
   EXPECT_EQ(mergeProfileShares({fast, slow}).profiledAs().probe_seconds, 0);
 }
 
+TEST(ProfileShares, SizesTimedWhileTheCoreSlowedAreBroughtToItsMedianSpeed) {
+  // Three sizes of one process's profile; the core ran twice as slow while the second
+  // was timed, so its times (2 s a layer where 1 was due) come back to 1.
+  std::vector<graph::LayerGraph> sizes = {chainProfile({4, 4}, 0), chainProfile({4, 4}, 1), chainProfile({4, 4}, 0)};
+  sizes[0].setProfiledAs({1, 2, 0.001});
+  sizes[1].setProfiledAs({1, 2, 0.002});
+  sizes[2].setProfiledAs({1, 2, 0.0011});
+  const std::vector<graph::LayerGraph> even = sizesAtOneCoreSpeed(sizes);
+  ASSERT_EQ(even.size(), 3u);
+  EXPECT_DOUBLE_EQ(even[1].layer(0).forward_seconds, 2 * 0.0011 / 0.002);
+  EXPECT_DOUBLE_EQ(even[1].layer(1).backward_weight_seconds, 200 * 0.0011 / 0.002);
+  EXPECT_DOUBLE_EQ(even[1].layer(0).other_batches[0].seconds.forward, 4 * 0.0011 / 0.002);
+  EXPECT_DOUBLE_EQ(even[0].layer(0).forward_seconds, 1.1);
+  EXPECT_DOUBLE_EQ(even[2].layer(0).forward_seconds, 1);
+  for (const graph::LayerGraph& g : even) EXPECT_DOUBLE_EQ(g.profiledAs().probe_seconds, 0.0011);
+  // A size that did not measure its core's speed (a GPU's profile): all as timed.
+  sizes[2].setProfiledAs({1, 2, 0});
+  EXPECT_DOUBLE_EQ(sizesAtOneCoreSpeed(sizes)[1].layer(0).forward_seconds, 2);
+}
+
 TEST(ProfileShares, MergeRefusesProfilesOfAnotherModel) {
   using testing::expectError;
   expectError([] { mergeProfileShares({}); }, {"no profiles"});
