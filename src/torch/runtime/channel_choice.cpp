@@ -3,6 +3,7 @@
 // docs/runtime.md).
 #include <unistd.h>
 
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -16,16 +17,26 @@ namespace {
 
 // What every rank needs to know of all, to choose alike.
 struct JobFacts {
-  std::vector<int64_t> hosts;  // per rank: its host name's hash
+  std::vector<int64_t> hosts;  // per rank: a hash of its host's name and boot id
   std::vector<int64_t> gpus;   // per rank: 1 + its GPU's index where NCCL could use it, else 0
   bool cpus = true;            // every rank computes on the CPU
   int64_t token = 0;           // rank 0's random number: names this job's shared memory
 };
 
-// Each rank writes its own entries and a sum over the job gives all of them to all.
-JobFacts gatherFacts(Coordinator& coordinator, const torch::Device& device) {
+// This host: its name and its kernel's boot id, since two machines (or containers on
+// several machines) may share a name, and one machine's ranks share its boot id.
+std::string hostIdentity() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  return std::string(host) + "/" + boot_id;
+}
+
+// Each rank writes its own entries and a sum over the job gives all of them to all.
+JobFacts gatherFacts(Coordinator& coordinator, const torch::Device& device) {
+  const std::string host = hostIdentity();
   const int n = coordinator.worldSize(), me = coordinator.rank();
   torch::Tensor all = torch::zeros({3 * n + 1}, torch::kLong);
   all[me] = static_cast<int64_t>(std::hash<std::string>{}(host) & ((int64_t{1} << 40) - 1));
