@@ -41,24 +41,36 @@ std::vector<int> profileInFlight(const std::string& schedule, int parts, int mic
   return in_flight;
 }
 
+namespace {
+
+// Whether every profile measured its core's speed (a GPU's does not).
+bool allProbed(const std::vector<graph::LayerGraph>& graphs) {
+  return std::all_of(graphs.begin(), graphs.end(),
+                     [](const graph::LayerGraph& g) { return g.profiledAs().probe_seconds > 0; });
+}
+
+// `g` with its times as a core that took `probe_seconds` for the probe would have taken
+// them (NOTE(core-probe)). REQUIRES: g was probed.
+graph::LayerGraph atCoreSpeed(const graph::LayerGraph& g, double probe_seconds) {
+  std::vector<graph::Layer> layers = g.layers();
+  for (graph::Layer& l : layers) l.scaleTimes(probe_seconds / g.profiledAs().probe_seconds);
+  graph::LayerGraph scaled(std::move(layers), g.batchSize(), "profile at one core speed");
+  scaled.setOverlapFactor(g.overlapFactor());
+  scaled.setProcessMemory(g.processMemory());
+  graph::ProfiledAs how = g.profiledAs();
+  how.probe_seconds = probe_seconds;
+  scaled.setProfiledAs(how);
+  return scaled;
+}
+
+}  // namespace
+
 std::vector<graph::LayerGraph> sizesAtOneCoreSpeed(std::vector<graph::LayerGraph> sizes) {
+  if (!allProbed(sizes)) return sizes;
   std::vector<double> probes;
-  for (const graph::LayerGraph& g : sizes) {
-    if (g.profiledAs().probe_seconds <= 0) return sizes;
-    probes.push_back(g.profiledAs().probe_seconds);
-  }
+  for (const graph::LayerGraph& g : sizes) probes.push_back(g.profiledAs().probe_seconds);
   const double reference = util::median(probes);
-  for (graph::LayerGraph& g : sizes) {
-    std::vector<graph::Layer> layers = g.layers();
-    for (graph::Layer& l : layers) l.scaleTimes(reference / g.profiledAs().probe_seconds);
-    graph::LayerGraph scaled(std::move(layers), g.batchSize(), "profile at one core speed");
-    scaled.setOverlapFactor(g.overlapFactor());
-    scaled.setProcessMemory(g.processMemory());
-    graph::ProfiledAs how = g.profiledAs();
-    how.probe_seconds = reference;
-    scaled.setProfiledAs(how);
-    g = std::move(scaled);
-  }
+  for (graph::LayerGraph& g : sizes) g = atCoreSpeed(g, reference);
   return sizes;
 }
 
@@ -85,12 +97,14 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
   // slow one is not known, but that one will be.
   double slowest_probe = 0;
   for (const graph::LayerGraph& g : graphs) slowest_probe = std::max(slowest_probe, g.profiledAs().probe_seconds);
-  const bool probed = std::all_of(graphs.begin(), graphs.end(),
-                                  [](const graph::LayerGraph& g) { return g.profiledAs().probe_seconds > 0; });
+  const bool probed = allProbed(graphs);
+  std::vector<graph::LayerGraph> timers = graphs;
+  if (probed)
+    for (graph::LayerGraph& g : timers) g = atCoreSpeed(g, slowest_probe);
   std::vector<graph::Layer> layers = first.layers();
   for (std::size_t share = 0; share + 1 < bounds.size(); ++share)
     for (int l = bounds[share]; l < bounds[share + 1]; ++l) {
-      const graph::Layer& timed = graphs[share].layer(l);
+      const graph::Layer& timed = timers[share].layer(l);
       layers[l].forward_seconds = timed.forward_seconds;
       layers[l].backward_input_seconds = timed.backward_input_seconds;
       layers[l].backward_weight_seconds = timed.backward_weight_seconds;
@@ -98,7 +112,6 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
       layers[l].forward_no_grad_seconds = timed.forward_no_grad_seconds;
       layers[l].optimizer_seconds = timed.optimizer_seconds;
       layers[l].other_batches = timed.other_batches;
-      if (probed) layers[l].scaleTimes(slowest_probe / graphs[share].profiledAs().probe_seconds);
     }
   graph::LayerGraph merged(std::move(layers), first.batchSize(), "profile in shares");
   // The share that loaded the data measured what holding it costs; the framework is the
