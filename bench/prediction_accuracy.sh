@@ -7,7 +7,7 @@
 #   - the simulator's prediction from the stage times the run itself measured (means
 #     over its steady state), which leaves out profiling error and keeps schedule and
 #     communication.
-# "outlier ms": in the last mini-batch, the time a rank's actions ran beyond 1.5x the
+# "outlier ms": in the typical mini-batch the report draws (the median of the last 9), the time a rank's actions ran beyond 1.5x the
 # median of their kind (the worst rank): a rank that lost its core to another process
 # (three ranks on two cores) shows up there, and the simulator, which gives every rank a
 # core of its own, cannot predict it. "core wait ms": per mini-batch, the time the worst
@@ -70,7 +70,7 @@ def iteration_seconds(jsonl):
     return statistics.median(steps) if steps else None
 
 def preempted_seconds(timeline):
-    # Time slicing, seen in the run's last mini-batch: per rank and kind of action (F, B,
+    # Time slicing, seen in the run's typical mini-batch: per rank and kind of action (F, B,
     # I, W, STEP), the time its actions ran beyond 1.5x the kind's median, where a rank
     # that lost its core for a while shows up. The largest over the ranks.
     worst = 0.0

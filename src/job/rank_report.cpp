@@ -37,6 +37,12 @@ std::vector<int64_t> intArray(const JsonCursor& c) {
   return out;
 }
 
+Json recentStepsToJson(const std::vector<std::vector<trace::TimedAction>>& steps) {
+  Json out = Json::array();
+  for (const auto& step : steps) out.push_back(trace::actionsToJson(step));
+  return out;
+}
+
 }  // namespace
 
 Json evalPointToJson(const runtime::EvalPoint& e) {
@@ -101,7 +107,7 @@ Json rankResultToJson(const runtime::RankResult& r) {
           {"weight_versions", r.weight_versions},
           {"weight_bytes", r.weight_bytes},
           {"max_sends_held", r.max_sends_held},
-          {"last_step", trace::actionsToJson(r.last_step)},
+          {"recent_steps", recentStepsToJson(r.recent_steps)},
           {"action_seconds", actionSecondsToJson(r.action_seconds)},
           {"stage_output_bytes", r.stage_output_bytes},
           {"stage_preds", r.stage_preds},
@@ -135,7 +141,8 @@ runtime::RankResult rankResultFromJson(const Json& json, const std::string& orig
   r.weight_versions = static_cast<int>(c.field("weight_versions").asInt());
   r.weight_bytes = c.field("weight_bytes").asInt();
   r.max_sends_held = static_cast<int>(c.field("max_sends_held").asInt());
-  r.last_step = trace::actionsFromJson(c.field("last_step").node(), origin + ": last_step");
+  for (const JsonCursor& step : c.field("recent_steps").asArray())
+    r.recent_steps.push_back(trace::actionsFromJson(step.node(), origin + ": recent_steps"));
   for (const JsonCursor& a : c.field("action_seconds").asArray())
     r.action_seconds.push_back({static_cast<int>(a.field("stage").asNonNegativeInt()), actionType(a.field("type")),
                                 a.field("seconds").asNumber(), a.field("cpu_seconds").asNumber()});

@@ -64,20 +64,17 @@ Json rankEntry(const runtime::RankResult& r) {
           {"action_seconds", actionSecondsToJson(r.action_seconds)}};
 }
 
-// The ranks' last mini-batches on one time axis: they were timed from one shared
+// The ranks' typical mini-batch of their last few: they were timed from one shared
 // origin (runtime::sharedOrigin), so one shift aligns them all.
 trace::Timeline measuredTimeline(const TrainRequest& request, const std::vector<runtime::RankResult>& ranks) {
   const plan::Plan& plan = request.config.plan;
+  std::vector<std::vector<std::vector<trace::TimedAction>>> recent;
+  for (const runtime::RankResult& r : ranks) recent.push_back(r.recent_steps);
   trace::Timeline timeline;
   timeline.title = request.config.model + ", " + plan.schedule.name + ", " + std::to_string(ranks.size()) +
-                   " ranks, " + std::to_string(plan.microbatches) + " micro-batches (last mini-batch)";
+                   " ranks, " + std::to_string(plan.microbatches) + " micro-batches (the median by duration of the last mini-batches)";
   timeline.source = "measured";
-  for (const runtime::RankResult& r : ranks) timeline.ranks.push_back(r.last_step);
-  double first = std::numeric_limits<double>::infinity();
-  for (const auto& rank : timeline.ranks)
-    if (!rank.empty()) first = std::min(first, rank.front().start);
-  for (auto& rank : timeline.ranks)
-    for (auto& a : rank) a.start -= first, a.end -= first;
+  timeline.ranks = trace::typicalMinibatch(recent);
   return timeline;
 }
 

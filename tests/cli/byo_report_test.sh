@@ -98,7 +98,9 @@ check "the measured Gantt chart agrees" "$python" - "$tmp/allreduce/summary.json
 import json, sys
 # Over the ranks together, as the headline's averages are: the rank that reaches the
 # all-reduce last waits in it only microseconds, and on a loaded machine its gaps between
-# actions can outlast that (41 us against 1.8 ms once, under ctest -j2).
+# actions can outlast that (41 us against 1.8 ms once, under ctest -j2). The chart draws
+# the median of the last mini-batches: the last alone, under ctest -j2, once had 12 ms of
+# gaps against 7.6 ms of all-reduce, where three runs alone had 0.1–1.4 ms of gaps against 20–34 ms.
 s = json.load(open(sys.argv[1]))
 allreduce = gaps = 0.0
 for actions in s["measured_timeline"]["ranks"]:

@@ -121,10 +121,13 @@ struct RankResult {
   int weight_versions = 1;               // peak versions of any of the rank's stages (measured)
   int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
   int max_sends_held = 0;                // outgoing messages kept alive at once (executor.h)
-  std::vector<trace::TimedAction> last_step;  // the final mini-batch, for traces
+  // Its latest mini-batches (up to kRecentMinibatches), oldest first: the measured
+  // timeline draws the typical one (trace::typicalMinibatch).
+  std::vector<std::vector<trace::TimedAction>> recent_steps;
+  static constexpr std::size_t kRecentMinibatches = 9;
   // Per stage and kind of action timed (F, B, I, W, STEP, ALLREDUCE): the mean duration
   // over the run's steady state, what `train` prices the stages at when it predicts the
-  // run from its measured stage times. One mini-batch (last_step) is too few: single
+  // run from its measured stage times. One mini-batch (of recent_steps) is too few: single
   // mini-batches of one run differed by up to 20% on this machine.
   struct ActionSeconds {
     int stage = 0;

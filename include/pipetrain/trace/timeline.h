@@ -37,4 +37,18 @@ struct Timeline {
   double busySeconds(int rank) const;
 };
 
+// One rank's actions over `minibatches` mini-batches of `microbatches` each, numbered from
+// micro-batch 0, split into its mini-batches: each runs from its first action on one of its
+// micro-batches to the next one's, so a STEP or ALLREDUCE (on no micro-batch) goes with
+// the mini-batch before it.
+std::vector<std::vector<TimedAction>> splitMinibatches(const std::vector<TimedAction>& actions, int microbatches,
+                                                       int minibatches);
+
+// Per rank, its latest mini-batches (each rank's list ends with the same, last, one): the
+// mini-batch whose span over all ranks is the median of those every rank kept, with one
+// rank's actions per entry, on a time axis that starts at 0. One mini-batch alone is no
+// sample: a core taken away for 10 ms made the last one of a run unlike all the others.
+std::vector<std::vector<TimedAction>> typicalMinibatch(
+    const std::vector<std::vector<std::vector<TimedAction>>>& recent);
+
 }  // namespace pipetrain::trace

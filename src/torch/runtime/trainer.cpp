@@ -192,14 +192,6 @@ bool replicasHoldBuffers(const models::Model& model, const std::vector<StageLaye
   return false;
 }
 
-// The actions of the run's final mini-batch: from the first action that touches one of
-// its micro-batches to the end.
-std::vector<trace::TimedAction> finalMinibatch(std::vector<trace::TimedAction> actions, int first_microbatch) {
-  auto it = std::find_if(actions.begin(), actions.end(),
-                         [&](const trace::TimedAction& a) { return a.action.microbatch >= first_microbatch; });
-  return {it, actions.end()};
-}
-
 // Each (stage, type)'s mean duration, leaving out the share of its actions that the
 // run's first two mini-batches ran (heap growth, first messages) when it ran more.
 // The mean, not the median: a mini-batch takes the sum of its actions, slow ones
@@ -473,7 +465,11 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       result.wait_seconds += r.wait_seconds;
       result.max_sends_held = std::max(result.max_sends_held, r.max_sends_held);
       result.samples += (end - from) * m * b;
-      result.last_step = finalMinibatch(std::move(r.actions), static_cast<int>((end - from - 1) * m));
+      for (auto& minibatch : trace::splitMinibatches(r.actions, m, static_cast<int>(end - from)))
+        result.recent_steps.push_back(std::move(minibatch));
+      if (const std::size_t n = result.recent_steps.size(); n > RankResult::kRecentMinibatches)
+        result.recent_steps.erase(result.recent_steps.begin(),
+                                  result.recent_steps.begin() + static_cast<long>(n - RankResult::kRecentMinibatches));
       position.step = end;
       position.minibatches += end - from;
       if (end < steps) save();

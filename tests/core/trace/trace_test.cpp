@@ -63,6 +63,51 @@ TEST(Timeline, BusyCountsComputeAndStepButNotAllreduce) {
   EXPECT_NEAR(t.busySeconds(1), 0.001 + 0.0015, 1e-12);
 }
 
+// Mini-batches of two micro-batches each, one rank: F0 B0 F1 B1 ALLREDUCE STEP, then the
+// next, each lasting `spans[k]` seconds from `k` seconds on.
+std::vector<TimedAction> minibatches(const std::vector<double>& spans) {
+  std::vector<TimedAction> out;
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    const double t = static_cast<double>(k), d = spans[k] / 6;
+    const int mb = 2 * static_cast<int>(k);
+    out.push_back({act(ActionType::F, 0, mb), t, t + d});
+    out.push_back({act(ActionType::B, 0, mb), t + d, t + 2 * d});
+    out.push_back({act(ActionType::F, 0, mb + 1), t + 2 * d, t + 3 * d});
+    out.push_back({act(ActionType::B, 0, mb + 1), t + 3 * d, t + 4 * d});
+    out.push_back({schedule::allReduceAction(0), t + 4 * d, t + 5 * d});
+    out.push_back({schedule::stepAction(0, static_cast<int>(k) + 1), t + 5 * d, t + 6 * d});
+  }
+  return out;
+}
+
+TEST(Timeline, MinibatchesSplitAtTheirFirstMicrobatchAndKeepTheirStep) {
+  const auto split = splitMinibatches(minibatches({0.1, 0.2, 0.3}), 2, 3);
+  ASSERT_EQ(split.size(), 3u);
+  for (std::size_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(split[k].size(), 6u) << k;
+    EXPECT_EQ(split[k].front().action.microbatch, 2 * static_cast<int>(k));
+    EXPECT_EQ(split[k].back().action.type, ActionType::STEP);  // the STEP stays with its mini-batch
+  }
+  EXPECT_TRUE(splitMinibatches({}, 2, 0).empty());
+}
+
+TEST(Timeline, TheTypicalMinibatchIsTheMedianByItsSpanOverAllRanks) {
+  // Rank 0 kept one mini-batch fewer than rank 1: only the last three of each count. Their
+  // spans over both ranks: 0.2, 0.9 (rank 1 stalled), 0.4; the median is the last one.
+  auto rank0 = splitMinibatches(minibatches({9, 0.2, 0.1, 0.4}), 2, 4);
+  rank0.erase(rank0.begin());
+  const auto chosen = typicalMinibatch({rank0, splitMinibatches(minibatches({5, 0.2, 0.9, 0.3}), 2, 4)});
+  ASSERT_EQ(chosen.size(), 2u);
+  EXPECT_EQ(chosen[0].front().action.microbatch, 6);
+  EXPECT_EQ(chosen[1].front().action.microbatch, 6);
+  EXPECT_DOUBLE_EQ(chosen[0].front().start, 0);  // on an axis that starts at 0
+  EXPECT_NEAR(chosen[0].back().end, 0.4, 1e-12);
+  EXPECT_NEAR(chosen[1].back().end, 0.3, 1e-12);
+  const auto none = typicalMinibatch({{}, {}});  // none kept: empty ranks, no crash
+  ASSERT_EQ(none.size(), 2u);
+  EXPECT_TRUE(none[0].empty());
+}
+
 // ---- Chrome trace ------------------------------------------------------------------
 
 TEST(ChromeTrace, HasOneCompleteEventPerActionAndTransfer) {
