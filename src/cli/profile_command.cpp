@@ -248,11 +248,13 @@ int run(ProfileArgs& a) {
   std::optional<data::SampleOrder> order;
   int64_t next = 0, batch = 0;
   graph::ProcessMemory process;  // what holding the dataset costs a rank that loads it
+  int64_t data_file_bytes = 0;
   if (a.load_data) {
     if (!a.data_dir.empty()) a.data.fashion_mnist_dir = a.data.fortunes_dir = a.data_dir;
-    const int64_t before = util::residentBytes();
+    const int64_t before = util::residentBytes(), file_before = util::residentFileBytes();
     dataset = data::openDataset(a.data, model.input);
     process.data_bytes = std::max<int64_t>(0, util::residentBytes() - before);
+    data_file_bytes = util::residentFileBytes() - file_before;  // a data file's mapped pages
     order.emplace(dataset->size(), a.data.seed, 0);
     const int64_t largest = *std::max_element(a.batches.begin(), a.batches.end());
     if (order->minibatchesPerEpoch(largest, 1) == 0)
@@ -283,7 +285,9 @@ int run(ProfileArgs& a) {
   // Until a run measures the rest, a rank's framework memory is the LibTorch code its
   // passes page in, which this process has paged in too (docs/profiling.md#memory-the-process-holds).
   // A GPU's memory holds none of it.
-  if (device.is_cpu()) process.framework_bytes = std::max<int64_t>(0, util::residentFileBytes() - code_before);
+  // (Less the data file's pages, which data_bytes already counts.)
+  if (device.is_cpu())
+    process.framework_bytes = std::max<int64_t>(0, util::residentFileBytes() - code_before - data_file_bytes);
   g.setProcessMemory(process);
   g.setProfiledAs({std::max(at::get_num_threads(), blasThreads()), a.options.shares,
                    profiles[0].profiledAs().probe_seconds});

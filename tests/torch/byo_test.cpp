@@ -8,6 +8,7 @@
 
 #include "pipetrain/torch/data.h"
 #include "pipetrain/torch/profiler.h"
+#include "pipetrain/util/process_memory.h"
 #include "training_harness.h"
 
 namespace pipetrain::runtime {
@@ -112,6 +113,37 @@ TEST(ByoModel, WithoutATestSplitEveryTenthSampleIsHeldOut) {
   const auto test = data::openDataset(options, spec);
   ASSERT_EQ(test->size(), 2);
   EXPECT_TRUE(test->get({0, 1}).labels.equal(torch::tensor({9 % 3, 19 % 3})));
+  std::remove(path.c_str());
+}
+
+// A data file's samples are its pages, mapped: opening it for its shape or for training
+// copies none of it (reading it copied it two to six times, and glibc kept the copies).
+TEST(ByoModel, ADataFileIsServedFromItsPagesNotCopies) {
+  constexpr int64_t kRows = 1 << 17, kWidth = 64;  // 32 MiB of float inputs
+  const torch::Tensor inputs = torch::rand({kRows, kWidth});
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("inputs", inputs);
+  dict.insert("labels", torch::arange(kRows) % 7);
+  const std::string path = ::testing::TempDir() + "byo_mapped.pt";
+  writeFile(path, torch::pickle_save(dict));
+  const int64_t file_bytes = kRows * kWidth * 4;
+  auto anonymous = [] { return util::residentBytes() - util::residentFileBytes(); };
+  const int64_t anonymous_before = anonymous(), file_before = util::residentFileBytes();
+  data::DataOptions options;
+  options.file = path;
+  const models::InputSpec spec = data::inputSpecOfFile(path);
+  EXPECT_EQ(spec.num_classes, 7);
+  const auto train = data::openDataset(options, spec);
+  options.split = "test";
+  const auto test = data::openDataset(options, spec);
+  EXPECT_EQ(train->size() + test->size(), kRows);
+  EXPECT_LT(anonymous() - anonymous_before, file_bytes / 8);
+  // Its pages are read in as it opens (the planner prices a dataset from there), once for
+  // both splits.
+  EXPECT_GT(util::residentFileBytes() - file_before, file_bytes * 9 / 10);
+  EXPECT_LT(util::residentFileBytes() - file_before, file_bytes * 3 / 2);
+  EXPECT_TRUE(test->get({0, 3}).inputs.equal(inputs.index_select(0, torch::tensor({9, 39}))));
+  EXPECT_TRUE(train->get({8, 9}).inputs.equal(inputs.index_select(0, torch::tensor({8, 10}))));
   std::remove(path.c_str());
 }
 

@@ -1,7 +1,23 @@
 // The user's own tensors, from a torch.save file (the zip archive Python writes by
-// default since 1.6), read with LibTorch's unpickler.
-#include <fstream>
+// default since 1.6), read with LibTorch's unpickler straight from the file's pages.
+//
+// Why mapped, not read: reading a 20 MB file of tokens for the README's GPT-2 (the bytes,
+// the unpickled tensors, the held-out split's copies) grew every rank's heap by 121 MiB,
+// which glibc kept (util::retainFreedMemory), on ranks whose model held 1 MiB of tensors;
+// and every rank read it, the middle stages only for its shape. Mapped, a tensor of the
+// file is a view of the page cache, one copy shared by every rank on the host, and the
+// held-out split is a rule over rows, not a copy.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 #include <torch/serialize.h>
 
 #include "pipetrain/util/error.h"
@@ -14,12 +30,26 @@ namespace {
 // spread over the file, so data sorted by class still tests every class.
 constexpr int64_t kHoldOutEvery = 10;
 
-struct Split {
-  torch::Tensor inputs, labels;
+// Which of a tensor's rows a split serves.
+enum class Rows {
+  kAll,
+  kKept,     // all but every tenth (the training split of a file without a test split)
+  kHeldOut,  // every tenth: rows 9, 19, ...
 };
 
-struct TensorFile {
-  Split train, test;
+struct Split {
+  torch::Tensor inputs, labels;  // every row of the file's tensors
+  Rows rows = Rows::kAll;
+  int64_t size() const {
+    const int64_t n = inputs.size(0), held = n / kHoldOutEvery;
+    return rows == Rows::kAll ? n : rows == Rows::kKept ? n - held : held;
+  }
+  // The row of the file that sample `i` of the split is.
+  int64_t row(int64_t i) const {
+    if (rows == Rows::kKept) return i / (kHoldOutEvery - 1) * kHoldOutEvery + i % (kHoldOutEvery - 1);
+    if (rows == Rows::kHeldOut) return i * kHoldOutEvery + kHoldOutEvery - 1;
+    return i;
+  }
 };
 
 class FileError {
@@ -31,6 +61,86 @@ class FileError {
   std::string path_;
 };
 
+// The file mapped copy-on-write: what reads it shares the page cache, what writes gets
+// pages of its own. Unmapped when the last tensor viewing it is freed.
+class Mapping {
+ public:
+  static std::shared_ptr<Mapping> open(const std::string& path, const FileError& fail) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(std::string("cannot open it: ") + std::strerror(errno));
+    struct stat st {};
+    void* base = MAP_FAILED;
+    if (::fstat(fd, &st) == 0 && st.st_size > 0)
+      base = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    const int error = errno;
+    ::close(fd);
+    if (st.st_size == 0) fail("it is empty");
+    if (base == MAP_FAILED) fail(std::string("cannot map it: ") + std::strerror(error));
+    return std::shared_ptr<Mapping>(new Mapping(static_cast<char*>(base), static_cast<std::size_t>(st.st_size)));
+  }
+  ~Mapping() { ::munmap(base_, size_); }
+  char* base() const { return base_; }
+  std::size_t size() const { return size_; }
+  // Reads every page in, so that a dataset's resident size is known when it opens (the
+  // planner prices it from there), not grown into over the first epoch.
+  void populate() const {
+    volatile char sum = 0;
+    const long page = ::sysconf(_SC_PAGESIZE);
+    for (std::size_t at = 0; at < size_; at += static_cast<std::size_t>(page)) sum = sum + base_[at];
+  }
+
+ private:
+  Mapping(char* base, std::size_t size) : base_(base), size_(size) {}
+  char* base_;
+  std::size_t size_;
+};
+
+// One mapping per file in the process while any of it is in use: a rank's training and
+// test splits share their pages instead of each mapping (and counting) them.
+std::shared_ptr<Mapping> mappingOf(const std::string& path, const FileError& fail) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<Mapping>> open;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto mapped = open[path].lock()) return mapped;
+  auto mapped = Mapping::open(path, fail);
+  open[path] = mapped;
+  return mapped;
+}
+
+struct TensorFile {
+  Split train, test;
+  std::shared_ptr<Mapping> mapping;  // the file, which the tensors view
+};
+
+// torch.load's reading of the archive, with each tensor's storage a view of its record's
+// bytes in the mapping. A record stored compressed (torch.save never compresses; a
+// re-zipped file may) is copied out instead.
+c10::IValue unpickleMapped(const std::shared_ptr<Mapping>& file, caffe2::serialize::PyTorchStreamReader& reader) {
+  const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+  std::size_t read = 0;
+  auto next = [&, data = static_cast<const char*>(pickle.get()), size = pickle_size](char* out, std::size_t n) {
+    n = std::min(n, size - read);
+    std::memcpy(out, data + read, n);
+    read += n;
+    return n;
+  };
+  auto record = [&](const std::string& key) -> at::DataPtr {
+    const std::string name = "data/" + key;
+    const std::size_t header = reader.getRecordHeaderOffset(name), offset = reader.getRecordOffset(name);
+    const std::size_t size = reader.getRecordSize(name);
+    uint16_t method = 1;
+    if (header + 10 <= file->size()) std::memcpy(&method, file->base() + header + 8, sizeof method);
+    if (method != 0 || offset + size > file->size()) return std::get<0>(reader.getRecord(name));
+    // The DataPtr keeps the mapping alive for as long as the storage lives.
+    auto* keep = new std::shared_ptr<Mapping>(file);
+    return {file->base() + offset, keep, [](void* p) { delete static_cast<std::shared_ptr<Mapping>*>(p); },
+            at::Device(at::kCPU)};
+  };
+  torch::jit::Unpickler unpickler(next, nullptr, nullptr, record, at::Device(at::kCPU));
+  unpickler.set_version(reader.version());
+  return unpickler.parse_ivalue();
+}
+
 torch::Tensor tensorAt(const c10::Dict<c10::IValue, c10::IValue>& dict, const std::string& key, const FileError& fail) {
   const auto it = dict.find(key);
   if (it == dict.end()) return {};
@@ -38,8 +148,18 @@ torch::Tensor tensorAt(const c10::Dict<c10::IValue, c10::IValue>& dict, const st
   return it->value().toTensor();
 }
 
-// Inputs as fp32 or int64, labels as int64 (classes) or fp32 (targets); contiguous, so
-// index_select copies rows.
+// Whether every value is finite, a slice at a time: isfinite's temporaries for the whole
+// tensor took its size again, which the heap kept.
+bool allFinite(const torch::Tensor& t) {
+  constexpr int64_t kSlice = 1 << 16;
+  const torch::Tensor flat = t.reshape({-1});
+  for (int64_t at = 0; at < flat.numel(); at += kSlice)
+    if (!torch::isfinite(flat.narrow(0, at, std::min(kSlice, flat.numel() - at))).all().item<bool>()) return false;
+  return true;
+}
+
+// Inputs as fp32 or int64, labels as int64 (classes) or fp32 (targets), contiguous: the
+// file's own tensors where they already are (no copy).
 Split normalise(torch::Tensor inputs, torch::Tensor labels, const std::string& prefix, const FileError& fail) {
   const std::string in_key = prefix + "inputs", label_key = prefix + "labels";
   if (inputs.dim() < 1 || inputs.size(0) == 0) fail("'" + in_key + "' holds no samples (its shape is " + c10::str(inputs.sizes()) + ")");
@@ -49,7 +169,7 @@ Split normalise(torch::Tensor inputs, torch::Tensor labels, const std::string& p
   auto convert = [&](torch::Tensor t, const std::string& key) {
     if (t.is_floating_point()) {
       t = t.to(torch::kFloat).contiguous();
-      if (!torch::isfinite(t).all().item<bool>()) fail("'" + key + "' holds NaN or infinite values");
+      if (!allFinite(t)) fail("'" + key + "' holds NaN or infinite values");
       return t;
     }
     if (t.is_complex() || t.scalar_type() == torch::kBool) fail("'" + key + "' has dtype " + c10::toString(t.scalar_type()) + "; use a float or integer dtype");
@@ -63,15 +183,12 @@ Split normalise(torch::Tensor inputs, torch::Tensor labels, const std::string& p
 
 TensorFile readTensorFile(const std::string& path) {
   const FileError fail(path);
-  // One read of the whole file: an istreambuf_iterator copy took ~1 s per 100 MB.
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail("cannot open it");
-  std::vector<char> bytes(static_cast<std::size_t>(in.tellg()));
-  in.seekg(0);
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) fail("cannot read it");
+  TensorFile file;
+  file.mapping = mappingOf(path, fail);
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    value = unpickleMapped(file.mapping, reader);
   } catch (const c10::Error& e) {
     fail(std::string("not a file written by torch.save (") + e.what_without_backtrace() + ")");
   }
@@ -86,19 +203,16 @@ TensorFile readTensorFile(const std::string& path) {
   if (!x.defined() || !y.defined()) fail("it needs the keys 'inputs' and 'labels'");
   const torch::Tensor tx = tensorAt(dict, "test_inputs", fail), ty = tensorAt(dict, "test_labels", fail);
   if (tx.defined() != ty.defined()) fail("give both 'test_inputs' and 'test_labels', or neither");
-  TensorFile file;
   if (tx.defined()) {
     file.train = normalise(x, y, "", fail);
     file.test = normalise(tx, ty, "test_", fail);
   } else {
-    const Split all = normalise(x, y, "", fail);
-    const int64_t n = all.inputs.size(0);
+    file.train = normalise(x, y, "", fail);
+    const int64_t n = file.train.inputs.size(0);
     if (n < kHoldOutEvery) fail("it has " + std::to_string(n) + " samples, too few to hold out every tenth for tests");
-    const torch::Tensor index = torch::arange(n);
-    const torch::Tensor held = index.remainder(kHoldOutEvery).eq(kHoldOutEvery - 1);
-    const torch::Tensor test_rows = index.masked_select(held), train_rows = index.masked_select(held.logical_not());
-    file.train = {all.inputs.index_select(0, train_rows), all.labels.index_select(0, train_rows)};
-    file.test = {all.inputs.index_select(0, test_rows), all.labels.index_select(0, test_rows)};
+    file.test = file.train;
+    file.train.rows = Rows::kKept;
+    file.test.rows = Rows::kHeldOut;
   }
   auto same = [&](const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
     if (a.sizes().slice(1) != b.sizes().slice(1) || a.scalar_type() != b.scalar_type())
@@ -122,6 +236,7 @@ models::InputSpec specOf(const TensorFile& file) {
     spec.loss = models::LossKind::kMeanSquaredError;
     spec.num_classes = c10::multiply_integers(file.train.labels.sizes().slice(1));
   } else {
+    // Over every row of the file: both splits' labels, whatever rows each serves.
     spec.num_classes = std::max(file.train.labels.max().item<int64_t>(), file.test.labels.max().item<int64_t>()) + 1;
   }
   return spec;
@@ -130,7 +245,7 @@ models::InputSpec specOf(const TensorFile& file) {
 class TensorDataset : public Dataset {
  public:
   TensorDataset(Split split, std::string path) : split_(std::move(split)), path_(std::move(path)) {}
-  int64_t size() const override { return split_.inputs.size(0); }
+  int64_t size() const override { return split_.size(); }
   Batch get(const std::vector<int64_t>& indices) const override {
     const torch::Tensor rows = rowsOf(indices);
     return {split_.inputs.index_select(0, rows), split_.labels.index_select(0, rows)};
@@ -142,7 +257,10 @@ class TensorDataset : public Dataset {
  private:
   torch::Tensor rowsOf(const std::vector<int64_t>& indices) const {
     checkIndices(indices, size(), path_.c_str());
-    return torch::tensor(indices, torch::kLong);
+    std::vector<int64_t> rows;
+    rows.reserve(indices.size());
+    for (const int64_t i : indices) rows.push_back(split_.row(i));
+    return torch::tensor(rows, torch::kLong);
   }
   Split split_;
   std::string path_;
@@ -159,6 +277,7 @@ std::unique_ptr<Dataset> openTensorFile(const DataOptions& options, const models
       served.num_classes > input.num_classes)
     throw Error("data file '" + options.file + "' serves " + describeInput(served) + ", but the model takes " +
                 describeInput(input));
+  file.mapping->populate();
   return std::make_unique<TensorDataset>(options.split == "train" ? std::move(file.train) : std::move(file.test),
                                          options.file);
 }
