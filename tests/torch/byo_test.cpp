@@ -5,6 +5,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
+
+#include <caffe2/serialize/inline_container.h>
 
 #include "pipetrain/torch/data.h"
 #include "pipetrain/torch/profiler.h"
@@ -145,6 +148,49 @@ TEST(ByoModel, ADataFileIsServedFromItsPagesNotCopies) {
   EXPECT_TRUE(test->get({0, 3}).inputs.equal(inputs.index_select(0, torch::tensor({9, 39}))));
   EXPECT_TRUE(train->get({8, 9}).inputs.equal(inputs.index_select(0, torch::tensor({8, 10}))));
   std::remove(path.c_str());
+}
+
+// Copies the torch.save archive `from` to `to`, record by record, letting `change` alter
+// each record's bytes and whether it is stored compressed.
+void rewriteArchive(const std::string& from, const std::string& to,
+                    const std::function<void(const std::string&, std::string&, bool&)>& change) {
+  caffe2::serialize::PyTorchStreamReader reader(from);
+  caffe2::serialize::PyTorchStreamWriter writer(to);
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name == "version" || name == ".data/version") continue;  // the writer writes its own
+    const auto [data, size] = reader.getRecord(name);
+    std::string bytes(static_cast<const char*>(data.get()), size);
+    bool compress = false;
+    change(name, bytes, compress);
+    writer.writeRecord(name, bytes.data(), bytes.size(), compress);
+  }
+  writer.writeEndOfFile();
+}
+
+TEST(ByoModel, ADataFileWithCompressedRecordsIsReadAndOneWithShortRecordsRefused) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  const torch::Tensor inputs = torch::arange(200, torch::kFloat).reshape({50, 4});
+  dict.insert("inputs", inputs);
+  dict.insert("labels", torch::arange(50) % 5);
+  const std::string path = ::testing::TempDir() + "byo_records.pt", changed = ::testing::TempDir() + "byo_changed.pt";
+  writeFile(path, torch::pickle_save(dict));
+  // Compressed (torch.save never compresses; a re-zipped file may): copied out, not mapped.
+  rewriteArchive(path, changed, [](const std::string& name, std::string&, bool& compress) {
+    compress = name.rfind("data/", 0) == 0;
+  });
+  data::DataOptions options;
+  options.file = changed;
+  const auto train = data::openDataset(options, data::inputSpecOfFile(changed));
+  EXPECT_TRUE(train->get({0, 9}).inputs.equal(inputs.index_select(0, torch::tensor({0, 10}))));
+  // A record shorter than the storage its pickle describes would be read past its end.
+  rewriteArchive(path, changed, [](const std::string& name, std::string& bytes, bool&) {
+    if (name == "data/0") bytes.resize(bytes.size() / 2);
+  });
+  const std::string error = errorOf([&] { data::inputSpecOfFile(changed); });
+  EXPECT_NE(error.find("byo_changed.pt"), std::string::npos) << error;
+  EXPECT_NE(error.find("its record in the archive holds"), std::string::npos) << error;
+  std::remove(path.c_str());
+  std::remove(changed.c_str());
 }
 
 TEST(ByoModel, RegressionTargetsTrainWithMeanSquaredError) {

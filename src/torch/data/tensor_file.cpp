@@ -62,21 +62,41 @@ class FileError {
 };
 
 // The file mapped copy-on-write: what reads it shares the page cache, what writes gets
-// pages of its own. Unmapped when the last tensor viewing it is freed.
+// pages of its own. Unmapped when the last tensor viewing it is freed. As with
+// torch.load(mmap=True), the file must not be rewritten in place while a run reads it
+// (a truncated page faults): write a new file and rename it over the old (docs/byo.md).
 class Mapping {
  public:
   static std::shared_ptr<Mapping> open(const std::string& path, const FileError& fail) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail(std::string("cannot open it: ") + std::strerror(errno));
     struct stat st {};
-    void* base = MAP_FAILED;
-    if (::fstat(fd, &st) == 0 && st.st_size > 0)
-      base = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
+      ::close(fd);
+      fail(st.st_size == 0 ? "it is empty" : std::string("cannot stat it: ") + std::strerror(errno));
+    }
+    const auto size = static_cast<std::size_t>(st.st_size);
+    void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    // A file system that cannot map files: read into pages of the process's own, which
+    // are still returned to the kernel when the last tensor goes (not to glibc's heap).
+    if (base == MAP_FAILED) {
+      base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      std::size_t done = 0;
+      while (base != MAP_FAILED && done < size) {
+        const ssize_t n = ::pread(fd, static_cast<char*>(base) + done, size - done, static_cast<off_t>(done));
+        if (n <= 0) {
+          const int error = n < 0 ? errno : EIO;
+          ::munmap(base, size);
+          ::close(fd);
+          fail(std::string("cannot read it: ") + std::strerror(error));
+        }
+        done += static_cast<std::size_t>(n);
+      }
+    }
     const int error = errno;
     ::close(fd);
-    if (st.st_size == 0) fail("it is empty");
-    if (base == MAP_FAILED) fail(std::string("cannot map it: ") + std::strerror(error));
-    return std::shared_ptr<Mapping>(new Mapping(static_cast<char*>(base), static_cast<std::size_t>(st.st_size)));
+    if (base == MAP_FAILED) fail(std::string("cannot map or read it: ") + std::strerror(error));
+    return std::shared_ptr<Mapping>(new Mapping(static_cast<char*>(base), size));
   }
   ~Mapping() { ::munmap(base_, size_); }
   char* base() const { return base_; }
@@ -115,7 +135,8 @@ struct TensorFile {
 // torch.load's reading of the archive, with each tensor's storage a view of its record's
 // bytes in the mapping. A record stored compressed (torch.save never compresses; a
 // re-zipped file may) is copied out instead.
-c10::IValue unpickleMapped(const std::shared_ptr<Mapping>& file, caffe2::serialize::PyTorchStreamReader& reader) {
+c10::IValue unpickleMapped(const std::shared_ptr<Mapping>& file, caffe2::serialize::PyTorchStreamReader& reader,
+                           const FileError& fail) {
   const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
   std::size_t read = 0;
   auto next = [&, data = static_cast<const char*>(pickle.get()), size = pickle_size](char* out, std::size_t n) {
@@ -124,13 +145,19 @@ c10::IValue unpickleMapped(const std::shared_ptr<Mapping>& file, caffe2::seriali
     read += n;
     return n;
   };
+  std::map<const void*, std::size_t> record_bytes;  // each storage's record, by its data
   auto record = [&](const std::string& key) -> at::DataPtr {
     const std::string name = "data/" + key;
     const std::size_t header = reader.getRecordHeaderOffset(name), offset = reader.getRecordOffset(name);
     const std::size_t size = reader.getRecordSize(name);
     uint16_t method = 1;
     if (header + 10 <= file->size()) std::memcpy(&method, file->base() + header + 8, sizeof method);
-    if (method != 0 || offset + size > file->size()) return std::get<0>(reader.getRecord(name));
+    if (method != 0 || offset + size > file->size()) {
+      at::DataPtr copied = std::get<0>(reader.getRecord(name));
+      record_bytes[copied.get()] = size;
+      return copied;
+    }
+    record_bytes[file->base() + offset] = size;
     // The DataPtr keeps the mapping alive for as long as the storage lives.
     auto* keep = new std::shared_ptr<Mapping>(file);
     return {file->base() + offset, keep, [](void* p) { delete static_cast<std::shared_ptr<Mapping>*>(p); },
@@ -138,7 +165,21 @@ c10::IValue unpickleMapped(const std::shared_ptr<Mapping>& file, caffe2::seriali
   };
   torch::jit::Unpickler unpickler(next, nullptr, nullptr, record, at::Device(at::kCPU));
   unpickler.set_version(reader.version());
-  return unpickler.parse_ivalue();
+  c10::IValue value = unpickler.parse_ivalue();
+  // The pickle says how many bytes each storage has, the archive how many its record
+  // holds: a storage longer than its record would read past it (the file's next record,
+  // or past the end of the mapping).
+  if (value.isGenericDict())
+    for (const auto& entry : value.toGenericDict()) {
+      if (!entry.value().isTensor()) continue;
+      const c10::Storage& storage = entry.value().toTensor().storage();
+      const auto it = record_bytes.find(storage.data());
+      if (it != record_bytes.end() && storage.nbytes() > it->second)
+        fail("'" + (entry.key().isString() ? entry.key().toStringRef() : std::string("?")) + "' claims " +
+             std::to_string(storage.nbytes()) + " bytes, but its record in the archive holds " +
+             std::to_string(it->second));
+    }
+  return value;
 }
 
 torch::Tensor tensorAt(const c10::Dict<c10::IValue, c10::IValue>& dict, const std::string& key, const FileError& fail) {
@@ -188,7 +229,7 @@ TensorFile readTensorFile(const std::string& path) {
   c10::IValue value;
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
-    value = unpickleMapped(file.mapping, reader);
+    value = unpickleMapped(file.mapping, reader, fail);
   } catch (const c10::Error& e) {
     fail(std::string("not a file written by torch.save (") + e.what_without_backtrace() + ")");
   }
