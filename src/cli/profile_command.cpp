@@ -242,6 +242,8 @@ int run(ProfileArgs& a) {
   // the caching allocator's (profiler::MemoryProbe).
   const torch::Device device = runtime::rankDevice(a.device, runtime::localRank(0));
   models::moveTo(model, device);
+  const int64_t heap_before = util::heapInUseBytes();
+  int64_t data_heap_bytes = 0;
   if (a.threads > 0) useThreadsOfARank(a.threads);
   // The batches a first stage would load: consecutive micro-batches of epoch 0's order.
   std::unique_ptr<data::Dataset> dataset;
@@ -252,9 +254,11 @@ int run(ProfileArgs& a) {
   if (a.load_data) {
     if (!a.data_dir.empty()) a.data.fashion_mnist_dir = a.data.fortunes_dir = a.data_dir;
     const int64_t before = util::residentBytes(), file_before = util::residentFileBytes();
+    const int64_t heap_before_data = util::heapInUseBytes();
     dataset = data::openDataset(a.data, model.input);
     process.data_bytes = std::max<int64_t>(0, util::residentBytes() - before);
     data_file_bytes = util::residentFileBytes() - file_before;  // a data file's mapped pages
+    data_heap_bytes = util::heapInUseBytes() - heap_before_data;
     order.emplace(dataset->size(), a.data.seed, 0);
     const int64_t largest = *std::max_element(a.batches.begin(), a.batches.end());
     if (order->minibatchesPerEpoch(largest, 1) == 0)
@@ -278,16 +282,22 @@ int run(ProfileArgs& a) {
     profiles.push_back(profiler::profileModel(model, b, a.options));
     if (profiles.size() == 1) timed_first = a.timed_passes;
   }
+  // What the kernels' first calls allocated and keep (the libraries' workspaces and
+  // caches): the heap still in use beyond the model and the dataset, once every pass's
+  // tensors are gone (docs/profiling.md#memory-the-process-holds).
+  const int64_t workspace_bytes =
+      heap_before < 0 ? 0 : std::max<int64_t>(0, util::heapInUseBytes() - heap_before - data_heap_bytes);
   profiles = plan::sizesAtOneCoreSpeed(std::move(profiles));
   graph::LayerGraph g = profiles.size() == 1
                            ? profiles[0]
                            : profiles[0].withOtherBatches({profiles.begin() + 1, profiles.end()}, "profile");
-  // Until a run measures the rest, a rank's framework memory is the LibTorch code its
-  // passes page in, which this process has paged in too (docs/profiling.md#memory-the-process-holds).
-  // A GPU's memory holds none of it.
-  // (Less the data file's pages, which data_bytes already counts.)
+  // Until a run measures the rest, a rank's framework memory is what this process holds
+  // as a rank does: the LibTorch code its passes paged in (less the data file's pages,
+  // which data_bytes counts) and the workspaces its kernels keep
+  // (docs/profiling.md#memory-the-process-holds). A GPU's memory holds none of it.
   if (device.is_cpu())
-    process.framework_bytes = std::max<int64_t>(0, util::residentFileBytes() - code_before - data_file_bytes);
+    process.framework_bytes =
+        std::max<int64_t>(0, util::residentFileBytes() - code_before - data_file_bytes) + workspace_bytes;
   g.setProcessMemory(process);
   g.setProfiledAs({std::max(at::get_num_threads(), blasThreads()), a.options.shares,
                    profiles[0].profiledAs().probe_seconds});

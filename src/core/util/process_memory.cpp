@@ -1,5 +1,9 @@
 #include "pipetrain/util/process_memory.h"
 
+#include <climits>  // brings in <features.h>, which defines __GLIBC__
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -34,6 +38,15 @@ int64_t residentFileBytes() {
     status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
   }
   return 0;
+}
+
+int64_t heapInUseBytes() {
+#if defined(__GLIBC__)
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<int64_t>(info.uordblks + info.hblkhd);  // the arenas' chunks and mmapped blocks
+#else
+  return -1;
+#endif
 }
 
 }  // namespace pipetrain::util
