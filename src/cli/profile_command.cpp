@@ -243,7 +243,7 @@ int run(ProfileArgs& a) {
   const torch::Device device = runtime::rankDevice(a.device, runtime::localRank(0));
   models::moveTo(model, device);
   const int64_t heap_before = util::heapInUseBytes();
-  int64_t data_heap_bytes = 0;
+  int64_t data_heap_bytes = 0, workspace_bytes = 0;
   if (a.threads > 0) useThreadsOfARank(a.threads);
   // The batches a first stage would load: consecutive micro-batches of epoch 0's order.
   std::unique_ptr<data::Dataset> dataset;
@@ -280,13 +280,16 @@ int run(ProfileArgs& a) {
       if (a.progress) printProgress(p, b, a.batches);
     };
     profiles.push_back(profiler::profileModel(model, b, a.options));
-    if (profiles.size() == 1) timed_first = a.timed_passes;
+    if (profiles.size() > 1) continue;
+    timed_first = a.timed_passes;
+    // What the kernels' first calls allocated and keep (the libraries' workspaces and
+    // caches): the heap still in use beyond the model and the dataset once the first
+    // size's passes and their tensors are gone. At the first size only: the later sizes
+    // add what a process that ran several sizes keeps, which a rank, at one size, does not
+    // (docs/profiling.md#memory-the-process-holds).
+    if (heap_before >= 0)
+      workspace_bytes = std::max<int64_t>(0, util::heapInUseBytes() - heap_before - data_heap_bytes);
   }
-  // What the kernels' first calls allocated and keep (the libraries' workspaces and
-  // caches): the heap still in use beyond the model and the dataset, once every pass's
-  // tensors are gone (docs/profiling.md#memory-the-process-holds).
-  const int64_t workspace_bytes =
-      heap_before < 0 ? 0 : std::max<int64_t>(0, util::heapInUseBytes() - heap_before - data_heap_bytes);
   profiles = plan::sizesAtOneCoreSpeed(std::move(profiles));
   graph::LayerGraph g = profiles.size() == 1
                            ? profiles[0]
