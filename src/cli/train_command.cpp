@@ -396,8 +396,10 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
                   "elastic: when a rank fails again after --max-restarts, go on with one rank fewer, down to this "
                   "many, re-planned for them and resumed from the newest checkpoint of --checkpoint-dir")
       ->check(positive());
-  cmd->add_option("--trace", a->trace, "write a typical mini-batch's measured Chrome trace (the median by duration of the last 9)");
-  cmd->add_option("--svg", a->svg, "write a typical mini-batch's measured Gantt chart (the median by duration of the last 9)");
+  cmd->add_option("--trace", a->trace,
+                  "write a typical mini-batch's measured Chrome trace (the median by duration of the last 9)");
+  cmd->add_option("--svg", a->svg,
+                  "write a typical mini-batch's measured Gantt chart (the median by duration of the last 9)");
   cmd->add_option("--summary-json", a->summary_json, "write the summary as JSON");
   cmd->add_option("--log-jsonl", a->log_jsonl, "write a JSON line per mini-batch and per evaluation (docs/report.md)");
   cmd->add_option("--report", a->report_dir, "write report.html (plan, predicted and measured Gantt, per-rank costs, "

@@ -72,7 +72,8 @@ trace::Timeline measuredTimeline(const TrainRequest& request, const std::vector<
   for (const runtime::RankResult& r : ranks) recent.push_back(r.recent_steps);
   trace::Timeline timeline;
   timeline.title = request.config.model + ", " + plan.schedule.name + ", " + std::to_string(ranks.size()) +
-                   " ranks, " + std::to_string(plan.microbatches) + " micro-batches (the median by duration of the last mini-batches)";
+                   " ranks, " + std::to_string(plan.microbatches) +
+                   " micro-batches (the median by duration of the last mini-batches)";
   timeline.source = "measured";
   timeline.ranks = trace::typicalMinibatch(recent);
   return timeline;

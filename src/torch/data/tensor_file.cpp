@@ -71,9 +71,11 @@ class Mapping {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail(std::string("cannot open it: ") + std::strerror(errno));
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || st.st_size <= 0) {
+    const bool stated = ::fstat(fd, &st) == 0;
+    if (!stated || st.st_size <= 0) {
+      const std::string why = stated ? "it is empty" : std::string("cannot stat it: ") + std::strerror(errno);
       ::close(fd);
-      fail(st.st_size == 0 ? "it is empty" : std::string("cannot stat it: ") + std::strerror(errno));
+      fail(why);
     }
     const auto size = static_cast<std::size_t>(st.st_size);
     void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
@@ -116,14 +118,21 @@ class Mapping {
 };
 
 // One mapping per file in the process while any of it is in use: a rank's training and
-// test splits share their pages instead of each mapping (and counting) them.
+// test splits share their pages instead of each mapping (and counting) them. Keyed by the
+// file as it is now (device, inode, size, modification time), so that a file written
+// anew under the same path is mapped anew.
 std::shared_ptr<Mapping> mappingOf(const std::string& path, const FileError& fail) {
   static std::mutex mutex;
   static std::map<std::string, std::weak_ptr<Mapping>> open;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail(std::string("cannot open it: ") + std::strerror(errno));
+  const std::string key = path + "|" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" +
+                          std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+                          std::to_string(st.st_mtim.tv_nsec);
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto mapped = open[path].lock()) return mapped;
+  if (auto mapped = open[key].lock()) return mapped;
   auto mapped = Mapping::open(path, fail);
-  open[path] = mapped;
+  open[key] = mapped;
   return mapped;
 }
 
