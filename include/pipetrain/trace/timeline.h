@@ -38,11 +38,12 @@ struct Timeline {
 };
 
 // One rank's actions over `minibatches` mini-batches of `microbatches` each, numbered from
-// micro-batch 0, split into its mini-batches: each runs from its first action on one of its
-// micro-batches to the next one's, so a STEP or ALLREDUCE (on no micro-batch) goes with
-// the mini-batch before it.
+// micro-batch 0, split into its mini-batches `first` to the last: each runs from its first
+// action on one of its micro-batches to the next one's, so a STEP or ALLREDUCE (on no
+// micro-batch) goes with the mini-batch before it. Actions before mini-batch `first` are
+// left out, and not copied.
 std::vector<std::vector<TimedAction>> splitMinibatches(const std::vector<TimedAction>& actions, int microbatches,
-                                                       int minibatches);
+                                                       int first, int minibatches);
 
 // Per rank, its latest mini-batches (each rank's list ends with the same, last, one): the
 // mini-batch whose span over all ranks is the median of those every rank kept, with one

@@ -31,14 +31,18 @@ double Timeline::busySeconds(int rank) const {
 }
 
 std::vector<std::vector<TimedAction>> splitMinibatches(const std::vector<TimedAction>& actions, int microbatches,
-                                                       int minibatches) {
-  std::vector<std::vector<TimedAction>> out(static_cast<std::size_t>(std::max(minibatches, 0)));
+                                                       int first, int minibatches) {
+  std::vector<std::vector<TimedAction>> out(static_cast<std::size_t>(std::max(minibatches - first, 0)));
   if (out.empty()) return out;
+  // STEP and ALLREDUCE carry micro-batch -1: they never open a mini-batch.
+  auto opens = [&](const TimedAction& a, std::size_t k) {
+    return a.action.microbatch >= (first + static_cast<int>(k)) * microbatches;
+  };
+  auto it = std::find_if(actions.begin(), actions.end(), [&](const TimedAction& a) { return opens(a, 0); });
   std::size_t k = 0;
-  for (const TimedAction& a : actions) {
-    // STEP and ALLREDUCE carry micro-batch -1: they never open a mini-batch.
-    while (k + 1 < out.size() && a.action.microbatch >= static_cast<int>(k + 1) * microbatches) ++k;
-    out[k].push_back(a);
+  for (; it != actions.end(); ++it) {
+    while (k + 1 < out.size() && opens(*it, k + 1)) ++k;
+    out[k].push_back(*it);
   }
   return out;
 }

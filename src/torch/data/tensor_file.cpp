@@ -141,11 +141,28 @@ struct TensorFile {
   std::shared_ptr<Mapping> mapping;  // the file, which the tensors view
 };
 
+// The archive's directory and pickle read from the mapping: the same bytes the tensors
+// view, whatever happens to the file after it was mapped. Reads past the end read nothing.
+class MappingReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit MappingReader(std::shared_ptr<Mapping> file) : file_(std::move(file)) {}
+  std::size_t size() const override { return file_->size(); }
+  std::size_t read(uint64_t pos, void* buf, std::size_t n, const char* /*what*/) const override {
+    if (pos >= file_->size()) return 0;
+    n = std::min<std::size_t>(n, file_->size() - pos);
+    std::memcpy(buf, file_->base() + pos, n);
+    return n;
+  }
+
+ private:
+  std::shared_ptr<Mapping> file_;
+};
+
 // torch.load's reading of the archive, with each tensor's storage a view of its record's
 // bytes in the mapping. A record stored compressed (torch.save never compresses; a
 // re-zipped file may) is copied out instead.
-c10::IValue unpickleMapped(const std::shared_ptr<Mapping>& file, caffe2::serialize::PyTorchStreamReader& reader,
-                           const FileError& fail) {
+c10::IValue unpickleMapped(const std::shared_ptr<Mapping>& file, const FileError& fail) {
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<MappingReader>(file));
   const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
   std::size_t read = 0;
   auto next = [&, data = static_cast<const char*>(pickle.get()), size = pickle_size](char* out, std::size_t n) {
@@ -237,8 +254,7 @@ TensorFile readTensorFile(const std::string& path) {
   file.mapping = mappingOf(path, fail);
   c10::IValue value;
   try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
-    value = unpickleMapped(file.mapping, reader, fail);
+    value = unpickleMapped(file.mapping, fail);
   } catch (const c10::Error& e) {
     fail(std::string("not a file written by torch.save (") + e.what_without_backtrace() + ")");
   }
@@ -286,8 +302,12 @@ models::InputSpec specOf(const TensorFile& file) {
     spec.loss = models::LossKind::kMeanSquaredError;
     spec.num_classes = c10::multiply_integers(file.train.labels.sizes().slice(1));
   } else {
-    // Over every row of the file: both splits' labels, whatever rows each serves.
-    spec.num_classes = std::max(file.train.labels.max().item<int64_t>(), file.test.labels.max().item<int64_t>()) + 1;
+    // Over every row of the file: both splits' labels, whatever rows each serves (one
+    // pass where the splits are rules over the same tensor).
+    int64_t largest = file.train.labels.max().item<int64_t>();
+    if (!file.test.labels.is_same(file.train.labels))
+      largest = std::max(largest, file.test.labels.max().item<int64_t>());
+    spec.num_classes = largest + 1;
   }
   return spec;
 }

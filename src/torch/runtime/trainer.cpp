@@ -465,7 +465,9 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       result.wait_seconds += r.wait_seconds;
       result.max_sends_held = std::max(result.max_sends_held, r.max_sends_held);
       result.samples += (end - from) * m * b;
-      for (auto& minibatch : trace::splitMinibatches(r.actions, m, static_cast<int>(end - from)))
+      const int segment = static_cast<int>(end - from);
+      const int kept_from = std::max(0, segment - static_cast<int>(RankResult::kRecentMinibatches));
+      for (auto& minibatch : trace::splitMinibatches(r.actions, m, kept_from, segment))
         result.recent_steps.push_back(std::move(minibatch));
       if (const std::size_t n = result.recent_steps.size(); n > RankResult::kRecentMinibatches)
         result.recent_steps.erase(result.recent_steps.begin(),

@@ -81,22 +81,27 @@ std::vector<TimedAction> minibatches(const std::vector<double>& spans) {
 }
 
 TEST(Timeline, MinibatchesSplitAtTheirFirstMicrobatchAndKeepTheirStep) {
-  const auto split = splitMinibatches(minibatches({0.1, 0.2, 0.3}), 2, 3);
+  const auto split = splitMinibatches(minibatches({0.1, 0.2, 0.3}), 2, 0, 3);
   ASSERT_EQ(split.size(), 3u);
   for (std::size_t k = 0; k < 3; ++k) {
     ASSERT_EQ(split[k].size(), 6u) << k;
     EXPECT_EQ(split[k].front().action.microbatch, 2 * static_cast<int>(k));
     EXPECT_EQ(split[k].back().action.type, ActionType::STEP);  // the STEP stays with its mini-batch
   }
-  EXPECT_TRUE(splitMinibatches({}, 2, 0).empty());
+  EXPECT_TRUE(splitMinibatches({}, 2, 0, 0).empty());
+  // From the second on: the first mini-batch's actions are left out.
+  const auto tail = splitMinibatches(minibatches({0.1, 0.2, 0.3}), 2, 1, 3);
+  ASSERT_EQ(tail.size(), 2u);
+  EXPECT_EQ(tail[0].front().action.microbatch, 2);
+  EXPECT_EQ(tail[1].size(), 6u);
 }
 
 TEST(Timeline, TheTypicalMinibatchIsTheMedianByItsSpanOverAllRanks) {
   // Rank 0 kept one mini-batch fewer than rank 1: only the last three of each count. Their
   // spans over both ranks: 0.2, 0.9 (rank 1 stalled), 0.4; the median is the last one.
-  auto rank0 = splitMinibatches(minibatches({9, 0.2, 0.1, 0.4}), 2, 4);
+  auto rank0 = splitMinibatches(minibatches({9, 0.2, 0.1, 0.4}), 2, 0, 4);
   rank0.erase(rank0.begin());
-  const auto chosen = typicalMinibatch({rank0, splitMinibatches(minibatches({5, 0.2, 0.9, 0.3}), 2, 4)});
+  const auto chosen = typicalMinibatch({rank0, splitMinibatches(minibatches({5, 0.2, 0.9, 0.3}), 2, 0, 4)});
   ASSERT_EQ(chosen.size(), 2u);
   EXPECT_EQ(chosen[0].front().action.microbatch, 6);
   EXPECT_EQ(chosen[1].front().action.microbatch, 6);
