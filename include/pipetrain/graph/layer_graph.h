@@ -8,6 +8,7 @@
 // JSON form: docs/formats.md#layer-graph ("pipetrain.layer_graph", version 1).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -67,9 +68,12 @@ struct Layer {
   int64_t optimizer_state_bytes = 0;   // e.g. Adam's two moments = 2 x param_bytes
   double optimizer_seconds = 0;        // one optimizer step over the layer's weights
   // Measured by the profiler: the most memory the layer's forward and backward pass held
-  // at once beyond what existed before it ran (docs/profiling.md). Informational; -1 =
-  // not measured, and then absent from the JSON form.
+  // at once beyond what existed before it ran (docs/profiling.md), and the same for its
+  // forward pass and a split schedule's I. -1 = not measured, and then absent from the
+  // JSON form. The backward passes' transient tensors (the gradients flowing through, and
+  // under I the graph that W still needs) are priced from them.
   int64_t peak_memory_bytes = -1;
+  int64_t split_peak_memory_bytes = -1;
   // The same layer timed at other batch sizes (`pipetrain profile --batch 32,128`): a
   // layer is no cheaper per sample at 32 than at 128 only if nothing in it is fixed per
   // pass, and a matrix product of the 8 x 1024 mlp took 0.63x as long per sample at 128
@@ -92,6 +96,14 @@ struct Layer {
   }
   int64_t splitActivationBytes() const {
     return split_activation_bytes >= 0 ? split_activation_bytes : saved_activation_bytes;
+  }
+  // What its backward pass (B), or its split I, holds at its most beyond the layer's
+  // saved activations, at `scale` times the profiled batch: tensors of one micro-batch,
+  // so they grow with it. 0 where not measured.
+  double backwardTransientAt(double scale) const { return transientAt(peak_memory_bytes, scale); }
+  double inputBackwardTransientAt(double scale) const { return transientAt(split_peak_memory_bytes, scale); }
+  double transientAt(int64_t peak, double scale) const {
+    return peak < 0 ? 0.0 : std::max(0.0, static_cast<double>(peak - saved_activation_bytes)) * scale;
   }
 };
 

@@ -107,6 +107,9 @@ struct StageSums {
   // forward pass with one again (already in `compute`).
   double forward = 0;
   double split = 0;    // held between a split schedule's I and W (0 under other schedules)
+  // What a split schedule's I keeps to its end beyond the saved activations: the
+  // gradients W starts from and each layer output's (0 under other schedules).
+  double kept_gradients = 0;
   // Bytes per micro-batch a recomputing stage keeps from F to B: its inputs and the
   // outputs it sends. Not a sum over layers: set for a stage as a whole; -1 (what sums
   // and differences give) prices no saving.
@@ -121,6 +124,7 @@ struct StageSums {
     optimizer += o.optimizer;
     forward += o.forward;
     split += o.split;
+    kept_gradients += o.kept_gradients;
     kept = -1;
     return *this;
   }
@@ -134,6 +138,7 @@ struct StageSums {
     d.optimizer = optimizer - o.optimizer;
     d.forward = forward - o.forward;
     d.split = split - o.split;
+    d.kept_gradients = kept_gradients - o.kept_gradients;
     return d;  // kept: -1
   }
 };
@@ -217,6 +222,10 @@ class ChainProblem {
   const schedule::ScheduleTraits* traits_ = nullptr;  // of options_.schedule, looked up once
   int devices_ = 0;
   double scale_ = 1;                      // micro-batch size / profiled batch size: bytes scale by it
+  // The most any layer's backward pass (I under a split schedule) holds beyond its saved
+  // activations: a bound on a stage's, whose exact figure (sim::StageCosts) depends on
+  // its layers' order, which sums cannot carry.
+  double backward_transient_ = 0;
   int extra_weight_buffers_ = 0;
   std::vector<int> block_start_;          // first layer of each block, then the layer count
   StageSums layerSums(int layer) const;

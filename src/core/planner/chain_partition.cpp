@@ -77,6 +77,9 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   if (options_.assumed_depth < 1) options_.assumed_depth = 1;
   extra_weight_buffers_ = options.extra_weight_buffers;
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
+  for (const graph::Layer& l : graph.layers())
+    backward_transient_ = std::max(backward_transient_, traits_->split_backward ? l.inputBackwardTransientAt(scale_)
+                                                                                 : l.backwardTransientAt(scale_));
 
   std::vector<double> speed, memory, hop_allreduce_bandwidth, hop_allreduce_host_bandwidth, hop_latency, copy,
       hop_through_host;
@@ -225,6 +228,8 @@ StageSums ChainProblem::layerSums(int layer) const {
   sums.optimizer = static_cast<double>(l.optimizer_state_bytes);
   sums.forward = t.forward_no_grad;
   sums.split = traits_->split_backward ? static_cast<double>(l.splitActivationBytes()) * scale_ : 0.0;
+  if (traits_->split_backward)
+    sums.kept_gradients = std::max(0.0, static_cast<double>(l.splitActivationBytes() + l.output_bytes) * scale_ - saved);
   return sums;
 }
 
@@ -251,11 +256,12 @@ double ChainProblem::stageMemoryBytes(const StageSums& stage, const DeviceBlock&
 }
 
 double ChainProblem::memoryBytes(const StageSums& stage, int inflight, double weight_copies, bool recompute) const {
-  const double weights = stage.params * weight_copies + stage.optimizer;
-  if (!recompute || stage.kept < 0) return weights + stage.activation * inflight;
+  // One micro-batch at a time is inside its backward pass.
+  const double fixed = stage.params * weight_copies + stage.optimizer + stage.kept_gradients + backward_transient_;
+  if (!recompute || stage.kept < 0) return fixed + stage.activation * inflight;
   // Each micro-batch in flight keeps its messages (or, between a split schedule's I and
   // W, what W reads); the one being recomputed holds all its activations.
-  return weights + std::max(stage.kept, stage.split) * inflight + stage.activation;
+  return fixed + std::max(stage.kept, stage.split) * inflight + stage.activation;
 }
 
 DeviceBlock ChainProblem::deviceBlock(int first, int end) const {

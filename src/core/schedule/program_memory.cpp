@@ -43,7 +43,9 @@ std::vector<std::vector<Retirement>> retirements(const Program& program) {
 std::vector<RankFootprint> accountMemory(const Program& program,
                                          const std::vector<double>& stage_activation_bytes,
                                          const std::vector<double>& stage_split_activation_bytes,
-                                         const std::vector<double>& stage_gradient_bytes) {
+                                         const std::vector<double>& stage_gradient_bytes,
+                                         const std::vector<double>& stage_backward_peak_bytes,
+                                         const std::vector<double>& stage_input_backward_peak_bytes) {
   auto bytesOf = [&](int stage) {
     return stage_activation_bytes.empty() ? 0.0 : stage_activation_bytes[stage];
   };
@@ -73,6 +75,10 @@ std::vector<RankFootprint> accountMemory(const Program& program,
 
     int total_in_flight = 0;
     double peak = 0, bytes = 0, peak_bytes = 0;
+    // The bytes peak inside a backward pass, by its transient tensors.
+    auto passPeaks = [&](const std::vector<double>& transient, int stage) {
+      if (!transient.empty()) peak_bytes = std::max(peak_bytes, bytes + transient[stage]);
+    };
     std::vector<char> gradients_live(program.num_stages, 0);  // by stage: its gradients are allocated
     // A backward pass that computes weight gradients ends with them allocated.
     auto gradientsComputed = [&](int stage) {
@@ -98,11 +104,13 @@ std::vector<RankFootprint> accountMemory(const Program& program,
         bytes += bytesOf(a.stage);
         peak_bytes = std::max(peak_bytes, bytes);
       } else if (a.type == ActionType::B && !splitHere(a)) {
+        passPeaks(stage_backward_peak_bytes, a.stage);
         --in_flight[local(a.stage)];
         --total_in_flight;
         bytes -= bytesOf(a.stage);
         gradientsComputed(a.stage);
       } else if (a.type == ActionType::I && splitHere(a)) {
+        passPeaks(stage_input_backward_peak_bytes, a.stage);
         bytes += splitBytesOf(a.stage) - bytesOf(a.stage);  // the gradients kept for W, less what only I read
         peak_bytes = std::max(peak_bytes, bytes);
       } else if (a.type == ActionType::W) {

@@ -78,6 +78,18 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       // (the last layer computes the loss): its ranks hold the dataset.
       c.holds_data = c.holds_data || graph.predecessors(index).empty() || index == graph.size() - 1;
     }
+    // Backward passes run the stage's layers last to first. B frees each layer's saved
+    // activations as it passes; I frees none, keeps what W starts from, and keeps each
+    // layer output's gradient to the end of its engine call (runtime::SplitBackward's
+    // targets).
+    double later_saved = 0, later_kept = 0;
+    for (auto name = stage.layers.rbegin(); name != stage.layers.rend(); ++name) {
+      const graph::Layer& l = graph.layer(graph.indexOf(*name));
+      c.backward_peak_bytes = std::max(c.backward_peak_bytes, l.backwardTransientAt(scale) - later_saved);
+      c.input_backward_peak_bytes = std::max(c.input_backward_peak_bytes, later_kept + l.inputBackwardTransientAt(scale));
+      later_saved += l.savedBytesAt(scale);
+      later_kept += static_cast<double>(l.splitActivationBytes() + l.output_bytes) * scale - l.savedBytesAt(scale);
+    }
     if (recomputed > 0) {
       double received = 0;  // the stage's inputs per micro-batch, which a recomputing stage keeps
       for (int q : dag_.preds[s]) received += edgeBytes(q, s);

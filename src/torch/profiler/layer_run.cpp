@@ -7,10 +7,10 @@ namespace pipetrain::profiler {
 void synchronize(const torch::Device& device) { runtime::deviceKind(device).synchronize(device); }
 
 Memory measureMemory(const LayerRun& run, const torch::Device& device) {
-  MemoryProbe probe(device);
-  if (!probe.measures()) return {};
   Memory m;
   {  // Tensors made under the probe are freed under it too, so its books balance.
+    MemoryProbe probe(device);
+    if (!probe.measures()) return {};
     torch::Tensor y = run.forward();
     synchronize(device);
     m.saved = probe.current();
@@ -18,13 +18,15 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
     synchronize(device);
     m.peak = probe.peak();
   }
-  {  // Again, split: what stays after I is what W needs (the input gradients go to the producer).
-    const int64_t before = probe.current();
+  {  // Again, split: what stays after I is what W needs (the input gradients go to the
+     // producer). A probe of its own, for the peak of the forward pass and I alone.
+    MemoryProbe probe(device);
     torch::Tensor y = run.forward();
     runtime::SplitBackward split;
     run.inputBackward(split, y, torch::ones_like(y));
     synchronize(device);
-    m.split = probe.current() - before;
+    m.split = probe.current();
+    m.split_peak = probe.peak();
   }
   return m;
 }

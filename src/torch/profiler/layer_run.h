@@ -90,9 +90,10 @@ struct Memory {
   int64_t saved = -1;  // held after the forward pass: the output and what autograd keeps
   int64_t peak = -1;   // the most held at once during forward and backward
   int64_t split = -1;  // held after a split schedule's I, until W (NOTE(split-backward))
+  int64_t split_peak = -1;  // the most held at once during the forward pass and that I
 };
 
-// One more forward and full backward, then a forward and a split I, under a
+// One more forward and full backward, then a forward and a split I, each under a
 // MemoryProbe. Counts only what the layer
 // allocates (its inputs and parameters existed before), so a layer's figures do not
 // include its inputs: they are its producers' outputs, counted there. The merge of

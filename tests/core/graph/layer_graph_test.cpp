@@ -99,16 +99,24 @@ TEST(LayerGraph, OptimizerSecondsAreOptional) {
 TEST(LayerGraph, PeakMemoryIsOptionalAndWrittenOnlyWhenMeasured) {
   Json measured = layerJson("b");
   measured["peak_memory_bytes"] = 4096;
+  measured["split_peak_memory_bytes"] = 5120;
   const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), measured}), "g.json");
   EXPECT_EQ(g.layer(0).peak_memory_bytes, -1);  // older files: not measured
+  EXPECT_EQ(g.layer(0).split_peak_memory_bytes, -1);
   EXPECT_EQ(g.layer(1).peak_memory_bytes, 4096);
+  EXPECT_EQ(g.layer(1).split_peak_memory_bytes, 5120);
   const Json written = g.toJson();
   EXPECT_FALSE(written["layers"][0].contains("peak_memory_bytes"));
+  EXPECT_FALSE(written["layers"][0].contains("split_peak_memory_bytes"));
   EXPECT_EQ(written["layers"][1]["peak_memory_bytes"], 4096);
+  EXPECT_EQ(written["layers"][1]["split_peak_memory_bytes"], 5120);
   EXPECT_EQ(LayerGraph::fromJson(written, "written").toJson(), written);
-  measured["peak_memory_bytes"] = -5;
-  expectError([&] { LayerGraph::fromJson(graphJson({measured}), "g.json"); },
-              {"g.json", "layers[0].peak_memory_bytes"});
+  for (const char* field : {"peak_memory_bytes", "split_peak_memory_bytes"}) {
+    Json bad = measured;
+    bad[field] = -5;
+    expectError([&] { LayerGraph::fromJson(graphJson({bad}), "g.json"); },
+                {"g.json", std::string("layers[0].") + field});
+  }
 }
 
 TEST(LayerGraph, WhatAProcessHoldsBesideItsTensorsIsOptionalAndRoundTrips) {

@@ -419,7 +419,9 @@ TEST(GraphPartition, PlansValidateAndFitTheScheduleFootprint) {
             << schedule << " trial " << trial << " on " << rank.device;
     }
   }
-  EXPECT_GE(planned, 40);  // of 80; the rest fit nowhere, and said so
+  // Of 80; the rest fit nowhere, and said so (38 since zb-h1's I holds its kept gradients
+  // and its layers' output gradients to its end).
+  EXPECT_GE(planned, 35);
 }
 
 // The down-set search runs where the lattice is small and gives way to the tree's on

@@ -90,6 +90,35 @@ TEST(ProgramMemory, SplitActivationBytesHeldFromIToW) {
   EXPECT_EQ(accountMemory(p, {100.0}, {150.0})[0].peak_activations, 2);
 }
 
+// A backward pass's transient tensors raise the peak inside it, above what the rank held
+// before it: GPipe's B after four Fs, a split I after the other micro-batch's I.
+TEST(ProgramMemory, BackwardPassesPeakByTheirTransientTensors) {
+  ScheduleSpec spec;
+  spec.name = "gpipe";
+  spec.microbatches = 4;
+  const Program gpipe = buildProgram(spec, chainDag(1));  // F F F F B B B B STEP
+  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {}, {30.0})[0].peak_activation_bytes, 430.0);
+  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {50.0}, {30.0})[0].peak_activation_bytes, 430.0);
+  // The gradients are live from the first B on: the second B starts at 3 x 100 + 50.
+  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {50.0}, {150.0})[0].peak_activation_bytes, 550.0);
+  // An I's transient leaves a whole B alone, and the other way round.
+  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {}, {}, {30.0})[0].peak_activation_bytes, 400.0);
+
+  Program p;  // F F I I W W
+  p.num_stages = 1;
+  p.microbatches = 2;
+  p.stage_ranks = {{0}};
+  p.stage_preds = p.stage_succs = {{}};
+  p.ranks = {{computeAction(ActionType::F, 0, 0, 0), computeAction(ActionType::F, 0, 1, 0),
+              computeAction(ActionType::I, 0, 0, 0), computeAction(ActionType::I, 0, 1, 0),
+              computeAction(ActionType::W, 0, 0, 0), computeAction(ActionType::W, 0, 1, 0)}};
+  // The second I starts at 150 + 100 and holds 60 more inside; 40 more stays below the
+  // 300 held after both.
+  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {}, {60.0})[0].peak_activation_bytes, 310.0);
+  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {}, {40.0})[0].peak_activation_bytes, 300.0);
+  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {60.0}, {})[0].peak_activation_bytes, 300.0);
+}
+
 TEST(ProgramMemory, RetirementsComeAfterTheLastReader) {
   ScheduleSpec spec;
   spec.name = "pipedream";

@@ -62,6 +62,45 @@ plan::Plan planFor(const std::string& name, const cluster::ClusterSpec& cluster,
   return p;
 }
 
+// A stage's backward passes run its layers last to first. B frees each layer's saved
+// activations behind it, so only a late layer's transient can top what the pass started
+// with; I frees none and keeps W's gradients and each layer output's gradient.
+TEST(Evaluate, BackwardPeaksFollowTheLayersLastToFirst) {
+  std::vector<graph::Layer> layers;
+  const int64_t peak[] = {130, 160, 150}, split[] = {120, 110, 130}, split_peak[] = {200, 180, 170};
+  for (int i = 0; i < 3; ++i) {
+    graph::Layer l;
+    l.name = "layer" + std::to_string(i);
+    if (i > 0) l.inputs = {layers.back().name};
+    l.forward_seconds = l.backward_input_seconds = l.backward_weight_seconds = 1e-3;
+    l.output_bytes = 10;
+    l.saved_activation_bytes = 100;
+    l.peak_memory_bytes = peak[i];
+    l.split_activation_bytes = split[i];
+    l.split_peak_memory_bytes = split_peak[i];
+    layers.push_back(l);
+  }
+  const graph::LayerGraph graph(layers, 1);
+  const cluster::ClusterSpec cluster = cluster::ClusterSpec::uniform(1, int64_t{1} << 30, 1e9, 0);
+  plan::Plan p;
+  p.microbatch_size = 2;  // twice the profiled batch: every figure doubles
+  p.microbatches = 1;
+  p.schedule.name = "1f1b";
+  p.stages = {{{"layer0", "layer1", "layer2"}, {cluster.device(0).name}}};
+  const CostModel costs(graph, cluster, p);
+  const StageCosts& c = costs.stage(0);
+  // B: layer2's 2 x 50 with everything still saved; layer1's 2 x 60 comes after 200 freed.
+  EXPECT_DOUBLE_EQ(c.backward_peak_bytes, 100.0);
+  // I at layer0: layer2 kept 2 x (130 + 10 - 100), layer1 2 x (110 + 10 - 100), its own 2 x 100.
+  EXPECT_DOUBLE_EQ(c.input_backward_peak_bytes, 320.0);
+  // Unmeasured peaks price nothing.
+  for (auto& l : layers) l.peak_memory_bytes = l.split_peak_memory_bytes = -1;
+  const graph::LayerGraph unmeasured_graph(layers, 1);
+  const CostModel unmeasured(unmeasured_graph, cluster, p);
+  EXPECT_DOUBLE_EQ(unmeasured.stage(0).backward_peak_bytes, 0.0);
+  EXPECT_DOUBLE_EQ(unmeasured.stage(0).input_backward_peak_bytes, 120.0);  // the later layers' kept gradients
+}
+
 TEST(Evaluate, ExtrapolatedReportMatchesFullSimulation) {
   const graph::LayerGraph graph = unevenChain();
   const cluster::ClusterSpec cluster = sixDevices();
