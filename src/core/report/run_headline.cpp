@@ -131,9 +131,10 @@ std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks) {
     note += r.learned_from_runs > 0
                 ? ". The profile's figure for the framework is the mean of " + std::to_string(r.learned_from_runs) +
                       " earlier run(s); this run's joins it for the next plan."
-                : ". Before a run, the profile knows of the process beyond its tensors only the dataset and the "
-                  "LibTorch code its passes paged in; the rest (the allocator's kept memory, LibTorch's workspaces, "
-                  "the whole model as every rank builds it) this run taught it, and the next plan prices it.";
+                : ". Before a run, the profile knows of the process beyond its tensors only the dataset, the "
+                  "LibTorch code its passes paged in and the workspaces its kernels kept; the rest (the allocator's "
+                  "freed but kept memory, the kernels' passing buffers, the whole model as every rank builds it) "
+                  "this run taught it, and the next plan prices it.";
     notes.push_back(note);
   }
   return notes;
