@@ -14,15 +14,6 @@ int64_t peakResidentBytes();
 // mostly the code of the libraries, paged in as their functions are first called; 0
 // where the kernel does not say.
 int64_t residentFileBytes();
-// Starts the peak residentPeakSinceRestart() reads again, from the resident set now
-// (/proc/self/clear_refs); false where the kernel does not let it.
-bool restartResidentPeak();
-// The largest resident set since restartResidentPeak() (/proc/self/status's VmHWM); 0
-// where the kernel does not say.
-int64_t residentPeakSinceRestart();
-// Hands the heap's free pages back to the kernel (glibc's malloc_trim), so that the
-// resident set grows by whatever is allocated next, even into memory freed before.
-void returnFreeHeapPages();
 // Bytes the C allocator has handed out and not had back, over all its arenas (glibc's
 // mallinfo2): the process's heap in use, tensors and everything else; -1 off glibc.
 int64_t heapInUseBytes();

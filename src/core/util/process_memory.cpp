@@ -26,14 +26,11 @@ int64_t peakResidentBytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-namespace {
-
-// A "Key: N kB" line of /proc/self/status in bytes; 0 where absent.
-int64_t statusBytes(const std::string& wanted) {
+int64_t residentFileBytes() {
   std::ifstream status("/proc/self/status");
   std::string key;
   while (status >> key) {
-    if (key == wanted) {
+    if (key == "RssFile:") {
       int64_t kib = 0;
       status >> kib;
       return kib * 1024;
@@ -41,25 +38,6 @@ int64_t statusBytes(const std::string& wanted) {
     status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
   }
   return 0;
-}
-
-}  // namespace
-
-int64_t residentFileBytes() { return statusBytes("RssFile:"); }
-
-bool restartResidentPeak() {
-  std::ofstream clear_refs("/proc/self/clear_refs");
-  clear_refs << "5";  // the kernel's "reset the peak resident set size"
-  clear_refs.flush();
-  return clear_refs.good();
-}
-
-int64_t residentPeakSinceRestart() { return statusBytes("VmHWM:"); }
-
-void returnFreeHeapPages() {
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
 }
 
 int64_t heapInUseBytes() {

@@ -94,8 +94,7 @@ struct Memory {
 };
 
 // One more forward and full backward, then a forward and a split I, each under a
-// MemoryProbe; on the CPU the peaks are the resident set's growth where that is larger
-// (the kernels' buffers beside the tensors). Counts only what the layer
+// MemoryProbe. Counts only what the layer
 // allocates (its inputs and parameters existed before), so a layer's figures do not
 // include its inputs: they are its producers' outputs, counted there. The merge of
 // several inputs is the layer's own allocation.

@@ -86,29 +86,5 @@ TEST(Allocator, HeapInUseCountsWhatIsHandedOutAndNotGivenBack) {
 #endif
 }
 
-// What the profile measures a pass's buffers beside its tensors with: the resident set's
-// peak, restarted after the heap's free pages went back, sees memory the heap had kept
-// from before, and the next restart forgets it.
-TEST(Allocator, TheResidentPeakRestartsAndSeesReusedMemory) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer's allocator replaces glibc's malloc";
-#else
-  if (!restartResidentPeak()) GTEST_SKIP() << "this kernel cannot restart the peak (/proc/self/clear_refs)";
-  const int64_t bytes = int64_t{32} << 20;
-  retainFreedMemory();
-  touchAndFree(bytes);  // kept by the heap, resident
-  for (int round = 0; round < 2; ++round) {
-    returnFreeHeapPages();
-    ASSERT_TRUE(restartResidentPeak());
-    const int64_t start = residentBytes();
-    touchAndFree(bytes);
-    EXPECT_GE(residentPeakSinceRestart() - start, bytes - (1 << 20)) << round;
-  }
-  returnFreeHeapPages();
-  ASSERT_TRUE(restartResidentPeak());
-  EXPECT_LT(residentPeakSinceRestart() - residentBytes(), 8 << 20);
-#endif
-}
-
 }  // namespace
 }  // namespace pipetrain::util
