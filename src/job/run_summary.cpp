@@ -56,6 +56,7 @@ Json rankEntry(const runtime::RankResult& r) {
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"start_memory_bytes", r.start_memory_bytes},
           {"data_memory_bytes", r.data_memory_bytes},
+          {"heap_free_bytes", r.heap_free_bytes},
           {"device", r.device},
           {"data_channel", r.data_channel},
           {"peak_device_memory_bytes", r.peak_device_memory_bytes},

@@ -14,11 +14,12 @@ namespace pipetrain::runtime {
 namespace {
 
 // One stage at a micro-batch of 16, priced from a profile taken at 4 and 16 as `train
-// --batch` takes it: within 10% of the allocator's peak in fp32 and in bf16, whose
+// --batch` takes it: within 2% of the allocator's peak in fp32 and in bf16 (0.99992 and
+// 0.99953 on 2026-11-30, the backward pass's passing tensors priced), whose
 // autocast keeps a copy of the weights per micro-batch (Layer::saved_fixed_bytes), and
 // under Adam, whose gradients are cleared after each step and so are absent at the
 // forward pass's peak (schedule::accountMemory).
-TEST(MemoryPrediction, OneStageWithinTenPercentOfTheAllocatorsPeak) {
+TEST(MemoryPrediction, OneStageWithinTwoPercentOfTheAllocatorsPeak) {
   for (const std::string precision : {"fp32", "bf16"}) {
     SCOPED_TRACE(precision);
     TrainConfig c = smallConfig("gpt", {{"layers", 4}, {"width", 128}, {"heads", 4}, {"context", 64}});
@@ -47,7 +48,7 @@ TEST(MemoryPrediction, OneStageWithinTenPercentOfTheAllocatorsPeak) {
     }
     // --gtest_output=json:FILE keeps the ratio (docs/gpu.md quotes it).
     RecordProperty(precision + "_predicted_over_measured", std::to_string(tensors / static_cast<double>(measured)));
-    EXPECT_NEAR(tensors / static_cast<double>(measured), 1.0, 0.10)
+    EXPECT_NEAR(tensors / static_cast<double>(measured), 1.0, 0.02)
         << "predicted " << tensors << " bytes, the allocator's peak " << measured;
   }
 }

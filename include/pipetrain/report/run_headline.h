@@ -52,6 +52,7 @@ struct RankMemory {
   double predicted_process = 0;   // of it, beyond the tensors: the framework and the dataset
   double data = -1;               // what opening the datasets added; -1: it loads none
   int learned_from_runs = 0;      // the runs the profile's framework figure is the mean of
+  double heap_free = -1;          // the heap's freed and kept memory at the end; -1: not known
 };
 
 // Below this share apart, prediction and measurement agree.

@@ -118,6 +118,9 @@ struct RankResult {
   int64_t start_memory_bytes = 0;
   // What opening the datasets added to its resident set (-1: it loads none).
   int64_t data_memory_bytes = -1;
+  // The heap's freed and kept memory once training ended (util::heapFreeBytes; -1 off
+  // glibc): part of the peak the tensors' accounting does not hold.
+  int64_t heap_free_bytes = -1;
   int weight_versions = 1;               // peak versions of any of the rank's stages (measured)
   int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
   int max_sends_held = 0;                // outgoing messages kept alive at once (executor.h)

@@ -116,6 +116,7 @@ std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string
     m.predicted_process = r.has("predicted_process_bytes") ? r.field("predicted_process_bytes").asNumber() : 0.0;
     m.data = r.has("data_memory_bytes") ? r.field("data_memory_bytes").asNumber() : -1.0;
     m.learned_from_runs = learned;
+    m.heap_free = r.has("heap_free_bytes") ? r.field("heap_free_bytes").asNumber() : -1.0;
     // On a GPU the planner prices the device's memory, which the resident set does not hold.
     if (r.has("peak_device_memory_bytes") && r.field("peak_device_memory_bytes").asNumber() >= 0) m.predicted = NAN;
   }

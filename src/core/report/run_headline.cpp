@@ -128,6 +128,12 @@ std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks) {
                        " the planner's prediction (" + text::humanBytes(r.predicted) + ", of which " +
                        text::humanBytes(r.predicted_process) + " beyond its tensors)";
     if (r.data >= 0) note += "; opening its datasets added " + text::humanBytes(r.data);
+    // Memory the tensors' accounting cannot see: what the heap freed and kept, which at
+    // the peak partly held the passing tensors the prediction prices, and partly lay in
+    // gaps between blocks still in use.
+    if (apart > 0 && r.heap_free >= 0)
+      note += "; at its end the heap kept " + text::humanBytes(r.heap_free) +
+              " freed for reuse (the allocator keeps what training freed, and gaps between blocks in use)";
     note += r.learned_from_runs > 0
                 ? ". The profile's figure for the framework is the mean of " + std::to_string(r.learned_from_runs) +
                       " earlier run(s); this run's joins it for the next plan."

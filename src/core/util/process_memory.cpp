@@ -49,4 +49,12 @@ int64_t heapInUseBytes() {
 #endif
 }
 
+int64_t heapFreeBytes() {
+#if defined(__GLIBC__)
+  return static_cast<int64_t>(mallinfo2().fordblks);
+#else
+  return -1;
+#endif
+}
+
 }  // namespace pipetrain::util

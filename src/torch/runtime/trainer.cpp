@@ -506,6 +506,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   }
   result.action_seconds = steadyActionSeconds(durations, minibatches_run);
   result.peak_memory_bytes = util::peakResidentBytes();
+  result.heap_free_bytes = util::heapFreeBytes();
   result.probe_seconds = util::median(probes);
   result.start_memory_bytes = start_memory;
   result.parameters = executor.parameters();

@@ -91,15 +91,18 @@ TEST(CoreSpeedNotes, TheSlowestRanksCoreAgainstTheProfilesPricesThePlanAtItsSpee
 
 TEST(MemoryNotes, ARankPastTenPercentIsExplainedTheOthersAreNot) {
   std::vector<RankMemory> ranks(3);
-  ranks[0] = {0, 105.0, 64.0, 50.0, 48.0, 0};  // the framework not learned yet
-  ranks[1] = {1, 99.0, 96.0, 80.0, 48.0, 2};   // within 10%
-  ranks[2] = {2, 80.0, 100.0, 80.0, -1, 2};    // below, learned from two runs
+  ranks[0] = {0, 105.0, 64.0, 50.0, 48.0, 0, 30.0};  // the framework not learned yet
+  ranks[1] = {1, 99.0, 96.0, 80.0, 48.0, 2, 30.0};   // within 10%
+  ranks[2] = {2, 80.0, 100.0, 80.0, -1, 2, 30.0};    // below, learned from two runs
   const auto notes = memoryNotes(ranks);
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_NE(notes[0].find("Rank 0's peak memory"), std::string::npos);
   EXPECT_NE(notes[0].find("64% above"), std::string::npos) << notes[0];
   EXPECT_NE(notes[0].find("opening its datasets added"), std::string::npos);
   EXPECT_NE(notes[0].find("this run taught it"), std::string::npos);
+  // Above the prediction, what the heap freed and kept is named; below, it explains nothing.
+  EXPECT_NE(notes[0].find("the heap kept 30 B freed for reuse"), std::string::npos) << notes[0];
+  EXPECT_EQ(notes[1].find("the heap kept"), std::string::npos) << notes[1];
   EXPECT_NE(notes[1].find("20% below"), std::string::npos) << notes[1];
   EXPECT_NE(notes[1].find("mean of 2 earlier run(s)"), std::string::npos);
   ranks.assign(1, {0, 105.0, NAN, 0, -1, 0});  // no prediction: nothing to compare
