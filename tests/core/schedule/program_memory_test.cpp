@@ -73,9 +73,8 @@ TEST(ProgramMemory, GradientsFromTheFirstBackwardToTheStep) {
   EXPECT_DOUBLE_EQ(accountMemory(one_f_one_b, {100.0, 100.0})[0].peak_activation_bytes, 200.0);
 }
 
-// A split backward's micro-batch holds its activations until I, then what W reads and the
-// gradients kept for it until W (more or less than before: I frees what only it read).
-TEST(ProgramMemory, SplitActivationBytesHeldFromIToW) {
+// One stage, two micro-batches: F F I I W W.
+Program twoSplitMicrobatches() {
   Program p;
   p.num_stages = 1;
   p.microbatches = 2;
@@ -84,6 +83,13 @@ TEST(ProgramMemory, SplitActivationBytesHeldFromIToW) {
   p.ranks = {{computeAction(ActionType::F, 0, 0, 0), computeAction(ActionType::F, 0, 1, 0),
               computeAction(ActionType::I, 0, 0, 0), computeAction(ActionType::I, 0, 1, 0),
               computeAction(ActionType::W, 0, 0, 0), computeAction(ActionType::W, 0, 1, 0)}};
+  return p;
+}
+
+// A split backward's micro-batch holds its activations until I, then what W reads and the
+// gradients kept for it until W (more or less than before: I frees what only it read).
+TEST(ProgramMemory, SplitActivationBytesHeldFromIToW) {
+  const Program p = twoSplitMicrobatches();
   EXPECT_DOUBLE_EQ(accountMemory(p, {100.0})[0].peak_activation_bytes, 200.0);          // as before I
   EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0})[0].peak_activation_bytes, 300.0);  // I adds 50 twice
   EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {60.0})[0].peak_activation_bytes, 200.0);   // I frees
@@ -99,19 +105,12 @@ TEST(ProgramMemory, BackwardPassesPeakByTheirTransientTensors) {
   const Program gpipe = buildProgram(spec, chainDag(1));  // F F F F B B B B STEP
   EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {}, {30.0})[0].peak_activation_bytes, 430.0);
   EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {50.0}, {30.0})[0].peak_activation_bytes, 430.0);
-  // The gradients are live from the first B on: the second B starts at 3 x 100 + 50.
+  // The first B peaks before its gradients exist (it allocates them as it ends).
   EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {50.0}, {150.0})[0].peak_activation_bytes, 550.0);
   // An I's transient leaves a whole B alone, and the other way round.
   EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {}, {}, {30.0})[0].peak_activation_bytes, 400.0);
 
-  Program p;  // F F I I W W
-  p.num_stages = 1;
-  p.microbatches = 2;
-  p.stage_ranks = {{0}};
-  p.stage_preds = p.stage_succs = {{}};
-  p.ranks = {{computeAction(ActionType::F, 0, 0, 0), computeAction(ActionType::F, 0, 1, 0),
-              computeAction(ActionType::I, 0, 0, 0), computeAction(ActionType::I, 0, 1, 0),
-              computeAction(ActionType::W, 0, 0, 0), computeAction(ActionType::W, 0, 1, 0)}};
+  const Program p = twoSplitMicrobatches();
   // The second I starts at 150 + 100 and holds 60 more inside; 40 more stays below the
   // 300 held after both.
   EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {}, {60.0})[0].peak_activation_bytes, 310.0);
