@@ -1,5 +1,7 @@
 #include "pipetrain/job/local_cluster.h"
 
+#include "pipetrain/torch/wire_choice.h"
+
 namespace pipetrain::job {
 namespace {
 
@@ -53,14 +55,7 @@ constexpr double kGpuHostLinkBandwidth = 25e9;
 }  // namespace
 
 LocalSums localSums(const std::string& wire, bool gpus) {
-  return wire == "shm" || (wire == "auto" && !gpus) ? LocalSums::kSharedMemory : LocalSums::kGloo;
-}
-
-LocalSums sumsOfChannel(const std::string& channel_name) {
-  const std::string suffix = "+shm";  // runtime::makeShmChannel's name: its messages' channel's, then this
-  return channel_name.size() > suffix.size() && channel_name.compare(channel_name.size() - suffix.size(), suffix.size(), suffix) == 0
-             ? LocalSums::kSharedMemory
-             : LocalSums::kGloo;
+  return runtime::sumsInSharedMemory(wire, !gpus, /*one_host=*/true) ? LocalSums::kSharedMemory : LocalSums::kGloo;
 }
 
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,

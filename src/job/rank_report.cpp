@@ -105,6 +105,7 @@ Json rankResultToJson(const runtime::RankResult& r) {
           {"start_memory_bytes", r.start_memory_bytes},
           {"data_memory_bytes", r.data_memory_bytes},
           {"heap_free_bytes", r.heap_free_bytes},
+          {"sums_in_shared_memory", r.sums_in_shared_memory},
           {"weight_versions", r.weight_versions},
           {"weight_bytes", r.weight_bytes},
           {"max_sends_held", r.max_sends_held},
@@ -140,6 +141,7 @@ runtime::RankResult rankResultFromJson(const Json& json, const std::string& orig
   r.start_memory_bytes = c.field("start_memory_bytes").asInt();
   r.data_memory_bytes = c.field("data_memory_bytes").asInt();
   r.heap_free_bytes = c.field("heap_free_bytes").asInt();
+  r.sums_in_shared_memory = c.field("sums_in_shared_memory").asBool();
   r.weight_versions = static_cast<int>(c.field("weight_versions").asInt());
   r.weight_bytes = c.field("weight_bytes").asInt();
   r.max_sends_held = static_cast<int>(c.field("max_sends_held").asInt());

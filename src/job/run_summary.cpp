@@ -128,7 +128,7 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
                              any.stage_output_bytes,
                              any.stage_param_bytes,
                              any.stage_preds,
-                             sumsOfChannel(any.data_channel)};
+                             any.sums_in_shared_memory ? LocalSums::kSharedMemory : LocalSums::kGloo};
   // The run's stage times into the cached profile it was planned from (run_profile.h), as
   // the simulator prices them: where ranks take turns on the cores, their time on a core,
   // which is what a profile of shared cores measures (a core's speed), and the turns'

@@ -31,6 +31,7 @@ runtime::RankResult sampleResult() {
   r.start_memory_bytes = 350 << 20;
   r.data_memory_bytes = 1 << 20;
   r.heap_free_bytes = 12 << 20;
+  r.sums_in_shared_memory = true;
   r.weight_versions = 2;
   r.weight_bytes = 3 << 20;
   r.max_sends_held = 4;
@@ -60,6 +61,7 @@ TEST(RankReport, ResultReadsBackAsWritten) {
   EXPECT_EQ(read.recent_steps[0].size(), 2u);
   EXPECT_DOUBLE_EQ(read.core_wait_seconds, -1);
   EXPECT_EQ(read.heap_free_bytes, 12 << 20);
+  EXPECT_TRUE(read.sums_in_shared_memory);
 }
 
 TEST(RankReport, ResultMissingAFieldIsRefusedNamingIt) {

@@ -44,9 +44,6 @@ TEST(PredictRun, SumsArePricedAtTheChannelThatRanThem) {
   EXPECT_EQ(localSums("shm", false), LocalSums::kSharedMemory);
   EXPECT_EQ(localSums("gloo", false), LocalSums::kGloo);
   EXPECT_EQ(localSums("auto", /*gpus=*/true), LocalSums::kGloo);
-  EXPECT_EQ(sumsOfChannel("gloo+shm"), LocalSums::kSharedMemory);
-  EXPECT_EQ(sumsOfChannel("gloo"), LocalSums::kGloo);
-  EXPECT_EQ(sumsOfChannel("nccl"), LocalSums::kGloo);
 
   plan::ScheduleOptions schedule;
   schedule.name = "gpipe";

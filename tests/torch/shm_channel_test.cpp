@@ -47,6 +47,7 @@ TEST(ShmChannel, SumsEveryChunkToTheSameBitsOnEveryRank) {
         outputs[r].push_back(inputs[r].back().clone());
       }
     onRanks(ranks, std::chrono::seconds(20), [&](int r, DataChannel& channel) {
+      EXPECT_TRUE(channel.sumsInSharedMemory());  // what the simulator prices the run's sums at
       std::vector<std::unique_ptr<PendingOp>> ops;
       for (auto& t : outputs[r]) ops.push_back(channel.startAllReduceSum(t, {0, 1, 2}));
       for (auto& op : ops) op->wait();

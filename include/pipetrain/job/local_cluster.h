@@ -14,12 +14,10 @@ namespace pipetrain::job {
 // (runtime::makeShmChannel). Each all-reduces at its own measured rates.
 enum class LocalSums { kGloo, kSharedMemory };
 
-// What a job's `--wire` sums with on this machine: shared memory for "shm", and for
-// "auto" between CPU ranks (as runtime::openDataChannel chooses for ranks of one host);
-// Gloo otherwise.
+// What a job's `--wire` sums with on this machine (runtime::sumsInSharedMemory, the
+// rule runtime::openDataChannel follows): shared memory for "shm" or "auto" between CPU
+// ranks; Gloo otherwise.
 LocalSums localSums(const std::string& wire, bool gpus);
-// What a run summed with, from the name of its data channel (RankResult::data_channel).
-LocalSums sumsOfChannel(const std::string& channel_name);
 
 // This machine's ranks as a cluster: CPU devices with these names that share loopback
 // Gloo (bandwidth and latency as measured on these machines, docs/runtime.md), their

@@ -66,6 +66,9 @@ class DataChannel {
   virtual void preparePeers(const std::vector<int>& peers) { (void)peers; }
   // What carries the data, for summaries: "in-process", "gloo" or "nccl".
   virtual std::string name() const = 0;
+  // Whether its sums run in shared memory (runtime::makeShmChannel), which the simulator
+  // prices at their own rates (job::LocalSums).
+  virtual bool sumsInSharedMemory() const { return false; }
 };
 
 // What the ranks agree on besides the Program's messages, always as small CPU tensors:

@@ -10,6 +10,7 @@
 
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/transport.h"
+#include "pipetrain/torch/wire_choice.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::runtime {
@@ -66,15 +67,25 @@ std::string whyNotNccl(const JobFacts& facts) {
   return "";
 }
 
+// The first rank on another host than rank 0's; -1 where they share one.
+int otherHost(const JobFacts& facts) {
+  for (int r = 1; r < static_cast<int>(facts.hosts.size()); ++r)
+    if (facts.hosts[r] != facts.hosts[0]) return r;
+  return -1;
+}
+
 // Why shared memory cannot carry this job's sums, or "" where it can.
 std::string whyNotShm(const JobFacts& facts) {
   if (!facts.cpus) return "not every rank computes on the CPU";
-  for (int r = 1; r < static_cast<int>(facts.hosts.size()); ++r)
-    if (facts.hosts[r] != facts.hosts[0]) return "rank " + std::to_string(r) + " is on another host than rank 0";
+  if (const int r = otherHost(facts); r >= 0) return "rank " + std::to_string(r) + " is on another host than rank 0";
   return "";
 }
 
 }  // namespace
+
+bool sumsInSharedMemory(const std::string& wire, bool cpu_ranks, bool one_host) {
+  return (wire == "shm" || wire == "auto") && cpu_ranks && one_host;
+}
 
 std::unique_ptr<DataChannel> openDataChannel(const std::string& wire, const Rendezvous& rendezvous,
                                              const torch::Device& device, Transport& transport) {
@@ -87,9 +98,10 @@ std::unique_ptr<DataChannel> openDataChannel(const std::string& wire, const Rend
     if (why.empty()) return makeNcclChannel(rendezvous, device);
     if (wire == "nccl") throw Error("--wire nccl: " + why + " (NCCL needs a GPU of its own per rank; use --wire gloo)");
   }
-  const std::string why = whyNotShm(facts);
-  if (why.empty()) return makeShmChannel(transport, std::to_string(facts.token), rendezvous.timeout);
-  if (wire == "shm") throw Error("--wire shm: " + why + " (shared memory serves CPU ranks of one host; use --wire gloo)");
+  if (sumsInSharedMemory(wire, facts.cpus, otherHost(facts) < 0))
+    return makeShmChannel(transport, std::to_string(facts.token), rendezvous.timeout);
+  if (wire == "shm")
+    throw Error("--wire shm: " + whyNotShm(facts) + " (shared memory serves CPU ranks of one host; use --wire gloo)");
   return nullptr;
 }
 

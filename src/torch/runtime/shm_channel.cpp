@@ -315,6 +315,7 @@ class ShmChannel : public DataChannel {
   int rank() const override { return messages_.rank(); }
   int worldSize() const override { return messages_.worldSize(); }
   std::string name() const override { return messages_.name() + "+shm"; }
+  bool sumsInSharedMemory() const override { return true; }
 
   std::unique_ptr<PendingOp> send(const torch::Tensor& tensor, int to, uint32_t tag) override {
     return messages_.send(tensor, to, tag);

@@ -499,6 +499,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   if (device_memory) result.peak_device_memory_bytes = device_memory->peak();
   result.device = describeDevice(device);
   result.data_channel = data.name();
+  result.sums_in_shared_memory = data.sumsInSharedMemory();
   if (!c.export_path.empty()) {
     models::moveTo(model, torch::kCPU);  // a file any machine loads
     takeFromFirstReplicas(model, stages, one, t, /*parameters=*/true);
