@@ -102,6 +102,12 @@ struct Layer {
   // so they grow with it. 0 where not measured.
   double backwardTransientAt(double scale) const { return transientAt(peak_memory_bytes, scale); }
   double inputBackwardTransientAt(double scale) const { return transientAt(split_peak_memory_bytes, scale); }
+  // What a split I keeps to the end of its engine call beyond the layer's saved
+  // activations, at `scale`: the gradients W starts from and its output's gradient, less
+  // what only I read (runtime::SplitBackward).
+  double inputPassKeptBytesAt(double scale) const {
+    return static_cast<double>(splitActivationBytes() + output_bytes) * scale - savedBytesAt(scale);
+  }
   double transientAt(int64_t peak, double scale) const {
     return peak < 0 ? 0.0 : std::max(0.0, static_cast<double>(peak - saved_activation_bytes)) * scale;
   }

@@ -229,7 +229,7 @@ StageSums ChainProblem::layerSums(int layer) const {
   sums.forward = t.forward_no_grad;
   sums.split = traits_->split_backward ? static_cast<double>(l.splitActivationBytes()) * scale_ : 0.0;
   if (traits_->split_backward)
-    sums.kept_gradients = std::max(0.0, static_cast<double>(l.splitActivationBytes() + l.output_bytes) * scale_ - saved);
+    sums.kept_gradients = std::max(0.0, l.inputPassKeptBytesAt(scale_));
   return sums;
 }
 

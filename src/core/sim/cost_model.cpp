@@ -88,7 +88,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       c.backward_peak_bytes = std::max(c.backward_peak_bytes, l.backwardTransientAt(scale) - later_saved);
       c.input_backward_peak_bytes = std::max(c.input_backward_peak_bytes, later_kept + l.inputBackwardTransientAt(scale));
       later_saved += l.savedBytesAt(scale);
-      later_kept += static_cast<double>(l.splitActivationBytes() + l.output_bytes) * scale - l.savedBytesAt(scale);
+      later_kept += l.inputPassKeptBytesAt(scale);
     }
     if (recomputed > 0) {
       double received = 0;  // the stage's inputs per micro-batch, which a recomputing stage keeps
