@@ -113,7 +113,12 @@ def measure(binary, args, work):
             # The cores' speed (torch/runtime/core_probe.h): the profile's, and each rank's.
             "profile_probe": chosen.get("probe_seconds"),
             "rank_probes": [r.get("probe_seconds") for r in ranks],
-            "memory_measured": [r["peak_memory_bytes"] - r["start_memory_bytes"] for r in ranks]}
+            "memory_measured": [r["peak_memory_bytes"] - r["start_memory_bytes"] for r in ranks],
+            # What the memory prediction holds beyond the tensors, and what the run's heap
+            # kept freed at its end (docs/profiling.md#memory-the-process-holds).
+            "process_predicted": [r.get("predicted_process_bytes") for r in ranks],
+            "heap_free": [r.get("heap_free_bytes") for r in ranks],
+            "data_bytes": [r.get("data_memory_bytes") for r in ranks]}
 
 
 def standalone(binary, work):

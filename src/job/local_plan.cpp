@@ -52,8 +52,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                                 : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / job.ranks;
   planner::ExploreOptions o;
   o.global_batch = global_batch;
-  o.microbatch_sizes = job.args.batch > 0 ? plannedSizes(global_batch, graph.batchSize())
-                                              : std::vector<int64_t>{job.args.microbatch_size};
+  if (job.args.batch == 0) o.microbatch_sizes = {job.args.microbatch_size};
   o.schedule = job.args.schedule.name.empty() ? "auto" : job.args.schedule.name;
   o.max_replicas = request.allow_replication ? 0 : 1;
   o.allow_async = request.allow_async;

@@ -12,6 +12,7 @@
 #include "pipetrain/job/launcher.h"
 #include "pipetrain/report/pages.h"
 #include "pipetrain/plan/profile_shares.h"
+#include "pipetrain/planner/explore.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/torch_info.h"
@@ -92,7 +93,7 @@ struct Sizes {
 };
 
 // The sizes to time: with a batch, two 4 x ranks apart (lowSize), and every size the
-// planner may choose between them (plannedSizes) that the budget leaves room for; the
+// planner may choose between them (planner::defaultMicrobatchSizes) that the budget leaves room for; the
 // run's own without. The planners interpolate linearly between neighbours
 // (LayerGraph::secondsAt), and a pass is not affine in its samples over a 4 x ranks
 // span: timed in one process at every size (`profile --threads 1`, 2026-11-30), the
@@ -113,7 +114,7 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
   const auto between = [&](int64_t low, int64_t top) {
     std::vector<int64_t> inner;
     if (r.args.batch > 0)
-      for (int64_t b : plannedSizes(r.args.batch, low))
+      for (int64_t b : planner::defaultMicrobatchSizes(r.args.batch, low))
         if (b > low && b < top) inner.push_back(b);
     return inner;
   };
@@ -292,22 +293,6 @@ graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRe
 }
 
 }  // namespace
-
-std::vector<int64_t> plannedSizes(int64_t batch, int64_t smallest) {
-  // Below the smallest timed size costs would scale in proportion from it: too
-  // optimistic, since what a pass costs whatever its samples would shrink with them.
-  // The smallest times powers of two, and the batch over powers of two, so that data
-  // parallelism (the batch over the ranks) and pipelines of many micro-batches are
-  // both there, for a batch that is no power of two too.
-  std::vector<int64_t> sizes;
-  for (int64_t b = smallest; b <= batch; b *= 2)
-    if (batch % b == 0) sizes.push_back(b);
-  for (int64_t parts = 1; batch / parts >= smallest; parts *= 2)
-    if (batch % parts == 0) sizes.push_back(batch / parts);
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  return sizes;
-}
 
 RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r,
                          const std::string& out, const Say& say) {

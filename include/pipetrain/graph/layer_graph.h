@@ -163,6 +163,8 @@ class LayerGraph {
 
   int size() const { return static_cast<int>(layers_.size()); }
   int64_t batchSize() const { return batch_size_; }
+  // The smallest batch any layer was timed at: below it, secondsAt() can only guess.
+  int64_t smallestTimedBatch() const;
   const Layer& layer(int index) const { return layers_[index]; }
   const std::vector<Layer>& layers() const { return layers_; }  // topological order
   // Layer `index`'s compute times for a micro-batch of `batch` samples. Between two

@@ -44,10 +44,6 @@ struct RunProfile {
 RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& request,
                          const std::string& out, const Say& say);
 
-// The micro-batch sizes the planner may choose for `batch` from a profile whose
-// smallest timed size is `smallest` (the graph's batch size).
-std::vector<int64_t> plannedSizes(int64_t batch, int64_t smallest);
-
 // What a run's ranks held beyond the tensors the planner priced (the median over its
 // ranks on the host), and what their datasets added; -1 where not measured.
 struct RunMemory {

@@ -38,7 +38,7 @@ struct ExploreOptions {
   int64_t global_batch = 0;             // samples per optimizer step
   std::string schedule = "auto";        // auto = every schedule allowed, or one name
   bool allow_async = false;             // include pipedream, 2bw, pipemare under auto
-  std::vector<int64_t> microbatch_sizes;  // empty = the powers of two dividing the batch
+  std::vector<int64_t> microbatch_sizes;  // empty = defaultMicrobatchSizes(batch, the profile's smallest)
   int max_blocks = 128;                 // see PartitionOptions
   int max_replicas = 0;                 // see PartitionOptions
   bool use_all_devices = false;         // only plans that occupy every device (a job's ranks)
@@ -148,6 +148,12 @@ struct Exploration {
   // became of the rules (toJson's, and a run summary's "calibration").
   json_io::Json calibrationJson() const;
 };
+
+// The micro-batch sizes the planner tries for `batch` where none are given: from the
+// profile's smallest timed size (or the batch, if smaller) up, its powers of two and
+// the batch over powers of two, so that data parallelism (the batch over the ranks) and
+// pipelines of many micro-batches are both there for a batch that is no power of two.
+std::vector<int64_t> defaultMicrobatchSizes(int64_t batch, int64_t smallest_timed);
 
 // The schedules `options.schedule` stands for.
 std::vector<std::string> schedulesToExplore(const ExploreOptions& options);

@@ -72,6 +72,13 @@ void Layer::scaleTimes(double factor) {
   for (TimedAtBatch& other : other_batches) other.seconds = scaled(other.seconds, factor);
 }
 
+int64_t LayerGraph::smallestTimedBatch() const {
+  int64_t smallest = batch_size_;
+  for (const Layer& l : layers_)
+    if (!l.other_batches.empty()) smallest = std::min(smallest, l.other_batches.front().batch);  // sorted
+  return smallest;
+}
+
 PassSeconds LayerGraph::secondsAt(int index, int64_t batch) const {
   const Layer& l = layers_[index];
   const double b = static_cast<double>(batch);

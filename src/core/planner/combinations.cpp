@@ -1,16 +1,37 @@
 // The combinations the exploration tries (explorer.cpp): micro-batch sizes, widths, and
 // the balanced plans of schedules whose ranks run several stages.
+#include <algorithm>
+
 #include "explore_internal.h"
 #include "pipetrain/plan/partition.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/limits.h"
 
-namespace pipetrain::planner::detail {
+namespace pipetrain::planner {
 
-// The sizes to try: the given ones, or the powers of two dividing the batch; either way
-// only those giving at most limits::kMaxMicrobatches micro-batches of a servable size.
-std::vector<int64_t> microbatchSizes(const ExploreOptions& o) {
+std::vector<int64_t> defaultMicrobatchSizes(int64_t batch, int64_t smallest_timed) {
+  // Below the smallest timed size a layer's costs scale in proportion from it
+  // (LayerGraph::secondsAt): too optimistic, since what a pass costs whatever its samples
+  // would shrink with them. gpt profiled at 8 and planned for 32 chose 32 micro-batches
+  // of 1, predicted at 3.7x what it ran (bench/prediction_cases.py). A batch smaller than
+  // the profile's keeps its own size.
+  const int64_t floor = std::max<int64_t>(1, std::min(smallest_timed, batch));
+  std::vector<int64_t> sizes;
+  for (int64_t b = floor; b <= batch; b *= 2)
+    if (batch % b == 0) sizes.push_back(b);
+  for (int64_t parts = 1; batch / parts >= floor; parts *= 2)
+    if (batch % parts == 0) sizes.push_back(batch / parts);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
+namespace detail {
+
+// The sizes to try: the given ones, or the default ones; either way only those giving
+// at most limits::kMaxMicrobatches micro-batches of a servable size.
+std::vector<int64_t> microbatchSizes(const ExploreOptions& o, int64_t smallest_timed) {
   std::vector<int64_t> sizes;
   if (!o.microbatch_sizes.empty()) {
     for (int64_t b : o.microbatch_sizes)
@@ -19,8 +40,7 @@ std::vector<int64_t> microbatchSizes(const ExploreOptions& o) {
                     std::to_string(o.global_batch));
     sizes = o.microbatch_sizes;
   } else {
-    for (int64_t b = 1; b <= o.global_batch; b *= 2)
-      if (o.global_batch % b == 0) sizes.push_back(b);
+    sizes = defaultMicrobatchSizes(o.global_batch, smallest_timed);
   }
   std::vector<int64_t> servable;
   for (int64_t b : sizes)
@@ -29,7 +49,7 @@ std::vector<int64_t> microbatchSizes(const ExploreOptions& o) {
     throw Error("a batch of " + std::to_string(o.global_batch) + " splits into no more than " +
                 std::to_string(limits::kMaxMicrobatches) + " micro-batches of at most " +
                 std::to_string(limits::kMaxMicrobatchSize) + " samples with " +
-                (o.microbatch_sizes.empty() ? "a power-of-two size dividing it" : "the sizes given"));
+                (o.microbatch_sizes.empty() ? "the default sizes" : "the sizes given"));
   return servable;
 }
 
@@ -65,4 +85,5 @@ plan::Plan multiStagePlan(const std::string& name, const graph::LayerGraph& grap
   return p;
 }
 
-}  // namespace pipetrain::planner::detail
+}  // namespace detail
+}  // namespace pipetrain::planner

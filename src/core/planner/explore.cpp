@@ -96,7 +96,7 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
       o.use_all_devices ? std::vector<int>{cluster.size()} : detail::widths(cluster.size());
   const std::vector<std::string> names = schedulesToExplore(o);
   for (const std::string& name : names) result.async_included |= schedule::isAsynchronous(name);
-  explorer.search(all_widths, names, detail::microbatchSizes(o));
+  explorer.search(all_widths, names, detail::microbatchSizes(o, graph.smallestTimedBatch()));
   explorer.refine();
   explorer.recomputeLess();
   // Among throughput ties (throughputTier) the larger micro-batch wins, then the leaner

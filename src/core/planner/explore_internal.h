@@ -31,7 +31,7 @@ inline int devicesUsed(const plan::Plan& p) { return static_cast<int>(plan::rank
 constexpr int kInterleavedChunks = 2;
 
 // The micro-batch sizes to try (Error where none serves the batch).
-std::vector<int64_t> microbatchSizes(const ExploreOptions& o);
+std::vector<int64_t> microbatchSizes(const ExploreOptions& o, int64_t smallest_timed);
 // The widths to try on `devices`: the powers of two below it, and all of them.
 std::vector<int> widths(int devices);
 // A multi-stage schedule's plan on `width` ranks, its layers balanced by compute.

@@ -178,6 +178,27 @@ TEST(Explore, PricesEachMicrobatchSizeAtItsOwnTimes) {
   EXPECT_DOUBLE_EQ(sim::evaluatePlan(graph, pair, e.best().plan).report.throughput, e.best().report.throughput);
 }
 
+TEST(Explore, ProposesNoMicrobatchSmallerThanTheProfileTimed) {
+  // Below its smallest timed size a profile can only scale in proportion, which makes a
+  // small micro-batch look as cheap per sample as a large one: from a profile at 8 the
+  // planner must not propose 1, 2 or 4 unless asked for them.
+  EXPECT_EQ(defaultMicrobatchSizes(32, 8), (std::vector<int64_t>{8, 16, 32}));
+  EXPECT_EQ(defaultMicrobatchSizes(32, 1), (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(defaultMicrobatchSizes(48, 4), (std::vector<int64_t>{4, 6, 8, 12, 16, 24, 48}));
+  EXPECT_EQ(defaultMicrobatchSizes(4, 8), (std::vector<int64_t>{4}));    // the batch is smaller than the profile's
+  EXPECT_EQ(defaultMicrobatchSizes(12, 8), (std::vector<int64_t>{12}));  // 8 does not divide it
+  std::vector<graph::Layer> layers = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 20).layers();
+  for (graph::Layer& l : layers) l.other_batches = {{16, {2e-3, 2e-3, 2e-3, 2e-3}}};
+  const graph::LayerGraph graph(layers, 8, "timed at 8 and 16");
+  ASSERT_EQ(graph.smallestTimedBatch(), 8);
+  TwoNodes s;
+  ExploreOptions o;
+  o.global_batch = 32;
+  for (const Candidate& c : explore(graph, s.cluster, o).ranked) EXPECT_GE(c.plan.microbatch_size, 8);
+  o.microbatch_sizes = {2};  // asked for
+  EXPECT_EQ(explore(graph, s.cluster, o).best().plan.microbatch_size, 2);
+}
+
 TEST(Explore, PruningByBoundsKeepsTheExhaustiveChoice) {
   // No plan beats its bound (sim::throughputBound, throughput_bound_test.cpp), so
   // pruning proposals whose bound cannot reach the best simulated throughput, and
