@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -183,8 +184,10 @@ torch::Tensor forwardLayer(const Model& model, int layer, const std::vector<torc
 std::map<std::string, torch::Tensor> forwardLayers(const Model& model, const std::vector<int>& layers,
                                                    std::map<std::string, torch::Tensor> values);
 // The whole model on `input`: the last layer's output. Each intermediate output is let
-// go once its last reader has run. Throws what checkWiring throws.
-torch::Tensor forwardModel(const Model& model, torch::Tensor input);
+// go once its last reader has run, after `on_output` (if given) has seen it with its
+// layer's index. Throws what checkWiring throws.
+torch::Tensor forwardModel(const Model& model, torch::Tensor input,
+                           const std::function<void(int, const torch::Tensor&)>& on_output = {});
 // Runs layers [first, last) of a chain on `input` (a chain stage's forward pass).
 // Throws Error if the model is not a chain (use forwardLayers) or the range is bad.
 torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tensor input);

@@ -159,12 +159,14 @@ std::map<std::string, torch::Tensor> forwardLayers(const Model& model, const std
   return values;
 }
 
-torch::Tensor forwardModel(const Model& model, torch::Tensor input) {
+torch::Tensor forwardModel(const Model& model, torch::Tensor input,
+                           const std::function<void(int, const torch::Tensor&)>& on_output) {
   checkWiring(model);
   const std::map<std::string, int> last_reader = lastReaders(model);
   std::map<std::string, torch::Tensor> values{{kModelInput, std::move(input)}};
   for (int l = 0; l < static_cast<int>(model.layers.size()); ++l) {
     torch::Tensor y = forwardLayer(model, l, gatherInputs(model, l, values));
+    if (on_output) on_output(l, y);
     for (const std::string& source : layerInputs(model, l))
       if (last_reader.at(source) == l) values.erase(source);  // without grad, its memory goes now
     values[model.layers[l].name] = std::move(y);
