@@ -108,6 +108,10 @@ struct Exploration {
   int pruned_combinations = 0;          // schedule x micro-batch x width left unsolved: likewise
   double search_seconds = 0;
   bool async_included = false;
+  // Nonzero where nothing fitted at the sizes the profile timed, so that smaller
+  // micro-batches were tried: the smallest it timed, from which their times scale in
+  // proportion (defaultMicrobatchSizes).
+  int64_t below_timed_batch = 0;
   int cluster_devices = 0;              // of the cluster explored
   int graph_layers = 0;                 // of the model explored
   std::vector<std::string> graph_notes; // the graph partitioner's (parts taken as chains)
@@ -153,6 +157,7 @@ struct Exploration {
 // profile's smallest timed size (or the batch, if smaller) up, its powers of two and
 // the batch over powers of two, so that data parallelism (the batch over the ranks) and
 // pipelines of many micro-batches are both there for a batch that is no power of two.
+// Smaller ones only where none of these fits (Exploration::below_timed_batch).
 std::vector<int64_t> defaultMicrobatchSizes(int64_t batch, int64_t smallest_timed);
 
 // The schedules `options.schedule` stands for.

@@ -162,6 +162,7 @@ json_io::Json Exploration::toJson() const {
   j["pruned"] = pruned;
   j["pruned_combinations"] = pruned_combinations;
   j["async_included"] = async_included;
+  if (below_timed_batch > 0) j["below_timed_batch"] = below_timed_batch;
   j["runner_up_lost"] = runnerUpLost();
   j["noise_note"] = noiseNote();
   j["idle_devices_note"] = idleDevicesNote();

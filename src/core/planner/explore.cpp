@@ -96,7 +96,19 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
       o.use_all_devices ? std::vector<int>{cluster.size()} : detail::widths(cluster.size());
   const std::vector<std::string> names = schedulesToExplore(o);
   for (const std::string& name : names) result.async_included |= schedule::isAsynchronous(name);
-  explorer.search(all_widths, names, detail::microbatchSizes(o, graph.smallestTimedBatch()));
+  const int64_t timed = graph.smallestTimedBatch();
+  explorer.search(all_widths, names, detail::microbatchSizes(o, timed));
+  if (result.ranked.empty() && o.microbatch_sizes.empty()) {
+    // Where memory binds, micro-batches smaller than the profile timed are the way to fit.
+    // Their times scale in proportion from its smallest (optimistic), and the notes say so.
+    ExploreOptions smaller = o;
+    for (int64_t b : defaultMicrobatchSizes(o.global_batch, 1))
+      if (b < std::min(timed, o.global_batch)) smaller.microbatch_sizes.push_back(b);
+    if (!smaller.microbatch_sizes.empty()) {
+      result.below_timed_batch = timed;
+      explorer.search(all_widths, names, detail::microbatchSizes(smaller, timed));
+    }
+  }
   explorer.refine();
   explorer.recomputeLess();
   // Among throughput ties (throughputTier) the larger micro-batch wins, then the leaner

@@ -75,6 +75,11 @@ std::vector<std::string> explorationNotes(const planner::Exploration& e) {
   notes.push_back(e.async_included
                       ? "* asynchronous: trains with stale weights, not synchronous SGD"
                       : "asynchronous schedules (pipedream, 2bw, pipemare) not considered; --allow-async adds them");
+  if (e.below_timed_batch > 0)
+    notes.push_back("note: no plan fitted at micro-batches of " + std::to_string(e.below_timed_batch) +
+                    " samples or more, the sizes the profile timed, so smaller ones were tried; their times scale "
+                    "in proportion from " + std::to_string(e.below_timed_batch) +
+                    " samples, which is optimistic (profile at the smaller size to price it)");
   // Why it ranked as it did, in the objective's words.
   for (const std::string& note : e.ranking_notes) notes.push_back(note);
   e.objective->addNotes(e, notes);

@@ -197,6 +197,25 @@ TEST(Explore, ProposesNoMicrobatchSmallerThanTheProfileTimed) {
   for (const Candidate& c : explore(graph, s.cluster, o).ranked) EXPECT_GE(c.plan.microbatch_size, 8);
   o.microbatch_sizes = {2};  // asked for
   EXPECT_EQ(explore(graph, s.cluster, o).best().plan.microbatch_size, 2);
+  EXPECT_EQ(explore(graph, s.cluster, o).below_timed_batch, 0);
+}
+
+TEST(Explore, WhereMemoryBindsTriesMicrobatchesSmallerThanTimedAndSaysSo) {
+  // 64 MiB of activations per layer at the profile's 8 samples: no stage of any plan
+  // holds a micro-batch of 8 on devices of 100 MiB, and one of 1 sample fits.
+  std::vector<graph::Layer> layers = graph::LayerGraph::uniformChain(8, 1e-3, 1e-3, 1e-3, 4000, 1 << 10).layers();
+  for (graph::Layer& l : layers) l.saved_activation_bytes = 64 << 20;
+  const graph::LayerGraph graph(layers, 8, "timed at 8");
+  std::vector<cluster::Device> devices;
+  for (int i = 0; i < 4; ++i) devices.push_back({"d" + std::to_string(i), "gpu", 1, 100 << 20});
+  const cluster::ClusterSpec cluster(devices, {{"ring", 4, 1e9, 1e-6}}, {});
+  ExploreOptions o;
+  o.global_batch = 32;
+  o.recompute = Recompute::kNone;  // recomputing would fit 8
+  const Exploration e = explore(graph, cluster, o);
+  EXPECT_EQ(e.below_timed_batch, 8);
+  EXPECT_LT(e.best().plan.microbatch_size, 8);
+  EXPECT_EQ(e.toJson()["below_timed_batch"], 8);
 }
 
 TEST(Explore, PruningByBoundsKeepsTheExhaustiveChoice) {
