@@ -74,6 +74,11 @@ struct Layer {
   // under I the graph that W still needs) are priced from them.
   int64_t peak_memory_bytes = -1;
   int64_t split_peak_memory_bytes = -1;
+  // The most a split schedule's W held at once above what its I left: the weight
+  // gradients it makes and the kernels' passing tensors (a convolution's weight gradient
+  // reorders its whole input: fmnist-cnn's first layer held 12 MiB at 64 samples for
+  // 1.3 KB of weights). -1 = not measured.
+  int64_t weight_peak_memory_bytes = -1;
   // The same layer timed at other batch sizes (`pipetrain profile --batch 32,128`): a
   // layer is no cheaper per sample at 32 than at 128 only if nothing in it is fixed per
   // pass, and a matrix product of the 8 x 1024 mlp took 0.63x as long per sample at 128
@@ -98,18 +103,40 @@ struct Layer {
     return split_activation_bytes >= 0 ? split_activation_bytes : saved_activation_bytes;
   }
   // What its backward pass (B), or its split I, holds at its most beyond the layer's
-  // saved activations, at `scale` times the profiled batch: tensors of one micro-batch,
-  // so they grow with it. 0 where not measured.
-  double backwardTransientAt(double scale) const { return transientAt(peak_memory_bytes, scale); }
-  double inputBackwardTransientAt(double scale) const { return transientAt(split_peak_memory_bytes, scale); }
+  // saved activations, at `scale` times the profiled batch; 0 where not measured. B's
+  // figure holds the weight gradients it makes, their size whatever the micro-batch
+  // (fmnist-cnn's fc1 at 8 samples: 1.53 of its 1.64 MiB); the rest, tensors of one
+  // micro-batch, grow with it. Scaling the gradients too priced its B at 64 samples at
+  // 13.1 MiB where it held 2.4.
+  double backwardTransientAt(double scale) const {
+    return peak_memory_bytes < 0 ? 0.0 : grownFrom(static_cast<double>(peak_memory_bytes - saved_activation_bytes),
+                                                   static_cast<double>(param_bytes), scale);
+  }
+  double inputBackwardTransientAt(double scale) const {
+    return split_peak_memory_bytes < 0
+               ? 0.0
+               : grownFrom(static_cast<double>(split_peak_memory_bytes - saved_activation_bytes), 0.0, scale);
+  }
   // What a split I keeps to the end of its engine call beyond the layer's saved
   // activations, at `scale`: the gradients W starts from and its output's gradient, less
   // what only I read (runtime::SplitBackward).
   double inputPassKeptBytesAt(double scale) const {
     return static_cast<double>(splitActivationBytes() + output_bytes) * scale - savedBytesAt(scale);
   }
-  double transientAt(int64_t peak, double scale) const {
-    return peak < 0 ? 0.0 : std::max(0.0, static_cast<double>(peak - saved_activation_bytes)) * scale;
+  // What its W holds at its most above what I left, at `scale`: the weight gradients
+  // (their size whatever the micro-batch) and passing tensors of the micro-batch. Where
+  // not measured, the gradients alone.
+  double weightPassPeakAt(double scale) const {
+    const double gradients = static_cast<double>(param_bytes);
+    return weight_peak_memory_bytes < 0 ? gradients
+                                        : grownFrom(static_cast<double>(weight_peak_memory_bytes), gradients, scale);
+  }
+  // `bytes` measured at the profiled batch, of which up to `fixed` do not grow with the
+  // micro-batch, at `scale` times that batch.
+  static double grownFrom(double bytes, double fixed, double scale) {
+    bytes = std::max(0.0, bytes);
+    const double unchanged = std::min(bytes, fixed);
+    return unchanged + (bytes - unchanged) * scale;
   }
 };
 

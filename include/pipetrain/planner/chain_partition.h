@@ -222,7 +222,7 @@ class ChainProblem {
   const schedule::ScheduleTraits* traits_ = nullptr;  // of options_.schedule, looked up once
   int devices_ = 0;
   double scale_ = 1;                      // micro-batch size / profiled batch size: bytes scale by it
-  // The most any layer's backward pass (I under a split schedule) holds beyond its saved
+  // The most any layer's backward pass (I or W under a split schedule) holds beyond its saved
   // activations: a bound on a stage's, whose exact figure (sim::StageCosts) depends on
   // its layers' order, which sums cannot carry.
   double backward_transient_ = 0;

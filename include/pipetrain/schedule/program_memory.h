@@ -37,15 +37,17 @@ struct RankFootprint {
 // backward) and frees at its STEP (it clears them rather than zeroing them): a rank's
 // activations peak before its first backward pass without them. A stage whose
 // gradients live throughout (in all-reduce buckets) is given 0 here and priced apart.
-// `stage_backward_peak_bytes[s]` and `stage_input_backward_peak_bytes[s]`, when given, are
-// what a B, or a split I, of stage s holds at its most beyond what the rank held before
-// it: the bytes peak inside the pass there.
+// `stage_backward_peak_bytes[s]`, `stage_input_backward_peak_bytes[s]` and
+// `stage_weight_peak_bytes[s]`, when given, are what a B, a split I, or a W of stage s
+// holds at its most beyond what the rank held before it: the bytes peak inside the pass
+// there.
 std::vector<RankFootprint> accountMemory(const Program& program,
                                          const std::vector<double>& stage_activation_bytes = {},
                                          const std::vector<double>& stage_split_activation_bytes = {},
                                          const std::vector<double>& stage_gradient_bytes = {},
                                          const std::vector<double>& stage_backward_peak_bytes = {},
-                                         const std::vector<double>& stage_input_backward_peak_bytes = {});
+                                         const std::vector<double>& stage_input_backward_peak_bytes = {},
+                                         const std::vector<double>& stage_weight_peak_bytes = {});
 
 // Position after which each rank no longer needs weight version v of stage s: for
 // every rank, a list of (position, stage, version) in increasing position. Executors

@@ -52,6 +52,9 @@ struct StageCosts {
   // for W). The gpt's zb-h1 I at 16 samples: 24.5 MiB, beside 35 MiB saved.
   double backward_peak_bytes = 0;
   double input_backward_peak_bytes = 0;
+  // The same for a split schedule's W: the weight gradients it makes and its layers'
+  // passing tensors (Layer::weightPassPeakAt).
+  double weight_peak_bytes = 0;
   // A recomputing stage: what one micro-batch holds while it is recomputed and its
   // backward pass runs (the recomputed layers' saved activations), on top of what the
   // others keep (their inputs, kept outputs and the layers not recomputed), which is then

@@ -13,7 +13,7 @@ constexpr int kVersion = 1;
 Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
                "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
-               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_peak_memory_bytes",
+               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_peak_memory_bytes", "weight_peak_memory_bytes",
                "split_weight_seconds", "forward_no_grad_seconds",
                "split_activation_bytes", "saved_fixed_bytes", "other_batches"});
   Layer l;
@@ -56,6 +56,7 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   if (c.has("forward_no_grad_seconds")) l.forward_no_grad_seconds = c.field("forward_no_grad_seconds").asSeconds();
   if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asBytes();
   if (c.has("split_peak_memory_bytes")) l.split_peak_memory_bytes = c.field("split_peak_memory_bytes").asBytes();
+  if (c.has("weight_peak_memory_bytes")) l.weight_peak_memory_bytes = c.field("weight_peak_memory_bytes").asBytes();
   if (c.has("split_activation_bytes")) l.split_activation_bytes = c.field("split_activation_bytes").asBytes();
   if (c.has("saved_fixed_bytes")) {
     l.saved_fixed_bytes = c.field("saved_fixed_bytes").asBytes();
@@ -154,6 +155,7 @@ json_io::Json LayerGraph::toJson() const {
     if (l.forward_no_grad_seconds >= 0) layer["forward_no_grad_seconds"] = l.forward_no_grad_seconds;
     if (l.peak_memory_bytes >= 0) layer["peak_memory_bytes"] = l.peak_memory_bytes;
     if (l.split_peak_memory_bytes >= 0) layer["split_peak_memory_bytes"] = l.split_peak_memory_bytes;
+    if (l.weight_peak_memory_bytes >= 0) layer["weight_peak_memory_bytes"] = l.weight_peak_memory_bytes;
     if (l.split_activation_bytes >= 0) layer["split_activation_bytes"] = l.split_activation_bytes;
     if (l.saved_fixed_bytes > 0) layer["saved_fixed_bytes"] = l.saved_fixed_bytes;
     if (!l.other_batches.empty()) {

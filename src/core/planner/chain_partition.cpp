@@ -77,9 +77,12 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   if (options_.assumed_depth < 1) options_.assumed_depth = 1;
   extra_weight_buffers_ = options.extra_weight_buffers;
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
-  for (const graph::Layer& l : graph.layers())
-    backward_transient_ = std::max(backward_transient_, traits_->split_backward ? l.inputBackwardTransientAt(scale_)
-                                                                                 : l.backwardTransientAt(scale_));
+  for (const graph::Layer& l : graph.layers()) {
+    // Under a split schedule, I's or W's (beyond the weight gradients, priced apart).
+    const double split = std::max(l.inputBackwardTransientAt(scale_),
+                                  l.weightPassPeakAt(scale_) - static_cast<double>(l.param_bytes));
+    backward_transient_ = std::max(backward_transient_, traits_->split_backward ? split : l.backwardTransientAt(scale_));
+  }
 
   std::vector<double> speed, memory, hop_allreduce_bandwidth, hop_allreduce_host_bandwidth, hop_latency, copy,
       hop_through_host;

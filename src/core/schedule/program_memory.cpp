@@ -45,7 +45,8 @@ std::vector<RankFootprint> accountMemory(const Program& program,
                                          const std::vector<double>& stage_split_activation_bytes,
                                          const std::vector<double>& stage_gradient_bytes,
                                          const std::vector<double>& stage_backward_peak_bytes,
-                                         const std::vector<double>& stage_input_backward_peak_bytes) {
+                                         const std::vector<double>& stage_input_backward_peak_bytes,
+                                         const std::vector<double>& stage_weight_peak_bytes) {
   auto bytesOf = [&](int stage) {
     return stage_activation_bytes.empty() ? 0.0 : stage_activation_bytes[stage];
   };
@@ -114,6 +115,7 @@ std::vector<RankFootprint> accountMemory(const Program& program,
         bytes += splitBytesOf(a.stage) - bytesOf(a.stage);  // the gradients kept for W, less what only I read
         peak_bytes = std::max(peak_bytes, bytes);
       } else if (a.type == ActionType::W) {
+        passPeaks(stage_weight_peak_bytes, a.stage);
         --in_flight[local(a.stage)];
         --total_in_flight;
         bytes -= splitBytesOf(a.stage);

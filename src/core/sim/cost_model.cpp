@@ -82,13 +82,17 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
     // activations as it passes; I frees none, keeps what W starts from, and keeps each
     // layer output's gradient to the end of its engine call (runtime::SplitBackward's
     // targets).
-    double later_saved = 0, later_kept = 0;
+    double later_saved = 0, later_kept = 0, later_gradients = 0;
     for (auto name = stage.layers.rbegin(); name != stage.layers.rend(); ++name) {
       const graph::Layer& l = graph.layer(graph.indexOf(*name));
       c.backward_peak_bytes = std::max(c.backward_peak_bytes, l.backwardTransientAt(scale) - later_saved);
       c.input_backward_peak_bytes = std::max(c.input_backward_peak_bytes, later_kept + l.inputBackwardTransientAt(scale));
+      // W keeps the gradients it made for the later layers (it frees what they read, which
+      // is not counted off: a bound).
+      c.weight_peak_bytes = std::max(c.weight_peak_bytes, later_gradients + l.weightPassPeakAt(scale));
       later_saved += l.savedBytesAt(scale);
       later_kept += l.inputPassKeptBytesAt(scale);
+      later_gradients += static_cast<double>(l.param_bytes);
     }
     if (recomputed > 0) {
       double received = 0;  // the stage's inputs per micro-batch, which a recomputing stage keeps

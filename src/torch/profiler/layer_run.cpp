@@ -19,14 +19,22 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
     m.peak = probe.peak();
   }
   {  // Again, split: what stays after I is what W needs (the input gradients go to the
-     // producer). A probe of its own, for the peak of the forward pass and I alone.
-    MemoryProbe probe(device);
-    torch::Tensor y = run.forward();
+     // producer). A probe of its own, for the peak of the forward pass and I alone, and
+     // then one for W, from what I left.
+    torch::Tensor y;
     runtime::SplitBackward split;
-    run.inputBackward(split, y, torch::ones_like(y));
+    {
+      MemoryProbe probe(device);
+      y = run.forward();
+      run.inputBackward(split, y, torch::ones_like(y));
+      synchronize(device);
+      m.split = probe.current();
+      m.split_peak = probe.peak();
+    }
+    MemoryProbe probe(device);
+    const std::vector<torch::Tensor> gradients = split.weightGradients();
     synchronize(device);
-    m.split = probe.current();
-    m.split_peak = probe.peak();
+    m.weight_peak = probe.peak();
   }
   return m;
 }

@@ -91,10 +91,11 @@ struct Memory {
   int64_t peak = -1;   // the most held at once during forward and backward
   int64_t split = -1;  // held after a split schedule's I, until W (NOTE(split-backward))
   int64_t split_peak = -1;  // the most held at once during the forward pass and that I
+  int64_t weight_peak = -1;  // the most W then held at once above what I left
 };
 
-// One more forward and full backward, then a forward and a split I, each under a
-// MemoryProbe. Counts only what the layer
+// One more forward and full backward, then a forward and a split I, then its W, each
+// under a MemoryProbe. Counts only what the layer
 // allocates (its inputs and parameters existed before), so a layer's figures do not
 // include its inputs: they are its producers' outputs, counted there. The merge of
 // several inputs is the layer's own allocation.

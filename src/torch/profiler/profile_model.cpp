@@ -557,6 +557,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
     node.optimizer_state_bytes = optimizerStateBytes(o.optimizer, node.param_bytes);
     node.peak_memory_bytes = m.peak;
     node.split_peak_memory_bytes = m.split_peak;
+    node.weight_peak_memory_bytes = m.weight_peak;
     nodes.push_back(std::move(node));
   }
   graph::LayerGraph profile(std::move(nodes), batch, "profile of model '" + model.name + "'");

@@ -100,18 +100,23 @@ TEST(LayerGraph, PeakMemoryIsOptionalAndWrittenOnlyWhenMeasured) {
   Json measured = layerJson("b");
   measured["peak_memory_bytes"] = 4096;
   measured["split_peak_memory_bytes"] = 5120;
+  measured["weight_peak_memory_bytes"] = 2048;
   const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), measured}), "g.json");
   EXPECT_EQ(g.layer(0).peak_memory_bytes, -1);  // older files: not measured
   EXPECT_EQ(g.layer(0).split_peak_memory_bytes, -1);
   EXPECT_EQ(g.layer(1).peak_memory_bytes, 4096);
   EXPECT_EQ(g.layer(1).split_peak_memory_bytes, 5120);
+  EXPECT_EQ(g.layer(1).weight_peak_memory_bytes, 2048);
+  EXPECT_EQ(g.layer(0).weight_peak_memory_bytes, -1);
   const Json written = g.toJson();
   EXPECT_FALSE(written["layers"][0].contains("peak_memory_bytes"));
   EXPECT_FALSE(written["layers"][0].contains("split_peak_memory_bytes"));
   EXPECT_EQ(written["layers"][1]["peak_memory_bytes"], 4096);
   EXPECT_EQ(written["layers"][1]["split_peak_memory_bytes"], 5120);
+  EXPECT_EQ(written["layers"][1]["weight_peak_memory_bytes"], 2048);
+  EXPECT_FALSE(written["layers"][0].contains("weight_peak_memory_bytes"));
   EXPECT_EQ(LayerGraph::fromJson(written, "written").toJson(), written);
-  for (const char* field : {"peak_memory_bytes", "split_peak_memory_bytes"}) {
+  for (const char* field : {"peak_memory_bytes", "split_peak_memory_bytes", "weight_peak_memory_bytes"}) {
     Json bad = measured;
     bad[field] = -5;
     expectError([&] { LayerGraph::fromJson(graphJson({bad}), "g.json"); },

@@ -116,6 +116,10 @@ TEST(ProgramMemory, BackwardPassesPeakByTheirTransientTensors) {
   EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {}, {60.0})[0].peak_activation_bytes, 310.0);
   EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {}, {40.0})[0].peak_activation_bytes, 300.0);
   EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {60.0}, {})[0].peak_activation_bytes, 300.0);
+  // The first W starts from both micro-batches' 300, and the second from 150 and the
+  // gradients.
+  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {}, {}, {50.0})[0].peak_activation_bytes, 350.0);
+  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {200.0}, {}, {}, {50.0})[0].peak_activation_bytes, 400.0);
 }
 
 TEST(ProgramMemory, RetirementsComeAfterTheLastReader) {

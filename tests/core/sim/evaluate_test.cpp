@@ -67,7 +67,8 @@ plan::Plan planFor(const std::string& name, const cluster::ClusterSpec& cluster,
 // with; I frees none and keeps W's gradients and each layer output's gradient.
 TEST(Evaluate, BackwardPeaksFollowTheLayersLastToFirst) {
   std::vector<graph::Layer> layers;
-  const int64_t peak[] = {130, 160, 150}, split[] = {120, 110, 130}, split_peak[] = {200, 180, 170};
+  const int64_t peak[] = {130, 160, 150}, split[] = {120, 110, 130}, split_peak[] = {200, 180, 170},
+                weight_peak[] = {20, 70, 25};
   for (int i = 0; i < 3; ++i) {
     graph::Layer l;
     l.name = "layer" + std::to_string(i);
@@ -78,6 +79,8 @@ TEST(Evaluate, BackwardPeaksFollowTheLayersLastToFirst) {
     l.peak_memory_bytes = peak[i];
     l.split_activation_bytes = split[i];
     l.split_peak_memory_bytes = split_peak[i];
+    l.param_bytes = 10;
+    l.weight_peak_memory_bytes = weight_peak[i];
     layers.push_back(l);
   }
   const graph::LayerGraph graph(layers, 1);
@@ -89,16 +92,20 @@ TEST(Evaluate, BackwardPeaksFollowTheLayersLastToFirst) {
   p.stages = {{{"layer0", "layer1", "layer2"}, {cluster.device(0).name}}};
   const CostModel costs(graph, cluster, p);
   const StageCosts& c = costs.stage(0);
-  // B: layer2's 2 x 50 with everything still saved; layer1's 2 x 60 comes after 200 freed.
-  EXPECT_DOUBLE_EQ(c.backward_peak_bytes, 100.0);
+  // B: layer2's 10 of weight gradients and 2 x 40 with everything still saved; layer1's
+  // 10 + 2 x 50 comes after 200 freed.
+  EXPECT_DOUBLE_EQ(c.backward_peak_bytes, 90.0);
   // I at layer0: layer2 kept 2 x (130 + 10 - 100), layer1 2 x (110 + 10 - 100), its own 2 x 100.
   EXPECT_DOUBLE_EQ(c.input_backward_peak_bytes, 320.0);
+  // W at layer1: layer2's gradients (10), its own (10) and its 2 x (70 - 10) passing.
+  EXPECT_DOUBLE_EQ(c.weight_peak_bytes, 140.0);
   // Unmeasured peaks price nothing.
-  for (auto& l : layers) l.peak_memory_bytes = l.split_peak_memory_bytes = -1;
+  for (auto& l : layers) l.peak_memory_bytes = l.split_peak_memory_bytes = l.weight_peak_memory_bytes = -1;
   const graph::LayerGraph unmeasured_graph(layers, 1);
   const CostModel unmeasured(unmeasured_graph, cluster, p);
   EXPECT_DOUBLE_EQ(unmeasured.stage(0).backward_peak_bytes, 0.0);
   EXPECT_DOUBLE_EQ(unmeasured.stage(0).input_backward_peak_bytes, 120.0);  // the later layers' kept gradients
+  EXPECT_DOUBLE_EQ(unmeasured.stage(0).weight_peak_bytes, 30.0);  // the weight gradients alone
 }
 
 TEST(Evaluate, ExtrapolatedReportMatchesFullSimulation) {
