@@ -13,7 +13,8 @@ constexpr int kVersion = 1;
 Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
                "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
-               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_peak_memory_bytes", "weight_peak_memory_bytes",
+               "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_peak_memory_bytes",
+               "weight_peak_memory_bytes",
                "split_weight_seconds", "forward_no_grad_seconds",
                "split_activation_bytes", "saved_fixed_bytes", "other_batches"});
   Layer l;

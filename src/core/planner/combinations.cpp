@@ -29,8 +29,17 @@ std::vector<int64_t> defaultMicrobatchSizes(int64_t batch, int64_t smallest_time
 
 namespace detail {
 
-// The sizes to try: the given ones, or the default ones; either way only those giving
-// at most limits::kMaxMicrobatches micro-batches of a servable size.
+namespace {
+
+std::vector<int64_t> servable(int64_t batch, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> out;
+  for (int64_t b : sizes)
+    if (b <= limits::kMaxMicrobatchSize && batch / b <= limits::kMaxMicrobatches) out.push_back(b);
+  return out;
+}
+
+}  // namespace
+
 std::vector<int64_t> microbatchSizes(const ExploreOptions& o, int64_t smallest_timed) {
   std::vector<int64_t> sizes;
   if (!o.microbatch_sizes.empty()) {
@@ -42,15 +51,21 @@ std::vector<int64_t> microbatchSizes(const ExploreOptions& o, int64_t smallest_t
   } else {
     sizes = defaultMicrobatchSizes(o.global_batch, smallest_timed);
   }
-  std::vector<int64_t> servable;
-  for (int64_t b : sizes)
-    if (b <= limits::kMaxMicrobatchSize && o.global_batch / b <= limits::kMaxMicrobatches) servable.push_back(b);
-  if (servable.empty())
-    throw Error("a batch of " + std::to_string(o.global_batch) + " splits into no more than " +
-                std::to_string(limits::kMaxMicrobatches) + " micro-batches of at most " +
-                std::to_string(limits::kMaxMicrobatchSize) + " samples with " +
-                (o.microbatch_sizes.empty() ? "the default sizes" : "the sizes given"));
-  return servable;
+  return servable(o.global_batch, sizes);
+}
+
+std::vector<int64_t> smallerMicrobatchSizes(const ExploreOptions& o, int64_t smallest_timed) {
+  std::vector<int64_t> smaller;
+  for (int64_t b : defaultMicrobatchSizes(o.global_batch, 1))
+    if (b < std::min(smallest_timed, o.global_batch)) smaller.push_back(b);
+  return servable(o.global_batch, smaller);
+}
+
+void throwUnservable(const ExploreOptions& o) {
+  throw Error("a batch of " + std::to_string(o.global_batch) + " splits into no more than " +
+              std::to_string(limits::kMaxMicrobatches) + " micro-batches of at most " +
+              std::to_string(limits::kMaxMicrobatchSize) + " samples with " +
+              (o.microbatch_sizes.empty() ? "a size dividing it" : "the sizes given"));
 }
 
 std::vector<int> widths(int devices) {

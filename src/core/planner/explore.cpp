@@ -97,18 +97,18 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   const std::vector<std::string> names = schedulesToExplore(o);
   for (const std::string& name : names) result.async_included |= schedule::isAsynchronous(name);
   const int64_t timed = graph.smallestTimedBatch();
-  explorer.search(all_widths, names, detail::microbatchSizes(o, timed));
+  const std::vector<int64_t> sizes = detail::microbatchSizes(o, timed);
+  if (!sizes.empty()) explorer.search(all_widths, names, sizes);
   if (result.ranked.empty() && o.microbatch_sizes.empty()) {
     // Where memory binds, micro-batches smaller than the profile timed are the way to fit.
     // Their times scale in proportion from its smallest (optimistic), and the notes say so.
-    ExploreOptions smaller = o;
-    for (int64_t b : defaultMicrobatchSizes(o.global_batch, 1))
-      if (b < std::min(timed, o.global_batch)) smaller.microbatch_sizes.push_back(b);
-    if (!smaller.microbatch_sizes.empty()) {
+    const std::vector<int64_t> smaller = detail::smallerMicrobatchSizes(o, timed);
+    if (!smaller.empty()) {
       result.below_timed_batch = timed;
-      explorer.search(all_widths, names, detail::microbatchSizes(smaller, timed));
+      explorer.search(all_widths, names, smaller);
     }
   }
+  if (sizes.empty() && result.below_timed_batch == 0) detail::throwUnservable(o);
   explorer.refine();
   explorer.recomputeLess();
   // Among throughput ties (throughputTier) the larger micro-batch wins, then the leaner

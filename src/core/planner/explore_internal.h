@@ -30,8 +30,14 @@ inline int devicesUsed(const plan::Plan& p) { return static_cast<int>(plan::rank
 // Interleaved 1F1B's chunks per rank in the exploration.
 constexpr int kInterleavedChunks = 2;
 
-// The micro-batch sizes to try (Error where none serves the batch).
+// The micro-batch sizes to try: the given ones, or defaultMicrobatchSizes; either way
+// only those giving at most limits::kMaxMicrobatches micro-batches of a servable size.
+// Error where a given size does not divide the batch.
 std::vector<int64_t> microbatchSizes(const ExploreOptions& o, int64_t smallest_timed);
+// The servable default sizes below the profile's smallest timed size, smallest first.
+std::vector<int64_t> smallerMicrobatchSizes(const ExploreOptions& o, int64_t smallest_timed);
+// Error: no size serves the batch.
+[[noreturn]] void throwUnservable(const ExploreOptions& o);
 // The widths to try on `devices`: the powers of two below it, and all of them.
 std::vector<int> widths(int devices);
 // A multi-stage schedule's plan on `width` ranks, its layers balanced by compute.
