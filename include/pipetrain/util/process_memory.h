@@ -14,6 +14,8 @@ int64_t peakResidentBytes();
 // mostly the code of the libraries, paged in as their functions are first called; 0
 // where the kernel does not say.
 int64_t residentFileBytes();
+// The part that is anonymous memory (RssAnon): the heap's touched pages, the stacks.
+int64_t residentAnonBytes();
 // Bytes the C allocator holds freed and keeps for reuse, over all its arenas (glibc's
 // mallinfo2): with util::retainFreedMemory, the most the heap ever held less what it
 // holds now, and what gaps between blocks still in use keep apart; -1 off glibc.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "pipetrain/graph/heap_share.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/stats.h"
@@ -105,7 +106,8 @@ int64_t frameworkBytesOfRun(const std::vector<RankMemoryMeasured>& ranks) {
   if (ranks.empty()) return -1;
   std::vector<double> beyond;
   for (const RankMemoryMeasured& r : ranks)
-    beyond.push_back(r.added - r.priced_tensors - static_cast<double>(std::max<int64_t>(0, r.data)));
+    beyond.push_back(r.added - r.priced_tensors - graph::heapKeptBeside(r.priced_tensors) -
+                     static_cast<double>(std::max<int64_t>(0, r.data)));
   return std::max<int64_t>(0, std::llround(util::median(beyond)));
 }
 

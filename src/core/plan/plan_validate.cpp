@@ -8,6 +8,7 @@
 #include <deque>
 #include <queue>
 
+#include "pipetrain/graph/heap_share.h"
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/util/text.h"
 
@@ -284,9 +285,11 @@ class Validator {
       const auto& stages = device_stages_[d];
       if (stages.empty()) continue;
       // The framework's working memory is the process's, once per device (given figures
-      // are the stages' alone).
-      double total = static_cast<double>(graph_.processMemory().framework_bytes);
-      for (int s : stages) total += need[s];
+      // are the stages' alone), and on a CPU the heap keeps a share beside the tensors.
+      double tensors = 0;
+      for (int s : stages) tensors += need[s];
+      const double total = static_cast<double>(graph_.processMemory().framework_bytes) + tensors +
+                           (cluster_.device(d).kind == "cpu" ? graph::heapKeptBeside(tensors) : 0.0);
       const double has = static_cast<double>(cluster_.device(d).memory_bytes);
       if (total <= has) continue;
       std::string who = stageName(stages[0]) + " needs ";

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "pipetrain/graph/heap_share.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/sim/cost_model.h"
@@ -89,8 +90,11 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   for (int d = 0; d < devices_; ++d) {
     speed.push_back(cluster.device(d).speed);
     // What the process holds beside its stage's tensors is not the stage's to use (the
-    // dataset, held by the first and last stages only, is left to the simulator's check).
-    memory.push_back(static_cast<double>(cluster.device(d).memory_bytes - graph.processMemory().framework_bytes));
+    // dataset, held by the first and last stages only, is left to the simulator's check),
+    // nor, on a CPU, what the heap keeps freed beside them.
+    memory.push_back(graph::tensorsFitting(
+        static_cast<double>(cluster.device(d).memory_bytes - graph.processMemory().framework_bytes),
+        cluster.device(d).kind == "cpu"));
     copy.push_back(cluster::allreduceCopySecondsPerByte(cluster.device(d)));
     if (d + 1 < devices_) {
       const auto hop = cluster.route(d, d + 1);

@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "pipetrain/graph/heap_share.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/schedule_traits.h"
@@ -65,8 +66,10 @@ void fillMemory(Report& report, const schedule::Program& program, const CostMode
       bytes += c.param_bytes * (st.weight_versions + extra_buffers + (gradientsPersist(costs, st.stage) ? 1 : 0)) +
                c.optimizer_bytes;
     }
-    rr.process_bytes = process.framework_bytes + (holds_data ? process.data_bytes : 0);
-    rr.peak_memory_bytes = static_cast<int64_t>(bytes + recomputing) + rr.process_bytes;
+    const double tensors = bytes + recomputing;
+    rr.process_bytes = process.framework_bytes + (holds_data ? process.data_bytes : 0) +
+                       (device.kind == "cpu" ? static_cast<int64_t>(graph::heapKeptBeside(tensors)) : 0);
+    rr.peak_memory_bytes = static_cast<int64_t>(tensors) + rr.process_bytes;
   }
 }
 

@@ -26,11 +26,14 @@ int64_t peakResidentBytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-int64_t residentFileBytes() {
+namespace {
+
+// A field of /proc/self/status in bytes (the kernel gives kB); 0 where it does not say.
+int64_t statusBytes(const std::string& field) {
   std::ifstream status("/proc/self/status");
   std::string key;
   while (status >> key) {
-    if (key == "RssFile:") {
+    if (key == field) {
       int64_t kib = 0;
       status >> kib;
       return kib * 1024;
@@ -40,18 +43,24 @@ int64_t residentFileBytes() {
   return 0;
 }
 
-int64_t heapInUseBytes() {
+}  // namespace
+
+int64_t residentFileBytes() { return statusBytes("RssFile:"); }
+
+int64_t residentAnonBytes() { return statusBytes("RssAnon:"); }
+
+int64_t heapFreeBytes() {
 #if defined(__GLIBC__)
-  const struct mallinfo2 info = mallinfo2();
-  return static_cast<int64_t>(info.uordblks + info.hblkhd);  // the arenas' chunks and mmapped blocks
+  return static_cast<int64_t>(mallinfo2().fordblks);
 #else
   return -1;
 #endif
 }
 
-int64_t heapFreeBytes() {
+int64_t heapInUseBytes() {
 #if defined(__GLIBC__)
-  return static_cast<int64_t>(mallinfo2().fordblks);
+  const struct mallinfo2 info = mallinfo2();
+  return static_cast<int64_t>(info.uordblks + info.hblkhd);  // the arenas' chunks and mmapped blocks
 #else
   return -1;
 #endif

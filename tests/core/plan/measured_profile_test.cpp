@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "pipetrain/graph/heap_share.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/util/error.h"
 
@@ -140,10 +141,12 @@ TEST(SharpenProfile, TheProcessMemoryStaysWithTheProfile) {
   EXPECT_EQ(s.graph.processMemory().data_bytes, 5);
 }
 
-TEST(FrameworkBytesOfRun, TheMedianOverTheRanksOfWhatTheyHeldBeyondTensorsAndData) {
+TEST(FrameworkBytesOfRun, TheMedianOverTheRanksOfWhatTheyHeldBeyondTensorsTheirHeapShareAndData) {
   EXPECT_EQ(frameworkBytesOfRun({}), -1);
-  // 100 - 40 - 50 = 10; 90 - 40 (no data) = 50; 70 - 60 - 0 = 10: median 10.
-  EXPECT_EQ(frameworkBytesOfRun({{100, 40, 50}, {90, 40, -1}, {70, 60, 0}}), 10);
+  // Beside each rank's tensors the heap keeps graph::kHeapKeptShare (0.4) of them:
+  // 100 - 40 - 16 - 30 = 14; 90 - 40 - 16 (no data) = 34; 70 - 20 - 8 - 0 = 42: median 34.
+  ASSERT_DOUBLE_EQ(graph::kHeapKeptShare, 0.4);
+  EXPECT_EQ(frameworkBytesOfRun({{100, 40, 30}, {90, 40, -1}, {70, 20, 0}}), 34);
   EXPECT_EQ(frameworkBytesOfRun({{10, 40, -1}}), 0);  // held less than priced: nothing learned beyond
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "pipetrain/graph/heap_share.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
 
@@ -106,6 +107,27 @@ TEST(Evaluate, BackwardPeaksFollowTheLayersLastToFirst) {
   EXPECT_DOUBLE_EQ(unmeasured.stage(0).backward_peak_bytes, 0.0);
   EXPECT_DOUBLE_EQ(unmeasured.stage(0).input_backward_peak_bytes, 120.0);  // the later layers' kept gradients
   EXPECT_DOUBLE_EQ(unmeasured.stage(0).weight_peak_bytes, 30.0);  // the weight gradients alone
+}
+
+// A CPU rank's heap keeps a share of its tensors freed beside them; a GPU's caching
+// allocator is measured as it is.
+TEST(Evaluate, ACpuRanksHeapKeepsAShareOfItsTensors) {
+  const graph::LayerGraph graph = graph::LayerGraph::uniformChain(2, 1e-3, 1e-3, 1e-3, 1000, 4000);
+  plan::Plan p;
+  p.microbatch_size = 1;
+  p.microbatches = 2;
+  p.schedule.name = "1f1b";
+  const cluster::ClusterSpec cpus = cluster::ClusterSpec::uniform(1, int64_t{1} << 30, 1e9, 0);
+  const cluster::ClusterSpec gpus({{"gpu0", "gpu", 1, int64_t{1} << 30}}, {}, {});
+  p.stages = {{{"layer0", "layer1"}, {cpus.device(0).name}}};
+  const RankReport cpu = evaluatePlan(graph, cpus, p).report.ranks[0];
+  p.stages[0].devices = {"gpu0"};
+  const RankReport gpu = evaluatePlan(graph, gpus, p).report.ranks[0];
+  EXPECT_EQ(gpu.process_bytes, 0);
+  const double tensors = static_cast<double>(gpu.peak_memory_bytes);
+  EXPECT_GT(tensors, 0);
+  EXPECT_NEAR(static_cast<double>(cpu.process_bytes), graph::kHeapKeptShare * tensors, 1.0);
+  EXPECT_NEAR(static_cast<double>(cpu.peak_memory_bytes), (1 + graph::kHeapKeptShare) * tensors, 1.0);
 }
 
 TEST(Evaluate, ExtrapolatedReportMatchesFullSimulation) {
