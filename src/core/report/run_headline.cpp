@@ -138,9 +138,9 @@ std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks) {
                 ? ". The profile's figure for the framework is the mean of " + std::to_string(r.learned_from_runs) +
                       " earlier run(s); this run's joins it for the next plan."
                 : ". Before a run, the profile knows of the process beyond its tensors only the dataset, the "
-                  "LibTorch code its passes paged in and the workspaces its kernels kept; the rest (the allocator's "
-                  "freed but kept memory, the kernels' passing buffers, the whole model as every rank builds it) "
-                  "this run taught it, and the next plan prices it.";
+                  "LibTorch code its passes paged in, the workspaces its kernels touched, and on a CPU a share of "
+                  "the tensors the heap keeps freed beside them; the rest (the kernels' passing buffers, the whole "
+                  "model as every rank builds it) this run taught it, and the next plan prices it.";
     notes.push_back(note);
   }
   return notes;
