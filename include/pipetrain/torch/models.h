@@ -204,6 +204,22 @@ int64_t tensorBytes(const torch::Tensor& tensor);
 // Bytes of a layer's parameters at their dtype (4 x numel for the zoo's fp32 models).
 int64_t parameterBytes(const Layer& layer);
 
+// Eval mode for a dry run: batch norm in training mode would update its running
+// statistics (a side effect of merely looking at the model) and refuses a batch of one
+// at 1x1 resolution, and dropout would draw from the random stream. Restores each
+// layer's mode on exit, exceptions included.
+class EvalScope {
+ public:
+  explicit EvalScope(const std::vector<Layer>& layers);
+  ~EvalScope();
+  EvalScope(const EvalScope&) = delete;
+  EvalScope& operator=(const EvalScope&) = delete;
+
+ private:
+  const std::vector<Layer>& layers_;
+  std::vector<bool> training_;
+};
+
 // A batch of `batch` samples with constant values (zeros for tokens, int64; 0.5
 // otherwise, fp32) on the CPU. Dry runs and profiles use it so that they never draw
 // from the global generator.

@@ -17,29 +17,18 @@ void checkRange(const Model& model, int first, int last) {
   }
 }
 
-// Eval mode for a dry run: batch norm in training mode would update its running
-// statistics (a side effect of merely looking at the model) and refuses a batch of one
-// at 1x1 resolution. Restores each layer's mode on exit, exceptions included.
-class EvalScope {
- public:
-  explicit EvalScope(const std::vector<Layer>& layers) : layers_(layers) {
-    for (const Layer& layer : layers_) {
-      training_.push_back(layer.module.ptr()->is_training());
-      layer.module.ptr()->eval();
-    }
-  }
-  ~EvalScope() {
-    for (size_t i = 0; i < layers_.size(); ++i) layers_[i].module.ptr()->train(training_[i]);
-  }
-  EvalScope(const EvalScope&) = delete;
-  EvalScope& operator=(const EvalScope&) = delete;
-
- private:
-  const std::vector<Layer>& layers_;
-  std::vector<bool> training_;
-};
-
 }  // namespace
+
+EvalScope::EvalScope(const std::vector<Layer>& layers) : layers_(layers) {
+  for (const Layer& layer : layers_) {
+    training_.push_back(layer.module.ptr()->is_training());
+    layer.module.ptr()->eval();
+  }
+}
+
+EvalScope::~EvalScope() {
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i].module.ptr()->train(training_[i]);
+}
 
 int64_t tensorBytes(const torch::Tensor& tensor) {
   return tensor.numel() * static_cast<int64_t>(tensor.element_size());

@@ -168,12 +168,14 @@ TORCH_MODULE(ScriptedLayer);
 
 // Eval mode for the dry runs (no dropout, BatchNorm's running statistics untouched), and
 // the module's own mode back on the way out, errors included.
-class EvalScope {
+class ScriptEvalScope {
  public:
-  explicit EvalScope(torch::jit::Module& module) : module_(module), training_(module.is_training()) { module_.eval(); }
-  ~EvalScope() { module_.train(training_); }
-  EvalScope(const EvalScope&) = delete;
-  EvalScope& operator=(const EvalScope&) = delete;
+  explicit ScriptEvalScope(torch::jit::Module& module) : module_(module), training_(module.is_training()) {
+    module_.eval();
+  }
+  ~ScriptEvalScope() { module_.train(training_); }
+  ScriptEvalScope(const ScriptEvalScope&) = delete;
+  ScriptEvalScope& operator=(const ScriptEvalScope&) = delete;
 
  private:
   torch::jit::Module& module_;
@@ -281,7 +283,7 @@ class Loader {
   // and dtype, and a clear error for a child its inputs do not fit.
   void measure(Wiring& w) {
     torch::NoGradGuard no_grad;
-    const EvalScope eval(root_);
+    const ScriptEvalScope eval(root_);
     values_ = {constantInput(input_, 1)};
     for (int i = 0; i < w.layers(); ++i) {
       std::vector<c10::IValue> args;
@@ -313,7 +315,7 @@ class Loader {
   // Which children modify an input in place: each runs once more, with grad, on leaves
   // that require grad, as a stage's first layer receives them.
   void findInPlaceChildren(const Wiring& w) {
-    const EvalScope eval(root_);
+    const ScriptEvalScope eval(root_);
     for (int i = 0; i < w.layers(); ++i) {
       std::vector<c10::IValue> args;
       for (int v : w.reads[i]) {
@@ -377,7 +379,7 @@ class Loader {
     torch::NoGradGuard no_grad;
     c10::IValue whole;
     try {
-      const EvalScope eval(root_);
+      const ScriptEvalScope eval(root_);
       whole = root_.forward({values_.front()});
     } catch (const std::exception& e) {
       fail(std::string("forward() fails on one sample of the data's shape: ") + lastLine(e.what()));

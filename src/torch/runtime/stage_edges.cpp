@@ -1,7 +1,6 @@
 #include "stage_edges.h"
 
 #include <algorithm>
-#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -22,29 +21,6 @@ struct Produced {
   int64_t bytes() const { return c10::multiply_integers(shape) * static_cast<int64_t>(c10::elementSize(dtype)); }
 };
 
-// Every layer in eval mode for the dry runs (no dropout drawn from the random stream,
-// BatchNorm's running statistics untouched, and one sample allowed), each back in its
-// own mode on the way out, errors included.
-class EvalLayers {
- public:
-  explicit EvalLayers(const models::Model& model) {
-    for (const models::Layer& l : model.layers) {
-      modules_.push_back(l.module.ptr());
-      training_.push_back(modules_.back()->is_training());
-      modules_.back()->eval();
-    }
-  }
-  ~EvalLayers() {
-    for (std::size_t i = 0; i < modules_.size(); ++i) modules_[i]->train(training_[i]);
-  }
-  EvalLayers(const EvalLayers&) = delete;
-  EvalLayers& operator=(const EvalLayers&) = delete;
-
- private:
-  std::vector<std::shared_ptr<torch::nn::Module>> modules_;
-  std::vector<bool> training_;
-};
-
 std::vector<Produced> dryRun(const models::Model& model, int64_t samples, Precision precision) {
   std::vector<Produced> produced(model.layers.size());
   torch::NoGradGuard no_grad;
@@ -60,7 +36,7 @@ std::vector<Produced> dryRun(const models::Model& model, int64_t samples, Precis
 // layer's passing tensors at a time, and the heap keeps what it frees
 // (util/allocator.h): fmnist-cnn's ranks at 64 samples began training with 19 MB of it.
 std::vector<Produced> producedAt(const models::Model& model, int64_t samples, Precision precision) {
-  const EvalLayers eval(model);
+  const models::EvalScope eval(model.layers);  // no dropout drawn, no statistics moved, one sample allowed
   if (samples <= 3) return dryRun(model, samples, precision);
   const std::vector<Produced> one = dryRun(model, 1, precision), two = dryRun(model, 2, precision),
                               three = dryRun(model, 3, precision);
