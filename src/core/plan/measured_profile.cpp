@@ -106,7 +106,7 @@ int64_t frameworkBytesOfRun(const std::vector<RankMemoryMeasured>& ranks) {
   if (ranks.empty()) return -1;
   std::vector<double> beyond;
   for (const RankMemoryMeasured& r : ranks)
-    beyond.push_back(r.added - r.priced_tensors - graph::heapKeptBeside(r.priced_tensors) -
+    beyond.push_back(r.added - r.priced_tensors - graph::heapKeptBeside(r.priced_tensors, "cpu") -
                      static_cast<double>(std::max<int64_t>(0, r.data)));
   return std::max<int64_t>(0, std::llround(util::median(beyond)));
 }

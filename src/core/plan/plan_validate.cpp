@@ -289,7 +289,7 @@ class Validator {
       double tensors = 0;
       for (int s : stages) tensors += need[s];
       const double total = static_cast<double>(graph_.processMemory().framework_bytes) + tensors +
-                           (cluster_.device(d).kind == "cpu" ? graph::heapKeptBeside(tensors) : 0.0);
+                           graph::heapKeptBeside(tensors, cluster_.device(d).kind);
       const double has = static_cast<double>(cluster_.device(d).memory_bytes);
       if (total <= has) continue;
       std::string who = stageName(stages[0]) + " needs ";
