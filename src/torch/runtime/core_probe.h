@@ -1,6 +1,8 @@
 // How fast this thread's core computes now: the seconds of a fixed computation (four
 // 256 x 256 single-precision matrix products, about 1 ms here), the same in the profile
-// and in a run, so that the two can be compared.
+// and in a run, so that the two can be compared. Time the thread spent runnable while
+// other threads held every core is left out: ranks that outnumber the cores take turns,
+// and that turn-taking is priced on its own (util/core_time.h), not as a slow core.
 //
 // NOTE(core-probe): on this project's VMs a core's speed moves on its own. Two processes
 // pinned to the two cores, each counting 256 x 256 matrix products a quarter second at a
