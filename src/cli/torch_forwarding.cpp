@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "pipetrain/util/allocator.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
@@ -24,6 +25,9 @@ namespace {
   std::vector<char*> c_args;
   for (std::string& a : args) c_args.push_back(a.data());
   c_args.push_back(nullptr);
+  // On jemalloc where the machine has it, for pipetrain-torch and every process it starts
+  // (util/allocator.h).
+  util::preloadJemallocForExec();
   execv(torch_binary.c_str(), c_args.data());
   throw Error("cannot run " + torch_binary + ": " + std::strerror(errno));
 }

@@ -101,6 +101,7 @@ Json rankResultToJson(const runtime::RankResult& r) {
           {"peak_memory_bytes", r.peak_memory_bytes},
           {"device", r.device},
           {"data_channel", r.data_channel},
+          {"heap", r.heap},
           {"peak_device_memory_bytes", r.peak_device_memory_bytes},
           {"start_memory_bytes", r.start_memory_bytes},
           {"data_memory_bytes", r.data_memory_bytes},
@@ -137,6 +138,7 @@ runtime::RankResult rankResultFromJson(const Json& json, const std::string& orig
   r.peak_memory_bytes = c.field("peak_memory_bytes").asInt();
   r.device = c.field("device").asString();
   r.data_channel = c.field("data_channel").asString();
+  r.heap = c.field("heap").asString();
   r.peak_device_memory_bytes = c.field("peak_device_memory_bytes").asInt();
   r.start_memory_bytes = c.field("start_memory_bytes").asInt();
   r.data_memory_bytes = c.field("data_memory_bytes").asInt();

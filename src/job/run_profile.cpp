@@ -16,6 +16,7 @@
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/torch_info.h"
+#include "pipetrain/util/allocator.h"
 #include "pipetrain/util/clock.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
@@ -280,6 +281,9 @@ graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRe
   key.add("device", runtime::describeDevice(device));  // "cpu", or "cuda:0 (NVIDIA H200)"
   key.add("precision", config.precision);
   key.add("optimizer", config.optimizer);
+  // What the process holds beyond its tensors, which runs teach the profile, is the
+  // allocator's (util/allocator.h): this process's is its ranks'.
+  key.add("heap", util::heapName());
   key.add("largest size", std::to_string(wantedSize(r)) +
                               (r.args.batch > 0 ? " down to a quarter per rank, the planner's sizes between" : ""));
   std::string held;

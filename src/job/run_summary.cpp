@@ -59,6 +59,7 @@ Json rankEntry(const runtime::RankResult& r) {
           {"heap_free_bytes", r.heap_free_bytes},
           {"device", r.device},
           {"data_channel", r.data_channel},
+          {"heap", r.heap},
           {"peak_device_memory_bytes", r.peak_device_memory_bytes},
           {"weight_versions", r.weight_versions},
           {"weight_bytes", r.weight_bytes},

@@ -110,6 +110,7 @@ struct RankResult {
   int64_t peak_memory_bytes = 0;         // the process's peak resident set
   std::string device;                    // where the rank computed (describeDevice)
   std::string data_channel;              // what carried its messages (DataChannel::name)
+  std::string heap;                      // the allocator that served its malloc (util::heapName)
   bool sums_in_shared_memory = false;    // and its sums (DataChannel::sumsInSharedMemory)
   // On a GPU: the most bytes LibTorch's caching allocator held allocated at once during
   // training (-1 on the CPU, where peak_memory_bytes tells).

@@ -16,12 +16,13 @@ int64_t peakResidentBytes();
 int64_t residentFileBytes();
 // The part that is anonymous memory (RssAnon): the heap's touched pages, the stacks.
 int64_t residentAnonBytes();
-// Bytes the C allocator holds freed and keeps for reuse, over all its arenas (glibc's
-// mallinfo2): with util::retainFreedMemory, the most the heap ever held less what it
-// holds now, and what gaps between blocks still in use keep apart; -1 off glibc.
+// Bytes the C allocator holds freed and keeps for reuse, over all its arenas: jemalloc's
+// resident data pages beyond what it handed out, or glibc's free chunks (mallinfo2: with
+// util::retainFreedMemory, the most the heap ever held less what it holds now, and what
+// gaps between blocks still in use keep apart); -1 under another allocator.
 int64_t heapFreeBytes();
-// Bytes the C allocator has handed out and not had back, over all its arenas (glibc's
-// mallinfo2): the process's heap in use, tensors and everything else; -1 off glibc.
+// Bytes the C allocator has handed out and not had back, over all its arenas: the
+// process's heap in use, tensors and everything else; -1 under another allocator.
 int64_t heapInUseBytes();
 
 }  // namespace pipetrain::util

@@ -7,9 +7,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <string>
+
+#include "pipetrain/util/allocator.h"
 
 namespace pipetrain::util {
 
@@ -50,6 +53,9 @@ int64_t residentFileBytes() { return statusBytes("RssFile:"); }
 int64_t residentAnonBytes() { return statusBytes("RssAnon:"); }
 
 int64_t heapFreeBytes() {
+  // jemalloc: the pages it holds for data (metadata aside) beyond the bytes handed out.
+  if (const int64_t allocated = jemallocStatBytes("stats.allocated"); allocated >= 0)
+    return std::max<int64_t>(0, jemallocStatBytes("stats.resident") - jemallocStatBytes("stats.metadata") - allocated);
 #if defined(__GLIBC__)
   return static_cast<int64_t>(mallinfo2().fordblks);
 #else
@@ -58,6 +64,7 @@ int64_t heapFreeBytes() {
 }
 
 int64_t heapInUseBytes() {
+  if (const int64_t allocated = jemallocStatBytes("stats.allocated"); allocated >= 0) return allocated;
 #if defined(__GLIBC__)
   const struct mallinfo2 info = mallinfo2();
   return static_cast<int64_t>(info.uordblks + info.hblkhd);  // the arenas' chunks and mmapped blocks

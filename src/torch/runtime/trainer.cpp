@@ -23,6 +23,7 @@
 #include "pipetrain/schedule/passes.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/staleness.h"
+#include "pipetrain/util/allocator.h"
 #include "pipetrain/util/core_time.h"
 #include "pipetrain/util/process_memory.h"
 #include "pipetrain/util/stats.h"
@@ -499,6 +500,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   if (device_memory) result.peak_device_memory_bytes = device_memory->peak();
   result.device = describeDevice(device);
   result.data_channel = data.name();
+  result.heap = util::heapName();
   result.sums_in_shared_memory = data.sumsInSharedMemory();
   if (!c.export_path.empty()) {
     models::moveTo(model, torch::kCPU);  // a file any machine loads
