@@ -22,7 +22,7 @@ How it is timed: every run trains `--warmup-steps` untimed mini-batches and then
 Every process of a comparison runs under one allocator setting (`--malloc`): `tuned`
 sets glibc's tunables to pipetrain's glibc policy for every process (retain freed memory;
 PIPETRAIN_MALLOC=retain), `glibc` leaves glibc's defaults for every process, pipetrain's
-included (PIPETRAIN_MALLOC=glibc), and `jemalloc` preloads jemalloc for every process as
+included (PIPETRAIN_MALLOC=glibc), and `tcmalloc` preloads tcmalloc for every process as
 `pipetrain` does for its own (util/allocator.h), as PyTorch's CPU launcher does
 (torch.backends.xeon.run_cpu). Each of `--rounds` rounds runs every configuration once, in a
 random order; a run past `--timeout` seconds is killed and reported as such.
@@ -36,7 +36,7 @@ counts) and against DDP at its best bucket size. Every run's figures, with the m
 details, go to `--out` (JSON).
 
     bench/race/race.py [--build build] [--rounds 7] [--steps 30] [--warmup-steps 3]
-                       [--models mlp,gpt,...] [--nproc 2,3] [--malloc both|tuned|glibc|jemalloc]
+                       [--models mlp,gpt,...] [--nproc 2,3] [--malloc both|tuned|glibc|tcmalloc]
                        [--runs 1f1b,zb-h1,...,ddp,plan,async] [--microbatch-size N]
                        [--out bench/results/race-DATE.json]
 """
@@ -67,13 +67,14 @@ PAIRS = [("ScheduleGPipe", "gpipe", 1), ("Schedule1F1B", "1f1b", 1), ("ScheduleI
 MICROBATCH_SIZE = {"mlp": 32, "gpt": 8, "fmnist-cnn": 32, "hf-gpt2": 8, "hf-llama": 8, "timm-vit": 16,
                    "tv-resnet": 16}
 MICROBATCHES_PER_RANK = 4  # the paired runs'; the mini-batch is this times the ranks times the micro-batch size
-JEMALLOC = next((p for p in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
-                              "/usr/lib64/libjemalloc.so.2", "/usr/lib/libjemalloc.so.2", "/usr/local/lib/libjemalloc.so.2")
-                 if os.path.exists(p)), None)
+TCMALLOC = next((f"{d}/libtcmalloc_minimal.so.4" for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+                                                             "/usr/lib64", "/usr/lib", "/usr/local/lib")
+                 if os.path.exists(f"{d}/libtcmalloc_minimal.so.4")), None)
 MALLOC = {"tuned": {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647",
                     "PIPETRAIN_MALLOC": "retain"},
           "glibc": {"PIPETRAIN_MALLOC": "glibc"},
-          "jemalloc": {"LD_PRELOAD": JEMALLOC or "", "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}}
+          "tcmalloc": {"LD_PRELOAD": TCMALLOC or "", "TCMALLOC_RELEASE_RATE": "0",
+                       "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 60)}}
 LR = 0.01
 
 
@@ -152,7 +153,7 @@ class Race:
     def run(self, c, malloc):
         """{samples_per_second, peak_rss_bytes} of one run, or {error}."""
         env = {k: v for k, v in os.environ.items()
-               if k not in ("GLIBC_TUNABLES", "PIPETRAIN_MALLOC", "LD_PRELOAD", "MALLOC_CONF")}
+               if k not in ("GLIBC_TUNABLES", "PIPETRAIN_MALLOC", "LD_PRELOAD", "TCMALLOC_RELEASE_RATE")}
         env.update(MALLOC[malloc])
         proc = subprocess.Popen(c.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 cwd=HERE, start_new_session=True)
@@ -227,7 +228,7 @@ def main():
     p.add_argument("--warmup-steps", type=int, default=3, help="untimed steps first")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--nproc", default="2,3")
-    p.add_argument("--malloc", default="both", choices=["both", "tuned", "glibc", "jemalloc"],
+    p.add_argument("--malloc", default="both", choices=["both", "tuned", "glibc", "tcmalloc"],
                    help="both: tuned and glibc")
     p.add_argument("--runs", default=",".join([s for _, s, _ in PAIRS] + ["ddp", "plan", "async"]),
                    help="which to run: pipetrain's schedule names (each with its torch peer), ddp, plan, "
@@ -250,8 +251,8 @@ def main():
         a.peer_microbatches.append(MICROBATCHES_PER_RANK)
     models, nprocs = a.models.split(","), [int(n) for n in a.nproc.split(",")]
     mallocs = ["tuned", "glibc"] if a.malloc == "both" else [a.malloc]
-    if "jemalloc" in mallocs and not JEMALLOC:
-        p.error("--malloc jemalloc: this machine has no libjemalloc.so.2 (Debian: apt install libjemalloc2)")
+    if "tcmalloc" in mallocs and not TCMALLOC:
+        p.error("--malloc tcmalloc: this machine has no libtcmalloc_minimal.so.4 (Debian: libtcmalloc-minimal4)")
     random.seed(a.seed)
     with tempfile.TemporaryDirectory() as work:
         race = Race(a, work)

@@ -11,7 +11,7 @@
 
 int main(int argc, char** argv) {
   // Before LibTorch allocates anything: freed tensors stay with the process, unless
-  // PIPETRAIN_MALLOC=glibc; `pipetrain` preloads jemalloc for pipetrain-torch where the
+  // PIPETRAIN_MALLOC=glibc; `pipetrain` preloads tcmalloc for pipetrain-torch where the
   // machine has it (allocator.h).
   pipetrain::util::applyHeapPolicyOfEnvironment();
   CLI::App app{"pipetrain: plan, simulate and run pipeline-parallel training"};

@@ -25,9 +25,9 @@ namespace {
   std::vector<char*> c_args;
   for (std::string& a : args) c_args.push_back(a.data());
   c_args.push_back(nullptr);
-  // On jemalloc where the machine has it, for pipetrain-torch and every process it starts
+  // On tcmalloc where the machine has it, for pipetrain-torch and every process it starts
   // (util/allocator.h).
-  util::preloadJemallocForExec();
+  util::preloadTcmallocForExec();
   execv(torch_binary.c_str(), c_args.data());
   throw Error("cannot run " + torch_binary + ": " + std::strerror(errno));
 }

@@ -94,6 +94,24 @@ for r in s["ranks"]:
     assert all(0 < a["seconds"] < s["wall_seconds"] for a in r["action_seconds"]), r["action_seconds"]
 PY
 check "measured gantt" grep -q "measured" "$tmp/train.svg"
+# The ranks' heap (util/allocator.h): tcmalloc, preloaded by `pipetrain`, where the
+# machine has it; PIPETRAIN_MALLOC=retain keeps glibc's, with its freed memory kept.
+heaps_are() {
+  python3 - "$1" "$2" <<'PY'
+import json, os, sys
+path, wanted = sys.argv[1], sys.argv[2]
+if wanted == "default":
+    libs = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
+    has = any(os.path.exists(f"{d}/libtcmalloc_minimal.so.4") for d in libs)
+    wanted = "tcmalloc" if has else "glibc, freed memory retained"
+heaps = {r["heap"] for r in json.load(open(path))["ranks"]}
+assert heaps == {wanted}, (heaps, wanted)
+PY
+}
+check "each rank names its heap: tcmalloc where the machine has it" heaps_are "$tmp/summary.json" default
+check "PIPETRAIN_MALLOC=retain: glibc" env PIPETRAIN_MALLOC=retain "${train[@]}" --nproc 2 --schedule 1f1b \
+  --summary-json "$tmp/retain.json"
+check "its ranks on glibc, freed memory kept" heaps_are "$tmp/retain.json" "glibc, freed memory retained"
 check "train plans itself" "${train[@]}" --nproc 2 --schedule 1f1b --no-replication --plan-out "$tmp/auto.json"
 expect "planner table" "chosen: 1f1b, 2 stages"
 check "the plan it trained" grep -q '"pipetrain.plan"' "$tmp/auto.json"

@@ -27,7 +27,7 @@ runtime::RankResult sampleResult() {
   r.peak_memory_bytes = 400 << 20;
   r.device = "cpu";
   r.data_channel = "gloo";
-  r.heap = "jemalloc";
+  r.heap = "tcmalloc";
   r.peak_device_memory_bytes = -1;
   r.start_memory_bytes = 350 << 20;
   r.data_memory_bytes = 1 << 20;
@@ -62,7 +62,7 @@ TEST(RankReport, ResultReadsBackAsWritten) {
   EXPECT_EQ(read.recent_steps[0].size(), 2u);
   EXPECT_DOUBLE_EQ(read.core_wait_seconds, -1);
   EXPECT_EQ(read.heap_free_bytes, 12 << 20);
-  EXPECT_EQ(read.heap, "jemalloc");
+  EXPECT_EQ(read.heap, "tcmalloc");
   EXPECT_TRUE(read.sums_in_shared_memory);
 }
 

@@ -1,22 +1,24 @@
-// The process's heap for training: jemalloc where the machine has it, freed memory kept
+// The process's heap for training: tcmalloc where the machine has it, freed memory kept
 // with the process either way.
 //
-// Why jemalloc: a training step allocates and frees the same tensors every micro-batch,
+// Why tcmalloc: a training step allocates and frees the same tensors every micro-batch,
 // in an order that changes with the schedule, and glibc's heap keeps the gaps this
 // leaves. With its freed memory retained (below) a rank's heap grew all run long: the
 // first rank of gpt's 2-stage PipeMare held 195 MiB of heap after its first step and
-// 228 MiB after its 48th, 118 MiB of it free. Under jemalloc, whose size classes reuse
-// freed blocks for like requests, the same ranks peaked 25% lower (160 and 111 MiB added
-// by training against 116 and 85), data parallelism on gpt 6% lower, the mlp 15% lower,
-// at the same speed and with fewer page faults (a throwaway A/B, 2026-12-01,
-// docs/runtime.md#the-heap). PyTorch's own CPU launcher preloads jemalloc or tcmalloc
+// 228 MiB after its 48th, 118 MiB of it free. Under tcmalloc (gperftools' minimal
+// build), whose size classes and page spans reuse freed memory for like requests, the
+// same ranks peaked 21-23% lower, gpt's data parallelism 17% lower and the mlp's two
+// stages 6-14% lower, at the same speed. jemalloc held about as little on average, but
+// not reliably: the replicas of one plan held 77-173 MiB from run to run, where
+// tcmalloc held 78-80 (docs/runtime.md#the-heap). PyTorch's own CPU launcher preloads tcmalloc or jemalloc
 // for the same reason (torch.backends.xeon.run_cpu).
 //
 // How: `pipetrain` hands the torch commands to pipetrain-torch by exec; before it does,
-// it preloads the machine's libjemalloc.so.2 (LD_PRELOAD) with a configuration that
-// never hands freed pages back (MALLOC_CONF, unless the user set one), and the ranks and
-// profiling processes pipetrain-torch starts inherit both. PIPETRAIN_MALLOC chooses:
-//   jemalloc (the default): as above; glibc retained where the library is missing;
+// it preloads the machine's libtcmalloc_minimal.so.4 (LD_PRELOAD), told never to hand
+// freed pages back (TCMALLOC_RELEASE_RATE=0) and not to report large allocations on
+// stderr, unless the user set either; the ranks and profiling processes pipetrain-torch
+// starts inherit all of it. PIPETRAIN_MALLOC chooses:
+//   tcmalloc (the default): as above; glibc retained where the library is missing;
 //   retain: glibc, freed memory retained (retainFreedMemory);
 //   glibc: glibc's defaults, or the user's GLIBC_TUNABLES (for races against programs
 //          that run on them, bench/race).
@@ -25,6 +27,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace pipetrain::util {
 
@@ -39,39 +43,42 @@ namespace pipetrain::util {
 // allocator's does.
 //
 // A program-wide choice, so programs call it (pipetrain's main), not the libraries.
-// No effect off glibc, or where jemalloc serves malloc. Returns whether it was applied.
+// No effect off glibc, or where tcmalloc serves malloc. Returns whether it was applied.
 bool retainFreedMemory();
 
-// pipetrain-torch's policy, from PIPETRAIN_MALLOC: nothing to do where jemalloc already
+// pipetrain-torch's policy, from PIPETRAIN_MALLOC: nothing to do where tcmalloc already
 // serves malloc; retainFreedMemory() unless PIPETRAIN_MALLOC is "glibc". Another value
 // is refused on stderr and treated as the default. Returns whether freed memory is kept.
 bool applyHeapPolicyOfEnvironment();
 
-// The environment that makes an exec'd program run on jemalloc: LD_PRELOAD with
-// `library` in front of `ld_preload`, and MALLOC_CONF = kJemallocRetainConf unless
-// `malloc_conf` is set. None where `asked` (PIPETRAIN_MALLOC) chooses glibc, where
-// `library` is empty, or where `ld_preload` already holds a jemalloc.
+// The environment that makes an exec'd program run on tcmalloc: LD_PRELOAD with
+// `library` in front of `ld_preload`, and kTcmallocSettings for each of them the user has
+// not set (`is_set`). None where `asked` (PIPETRAIN_MALLOC) chooses glibc, where
+// `library` is empty, or where `ld_preload` already holds a tcmalloc.
 struct PreloadEnvironment {
   std::string ld_preload;
-  std::string malloc_conf;  // empty: leave the user's
+  std::vector<std::pair<std::string, std::string>> settings;  // to set, name and value
 };
-inline constexpr const char* kJemallocRetainConf = "dirty_decay_ms:-1,muzzy_decay_ms:-1";
-std::optional<PreloadEnvironment> jemallocPreload(const char* asked, const char* ld_preload, const char* malloc_conf,
-                                                  const std::string& library);
+inline const std::vector<std::pair<std::string, std::string>> kTcmallocSettings = {
+    {"TCMALLOC_RELEASE_RATE", "0"},  // never hand freed pages back (each would fault in again)
+    // A tensor of a GiB is no news in training; tcmalloc would print a stack for each.
+    {"TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", "1152921504606846976"}};
+std::optional<PreloadEnvironment> tcmallocPreload(const char* asked, const char* ld_preload,
+                                                  bool (*is_set)(const std::string& name), const std::string& library);
 
-// The machine's libjemalloc.so.2 in the usual library folders; "" where none is.
-std::string jemallocLibrary();
+// The machine's libtcmalloc_minimal.so.4 in the usual library folders; "" where none is.
+std::string tcmallocLibrary();
 
-// Sets this process's environment so that a program it execs runs on jemalloc, where
-// PIPETRAIN_MALLOC and the machine allow (jemallocPreload). Returns whether it did.
-bool preloadJemallocForExec();
+// Sets this process's environment so that a program it execs runs on tcmalloc, where
+// PIPETRAIN_MALLOC and the machine allow (tcmallocPreload). Returns whether it did.
+bool preloadTcmallocForExec();
 
-// Which allocator serves this process's malloc, as the run summary names it: "jemalloc",
+// Which allocator serves this process's malloc, as the run summary names it: "tcmalloc",
 // "glibc, freed memory retained", "glibc" or "other".
 std::string heapName();
 
-// A jemalloc statistic in bytes ("stats.allocated", "stats.resident", ...), fresh as of
-// this call; -1 where jemalloc does not serve malloc.
-int64_t jemallocStatBytes(const char* name);
+// A tcmalloc statistic in bytes ("generic.current_allocated_bytes", ...), fresh as of
+// this call; -1 where tcmalloc does not serve malloc or does not know the name.
+int64_t tcmallocStatBytes(const char* name);
 
 }  // namespace pipetrain::util

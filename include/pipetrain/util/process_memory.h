@@ -16,8 +16,8 @@ int64_t peakResidentBytes();
 int64_t residentFileBytes();
 // The part that is anonymous memory (RssAnon): the heap's touched pages, the stacks.
 int64_t residentAnonBytes();
-// Bytes the C allocator holds freed and keeps for reuse, over all its arenas: jemalloc's
-// resident data pages beyond what it handed out, or glibc's free chunks (mallinfo2: with
+// Bytes the C allocator holds freed and keeps for reuse, over all its arenas: tcmalloc's
+// mapped pages beyond what it handed out, or glibc's free chunks (mallinfo2: with
 // util::retainFreedMemory, the most the heap ever held less what it holds now, and what
 // gaps between blocks still in use keep apart); -1 under another allocator.
 int64_t heapFreeBytes();

@@ -53,9 +53,11 @@ int64_t residentFileBytes() { return statusBytes("RssFile:"); }
 int64_t residentAnonBytes() { return statusBytes("RssAnon:"); }
 
 int64_t heapFreeBytes() {
-  // jemalloc: the pages it holds for data (metadata aside) beyond the bytes handed out.
-  if (const int64_t allocated = jemallocStatBytes("stats.allocated"); allocated >= 0)
-    return std::max<int64_t>(0, jemallocStatBytes("stats.resident") - jemallocStatBytes("stats.metadata") - allocated);
+  // tcmalloc: what it took from the system and still maps, beyond the bytes handed out
+  // (its page heap's free spans and its caches).
+  if (const int64_t allocated = tcmallocStatBytes("generic.current_allocated_bytes"); allocated >= 0)
+    return std::max<int64_t>(0, tcmallocStatBytes("generic.heap_size") -
+                                    tcmallocStatBytes("tcmalloc.pageheap_unmapped_bytes") - allocated);
 #if defined(__GLIBC__)
   return static_cast<int64_t>(mallinfo2().fordblks);
 #else
@@ -64,7 +66,8 @@ int64_t heapFreeBytes() {
 }
 
 int64_t heapInUseBytes() {
-  if (const int64_t allocated = jemallocStatBytes("stats.allocated"); allocated >= 0) return allocated;
+  if (const int64_t allocated = tcmallocStatBytes("generic.current_allocated_bytes"); allocated >= 0)
+    return allocated;
 #if defined(__GLIBC__)
   const struct mallinfo2 info = mallinfo2();
   return static_cast<int64_t>(info.uordblks + info.hblkhd);  // the arenas' chunks and mmapped blocks

@@ -1,7 +1,7 @@
 // The heap policy keeps freed memory: a large block freed and allocated again costs no
 // new page faults (under glibc's defaults it is unmapped and mapped afresh each time).
-// ctest runs these tests twice: on glibc, and on jemalloc preloaded as `pipetrain`
-// preloads it (Allocator.* in allocator_on_jemalloc, where the machine has the library).
+// ctest runs these tests twice: on glibc, and on tcmalloc preloaded as `pipetrain`
+// preloads it (Allocator.* in allocator_on_tcmalloc, where the machine has the library).
 #include "pipetrain/util/allocator.h"
 #include "pipetrain/util/process_memory.h"
 
@@ -31,7 +31,7 @@ void touchAndFree(std::size_t bytes) {
   std::free(block);
 }
 
-bool onJemalloc() { return heapName() == "jemalloc"; }
+bool onTcmalloc() { return heapName() == "tcmalloc"; }
 
 TEST(Allocator, FreedLargeBlocksAreReusedWithoutPageFaults) {
 #if defined(__SANITIZE_ADDRESS__)
@@ -40,7 +40,7 @@ TEST(Allocator, FreedLargeBlocksAreReusedWithoutPageFaults) {
   GTEST_SKIP() << "the policy applies to glibc's malloc only";
 #else
   ASSERT_TRUE(applyHeapPolicyOfEnvironment());
-  EXPECT_TRUE(onJemalloc() || heapName() == "glibc, freed memory retained") << heapName();
+  EXPECT_TRUE(onTcmalloc() || heapName() == "glibc, freed memory retained") << heapName();
   // Above glibc's largest dynamic mmap threshold (32 MiB), so without the policy every
   // allocation of it would be a fresh mapping: 12,288 pages faulted in each time.
   constexpr std::size_t kBytes = std::size_t{48} << 20;
@@ -57,7 +57,7 @@ TEST(Allocator, TheEnvironmentCanLeaveGlibcsDefaults) {
 #if defined(__SANITIZE_ADDRESS__) || !defined(__GLIBC__)
   GTEST_SKIP() << "the policy applies to glibc's malloc only";
 #else
-  if (onJemalloc()) GTEST_SKIP() << "jemalloc serves malloc: the choice was made before the process started";
+  if (onTcmalloc()) GTEST_SKIP() << "tcmalloc serves malloc: the choice was made before the process started";
   const char* before = std::getenv("PIPETRAIN_MALLOC");
   const std::string saved = before ? before : "";
   setenv("PIPETRAIN_MALLOC", "glibc", 1);
@@ -70,30 +70,34 @@ TEST(Allocator, TheEnvironmentCanLeaveGlibcsDefaults) {
 #endif
 }
 
-// `pipetrain` preloads jemalloc for pipetrain-torch unless PIPETRAIN_MALLOC chooses glibc,
-// keeps what the user preloads and their MALLOC_CONF, and preloads nothing where the
-// machine has no jemalloc.
-TEST(Allocator, JemallocIsPreloadedUnlessGlibcIsChosenOrItIsMissing) {
-  const std::string lib = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
-  const auto plain = jemallocPreload(nullptr, nullptr, nullptr, lib);
+// `pipetrain` preloads tcmalloc for pipetrain-torch unless PIPETRAIN_MALLOC chooses glibc,
+// keeps what the user preloads and the settings they made, and preloads nothing where
+// the machine has no tcmalloc.
+bool nothingSet(const std::string&) { return false; }
+bool releaseRateSet(const std::string& name) { return name == "TCMALLOC_RELEASE_RATE"; }
+
+TEST(Allocator, TcmallocIsPreloadedUnlessGlibcIsChosenOrItIsMissing) {
+  const std::string lib = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+  const auto plain = tcmallocPreload(nullptr, nullptr, nothingSet, lib);
   ASSERT_TRUE(plain);
   EXPECT_EQ(plain->ld_preload, lib);
-  EXPECT_EQ(plain->malloc_conf, kJemallocRetainConf);
-  const auto chosen = jemallocPreload("jemalloc", "libmine.so", "narenas:2", lib);
+  EXPECT_EQ(plain->settings, kTcmallocSettings);
+  const auto chosen = tcmallocPreload("tcmalloc", "libmine.so", releaseRateSet, lib);
   ASSERT_TRUE(chosen);
   EXPECT_EQ(chosen->ld_preload, lib + ":libmine.so");
-  EXPECT_EQ(chosen->malloc_conf, "") << "the user's MALLOC_CONF stays";
-  EXPECT_FALSE(jemallocPreload("glibc", nullptr, nullptr, lib));
-  EXPECT_FALSE(jemallocPreload("retain", nullptr, nullptr, lib));
-  EXPECT_FALSE(jemallocPreload(nullptr, nullptr, nullptr, ""));
-  EXPECT_FALSE(jemallocPreload(nullptr, "/opt/lib/libjemalloc.so", nullptr, lib)) << "already preloaded";
+  ASSERT_EQ(chosen->settings.size(), kTcmallocSettings.size() - 1);
+  EXPECT_NE(chosen->settings[0].first, "TCMALLOC_RELEASE_RATE") << "the user's setting stays";
+  EXPECT_FALSE(tcmallocPreload("glibc", nullptr, nothingSet, lib));
+  EXPECT_FALSE(tcmallocPreload("retain", nullptr, nothingSet, lib));
+  EXPECT_FALSE(tcmallocPreload(nullptr, nullptr, nothingSet, ""));
+  EXPECT_FALSE(tcmallocPreload(nullptr, "/opt/lib/libtcmalloc.so", nothingSet, lib)) << "already preloaded";
 }
 
-// The heap's freed and kept bytes follow a block that is freed: under jemalloc its
-// resident pages beyond what it handed out, under glibc its free chunks.
+// The heap's freed and kept bytes follow a block that is freed: under tcmalloc its
+// mapped pages beyond what it handed out, under glibc its free chunks.
 TEST(Allocator, HeapFreeGrowsByABlockFreedAndKept) {
 #if defined(__SANITIZE_ADDRESS__) || !defined(__GLIBC__)
-  GTEST_SKIP() << "glibc's or jemalloc's figures only";
+  GTEST_SKIP() << "glibc's or tcmalloc's figures only";
 #else
   ASSERT_TRUE(applyHeapPolicyOfEnvironment());
   constexpr std::size_t kBytes = std::size_t{24} << 20;
