@@ -24,6 +24,7 @@
 #include "pipetrain/torch/transport.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/trainer.h"
+#include "pipetrain/util/allocator.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/process_memory.h"
 #include "pipetrain/util/json_io.h"
@@ -303,6 +304,7 @@ int run(ProfileArgs& a) {
   if (device.is_cpu())
     process.framework_bytes =
         std::max<int64_t>(0, util::residentFileBytes() - code_before - data_file_bytes) + workspace_bytes;
+  process.heap = util::heapName();  // the ranks' too, by the profile cache's key
   g.setProcessMemory(process);
   g.setProfiledAs({std::max(at::get_num_threads(), blasThreads()), a.options.shares,
                    profiles[0].profiledAs().probe_seconds});

@@ -340,16 +340,18 @@ RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_i
   const json_io::Json& peak = planner["chosen"]["rank_peak_memory_bytes"];
   const json_io::Json& process = planner["chosen"]["rank_process_bytes"];
   std::vector<plan::RankMemoryMeasured> ranks;
+  std::string heap;  // the ranks' allocator, the same for all: the launcher's environment
   for (const json_io::Json& r : rank_results) {
     const std::size_t rank = r["rank"];
     // A GPU's memory is its allocator's; the resident set tells only the host's.
     if (r["device"] != "cpu" || rank >= peak.size() || rank >= process.size()) continue;
     const int64_t data = r.value("data_memory_bytes", int64_t{-1});
     m.data_bytes = std::max(m.data_bytes, data);
+    heap = r.value("heap", std::string());
     ranks.push_back({report::memoryAddedByTraining(json_io::JsonCursor(r, "rank result")),
                      peak[rank].get<double>() - process[rank].get<double>(), data});
   }
-  m.framework_bytes = plan::frameworkBytesOfRun(ranks);
+  m.framework_bytes = plan::frameworkBytesOfRun(ranks, heap);
   return m;
 }
 

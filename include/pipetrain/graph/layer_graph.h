@@ -154,7 +154,11 @@ struct ProcessMemory {
   // passes paged in: the one part a profiling process holds as a rank does.
   int64_t framework_bytes = 0;
   int runs = 0;
-  bool empty() const { return data_bytes == 0 && framework_bytes == 0 && runs == 0; }
+  // The allocator the profiling processes ran on (util::heapName, as the ranks that use
+  // the profile do: it is in the profile cache's key); "" where not recorded, glibc's
+  // before 2026-12-01. What it keeps freed beside the tensors is its own (heap_share.h).
+  std::string heap;
+  bool empty() const { return data_bytes == 0 && framework_bytes == 0 && runs == 0 && heap.empty(); }
 };
 
 // How a profile was taken, where it says: the threads its process computed on, and into

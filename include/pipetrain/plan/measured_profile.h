@@ -46,10 +46,10 @@ struct RankMemoryMeasured {
   int64_t data = -1;
 };
 // The framework's working memory a run shows: the median over its ranks of what each
-// held beyond its priced tensors, the heap's share of them (graph::heapKeptBeside: the
-// ranks are CPU ones, as only their resident set holds their tensors) and its data, at
-// least 0; -1 for no ranks.
-int64_t frameworkBytesOfRun(const std::vector<RankMemoryMeasured>& ranks);
+// held beyond its priced tensors, the share of them their heap keeps (`heap`, as
+// util::heapName names it; graph::heapKeptBeside: the ranks are CPU ones, as only their
+// resident set holds their tensors) and its data, at least 0; -1 for no ranks.
+int64_t frameworkBytesOfRun(const std::vector<RankMemoryMeasured>& ranks, const std::string& heap);
 
 // A run's memory into the profile's: `framework_bytes` (what the run's ranks held beyond
 // the tensors the accounting priced and their datasets) is averaged with the `runs` runs

@@ -107,11 +107,12 @@ LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origi
   }
   if (root.has("process_memory")) {
     const json_io::JsonCursor m = root.field("process_memory");
-    m.allowOnly({"data_bytes", "framework_bytes", "runs"});
+    m.allowOnly({"data_bytes", "framework_bytes", "runs", "heap"});
     ProcessMemory memory;
     if (m.has("data_bytes")) memory.data_bytes = m.field("data_bytes").asBytes();
     if (m.has("framework_bytes")) memory.framework_bytes = m.field("framework_bytes").asBytes();
     if (m.has("runs")) memory.runs = static_cast<int>(m.field("runs").asIntIn(0, 1 << 30));
+    if (m.has("heap")) memory.heap = m.field("heap").asString();
     graph.setProcessMemory(memory);
   }
   if (root.has("profiled_as")) {
@@ -131,10 +132,12 @@ json_io::Json LayerGraph::toJson() const {
   json_io::Json j = json_io::header(kFormat, kVersion);
   j["batch_size"] = batch_size_;
   if (overlap_factor_ != 1.0) j["overlap_factor"] = overlap_factor_;
-  if (!process_memory_.empty())
+  if (!process_memory_.empty()) {
     j["process_memory"] = {{"data_bytes", process_memory_.data_bytes},
                            {"framework_bytes", process_memory_.framework_bytes},
                            {"runs", process_memory_.runs}};
+    if (!process_memory_.heap.empty()) j["process_memory"]["heap"] = process_memory_.heap;
+  }
   if (profiled_as_.threads > 0 || profiled_as_.shares > 0 || profiled_as_.probe_seconds > 0) {
     j["profiled_as"] = {{"threads", profiled_as_.threads}, {"shares", profiled_as_.shares}};
     if (profiled_as_.probe_seconds > 0) j["profiled_as"]["probe_seconds"] = profiled_as_.probe_seconds;

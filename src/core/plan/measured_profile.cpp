@@ -102,11 +102,11 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
   return out;
 }
 
-int64_t frameworkBytesOfRun(const std::vector<RankMemoryMeasured>& ranks) {
+int64_t frameworkBytesOfRun(const std::vector<RankMemoryMeasured>& ranks, const std::string& heap) {
   if (ranks.empty()) return -1;
   std::vector<double> beyond;
   for (const RankMemoryMeasured& r : ranks)
-    beyond.push_back(r.added - r.priced_tensors - graph::heapKeptBeside(r.priced_tensors, "cpu") -
+    beyond.push_back(r.added - r.priced_tensors - graph::heapKeptBeside(r.priced_tensors, "cpu", heap) -
                      static_cast<double>(std::max<int64_t>(0, r.data)));
   return std::max<int64_t>(0, std::llround(util::median(beyond)));
 }

@@ -289,7 +289,7 @@ class Validator {
       double tensors = 0;
       for (int s : stages) tensors += need[s];
       const double total = static_cast<double>(graph_.processMemory().framework_bytes) + tensors +
-                           graph::heapKeptBeside(tensors, cluster_.device(d).kind);
+                           graph::heapKeptBeside(tensors, cluster_.device(d).kind, graph_.processMemory().heap);
       const double has = static_cast<double>(cluster_.device(d).memory_bytes);
       if (total <= has) continue;
       std::string who = stageName(stages[0]) + " needs ";

@@ -94,7 +94,7 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
     // nor, on a CPU, what the heap keeps freed beside them.
     memory.push_back(graph::tensorsFitting(
         static_cast<double>(cluster.device(d).memory_bytes - graph.processMemory().framework_bytes),
-        cluster.device(d).kind));
+        cluster.device(d).kind, graph.processMemory().heap));
     copy.push_back(cluster::allreduceCopySecondsPerByte(cluster.device(d)));
     if (d + 1 < devices_) {
       const auto hop = cluster.route(d, d + 1);

@@ -68,7 +68,7 @@ void fillMemory(Report& report, const schedule::Program& program, const CostMode
     }
     const double tensors = bytes + recomputing;
     rr.process_bytes = process.framework_bytes + (holds_data ? process.data_bytes : 0) +
-                       static_cast<int64_t>(graph::heapKeptBeside(tensors, device.kind));
+                       static_cast<int64_t>(graph::heapKeptBeside(tensors, device.kind, process.heap));
     rr.peak_memory_bytes = static_cast<int64_t>(tensors) + rr.process_bytes;
   }
 }

@@ -129,11 +129,12 @@ TEST(LayerGraph, WhatAProcessHoldsBesideItsTensorsIsOptionalAndRoundTrips) {
   const LayerGraph plain = LayerGraph::fromJson(j, "g.json");
   EXPECT_TRUE(plain.processMemory().empty());
   EXPECT_FALSE(plain.toJson().contains("process_memory"));  // older files stay as they were
-  j["process_memory"] = {{"data_bytes", 48e6}, {"framework_bytes", 3 << 20}, {"runs", 2}};
+  j["process_memory"] = {{"data_bytes", 48e6}, {"framework_bytes", 3 << 20}, {"runs", 2}, {"heap", "tcmalloc"}};
   const LayerGraph g = LayerGraph::fromJson(j, "g.json");
   EXPECT_EQ(g.processMemory().data_bytes, 48000000);
   EXPECT_EQ(g.processMemory().framework_bytes, 3 << 20);
   EXPECT_EQ(g.processMemory().runs, 2);
+  EXPECT_EQ(g.processMemory().heap, "tcmalloc");
   EXPECT_EQ(LayerGraph::fromJson(g.toJson(), "written").toJson(), g.toJson());
   EXPECT_EQ(g.withOtherBatches({}, "same").processMemory().framework_bytes, 3 << 20);
   j["process_memory"]["framework_bytes"] = -1;

@@ -142,12 +142,16 @@ TEST(SharpenProfile, TheProcessMemoryStaysWithTheProfile) {
 }
 
 TEST(FrameworkBytesOfRun, TheMedianOverTheRanksOfWhatTheyHeldBeyondTensorsTheirHeapShareAndData) {
-  EXPECT_EQ(frameworkBytesOfRun({}), -1);
-  // Beside each rank's tensors the heap keeps graph::kHeapKeptShare (0.4) of them:
+  EXPECT_EQ(frameworkBytesOfRun({}, "glibc"), -1);
+  // Beside each rank's tensors glibc's heap keeps graph::kGlibcKeptShare (0.4) of them:
   // 100 - 40 - 16 - 30 = 14; 90 - 40 - 16 (no data) = 34; 70 - 20 - 8 - 0 = 42: median 34.
-  ASSERT_DOUBLE_EQ(graph::kHeapKeptShare, 0.4);
-  EXPECT_EQ(frameworkBytesOfRun({{100, 40, 30}, {90, 40, -1}, {70, 20, 0}}), 34);
-  EXPECT_EQ(frameworkBytesOfRun({{10, 40, -1}}), 0);  // held less than priced: nothing learned beyond
+  ASSERT_DOUBLE_EQ(graph::kGlibcKeptShare, 0.4);
+  EXPECT_EQ(frameworkBytesOfRun({{100, 40, 30}, {90, 40, -1}, {70, 20, 0}}, "glibc, freed memory retained"), 34);
+  EXPECT_EQ(frameworkBytesOfRun({{100, 40, 30}, {90, 40, -1}, {70, 20, 0}}, ""), 34);  // not recorded: glibc
+  // tcmalloc keeps kTcmallocKeptShare (0.11): 90 - 40 - 4.4 = 45.6; 70 - 20 - 2.2 = 47.8; 100 - 40 - 4.4 - 30.
+  ASSERT_DOUBLE_EQ(graph::kTcmallocKeptShare, 0.11);
+  EXPECT_EQ(frameworkBytesOfRun({{100, 40, 30}, {90, 40, -1}, {70, 20, 0}}, "tcmalloc"), 46);
+  EXPECT_EQ(frameworkBytesOfRun({{10, 40, -1}}, "tcmalloc"), 0);  // held less than priced: nothing learned beyond
 }
 
 TEST(LearnProcessMemory, TheFrameworkIsTheMeanOfTheRunsAndTheDataTheLatestMeasure) {

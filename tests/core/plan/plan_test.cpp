@@ -235,7 +235,7 @@ TEST(Validate, VLayout) {
 
 TEST(Validate, MemoryEstimateAndGivenFigures) {
   // Per stage: weights + gradients 2 MiB, Adam state 2 MiB, activations 1 MiB per sample,
-  // and on a CPU the heap's share beside them (graph::kHeapKeptShare, 0.4).
+  // and on a CPU the heap's share beside them (glibc's, graph::kGlibcKeptShare, 0.4).
   const auto g = graph::LayerGraph::uniformChain(2, 1, 1, 1, kMiB, kMiB);
   const cluster::ClusterSpec small = cluster::ClusterSpec::uniform(2, 8 * kMiB, 1e9, 0);
   Plan p = planOf({{"layer0"}, {"layer1"}});

@@ -109,10 +109,10 @@ TEST(Evaluate, BackwardPeaksFollowTheLayersLastToFirst) {
   EXPECT_DOUBLE_EQ(unmeasured.stage(0).weight_peak_bytes, 30.0);  // the weight gradients alone
 }
 
-// A CPU rank's heap keeps a share of its tensors freed beside them; a GPU's caching
-// allocator is measured as it is.
+// A CPU rank's heap keeps a share of its tensors freed beside them, its allocator's
+// (the one the profile ran on); a GPU's caching allocator is measured as it is.
 TEST(Evaluate, ACpuRanksHeapKeepsAShareOfItsTensors) {
-  const graph::LayerGraph graph = graph::LayerGraph::uniformChain(2, 1e-3, 1e-3, 1e-3, 1000, 4000);
+  graph::LayerGraph graph = graph::LayerGraph::uniformChain(2, 1e-3, 1e-3, 1e-3, 1000, 4000);
   plan::Plan p;
   p.microbatch_size = 1;
   p.microbatches = 2;
@@ -120,14 +120,19 @@ TEST(Evaluate, ACpuRanksHeapKeepsAShareOfItsTensors) {
   const cluster::ClusterSpec cpus = cluster::ClusterSpec::uniform(1, int64_t{1} << 30, 1e9, 0);
   const cluster::ClusterSpec gpus({{"gpu0", "gpu", 1, int64_t{1} << 30}}, {}, {});
   p.stages = {{{"layer0", "layer1"}, {cpus.device(0).name}}};
-  const RankReport cpu = evaluatePlan(graph, cpus, p).report.ranks[0];
+  const RankReport glibc = evaluatePlan(graph, cpus, p).report.ranks[0];
+  graph::ProcessMemory on_tcmalloc;
+  on_tcmalloc.heap = "tcmalloc";
+  graph.setProcessMemory(on_tcmalloc);
+  const RankReport tcmalloc = evaluatePlan(graph, cpus, p).report.ranks[0];
   p.stages[0].devices = {"gpu0"};
   const RankReport gpu = evaluatePlan(graph, gpus, p).report.ranks[0];
   EXPECT_EQ(gpu.process_bytes, 0);
   const double tensors = static_cast<double>(gpu.peak_memory_bytes);
   EXPECT_GT(tensors, 0);
-  EXPECT_NEAR(static_cast<double>(cpu.process_bytes), graph::kHeapKeptShare * tensors, 1.0);
-  EXPECT_NEAR(static_cast<double>(cpu.peak_memory_bytes), (1 + graph::kHeapKeptShare) * tensors, 1.0);
+  EXPECT_NEAR(static_cast<double>(glibc.process_bytes), graph::kGlibcKeptShare * tensors, 1.0);
+  EXPECT_NEAR(static_cast<double>(glibc.peak_memory_bytes), (1 + graph::kGlibcKeptShare) * tensors, 1.0);
+  EXPECT_NEAR(static_cast<double>(tcmalloc.process_bytes), graph::kTcmallocKeptShare * tensors, 1.0);
 }
 
 TEST(Evaluate, ExtrapolatedReportMatchesFullSimulation) {
