@@ -10,8 +10,8 @@
 // same ranks peaked 21-23% lower, gpt's data parallelism 17% lower and the mlp's two
 // stages 6-14% lower, at the same speed. jemalloc held about as little on average, but
 // not reliably: the replicas of one plan held 77-173 MiB from run to run, where
-// tcmalloc held 78-80 (docs/runtime.md#the-heap). PyTorch's own CPU launcher preloads tcmalloc or jemalloc
-// for the same reason (torch.backends.xeon.run_cpu).
+// tcmalloc held 78-80 (docs/runtime.md#the-heap). PyTorch's own CPU launcher preloads
+// tcmalloc or jemalloc for the same reason (torch.backends.xeon.run_cpu).
 //
 // How: `pipetrain` hands the torch commands to pipetrain-torch by exec; before it does,
 // it preloads the machine's libtcmalloc_minimal.so.4 (LD_PRELOAD), told never to hand
