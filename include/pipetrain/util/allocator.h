@@ -7,11 +7,12 @@
 // first rank of gpt's 2-stage PipeMare held 195 MiB of heap after its first step and
 // 228 MiB after its 48th, 118 MiB of it free. Under tcmalloc (gperftools' minimal
 // build), whose size classes and page spans reuse freed memory for like requests, the
-// same ranks peaked 21-23% lower, gpt's data parallelism 17% lower and the mlp's two
-// stages 6-14% lower, at the same speed. jemalloc held about as little on average, but
-// not reliably: the replicas of one plan held 77-173 MiB from run to run, where
-// tcmalloc held 78-80 (docs/runtime.md#the-heap). PyTorch's own CPU launcher preloads
-// tcmalloc or jemalloc for the same reason (torch.backends.xeon.run_cpu).
+// same ranks peaked 21-24% lower, gpt's data parallelism 14-19% lower and the mlp's two
+// stages 9-10% lower, at a speed within this machine's noise. jemalloc held about as
+// little on most plans, but not reliably: the replicas of one plan held 103-168 MiB from
+// run to run, where tcmalloc held 79-82 (bench/allocators.py, docs/runtime.md#the-heap).
+// PyTorch's own CPU launcher preloads tcmalloc or jemalloc for the same reason
+// (torch.backends.xeon.run_cpu).
 //
 // How: `pipetrain` hands the torch commands to pipetrain-torch by exec; before it does,
 // it preloads the machine's libtcmalloc_minimal.so.4 (LD_PRELOAD), told never to hand
@@ -73,8 +74,9 @@ std::string tcmallocLibrary();
 // PIPETRAIN_MALLOC and the machine allow (tcmallocPreload). Returns whether it did.
 bool preloadTcmallocForExec();
 
-// Which allocator serves this process's malloc, as the run summary names it: "tcmalloc",
-// "glibc, freed memory retained", "glibc" or "other".
+// Which allocator serves this process's malloc, as the run summary names it:
+// kTcmallocHeap, "glibc, freed memory retained", "glibc" or "other".
+inline constexpr const char* kTcmallocHeap = "tcmalloc";
 std::string heapName();
 
 // A tcmalloc statistic in bytes ("generic.current_allocated_bytes", ...), fresh as of
