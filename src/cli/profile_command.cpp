@@ -289,7 +289,7 @@ int run(ProfileArgs& a) {
     // touched, gpt's 14.4 were 2.1. At the first size only: the later sizes add what a
     // process that ran several sizes keeps, which a rank, at one size, does not
     // (docs/profiling.md#memory-the-process-holds).
-    if (free_before >= 0)  // glibc's figures
+    if (free_before >= 0)  // the allocator's figures: glibc's or tcmalloc's (util/process_memory.h)
       workspace_bytes = std::max<int64_t>(0, util::residentAnonBytes() - anon_before - data_anon_bytes -
                                                  (util::heapFreeBytes() - free_before));
   }

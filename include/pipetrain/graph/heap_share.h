@@ -16,6 +16,8 @@
 
 #include <string>
 
+#include "pipetrain/util/allocator.h"
+
 namespace pipetrain::graph {
 
 constexpr double kTcmallocKeptShare = 0.11;
@@ -26,7 +28,7 @@ constexpr double kGlibcKeptShare = 0.40;
 // 0 off the CPU.
 inline double heapShareOn(const std::string& device_kind, const std::string& heap) {
   if (device_kind != "cpu") return 0.0;
-  return heap == "tcmalloc" ? kTcmallocKeptShare : kGlibcKeptShare;
+  return heap == util::kTcmallocHeap ? kTcmallocKeptShare : kGlibcKeptShare;
 }
 
 // What the heap keeps freed beside `tensor_bytes` of a rank's tensors at their peak.

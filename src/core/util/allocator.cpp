@@ -87,7 +87,7 @@ bool preloadTcmallocForExec() {
 }
 
 std::string heapName() {
-  if (tcmallocProperties()) return "tcmalloc";
+  if (tcmallocProperties()) return kTcmallocHeap;
 #if defined(__GLIBC__)
   return retained ? "glibc, freed memory retained" : "glibc";
 #else
