@@ -1,12 +1,55 @@
 #include "pipetrain/job/run_prediction.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "pipetrain/job/local_cluster.h"
 #include "pipetrain/plan/plan_program.h"
 
 namespace pipetrain::job {
+
+namespace {
+
+// The mean over mini-batches of the ranks' largest compute, over `chosen`'s mean; 1 for
+// one rank or where a rank timed no mini-batch.
+double laggardPace(const std::vector<const RankSeconds*>& replicas, const RankSeconds& chosen) {
+  std::size_t n = SIZE_MAX;
+  for (const RankSeconds* r : replicas) n = std::min(n, r->minibatch_busy.size());
+  if (replicas.size() < 2 || n == 0) return 1;
+  double slowest = 0, own = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    double most = 0;
+    for (const RankSeconds* r : replicas) most = std::max(most, r->minibatch_busy[k]);
+    slowest += most;
+    own += chosen.minibatch_busy[k];
+  }
+  return own > 0 ? slowest / own : 1;
+}
+
+}  // namespace
+
+plan::StageSeconds slowestReplicaSeconds(const std::vector<RankSeconds>& ranks) {
+  std::map<int, std::vector<std::pair<double, const RankSeconds*>>> replicas;  // stage: (its compute, the rank)
+  for (const RankSeconds& rank : ranks) {
+    std::map<int, double> compute;
+    for (const auto& [key, seconds] : rank.seconds)
+      if (key.second != schedule::ActionType::ALLREDUCE) compute[key.first] += seconds;
+    for (const auto& [stage, seconds] : compute) replicas[stage].push_back({seconds, &rank});
+  }
+  plan::StageSeconds out;
+  for (const auto& [stage, held] : replicas) {
+    const RankSeconds& chosen = *std::max_element(held.begin(), held.end(), [](const auto& a, const auto& b) {
+                                   return a.first < b.first;
+                                 })->second;
+    std::vector<const RankSeconds*> all;
+    for (const auto& h : held) all.push_back(h.second);
+    const double pace = laggardPace(all, chosen);
+    for (const auto& [key, seconds] : chosen.seconds)
+      if (key.first == stage) out[key] = key.second == schedule::ActionType::ALLREDUCE ? seconds : seconds * pace;
+  }
+  return out;
+}
 
 sim::Evaluation predictRun(const MeasuredRun& run) {
   const plan::Plan& plan = *run.plan;

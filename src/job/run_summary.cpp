@@ -20,19 +20,15 @@ namespace {
 using json_io::Json;
 
 // The ranks' steady-state action times (RankResult::action_seconds) per stage and type,
-// of wall time or of time on a core; replicas of a stage are averaged.
-std::map<std::pair<int, schedule::ActionType>, double> meanActionSeconds(const std::vector<runtime::RankResult>& ranks,
-                                                                         bool on_a_core) {
-  std::map<std::pair<int, schedule::ActionType>, std::pair<double, int>> sums;
-  for (const runtime::RankResult& r : ranks)
-    for (const auto& a : r.action_seconds) {
-      auto& [total, count] = sums[{a.stage, a.type}];
-      total += on_a_core ? a.cpu_seconds : a.seconds;
-      ++count;
-    }
-  std::map<std::pair<int, schedule::ActionType>, double> means;
-  for (const auto& [key, sum] : sums) means[key] = sum.first / sum.second;
-  return means;
+// of wall time or of time on a core, each stage's at its slowest replica's pace.
+plan::StageSeconds stageSeconds(const std::vector<runtime::RankResult>& ranks, bool on_a_core) {
+  std::vector<RankSeconds> per_rank;
+  for (const runtime::RankResult& r : ranks) {
+    RankSeconds& mine = per_rank.emplace_back();
+    for (const auto& a : r.action_seconds) mine.seconds[{a.stage, a.type}] = on_a_core ? a.cpu_seconds : a.seconds;
+    mine.minibatch_busy = r.minibatch_busy_seconds;
+  }
+  return slowestReplicaSeconds(per_rank);
 }
 
 // A rank's entry in the summary: where its step went, its memory and weights.
@@ -122,8 +118,8 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
   // What the simulator predicts for these measured stage times, next to what happened.
   const runtime::RankResult& any = results.front();
   const MeasuredRun measured{&plan,
-                             meanActionSeconds(results, false),
-                             meanActionSeconds(results, true),
+                             stageSeconds(results, false),
+                             stageSeconds(results, true),
                              request.concurrentRanks(),
                              request.blasThreadsPerRank(),
                              any.stage_output_bytes,

@@ -66,5 +66,44 @@ TEST(PredictRun, SumsArePricedAtTheChannelThatRanThem) {
   EXPECT_LT(shm, 6e-3 + 1.5e-3);
 }
 
+// A replicated stage is priced as its slowest replica ran it, all its figures from that
+// one (its ALLREDUCE, where the faster replica waits, does not choose it); a stage on
+// one rank keeps that rank's figures.
+TEST(SlowestReplicaSeconds, AReplicatedStageGoesAtItsSlowestReplicasPace) {
+  const RankSeconds fast{{{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 2e-3}, {{0, ActionType::ALLREDUCE}, 9e-3}},
+                         {}};
+  const RankSeconds slow{{{{0, ActionType::F}, 0.9e-3},
+                          {{0, ActionType::B}, 2.5e-3},
+                          {{0, ActionType::ALLREDUCE}, 1e-3},
+                          {{1, ActionType::F}, 4e-3}},
+                         {}};
+  const RankSeconds alone{{{{2, ActionType::F}, 5e-3}}, {}};
+  const plan::StageSeconds expected = {{{0, ActionType::F}, 0.9e-3}, {{0, ActionType::B}, 2.5e-3},
+                                       {{0, ActionType::ALLREDUCE}, 1e-3}, {{1, ActionType::F}, 4e-3},
+                                       {{2, ActionType::F}, 5e-3}};
+  EXPECT_EQ(slowestReplicaSeconds({fast, slow, alone}), expected);
+  EXPECT_EQ(slowestReplicaSeconds({slow, fast}), slowestReplicaSeconds({fast, slow}));
+  EXPECT_TRUE(slowestReplicaSeconds({}).empty());
+}
+
+// Where the replicas take turns lagging, the stage goes at the pace of whichever lags in
+// each mini-batch: two replicas of 3 ms a mini-batch on average, each 4 ms in every other
+// one, step at 4 ms, 4/3 of either's figures (the ALLREDUCE kept as measured). A stage
+// on one rank, or ranks that timed no mini-batch, keep their figures.
+TEST(SlowestReplicaSeconds, ReplicasThatTakeTurnsLaggingStepAtTheLaggardsPace) {
+  const RankSeconds a{{{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 2e-3}, {{0, ActionType::ALLREDUCE}, 1e-3}},
+                      {4e-3, 2e-3, 4e-3, 2e-3}};
+  const RankSeconds b{{{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 2e-3}, {{0, ActionType::ALLREDUCE}, 1e-3}},
+                      {2e-3, 4e-3, 2e-3, 4e-3}};
+  const plan::StageSeconds paced = slowestReplicaSeconds({a, b});
+  EXPECT_NEAR(paced.at({0, ActionType::F}), 4.0 / 3 * 1e-3, 1e-12);
+  EXPECT_NEAR(paced.at({0, ActionType::B}), 4.0 / 3 * 2e-3, 1e-12);
+  EXPECT_EQ(paced.at({0, ActionType::ALLREDUCE}), 1e-3);
+  EXPECT_EQ(slowestReplicaSeconds({a}), a.seconds);
+  RankSeconds untimed = b;
+  untimed.minibatch_busy.clear();
+  EXPECT_EQ(slowestReplicaSeconds({a, untimed}).at({0, ActionType::F}), 1e-3);
+}
+
 }  // namespace
 }  // namespace pipetrain::job

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pipetrain/job/local_cluster.h"
+#include "pipetrain/plan/measured_profile.h"
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/schedule/action.h"
 #include "pipetrain/sim/evaluate.h"
@@ -19,10 +20,10 @@ namespace pipetrain::job {
 struct MeasuredRun {
   const plan::Plan* plan = nullptr;           // what ran
   // Measured seconds per stage and action type (F, B, I, W, STEP): the run's
-  // steady-state means (runtime::RankResult::action_seconds), of wall time and of the
-  // ranks' time on a core.
-  std::map<std::pair<int, schedule::ActionType>, double> action_seconds;
-  std::map<std::pair<int, schedule::ActionType>, double> action_cpu_seconds;
+  // steady-state means (runtime::RankResult::action_seconds) of each stage's slowest
+  // replica (slowestReplicaSeconds), of wall time and of the ranks' time on a core.
+  plan::StageSeconds action_seconds;
+  plan::StageSeconds action_cpu_seconds;
   int concurrent_ranks = 1;  // how many ranks the cores ran at once (localCluster)
   int blas_threads = 1;      // each rank's
   std::vector<int64_t> stage_output_bytes;
@@ -39,10 +40,29 @@ struct MeasuredRun {
   // itself (shared cores as the launcher pinned them, the routes' host costs). With
   // several BLAS threads a rank's compute also runs on threads its CPU clock does not
   // count; such ranks keep wall times.
-  const std::map<std::pair<int, schedule::ActionType>, double>& pricedSeconds() const {
+  const plan::StageSeconds& pricedSeconds() const {
     return blas_threads == 1 ? action_cpu_seconds : action_seconds;
   }
 };
+
+// One rank's measured seconds (of its stages only) and its compute per mini-batch
+// (runtime::RankResult::minibatch_busy_seconds), the same mini-batches on every rank.
+struct RankSeconds {
+  plan::StageSeconds seconds;
+  std::vector<double> minibatch_busy;
+};
+
+// Each stage's seconds per action type at the pace its slowest replica set, from each
+// rank's. A synchronous step waits for its slowest replica, mini-batch by mini-batch:
+// - the stage's figures are those of the replica whose compute took longest (ALLREDUCE
+//   left out: a faster replica waits there longer);
+// - its compute is scaled by the mean over mini-batches of the replicas' slowest compute,
+//   over that replica's mean: which replica lags changes from one mini-batch to the next.
+// In data-parallel gpt on 2 ranks one replica's backward pass took 36-39 ms where the
+// other's took 49-50 in the same mini-batch, and priced at the replicas' mean the run's
+// own action times predicted it 4-11% fast (docs/profiling.md#replicas-at-the-slowest-
+// pace). A stage on one rank keeps that rank's figures.
+plan::StageSeconds slowestReplicaSeconds(const std::vector<RankSeconds>& ranks);
 
 // The report and the predicted timeline of one mini-batch.
 sim::Evaluation predictRun(const MeasuredRun& run);

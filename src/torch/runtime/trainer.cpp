@@ -203,10 +203,15 @@ struct ActionDuration {
 };
 using ActionDurations = std::map<std::pair<int, schedule::ActionType>, std::vector<ActionDuration>>;
 
+// The mini-batches a run's steady state leaves out first (where a run has more).
+constexpr int64_t kWarmUpMinibatches = 2;
+
 std::vector<RankResult::ActionSeconds> steadyActionSeconds(const ActionDurations& durations, int64_t minibatches) {
   std::vector<RankResult::ActionSeconds> out;
   for (const auto& [key, all] : durations) {
-    const std::size_t warm_up = minibatches > 2 ? all.size() * 2 / static_cast<std::size_t>(minibatches) : 0;
+    const std::size_t warm_up = minibatches > kWarmUpMinibatches
+                                    ? all.size() * kWarmUpMinibatches / static_cast<std::size_t>(minibatches)
+                                    : 0;
     double wall = 0, cpu = 0;
     for (std::size_t i = warm_up; i < all.size(); ++i) wall += all[i].wall, cpu += all[i].cpu;
     const double n = static_cast<double>(all.size() - warm_up);
@@ -468,6 +473,12 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       result.samples += (end - from) * m * b;
       const int segment = static_cast<int>(end - from);
       const int kept_from = std::max(0, segment - static_cast<int>(RankResult::kRecentMinibatches));
+      for (const auto& minibatch : trace::splitMinibatches(r.actions, m, 0, segment)) {
+        double busy = 0;
+        for (const trace::TimedAction& a : minibatch)
+          if (a.action.type != schedule::ActionType::ALLREDUCE) busy += a.end - a.start;
+        result.minibatch_busy_seconds.push_back(busy);
+      }
       for (auto& minibatch : trace::splitMinibatches(r.actions, m, kept_from, segment))
         result.recent_steps.push_back(std::move(minibatch));
       if (const std::size_t n = result.recent_steps.size(); n > RankResult::kRecentMinibatches)
@@ -508,6 +519,9 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
     if (t.rank() == 0) models::saveScriptedModel(model, c.export_path);
   }
   result.action_seconds = steadyActionSeconds(durations, minibatches_run);
+  if (minibatches_run > kWarmUpMinibatches)
+    result.minibatch_busy_seconds.erase(result.minibatch_busy_seconds.begin(),
+                                        result.minibatch_busy_seconds.begin() + kWarmUpMinibatches);
   result.peak_memory_bytes = util::peakResidentBytes();
   result.heap_free_bytes = util::heapFreeBytes();
   result.probe_seconds = util::median(probes);
