@@ -153,7 +153,8 @@ runtime::RankResult rankResultFromJson(const Json& json, const std::string& orig
   for (const JsonCursor& a : c.field("action_seconds").asArray())
     r.action_seconds.push_back({static_cast<int>(a.field("stage").asNonNegativeInt()), actionType(a.field("type")),
                                 a.field("seconds").asNumber(), a.field("cpu_seconds").asNumber()});
-  for (const JsonCursor& b : c.field("minibatch_busy_seconds").asArray()) r.minibatch_busy_seconds.push_back(b.asNumber());
+  for (const JsonCursor& b : c.field("minibatch_busy_seconds").asArray())
+    r.minibatch_busy_seconds.push_back(b.asNumber());
   r.stage_output_bytes = intArray(c.field("stage_output_bytes"));
   for (const JsonCursor& preds : c.field("stage_preds").asArray()) {
     std::vector<int>& p = r.stage_preds.emplace_back();
