@@ -113,6 +113,7 @@ Json rankResultToJson(const runtime::RankResult& r) {
           {"recent_steps", recentStepsToJson(r.recent_steps)},
           {"action_seconds", actionSecondsToJson(r.action_seconds)},
           {"minibatch_busy_seconds", r.minibatch_busy_seconds},
+          {"minibatch_busy_cpu_seconds", r.minibatch_busy_cpu_seconds},
           {"stage_output_bytes", r.stage_output_bytes},
           {"stage_preds", r.stage_preds},
           {"stage_param_bytes", r.stage_param_bytes}};
@@ -155,6 +156,8 @@ runtime::RankResult rankResultFromJson(const Json& json, const std::string& orig
                                 a.field("seconds").asNumber(), a.field("cpu_seconds").asNumber()});
   for (const JsonCursor& b : c.field("minibatch_busy_seconds").asArray())
     r.minibatch_busy_seconds.push_back(b.asNumber());
+  for (const JsonCursor& b : c.field("minibatch_busy_cpu_seconds").asArray())
+    r.minibatch_busy_cpu_seconds.push_back(b.asNumber());
   r.stage_output_bytes = intArray(c.field("stage_output_bytes"));
   for (const JsonCursor& preds : c.field("stage_preds").asArray()) {
     std::vector<int>& p = r.stage_preds.emplace_back();

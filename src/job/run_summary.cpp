@@ -26,7 +26,7 @@ plan::StageSeconds stageSeconds(const std::vector<runtime::RankResult>& ranks, b
   for (const runtime::RankResult& r : ranks) {
     RankSeconds& mine = per_rank.emplace_back();
     for (const auto& a : r.action_seconds) mine.seconds[{a.stage, a.type}] = on_a_core ? a.cpu_seconds : a.seconds;
-    mine.minibatch_busy = r.minibatch_busy_seconds;
+    mine.minibatch_busy = on_a_core ? r.minibatch_busy_cpu_seconds : r.minibatch_busy_seconds;
   }
   return slowestReplicaSeconds(per_rank);
 }

@@ -43,6 +43,7 @@ runtime::RankResult sampleResult() {
   r.recent_steps = {{{f, 0.0, 0.5}, {w, 0.5, 0.75}}, {{f, 1.0, 1.5}}};
   r.action_seconds = {{1, schedule::ActionType::F, 0.01, 0.009}, {3, schedule::ActionType::ALLREDUCE, 0.002, 0.001}};
   r.minibatch_busy_seconds = {0.25, 0.5};
+  r.minibatch_busy_cpu_seconds = {0.125, 0.375};
   r.stage_output_bytes = {4096, 8192, 0, 16};
   r.stage_preds = {{}, {0}, {1}, {1, 2}};
   r.stage_param_bytes = {100, 200, 300, 400};
@@ -60,6 +61,7 @@ TEST(RankReport, ResultReadsBackAsWritten) {
   EXPECT_EQ(read.action_seconds[1].type, schedule::ActionType::ALLREDUCE);
   EXPECT_EQ(read.stage_preds, written.stage_preds);
   EXPECT_EQ(read.minibatch_busy_seconds, written.minibatch_busy_seconds);
+  EXPECT_EQ(read.minibatch_busy_cpu_seconds, written.minibatch_busy_cpu_seconds);
   ASSERT_EQ(read.recent_steps.size(), 2u);
   EXPECT_EQ(read.recent_steps[0].size(), 2u);
   EXPECT_DOUBLE_EQ(read.core_wait_seconds, -1);

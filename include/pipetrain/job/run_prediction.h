@@ -45,8 +45,10 @@ struct MeasuredRun {
   }
 };
 
-// One rank's measured seconds (of its stages only) and its compute per mini-batch
-// (runtime::RankResult::minibatch_busy_seconds), the same mini-batches on every rank.
+// One rank's measured seconds (of its stages only) and its compute per mini-batch, the
+// same mini-batches on every rank, on one clock (runtime::RankResult's
+// minibatch_busy_seconds with wall times, minibatch_busy_cpu_seconds with time on a
+// core: a rank waiting its turn on a shared core is the simulator's to price).
 struct RankSeconds {
   plan::StageSeconds seconds;
   std::vector<double> minibatch_busy;

@@ -127,10 +127,11 @@ struct RankResult {
   int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
   int max_sends_held = 0;                // outgoing messages kept alive at once (executor.h)
   // Per mini-batch of the steady state (action_seconds' warm-up left out), in order, the
-  // same mini-batches on every rank: its compute, as busy_seconds counts it. A
-  // synchronous step waits for its slowest replica mini-batch by mini-batch
-  // (job::slowestReplicaSeconds).
+  // same mini-batches on every rank: its compute as busy_seconds counts it, and the
+  // training thread's time on a core meanwhile. A synchronous step waits for its slowest
+  // replica mini-batch by mini-batch (job::slowestReplicaSeconds).
   std::vector<double> minibatch_busy_seconds;
+  std::vector<double> minibatch_busy_cpu_seconds;
   // Its latest mini-batches (up to kRecentMinibatches), oldest first: the measured
   // timeline draws the typical one (trace::typicalMinibatch).
   std::vector<std::vector<trace::TimedAction>> recent_steps;

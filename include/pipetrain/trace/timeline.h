@@ -38,10 +38,13 @@ struct Timeline {
 };
 
 // One rank's actions over `minibatches` mini-batches of `microbatches` each, numbered from
-// micro-batch 0, split into its mini-batches `first` to the last: each runs from its first
-// action on one of its micro-batches to the next one's, so a STEP or ALLREDUCE (on no
-// micro-batch) goes with the mini-batch before it. Actions before mini-batch `first` are
-// left out, and not copied.
+// micro-batch 0: each action's mini-batch. A mini-batch runs from its first action on one
+// of its micro-batches to the next one's, so a STEP or ALLREDUCE (on no micro-batch) goes
+// with the mini-batch before it; actions before the first mini-batch's get -1.
+std::vector<int> minibatchOfActions(const std::vector<TimedAction>& actions, int microbatches, int minibatches);
+
+// The same actions split into their mini-batches `first` to the last (minibatchOfActions).
+// Actions before mini-batch `first` are left out, and not copied.
 std::vector<std::vector<TimedAction>> splitMinibatches(const std::vector<TimedAction>& actions, int microbatches,
                                                        int first, int minibatches);
 

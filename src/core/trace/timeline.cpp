@@ -30,20 +30,24 @@ double Timeline::busySeconds(int rank) const {
   return busy;
 }
 
+std::vector<int> minibatchOfActions(const std::vector<TimedAction>& actions, int microbatches, int minibatches) {
+  std::vector<int> of(actions.size(), -1);
+  // STEP and ALLREDUCE carry micro-batch -1: they never open a mini-batch.
+  auto opens = [&](const TimedAction& a, int k) { return a.action.microbatch >= k * microbatches; };
+  int k = -1;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    while (k + 1 < minibatches && opens(actions[i], k + 1)) ++k;
+    of[i] = k;
+  }
+  return of;
+}
+
 std::vector<std::vector<TimedAction>> splitMinibatches(const std::vector<TimedAction>& actions, int microbatches,
                                                        int first, int minibatches) {
   std::vector<std::vector<TimedAction>> out(static_cast<std::size_t>(std::max(minibatches - first, 0)));
-  if (out.empty()) return out;
-  // STEP and ALLREDUCE carry micro-batch -1: they never open a mini-batch.
-  auto opens = [&](const TimedAction& a, std::size_t k) {
-    return a.action.microbatch >= (first + static_cast<int>(k)) * microbatches;
-  };
-  auto it = std::find_if(actions.begin(), actions.end(), [&](const TimedAction& a) { return opens(a, 0); });
-  std::size_t k = 0;
-  for (; it != actions.end(); ++it) {
-    while (k + 1 < out.size() && opens(*it, k + 1)) ++k;
-    out[k].push_back(*it);
-  }
+  const std::vector<int> of = minibatchOfActions(actions, microbatches, minibatches);
+  for (std::size_t i = 0; i < actions.size(); ++i)
+    if (of[i] >= first) out[static_cast<std::size_t>(of[i] - first)].push_back(actions[i]);
   return out;
 }
 

@@ -473,12 +473,15 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       result.samples += (end - from) * m * b;
       const int segment = static_cast<int>(end - from);
       const int kept_from = std::max(0, segment - static_cast<int>(RankResult::kRecentMinibatches));
-      for (const auto& minibatch : trace::splitMinibatches(r.actions, m, 0, segment)) {
-        double busy = 0;
-        for (const trace::TimedAction& a : minibatch)
-          if (a.action.type != schedule::ActionType::ALLREDUCE) busy += a.end - a.start;
-        result.minibatch_busy_seconds.push_back(busy);
-      }
+      const std::vector<int> minibatch_of = trace::minibatchOfActions(r.actions, m, segment);
+      const std::size_t before = result.minibatch_busy_seconds.size();
+      result.minibatch_busy_seconds.resize(before + static_cast<std::size_t>(segment), 0.0);
+      result.minibatch_busy_cpu_seconds.resize(before + static_cast<std::size_t>(segment), 0.0);
+      for (std::size_t i = 0; i < r.actions.size(); ++i)
+        if (minibatch_of[i] >= 0 && r.actions[i].action.type != schedule::ActionType::ALLREDUCE) {
+          result.minibatch_busy_seconds[before + minibatch_of[i]] += r.actions[i].end - r.actions[i].start;
+          result.minibatch_busy_cpu_seconds[before + minibatch_of[i]] += r.action_cpu_seconds[i];
+        }
       for (auto& minibatch : trace::splitMinibatches(r.actions, m, kept_from, segment))
         result.recent_steps.push_back(std::move(minibatch));
       if (const std::size_t n = result.recent_steps.size(); n > RankResult::kRecentMinibatches)
@@ -520,8 +523,8 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   }
   result.action_seconds = steadyActionSeconds(durations, minibatches_run);
   if (minibatches_run > kWarmUpMinibatches)
-    result.minibatch_busy_seconds.erase(result.minibatch_busy_seconds.begin(),
-                                        result.minibatch_busy_seconds.begin() + kWarmUpMinibatches);
+    for (auto* busy : {&result.minibatch_busy_seconds, &result.minibatch_busy_cpu_seconds})
+      busy->erase(busy->begin(), busy->begin() + kWarmUpMinibatches);
   result.peak_memory_bytes = util::peakResidentBytes();
   result.heap_free_bytes = util::heapFreeBytes();
   result.probe_seconds = util::median(probes);

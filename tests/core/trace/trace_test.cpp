@@ -94,6 +94,10 @@ TEST(Timeline, MinibatchesSplitAtTheirFirstMicrobatchAndKeepTheirStep) {
   ASSERT_EQ(tail.size(), 2u);
   EXPECT_EQ(tail[0].front().action.microbatch, 2);
   EXPECT_EQ(tail[1].size(), 6u);
+  // Each action's mini-batch; a STEP before any micro-batch's action belongs to none.
+  std::vector<TimedAction> actions = minibatches({0.1, 0.2});
+  actions.insert(actions.begin(), {schedule::stepAction(0, 0), 0, 0});
+  EXPECT_EQ(minibatchOfActions(actions, 2, 2), (std::vector<int>{-1, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}));
 }
 
 TEST(Timeline, TheTypicalMinibatchIsTheMedianByItsSpanOverAllRanks) {
