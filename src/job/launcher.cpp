@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <fstream>
 #include <iterator>
 #include <thread>
@@ -19,6 +20,7 @@
 
 #include "pipetrain/cluster/cluster_spec.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/thread_priority.h"
 
 namespace pipetrain::job {
 namespace {
@@ -193,8 +195,10 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("PIPETRAIN_LAUNCHED", "1", 1);
-      if (concurrent_ranks > 0 && nproc > concurrent_ranks)
+      if (concurrent_ranks > 0 && nproc > concurrent_ranks) {
         pinToSlot(cluster::sharedCoreOf(r, concurrent_ranks), blas_threads_per_rank);
+        setenv("PIPETRAIN_POLLING_NICE", std::to_string(util::kPollingThreadNice).c_str(), /*overwrite=*/0);
+      }
       execAsRank(argv, blas_threads_per_rank);
     }
     close(fds[1]);

@@ -27,7 +27,8 @@ struct RankOutput {
 // it, rank r is pinned to the cores of slot cluster::sharedCoreOf(r, concurrent_ranks)
 // (blas_threads_per_rank of this process's allowed CPUs each), the placement the
 // simulator prices; left to the kernel, the ranks waited for cores longer than that
-// (docs/profiling.md). 0: never pinned.
+// (docs/profiling.md). Such ranks' Gloo polling threads also get the lowest priority
+// (PIPETRAIN_POLLING_NICE, unless set: util/thread_priority.h). 0: never pinned.
 std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int nproc, int blas_threads_per_rank,
                                     const std::function<void(int, const std::string&)>& on_line,
                                     int concurrent_ranks = 0);

@@ -18,6 +18,7 @@
 #include "host_staging.h"
 #include "pipetrain/torch/transport.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/thread_priority.h"
 
 namespace pipetrain::runtime {
 namespace {
@@ -189,10 +190,16 @@ class GlooTransport : public Transport {
     // GLOO_SOCKET_IFNAME names the interface, as in PyTorch; otherwise the address on
     // the route to the master (loopback for a single-machine job).
     const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
-    options->devices.push_back(interface && *interface
-                                   ? c10d::ProcessGroupGloo::createDeviceForInterface(interface)
-                                   : c10d::ProcessGroupGloo::createDeviceForHostname(
-                                         localAddressToward(rv_.master_addr, rv_.master_port)));
+    // The device's polling thread yields to the training thread (util/thread_priority.h).
+    const int nice = util::pollingThreadNice(std::getenv("PIPETRAIN_POLLING_NICE"));
+    util::lowerPriorityOfThreadsStartedBy(
+        [&] {
+          options->devices.push_back(interface && *interface
+                                         ? c10d::ProcessGroupGloo::createDeviceForInterface(interface)
+                                         : c10d::ProcessGroupGloo::createDeviceForHostname(
+                                               localAddressToward(rv_.master_addr, rv_.master_port)));
+        },
+        nice);
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
   }
 

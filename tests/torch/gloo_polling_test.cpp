@@ -1,0 +1,42 @@
+// The Gloo transport's polling threads run at PIPETRAIN_POLLING_NICE's priority, which
+// `train`'s launcher sets where ranks outnumber the cores (util/thread_priority.h).
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "pipetrain/torch/transport.h"
+#include "pipetrain/util/thread_priority.h"
+
+namespace pipetrain::runtime {
+namespace {
+
+int threadsAtNice(int nice) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    errno = 0;
+    const int at = getpriority(PRIO_PROCESS, static_cast<id_t>(std::stol(entry.path().filename().string())));
+    if (errno == 0 && at == nice) ++count;
+  }
+  return count;
+}
+
+TEST(GlooPolling, TheTransportsPollingThreadYieldsToTraining) {
+  const int before = threadsAtNice(util::kPollingThreadNice);
+  Rendezvous rv;
+  rv.master_port = 31000 + static_cast<int>(::getpid() % 1000);
+  rv.world_size = 1;
+  rv.timeout = std::chrono::seconds(20);
+  ::setenv("PIPETRAIN_POLLING_NICE", std::to_string(util::kPollingThreadNice).c_str(), 1);
+  const std::unique_ptr<Transport> transport = makeGlooTransport(rv);
+  ::unsetenv("PIPETRAIN_POLLING_NICE");
+  EXPECT_GT(threadsAtNice(util::kPollingThreadNice), before);
+  errno = 0;
+  EXPECT_EQ(getpriority(PRIO_PROCESS, 0), 0);  // the calling (training) thread keeps its own
+}
+
+}  // namespace
+}  // namespace pipetrain::runtime
