@@ -2,8 +2,8 @@
 """Gloo's polling threads at the lowest priority (what `train` gives them where ranks
 outnumber the cores) against the training thread's own, for fixed plans, in alternating
 runs (PIPETRAIN_POLLING_NICE=19 and =0; docs/runtime.md#the-transports-polling-thread):
-each run's steady throughput,
-the ratio of the two in each round, and each rank's time waiting for a core.
+each run's steady throughput, the ratio of the two in each round, each rank's time
+waiting for a core, and the simulator's error from the run's own action times.
 
 Usage: bench/polling_priority.py [--build build] [--rounds 4] [--only "NAME|NAME..."] [--out F.json]
        bench/polling_priority.py --from F.json   (the table of an earlier run)
