@@ -197,6 +197,7 @@ def report(results, out):
     med = lambda xs: statistics.median(xs) if xs else None
     worst = lambda xs: None if not xs else max(xs, key=abs)
     rows, first_errors, later_errors, later_runs, memory_first, memory_later = [], [], [], [], [], []
+    own_runs = []  # the simulator fed each run's own action times
     print(f"{'case':44} {'plan':22} {'measured':>9} {'1st run':>8} {'later':>8} {'own acts':>8}  memory (1st; later)")
     for name in sorted(results):
         runs = [m for m in results[name] if "error" not in m]
@@ -215,6 +216,7 @@ def report(results, out):
         first_errors.append(e_first)
         later_errors.append(e_later)
         later_runs += [error(m["predicted"], m["measured"]) for m in later]
+        own_runs += [error(m["from_own_actions"], m["measured"]) for m in runs]
         memory_first += m_first
         memory_later += m_later
         print(f"{name:44} {runs[-1]['plan']:22} {statistics.median([m['measured'] or 0 for m in runs]):9.1f} "
@@ -223,6 +225,9 @@ def report(results, out):
     print(within("throughput from a fresh profile (1st run)", first_errors))
     print(within("throughput from the profile runs sharpened (later runs, median per case)", later_errors))
     print(within("the same, runs", later_runs))
+    # The simulator alone: what it adds to the stage times (order, bubbles, messages,
+    # all-reduces, shared cores), with the run's own action times for the profile's.
+    print(within("the simulator from each run's own action times (runs)", own_runs))
     # What no prediction made before a run can beat here: the spread of the run itself.
     # Each run's measurement as the prediction of the case's other runs under the same plan
     # (their median): a predictor that knew the plan's speed as other runs found it.
