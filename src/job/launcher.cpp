@@ -12,9 +12,9 @@
 #include <chrono>
 #include <cerrno>
 #include <cstring>
-#include <string>
 #include <fstream>
 #include <iterator>
+#include <string>
 #include <thread>
 #include <vector>
 

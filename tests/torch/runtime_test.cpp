@@ -151,6 +151,22 @@ TEST(PipelineTraining, ReplicasReportTheWholeMinibatchLoss) {
   }
 }
 
+TEST(PipelineTraining, EachRankReportsItsComputePerMinibatchPastTheWarmUp) {
+  // 6 mini-batches, the first 2 the warm-up: 4 figures on each rank, of every replica
+  // alike (job::slowestReplicaSeconds sets them side by side), within its compute.
+  TrainConfig c = smallConfig("mlp", cases()[0].config);
+  c.max_steps_per_epoch = 6;
+  usePlan(c, "1f1b", {2, 1});
+  for (const RankResult& r : runInProcess(c, rankCount(c), Wire::kInProcess)) {
+    SCOPED_TRACE("rank " + std::to_string(r.rank));
+    ASSERT_EQ(r.minibatch_busy_seconds.size(), 4u);
+    ASSERT_EQ(r.minibatch_busy_cpu_seconds.size(), 4u);
+    double sum = 0;
+    for (double b : r.minibatch_busy_seconds) EXPECT_GT(b, 0), sum += b;
+    EXPECT_LE(sum, r.busy_seconds + 1e-9);
+  }
+}
+
 TEST(PipelineTraining, ReplicatedOverGlooToo) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
   usePlan(c, "1f1b", {2, 1});

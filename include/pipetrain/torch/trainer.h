@@ -126,10 +126,12 @@ struct RankResult {
   int weight_versions = 1;               // peak versions of any of the rank's stages (measured)
   int64_t weight_bytes = 0;              // peak bytes of weight copies: versions and extra buffers
   int max_sends_held = 0;                // outgoing messages kept alive at once (executor.h)
-  // Per mini-batch of the steady state (action_seconds' warm-up left out), in order, the
-  // same mini-batches on every rank: its compute as busy_seconds counts it, and the
-  // training thread's time on a core meanwhile. A synchronous step waits for its slowest
-  // replica mini-batch by mini-batch (job::slowestReplicaSeconds).
+  // Per mini-batch of the steady state (action_seconds' warm-up left out), the latest
+  // kPacedMinibatches in order, the same mini-batches on every rank: its compute as
+  // busy_seconds counts it, and the training thread's time on a core meanwhile. A
+  // synchronous step waits for its slowest replica mini-batch by mini-batch
+  // (job::slowestReplicaSeconds).
+  static constexpr std::size_t kPacedMinibatches = 1024;
   std::vector<double> minibatch_busy_seconds;
   std::vector<double> minibatch_busy_cpu_seconds;
   // Its latest mini-batches (up to kRecentMinibatches), oldest first: the measured

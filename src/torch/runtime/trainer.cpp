@@ -220,6 +220,27 @@ std::vector<RankResult::ActionSeconds> steadyActionSeconds(const ActionDurations
   return out;
 }
 
+// Each mini-batch's compute in `run` (a segment of `segment` mini-batches of `m`, after
+// `before` others) into the result's per-mini-batch figures: past the warm-up, the
+// latest RankResult::kPacedMinibatches only.
+void recordMinibatchBusy(const RunResult& run, int m, int segment, int64_t before, RankResult& result) {
+  const std::vector<int> minibatch_of = trace::minibatchOfActions(run.actions, m, segment);
+  std::vector<double> wall(static_cast<std::size_t>(segment)), cpu(static_cast<std::size_t>(segment));
+  for (std::size_t i = 0; i < run.actions.size(); ++i)
+    if (minibatch_of[i] >= 0 && run.actions[i].action.type != schedule::ActionType::ALLREDUCE) {
+      wall[static_cast<std::size_t>(minibatch_of[i])] += run.actions[i].end - run.actions[i].start;
+      cpu[static_cast<std::size_t>(minibatch_of[i])] += run.action_cpu_seconds[i];
+    }
+  for (int k = 0; k < segment; ++k) {
+    if (before + k < kWarmUpMinibatches) continue;
+    result.minibatch_busy_seconds.push_back(wall[static_cast<std::size_t>(k)]);
+    result.minibatch_busy_cpu_seconds.push_back(cpu[static_cast<std::size_t>(k)]);
+  }
+  for (auto* busy : {&result.minibatch_busy_seconds, &result.minibatch_busy_cpu_seconds})
+    if (busy->size() > RankResult::kPacedMinibatches)
+      busy->erase(busy->begin(), busy->end() - static_cast<long>(RankResult::kPacedMinibatches));
+}
+
 }  // namespace
 
 namespace {
@@ -473,15 +494,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       result.samples += (end - from) * m * b;
       const int segment = static_cast<int>(end - from);
       const int kept_from = std::max(0, segment - static_cast<int>(RankResult::kRecentMinibatches));
-      const std::vector<int> minibatch_of = trace::minibatchOfActions(r.actions, m, segment);
-      const std::size_t before = result.minibatch_busy_seconds.size();
-      result.minibatch_busy_seconds.resize(before + static_cast<std::size_t>(segment), 0.0);
-      result.minibatch_busy_cpu_seconds.resize(before + static_cast<std::size_t>(segment), 0.0);
-      for (std::size_t i = 0; i < r.actions.size(); ++i)
-        if (minibatch_of[i] >= 0 && r.actions[i].action.type != schedule::ActionType::ALLREDUCE) {
-          result.minibatch_busy_seconds[before + minibatch_of[i]] += r.actions[i].end - r.actions[i].start;
-          result.minibatch_busy_cpu_seconds[before + minibatch_of[i]] += r.action_cpu_seconds[i];
-        }
+      recordMinibatchBusy(r, m, segment, minibatches_run - segment, result);
       for (auto& minibatch : trace::splitMinibatches(r.actions, m, kept_from, segment))
         result.recent_steps.push_back(std::move(minibatch));
       if (const std::size_t n = result.recent_steps.size(); n > RankResult::kRecentMinibatches)
@@ -522,9 +535,6 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
     if (t.rank() == 0) models::saveScriptedModel(model, c.export_path);
   }
   result.action_seconds = steadyActionSeconds(durations, minibatches_run);
-  if (minibatches_run > kWarmUpMinibatches)
-    for (auto* busy : {&result.minibatch_busy_seconds, &result.minibatch_busy_cpu_seconds})
-      busy->erase(busy->begin(), busy->begin() + kWarmUpMinibatches);
   result.peak_memory_bytes = util::peakResidentBytes();
   result.heap_free_bytes = util::heapFreeBytes();
   result.probe_seconds = util::median(probes);
