@@ -240,6 +240,13 @@ def report(results, out):
             if len(xs) > 1 and all(xs):
                 spread += [error(statistics.median(xs[:i] + xs[i + 1:]), x) for i, x in enumerate(xs)]
     print(within("the machine's own spread (another run of the same plan as the prediction, runs)", spread))
+    # And its drift over the bench: later predictions are sharpened by the first runs.
+    drift = [statistics.median([m["measured"] for m in row["runs"][1:]]) / row["runs"][0]["measured"]
+             for row in rows if row["runs"][0]["round"] == 1 and len(row["runs"]) > 1
+             and all(m["measured"] for m in row["runs"])]
+    if drift:
+        print(f"the later rounds' throughput over the first round's, same case: median {statistics.median(drift):.2f}, "
+              f"{min(drift):.2f}-{max(drift):.2f}")
     # Where the misses come from: the same predictions at the speed the run's cores had.
     first_at_speed = [error(at_run_speed(r["runs"][0]), r["runs"][0]["measured"]) for r in rows
                       if r["runs"][0]["round"] == 1]
