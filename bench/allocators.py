@@ -8,18 +8,16 @@ and jemalloc 5 preloaded with its freed pages kept, for fixed plans, in alternat
 Usage: bench/allocators.py [--build build] [--rounds 2] [--only "NAME|NAME..."] [--out F.json]
        bench/allocators.py --from F.json   (the table of an earlier run)
 """
-import argparse
 import json
 import os
-import random
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from fixed_plans import GPT, GPT_LAYERS, alternate, arguments, chosen, plan, span
+
 LIBS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 JEMALLOC = next((f"{d}/libjemalloc.so.2" for d in LIBS if os.path.exists(f"{d}/libjemalloc.so.2")), None)
 HEAPS = {"glibc, freed memory kept": {"PIPETRAIN_MALLOC": "retain"},
@@ -27,17 +25,6 @@ HEAPS = {"glibc, freed memory kept": {"PIPETRAIN_MALLOC": "retain"},
          # tcmalloc is not preloaded in front of it: PIPETRAIN_MALLOC=retain
          "jemalloc": {"PIPETRAIN_MALLOC": "retain", "LD_PRELOAD": JEMALLOC or "",
                       "MALLOC_CONF": "dirty_decay_ms:-1,muzzy_decay_ms:-1"}}
-
-GPT = ["--model", "gpt", "--dataset", "fortunes", "--max-steps", "48"]
-GPT_LAYERS = ["embed", "block0", "block1", "block2", "block3", "head"]
-
-
-def plan(schedule, size, count, stages):
-    """A plan file's JSON: `stages` as (layers, ranks)."""
-    return {"format": "pipetrain.plan", "version": 1, "microbatch_size": size, "microbatches": count,
-            "schedule": {"name": schedule},
-            "stages": [{"layers": layers, "devices": [f"dev{r}" for r in ranks]} for layers, ranks in stages]}
-
 
 CASES = [
     ("gpt, PipeMare, 2 stages (32 x 1)", GPT,
@@ -72,10 +59,6 @@ def run(binary, args, plan_file, heap, work):
             "minor_faults": resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults}
 
 
-def span(xs, fmt="{:.1f}"):
-    return fmt.format(min(xs)) if min(xs) == max(xs) else f"{fmt.format(min(xs))}–{fmt.format(max(xs))}"
-
-
 def table(runs, names, heaps, rounds):
     print(f"{rounds} rounds in random order; peak memory training added per rank, MiB (ranges over the rounds, "
           "rank by rank, ranks sharing a role together), samples/s (median, range), the job's minor page faults")
@@ -96,35 +79,20 @@ def table(runs, names, heaps, rounds):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--only", default="", help="the cases whose names hold one of these, |-separated")
-    p.add_argument("--out", default="")
-    p.add_argument("--from", dest="earlier", help="print the table of an earlier run's --out file")
-    a = p.parse_args()
+    a = arguments(__doc__, 2)
     if a.earlier:
         runs = json.load(open(a.earlier))
         names = list(dict.fromkeys(m["case"] for m in runs))
         heaps = list(dict.fromkeys(m["heap"] for m in runs))
         return table(runs, names, heaps, max(m["round"] for m in runs))
     heaps = [h for h in HEAPS if h != "jemalloc" or JEMALLOC]
-    cases = [c for c in CASES if not a.only or any(o in c[0] for o in a.only.split("|"))]
+    cases = chosen(CASES, a.only)
     if not JEMALLOC:
         print("no libjemalloc.so.2 here (Debian: libjemalloc2): jemalloc left out", file=sys.stderr)
     work = tempfile.mkdtemp(prefix="pipetrain-allocators-")
-    runs = []
-    for r in range(a.rounds):
-        order = [(c, h) for c in range(len(cases)) for h in heaps]
-        random.shuffle(order)  # this machine's speed drifts: alternate
-        for c, heap in order:
-            name, args, the_plan = cases[c]
-            plan_file = f"{work}/plan.json"
-            json.dump(the_plan, open(plan_file, "w"))
-            m = run(os.path.join(a.build, "pipetrain"), args, plan_file, heap, work)
-            m.update({"case": name, "heap": heap, "round": r + 1})
-            runs.append(m)
-            print(f"round {r + 1}: {name}, {heap}: {m}", file=sys.stderr, flush=True)
+    binary = os.path.join(a.build, "pipetrain")
+    runs = alternate(cases, heaps, a.rounds, lambda args, plan_file, heap: run(binary, args, plan_file, heap, work),
+                     work, "heap")
     table(runs, [c[0] for c in cases], heaps, a.rounds)
     if a.out:
         json.dump(runs, open(a.out, "w"), indent=1)

@@ -8,20 +8,15 @@ waiting for a core, and the simulator's error from the run's own action times.
 Usage: bench/polling_priority.py [--build build] [--rounds 4] [--only "NAME|NAME..."] [--out F.json]
        bench/polling_priority.py --from F.json   (the table of an earlier run)
 """
-import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
-import sys
 import tempfile
 
-from allocators import GPT, GPT_LAYERS, plan
+from fixed_plans import GPT, GPT_LAYERS, alternate, arguments, chosen, plan, span
 from prediction_cases import steady
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 SETTINGS = {"lowest (19)": "19", "the training thread's (0)": "0"}
 FMNIST = ["--model", "fmnist-cnn", "--dataset", "fashion-mnist", "--max-steps", "120"]
 
@@ -56,10 +51,6 @@ def run(binary, args, plan_file, setting, work):
             "own_prediction_error": s["predicted_throughput"] / measured - 1 if measured else None}
 
 
-def span(xs, fmt="{:.0f}"):
-    return fmt.format(min(xs)) if min(xs) == max(xs) else f"{fmt.format(min(xs))}–{fmt.format(max(xs))}"
-
-
 def table(runs, names, rounds):
     low, same = SETTINGS
     print(f"{rounds} rounds, the settings in random order within each; samples/s at the steady state (median, "
@@ -80,37 +71,22 @@ def table(runs, names, rounds):
                               for i in range(len(next(iter(by[k].values()))["core_wait"]))) for k in SETTINGS}
         own = {k: f"{100 * statistics.median(m['own_prediction_error'] for m in by[k].values()):+.1f}%"
                for k in SETTINGS}
-        print(f"| {name} | {statistics.median(speed[low]):.0f} ({span(speed[low])}) | "
-              f"{statistics.median(speed[same]):.0f} ({span(speed[same])}) | "
+        print(f"| {name} | {statistics.median(speed[low]):.0f} ({span(speed[low], '{:.0f}')}) | "
+              f"{statistics.median(speed[same]):.0f} ({span(speed[same], '{:.0f}')}) | "
               f"{statistics.median(ratios):.2f} ({span(ratios, '{:.2f}')}) | {wait[low]} | {wait[same]} | "
               f"{own[low]} | {own[same]} |")
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--build", default=os.path.join(ROOT, "build"))
-    p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--only", default="", help="the cases whose names hold one of these, |-separated")
-    p.add_argument("--out", default="")
-    p.add_argument("--from", dest="earlier", help="print the table of an earlier run's --out file")
-    a = p.parse_args()
+    a = arguments(__doc__, 4)
     if a.earlier:
         runs = json.load(open(a.earlier))
         return table(runs, list(dict.fromkeys(m["case"] for m in runs)), max(m["round"] for m in runs))
-    cases = [c for c in CASES if not a.only or any(o in c[0] for o in a.only.split("|"))]
+    cases = chosen(CASES, a.only)
     work = tempfile.mkdtemp(prefix="pipetrain-polling-")
-    runs = []
-    for r in range(a.rounds):
-        order = [(c, k) for c in range(len(cases)) for k in SETTINGS]
-        random.shuffle(order)  # this machine's speed drifts: alternate
-        for c, setting in order:
-            name, args, the_plan = cases[c]
-            plan_file = f"{work}/plan.json"
-            json.dump(the_plan, open(plan_file, "w"))
-            m = run(os.path.join(a.build, "pipetrain"), args, plan_file, setting, work)
-            m.update({"case": name, "setting": setting, "round": r + 1})
-            runs.append(m)
-            print(f"round {r + 1}: {name}, {setting}: {m}", file=sys.stderr, flush=True)
+    binary = os.path.join(a.build, "pipetrain")
+    runs = alternate(cases, SETTINGS, a.rounds,
+                     lambda args, plan_file, setting: run(binary, args, plan_file, setting, work), work, "setting")
     table(runs, [c[0] for c in cases], a.rounds)
     if a.out:
         json.dump(runs, open(a.out, "w"), indent=1)
