@@ -17,14 +17,12 @@ namespace pipetrain::util {
 // its training thread needed (docs/runtime.md#the-transports-polling-thread).
 int lowerPriorityOfThreadsStartedBy(const std::function<void()>& start, int nice);
 
-// The nice value for Gloo's polling threads from PIPETRAIN_POLLING_NICE's `setting`:
-// unset or empty, 0 (the training thread's own); else an integer from 0 to 19. Throws
-// Error naming the variable otherwise. `train`'s launcher sets kPollingThreadNice, the
-// lowest priority, for ranks that outnumber the cores (unless the variable is set): a
-// spinning polling thread then takes a core only where the ranks' training threads leave
-// it idle. Where each rank has cores of its own, the lowest priority made no difference
-// beyond this machine's noise (bench/polling_priority.py).
+// The lowest priority: the nice value `train`'s launcher sets for Gloo's polling threads
+// (PIPETRAIN_POLLING_NICE, read by the Gloo transport: 0 where unset, the training
+// thread's own) where ranks outnumber the cores, unless the variable is set. A spinning
+// polling thread then takes a core only where the ranks' training threads leave it idle.
+// Where each rank has cores of its own, the lowest priority made no difference beyond
+// this machine's noise (bench/polling_priority.py).
 constexpr int kPollingThreadNice = 19;
-int pollingThreadNice(const char* setting);
 
 }  // namespace pipetrain::util

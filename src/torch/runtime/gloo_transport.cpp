@@ -36,6 +36,16 @@ int intFromEnv(const char* name, int fallback, bool required) {
   return static_cast<int>(v);
 }
 
+// PIPETRAIN_POLLING_NICE: the nice value for the threads Gloo's devices start, 0 (the
+// training thread's own) where unset, at most kPollingThreadNice (util/thread_priority.h).
+int pollingNiceFromEnv() {
+  const int nice = intFromEnv("PIPETRAIN_POLLING_NICE", 0, false);
+  if (nice > util::kPollingThreadNice)
+    throw Error("environment variable PIPETRAIN_POLLING_NICE=\"" + std::to_string(nice) + "\" is above " +
+                std::to_string(util::kPollingThreadNice) + ", the lowest priority");
+  return nice;
+}
+
 // This host's address on the route to `master` (no packet is sent: connecting a UDP
 // socket only picks the route), so that each host binds the interface its peers reach
 // whatever its host name resolves to (often 127.0.0.1 or 127.0.1.1 on Debian).
@@ -84,7 +94,8 @@ class GlooOp : public PendingOp {
 
 class GlooTransport : public Transport {
  public:
-  explicit GlooTransport(const Rendezvous& rv) : rv_(rv), staging_(rv.timeout) {
+  explicit GlooTransport(const Rendezvous& rv)
+      : rv_(rv), polling_nice_(pollingNiceFromEnv()), staging_(rv.timeout) {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(rv.master_port);
     // Under torchrun's agent store, binding a second server on its port failed, and
@@ -191,7 +202,6 @@ class GlooTransport : public Transport {
     // the route to the master (loopback for a single-machine job).
     const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
     // The device's polling thread yields to the training thread (util/thread_priority.h).
-    const int nice = util::pollingThreadNice(std::getenv("PIPETRAIN_POLLING_NICE"));
     util::lowerPriorityOfThreadsStartedBy(
         [&] {
           options->devices.push_back(interface && *interface
@@ -199,11 +209,12 @@ class GlooTransport : public Transport {
                                          : c10d::ProcessGroupGloo::createDeviceForHostname(
                                                localAddressToward(rv_.master_addr, rv_.master_port)));
         },
-        nice);
+        polling_nice_);
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
   }
 
   Rendezvous rv_;
+  int polling_nice_;  // the nice value of the threads its Gloo devices start
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> world_;
   Groups coordinator_groups_, data_groups_;

@@ -1,4 +1,4 @@
-// util::lowerPriorityOfThreadsStartedBy and the PIPETRAIN_POLLING_NICE setting.
+// util::lowerPriorityOfThreadsStartedBy.
 #include "pipetrain/util/thread_priority.h"
 
 #include <gtest/gtest.h>
@@ -8,8 +8,6 @@
 
 #include <atomic>
 #include <thread>
-
-#include "pipetrain/util/error.h"
 
 namespace pipetrain::util {
 namespace {
@@ -39,21 +37,6 @@ TEST(ThreadPriority, ThreadsStartedMeanwhileAreLoweredAndNoOthers) {
   done = true;
   started.join();
   EXPECT_EQ(lowerPriorityOfThreadsStartedBy([] {}, 19), 0);
-}
-
-TEST(ThreadPriority, ThePollingNiceIsTheTrainingThreadsUnlessSetAndRefusesNonsense) {
-  EXPECT_EQ(pollingThreadNice(nullptr), 0);
-  EXPECT_EQ(pollingThreadNice(""), 0);
-  EXPECT_EQ(pollingThreadNice("0"), 0);
-  EXPECT_EQ(pollingThreadNice("19"), 19);
-  for (const char* bad : {"20", "-1", "high", "5x"}) {
-    try {
-      pollingThreadNice(bad);
-      FAIL() << bad << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("PIPETRAIN_POLLING_NICE"), std::string::npos) << e.what();
-    }
-  }
 }
 
 }  // namespace
