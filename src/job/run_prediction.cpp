@@ -11,16 +11,19 @@ namespace pipetrain::job {
 
 namespace {
 
-// The mean over mini-batches of the ranks' largest compute, over `chosen`'s mean; 1 for
-// one rank or where a rank timed no mini-batch.
-double laggardPace(const std::vector<const RankSeconds*>& replicas, const RankSeconds& chosen) {
+// A stage's replicas: each one's compute on the stage (its mean seconds summed) and its rank.
+using Replicas = std::vector<std::pair<double, const RankSeconds*>>;
+
+// The mean over mini-batches of the replicas' largest compute, over `chosen`'s mean; 1
+// for one replica or where one timed no mini-batch.
+double laggardPace(const Replicas& replicas, const RankSeconds& chosen) {
   std::size_t n = SIZE_MAX;
-  for (const RankSeconds* r : replicas) n = std::min(n, r->minibatch_busy.size());
+  for (const auto& [compute, r] : replicas) n = std::min(n, r->minibatch_busy.size());
   if (replicas.size() < 2 || n == 0) return 1;
   double slowest = 0, own = 0;
   for (std::size_t k = 0; k < n; ++k) {
     double most = 0;
-    for (const RankSeconds* r : replicas) most = std::max(most, r->minibatch_busy[k]);
+    for (const auto& [compute, r] : replicas) most = std::max(most, r->minibatch_busy[k]);
     slowest += most;
     own += chosen.minibatch_busy[k];
   }
@@ -30,7 +33,7 @@ double laggardPace(const std::vector<const RankSeconds*>& replicas, const RankSe
 }  // namespace
 
 plan::StageSeconds slowestReplicaSeconds(const std::vector<RankSeconds>& ranks) {
-  std::map<int, std::vector<std::pair<double, const RankSeconds*>>> replicas;  // stage: (its compute, the rank)
+  std::map<int, Replicas> replicas;  // per stage
   for (const RankSeconds& rank : ranks) {
     std::map<int, double> compute;
     for (const auto& [key, seconds] : rank.seconds)
@@ -42,9 +45,7 @@ plan::StageSeconds slowestReplicaSeconds(const std::vector<RankSeconds>& ranks) 
     const RankSeconds& chosen = *std::max_element(held.begin(), held.end(), [](const auto& a, const auto& b) {
                                    return a.first < b.first;
                                  })->second;
-    std::vector<const RankSeconds*> all;
-    for (const auto& h : held) all.push_back(h.second);
-    const double pace = laggardPace(all, chosen);
+    const double pace = laggardPace(held, chosen);
     for (const auto& [key, seconds] : chosen.seconds)
       if (key.first == stage) out[key] = key.second == schedule::ActionType::ALLREDUCE ? seconds : seconds * pace;
   }
