@@ -126,10 +126,12 @@ def measure(binary, args, work):
 
 
 def standalone(binary, work):
-    """gpt profiled standalone, planned for 2 local ranks, trained under that plan."""
+    """gpt profiled standalone (one process, both cores), planned for 2 local ranks of one
+    core each (the cluster says each device's threads, as a user who knows the ranks' cores
+    would), trained under that plan."""
     cluster = {"format": "pipetrain.cluster", "version": 1,
                "devices": [{"count": 2, "name_prefix": "dev", "kind": "cpu", "speed": 1.0,
-                            "memory_bytes": 8 << 30}],
+                            "memory_bytes": 8 << 30, "threads": 1}],
                "levels": [{"name": "loopback", "group_size": 2, "bandwidth": 3.4e9, "latency": 50e-6}]}
     json.dump(cluster, open(f"{work}/local2.json", "w"))
     subprocess.run([binary, "profile", "--model", "gpt", "--batch", "8", "--out", f"{work}/gpt.graph.json"],

@@ -10,7 +10,7 @@
 #include "pipetrain/report/pages.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/planner/time_to_target.h"
-#include "pipetrain/planner/profile_caveat.h"
+#include "pipetrain/planner/profile_fit.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
@@ -50,7 +50,8 @@ class CalibrationFile : public planner::Calibrator {
 
 int run(PlanCommandArgs a) {
   const auto graph = graph::LayerGraph::load(a.graph);
-  const auto cluster = cluster::ClusterSpec::load(a.cluster);
+  const planner::ProfileFit fit = planner::fitProfileToCluster(graph, cluster::ClusterSpec::load(a.cluster));
+  const cluster::ClusterSpec& cluster = fit.cluster;
   if (a.microbatches > 0) {
     if (!a.explore.microbatch_sizes.empty()) throw Error("give --microbatches or --microbatch-sizes, not both");
     if (a.explore.global_batch % a.microbatches != 0)
@@ -75,14 +76,13 @@ int run(PlanCommandArgs a) {
   if (!a.out.empty()) json_io::writeFile(a.out, e.best().plan.toJson());
   if (!a.report.empty())
     report::writeHtml(report::pageForExploration(e, graph, cluster, "Plan for " + a.graph + " on " + a.cluster), a.report);
-  const std::string caveat = planner::profileCaveat(graph, cluster);
   if (a.json) {
     json_io::Json j = e.toJson();
-    if (!caveat.empty()) j["profile_caveat"] = caveat;
+    if (!fit.note.empty()) j["profile_note"] = fit.note;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  if (!caveat.empty()) std::cout << "note: " << caveat << "\n";
+  if (!fit.note.empty()) std::cout << "note: " << fit.note << "\n";
   printExploration(e, a.top);
   if (!a.out.empty()) std::cout << "plan: " << a.out << "\n";
   if (!a.report.empty()) std::cout << "report: " << a.report << "\n";

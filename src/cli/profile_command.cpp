@@ -1,6 +1,5 @@
 // `pipetrain profile`: measure a model's per-layer costs at a batch size and write them
 // as a LayerGraph for `simulate --graph` and the planners (docs/profiling.md).
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,6 +45,7 @@ struct ProfileArgs {
   std::vector<int64_t> batches;
   profiler::ProfileOptions options;
   int threads = 0;  // 0 = leave LibTorch's and BLAS's defaults
+  profiler::ThreadSpeedup speedup;  // measured where one process times the whole model on several threads
   std::string device = "cpu";  // where the layers run (runtime::rankDevice)
   std::string precision = "fp32";  // runtime::parsePrecision
   std::string share;  // "K/P": time share K of P (ProfileOptions::share)
@@ -122,29 +122,6 @@ void parseShare(const std::string& text, profiler::ProfileOptions& o) {
   }
 }
 
-// OpenBLAS reads OPENBLAS_NUM_THREADS when it loads, before main(); these calls reach it
-// afterwards, when OpenBLAS is the BLAS LibTorch loaded (Debian's libopenblas0-pthread).
-using SetThreads = void (*)(int);
-using GetThreads = int (*)();
-
-int blasThreads() {
-  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  return get ? get() : 0;
-}
-
-// The threads of a rank that `train --nproc` gives `threads` cores (job/launcher.cpp): BLAS
-// gets them and LibTorch's intra-op pool one, so profiled costs match the ranks' own.
-// Without OpenBLAS, LibTorch's pool gets them.
-void useThreadsOfARank(int threads) {
-  auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  if (set) {
-    set(threads);
-    at::set_num_threads(1);
-  } else {
-    at::set_num_threads(threads);
-  }
-}
-
 std::string ms(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3f", 1e3 * seconds);
@@ -155,10 +132,14 @@ void printTable(const ProfileArgs& a, const graph::LayerGraph& g) {
   std::printf("profile of %s at batch %lld: medians of %d passes after %d or more warm-up passes; "
               "%d LibTorch intra-op threads, %d BLAS threads\n",
               (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batches[0]), a.timed_passes, a.options.warmup,
-              at::get_num_threads(), blasThreads());
+              at::get_num_threads(), profiler::blasThreads());
   if (a.load_data)
     std::printf("the forward time of the first layer that reads the model input includes loading a batch of %s\n",
                 a.data.file.empty() ? a.data.name.c_str() : a.data.file.c_str());
+  if (a.speedup.rounds > 0)
+    std::printf("a training step ran %.2fx as fast on %d threads as on 1 (the median of %d rounds): `plan` prices a "
+                "cluster's CPU devices that say their \"threads\" from it\n",
+                a.speedup.speedup, g.profiledAs().threads, a.speedup.rounds);
   if (a.options.shares > 1)
     std::printf("share %d of %d: the other layers' times are left at 0 (their share's profile has them)\n",
                 a.options.share, a.options.shares);
@@ -245,7 +226,7 @@ int run(ProfileArgs& a) {
   models::moveTo(model, device);
   const int64_t anon_before = util::residentAnonBytes(), free_before = util::heapFreeBytes();
   int64_t data_anon_bytes = 0, workspace_bytes = 0;
-  if (a.threads > 0) useThreadsOfARank(a.threads);
+  if (a.threads > 0) profiler::useThreadsOfARank(a.threads);
   // The batches a first stage would load: consecutive micro-batches of epoch 0's order.
   std::unique_ptr<data::Dataset> dataset;
   std::optional<data::SampleOrder> order;
@@ -306,8 +287,12 @@ int run(ProfileArgs& a) {
         std::max<int64_t>(0, util::residentFileBytes() - code_before - data_file_bytes) + workspace_bytes;
   process.heap = util::heapName();  // the ranks' too, by the profile cache's key
   g.setProcessMemory(process);
-  g.setProfiledAs({std::max(at::get_num_threads(), blasThreads()), a.options.shares,
-                   profiles[0].profiledAs().probe_seconds});
+  const int threads = std::max(at::get_num_threads(), profiler::blasThreads());
+  // One process timing the whole model on several threads: how a step divides over them,
+  // for ranks that will compute on fewer (NOTE(thread-speedup)).
+  if (device.is_cpu() && a.options.shares == 1 && threads > 1)
+    a.speedup = profiler::threadSpeedup(model, a.batches[0], a.options.precision);
+  g.setProfiledAs({threads, a.options.shares, profiles[0].profiledAs().probe_seconds, a.speedup.speedup});
   a.timed_passes = timed_first;
   printTable(a, g);
   json_io::writeFile(a.out, g.toJson());

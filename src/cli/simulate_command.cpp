@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "pipetrain/planner/profile_fit.h"
 #include "pipetrain/report/pages.h"
 #include "pipetrain/schedule/csv_schedule.h"
 #include "pipetrain/sim/evaluate.h"
@@ -68,10 +69,12 @@ int run(const SimulateArgs& a) {
   graph::LayerGraph graph;
   cluster::ClusterSpec cluster;
   plan::Plan plan;
-  std::string origin;
+  std::string origin, note;
   if (from_files) {
     graph = graph::LayerGraph::load(a.graph);
-    cluster = cluster::ClusterSpec::load(a.cluster);
+    planner::ProfileFit fit = planner::fitProfileToCluster(graph, cluster::ClusterSpec::load(a.cluster));
+    cluster = std::move(fit.cluster);
+    note = std::move(fit.note);
     plan = plan::Plan::load(a.plan);
     plan::validate(plan, graph, cluster, a.plan);
     origin = a.plan;
@@ -103,8 +106,11 @@ int run(const SimulateArgs& a) {
   if (!a.svg.empty()) trace::writeSvgGantt(e.timeline, a.svg);
   if (!a.report.empty()) report::writeHtml(report::pageForSimulation(e, plan, "Simulation of " + origin), a.report);
   if (a.json) {
-    std::cout << e.report.toJson().dump(2) << "\n";
+    json_io::Json j = e.report.toJson();
+    if (!note.empty()) j["profile_note"] = note;
+    std::cout << j.dump(2) << "\n";
   } else {
+    if (!note.empty()) std::cout << "note: " << note << "\n";
     printReport(e.report);
     if (!a.trace.empty()) std::cout << "trace: " << a.trace << " (open in https://ui.perfetto.dev)\n";
     if (!a.svg.empty()) std::cout << "gantt: " << a.svg << "\n";

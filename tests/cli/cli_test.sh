@@ -356,6 +356,21 @@ EOF
 check "simulate profiled graph and cluster" "$bin" simulate --graph "$tmp/profile.json" \
   --cluster "$tmp/cluster.json" --plan "$tmp/profiled_plan.json"
 expect "profiled simulation" "iteration time"
+cp "$tmp/out" "$tmp/simulated.out"
+# A standalone profile on several threads measures how a step divides over them, the ranks'
+# cluster says the threads each computes on, and the simulation prices the profile at them.
+check "a profile on more threads than the ranks' is brought to theirs" python3 -c '
+import json, sys
+how = json.load(open(sys.argv[1]))["profiled_as"]
+ranks = [d["threads"] for d in json.load(open(sys.argv[2]))["devices"]]
+assert all(t >= 1 for t in ranks), ranks
+simulated = open(sys.argv[3]).read()
+if how["threads"] > max(ranks):
+    assert how["thread_speedup"] > 0, how
+    assert "note: the profile was timed on %d threads" % how["threads"] in simulated, simulated
+else:
+    assert "note: the profile was timed" not in simulated, (how, simulated)' \
+  "$tmp/profile.json" "$tmp/cluster.json" "$tmp/simulated.out"
 refuses "profile bad batch" "batch" "$bin" profile "${mlp[@]}" --batch 0 --out "$tmp/p0.json"
 refuses "profile unknown model" "unknown model" "$bin" profile --model nope --batch 4 --out "$tmp/p1.json"
 refuses "profile unwritable" "/nonexistent/g.json" "$bin" profile "${mlp[@]}" --batch 4 --out /nonexistent/g.json

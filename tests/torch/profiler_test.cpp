@@ -336,6 +336,19 @@ TEST(Profiler, SharesTimeTheirOwnLayersAndMergeIntoOneProfile) {
 
 // ----- network ----------------------------------------------------------------------------
 
+// A step's speed-up on this process's threads over one: timed over rounds, and the
+// threads (LibTorch's pool and BLAS's) left as they were.
+TEST(Profiler, MeasuresHowAStepDividesOverThreadsAndLeavesThemAsTheyWere) {
+  const models::Model model = smallMlp();
+  const int pool = at::get_num_threads(), blas = blasThreads();
+  const ThreadSpeedup s = threadSpeedup(model, 8, runtime::Precision::kFp32);
+  EXPECT_GT(s.speedup, 0);
+  EXPECT_GE(s.rounds, 3);
+  EXPECT_LE(s.rounds, 15);
+  EXPECT_EQ(at::get_num_threads(), pool);
+  EXPECT_EQ(blasThreads(), blas);
+}
+
 TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
   const int world = 3;
   auto group = runtime::makeInProcessGroup(world, std::chrono::seconds(20));
@@ -349,7 +362,9 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       try {
-        profiles[r] = profileNetwork(*group[r], RankHost{"node", r, int64_t{3} << 30}, o);
+        RankHost host{"node", r, int64_t{3} << 30};
+        host.threads = r + 1;  // what each rank computes on, as its cluster device says
+        profiles[r] = profileNetwork(*group[r], host, o);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -379,6 +394,7 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
   ASSERT_EQ(c.size(), 3);
   EXPECT_EQ(c.device(1).name, "node-1");
   EXPECT_EQ(c.device(0).memory_bytes, int64_t{1} << 30);  // 3 GiB shared by three ranks
+  EXPECT_EQ(c.device(2).threads, 3);
   ASSERT_EQ(c.levels().size(), 1u);
   EXPECT_EQ(c.levels()[0].group_size, 3);
   // Readable back as a cluster file.

@@ -67,6 +67,10 @@ struct Device {
   // Bytes/s of a copy between the device and its host's memory (see above); infinity:
   // the device computes in host memory (a CPU) or its copies are not priced.
   double host_link_bandwidth = std::numeric_limits<double>::infinity();
+  // The threads a CPU device computes on (a rank's cores), where the cluster says: a
+  // profile timed on other threads is brought to them (planner::fitProfileToCluster).
+  // 0 = not said: priced as profiled.
+  int threads = 0;
 };
 
 // What a message costs the CPU of each of its two ends (see above).

@@ -173,6 +173,11 @@ struct ProfiledAs {
   // (plan::mergeProfileShares), and a merged profile keeps that core's. 0 = not measured
   // (a GPU's profile).
   double probe_seconds = 0;
+  // How many times faster a training step ran on `threads` than on one thread, where one
+  // process timed the whole model on several (`pipetrain profile` without --threads or
+  // --share): a cluster device that computes on fewer threads is priced from it
+  // (planner::fitProfileToCluster). 0 = not measured.
+  double thread_speedup = 0;
 };
 
 class LayerGraph {

@@ -109,6 +109,26 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
 double stepSeconds(const models::Model& model, int64_t batch, int threads = 0,
                    runtime::Precision precision = runtime::Precision::kFp32);
 
+// ===== Threads =========================================================================
+
+// The BLAS threads this process computes on (OpenBLAS's count; 0 when LibTorch loaded
+// another BLAS).
+int blasThreads();
+
+// The threads of a rank that `train --nproc` gives `threads` cores (job/launcher.cpp): BLAS
+// gets them and LibTorch's intra-op pool one, so profiled costs match the ranks' own.
+// Without OpenBLAS, LibTorch's pool gets them.
+void useThreadsOfARank(int threads);
+
+// How many times faster a training step of the whole model (as stepSeconds) runs on the
+// threads this process has than on one: the median of the ratios of rounds that time
+// the two one after the other (NOTE(thread-speedup)). Leaves the threads as they were.
+struct ThreadSpeedup {
+  double speedup = 0;
+  int rounds = 0;
+};
+ThreadSpeedup threadSpeedup(const models::Model& model, int64_t batch, runtime::Precision precision);
+
 // Optimizer state bytes for `param_bytes` of parameters: "adam" 2x, "sgd" 1x (momentum).
 // Throws Error naming the known optimizers otherwise.
 int64_t optimizerStateBytes(const std::string& optimizer, int64_t param_bytes);
@@ -132,6 +152,7 @@ struct RankHost {
   // memory (the slower direction); 0 on a CPU.
   int64_t gpu_memory_bytes = 0;
   double host_link_bandwidth = 0;
+  int threads = 0;  // a CPU rank's: the most of its LibTorch pool's and its BLAS's (cluster::Device::threads)
 };
 
 // This process's RankHost with the given local rank, computing on `device`: on a GPU,

@@ -11,6 +11,7 @@ namespace pipetrain::limits {
 inline constexpr int kMaxJsonDepth = 64;                 // nesting of any JSON document
 inline constexpr int kMaxLayers = 20000;                 // in a layer graph
 inline constexpr int kMaxDevices = 65536;                // in a cluster
+inline constexpr int kMaxThreads = 4096;                 // a device computes on
 inline constexpr int kMaxStages = 8192;                  // in a plan or a Program
 inline constexpr int64_t kMaxMicrobatches = 65536;       // per mini-batch
 inline constexpr int64_t kMaxMicrobatchSize = int64_t{1} << 24;  // samples

@@ -117,9 +117,12 @@ LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origi
   }
   if (root.has("profiled_as")) {
     const json_io::JsonCursor how = root.field("profiled_as");
-    how.allowOnly({"threads", "shares", "probe_seconds"});
+    how.allowOnly({"threads", "shares", "probe_seconds", "thread_speedup"});
     graph.setProfiledAs({static_cast<int>(how.intOr("threads", 0)), static_cast<int>(how.intOr("shares", 0)),
-                         how.has("probe_seconds") ? how.field("probe_seconds").asSeconds() : 0.0});
+                         how.has("probe_seconds") ? how.field("probe_seconds").asSeconds() : 0.0,
+                         how.has("thread_speedup") ? how.field("thread_speedup").asNumberIn(limits::kMinRate,
+                                                                                            limits::kMaxRate)
+                                                   : 0.0});
     if (graph.profiledAs().threads < 0 || graph.profiledAs().shares < 0)
       how.fail("threads and shares are counts, >= 0");
   }
@@ -141,6 +144,7 @@ json_io::Json LayerGraph::toJson() const {
   if (profiled_as_.threads > 0 || profiled_as_.shares > 0 || profiled_as_.probe_seconds > 0) {
     j["profiled_as"] = {{"threads", profiled_as_.threads}, {"shares", profiled_as_.shares}};
     if (profiled_as_.probe_seconds > 0) j["profiled_as"]["probe_seconds"] = profiled_as_.probe_seconds;
+    if (profiled_as_.thread_speedup > 0) j["profiled_as"]["thread_speedup"] = profiled_as_.thread_speedup;
   }
   json_io::Json layers = json_io::Json::array();
   for (const Layer& l : layers_) {

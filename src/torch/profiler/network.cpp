@@ -65,7 +65,8 @@ void sendHost(runtime::Transport& t, const RankHost& self) {
   torch::Tensor name = torch::zeros({kHostBytes}, torch::kUInt8);
   std::memcpy(name.data_ptr(), self.host.data(), std::min<std::size_t>(self.host.size(), kHostBytes - 1));
   torch::Tensor info = torch::tensor({static_cast<int64_t>(self.local_rank), self.physical_memory_bytes,
-                                      self.gpu_memory_bytes, static_cast<int64_t>(self.host_link_bandwidth)},
+                                      self.gpu_memory_bytes, static_cast<int64_t>(self.host_link_bandwidth),
+                                      static_cast<int64_t>(self.threads)},
                                      torch::kLong);
   auto a = t.send(name, 0, kHostTag);
   auto b = t.send(info, 0, kInfoTag);
@@ -75,7 +76,7 @@ void sendHost(runtime::Transport& t, const RankHost& self) {
 
 RankHost receiveHost(runtime::Transport& t, int from) {
   torch::Tensor name = torch::zeros({kHostBytes}, torch::kUInt8);
-  torch::Tensor info = torch::zeros({4}, torch::kLong);
+  torch::Tensor info = torch::zeros({5}, torch::kLong);
   t.recv(name, from, kHostTag)->wait();
   t.recv(info, from, kInfoTag)->wait();
   RankHost h;
@@ -84,6 +85,7 @@ RankHost receiveHost(runtime::Transport& t, int from) {
   h.physical_memory_bytes = info[1].item<int64_t>();
   h.gpu_memory_bytes = info[2].item<int64_t>();
   h.host_link_bandwidth = static_cast<double>(info[3].item<int64_t>());
+  h.threads = static_cast<int>(info[4].item<int64_t>());
   return h;
 }
 
@@ -214,6 +216,7 @@ RankHost thisHost(int local_rank, const torch::Device& device, int64_t link_byte
   h.local_rank = local_rank;
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
   h.physical_memory_bytes = pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
+  if (device.is_cpu()) h.threads = std::max(at::get_num_threads(), blasThreads());
   if (!device.is_cpu()) {  // a device of its own, fed through pinned host memory
     h.gpu_memory_bytes = runtime::deviceMemoryBytes(device);
     h.host_link_bandwidth = hostLinkBandwidth(device, link_bytes, repeats);
@@ -296,6 +299,8 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
         d.memory_bytes = rh.gpu_memory_bytes;
         d.host_link_bandwidth = rh.host_link_bandwidth;
         through_host = true;
+      } else {
+        d.threads = rh.threads;
       }
       devices.push_back(d);
     }

@@ -236,6 +236,24 @@ TEST(ClusterSpec, ThroughHostCopiesAreEachEndsOwn) {
   expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "through_host"});
 }
 
+// A CPU device's threads: said per device (or for a shorthand's devices), written only
+// where said, and a count of at least one.
+TEST(ClusterSpec, DeviceThreadsRoundTripWhereSaid) {
+  Json j = twoNodesJson();
+  EXPECT_EQ(ClusterSpec::fromJson(j, "c.json").device(0).threads, 0);
+  EXPECT_FALSE(ClusterSpec::fromJson(j, "c.json").toJson()["devices"][0].contains("threads"));
+  j["devices"][0]["threads"] = 2;  // the shorthand's 8 devices
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  EXPECT_EQ(c.device(7).threads, 2);
+  const Json written = c.toJson();
+  EXPECT_EQ(written["devices"][3]["threads"], 2);
+  EXPECT_EQ(ClusterSpec::fromJson(written, "written").toJson(), written);
+  for (const Json& bad : {Json(0), Json(-1), Json(1.5), Json("two")}) {
+    j["devices"][0]["threads"] = bad;
+    expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "threads"});
+  }
+}
+
 TEST(ClusterSpec, AllreduceBandwidthRoundTripsAndDefaultsToTheBandwidth) {
   Json j = twoNodesJson();
   j["levels"][0]["allreduce_bandwidth"] = 20.0;

@@ -147,14 +147,21 @@ TEST(LayerGraph, HowAProfileWasTakenIsOptionalAndRoundTrips) {
   Json j = graphJson({layerJson("a")});
   EXPECT_EQ(LayerGraph::fromJson(j, "g.json").profiledAs().threads, 0);
   j["profiled_as"] = {{"threads", 2}, {"shares", 1}, {"probe_seconds", 0.001}};
+  EXPECT_EQ(LayerGraph::fromJson(j, "g.json").profiledAs().thread_speedup, 0);  // not measured
+  EXPECT_FALSE(LayerGraph::fromJson(j, "g.json").toJson()["profiled_as"].contains("thread_speedup"));
+  j["profiled_as"]["thread_speedup"] = 1.9;
   const LayerGraph g = LayerGraph::fromJson(j, "g.json");
   EXPECT_EQ(g.profiledAs().threads, 2);
   EXPECT_EQ(g.profiledAs().shares, 1);
   EXPECT_EQ(g.profiledAs().probe_seconds, 0.001);
+  EXPECT_EQ(g.profiledAs().thread_speedup, 1.9);
   EXPECT_EQ(LayerGraph::fromJson(g.toJson(), "written").toJson(), g.toJson());
   j["profiled_as"]["probe_seconds"] = -1;
   expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "probe_seconds"});
   j["profiled_as"]["probe_seconds"] = 0.001;
+  j["profiled_as"]["thread_speedup"] = 0;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "thread_speedup"});
+  j["profiled_as"]["thread_speedup"] = 1.9;
   j["profiled_as"]["threads"] = -2;
   expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "profiled_as"});
 }
