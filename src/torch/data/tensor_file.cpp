@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 
@@ -130,6 +131,9 @@ std::shared_ptr<Mapping> mappingOf(const std::string& path, const FileError& fai
                           std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
                           std::to_string(st.st_mtim.tv_nsec);
   std::lock_guard<std::mutex> lock(mutex);
+  // A file no dataset views any longer leaves its entry: dropped, so that a process that
+  // opens many files (a test suite, a sweep over data files) does not keep one per file.
+  for (auto it = open.begin(); it != open.end();) it = it->second.expired() ? open.erase(it) : std::next(it);
   if (auto mapped = open[key].lock()) return mapped;
   auto mapped = Mapping::open(path, fail);
   open[key] = mapped;
