@@ -7,6 +7,7 @@
 // creation.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "pipetrain/schedule/program.h"
@@ -21,33 +22,34 @@ struct StageFootprint {
 
 struct RankFootprint {
   double peak_activations = 0;   // in micro-batches of the rank's whole share
-  // With stage_activation_bytes given: the most the activations held at once, and the
-  // gradients then live where stage_gradient_bytes is given too.
+  // With the stages' bytes given: the most the activations held at once, and the
+  // gradients then live.
   double peak_activation_bytes = 0;
   int weight_versions = 0;       // max over the rank's stages
   std::vector<StageFootprint> stages;
 };
 
-// `stage_activation_bytes[s]`, when given, is one micro-batch's saved activations of
-// stage s; the walk then also tracks bytes at the moment they peak.
-// `stage_split_activation_bytes[s]`, when given, is what a micro-batch of stage s holds
-// between its I and its W instead (default: the same as before I).
-// `stage_gradient_bytes[s]`, when given, is stage s's weight gradients, which training
-// allocates in the stage's first backward pass after a step (B, or W under split
-// backward) and frees at its STEP (it clears them rather than zeroing them): a rank's
-// activations peak before its first backward pass without them. A stage whose
-// gradients live throughout (in all-reduce buckets) is given 0 here and priced apart.
-// `stage_backward_peak_bytes[s]`, `stage_input_backward_peak_bytes[s]` and
-// `stage_weight_peak_bytes[s]`, when given, are what a B, a split I, or a W of stage s
-// holds at its most beyond what the rank held before it: the bytes peak inside the pass
-// there.
-std::vector<RankFootprint> accountMemory(const Program& program,
-                                         const std::vector<double>& stage_activation_bytes = {},
-                                         const std::vector<double>& stage_split_activation_bytes = {},
-                                         const std::vector<double>& stage_gradient_bytes = {},
-                                         const std::vector<double>& stage_backward_peak_bytes = {},
-                                         const std::vector<double>& stage_input_backward_peak_bytes = {},
-                                         const std::vector<double>& stage_weight_peak_bytes = {});
+// One micro-batch's bytes of a stage, as the walk prices them; 0 = not priced.
+struct StageBytes {
+  double activations = 0;  // its saved activations, held from its F until its B (or W)
+  // What it holds between its I and its W under a split backward instead; unset: the same
+  // as `activations`.
+  std::optional<double> split_activations;
+  // The stage's weight gradients, which training allocates in its first backward pass
+  // after a step (B, or W under split backward) and frees at its STEP (it clears them
+  // rather than zeroing them): a rank's activations peak before its first backward pass
+  // without them. A stage whose gradients live throughout (in all-reduce buckets) is
+  // given 0 here and priced apart.
+  double gradients = 0;
+  // What a B, a split I, or a W of the stage holds at its most beyond what the rank held
+  // before it: the bytes peak inside the pass there.
+  double backward_peak = 0, input_backward_peak = 0, weight_peak = 0;
+};
+
+// With `stage_bytes` (one per stage of the program), the walk also tracks bytes at the
+// moment they peak (RankFootprint::peak_activation_bytes); without, only micro-batches
+// and weight versions.
+std::vector<RankFootprint> accountMemory(const Program& program, const std::vector<StageBytes>& stage_bytes = {});
 
 // Position after which each rank no longer needs weight version v of stage s: for
 // every rank, a list of (position, stage, version) in increasing position. Executors

@@ -73,7 +73,8 @@ ProfileFit fitProfileToCluster(const graph::LayerGraph& graph, const cluster::Cl
                               "compute, or standalone without --share (which times a step on one thread too)");
   if (!more.empty())
     addSentence(fit.note, timed_on + "; the CPU devices on more, on " + threadCounts(more) +
-                              ", are priced as profiled, likely too slow: profile with --threads as their ranks compute");
+                              ", are priced as profiled, likely too slow: profile with --threads as their ranks "
+                              "compute");
   if (unsaid >= 2 && profiled > 1 && how.shares == 1)
     addSentence(fit.note,
                 "this profile was taken by one process timing the whole model on " + threadsText(profiled) +

@@ -40,18 +40,10 @@ std::vector<std::vector<Retirement>> retirements(const Program& program) {
   return out;
 }
 
-std::vector<RankFootprint> accountMemory(const Program& program,
-                                         const std::vector<double>& stage_activation_bytes,
-                                         const std::vector<double>& stage_split_activation_bytes,
-                                         const std::vector<double>& stage_gradient_bytes,
-                                         const std::vector<double>& stage_backward_peak_bytes,
-                                         const std::vector<double>& stage_input_backward_peak_bytes,
-                                         const std::vector<double>& stage_weight_peak_bytes) {
-  auto bytesOf = [&](int stage) {
-    return stage_activation_bytes.empty() ? 0.0 : stage_activation_bytes[stage];
-  };
+std::vector<RankFootprint> accountMemory(const Program& program, const std::vector<StageBytes>& stage_bytes) {
+  auto bytesOf = [&](int stage) { return stage_bytes.empty() ? 0.0 : stage_bytes[stage].activations; };
   auto splitBytesOf = [&](int stage) {
-    return stage_split_activation_bytes.empty() ? bytesOf(stage) : stage_split_activation_bytes[stage];
+    return stage_bytes.empty() ? 0.0 : stage_bytes[stage].split_activations.value_or(bytesOf(stage));
   };
   std::vector<RankFootprint> out(program.numRanks());
   const auto retired = retirements(program);
@@ -77,14 +69,14 @@ std::vector<RankFootprint> accountMemory(const Program& program,
     int total_in_flight = 0;
     double peak = 0, bytes = 0, peak_bytes = 0;
     // The bytes peak inside a backward pass, by its transient tensors.
-    auto passPeaks = [&](const std::vector<double>& transient, int stage) {
-      if (!transient.empty()) peak_bytes = std::max(peak_bytes, bytes + transient[stage]);
+    auto passPeaks = [&](double StageBytes::*transient, int stage) {
+      if (!stage_bytes.empty()) peak_bytes = std::max(peak_bytes, bytes + stage_bytes[stage].*transient);
     };
     std::vector<char> gradients_live(program.num_stages, 0);  // by stage: its gradients are allocated
     // A backward pass that computes weight gradients ends with them allocated.
     auto gradientsComputed = [&](int stage) {
-      if (stage_gradient_bytes.empty() || std::exchange(gradients_live[stage], 1)) return;
-      bytes += stage_gradient_bytes[stage];
+      if (stage_bytes.empty() || std::exchange(gradients_live[stage], 1)) return;
+      bytes += stage_bytes[stage].gradients;
       peak_bytes = std::max(peak_bytes, bytes);
     };
     std::size_t next_retirement = 0;
@@ -105,23 +97,23 @@ std::vector<RankFootprint> accountMemory(const Program& program,
         bytes += bytesOf(a.stage);
         peak_bytes = std::max(peak_bytes, bytes);
       } else if (a.type == ActionType::B && !splitHere(a)) {
-        passPeaks(stage_backward_peak_bytes, a.stage);
+        passPeaks(&StageBytes::backward_peak, a.stage);
         --in_flight[local(a.stage)];
         --total_in_flight;
         bytes -= bytesOf(a.stage);
         gradientsComputed(a.stage);
       } else if (a.type == ActionType::I && splitHere(a)) {
-        passPeaks(stage_input_backward_peak_bytes, a.stage);
+        passPeaks(&StageBytes::input_backward_peak, a.stage);
         bytes += splitBytesOf(a.stage) - bytesOf(a.stage);  // the gradients kept for W, less what only I read
         peak_bytes = std::max(peak_bytes, bytes);
       } else if (a.type == ActionType::W) {
-        passPeaks(stage_weight_peak_bytes, a.stage);
+        passPeaks(&StageBytes::weight_peak, a.stage);
         --in_flight[local(a.stage)];
         --total_in_flight;
         bytes -= splitBytesOf(a.stage);
         gradientsComputed(a.stage);
       } else if (a.type == ActionType::STEP) {
-        if (std::exchange(gradients_live[a.stage], 0)) bytes -= stage_gradient_bytes[a.stage];
+        if (std::exchange(gradients_live[a.stage], 0)) bytes -= stage_bytes[a.stage].gradients;
         const std::size_t k = local(a.stage);
         per_stage[k].weight_versions = std::max(per_stage[k].weight_versions, ++live_versions[k]);
       }

@@ -34,17 +34,14 @@ std::vector<double> busyPerRank(const trace::Timeline& t) {
 bool gradientsPersist(const CostModel& costs, int stage) { return costs.replicas()[stage] > 1; }
 
 void fillMemory(Report& report, const schedule::Program& program, const CostModel& costs) {
-  std::vector<double> act_bytes, split_bytes, gradient_bytes, backward_peak, input_backward_peak, weight_peak;
+  std::vector<schedule::StageBytes> stage_bytes;
   for (int s = 0; s < program.num_stages; ++s) {
-    act_bytes.push_back(costs.stage(s).activation_bytes);
-    split_bytes.push_back(costs.stage(s).split_activation_bytes);
-    gradient_bytes.push_back(gradientsPersist(costs, s) ? 0.0 : costs.stage(s).param_bytes);
-    backward_peak.push_back(costs.stage(s).backward_peak_bytes);
-    input_backward_peak.push_back(costs.stage(s).input_backward_peak_bytes);
-    weight_peak.push_back(costs.stage(s).weight_peak_bytes);
+    const StageCosts& c = costs.stage(s);
+    const double gradients = gradientsPersist(costs, s) ? 0.0 : c.param_bytes;
+    stage_bytes.push_back({c.activation_bytes, c.split_activation_bytes, gradients, c.backward_peak_bytes,
+                           c.input_backward_peak_bytes, c.weight_peak_bytes});
   }
-  const auto footprint = schedule::accountMemory(program, act_bytes, split_bytes, gradient_bytes, backward_peak,
-                                                 input_backward_peak, weight_peak);
+  const auto footprint = schedule::accountMemory(program, stage_bytes);
   const int extra_buffers = plan::extraWeightBuffers(costs.plan().schedule);
   for (int r = 0; r < program.numRanks(); ++r) {
     RankReport& rr = report.ranks[r];

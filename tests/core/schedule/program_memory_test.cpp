@@ -48,13 +48,23 @@ TEST(ProgramMemory, WeightVersionsPerSchedule) {
   for (const auto& rank : footprint("pipemare", p, m, 1, 3)) EXPECT_EQ(rank.weight_versions, 1);
 }
 
+// One stage's bytes: its activations, then what a test sets.
+StageBytes activations(double bytes) {
+  StageBytes b;
+  b.activations = bytes;
+  return b;
+}
+
+double peakBytes(const Program& program, const std::vector<StageBytes>& stages, int rank = 0) {
+  return accountMemory(program, stages)[rank].peak_activation_bytes;
+}
+
 TEST(ProgramMemory, ActivationBytesFollowTheWalk) {
   ScheduleSpec spec;
   spec.microbatches = 8;
   const Program p = buildProgram(spec, chainDag(2));
-  const auto f = accountMemory(p, {100.0, 10.0});
-  EXPECT_DOUBLE_EQ(f[0].peak_activation_bytes, 200.0);
-  EXPECT_DOUBLE_EQ(f[1].peak_activation_bytes, 10.0);
+  EXPECT_DOUBLE_EQ(peakBytes(p, {activations(100), activations(10)}, 0), 200.0);
+  EXPECT_DOUBLE_EQ(peakBytes(p, {activations(100), activations(10)}, 1), 10.0);
 }
 
 // Gradients exist from a stage's first backward pass after a step to the step: GPipe's
@@ -64,13 +74,17 @@ TEST(ProgramMemory, GradientsFromTheFirstBackwardToTheStep) {
   spec.name = "gpipe";
   spec.microbatches = 4;
   const Program gpipe = buildProgram(spec, chainDag(1));  // F F F F B B B B STEP
-  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {50.0})[0].peak_activation_bytes, 400.0);
-  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {350.0})[0].peak_activation_bytes, 650.0);  // 3 x 100 + 350
+  StageBytes stage = activations(100);
+  stage.gradients = 50;
+  EXPECT_DOUBLE_EQ(peakBytes(gpipe, {stage}), 400.0);
+  stage.gradients = 350;
+  EXPECT_DOUBLE_EQ(peakBytes(gpipe, {stage}), 650.0);  // 3 x 100 + 350
   spec.name = "1f1b";
   const Program one_f_one_b = buildProgram(spec, chainDag(2));
   // Rank 0 holds 2 micro-batches at its peak; after its first B, 2 again with the gradients.
-  EXPECT_DOUBLE_EQ(accountMemory(one_f_one_b, {100.0, 100.0}, {}, {50.0, 50.0})[0].peak_activation_bytes, 250.0);
-  EXPECT_DOUBLE_EQ(accountMemory(one_f_one_b, {100.0, 100.0})[0].peak_activation_bytes, 200.0);
+  stage.gradients = 50;
+  EXPECT_DOUBLE_EQ(peakBytes(one_f_one_b, {stage, stage}), 250.0);
+  EXPECT_DOUBLE_EQ(peakBytes(one_f_one_b, {activations(100), activations(100)}), 200.0);
 }
 
 // One stage, two micro-batches: F F I I W W.
@@ -86,14 +100,20 @@ Program twoSplitMicrobatches() {
   return p;
 }
 
+StageBytes splitAt(double before_i, double from_i_to_w) {
+  StageBytes b = activations(before_i);
+  b.split_activations = from_i_to_w;
+  return b;
+}
+
 // A split backward's micro-batch holds its activations until I, then what W reads and the
 // gradients kept for it until W (more or less than before: I frees what only it read).
 TEST(ProgramMemory, SplitActivationBytesHeldFromIToW) {
   const Program p = twoSplitMicrobatches();
-  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0})[0].peak_activation_bytes, 200.0);          // as before I
-  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0})[0].peak_activation_bytes, 300.0);  // I adds 50 twice
-  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {60.0})[0].peak_activation_bytes, 200.0);   // I frees
-  EXPECT_EQ(accountMemory(p, {100.0}, {150.0})[0].peak_activations, 2);
+  EXPECT_DOUBLE_EQ(peakBytes(p, {activations(100)}), 200.0);  // as before I
+  EXPECT_DOUBLE_EQ(peakBytes(p, {splitAt(100, 150)}), 300.0);  // I adds 50 twice
+  EXPECT_DOUBLE_EQ(peakBytes(p, {splitAt(100, 60)}), 200.0);   // I frees
+  EXPECT_EQ(accountMemory(p, {splitAt(100, 150)})[0].peak_activations, 2);
 }
 
 // A backward pass's transient tensors raise the peak inside it, above what the rank held
@@ -103,23 +123,37 @@ TEST(ProgramMemory, BackwardPassesPeakByTheirTransientTensors) {
   spec.name = "gpipe";
   spec.microbatches = 4;
   const Program gpipe = buildProgram(spec, chainDag(1));  // F F F F B B B B STEP
-  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {}, {30.0})[0].peak_activation_bytes, 430.0);
-  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {50.0}, {30.0})[0].peak_activation_bytes, 430.0);
+  StageBytes stage = activations(100);
+  stage.backward_peak = 30;
+  EXPECT_DOUBLE_EQ(peakBytes(gpipe, {stage}), 430.0);
+  stage.gradients = 50;
+  EXPECT_DOUBLE_EQ(peakBytes(gpipe, {stage}), 430.0);
   // The first B peaks before its gradients exist (it allocates them as it ends).
-  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {50.0}, {150.0})[0].peak_activation_bytes, 550.0);
+  stage.backward_peak = 150;
+  EXPECT_DOUBLE_EQ(peakBytes(gpipe, {stage}), 550.0);
   // An I's transient leaves a whole B alone, and the other way round.
-  EXPECT_DOUBLE_EQ(accountMemory(gpipe, {100.0}, {}, {}, {}, {30.0})[0].peak_activation_bytes, 400.0);
+  StageBytes input_only = activations(100);
+  input_only.input_backward_peak = 30;
+  EXPECT_DOUBLE_EQ(peakBytes(gpipe, {input_only}), 400.0);
 
   const Program p = twoSplitMicrobatches();
   // The second I starts at 150 + 100 and holds 60 more inside; 40 more stays below the
   // 300 held after both.
-  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {}, {60.0})[0].peak_activation_bytes, 310.0);
-  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {}, {40.0})[0].peak_activation_bytes, 300.0);
-  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {60.0}, {})[0].peak_activation_bytes, 300.0);
+  StageBytes split = splitAt(100, 150);
+  split.input_backward_peak = 60;
+  EXPECT_DOUBLE_EQ(peakBytes(p, {split}), 310.0);
+  split.input_backward_peak = 40;
+  EXPECT_DOUBLE_EQ(peakBytes(p, {split}), 300.0);
+  split = splitAt(100, 150);
+  split.backward_peak = 60;
+  EXPECT_DOUBLE_EQ(peakBytes(p, {split}), 300.0);
   // The first W starts from both micro-batches' 300, and the second from 150 and the
   // gradients.
-  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {}, {}, {}, {50.0})[0].peak_activation_bytes, 350.0);
-  EXPECT_DOUBLE_EQ(accountMemory(p, {100.0}, {150.0}, {200.0}, {}, {}, {50.0})[0].peak_activation_bytes, 400.0);
+  split = splitAt(100, 150);
+  split.weight_peak = 50;
+  EXPECT_DOUBLE_EQ(peakBytes(p, {split}), 350.0);
+  split.gradients = 200;
+  EXPECT_DOUBLE_EQ(peakBytes(p, {split}), 400.0);
 }
 
 TEST(ProgramMemory, RetirementsComeAfterTheLastReader) {
