@@ -123,6 +123,12 @@ struct StageWeights {
   int64_t param_bytes = 0;
 };
 
+// A mini-batch's report: its index in the run, its mean loss, and when this rank's last
+// action on its micro-batches ended (seconds since the run's origin; its STEP comes
+// after; on a GPU, when the host had issued it, which the loss read a mini-batch later
+// keeps within a mini-batch of the device).
+using MinibatchDone = std::function<void(int minibatch, double loss, double ended_seconds)>;
+
 class PipelineExecutor {
  public:
   // REQUIRES: program validated, stages.size() == program.num_stages, and the stages
@@ -137,12 +143,14 @@ class PipelineExecutor {
   // Runs `program` once: the constructor's, or another of the same plan with another
   // number of mini-batches (training runs an epoch in segments between checkpoints); it
   // must outlive the run. Every run starts from the weights as they are (version 0) and
-  // ends drained. `on_minibatch(k, loss)` is called for every mini-batch k of the run,
-  // in order, after this rank's last action of mini-batch k + 1 (of k, for the run's
+  // ends drained. `on_minibatch(k, loss, ended)` is called for every mini-batch k of the
+  // run, in order, after this rank's last action of mini-batch k + 1 (of k, for the run's
   // last), with the mean loss of the micro-batches of k it ran through the last stage
-  // (NaN on ranks without the last stage).
+  // (NaN on ranks without the last stage) and when this rank's last action on k's
+  // micro-batches ended (MinibatchDone): the report comes a mini-batch late, its time
+  // does not.
   RunResult run(const schedule::Program& program, const MicrobatchData& data, Clock::time_point origin,
-                const std::function<void(int, double)>& on_minibatch = {});
+                const MinibatchDone& on_minibatch = {});
 
   // Runs a forward-only Program (schedule::forwardOnly) without gradients; the last stage
   // scores its outputs against the labels.

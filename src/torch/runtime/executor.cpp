@@ -220,7 +220,7 @@ void PipelineExecutor::Impl::step(const Action& a, const schedule::PositionFacts
 
 RunResult PipelineExecutor::Impl::execute(const schedule::Program& p, const MicrobatchData& data,
                                           Clock::time_point origin,
-                                          const std::function<void(int, double)>& on_minibatch, EvalResult* eval) {
+                                          const MinibatchDone& on_minibatch, EvalResult* eval) {
   const auto& actions = p.ranks[rank];
   const schedule::RankFacts& f = eval ? eval_facts : facts;  // of `p`
   mailbox.clear();
@@ -234,6 +234,7 @@ RunResult PipelineExecutor::Impl::execute(const schedule::Program& p, const Micr
   ActionTimer timer(model.device, origin);
   int posted = 0;
   std::optional<MinibatchLoss> unreported;
+  double unreported_ended = 0;  // when the unreported mini-batch's last action here ended
   for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
     for (; posted < static_cast<int>(actions.size()) && posted <= i + kReceiveLookahead; ++posted) {
       const Action& ahead = actions[posted];
@@ -288,12 +289,15 @@ RunResult PipelineExecutor::Impl::execute(const schedule::Program& p, const Micr
     if (at.minibatch_done >= 0) {
       // Reported one mini-batch late: reading a loss waits for the device to compute it,
       // and by then the next mini-batch's work is queued, so a GPU never idles while the
-      // host catches up.
-      if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean());
+      // host catches up. Its time is when it ended, not when it is reported: a report's
+      // time read a mini-batch late made the last of a run look a mini-batch short.
+      const double ended = seconds(Clock::now());
+      if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean(), unreported_ended);
       unreported = minibatchLoss(p, at.minibatch_done);
+      unreported_ended = ended;
     }
   }
-  if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean());
+  if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean(), unreported_ended);
   timer.finish(result.actions, result.action_cpu_seconds);
   const auto flush = Clock::now();
   for (auto& [position, s] : sends) s.op->wait();
@@ -362,7 +366,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
 PipelineExecutor::~PipelineExecutor() = default;
 
 RunResult PipelineExecutor::run(const schedule::Program& program, const MicrobatchData& data, Clock::time_point origin,
-                                const std::function<void(int, double)>& on_minibatch) {
+                                const MinibatchDone& on_minibatch) {
   Impl& m = *impl_;
   if (&program != m.program) {
     if (program.num_stages != m.program->num_stages || program.stage_ranks != m.program->stage_ranks ||

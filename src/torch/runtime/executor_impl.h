@@ -189,7 +189,7 @@ struct PipelineExecutor::Impl {
 
   // Runs `p` (the training Program, or a forward-only one when `eval` is given).
   RunResult execute(const schedule::Program& p, const MicrobatchData& data, Clock::time_point origin,
-                    const std::function<void(int, double)>& on_minibatch, EvalResult* eval);
+                    const MinibatchDone& on_minibatch, EvalResult* eval);
 };
 
 }  // namespace pipetrain::runtime

@@ -463,14 +463,16 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
                           [&](int j) { return train->labels(indices(j)); }, {}};
       const auto segment_start = Clock::now();
       const util::ThreadCoreTime core_time_before = util::threadCoreTime();
-      RunResult r = executor.run(programOf(end - from), feed, origin, [&](int k, double loss) {
+      const double segment_began = std::chrono::duration<double>(segment_start - origin).count();
+      RunResult r = executor.run(programOf(end - from), feed, origin, [&](int k, double loss, double ended) {
         probeCore();
         trace.stepDone(minibatches_run + k + 1);
         if (!std::isnan(loss)) result.final_loss = loss;
+        // As of when mini-batch k ended, not when it was reported (a mini-batch later).
         if (on_progress)
           on_progress({epoch, from + k + 1, steps, result.final_loss,
-                       (result.samples + (k + 1) * m * b) / std::max(result.train_seconds + since(segment_start), 1e-9),
-                       since(origin), reports});
+                       (result.samples + (k + 1) * m * b) / std::max(result.train_seconds + ended - segment_began, 1e-9),
+                       ended, reports});
       });
       result.train_seconds += since(segment_start);
       const util::ThreadCoreTime core_time = util::threadCoreTime();
