@@ -177,18 +177,17 @@ class Race:
 
     def ours(self, c):
         """pipetrain's samples/s over the steps after the warm-up, from its per-step log.
-        The reporting rank logs a mini-batch's loss when the next mini-batch is done
-        (executor.cpp: reading a loss would wait for a GPU), and the last one at the end:
-        so the line of step k (1-based) holds the clock at the end of step k + 1, and the
-        timed window runs from the line of step W - 1 (the end of the warm-up's step W)
-        to the last line."""
+        The line of step k (1-based) holds the clock at the end of step k (the reporting
+        rank's last action on its micro-batches; the line is written a mini-batch later,
+        runtime::MinibatchDone), so the timed window runs from the line of step W
+        (the end of the warm-up) to the last line."""
         summary = json.load(open(f"{self.work}/summary.json"))
         steps = [json.loads(l) for l in open(c.log) if '"event":"step"' in l.replace(" ", "")]
         w = self.a.warmup_steps
         if len(steps) != w + self.a.steps:
             return {"error": f"{len(steps)} steps logged, {w + self.a.steps} run"}
         per_step = summary["samples"] / len(steps)
-        seconds = steps[-1]["wall_seconds"] - steps[w - 2]["wall_seconds"]
+        seconds = steps[-1]["wall_seconds"] - steps[w - 1]["wall_seconds"]
         out = {"samples_per_second": self.a.steps * per_step / seconds,
                "peak_rss_bytes": max(r["peak_memory_bytes"] for r in summary["ranks"])}
         out["plan"] = plan_of(summary["plan"])
@@ -244,8 +243,8 @@ def main():
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results",
                                                  f"race-{datetime.datetime.now():%Y%m%d-%H%M}.json"))
     a = p.parse_args()
-    if a.warmup_steps < 2:
-        p.error("--warmup-steps must be 2 or more: pipetrain's log dates a step's end by the next step's line")
+    if a.warmup_steps < 1:
+        p.error("--warmup-steps must be 1 or more: pipetrain's timed window starts at the end of the warm-up's last step")
     a.peer_microbatches = [int(k) for k in a.peer_microbatches.split(",")]
     if MICROBATCHES_PER_RANK not in a.peer_microbatches:
         a.peer_microbatches.append(MICROBATCHES_PER_RANK)

@@ -50,7 +50,9 @@ def run(binary, policy, rank_memory, schedule, work):
     s = json.load(open(summary))
     steps = [json.loads(l) for l in open(log) if '"event":"step"' in l.replace(" ", "")]
     per_step = s["samples"] / len(steps)
-    seconds = steps[-1]["wall_seconds"] - steps[WARMUP - 2]["wall_seconds"]
+    # The line of step k holds when step k ended (runtime::MinibatchDone): the window runs
+    # from the end of the warm-up's last step to the end of the last.
+    seconds = steps[-1]["wall_seconds"] - steps[WARMUP - 1]["wall_seconds"]
     chosen = s["planner"]["chosen"]
     return {
         "fits": True,

@@ -340,6 +340,8 @@ TEST(Profiler, SharesTimeTheirOwnLayersAndMergeIntoOneProfile) {
 // threads (LibTorch's pool and BLAS's) left as they were.
 TEST(Profiler, MeasuresHowAStepDividesOverThreadsAndLeavesThemAsTheyWere) {
   const models::Model model = smallMlp();
+  const int pool_before = at::get_num_threads();
+  at::set_num_threads(2);  // threads it must give back, one thread not being them
   const int pool = at::get_num_threads(), blas = blasThreads();
   const ThreadSpeedup s = threadSpeedup(model, 8, runtime::Precision::kFp32);
   EXPECT_GT(s.speedup, 0);
@@ -347,6 +349,7 @@ TEST(Profiler, MeasuresHowAStepDividesOverThreadsAndLeavesThemAsTheyWere) {
   EXPECT_LE(s.rounds, 15);
   EXPECT_EQ(at::get_num_threads(), pool);
   EXPECT_EQ(blasThreads(), blas);
+  at::set_num_threads(pool_before);
 }
 
 TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {

@@ -174,8 +174,8 @@ struct ProfiledAs {
   // (a GPU's profile).
   double probe_seconds = 0;
   // How many times faster a training step ran on `threads` than on one thread, where one
-  // process timed the whole model on several (`pipetrain profile` without --threads or
-  // --share): a cluster device that computes on fewer threads is priced from it
+  // process timed the whole model on several (`pipetrain profile` without --share): a
+  // cluster device that computes on fewer threads is priced from it
   // (planner::fitProfileToCluster). 0 = not measured.
   double thread_speedup = 0;
 };

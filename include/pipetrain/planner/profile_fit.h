@@ -31,8 +31,9 @@ ProfileFit fitProfileToCluster(const graph::LayerGraph& graph, const cluster::Cl
 // How many times longer a step takes on `threads` than on the `profiled` threads it was
 // timed on, where it ran `speedup` times faster on `profiled` threads than on one:
 // Amdahl's law through those two points (a serial part and a part that divides over the
-// threads). The speed-up is taken within [1, profiled], what the law can describe.
-// REQUIRES: profiled >= 1, threads >= 1.
+// threads). On one thread, the measured speed-up itself; between, the speed-up is taken
+// within [1, profiled], what the law can describe.
+// REQUIRES: profiled >= 1, threads >= 1, speedup > 0.
 double threadTimeFactor(int profiled, double speedup, int threads);
 
 }  // namespace pipetrain::planner

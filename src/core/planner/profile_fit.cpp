@@ -32,6 +32,7 @@ void addSentence(std::string& note, const std::string& sentence) { note += (note
 
 double threadTimeFactor(int profiled, double speedup, int threads) {
   if (profiled <= 1) return 1.0;  // one thread says nothing of how a step divides over more
+  if (threads == 1) return speedup;  // measured, whatever the law would make of it
   const double s = std::clamp(speedup, 1.0, static_cast<double>(profiled));
   // time(n) / time(1) = serial + (1 - serial) / n, with time(profiled) / time(1) = 1 / s.
   const double serial = (profiled / s - 1) / (profiled - 1);
@@ -81,8 +82,10 @@ ProfileFit fitProfileToCluster(const graph::LayerGraph& graph, const cluster::Cl
                     "; ranks that share a host's cores each compute on fewer, and hold only their stage, so the "
                     "predictions for these " + devicesText(unsaid) +
                     " are likely too fast (on a 2-core host, 2 ranks ran at about half of it). Say each device's "
-                    "\"threads\" in the cluster and `plan` prices the profile at them, or profile as the ranks run "
-                    "(`profile --threads T --share K/P`, one process per rank at once), or let `train --batch` plan");
+                    "\"threads\" in the cluster and the profile is priced at them" +
+                    (how.thread_speedup > 0 ? "" : " once it measured its speed-up (profile again, standalone)") +
+                    ", or profile as the ranks run (`profile --threads T --share K/P`, one process per rank at "
+                    "once), or let `train --batch` plan");
   if (!brought.empty())
     fit.cluster = cluster::ClusterSpec(std::move(devices), cluster.levels(), cluster.links(), "cluster",
                                        cluster.sharedCores());

@@ -37,9 +37,13 @@ void fillMemory(Report& report, const schedule::Program& program, const CostMode
   std::vector<schedule::StageBytes> stage_bytes;
   for (int s = 0; s < program.num_stages; ++s) {
     const StageCosts& c = costs.stage(s);
-    const double gradients = gradientsPersist(costs, s) ? 0.0 : c.param_bytes;
-    stage_bytes.push_back({c.activation_bytes, c.split_activation_bytes, gradients, c.backward_peak_bytes,
-                           c.input_backward_peak_bytes, c.weight_peak_bytes});
+    schedule::StageBytes& bytes = stage_bytes.emplace_back();
+    bytes.activations = c.activation_bytes;
+    bytes.split_activations = c.split_activation_bytes;
+    bytes.gradients = gradientsPersist(costs, s) ? 0.0 : c.param_bytes;
+    bytes.backward_peak = c.backward_peak_bytes;
+    bytes.input_backward_peak = c.input_backward_peak_bytes;
+    bytes.weight_peak = c.weight_peak_bytes;
   }
   const auto footprint = schedule::accountMemory(program, stage_bytes);
   const int extra_buffers = plan::extraWeightBuffers(costs.plan().schedule);

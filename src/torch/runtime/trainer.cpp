@@ -471,7 +471,8 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
         // As of when mini-batch k ended, not when it was reported (a mini-batch later).
         if (on_progress)
           on_progress({epoch, from + k + 1, steps, result.final_loss,
-                       (result.samples + (k + 1) * m * b) / std::max(result.train_seconds + ended - segment_began, 1e-9),
+                       (result.samples + (k + 1) * m * b) /
+                           std::max(result.train_seconds + ended - segment_began, 1e-9),
                        ended, reports});
       });
       result.train_seconds += since(segment_start);
