@@ -287,7 +287,7 @@ int run(ProfileArgs& a) {
         std::max<int64_t>(0, util::residentFileBytes() - code_before - data_file_bytes) + workspace_bytes;
   process.heap = util::heapName();  // the ranks' too, by the profile cache's key
   g.setProcessMemory(process);
-  const int threads = std::max(at::get_num_threads(), profiler::blasThreads());
+  const int threads = profiler::computeThreads();
   // One process timing the whole model on several threads: how a step divides over them,
   // for ranks that will compute on fewer (NOTE(thread-speedup)).
   if (device.is_cpu() && a.options.shares == 1 && threads > 1)

@@ -115,6 +115,10 @@ double stepSeconds(const models::Model& model, int64_t batch, int threads = 0,
 // another BLAS).
 int blasThreads();
 
+// The threads this process computes on: the more of LibTorch's pool's and BLAS's (what a
+// profile records as ProfiledAs::threads, and a rank as cluster::Device::threads).
+int computeThreads();
+
 // The threads of a rank that `train --nproc` gives `threads` cores (job/launcher.cpp): BLAS
 // gets them and LibTorch's intra-op pool one, so profiled costs match the ranks' own.
 // Without OpenBLAS, LibTorch's pool gets them.
@@ -152,7 +156,7 @@ struct RankHost {
   // memory (the slower direction); 0 on a CPU.
   int64_t gpu_memory_bytes = 0;
   double host_link_bandwidth = 0;
-  int threads = 0;  // a CPU rank's: the most of its LibTorch pool's and its BLAS's (cluster::Device::threads)
+  int threads = 0;  // a CPU rank's computeThreads() (cluster::Device::threads)
 };
 
 // This process's RankHost with the given local rank, computing on `device`: on a GPU,

@@ -216,8 +216,9 @@ RankHost thisHost(int local_rank, const torch::Device& device, int64_t link_byte
   h.local_rank = local_rank;
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
   h.physical_memory_bytes = pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
-  if (device.is_cpu()) h.threads = std::max(at::get_num_threads(), blasThreads());
-  if (!device.is_cpu()) {  // a device of its own, fed through pinned host memory
+  if (device.is_cpu()) {
+    h.threads = computeThreads();
+  } else {  // a device of its own, fed through pinned host memory
     h.gpu_memory_bytes = runtime::deviceMemoryBytes(device);
     h.host_link_bandwidth = hostLinkBandwidth(device, link_bytes, repeats);
   }

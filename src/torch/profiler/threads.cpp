@@ -1,6 +1,7 @@
 // The threads a profile computes on, and how a step's time divides over them.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -22,7 +23,7 @@ class ThreadsGuard {
  public:
   ThreadsGuard() : pool_(at::get_num_threads()), blas_(blasThreads()) {}
   ~ThreadsGuard() {
-    if (blas_ > 0 && blasSetter()) blasSetter()(blas_);
+    if (SetThreads set = blasSetter(); set && blas_ > 0) set(blas_);
     at::set_num_threads(pool_);
   }
   ThreadsGuard(const ThreadsGuard&) = delete;
@@ -38,6 +39,8 @@ int blasThreads() {
   auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   return get ? get() : 0;
 }
+
+int computeThreads() { return std::max(at::get_num_threads(), blasThreads()); }
 
 void useThreadsOfARank(int threads) {
   if (SetThreads set = blasSetter()) {

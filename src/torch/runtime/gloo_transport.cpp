@@ -201,15 +201,18 @@ class GlooTransport : public Transport {
     // GLOO_SOCKET_IFNAME names the interface, as in PyTorch; otherwise the address on
     // the route to the master (loopback for a single-machine job).
     const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
-    // The device's polling thread yields to the training thread (util/thread_priority.h).
-    util::lowerPriorityOfThreadsStartedBy(
-        [&] {
-          options->devices.push_back(interface && *interface
-                                         ? c10d::ProcessGroupGloo::createDeviceForInterface(interface)
-                                         : c10d::ProcessGroupGloo::createDeviceForHostname(
-                                               localAddressToward(rv_.master_addr, rv_.master_port)));
-        },
-        polling_nice_);
+    const auto createDevice = [&] {
+      options->devices.push_back(interface && *interface
+                                     ? c10d::ProcessGroupGloo::createDeviceForInterface(interface)
+                                     : c10d::ProcessGroupGloo::createDeviceForHostname(
+                                           localAddressToward(rv_.master_addr, rv_.master_port)));
+    };
+    // The device's polling thread yields to the training thread (util/thread_priority.h);
+    // at 0 it keeps the training thread's priority, which it inherits, whatever that is.
+    if (polling_nice_ > 0)
+      util::lowerPriorityOfThreadsStartedBy(createDevice, polling_nice_);
+    else
+      createDevice();
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
   }
 
