@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What a rank holds beyond its priced tensors and its data, fitted as a(model) + f x tensors
-over the ranks of a bench/prediction_cases.py run (docs/profiling.md#the-runs-people-start):
+over the ranks of a bench/prediction_cases.py run (docs/predictions.md#the-runs-people-start):
 the heap's share of a CPU rank's tensors (graph/heap_share.h: kTcmallocKeptShare from
 -20261201s, whose ranks ran on tcmalloc; kGlibcKeptShare from -20261201p, on glibc).
 

@@ -1,5 +1,5 @@
 // `pipetrain profile-network`: latency and bandwidth between ranks over the real Gloo
-// transport, written as a ClusterSpec (docs/profiling.md#network). Like `train`: without
+// transport, written as a ClusterSpec (docs/profiling.md#network-pipetrain-profile-network). Like `train`: without
 // RANK in the environment it launches --nproc local ranks of itself; with RANK set it is
 // one rank (torchrun conventions, LOCAL_RANK naming its device on the host).
 #include <algorithm>

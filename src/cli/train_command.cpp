@@ -76,8 +76,9 @@ void prepareOutputs(job::TrainRequest& a) {
 int launch(job::TrainRequest& a, const models::Model& model) {
   runtime::checkConfig(a.config, model, a.nproc);  // the plan against the model and the job
   if (const int cores = a.localCores(); a.nproc > cores)
-    say(job::formatted("note: %d ranks on %d cores take turns on them, pinned round-robin as the simulator places "
-                       "them; on 2 cores, 3 ranks trained slower than 2 (docs/profiling.md#predicted-against-measured)",
+    say(job::formatted("note: %d ranks on %d cores take turns on them, pinned round-robin as the simulator "
+                       "places them; on 2 cores, 3 ranks trained slower than 2 "
+                       "(docs/predictions.md#predicted-against-measured)",
                        a.nproc, cores));
   job::LaunchedRun run;
   {

@@ -1,6 +1,7 @@
 #include "pipetrain/job/local_cluster.h"
 
 #include "pipetrain/torch/wire_choice.h"
+#include "pipetrain/util/error.h"
 
 namespace pipetrain::job {
 namespace {
@@ -48,6 +49,16 @@ constexpr cluster::HostCost kLoopbackHostCost{35e-6, 11e9};
 constexpr double kShmAllreduceBandwidth = 3.2e9;
 constexpr double kShmAllreduceLatency = 50e-6;
 
+// The runtime's own time around each action of a CPU rank, beyond its sends' host cost
+// (cluster::Device::action_overhead): posting receives, retiring weight versions, timing
+// the action, reporting a mini-batch and probing the core. Measured per action as a
+// run's time neither computing, waiting nor all-reducing (the summary's
+// framework_seconds_per_action, 2026-12-01): 29-66 us on the ranks of pipelines (gpt
+// ZB-V on 2 ranks 40-66, 1F1B on the mlp 43, ZB-H2 on 3 ranks 29-55), of which the sends'
+// priced host cost is about 11 us in ZB-V's 42 actions a mini-batch; 104-138 us in data
+// parallelism, whose 4 actions a mini-batch share the per-mini-batch costs.
+constexpr double kActionOverhead = 30e-6;
+
 // A GPU's copies to and from pinned host memory: PCIe 5 x16's practical rate, until
 // `profile-network --device cuda`'s measurement feeds the local cluster.
 constexpr double kGpuHostLinkBandwidth = 25e9;
@@ -59,11 +70,20 @@ LocalSums localSums(const std::string& wire, bool gpus) {
 }
 
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
-                                  int concurrent_ranks, LocalSums sums, bool gpus) {
+                                  int concurrent_ranks, LocalSums sums, bool gpus,
+                                  const std::vector<double>& action_overheads) {
+  if (!action_overheads.empty() && action_overheads.size() != device_names.size())
+    throw Error("internal: " + std::to_string(action_overheads.size()) + " action overheads for " +
+                std::to_string(device_names.size()) + " local devices");
   std::vector<cluster::Device> devices;
-  for (const auto& name : device_names)
-    devices.push_back(gpus ? cluster::Device{name, "gpu", 1.0, memory_bytes, kGpuHostLinkBandwidth}
-                           : cluster::Device{name, "cpu", 1.0, memory_bytes});
+  for (std::size_t i = 0; i < device_names.size(); ++i) {
+    cluster::Device& d = devices.emplace_back();
+    d.name = device_names[i];
+    d.kind = gpus ? "gpu" : "cpu";
+    d.memory_bytes = memory_bytes;
+    if (gpus) d.host_link_bandwidth = kGpuHostLinkBandwidth;
+    d.action_overhead = !action_overheads.empty() ? action_overheads[i] : gpus ? 0.0 : kActionOverhead;
+  }
   const int n = static_cast<int>(devices.size());
   std::vector<cluster::SharedCores> shared;
   if (n > concurrent_ranks) shared.push_back({device_names, concurrent_ranks});

@@ -95,6 +95,7 @@ Json rankResultToJson(const runtime::RankResult& r) {
           {"busy_seconds", r.busy_seconds},
           {"allreduce_seconds", r.allreduce_seconds},
           {"wait_seconds", r.wait_seconds},
+          {"actions_run", r.actions_run},
           {"core_wait_seconds", r.core_wait_seconds},
           {"core_run_seconds", r.core_run_seconds},
           {"probe_seconds", r.probe_seconds},
@@ -134,6 +135,7 @@ runtime::RankResult rankResultFromJson(const Json& json, const std::string& orig
   r.busy_seconds = c.field("busy_seconds").asNumber();
   r.allreduce_seconds = c.field("allreduce_seconds").asNumber();
   r.wait_seconds = c.field("wait_seconds").asNumber();
+  r.actions_run = c.field("actions_run").asNonNegativeInt();
   r.core_wait_seconds = c.field("core_wait_seconds").asNumber();
   r.core_run_seconds = c.field("core_run_seconds").asNumber();
   r.probe_seconds = c.field("probe_seconds").asSeconds();

@@ -30,6 +30,28 @@ double laggardPace(const Replicas& replicas, const RankSeconds& chosen) {
   return own > 0 ? slowest / own : 1;
 }
 
+// Each rank's time around an action that the cluster's routes do not price: what the
+// run measured per action, less its sends' host cost per action (the simulator prices
+// that cost on the sender's clock; a receive's lands in the run's waits). Without it the
+// simulator, fed a run's own action times, came out 0.5-6.8% fast on every case of
+// bench/prediction_cases.py (docs/profiling.md, "The runtime's own time").
+std::vector<double> actionOverheads(const MeasuredRun& run, const sim::CostModel& costs) {
+  const schedule::Program program = plan::programForPlan(*run.plan, costs.dag());
+  std::vector<double> out;
+  for (int r = 0; r < program.numRanks(); ++r) {
+    const auto& actions = program.ranks[static_cast<std::size_t>(r)];
+    double sends = 0;
+    for (const schedule::Action& a : actions)
+      if (a.type == schedule::ActionType::SEND_F || a.type == schedule::ActionType::SEND_B)
+        sends += costs.hostSeconds(a, r, program.rankOf(a.peer_stage, a.microbatch));
+    const double measured = static_cast<std::size_t>(r) < run.framework_seconds_per_action.size()
+                                ? run.framework_seconds_per_action[static_cast<std::size_t>(r)]
+                                : 0.0;
+    out.push_back(std::max(0.0, measured - (actions.empty() ? 0.0 : sends / static_cast<double>(actions.size()))));
+  }
+  return out;
+}
+
 }  // namespace
 
 plan::StageSeconds slowestReplicaSeconds(const std::vector<RankSeconds>& ranks) {
@@ -96,9 +118,13 @@ sim::Evaluation predictRun(const MeasuredRun& run) {
     }
   const graph::LayerGraph graph(layers, plan.microbatch_size, "measured run");
   // The plan was validated before it ran, so its ranks' devices are distinct.
-  const cluster::ClusterSpec cluster =
-      localCluster(devices, std::numeric_limits<int64_t>::max(), shared ? run.concurrent_ranks : ranks, run.sums);
-  return sim::evaluatePlan(graph, cluster, plan);
+  const auto clusterWith = [&](const std::vector<double>& overheads) {
+    return localCluster(devices, std::numeric_limits<int64_t>::max(), shared ? run.concurrent_ranks : ranks, run.sums,
+                        /*gpus=*/false, overheads);
+  };
+  const cluster::ClusterSpec unpriced = clusterWith(std::vector<double>(devices.size(), 0.0));
+  const std::vector<double> overheads = actionOverheads(run, sim::CostModel(graph, unpriced, plan));
+  return sim::evaluatePlan(graph, clusterWith(overheads), plan);
 }
 
 }  // namespace pipetrain::job

@@ -31,13 +31,30 @@ plan::StageSeconds stageSeconds(const std::vector<runtime::RankResult>& ranks, b
   return slowestReplicaSeconds(per_rank);
 }
 
+// A rank's time in training steps that was neither compute, waiting for messages nor
+// all-reducing: the framework's, its sends' included.
+double frameworkSeconds(const runtime::RankResult& r) {
+  return std::max(0.0, r.train_seconds - r.busy_seconds - r.wait_seconds - r.allreduce_seconds);
+}
+
+// The same per action the rank ran (MeasuredRun::framework_seconds_per_action).
+double frameworkSecondsPerAction(const runtime::RankResult& r) {
+  return r.actions_run > 0 ? frameworkSeconds(r) / static_cast<double>(r.actions_run) : 0.0;
+}
+
+std::vector<double> frameworkSecondsPerAction(const std::vector<runtime::RankResult>& ranks) {
+  std::vector<double> out;
+  for (const runtime::RankResult& r : ranks) out.push_back(frameworkSecondsPerAction(r));
+  return out;
+}
+
 // A rank's entry in the summary: where its step went, its memory and weights.
 Json rankEntry(const runtime::RankResult& r) {
   const double train = r.train_seconds;
   const auto share = [&](double seconds) { return train > 0 ? seconds / train : 0; };
   // Time in a step that is neither compute, nor waiting for messages or the all-reduce:
   // the framework.
-  const double overhead = share(std::max(0.0, train - r.busy_seconds - r.wait_seconds - r.allreduce_seconds));
+  const double overhead = share(frameworkSeconds(r));
   // Lost to other processes on the same cores, inside compute or not, and the training
   // thread's time on a core (its work, whatever the sharing); -1 = unknown.
   return {{"rank", r.rank},
@@ -46,6 +63,7 @@ Json rankEntry(const runtime::RankResult& r) {
           {"wait_fraction", share(r.wait_seconds)},
           {"allreduce_fraction", share(r.allreduce_seconds)},
           {"overhead_fraction", overhead},
+          {"framework_seconds_per_action", frameworkSecondsPerAction(r)},
           {"core_wait_fraction", r.core_wait_seconds < 0 ? -1.0 : share(r.core_wait_seconds)},
           {"core_run_fraction", r.core_run_seconds < 0 ? -1.0 : share(r.core_run_seconds)},
           {"probe_seconds", r.probe_seconds},
@@ -125,7 +143,8 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
                              any.stage_output_bytes,
                              any.stage_param_bytes,
                              any.stage_preds,
-                             any.sums_in_shared_memory ? LocalSums::kSharedMemory : LocalSums::kGloo};
+                             any.sums_in_shared_memory ? LocalSums::kSharedMemory : LocalSums::kGloo,
+                             frameworkSecondsPerAction(results)};
   // The run's stage times into the cached profile it was planned from (run_profile.h), as
   // the simulator prices them: where ranks take turns on the cores, their time on a core,
   // which is what a profile of shared cores measures (a core's speed), and the turns'

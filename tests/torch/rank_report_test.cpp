@@ -22,6 +22,7 @@ runtime::RankResult sampleResult() {
   r.busy_seconds = 2.0;
   r.allreduce_seconds = 0.125;
   r.wait_seconds = 0.5;
+  r.actions_run = 1234;
   r.core_wait_seconds = -1;
   r.core_run_seconds = 2.5;
   r.peak_memory_bytes = 400 << 20;
@@ -68,6 +69,7 @@ TEST(RankReport, ResultReadsBackAsWritten) {
   EXPECT_EQ(read.heap_free_bytes, 12 << 20);
   EXPECT_EQ(read.heap, "tcmalloc");
   EXPECT_TRUE(read.sums_in_shared_memory);
+  EXPECT_EQ(read.actions_run, 1234);
 }
 
 TEST(RankReport, ResultMissingAFieldIsRefusedNamingIt) {

@@ -37,6 +37,39 @@ TEST(PredictRun, ARecomputingStageIsPricedAtItsMeasuredTimes) {
   }
 }
 
+// What a run measured of the runtime's own time per action is priced on each action,
+// less its sends' host cost, which the routes price already: one rank's 9 actions
+// (4 F, 4 B and a STEP) at 0.1 ms more each; two ranks, where rank 0's sends already
+// cost at least what it measured, are priced as without it.
+TEST(PredictRun, TheRuntimesOwnTimeIsPricedBeyondTheSends) {
+  const double plain = predicted(0, false).report.iteration_time;
+  plan::ScheduleOptions schedule;
+  schedule.name = "1f1b";
+  plan::Plan plan = plan::chainPlan({"a", "b", "c"}, {0, 3}, {}, schedule, 2, 4);
+  MeasuredRun run;
+  run.plan = &plan;
+  run.action_seconds = {{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{0, ActionType::STEP}, 2e-3}};
+  run.action_cpu_seconds = run.action_seconds;
+  run.stage_output_bytes = {64};
+  run.stage_param_bytes = {1024};
+  run.stage_preds = {{}};
+  run.framework_seconds_per_action = {1e-4};
+  EXPECT_NEAR(predictRun(run).report.iteration_time, plain + 9 * 1e-4, 1e-9);
+
+  plan::Plan two = plan::chainPlan({"a", "b"}, {0, 1, 2}, {}, schedule, 2, 4);
+  run.plan = &two;
+  run.action_seconds = {{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{1, ActionType::F}, 1e-3},
+                        {{1, ActionType::B}, 3e-3}};
+  run.action_cpu_seconds = run.action_seconds;
+  run.stage_output_bytes = {64 << 20, 0};  // a send's host cost here: milliseconds
+  run.stage_param_bytes = {0, 0};
+  run.stage_preds = {{}, {0}};
+  run.framework_seconds_per_action = {};
+  const double without = predictRun(run).report.iteration_time;
+  run.framework_seconds_per_action = {1e-6, 0};
+  EXPECT_NEAR(predictRun(run).report.iteration_time, without, 1e-12);
+}
+
 // A run that summed its replicas' gradients in shared memory is priced at those sums'
 // rates, not Gloo's: one stage on 2 replicas with 4 MiB of weights.
 TEST(PredictRun, SumsArePricedAtTheChannelThatRanThem) {

@@ -71,6 +71,11 @@ struct Device {
   // profile timed on other threads is brought to them (planner::fitProfileToCluster).
   // 0 = not said: priced as profiled.
   int threads = 0;
+  // Seconds the runtime spends on a rank of this device around each action of its
+  // Program, outside the action and beyond the messages' host costs: posting receives,
+  // retiring weight versions, timing, reporting (docs/profiling.md, "The runtime's own
+  // time"). 0 = not priced.
+  double action_overhead = 0;
 };
 
 // What a message costs the CPU of each of its two ends (see above).

@@ -26,9 +26,13 @@ LocalSums localSums(const std::string& wire, bool gpus);
 // than that share the cores. `gpus`: the ranks compute on GPUs instead (kind "gpu",
 // `memory_bytes` each rank's share of its GPU's), and their messages and reductions go
 // through pinned host memory over loopback Gloo (through_host, at
-// kGpuHostLinkBandwidth), as between ranks that share a GPU.
+// kGpuHostLinkBandwidth), as between ranks that share a GPU. `action_overheads`: each
+// device's runtime time around an action (cluster::Device::action_overhead), where a run
+// measured it; left empty, CPU ranks take this machine's as measured (kActionOverhead)
+// and GPU ranks none (not yet measured on one).
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
-                                  int concurrent_ranks, LocalSums sums, bool gpus = false);
+                                  int concurrent_ranks, LocalSums sums, bool gpus = false,
+                                  const std::vector<double>& action_overheads = {});
 // The same with `ranks` devices named dev0, dev1, ... (plan::chainPlan's names).
 cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, LocalSums sums,
                                   bool gpus = false);

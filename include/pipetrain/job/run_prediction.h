@@ -30,6 +30,10 @@ struct MeasuredRun {
   std::vector<int64_t> stage_param_bytes;     // what replicas all-reduce
   std::vector<std::vector<int>> stage_preds;  // the stages each stage reads (the plan's stage DAG)
   LocalSums sums = LocalSums::kGloo;          // what summed the replicas' gradients
+  // Per rank: its time inside training steps that was neither compute, waiting for
+  // messages nor all-reducing, per action of its Programs (messages included): the
+  // runtime's own work and its sends' (RankResult::actions_run).
+  std::vector<double> framework_seconds_per_action;
 
   // What the simulator prices each action at: its time on a core where a rank runs one
   // BLAS thread, else its wall time. An action's wall time also holds what else ran on

@@ -90,6 +90,9 @@ class CostModel {
   // (cluster::messageEndSeconds), zero where the cluster gives none.
   double hostSeconds(const schedule::Action& message, int rank, int peer_rank) const;
   cluster::Route route(int from_rank, int to_rank) const;
+  // The runtime's own seconds around each action `rank` runs (cluster::Device's
+  // action_overhead): the rank can start no action sooner after its previous one.
+  double actionOverhead(int rank) const { return cluster_.device(rank_device_[rank]).action_overhead; }
   // Ring all-reduce of stage s's gradients over its replicas: how long it takes, and how
   // much of each replica's core it takes (ringAllreduceHostSeconds).
   double allreduceSeconds(int stage) const { return allreduce_[stage].seconds; }

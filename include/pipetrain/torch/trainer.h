@@ -99,6 +99,7 @@ struct RankResult {
   double busy_seconds = 0;               // compute (F, B, I, W, STEP) inside those steps
   double allreduce_seconds = 0;          // in ALLREDUCE actions: the replicas' gradients
   double wait_seconds = 0;               // blocked on messages inside those steps
+  int64_t actions_run = 0;               // of its Programs inside those steps, messages included
   // Inside those steps, the training thread's time ready to run while other threads held
   // every core, and its time on a core (util::threadCoreTime); -1 where the kernel does
   // not say.

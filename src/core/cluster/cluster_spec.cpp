@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/limits.h"
 
 namespace pipetrain::cluster {
 namespace {
@@ -53,6 +54,9 @@ ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels,
     if (!(d.speed > 0 && d.speed < kInfinity)) throw Error(where + ": speed must be positive and finite");
     if (d.memory_bytes < 0) throw Error(where + ": memory_bytes must not be negative");
     if (!(d.host_link_bandwidth > 0)) throw Error(where + ": host_link_bandwidth must be positive");
+    if (!(d.action_overhead >= 0 && d.action_overhead <= limits::kMaxSeconds))
+      throw Error(where + ": action_overhead must be non-negative and at most " +
+                  std::to_string(static_cast<int64_t>(limits::kMaxSeconds)) + " seconds");
   }
   for (std::size_t i = 0; i < levels_.size(); ++i) {
     const Level& l = levels_[i];

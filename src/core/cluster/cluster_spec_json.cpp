@@ -61,15 +61,17 @@ void writeAllreduceRates(const LevelOrLink& l, json_io::Json& j) {
 void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
   const bool shorthand = c.has("count");
   if (shorthand)
-    c.allowOnly({"count", "name_prefix", "kind", "speed", "memory_bytes", "host_link_bandwidth", "threads"});
+    c.allowOnly({"count", "name_prefix", "kind", "speed", "memory_bytes", "host_link_bandwidth", "threads",
+                 "action_overhead"});
   else
-    c.allowOnly({"name", "kind", "speed", "memory_bytes", "host_link_bandwidth", "threads"});
+    c.allowOnly({"name", "kind", "speed", "memory_bytes", "host_link_bandwidth", "threads", "action_overhead"});
   Device d;
   d.kind = c.stringOr("kind", "cpu");
   d.speed = c.has("speed") ? c.field("speed").asNumberIn(limits::kMinRate, limits::kMaxRate) : 1.0;
   d.memory_bytes = c.field("memory_bytes").asBytes();
   if (c.has("host_link_bandwidth")) d.host_link_bandwidth = readBandwidth(c.field("host_link_bandwidth"));
   if (c.has("threads")) d.threads = static_cast<int>(c.field("threads").asIntIn(1, limits::kMaxThreads));
+  if (c.has("action_overhead")) d.action_overhead = c.field("action_overhead").asSeconds();
   if (!shorthand) {
     d.name = c.field("name").asString();
     out.push_back(d);
@@ -142,6 +144,7 @@ json_io::Json ClusterSpec::toJson() const {
     json_io::Json device = {{"name", d.name}, {"kind", d.kind}, {"speed", d.speed}, {"memory_bytes", d.memory_bytes}};
     if (!std::isinf(d.host_link_bandwidth)) device["host_link_bandwidth"] = writeBandwidth(d.host_link_bandwidth);
     if (d.threads > 0) device["threads"] = d.threads;
+    if (d.action_overhead > 0) device["action_overhead"] = d.action_overhead;
     devices.push_back(std::move(device));
   }
   for (const Level& l : levels_) {

@@ -73,7 +73,7 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
     // (2BW and PipeDream stash the weights it replaces, PipeMare keeps them for its
     // discrepancy correction): gpt's ran 1.1-2.1x its profile where a synchronous
     // schedule's ran 1.0x, and, learned, it priced the next 1F1B plan on the same
-    // profile 17% slow (docs/profiling.md#the-runs-people-start).
+    // profile 17% slow (docs/predictions.md#the-runs-people-start).
     f.step = plain_steps ? toward(measuredOf(s, ActionType::STEP), step) : 1;
     for (int i : members) {
       graph::Layer& l = layers[i];

@@ -103,7 +103,9 @@ class Simulation {
   // something not yet simulated (then the rank is parked until that event happens).
   double readyTime(int r) {
     const Action& a = p_.ranks[r][pos_[r]];
-    double t = clock_[r];
+    // What the runtime does between two actions (posting receives, retiring versions,
+    // timing) delays the next; where the rank waits anyway, that wait hides it.
+    double t = clock_[r] + c_.actionOverhead(r);
     switch (a.type) {
       case ActionType::RECV_F:
       case ActionType::RECV_B: {

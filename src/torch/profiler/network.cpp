@@ -1,5 +1,5 @@
 // profileNetwork() and clusterFromNetwork(): latency and bandwidth between ranks over
-// the real transport, and the ClusterSpec they imply (docs/profiling.md#network).
+// the real transport, and the ClusterSpec they imply (docs/profiling.md#network-pipetrain-profile-network).
 #include <time.h>
 #include <unistd.h>
 

@@ -464,7 +464,8 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       const auto segment_start = Clock::now();
       const util::ThreadCoreTime core_time_before = util::threadCoreTime();
       const double segment_began = std::chrono::duration<double>(segment_start - origin).count();
-      RunResult r = executor.run(programOf(end - from), feed, origin, [&](int k, double loss, double ended) {
+      const schedule::Program& program = programOf(end - from);
+      RunResult r = executor.run(program, feed, origin, [&](int k, double loss, double ended) {
         probeCore();
         trace.stepDone(minibatches_run + k + 1);
         if (!std::isnan(loss)) result.final_loss = loss;
@@ -493,6 +494,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       }
       minibatches_run += end - from;
       result.wait_seconds += r.wait_seconds;
+      result.actions_run += static_cast<int64_t>(program.ranks[static_cast<std::size_t>(t.rank())].size());
       result.max_sends_held = std::max(result.max_sends_held, r.max_sends_held);
       result.samples += (end - from) * m * b;
       const int segment = static_cast<int>(end - from);

@@ -254,6 +254,27 @@ TEST(ClusterSpec, DeviceThreadsRoundTripWhereSaid) {
   }
 }
 
+// The runtime's time around each action: said per device, written only where said,
+// non-negative seconds.
+TEST(ClusterSpec, ActionOverheadRoundTripsWhereSaid) {
+  Json j = twoNodesJson();
+  EXPECT_EQ(ClusterSpec::fromJson(j, "c.json").device(0).action_overhead, 0.0);
+  EXPECT_FALSE(ClusterSpec::fromJson(j, "c.json").toJson()["devices"][0].contains("action_overhead"));
+  j["devices"][0]["action_overhead"] = 25e-6;
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  EXPECT_EQ(c.device(7).action_overhead, 25e-6);
+  const Json written = c.toJson();
+  EXPECT_EQ(written["devices"][3]["action_overhead"], 25e-6);
+  EXPECT_EQ(ClusterSpec::fromJson(written, "written").toJson(), written);
+  for (const Json& bad : {Json(-1e-6), Json("fast"), Json(1e9)}) {
+    j["devices"][0]["action_overhead"] = bad;
+    expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "action_overhead"});
+  }
+  std::vector<Device> devices = c.devices();
+  devices[1].action_overhead = -1;
+  expectError([&] { ClusterSpec(devices, c.levels(), c.links(), "built"); }, {"built", "action_overhead"});
+}
+
 TEST(ClusterSpec, AllreduceBandwidthRoundTripsAndDefaultsToTheBandwidth) {
   Json j = twoNodesJson();
   j["levels"][0]["allreduce_bandwidth"] = 20.0;

@@ -189,6 +189,36 @@ TEST(Simulator, OptimizerStepsTakeTheirProfiledTime) {
       }
 }
 
+// The runtime's own time around each action (cluster::Device::action_overhead) holds
+// back each next action of its rank: a rank that never waits ends later by its count of
+// actions times it; a rank whose actions wait for messages anyway hides it there.
+TEST(Simulator, EachActionWaitsForTheRuntimesOwnTimeAroundTheLast) {
+  plan::ScheduleOptions schedule;
+  schedule.name = "1f1b";
+  Scenario alone{graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0), cluster::ClusterSpec::uniform(1, 1 << 30, 1e9, 0),
+                 plan::chainPlan({"layer0", "layer1"}, {0, 2}, {}, schedule, 1, 4)};
+  alone.plan.stages[0].devices = {alone.cluster.device(0).name};
+  const double plain = evaluatePlan(alone.graph, alone.cluster, alone.plan).report.makespan;
+  const double o = 0.125;
+  std::vector<cluster::Device> devices = alone.cluster.devices();
+  devices[0].action_overhead = o;
+  alone.cluster = cluster::ClusterSpec(devices, alone.cluster.levels(), alone.cluster.links(), "overhead");
+  const CostModel costs(alone.graph, alone.cluster, alone.plan);
+  const auto actions = static_cast<double>(plan::programForPlan(alone.plan, costs.dag(), 1).ranks[0].size());
+  EXPECT_NEAR(evaluatePlan(alone.graph, alone.cluster, alone.plan).report.makespan, plain + actions * o, 1e-9);
+
+  // Two stages, 1F1B, one micro-batch, 10 s on the wire each way: each rank's RECV is
+  // ready long before its message arrives, and the wait hides the overheads before it.
+  // The critical path pays 7: F0 and SEND_F on rank 0; F1, B1 and SEND_B on rank 1 after
+  // its receive; B0 and STEP on rank 0 after its receive.
+  Scenario two = twoStages("1f1b", 1, 1000, 100, 0);
+  const double slow = evaluatePlan(two.graph, two.cluster, two.plan).report.makespan;
+  devices = two.cluster.devices();
+  for (auto& d : devices) d.action_overhead = 1e-3;
+  two.cluster = cluster::ClusterSpec(devices, two.cluster.levels(), two.cluster.links(), "overhead");
+  EXPECT_NEAR(evaluatePlan(two.graph, two.cluster, two.plan).report.makespan, slow + 7e-3, 1e-9);
+}
+
 // A split schedule's W runs the layer's parameters-only backward (split_weight_seconds);
 // a whole backward pass stays I + W.
 TEST(Simulator, SplitWeightPassesTakeTheirOwnTime) {
