@@ -34,7 +34,7 @@ double laggardPace(const Replicas& replicas, const RankSeconds& chosen) {
 // run measured per action, less its sends' host cost per action (the simulator prices
 // that cost on the sender's clock; a receive's lands in the run's waits). Without it the
 // simulator, fed a run's own action times, came out 0.5-6.8% fast on every case of
-// bench/prediction_cases.py (docs/profiling.md, "The runtime's own time").
+// bench/prediction_cases.py (docs/predictions.md, "The runtime's own time").
 std::vector<double> actionOverheads(const MeasuredRun& run, const sim::CostModel& costs) {
   const schedule::Program program = plan::programForPlan(*run.plan, costs.dag());
   std::vector<double> out;

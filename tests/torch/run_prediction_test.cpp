@@ -10,14 +10,15 @@ namespace {
 
 using schedule::ActionType;
 
-// One stage of three layers on one rank, 4 micro-batches under 1F1B, measured at
-// F 1 ms, B 3 ms and a 2 ms step: a mini-batch takes 4 x 4 + 2 ms, whatever recomputes.
-sim::Evaluation predicted(int recompute_layers, bool recompute) {
+// One stage of three layers on one rank, 4 micro-batches under 1F1B.
+plan::Plan oneStage() {
   plan::ScheduleOptions schedule;
   schedule.name = "1f1b";
-  plan::Plan plan = plan::chainPlan({"a", "b", "c"}, {0, 3}, {}, schedule, /*microbatch_size=*/2, /*microbatches=*/4);
-  plan.stages[0].recompute = recompute;
-  plan.stages[0].recompute_layers = recompute_layers;
+  return plan::chainPlan({"a", "b", "c"}, {0, 3}, {}, schedule, /*microbatch_size=*/2, /*microbatches=*/4);
+}
+
+// `plan` (oneStage's) measured at F 1 ms, B 3 ms and a 2 ms step.
+MeasuredRun measuredOneStage(const plan::Plan& plan) {
   MeasuredRun run;
   run.plan = &plan;
   run.action_seconds = {{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{0, ActionType::STEP}, 2e-3}};
@@ -25,7 +26,15 @@ sim::Evaluation predicted(int recompute_layers, bool recompute) {
   run.stage_output_bytes = {64};
   run.stage_param_bytes = {1024};
   run.stage_preds = {{}};
-  return predictRun(run);
+  return run;
+}
+
+// A mini-batch takes 4 x 4 + 2 ms, whatever recomputes.
+sim::Evaluation predicted(int recompute_layers, bool recompute) {
+  plan::Plan plan = oneStage();
+  plan.stages[0].recompute = recompute;
+  plan.stages[0].recompute_layers = recompute_layers;
+  return predictRun(measuredOneStage(plan));
 }
 
 // A recomputing stage's measured B already holds its forward pass run again: the
@@ -42,21 +51,13 @@ TEST(PredictRun, ARecomputingStageIsPricedAtItsMeasuredTimes) {
 // (4 F, 4 B and a STEP) at 0.1 ms more each; two ranks, where rank 0's sends already
 // cost at least what it measured, are priced as without it.
 TEST(PredictRun, TheRuntimesOwnTimeIsPricedBeyondTheSends) {
-  const double plain = predicted(0, false).report.iteration_time;
-  plan::ScheduleOptions schedule;
-  schedule.name = "1f1b";
-  plan::Plan plan = plan::chainPlan({"a", "b", "c"}, {0, 3}, {}, schedule, 2, 4);
-  MeasuredRun run;
-  run.plan = &plan;
-  run.action_seconds = {{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{0, ActionType::STEP}, 2e-3}};
-  run.action_cpu_seconds = run.action_seconds;
-  run.stage_output_bytes = {64};
-  run.stage_param_bytes = {1024};
-  run.stage_preds = {{}};
+  const plan::Plan plan = oneStage();
+  MeasuredRun run = measuredOneStage(plan);
+  const double plain = predictRun(run).report.iteration_time;
   run.framework_seconds_per_action = {1e-4};
   EXPECT_NEAR(predictRun(run).report.iteration_time, plain + 9 * 1e-4, 1e-9);
 
-  plan::Plan two = plan::chainPlan({"a", "b"}, {0, 1, 2}, {}, schedule, 2, 4);
+  plan::Plan two = plan::chainPlan({"a", "b"}, {0, 1, 2}, {}, plan.schedule, 2, 4);
   run.plan = &two;
   run.action_seconds = {{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{1, ActionType::F}, 1e-3},
                         {{1, ActionType::B}, 3e-3}};

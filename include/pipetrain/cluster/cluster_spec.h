@@ -73,7 +73,7 @@ struct Device {
   int threads = 0;
   // Seconds the runtime spends on a rank of this device around each action of its
   // Program, outside the action and beyond the messages' host costs: posting receives,
-  // retiring weight versions, timing, reporting (docs/profiling.md, "The runtime's own
+  // retiring weight versions, timing, reporting (docs/predictions.md, "The runtime's own
   // time"). 0 = not priced.
   double action_overhead = 0;
 };

@@ -4,7 +4,8 @@
 //
 // Compute: a layer's profiled time x (micro-batch size / profiled batch size) / the
 // device's speed. Transfers: latency + bytes / bandwidth on the route between the two
-// devices (contention is the simulator's job). Ranks are numbered as the Program's:
+// devices (contention is the simulator's job). The runtime's own time: a fixed cost
+// around each action of a rank (actionOverhead). Ranks are numbered as the Program's:
 // stage by stage, replica by replica (for interleaved, rank r = the device of stage r).
 #pragma once
 
