@@ -54,9 +54,9 @@ constexpr double kShmAllreduceLatency = 50e-6;
 // the action, reporting a mini-batch and probing the core. Measured per action as a
 // run's time neither computing, waiting nor all-reducing (the summary's
 // framework_seconds_per_action, 2026-12-01): 29-66 us on the ranks of pipelines (gpt
-// ZB-V on 2 ranks 40-66, 1F1B on the mlp 43, ZB-H2 on 3 ranks 29-55), of which the sends'
-// priced host cost is about 11 us in ZB-V's 42 actions a mini-batch; 104-138 us in data
-// parallelism, whose 4 actions a mini-batch share the per-mini-batch costs.
+// ZB-V on 2 ranks 40-66, the mlp's ZB-H2 on 3 ranks 29-55), of which the sends' priced
+// host cost is about 11 us in ZB-V's 42 actions a mini-batch; 43-156 us in data
+// parallelism (gpt 104-138), whose 4 actions a mini-batch share the per-mini-batch costs.
 constexpr double kActionOverhead = 30e-6;
 
 // A GPU's copies to and from pinned host memory: PCIe 5 x16's practical rate, until
