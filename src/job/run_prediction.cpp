@@ -42,8 +42,7 @@ std::vector<double> actionOverheads(const MeasuredRun& run, const sim::CostModel
     const auto& actions = program.ranks[static_cast<std::size_t>(r)];
     double sends = 0;
     for (const schedule::Action& a : actions)
-      if (a.type == schedule::ActionType::SEND_F || a.type == schedule::ActionType::SEND_B)
-        sends += costs.hostSeconds(a, r, program.rankOf(a.peer_stage, a.microbatch));
+      if (schedule::isSend(a.type)) sends += costs.hostSeconds(a, r, program.rankOf(a.peer_stage, a.microbatch));
     const double measured = static_cast<std::size_t>(r) < run.framework_seconds_per_action.size()
                                 ? run.framework_seconds_per_action[static_cast<std::size_t>(r)]
                                 : 0.0;
