@@ -36,6 +36,8 @@ def main():
     p.add_argument("--steps", type=int, default=30, help="timed steps")
     p.add_argument("--warmup-steps", type=int, default=0, help="untimed steps first")
     p.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb")
+    p.add_argument("--hook", choices=["none", "bf16"], default="none",
+                   help="bf16: torch's bf16_compress_hook, gradients all-reduced in bfloat16 (lossy: half the bytes)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
     a = p.parse_args()
@@ -47,6 +49,9 @@ def main():
     model = nn.parallel.DistributedDataParallel(Whole(load(a.model, a.dir), MODELS[a.model][1]),
                                                 bucket_cap_mb=a.bucket_mb, gradient_as_bucket_view=True,
                                                 static_graph=True)
+    if a.hook == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+        model.register_comm_hook(None, bf16_compress_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
     data = torch.load(f"{a.dir}/{a.model}.data.pt")
     batches = data["inputs"].size(0) // a.batch

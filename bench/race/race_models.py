@@ -18,6 +18,8 @@ Two kinds:
                   key-value heads, SwiGLU 344, context 64, vocabulary 256
       timm-vit    timm's vit_tiny_patch16_224 at 32 x 32 pixels, patches of 4, 4 blocks
       tv-resnet   torchvision's resnet18, 10 classes, images (3, 32, 32)
+      tv-vgg      torchvision's vgg11, 10 classes, images (3, 32, 32): 129M parameters,
+                  100M of them in the classifier's first layer (PipeDream's VGG-16 case)
 
 pipetrain trains a file of layers: the zoo's scripted as it is (its children are the
 layers), the others captured by python/pipetrain_capture.py (torch.export). The peers
@@ -150,10 +152,16 @@ def tv_resnet():
     return torchvision.models.resnet18(num_classes=10)
 
 
+def tv_vgg():
+    import torchvision
+    return torchvision.models.vgg11(num_classes=10)
+
+
 # name: (builder, the output forward() returns to train on, the input's kind)
 MODELS = {"mlp": (mlp, None, "features"), "gpt": (gpt, None, "tokens"), "fmnist-cnn": (fmnist_cnn, None, "fmnist"),
           "hf-gpt2": (hf_gpt2, "logits", "tokens"), "hf-llama": (hf_llama, "logits", "tokens"),
-          "timm-vit": (timm_vit, None, "images"), "tv-resnet": (tv_resnet, None, "images")}
+          "timm-vit": (timm_vit, None, "images"), "tv-resnet": (tv_resnet, None, "images"),
+          "tv-vgg": (tv_vgg, None, "images")}
 ZOO = ("mlp", "gpt", "fmnist-cnn")
 
 
@@ -246,6 +254,10 @@ def pieces(name, model):
         for stage in ("layer1", "layer2", "layer3", "layer4"):
             out += [([f"{stage}.{i}"], block) for i, block in enumerate(getattr(model, stage))]
         return out + [(["avgpool", "fc"], nn.Sequential(model.avgpool, nn.Flatten(1), model.fc))]
+    if name == "tv-vgg":
+        out = [([f"features.{i}"], m) for i, m in enumerate(model.features)]
+        out += [(["avgpool"], nn.Sequential(model.avgpool, nn.Flatten(1)))]
+        return out + [([f"classifier.{i}"], m) for i, m in enumerate(model.classifier)]
     raise SystemExit(f"unknown race model '{name}'")
 
 

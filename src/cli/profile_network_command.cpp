@@ -106,7 +106,7 @@ int runRank(const NetworkArgs& a) {
   const std::unique_ptr<runtime::DataChannel> sums = runtime::openDataChannel(wire, rv, device, *transport);
   const profiler::NetworkProfile p =
       profiler::profileNetwork(*transport,
-                               profiler::thisHost(local_rank, device, *std::max_element(options.sizes.begin(), options.sizes.end())),
+                               profiler::thisHost(local_rank, rv, device, *std::max_element(options.sizes.begin(), options.sizes.end())),
                                options, sums.get());
   if (rv.rank != 0) return 0;
   std::printf("all-reduces on %s\n", (sums ? sums->name() : transport->name()).c_str());

@@ -186,7 +186,7 @@ void checkPlanFlags(const job::TrainRequest& a, const CLI::App& cmd) {
 // `ranks_fixed`: the job's ranks are given (torchrun's), not the checkpoint's to choose.
 // Returns the model, opened once here for every check and plan (each rank opens its own).
 models::Model decideJobPlan(job::TrainRequest& a, const CLI::App& cmd, bool ranks_fixed,
-                            const std::string& planner_unavailable, RemovedAtExit& temporary) {
+                            const std::function<cluster::ClusterSpec()>& hosts_network, RemovedAtExit& temporary) {
   // --resume without a plan goes on under the checkpoint's, on as many ranks as it ran
   // (another --nproc plans afresh: any plan loads a checkpoint).
   const std::optional<runtime::Checkpoint> resumed = job::resolveResume(a.config, say);
@@ -205,7 +205,7 @@ models::Model decideJobPlan(job::TrainRequest& a, const CLI::App& cmd, bool rank
                                     a.plan_args.batch == resumed->manifest.plan.samplesPerMinibatch());
   };
   job::PlanChoice choice{resumed ? &*resumed : nullptr, std::any_of(kReplanning.begin(), kReplanning.end(), asks),
-                         a.plan_out, planner_unavailable};
+                         a.plan_out, hosts_network};
   if (choice.out.empty()) {
     choice.out = (std::filesystem::temp_directory_path() /
                   ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
@@ -219,7 +219,7 @@ models::Model decideJobPlan(job::TrainRequest& a, const CLI::App& cmd, bool rank
 // The launcher: decides the plan, starts the ranks and prints what they did.
 int runLauncher(job::TrainRequest& a, const CLI::App& cmd) {
   RemovedAtExit temporary;
-  const models::Model model = decideJobPlan(a, cmd, false, "", temporary);
+  const models::Model model = decideJobPlan(a, cmd, false, {}, temporary);
   return launch(a, model);
 }
 
@@ -227,17 +227,25 @@ int runLauncher(job::TrainRequest& a, const CLI::App& cmd) {
 // decides the plan and, at the end, prints the run and writes its outputs.
 int runTorchrunRank(job::TrainRequest& a, const CLI::App& cmd) {
   const auto start = std::chrono::steady_clock::now();
-  job::TorchrunJob torchrun(runtime::Rendezvous::fromEnvironment());
+  const runtime::Rendezvous rendezvous = runtime::Rendezvous::fromEnvironment();
+  job::TorchrunJob torchrun(rendezvous);
   a.nproc = torchrun.worldSize();
+  // The ranks of this host share its cores; each computes on OMP_NUM_THREADS where
+  // torchrun (or the user) set it, and the profile is taken on as many.
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) a.local_ranks = std::max(1, std::atoi(local));
+  if (const char* t = std::getenv("OMP_NUM_THREADS"); t && a.config.threads == 0) a.config.threads = std::atoi(t);
+  torchrun.sharePlace(job::thisRankPlace(rendezvous, runtime::localRank(torchrun.rank()), a.config.device,
+                                         a.blasThreadsPerRank()));
   std::optional<models::Model> model;
   RemovedAtExit temporary;
   if (torchrun.rank() == 0) {
     try {
-      const std::string several_hosts =
-          torchrun.oneHost() ? ""
-                             : "the planner plans the ranks of one host, and this torchrun job spans several: plan "
-                               "it with `pipetrain plan` on a cluster file and give every rank --plan FILE";
-      model = decideJobPlan(a, cmd, true, several_hosts, temporary);
+      const std::vector<job::RankPlace> places = torchrun.places(std::chrono::seconds(a.timeout_seconds));
+      // Across hosts, the planner plans for the network between them, measured once.
+      std::function<cluster::ClusterSpec()> hosts_network;
+      if (!job::oneHost(places))
+        hosts_network = [&] { return torchrun.networkOfHosts(places, a.wire, a.config.device, say); };
+      model = decideJobPlan(a, cmd, true, hosts_network, temporary);
       runtime::checkConfig(a.config, *model, a.nproc);
     } catch (const Error& e) {
       torchrun.sharePlanFailure(e.what());
@@ -247,6 +255,9 @@ int runTorchrunRank(job::TrainRequest& a, const CLI::App& cmd) {
   } else {
     prepareOutputs(a);  // the reporting rank, whichever it is, writes the metrics log
     job::resolveResume(a.config, job::Say());
+    // Rank 0 may profile the model first, then has the ranks measure the network.
+    if (torchrun.networkMeasurementAnnounced(std::chrono::hours(1)))
+      job::measureNetwork(rendezvous, a.wire, a.config.device);
     torchrun.receivePlan(a, std::chrono::hours(1));
   }
   ProgressDisplay display(a.config.plan.samplesPerMinibatch(), false);

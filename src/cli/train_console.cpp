@@ -8,6 +8,7 @@
 #include "plan_table.h"
 #include "pipetrain/job/rank_job.h"
 #include "pipetrain/report/pages.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
 namespace {
@@ -58,6 +59,15 @@ void printPlanned(const job::LocalPlan& planned, int rank_count, const std::stri
   else
     std::printf("planned for %s in %.2f s:\n", ranks(rank_count).c_str(), planning);
   printExploration(planned.exploration, 5);
+  if (planned.planner.contains("links")) {
+    std::printf("what the plan sends per mini-batch, by the link it crosses:%s\n",
+                planned.planner["links"].empty() ? " nothing (one rank)" : "");
+    for (const auto& t : planned.planner["links"])
+      std::printf("  %s over '%s': %s (%.3f s on the wire)\n", t["what"].get<std::string>().c_str(),
+                  t["link"].get<std::string>().c_str(),
+                  text::humanBytes(t["bytes"].get<double>()).c_str(),
+                  t["wire_seconds"].get<double>());
+  }
   if (plan_path.empty()) std::printf("profile: %s\n", planned.profile_path.c_str());
   else std::printf("plan: %s (profile: %s)\n", plan_path.c_str(), planned.profile_path.c_str());
   std::fflush(stdout);

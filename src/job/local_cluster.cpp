@@ -96,6 +96,16 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
   return cluster::ClusterSpec(std::move(devices), {loopback}, {}, "this machine's ranks", std::move(shared));
 }
 
+cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_t memory_bytes) {
+  std::vector<cluster::Device> devices = measured.devices();
+  for (cluster::Device& d : devices) {
+    if (memory_bytes > 0) d.memory_bytes = memory_bytes;
+    if (d.kind == "cpu") d.action_overhead = kActionOverhead;
+  }
+  return cluster::ClusterSpec(std::move(devices), measured.levels(), measured.links(), "the job's hosts",
+                              measured.sharedCores());
+}
+
 cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, LocalSums sums, bool gpus) {
   std::vector<std::string> names;
   for (int r = 0; r < ranks; ++r) names.push_back("dev" + std::to_string(r));

@@ -71,7 +71,7 @@ LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, std::
       record("shrink", from.dir, e.what());
       request.plan.clear();
       request.config.resume = from.dir;
-      watch.replanned(decidePlan(request, model, {&from, true, plan_out, ""}, watch.say));
+      watch.replanned(decidePlan(request, model, {&from, true, plan_out, {}}, watch.say));
       runtime::checkConfig(request.config, model, request.nproc);
       argv = request.argv;
       argv.insert(argv.end(), {"--resume", from.dir});

@@ -13,6 +13,7 @@
 #include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/sim/evaluate.h"
+#include "pipetrain/sim/plan_traffic.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/report/exploration_table.h"
@@ -74,7 +75,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   // plans predicted closer than that are equals; their shape decides, not the noise.
   o.noise = profiler::ProfileOptions{}.spread;
   const LocalSums sums = localSums(request.wire, gpus);
-  const cluster::ClusterSpec cluster = localCluster(job.ranks, memory, concurrent, sums, gpus);
+  const cluster::ClusterSpec cluster = request.hosts ? clusterOfHosts(*request.hosts, request.rank_memory_bytes)
+                                                     : localCluster(job.ranks, memory, concurrent, sums, gpus);
   planner::ObjectiveInputs inputs;
   std::optional<runtime::RuleCalibrator> calibrator;
   const std::string calibration_path =
@@ -118,7 +120,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
     peak.push_back(r.peak_memory_bytes);
     process.push_back(r.process_bytes);
   }
-  const cluster::ClusterSpec unshared = localCluster(job.ranks, memory, job.ranks, sums, gpus);
+  const cluster::ClusterSpec unshared =
+      request.hosts ? cluster : localCluster(job.ranks, memory, job.ranks, sums, gpus);
   for (const sim::RankReport& r : sim::predictReport(graph, unshared, e.best().plan).ranks)
     alone.push_back(r.busy_seconds);
   planner["chosen"] = {{"throughput", e.best().report.throughput},
@@ -129,6 +132,9 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                        {"process_memory_runs", graph.processMemory().runs},
                        {"probe_seconds", graph.profiledAs().probe_seconds},
                        {"rank_core_seconds", alone}};
+  // What the plan sends over each link per mini-batch (which links it crosses).
+  planner["links"] =
+      sim::trafficToJson(sim::planTraffic(sim::CostModel(graph, cluster, e.best().plan)));
   if (calibrated) planner["calibration_seconds"] = calibration_seconds;
   return {chosen, planner, e, profile.cached_path.empty() ? graph_path : profile.cached_path};
 }

@@ -42,7 +42,8 @@ std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& 
     config.plan = choice.resumed->manifest.plan;
     json_io::writeFile(choice.out, config.plan.toJson());
   } else {
-    if (!choice.planner_unavailable.empty()) throw Error(choice.planner_unavailable);
+    const std::optional<cluster::ClusterSpec> hosts =
+        choice.hosts_network ? std::optional<cluster::ClusterSpec>(choice.hosts_network()) : std::nullopt;
     const ProfileRequest profile{request.nproc,   request.blasThreadsPerRank(), request.localCores(),
                                  request.model_options, request.plan_args,   request.timeout_seconds,
                                  request.reprofile};
@@ -55,7 +56,8 @@ std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& 
                                     choice.out,
                                     request.wire,
                                     request.objective,
-                                    request.calibration};
+                                    request.calibration,
+                                    hosts ? &*hosts : nullptr};
     planned = planLocalRun(config, model, auto_plan, say);
     config.plan = planned->plan;
     request.planner = planned->planner;

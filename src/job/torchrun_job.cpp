@@ -60,16 +60,60 @@ TorchrunJob::~TorchrunJob() = default;
 int TorchrunJob::rank() const { return rendezvous_.rank; }
 int TorchrunJob::worldSize() const { return rendezvous_.world_size; }
 
-bool TorchrunJob::oneHost() const {
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");
-  return local && std::atoi(local) == rendezvous_.world_size;
+void TorchrunJob::sharePlace(const RankPlace& mine) {
+  store_->set("place/" + std::to_string(rank()), mine.toJson().dump());
+}
+
+std::vector<RankPlace> TorchrunJob::places(std::chrono::seconds patience) {
+  std::vector<RankPlace> all;
+  for (int r = 0; r < worldSize(); ++r) {
+    const std::string origin = "rank " + std::to_string(r) + "'s place";
+    all.push_back(RankPlace::fromJson(Json::parse(store_->get("place/" + std::to_string(r), patience,
+                                                              "waiting for " + origin)),
+                                      origin));
+  }
+  return all;
+}
+
+void TorchrunJob::announceNetworkMeasurement(bool measure) {
+  if (network_announced_) return;
+  network_announced_ = true;
+  store_->set("network", measure ? "measure" : "none");
+}
+
+bool TorchrunJob::networkMeasurementAnnounced(std::chrono::seconds patience) {
+  return store_->get("network", patience, "rank " + std::to_string(rank()) + ": waiting for rank 0's plan") ==
+         "measure";
+}
+
+cluster::ClusterSpec TorchrunJob::networkOfHosts(const std::vector<RankPlace>& places, const std::string& wire,
+                                                 const std::string& device_spec, const Say& say) {
+  const graph::ProfileKey key = networkKey(places, wire);
+  std::optional<CachedNetwork> network = findNetwork(key);
+  announceNetworkMeasurement(!network);
+  if (network) {
+    say("the network between the job's hosts, as measured before (" + network->path + "):");
+  } else {
+    say(formatted("measuring the network between the job's %d ranks on their hosts, as profile-network does",
+                  worldSize()));
+    network = CachedNetwork{*measureNetwork(rendezvous_, wire, device_spec), ""};
+    network->path = storeNetwork(key, network->cluster);
+    say(network->path.empty() ? "measured (not kept: the cache folder cannot be written):"
+                              : "measured, and kept for the next job on these hosts (" + network->path + "):");
+  }
+  for (const std::string& level : describeLevels(network->cluster)) say("  level " + level);
+  return network->cluster;
 }
 
 void TorchrunJob::sharePlan(const plan::Plan& plan, const Json& planner) {
+  announceNetworkMeasurement(false);
   store_->set("plan", Json{{"plan", plan.toJson()}, {"planner", planner}}.dump());
 }
 
-void TorchrunJob::sharePlanFailure(const std::string& why) { store_->set("plan", Json{{"error", why}}.dump()); }
+void TorchrunJob::sharePlanFailure(const std::string& why) {
+  announceNetworkMeasurement(false);
+  store_->set("plan", Json{{"error", why}}.dump());
+}
 
 void TorchrunJob::receivePlan(TrainRequest& request, std::chrono::seconds patience) {
   const Json shared = Json::parse(store_->get("plan", patience, "rank " + std::to_string(rank()) +

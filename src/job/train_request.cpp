@@ -9,6 +9,9 @@ int TrainRequest::localCores() const {
   return cores > 0 ? cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-int TrainRequest::blasThreadsPerRank() const { return std::max(1, localCores() / nproc); }
+int TrainRequest::blasThreadsPerRank() const {
+  if (config.threads > 0) return config.threads;
+  return std::max(1, localCores() / (local_ranks > 0 ? local_ranks : nproc));
+}
 
 }  // namespace pipetrain::job

@@ -439,6 +439,25 @@ TEST(ProfileNetwork, GpuRanksBecomeGpusBehindTheirHostLinks) {
   EXPECT_FALSE(clusterFromNetwork(twoHosts({"a", "a"})).route(0, 1).through_host);  // CPU ranks
 }
 
+// Network namespaces of one machine (bench/hosts): one host name, an identity and an
+// address each. The identity tells the hosts apart, the address names their devices.
+TEST(ProfileNetwork, HostsThatShareANameAreToldApartByAddress) {
+  NetworkProfile p = twoHosts({"a", "b"});
+  p.ranks[0].host = p.ranks[1].host = "machine";
+  p.ranks[0].address = "10.99.0.1";
+  p.ranks[1].address = "10.99.0.2";
+  p.ranks[1].local_rank = 0;
+  p.ranks[0].host_id = 11;
+  p.ranks[1].host_id = 12;
+  const cluster::ClusterSpec c = clusterFromNetwork(p);
+  ASSERT_EQ(c.size(), 2);
+  EXPECT_EQ(c.device(0).name, "10.99.0.1-0");
+  EXPECT_EQ(c.device(1).name, "10.99.0.2-0");
+  ASSERT_EQ(c.levels().size(), 1u);
+  EXPECT_EQ(c.levels()[0].name, "network");
+  EXPECT_DOUBLE_EQ(c.levels()[0].bandwidth, 1e9);  // the cross-host figures
+}
+
 TEST(ProfileNetwork, HostsBecomeLevels) {
   // Two hosts of two ranks, ranks interleaved: devices grouped by host, two tiers.
   cluster::ClusterSpec c = clusterFromNetwork(twoHosts({"a", "b", "a", "b"}));

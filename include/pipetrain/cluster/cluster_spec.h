@@ -199,10 +199,15 @@ class ClusterSpec {
   int indexOf(const std::string& name) const;  // -1 when unknown
 
   Route route(int from, int to) const;
+  // What joins two devices, as route() finds it, in words: "link a-b" for an explicit
+  // link, else the name of the innermost level whose group holds both.
+  std::string routeName(int from, int to) const;
   int numPorts() const { return num_ports_; }
 
  private:
   void buildPorts();
+  // The innermost level whose group holds both devices (the top level joins its groups).
+  int levelOf(int from, int to) const;
 
   std::vector<Device> devices_;
   std::vector<Level> levels_;

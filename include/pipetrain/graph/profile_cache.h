@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pipetrain/graph/layer_graph.h"
+#include "pipetrain/util/json_io.h"
 
 namespace pipetrain::graph {
 
@@ -24,6 +25,8 @@ class ProfileKey {
   const std::vector<std::pair<std::string, std::string>>& fields() const { return fields_; }
   // 16 hex digits naming the entry (FNV-1a over the fields).
   std::string digest() const;
+  // The fields as [[name, value], ...], as an entry's key file holds them.
+  json_io::Json toJson() const;
 
  private:
   std::vector<std::pair<std::string, std::string>> fields_;

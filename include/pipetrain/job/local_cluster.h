@@ -37,4 +37,10 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
 cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, LocalSums sums,
                                   bool gpus = false);
 
+// The ranks of a job across hosts as the planner sees them: the devices and levels its
+// network measurement found (job/host_network.h), each device with `memory_bytes` where
+// given (> 0; else its share of its host's memory) and, on a CPU, the runtime's own time
+// around an action as this machine's ranks measured it.
+cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_t memory_bytes);
+
 }  // namespace pipetrain::job

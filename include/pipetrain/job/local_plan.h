@@ -1,7 +1,8 @@
 // A training job without a plan on local ranks: profile the model at the run's
 // micro-batch size as a rank would run it (or take the profile from the profile cache,
 // graph/profile_cache.h, where an earlier run took it under the same key), plan it for
-// this machine's ranks with the planner (every rank used), write the plan.
+// this machine's ranks with the planner (every rank used), or for the hosts' network a
+// job across hosts measured, write the plan.
 #pragma once
 
 #include <string>
@@ -30,6 +31,9 @@ struct AutoPlanRequest {
   // (runtime/calibration.h), the calibration cached beside the profile.
   const planner::PlanObjective* objective = &planner::throughputObjective();
   runtime::CalibrationBudget calibration;
+  // A job across hosts: the network measured between them (host_network.h), which the
+  // ranks are planned on (clusterOfHosts) instead of as this machine's. Null: one host.
+  const cluster::ClusterSpec* hosts = nullptr;
 };
 
 struct LocalPlan {

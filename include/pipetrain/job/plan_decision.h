@@ -4,6 +4,7 @@
 // local ranks (local_plan.h). The launcher writes it to a file that every rank loads.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -20,8 +21,9 @@ struct PlanChoice {
   const runtime::Checkpoint* resumed = nullptr;
   bool replanning_asked = false;  // options that steer the planner were given
   std::string out;                // where the plan is written for the ranks
-  // Why the planner cannot plan this job ("" = it can): said where it would be needed.
-  std::string planner_unavailable;
+  // A job across hosts: the network between them, measured (or taken from the cache)
+  // only where the planner is needed. Empty: the ranks are this machine's.
+  std::function<cluster::ClusterSpec()> hosts_network;
 };
 
 // Decides request.config.plan (and request.planner when the planner chose), writes it to

@@ -1,7 +1,7 @@
 // A job that torchrun started (`torchrun --nproc-per-node N --no-python pipetrain train
 // ...`), made the same job as `train --nproc N`: rank 0 decides the plan (the
-// planner's, for the ranks of its host, or a checkpoint's, or the one the flags give)
-// and the other ranks receive it; at the end every rank's result goes to rank 0, which
+// planner's, for the ranks of its host or for the network between the job's hosts, or a
+// checkpoint's, or the one the flags give) and the other ranks receive it; at the end every rank's result goes to rank 0, which
 // sums up the run, prints it once and writes the outputs. They meet through torchrun's
 // agent store, under keys of this start of the job (torchrun restarts every worker).
 #pragma once
@@ -9,7 +9,10 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "pipetrain/job/console.h"
+#include "pipetrain/job/host_network.h"
 #include "pipetrain/job/local_launch.h"
 #include "pipetrain/job/train_request.h"
 #include "pipetrain/torch/transport.h"
@@ -25,9 +28,20 @@ class TorchrunJob {
 
   int rank() const;
   int worldSize() const;
-  // Whether every rank runs on this host (LOCAL_WORLD_SIZE = WORLD_SIZE): the planner
-  // plans the ranks as this host's.
-  bool oneHost() const;
+  // Every rank: where it runs, for rank 0. Rank 0: every rank's, by rank, once all have
+  // said (waiting up to `patience`).
+  void sharePlace(const RankPlace& mine);
+  std::vector<RankPlace> places(std::chrono::seconds patience);
+
+  // Rank 0 of a job across hosts, before it plans: the network between the hosts of
+  // `places` (this job's), from the cache where an earlier job on the same hosts
+  // measured it, else measured now by every rank (host_network.h), summing over `wire`
+  // on the devices of `device_spec`. Says what it found.
+  cluster::ClusterSpec networkOfHosts(const std::vector<RankPlace>& places, const std::string& wire,
+                                      const std::string& device_spec, const Say& say);
+  // The other ranks: whether rank 0 has them measure the network (then they call
+  // measureNetwork), waiting up to `patience`; a plan shared without it says no.
+  bool networkMeasurementAnnounced(std::chrono::seconds patience);
 
   // Rank 0: the plan (and the planner's summary) for the others, or why there is none,
   // which ends them with the same message.
@@ -45,6 +59,9 @@ class TorchrunJob {
   struct Store;
   runtime::Rendezvous rendezvous_;
   std::unique_ptr<Store> store_;
+  bool network_announced_ = false;
+  // Rank 0: tells the others whether they measure the network, once.
+  void announceNetworkMeasurement(bool measure);
 };
 
 }  // namespace pipetrain::job

@@ -31,6 +31,7 @@ struct TrainRequest {
   int64_t rank_memory_bytes = 0;  // 0 = physical memory / ranks
   int cores = 0;                  // for all local ranks together; 0 = the machine's
   int nproc = 2;
+  int local_ranks = 0;            // the ranks on this host (a job across hosts); 0 = nproc
   std::string wire = "auto";  // what carries the data between ranks: auto, gloo, shm or nccl
   int timeout_seconds = 60;
   int max_restarts = 0;
@@ -44,8 +45,8 @@ struct TrainRequest {
   json_io::Json planner;  // the planner's ranked table, when it chose the plan
   std::vector<std::string> argv;  // this program's command line, which each rank runs
 
-  // The cores the local ranks share, each rank's BLAS threads (its share of them), and
-  // how many ranks those cores run at once.
+  // The cores the local ranks share, each rank's BLAS threads (its share of them, or
+  // config.threads where set), and how many ranks those cores run at once.
   int localCores() const;
   int blasThreadsPerRank() const;
   int concurrentRanks() const { return localCores() / blasThreadsPerRank(); }

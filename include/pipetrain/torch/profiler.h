@@ -157,12 +157,19 @@ struct RankHost {
   int64_t gpu_memory_bytes = 0;
   double host_link_bandwidth = 0;
   int threads = 0;  // a CPU rank's computeThreads() (cluster::Device::threads)
+  // The address this rank reaches the job's master from ("" where not known): names the
+  // rank's device where hosts share a name (network namespaces of one machine).
+  std::string address;
+  // A hash of runtime::hostIdentity(): ranks are on one host when theirs agree; 0 = not
+  // known (then the host name decides).
+  int64_t host_id = 0;
 };
 
 // This process's RankHost with the given local rank, computing on `device`: on a GPU,
 // the link to the host is timed with copies of `link_bytes` (the median of `repeats`).
-RankHost thisHost(int local_rank, const torch::Device& device = torch::kCPU, int64_t link_bytes = 16 << 20,
-                  int repeats = 10);
+// `job`: the rendezvous whose master `address` is the way out to.
+RankHost thisHost(int local_rank, const runtime::Rendezvous& job, const torch::Device& device = torch::kCPU,
+                  int64_t link_bytes = 16 << 20, int repeats = 10);
 
 // Rank 0 against one other rank.
 struct PairMeasurement {

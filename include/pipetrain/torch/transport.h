@@ -146,6 +146,17 @@ struct Rendezvous {
 // host), else `fallback`; a malformed value is an Error naming the variable.
 int localRank(int fallback);
 
+// This host, as the ranks of a job tell hosts apart: its name, its kernel's boot id (two
+// machines, or containers on two machines, may share a name; one machine's ranks share
+// its boot id) and its network namespace (namespaces of one machine are hosts of their
+// own, joined by whatever links join them: bench/hosts).
+std::string hostIdentity();
+
+// This host's address on the route to `master` (a name or an address; no packet is sent:
+// connecting a UDP socket only picks the route): the interface its peers reach, whatever
+// its host name resolves to. Error where `master` does not resolve or has no route.
+std::string localAddressToward(const std::string& master, int port);
+
 // The process group a transport makes for `group` (sorted, contains `rank`): its name
 // among the transport's groups ("<kind>-1-2", its keys' prefix in the store) and `rank`'s
 // index in it. Error where `rank` is not in `group`.

@@ -140,6 +140,20 @@ void ClusterSpec::buildPorts() {
   }
 }
 
+int ClusterSpec::levelOf(int from, int to) const {
+  int level = static_cast<int>(levels_.size()) - 1;
+  for (int l = 0; l < level; ++l)
+    if (from / levels_[l].group_size == to / levels_[l].group_size) return l;
+  return level;
+}
+
+std::string ClusterSpec::routeName(int from, int to) const {
+  if (from == to) return "none (one device)";
+  if (link_ports_.count(static_cast<int64_t>(from) * size() + to)) return "link " + devices_[from].name + "-" + devices_[to].name;
+  if (levels_.empty()) return "none";
+  return levels_[levelOf(from, to)].name;
+}
+
 Route ClusterSpec::route(int from, int to) const {
   assert(from >= 0 && from < size() && to >= 0 && to < size());
   if (from == to) return Route{kInfinity, 0.0, -1, -1};
@@ -159,13 +173,7 @@ Route ClusterSpec::route(int from, int to) const {
     throw Error("cluster: no route from device '" + devices_[from].name + "' to device '" + devices_[to].name +
                 "': the cluster has no levels and no link between them (add a level or a link)");
 
-  // Innermost level whose group holds both; the top level also joins its groups.
-  int level = static_cast<int>(levels_.size()) - 1;
-  for (int l = 0; l < level; ++l)
-    if (from / levels_[l].group_size == to / levels_[l].group_size) {
-      level = l;
-      break;
-    }
+  const int level = levelOf(from, to);
   const Level& lv = levels_[level];
   const int base = level_port_base_[level];
   Route r{lv.bandwidth, lv.latency, base + 2 * unitOf(levels_, level, from), base + 2 * unitOf(levels_, level, to) + 1,

@@ -36,13 +36,13 @@ std::string nowUtc() {
   return s;
 }
 
-json_io::Json keyJson(const ProfileKey& key) {
+}  // namespace
+
+json_io::Json ProfileKey::toJson() const {
   json_io::Json fields = json_io::Json::array();
-  for (const auto& [name, value] : key.fields()) fields.push_back({name, value});
+  for (const auto& [name, value] : fields_) fields.push_back({name, value});
   return fields;
 }
-
-}  // namespace
 
 void ProfileKey::add(const std::string& name, const std::string& value) { fields_.emplace_back(name, value); }
 
@@ -94,7 +94,7 @@ std::optional<CachedProfile> ProfileCache::find(const ProfileKey& key, std::stri
   if (!std::filesystem::exists(key_file, ec)) return std::nullopt;
   try {
     const json_io::Json k = json_io::readFile(key_file);
-    if (!k.is_object() || k.value("key", json_io::Json()) != keyJson(key))
+    if (!k.is_object() || k.value("key", json_io::Json()) != key.toJson())
       throw Error(key_file + ": taken under another key");
     CachedProfile c{LayerGraph::load(graphPath(key)), graphPath(key), k.value("profiling_seconds", 0.0),
                     k.value("created", std::string()), k.value("runs_merged", 0)};
@@ -114,7 +114,7 @@ std::string ProfileCache::store(const ProfileKey& key, const LayerGraph& graph, 
   json_io::writeFile(graphPath(key), graph.toJson());
   json_io::writeFile(keyPath(key), {{"format", "pipetrain.profile-cache-key"},
                                     {"version", 1},
-                                    {"key", keyJson(key)},
+                                    {"key", key.toJson()},
                                     {"profiling_seconds", profiling_seconds},
                                     {"created", nowUtc()},
                                     {"runs_merged", 0}});

@@ -8,11 +8,14 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <functional>
+#include <set>
 #include <utility>
 
 
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
+#include "pipetrain/torch/transport.h"
 #include "pipetrain/util/clock.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/stats.h"
@@ -27,7 +30,8 @@ using util::median;
 constexpr uint32_t kHostTag = 0x7fff0100u, kInfoTag = 0x7fff0101u, kPingTag = 0x7fff0102u,
                    kPongTag = 0x7fff0103u, kDataTag = 0x7fff0104u, kAckTag = 0x7fff0105u,
                    kCpuTag = 0x7fff0106u;
-constexpr int64_t kHostBytes = 256;
+// A rank's host name and its address, each zero-terminated in its half of one message.
+constexpr int64_t kHostBytes = 256, kAddressOffset = 192;
 
 // CPU seconds this process has used, all its threads (Gloo's I/O threads included).
 double processCpuSeconds() {
@@ -63,10 +67,13 @@ double hostLinkBandwidth(const torch::Device& device, int64_t bytes, int repeats
 
 void sendHost(runtime::Transport& t, const RankHost& self) {
   torch::Tensor name = torch::zeros({kHostBytes}, torch::kUInt8);
-  std::memcpy(name.data_ptr(), self.host.data(), std::min<std::size_t>(self.host.size(), kHostBytes - 1));
+  char* text = static_cast<char*>(name.data_ptr());
+  std::memcpy(text, self.host.data(), std::min<std::size_t>(self.host.size(), kAddressOffset - 1));
+  std::memcpy(text + kAddressOffset, self.address.data(),
+              std::min<std::size_t>(self.address.size(), kHostBytes - kAddressOffset - 1));
   torch::Tensor info = torch::tensor({static_cast<int64_t>(self.local_rank), self.physical_memory_bytes,
                                       self.gpu_memory_bytes, static_cast<int64_t>(self.host_link_bandwidth),
-                                      static_cast<int64_t>(self.threads)},
+                                      static_cast<int64_t>(self.threads), self.host_id},
                                      torch::kLong);
   auto a = t.send(name, 0, kHostTag);
   auto b = t.send(info, 0, kInfoTag);
@@ -76,16 +83,19 @@ void sendHost(runtime::Transport& t, const RankHost& self) {
 
 RankHost receiveHost(runtime::Transport& t, int from) {
   torch::Tensor name = torch::zeros({kHostBytes}, torch::kUInt8);
-  torch::Tensor info = torch::zeros({5}, torch::kLong);
+  torch::Tensor info = torch::zeros({6}, torch::kLong);
   t.recv(name, from, kHostTag)->wait();
   t.recv(info, from, kInfoTag)->wait();
   RankHost h;
-  h.host = std::string(static_cast<const char*>(name.data_ptr()));  // zero-terminated
+  const char* text = static_cast<const char*>(name.data_ptr());  // zero-terminated halves
+  h.host = std::string(text);
+  h.address = std::string(text + kAddressOffset);
   h.local_rank = static_cast<int>(info[0].item<int64_t>());
   h.physical_memory_bytes = info[1].item<int64_t>();
   h.gpu_memory_bytes = info[2].item<int64_t>();
   h.host_link_bandwidth = static_cast<double>(info[3].item<int64_t>());
   h.threads = static_cast<int>(info[4].item<int64_t>());
+  h.host_id = info[5].item<int64_t>();
   return h;
 }
 
@@ -208,11 +218,14 @@ AllReduceTimes timeAllReduce(runtime::Transport& t, runtime::DataChannel& sums, 
 
 }  // namespace
 
-RankHost thisHost(int local_rank, const torch::Device& device, int64_t link_bytes, int repeats) {
+RankHost thisHost(int local_rank, const runtime::Rendezvous& job, const torch::Device& device, int64_t link_bytes,
+                  int repeats) {
   RankHost h;
-  char name[kHostBytes] = {};
+  char name[kAddressOffset] = {};
   if (gethostname(name, sizeof name - 1) != 0 || !name[0]) std::strcpy(name, "localhost");
   h.host = name;
+  h.address = runtime::localAddressToward(job.master_addr, job.master_port);
+  h.host_id = static_cast<int64_t>(std::hash<std::string>{}(runtime::hostIdentity()) >> 1);
   h.local_rank = local_rank;
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
   h.physical_memory_bytes = pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
@@ -274,14 +287,26 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
     throw Error("network profile: expected rank 0's measurements against " + std::to_string(world - 1) +
                 " other ranks, found " + std::to_string(p.pairs.size()));
   // Devices grouped by host (in order of first appearance), then by local rank, so that
-  // a host's devices form one level-0 group.
+  // a host's devices form one level-0 group. A host is its identity where the ranks said
+  // it (network namespaces of one machine share its name), else its name.
+  const auto hostOf = [&](int r) {
+    return p.ranks[r].host_id != 0 ? std::to_string(p.ranks[r].host_id) : p.ranks[r].host;
+  };
   std::vector<std::string> hosts;
   std::map<std::string, std::vector<int>> ranks_of;
+  std::map<std::string, std::set<std::string>> hosts_named;  // host name -> its hosts
   for (int r = 0; r < world; ++r) {
-    const std::string& h = p.ranks[r].host;
+    const std::string h = hostOf(r);
     if (!ranks_of.count(h)) hosts.push_back(h);
     ranks_of[h].push_back(r);
+    hosts_named[p.ranks[r].host].insert(h);
   }
+  // Devices are named by their host's name, or by its address where hosts share a name.
+  const auto deviceName = [&](int r) {
+    const RankHost& rh = p.ranks[r];
+    const bool by_address = hosts_named[rh.host].size() > 1 && !rh.address.empty();
+    return (by_address ? rh.address : rh.host) + "-" + std::to_string(rh.local_rank);
+  };
   std::vector<cluster::Device> devices;
   bool through_host = false;  // GPUs talked over Gloo, through host memory
   for (const std::string& h : hosts) {
@@ -291,9 +316,9 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
       const RankHost& rh = p.ranks[rs[i]];
       if (i > 0 && p.ranks[rs[i - 1]].local_rank == rh.local_rank)
         throw Error("network profile: ranks " + std::to_string(rs[i - 1]) + " and " + std::to_string(rs[i]) +
-                    " both say they are local rank " + std::to_string(rh.local_rank) + " on host '" + h +
+                    " both say they are local rank " + std::to_string(rh.local_rank) + " on host '" + rh.host +
                     "' (set LOCAL_RANK per rank)");
-      cluster::Device d{h + "-" + std::to_string(rh.local_rank), "cpu", 1.0,
+      cluster::Device d{deviceName(rs[i]), "cpu", 1.0,
                         rh.physical_memory_bytes / static_cast<int64_t>(rs.size())};
       if (rh.host_link_bandwidth > 0) {
         d.kind = "gpu";
@@ -316,7 +341,7 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
   } same, cross;
   const double largest = static_cast<double>(p.sizes.back());
   for (const PairMeasurement& m : p.pairs) {
-    Tier& tier = p.ranks[m.peer].host == p.ranks[0].host ? same : cross;
+    Tier& tier = hostOf(m.peer) == hostOf(0) ? same : cross;
     tier.bandwidth.push_back(m.bandwidth.back());  // the largest message
     tier.latency.push_back(m.latency_seconds);
     tier.overhead.push_back(m.overhead_seconds);
@@ -341,7 +366,12 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
   // same traffic over rank 0's CPU time is the rate its CPU moved it at (the ranks of a
   // thread-per-rank test share one process clock, and so overstate it).
   const double steps = 2.0 * (world - 1);
-  if (p.small_allreduce_seconds > 0) levels.back().allreduce_latency = p.small_allreduce_seconds / steps;
+  // The small all-reduce's fixed cost is what its bytes at the level's rate leave: over a
+  // slow link (100 Mb/s) those alone take 5 ms, which is no cost per step.
+  const double small_bytes = steps / world * static_cast<double>(kFixedCostBytes) / levels.back().bandwidth;
+  if (p.small_allreduce_seconds > 0)
+    levels.back().allreduce_latency =
+        std::max(p.small_allreduce_seconds - small_bytes, steps * levels.back().latency) / steps;
   const cluster::Level& top = levels.back();
   const double step_latency = top.allreduce_latency >= 0 ? top.allreduce_latency : top.latency;
   const double moving = p.allreduce_seconds - steps * step_latency;

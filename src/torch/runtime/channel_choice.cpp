@@ -3,6 +3,7 @@
 // docs/runtime.md).
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -23,17 +24,6 @@ struct JobFacts {
   bool cpus = true;            // every rank computes on the CPU
   int64_t token = 0;           // rank 0's random number: names this job's shared memory
 };
-
-// This host: its name and its kernel's boot id, since two machines (or containers on
-// several machines) may share a name, and one machine's ranks share its boot id.
-std::string hostIdentity() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  std::ifstream boot("/proc/sys/kernel/random/boot_id");
-  std::string boot_id;
-  std::getline(boot, boot_id);
-  return std::string(host) + "/" + boot_id;
-}
 
 // Each rank writes its own entries and a sum over the job gives all of them to all.
 JobFacts gatherFacts(Coordinator& coordinator, const torch::Device& device) {
@@ -82,6 +72,17 @@ std::string whyNotShm(const JobFacts& facts) {
 }
 
 }  // namespace
+
+std::string hostIdentity() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  std::getline(boot, boot_id);
+  std::error_code ec;
+  const std::string network = std::filesystem::read_symlink("/proc/self/ns/net", ec).string();
+  return std::string(host) + "/" + boot_id + "/" + network;
+}
 
 bool sumsInSharedMemory(const std::string& wire, bool cpu_ranks, bool one_host) {
   return (wire == "shm" || wire == "auto") && cpu_ranks && one_host;

@@ -46,30 +46,6 @@ int pollingNiceFromEnv() {
   return nice;
 }
 
-// This host's address on the route to `master` (no packet is sent: connecting a UDP
-// socket only picks the route), so that each host binds the interface its peers reach
-// whatever its host name resolves to (often 127.0.0.1 or 127.0.1.1 on Debian).
-std::string localAddressToward(const std::string& master, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(master.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
-    throw Error("MASTER_ADDR=" + master + ": cannot resolve the address");
-  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  sockaddr_in local{};
-  socklen_t len = sizeof local;
-  const bool ok = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
-  const int error = errno;
-  freeaddrinfo(found);
-  if (fd >= 0) close(fd);
-  if (!ok) throw Error("MASTER_ADDR=" + master + ": no route to it from this host (" + std::strerror(error) + ")");
-  char text[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
-  return text;
-}
-
 class GlooOp : public PendingOp {
  public:
   GlooOp(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout, std::string what)
@@ -242,6 +218,27 @@ Rendezvous Rendezvous::fromEnvironment() {
 }
 
 int localRank(int fallback) { return intFromEnv("LOCAL_RANK", fallback, false); }
+
+std::string localAddressToward(const std::string& master, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(master.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || !found)
+    throw Error("MASTER_ADDR=" + master + ": cannot resolve the address");
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  const bool ok = fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  const int error = errno;
+  freeaddrinfo(found);
+  if (fd >= 0) close(fd);
+  if (!ok) throw Error("MASTER_ADDR=" + master + ": no route to it from this host (" + std::strerror(error) + ")");
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  return text;
+}
 
 GroupSlot groupSlot(const std::string& kind, const std::vector<int>& group, int rank) {
   GroupSlot slot{kind, -1};

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""The race where the network binds: pipetrain against DDP and torch.distributed.pipelining
+on hosts joined by shaped links (bench/hosts/hosts.py: network namespaces on a bridge, each
+link shaped with tc), one rank per host, for each of `--rates`.
+
+Who runs what, every process under torchrun (one agent per host, static rendezvous at host
+0), on one thread (OMP_NUM_THREADS=1) and one allocator setting (race.py's "tuned"):
+- DDP (ddp_peer.py) at its documented best settings, 25 MiB buckets; and, as a row of its
+  own marked lossy, with torch's bf16_compress_hook (gradients all-reduced in bfloat16);
+- torch.distributed.pipelining (pipelining_peer.py): ScheduleGPipe and Schedule1F1B at 2, 4
+  and 8 micro-batches per rank, on the even cut and on the cut pipetrain's plan chose;
+  torch's Gloo is told the interface (GLOO_SOCKET_IFNAME=eth0, its documented setting);
+- pipetrain: its plan (`train --batch N`, no plan given: the job measures the link and
+  plans for it), and its data parallelism over the same link (`--data-parallel`).
+Timing as race.py: `--warmup-steps` untimed mini-batches, then `--steps` timed (the peers
+barrier to barrier, pipetrain from its per-step log); `--rounds` rounds, each running every
+configuration once in a random order; paired ratios by round. Each pipetrain plan's
+prediction (the planner's, before the run) is set beside its measured rate.
+
+    bench/race/network_race.py [--models tv-vgg] [--rates 100mbit,1gbit,10gbit,none]
+                               [--rounds 3] [--steps 5] [--warmup-steps 2] [--out F.json]
+
+Needs root (network namespaces); exits 77 where they cannot be made.
+"""
+import argparse
+import datetime
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import race
+from race import HERE, MALLOC, REPO, machine, plan_of
+from race_stats import describe, paired
+
+sys.path.insert(0, os.path.join(REPO, "bench", "hosts"))
+from hosts import SKIP, Hosts, Unavailable, torchrun_command  # noqa: E402
+
+LR = 0.01
+MICROBATCH_SIZE = {"tv-vgg": 8, "gpt": 8, "hf-gpt2": 8, "mlp": 32}
+MICROBATCHES_PER_RANK = 4
+
+
+class Configuration:
+    def __init__(self, name, command, kind, versus=None, env=None, lossy=False):
+        self.name, self.command, self.kind, self.versus = name, command, kind, versus
+        self.env, self.lossy = env or {}, lossy
+
+
+class NetworkRace:
+    def __init__(self, a, work):
+        self.a, self.work = a, work
+        self.bin = os.path.abspath(os.path.join(a.build, "pipetrain"))
+        self.port = 29700
+        self.plan_cut = {}  # model -> pipetrain's plan's cut in pieces, once it has run
+
+    def configurations(self, model, hosts):
+        p = hosts.n
+        b = MICROBATCH_SIZE.get(model, 8)
+        batch = MICROBATCHES_PER_RANK * p * b
+        pieces = json.load(open(f"{self.work}/{model}.pieces.json"))
+        steps = ["--steps", str(self.a.steps), "--warmup-steps", str(self.a.warmup_steps)]
+        peer = ["--model", model, "--dir", self.work, "--lr", str(LR), "--timeout", str(self.a.timeout)] + steps
+        torch_env = {"GLOO_SOCKET_IFNAME": "eth0"}
+        ours = [self.bin, "train", "--model-file", f"{self.work}/{model}.pt", "--data-file",
+                f"{self.work}/{model}.data.pt", "--optimizer", "sgd", "--lr", str(LR), "--epochs", "1",
+                "--max-steps", str(self.a.warmup_steps + self.a.steps), "--no-eval", "--timeout", "300",
+                "--summary-json", f"{self.work}/summary.json", "--log-jsonl", f"{self.work}/steps.jsonl"]
+        runs = [Configuration("torch DDP, 25 MiB buckets", [sys.executable, f"{HERE}/ddp_peer.py", "--batch",
+                                                            str(batch), "--bucket-mb", "25"] + peer, "ddp",
+                              env=torch_env),
+                Configuration("torch DDP, bf16_compress_hook (lossy)",
+                              [sys.executable, f"{HERE}/ddp_peer.py", "--batch", str(batch), "--bucket-mb", "25",
+                               "--hook", "bf16"] + peer, "ddp", env=torch_env, lossy=True)]
+        cuts = {"even cut": race.even_bounds(len(pieces["pieces"]), p)}
+        if model in self.plan_cut and self.plan_cut[model] != cuts["even cut"]:
+            cuts["the plan's cut"] = self.plan_cut[model]
+        for label, cut in cuts.items():
+            for schedule in ("ScheduleGPipe", "Schedule1F1B"):
+                for k in (2, 4, 8):
+                    m = k * p
+                    runs.append(Configuration(
+                        f"torch {schedule} {m}x{batch // m}, {label} {','.join(map(str, cut))}",
+                        [sys.executable, f"{HERE}/pipelining_peer.py", "--schedule", schedule, "--stage-bounds",
+                         ",".join(map(str, cut)), "--microbatches", str(m), "--microbatch-size", str(batch // m)]
+                        + peer, "peer", env=torch_env))
+        runs.append(Configuration("pipetrain's plan", ours + ["--batch", str(batch)], "plan"))
+        runs.append(Configuration("pipetrain data parallel", ours + ["--data-parallel", "--microbatches", str(p),
+                                                                     "--microbatch-size", str(batch // p)], "ours"))
+        return runs
+
+    def run(self, c, hosts, malloc="tuned"):
+        self.port += 1  # a fresh rendezvous port: the last agent's may linger in TIME_WAIT
+        for f in ("summary.json", "steps.jsonl"):
+            if os.path.exists(f"{self.work}/{f}"):
+                os.remove(f"{self.work}/{f}")
+        env = dict(MALLOC[malloc], OMP_NUM_THREADS="1", PYTHONPATH=HERE, **c.env)
+        logs = lambda i: f"{self.work}/host.{i}.log"  # noqa: E731
+        command = torchrun_command(hosts, 1, self.port, c.command)
+        statuses = hosts.run(lambda i: command, env=env, timeout=self.a.timeout, logs=logs)
+        out = open(logs(0)).read()
+        if statuses[0] is None:
+            return {"error": f"timed out after {self.a.timeout:.0f} s"}
+        if any(statuses):
+            lines = (out + open(logs(1)).read()).splitlines()
+            errors = [l for l in lines if "Error" in l or "error:" in l]
+            return {"error": f"exit {statuses}: " + (errors[0] if errors else lines[-1] if lines else "")[:200],
+                    "output_tail": lines[-30:]}
+        if c.kind in ("plan", "ours"):
+            return self.ours(c, out)
+        result = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+        return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"])}
+
+    def ours(self, c, console):
+        """As race.py's: the window from the end of the warm-up's last step to the last step."""
+        summary = json.load(open(f"{self.work}/summary.json"))
+        steps = [json.loads(l) for l in open(f"{self.work}/steps.jsonl") if '"event":"step"' in l.replace(" ", "")]
+        w = self.a.warmup_steps
+        if len(steps) != w + self.a.steps:
+            return {"error": f"{len(steps)} steps logged, {w + self.a.steps} run"}
+        per_step = summary["samples"] / len(steps)
+        seconds = steps[-1]["wall_seconds"] - steps[w - 1]["wall_seconds"]
+        out = {"samples_per_second": self.a.steps * per_step / seconds,
+               "peak_rss_bytes": max(r["peak_memory_bytes"] for r in summary["ranks"]),
+               "plan": plan_of(summary["plan"])}
+        planner = summary.get("planner") or {}
+        if planner.get("chosen"):
+            out["predicted_samples_per_second"] = planner["chosen"]["throughput"]
+            out["links"] = planner.get("links")
+        out["measured_network"] = "measuring the network" in console
+        return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--models", default="tv-vgg")
+    ap.add_argument("--rates", default="100mbit,1gbit,10gbit,none", help="tc rates; none: unshaped")
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup-steps", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results",
+                                                  f"network-race-{datetime.datetime.now():%Y%m%d-%H%M}.json"))
+    a = ap.parse_args()
+    random.seed(a.seed)
+    results, ratios = {}, {}
+    with tempfile.TemporaryDirectory() as work:
+        os.environ["PIPETRAIN_CACHE_DIR"] = f"{work}/cache"  # each job's profile and network, this race's own
+        race_ = NetworkRace(a, work)
+        models = a.models.split(",")
+        for model in models:
+            samples = (a.warmup_steps + a.steps) * MICROBATCHES_PER_RANK * a.hosts * MICROBATCH_SIZE.get(model, 8)
+            subprocess.run([sys.executable, f"{HERE}/race_models.py", model, work, "--samples", str(samples)],
+                           check=True)
+        for rate in a.rates.split(","):
+            try:
+                with Hosts(a.hosts, None if rate == "none" else rate) as hosts:
+                    for model in models:
+                        key = f"{model} at {rate}"
+                        # The plan first, once, so the peer can also run on its cut.
+                        plan = [c for c in race_.configurations(model, hosts) if c.kind == "plan"][0]
+                        first = race_.run(plan, hosts)
+                        print(f"{key} {plan.name} (untimed first run: profiles and measures the link): {first}",
+                              file=sys.stderr, flush=True)
+                        if "plan" in first and "1 stage(s)" not in first["plan"]:
+                            race_.plan_cut[model] = plan_cut(f"{work}/summary.json", f"{work}/{model}.pieces.json")
+                        runs = race_.configurations(model, hosts)
+                        got = {c.name: [] for c in runs}
+                        for r in range(a.rounds):
+                            order = list(runs)
+                            random.shuffle(order)
+                            for c in order:
+                                began = time.perf_counter()
+                                got[c.name].append(dict(race_.run(c, hosts), round=r + 1,
+                                                        wall_seconds=round(time.perf_counter() - began, 1)))
+                                print(f"round {r + 1}/{a.rounds} {key} {c.name}: {got[c.name][-1]}", file=sys.stderr,
+                                      flush=True)
+                        results[key] = got
+                        ratios.update(report(key, runs, got))
+            except Unavailable as e:
+                print(f"network_race: skipped: cannot make network namespaces here ({e})", file=sys.stderr)
+                return SKIP
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    json.dump({"machine": machine(), "arguments": vars(a), "ratios": ratios, "runs": results}, open(a.out, "w"),
+              indent=1)
+    print(f"\nevery run's figures: {a.out}")
+    return 0
+
+
+def plan_cut(summary_path, pieces_path):
+    """The plan's stage bounds in pieces (the race's layers are the pieces for tv-vgg and the zoo)."""
+    plan = json.load(open(summary_path))["plan"]
+    bounds = json.load(open(pieces_path))["layer_bounds"]
+    cut, first = [0], 0
+    for stage in plan["stages"][:-1]:
+        first += len(stage["layers"])
+        cut.append(bounds.index(first) if first in bounds else first)
+    return cut + [len(bounds) - 1]
+
+
+def report(key, runs, got):
+    sps = {name: [x.get("samples_per_second") for x in xs] for name, xs in got.items()}
+    ok = {name: [v for v in xs if v] for name, xs in sps.items()}
+    median = {name: statistics.median(v) for name, v in ok.items() if v}
+    exact = lambda kind: [c.name for c in runs if c.kind == kind and c.name in median and not c.lossy]  # noqa: E731
+    best_peer = max(exact("peer"), key=median.get, default=None)
+    best_ddp = max(exact("ddp"), key=median.get, default=None)
+    print(f"\n{key}: {len(runs)} configurations")
+    print("| configuration | samples/s | range | predicted | paired ratio |")
+    print("|---|---|---|---|---|")
+    every = {}
+    for c in runs:
+        failures = [x["error"] for x in got[c.name] if "error" in x]
+        if c.name not in median:
+            print(f"| {c.name} | — | {failures[0] if failures else ''} | | |")
+            continue
+        cells = []
+        if c.kind in ("plan", "ours"):
+            for other, label in ((best_ddp, "DDP's best"), (best_peer, "the peer's best pipeline")):
+                if other:
+                    r = paired(sps[c.name], sps[other])
+                    every[f"{key}: {c.name} / {label} ({other})"] = r
+                    cells.append(f"{describe(r)} against {label}")
+        predicted = [x["predicted_samples_per_second"] for x in got[c.name] if "predicted_samples_per_second" in x]
+        pred = f"{statistics.median(predicted):.1f} ({statistics.median(predicted) / median[c.name] - 1:+.0%})" \
+            if predicted else ""
+        note = f" ({len(failures)} failed: {failures[0]})" if failures else ""
+        print(f"| {c.name} | {median[c.name]:.2f} | {min(ok[c.name]):.2f}–{max(ok[c.name]):.2f} | {pred} | "
+              f"{'; '.join(cells)}{note} |")
+    chosen = {x.get("plan") for c in runs if c.kind == "plan" for x in got[c.name] if x.get("plan")}
+    if chosen:
+        print("plan chosen: " + "; ".join(sorted(chosen)))
+    return every
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+#include "pipetrain/job/host_network.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "pipetrain/torch/device.h"
+#include "pipetrain/torch/profiler.h"
+#include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
+
+namespace pipetrain::job {
+namespace {
+
+using json_io::Json;
+
+std::string networkDir() { return (std::filesystem::path(graph::ProfileCache::defaultDir()) / "network").string(); }
+
+std::string clusterPath(const graph::ProfileKey& key) {
+  return (std::filesystem::path(networkDir()) / (key.digest() + ".json")).string();
+}
+
+std::string keyPath(const graph::ProfileKey& key) {
+  return (std::filesystem::path(networkDir()) / (key.digest() + ".key.json")).string();
+}
+
+// NOTE(job network sizes): profile-network's own sizes (1-16 MiB, 10 repeats) take
+// minutes over 100 Mb/s. A job waits for this once per set of hosts, so it measures
+// messages of up to 2 MiB, 5 times: a 2 MiB message takes 0.17 s at 100 Mb/s and 1.7 ms
+// at 10 Gb/s, long enough beside a latency of 0.05-1 ms to tell the rate.
+profiler::NetworkOptions jobNetworkOptions() {
+  profiler::NetworkOptions o;
+  o.sizes = {int64_t{256} << 10, int64_t{2} << 20};
+  o.repeats = 5;
+  return o;
+}
+
+std::string rate(double bytes_per_second) {
+  char buf[48];
+  if (bytes_per_second >= 1e9 / 8 * 10)
+    std::snprintf(buf, sizeof buf, "%.2f GB/s", bytes_per_second / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MB/s (%.0f Mb/s)", bytes_per_second / 1e6, bytes_per_second * 8 / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+Json RankPlace::toJson() const {
+  return {{"host", host}, {"identity", identity}, {"address", address}, {"local_rank", local_rank}, {"threads", threads}, {"device", device}};
+}
+
+RankPlace RankPlace::fromJson(const Json& j, const std::string& origin) {
+  try {
+    RankPlace p;
+    p.host = j.at("host").get<std::string>();
+    p.identity = j.at("identity").get<std::string>();
+    p.address = j.at("address").get<std::string>();
+    p.local_rank = j.at("local_rank").get<int>();
+    p.threads = j.at("threads").get<int>();
+    p.device = j.at("device").get<std::string>();
+    return p;
+  } catch (const std::exception& e) {
+    throw Error(origin + ": not a rank's place (" + e.what() + ")");
+  }
+}
+
+RankPlace thisRankPlace(const runtime::Rendezvous& rendezvous, int local_rank, const std::string& device, int threads) {
+  RankPlace p;
+  char name[256] = {};
+  p.host = gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "localhost";
+  p.identity = runtime::hostIdentity();
+  p.address = runtime::localAddressToward(rendezvous.master_addr, rendezvous.master_port);
+  p.local_rank = local_rank;
+  p.threads = threads;
+  p.device = device;
+  return p;
+}
+
+bool oneHost(const std::vector<RankPlace>& ranks) {
+  for (const RankPlace& r : ranks)
+    if (r.identity != ranks.front().identity) return false;
+  return true;
+}
+
+graph::ProfileKey networkKey(const std::vector<RankPlace>& ranks, const std::string& wire) {
+  graph::ProfileKey key;
+  key.add("format", "pipetrain.network-key/1");
+  key.add("wire", wire);
+  for (std::size_t r = 0; r < ranks.size(); ++r) key.add("rank " + std::to_string(r), ranks[r].toJson().dump());
+  return key;
+}
+
+std::optional<CachedNetwork> findNetwork(const graph::ProfileKey& key) {
+  std::error_code ec;
+  if (!std::filesystem::exists(keyPath(key), ec)) return std::nullopt;
+  try {
+    const Json k = json_io::readFile(keyPath(key));
+    if (!k.is_object() || k.value("key", Json()) != key.toJson()) return std::nullopt;
+    return CachedNetwork{cluster::ClusterSpec::load(clusterPath(key)), clusterPath(key)};
+  } catch (const Error&) {
+    return std::nullopt;  // a damaged entry is measured again, and replaced
+  }
+}
+
+std::string storeNetwork(const graph::ProfileKey& key, const cluster::ClusterSpec& cluster) {
+  std::error_code ec;
+  std::filesystem::create_directories(networkDir(), ec);
+  if (ec) return "";
+  try {
+    // The key last: an entry whose cluster was not written whole has no key yet.
+    std::filesystem::remove(keyPath(key), ec);
+    json_io::writeFile(clusterPath(key), cluster.toJson());
+    json_io::writeFile(keyPath(key),
+                       {{"format", "pipetrain.network-cache-key"}, {"version", 1}, {"key", key.toJson()}});
+    return clusterPath(key);
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+std::optional<cluster::ClusterSpec> measureNetwork(const runtime::Rendezvous& rendezvous, const std::string& wire,
+                                                   const std::string& device_spec) {
+  // A group of its own, under keys of its own: the job's transport meets under the
+  // rendezvous's prefix once this one is gone.
+  runtime::Rendezvous rv = rendezvous;
+  rv.store_prefix += "/pipetrain-network";
+  const auto transport = runtime::makeGlooTransport(rv);
+  const int local_rank = runtime::localRank(rv.rank);
+  const torch::Device device = runtime::rankDevice(device_spec, local_rank);
+  // As profile-network: the sums of ranks on GPUs go over Gloo, through host memory.
+  const std::string sums_wire = wire == "auto" && !device.is_cpu() ? "gloo" : wire;
+  const std::unique_ptr<runtime::DataChannel> sums = runtime::openDataChannel(sums_wire, rv, device, *transport);
+  const profiler::NetworkOptions options = jobNetworkOptions();
+  const profiler::NetworkProfile p = profiler::profileNetwork(
+      *transport, profiler::thisHost(local_rank, rv, device, options.sizes.back()), options, sums.get());
+  if (rv.rank != 0) return std::nullopt;
+  return profiler::clusterFromNetwork(p);
+}
+
+std::vector<std::string> describeLevels(const cluster::ClusterSpec& cluster) {
+  std::vector<std::string> lines;
+  for (const cluster::Level& l : cluster.levels()) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "'%s' (groups of %d): %s, latency %.0f us", l.name.c_str(), l.group_size,
+                  rate(l.bandwidth).c_str(), l.latency * 1e6);
+    std::string line = buf;
+    if (l.allreduce_bandwidth > 0) line += ", all-reduce traffic at " + rate(l.allreduce_bandwidth);
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace pipetrain::job
