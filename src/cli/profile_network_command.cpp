@@ -104,10 +104,9 @@ int runRank(const NetworkArgs& a) {
   // Its all-reduces sum CPU tensors: on GPUs they go over Gloo, through host memory.
   const std::string wire = a.wire == "auto" && !device.is_cpu() ? "gloo" : a.wire;
   const std::unique_ptr<runtime::DataChannel> sums = runtime::openDataChannel(wire, rv, device, *transport);
+  const int64_t largest = *std::max_element(options.sizes.begin(), options.sizes.end());
   const profiler::NetworkProfile p =
-      profiler::profileNetwork(*transport,
-                               profiler::thisHost(local_rank, rv, device, *std::max_element(options.sizes.begin(), options.sizes.end())),
-                               options, sums.get());
+      profiler::profileNetwork(*transport, profiler::thisHost(local_rank, rv, device, largest), options, sums.get());
   if (rv.rank != 0) return 0;
   std::printf("all-reduces on %s\n", (sums ? sums->name() : transport->name()).c_str());
   const cluster::ClusterSpec c = profiler::clusterFromNetwork(p);

@@ -227,7 +227,8 @@ int runLauncher(job::TrainRequest& a, const CLI::App& cmd) {
 // decides the plan and, at the end, prints the run and writes its outputs.
 int runTorchrunRank(job::TrainRequest& a, const CLI::App& cmd) {
   const auto start = std::chrono::steady_clock::now();
-  const runtime::Rendezvous rendezvous = runtime::Rendezvous::fromEnvironment();
+  runtime::Rendezvous rendezvous = runtime::Rendezvous::fromEnvironment();
+  rendezvous.timeout = std::chrono::seconds(a.timeout_seconds);  // a silent peer while measuring the network
   job::TorchrunJob torchrun(rendezvous);
   a.nproc = torchrun.worldSize();
   // The ranks of this host share its cores; each computes on OMP_NUM_THREADS where
@@ -238,20 +239,28 @@ int runTorchrunRank(job::TrainRequest& a, const CLI::App& cmd) {
                                          a.blasThreadsPerRank()));
   std::optional<models::Model> model;
   RemovedAtExit temporary;
+  std::vector<int> plan_ranks;  // by job rank, where the plan's ranks are not the job's
   if (torchrun.rank() == 0) {
     try {
       const std::vector<job::RankPlace> places = torchrun.places(std::chrono::seconds(a.timeout_seconds));
       // Across hosts, the planner plans for the network between them, measured once.
       std::function<cluster::ClusterSpec()> hosts_network;
+      std::optional<cluster::ClusterSpec> hosts;
       if (!job::oneHost(places))
-        hosts_network = [&] { return torchrun.networkOfHosts(places, a.wire, a.config.device, say); };
+        hosts_network = [&] {
+          hosts = torchrun.networkOfHosts(places, a.wire, a.config.device, a.reprofile, say);
+          return *hosts;
+        };
       model = decideJobPlan(a, cmd, true, hosts_network, temporary);
       runtime::checkConfig(a.config, *model, a.nproc);
+      // Planned for the hosts: each stage runs on the host it was priced on.
+      if (hosts) plan_ranks = job::planRanksOfJobRanks(a.config.plan, *hosts);
     } catch (const Error& e) {
       torchrun.sharePlanFailure(e.what());
       throw;
     }
-    torchrun.sharePlan(a.config.plan, a.planner);
+    torchrun.sharePlan(a.config.plan, a.planner, plan_ranks);
+    if (!plan_ranks.empty()) a.plan_rank = plan_ranks[0];
   } else {
     prepareOutputs(a);  // the reporting rank, whichever it is, writes the metrics log
     job::resolveResume(a.config, job::Say());
@@ -263,7 +272,7 @@ int runTorchrunRank(job::TrainRequest& a, const CLI::App& cmd) {
   ProgressDisplay display(a.config.plan.samplesPerMinibatch(), false);
   const runtime::RankResult mine = job::runRank(
       a, [&](const runtime::Progress& p) { display.show({p.epoch, p.step, p.steps, p.loss, p.samples_per_second}); });
-  const job::LaunchedRun run = torchrun.gatherResults(mine, start);
+  const job::LaunchedRun run = torchrun.gatherResults(mine, a.plan_rank >= 0 ? a.plan_rank : torchrun.rank(), start);
   if (torchrun.rank() == 0) printRunSummary(a, job::summarizeRun(a, *model, run, say));
   return 0;
 }
@@ -373,7 +382,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_flag("--no-replication", a->no_replication, "without --plan: plan a pure pipeline, no replicated stages");
   cmd->add_flag("--reprofile", a->reprofile,
                 "without --plan: profile the model again even where the profile cache holds its profile "
-                "($PIPETRAIN_CACHE_DIR, else ~/.cache/pipetrain/profiles)");
+                "($PIPETRAIN_CACHE_DIR, else ~/.cache/pipetrain/profiles), and a job across hosts their network");
   addPartitionerOption(cmd, a->partitioner);
   addRecomputeOption(cmd, pa.recompute);
   cmd->add_option_function<std::string>(

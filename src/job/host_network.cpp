@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
@@ -49,7 +50,8 @@ std::string rate(double bytes_per_second) {
 }  // namespace
 
 Json RankPlace::toJson() const {
-  return {{"host", host}, {"identity", identity}, {"address", address}, {"local_rank", local_rank}, {"threads", threads}, {"device", device}};
+  return {{"host", host},       {"identity", identity}, {"address", address},
+          {"local_rank", local_rank}, {"threads", threads}, {"device", device}};
 }
 
 RankPlace RankPlace::fromJson(const Json& j, const std::string& origin) {
@@ -138,6 +140,20 @@ std::optional<cluster::ClusterSpec> measureNetwork(const runtime::Rendezvous& re
       *transport, profiler::thisHost(local_rank, rv, device, options.sizes.back()), options, sums.get());
   if (rv.rank != 0) return std::nullopt;
   return profiler::clusterFromNetwork(p);
+}
+
+std::vector<int> planRanksOfJobRanks(const plan::Plan& plan, const cluster::ClusterSpec& hosts) {
+  const std::vector<std::string> devices = plan::rankDeviceNames(plan);
+  if (static_cast<int>(devices.size()) != hosts.size())
+    throw Error("the plan runs on " + std::to_string(devices.size()) + " devices, and the job's hosts have " +
+                std::to_string(hosts.size()));
+  std::vector<int> plan_rank(devices.size(), -1);
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    const int job_rank = hosts.indexOf(devices[r]);
+    if (job_rank < 0) throw Error("the plan names device '" + devices[r] + "', which none of the job's hosts has");
+    plan_rank[job_rank] = static_cast<int>(r);
+  }
+  return plan_rank;
 }
 
 std::vector<std::string> describeLevels(const cluster::ClusterSpec& cluster) {

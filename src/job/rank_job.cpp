@@ -67,6 +67,7 @@ std::optional<runtime::Checkpoint> resolveResume(runtime::TrainConfig& config, c
 runtime::RankResult runRank(TrainRequest& request, const std::function<void(const runtime::Progress&)>& on_progress) {
   runtime::Rendezvous rv = runtime::Rendezvous::fromEnvironment();
   rv.timeout = std::chrono::seconds(request.timeout_seconds);
+  if (request.plan_rank >= 0) rv.rank = request.plan_rank;
   runtime::TrainConfig& config = request.config;
   if (const char* t = std::getenv("OMP_NUM_THREADS"); t && config.threads == 0) config.threads = std::atoi(t);
   const bool launched = startedByLauncher();

@@ -87,9 +87,9 @@ bool TorchrunJob::networkMeasurementAnnounced(std::chrono::seconds patience) {
 }
 
 cluster::ClusterSpec TorchrunJob::networkOfHosts(const std::vector<RankPlace>& places, const std::string& wire,
-                                                 const std::string& device_spec, const Say& say) {
+                                                 const std::string& device_spec, bool remeasure, const Say& say) {
   const graph::ProfileKey key = networkKey(places, wire);
-  std::optional<CachedNetwork> network = findNetwork(key);
+  std::optional<CachedNetwork> network = remeasure ? std::nullopt : findNetwork(key);
   announceNetworkMeasurement(!network);
   if (network) {
     say("the network between the job's hosts, as measured before (" + network->path + "):");
@@ -105,9 +105,9 @@ cluster::ClusterSpec TorchrunJob::networkOfHosts(const std::vector<RankPlace>& p
   return network->cluster;
 }
 
-void TorchrunJob::sharePlan(const plan::Plan& plan, const Json& planner) {
+void TorchrunJob::sharePlan(const plan::Plan& plan, const Json& planner, const std::vector<int>& plan_ranks) {
   announceNetworkMeasurement(false);
-  store_->set("plan", Json{{"plan", plan.toJson()}, {"planner", planner}}.dump());
+  store_->set("plan", Json{{"plan", plan.toJson()}, {"planner", planner}, {"plan_ranks", plan_ranks}}.dump());
 }
 
 void TorchrunJob::sharePlanFailure(const std::string& why) {
@@ -121,10 +121,12 @@ void TorchrunJob::receivePlan(TrainRequest& request, std::chrono::seconds patien
   if (shared.contains("error")) throw Error("rank 0 found no plan: " + shared["error"].get<std::string>());
   request.config.plan = plan::Plan::fromJson(shared["plan"], "rank 0's plan");
   request.planner = shared["planner"];
+  if (!shared["plan_ranks"].empty()) request.plan_rank = shared["plan_ranks"].at(rank()).get<int>();
 }
 
-LaunchedRun TorchrunJob::gatherResults(const runtime::RankResult& mine, std::chrono::steady_clock::time_point start) {
-  store_->set("result/" + std::to_string(rank()), rankResultToJson(mine).dump());
+LaunchedRun TorchrunJob::gatherResults(const runtime::RankResult& mine, int plan_rank,
+                                       std::chrono::steady_clock::time_point start) {
+  store_->set("result/" + std::to_string(plan_rank), rankResultToJson(mine).dump());
   LaunchedRun run;
   if (rank() != 0) return run;
   for (int r = 0; r < worldSize(); ++r) {

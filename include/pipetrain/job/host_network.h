@@ -12,6 +12,7 @@
 
 #include "pipetrain/cluster/cluster_spec.h"
 #include "pipetrain/graph/profile_cache.h"
+#include "pipetrain/plan/plan.h"
 #include "pipetrain/torch/transport.h"
 #include "pipetrain/util/json_io.h"
 
@@ -58,6 +59,14 @@ std::string storeNetwork(const graph::ProfileKey& key, const cluster::ClusterSpe
 // cluster, the others nothing.
 std::optional<cluster::ClusterSpec> measureNetwork(const runtime::Rendezvous& rendezvous, const std::string& wire,
                                                    const std::string& device_spec);
+
+// Which rank of `plan` each process of the job runs, by its rank in the job (torchrun's
+// RANK): the plan's rank r runs the device plan::rankDeviceNames(plan)[r], and the job's
+// rank t is device t of `hosts`, the measured cluster (torchrun numbers ranks host by
+// host and local rank by local rank, the order clusterFromNetwork gives the devices).
+// So each stage runs on the host it was priced on. Error where the plan names a device
+// the hosts lack.
+std::vector<int> planRanksOfJobRanks(const plan::Plan& plan, const cluster::ClusterSpec& hosts);
 
 // One line per level of `cluster`: its name, rates and latency, for the console.
 std::vector<std::string> describeLevels(const cluster::ClusterSpec& cluster);

@@ -1,8 +1,9 @@
 // A job that torchrun started (`torchrun --nproc-per-node N --no-python pipetrain train
 // ...`), made the same job as `train --nproc N`: rank 0 decides the plan (the
 // planner's, for the ranks of its host or for the network between the job's hosts, or a
-// checkpoint's, or the one the flags give) and the other ranks receive it; at the end every rank's result goes to rank 0, which
-// sums up the run, prints it once and writes the outputs. They meet through torchrun's
+// checkpoint's, or the one the flags give) and the other ranks receive it; at the end
+// every rank's result goes to rank 0, which sums up the run, prints it once and writes
+// the outputs. They meet through torchrun's
 // agent store, under keys of this start of the job (torchrun restarts every worker).
 #pragma once
 
@@ -35,25 +36,27 @@ class TorchrunJob {
 
   // Rank 0 of a job across hosts, before it plans: the network between the hosts of
   // `places` (this job's), from the cache where an earlier job on the same hosts
-  // measured it, else measured now by every rank (host_network.h), summing over `wire`
-  // on the devices of `device_spec`. Says what it found.
+  // measured it (unless `remeasure`), else measured now by every rank (host_network.h),
+  // summing over `wire` on the devices of `device_spec`. Says what it found.
   cluster::ClusterSpec networkOfHosts(const std::vector<RankPlace>& places, const std::string& wire,
-                                      const std::string& device_spec, const Say& say);
+                                      const std::string& device_spec, bool remeasure, const Say& say);
   // The other ranks: whether rank 0 has them measure the network (then they call
   // measureNetwork), waiting up to `patience`; a plan shared without it says no.
   bool networkMeasurementAnnounced(std::chrono::seconds patience);
 
-  // Rank 0: the plan (and the planner's summary) for the others, or why there is none,
-  // which ends them with the same message.
-  void sharePlan(const plan::Plan& plan, const json_io::Json& planner);
+  // Rank 0: the plan (and the planner's summary) for the others, with the rank of the
+  // plan each process runs by its job rank where they differ (TrainRequest::plan_rank;
+  // empty: its own), or why there is none, which ends them with the same message.
+  void sharePlan(const plan::Plan& plan, const json_io::Json& planner, const std::vector<int>& plan_ranks);
   void sharePlanFailure(const std::string& why);
   // The others: what rank 0 shared. It may profile and plan first: they wait up to
   // `patience`, unless torchrun ends them sooner (as it does when rank 0 fails).
   void receivePlan(TrainRequest& request, std::chrono::seconds patience);
 
-  // Every rank gives its result; rank 0 gets everyone's, by rank (others: empty), the
-  // job's wall time measured from `start`.
-  LaunchedRun gatherResults(const runtime::RankResult& mine, std::chrono::steady_clock::time_point start);
+  // Every rank gives its result, as the plan's rank `plan_rank`; rank 0 gets everyone's,
+  // by the plan's rank (others: empty), the job's wall time measured from `start`.
+  LaunchedRun gatherResults(const runtime::RankResult& mine, int plan_rank,
+                            std::chrono::steady_clock::time_point start);
 
  private:
   struct Store;

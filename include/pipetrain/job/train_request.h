@@ -32,6 +32,9 @@ struct TrainRequest {
   int cores = 0;                  // for all local ranks together; 0 = the machine's
   int nproc = 2;
   int local_ranks = 0;            // the ranks on this host (a job across hosts); 0 = nproc
+  // This process's rank in the plan, where it is not its RANK (a job across hosts runs
+  // each stage on the host it was priced on: job::planRanksOfJobRanks); -1: RANK.
+  int plan_rank = -1;
   std::string wire = "auto";  // what carries the data between ranks: auto, gloo, shm or nccl
   int timeout_seconds = 60;
   int max_restarts = 0;

@@ -149,7 +149,7 @@ int localRank(int fallback);
 // This host, as the ranks of a job tell hosts apart: its name, its kernel's boot id (two
 // machines, or containers on two machines, may share a name; one machine's ranks share
 // its boot id) and its network namespace (namespaces of one machine are hosts of their
-// own, joined by whatever links join them: bench/hosts).
+// own, joined by whatever links join them: bench/hosts; each new one a new host).
 std::string hostIdentity();
 
 // This host's address on the route to `master` (a name or an address; no packet is sent:

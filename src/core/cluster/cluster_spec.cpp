@@ -149,7 +149,8 @@ int ClusterSpec::levelOf(int from, int to) const {
 
 std::string ClusterSpec::routeName(int from, int to) const {
   if (from == to) return "none (one device)";
-  if (link_ports_.count(static_cast<int64_t>(from) * size() + to)) return "link " + devices_[from].name + "-" + devices_[to].name;
+  if (link_ports_.count(static_cast<int64_t>(from) * size() + to))
+    return "link " + devices_[from].name + "-" + devices_[to].name;
   if (levels_.empty()) return "none";
   return levels_[levelOf(from, to)].name;
 }

@@ -1,6 +1,7 @@
 // Which channel carries a job's data: NCCL between ranks on GPUs of their own, sums in
 // shared memory between CPU ranks of one host, Gloo otherwise (docs/gpu.md,
 // docs/runtime.md).
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -71,6 +72,24 @@ std::string whyNotShm(const JobFacts& facts) {
   return "";
 }
 
+// This process's network namespace: its cookie, which the kernel never gives another
+// namespace until it reboots (a namespace's inode number is reused once it is gone: two
+// sets of bench/hosts namespaces one after the other got the same ones), else its inode.
+std::string networkNamespace() {
+#ifndef SO_NETNS_COOKIE
+#define SO_NETNS_COOKIE 71  // Linux 5.14
+#endif
+  if (const int fd = socket(AF_INET, SOCK_DGRAM, 0); fd >= 0) {
+    uint64_t cookie = 0;
+    socklen_t length = sizeof cookie;
+    const bool ok = getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &length) == 0;
+    close(fd);
+    if (ok) return "netns cookie " + std::to_string(cookie);
+  }
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/self/ns/net", ec).string();
+}
+
 }  // namespace
 
 std::string hostIdentity() {
@@ -79,9 +98,7 @@ std::string hostIdentity() {
   std::ifstream boot("/proc/sys/kernel/random/boot_id");
   std::string boot_id;
   std::getline(boot, boot_id);
-  std::error_code ec;
-  const std::string network = std::filesystem::read_symlink("/proc/self/ns/net", ec).string();
-  return std::string(host) + "/" + boot_id + "/" + network;
+  return std::string(host) + "/" + boot_id + "/" + networkNamespace();
 }
 
 bool sumsInSharedMemory(const std::string& wire, bool cpu_ranks, bool one_host) {
