@@ -80,8 +80,10 @@ class NetworkRace:
         if model in self.plan_cut and self.plan_cut[model] != cuts["even cut"]:
             cuts["the plan's cut"] = self.plan_cut[model]
         for label, cut in cuts.items():
+            # Every micro-batch count on the best cut there is (the plan's where it has run).
+            counts = (2, 4, 8) if label == list(cuts)[-1] else (MICROBATCHES_PER_RANK,)
             for schedule in ("ScheduleGPipe", "Schedule1F1B"):
-                for k in (2, 4, 8):
+                for k in counts:
                     m = k * p
                     runs.append(Configuration(
                         f"torch {schedule} {m}x{batch // m}, {label} {','.join(map(str, cut))}",
@@ -105,6 +107,13 @@ class NetworkRace:
         out = open(logs(0)).read()
         if statuses[0] is None:
             return {"error": f"timed out after {self.a.timeout:.0f} s"}
+        results = [l for l in out.splitlines() if l.startswith("{")]
+        if any(statuses) and c.kind in ("ddp", "peer") and results:
+            # The peer printed its result and then aborted on the way out (torch's Gloo at
+            # exit, now and then): the result counts, and the abort is reported beside it.
+            result = json.loads(results[-1])
+            return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"]),
+                    "aborted_at_exit": statuses}
         if any(statuses):
             lines = (out + open(logs(1)).read()).splitlines()
             errors = [l for l in lines if "Error" in l or "error:" in l]
@@ -112,7 +121,7 @@ class NetworkRace:
                     "output_tail": lines[-30:]}
         if c.kind in ("plan", "ours"):
             return self.ours(c, out)
-        result = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+        result = json.loads(results[-1])
         return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"])}
 
     def ours(self, c, console):
@@ -226,12 +235,18 @@ def report(key, runs, got):
             for other, label in ((best_ddp, "DDP's best"), (best_peer, "the peer's best pipeline")):
                 if other:
                     r = paired(sps[c.name], sps[other])
+                    if r is None:  # one round: the ratio of the two runs
+                        r = {"median": median[c.name] / median[other], "rounds": 1}
+                        cells.append(f"{r['median']:.2f}x (1 round) against {label}")
+                    else:
+                        cells.append(f"{describe(r)} against {label}")
                     every[f"{key}: {c.name} / {label} ({other})"] = r
-                    cells.append(f"{describe(r)} against {label}")
         predicted = [x["predicted_samples_per_second"] for x in got[c.name] if "predicted_samples_per_second" in x]
         pred = f"{statistics.median(predicted):.1f} ({statistics.median(predicted) / median[c.name] - 1:+.0%})" \
             if predicted else ""
+        aborts = sum(1 for x in got[c.name] if "aborted_at_exit" in x)
         note = f" ({len(failures)} failed: {failures[0]})" if failures else ""
+        note += f" ({aborts} aborted at exit after printing their result)" if aborts else ""
         print(f"| {c.name} | {median[c.name]:.2f} | {min(ok[c.name]):.2f}–{max(ok[c.name]):.2f} | {pred} | "
               f"{'; '.join(cells)}{note} |")
     chosen = {x.get("plan") for c in runs if c.kind == "plan" for x in got[c.name] if x.get("plan")}
