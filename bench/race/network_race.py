@@ -34,7 +34,7 @@ import tempfile
 import time
 
 import race
-from race import HERE, MALLOC, REPO, machine, plan_of
+from race import HERE, MALLOC, REPO, machine, timed_window
 from race_stats import describe, paired
 
 sys.path.insert(0, os.path.join(REPO, "bench", "hosts"))
@@ -125,17 +125,11 @@ class NetworkRace:
         return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"])}
 
     def ours(self, c, console):
-        """As race.py's: the window from the end of the warm-up's last step to the last step."""
+        """As race.py's window (race.timed_window), and the planner's prediction."""
         summary = json.load(open(f"{self.work}/summary.json"))
-        steps = [json.loads(l) for l in open(f"{self.work}/steps.jsonl") if '"event":"step"' in l.replace(" ", "")]
-        w = self.a.warmup_steps
-        if len(steps) != w + self.a.steps:
-            return {"error": f"{len(steps)} steps logged, {w + self.a.steps} run"}
-        per_step = summary["samples"] / len(steps)
-        seconds = steps[-1]["wall_seconds"] - steps[w - 1]["wall_seconds"]
-        out = {"samples_per_second": self.a.steps * per_step / seconds,
-               "peak_rss_bytes": max(r["peak_memory_bytes"] for r in summary["ranks"]),
-               "plan": plan_of(summary["plan"])}
+        out = timed_window(summary, f"{self.work}/steps.jsonl", self.a.warmup_steps, self.a.steps)
+        if "error" in out:
+            return out
         planner = summary.get("planner") or {}
         if planner.get("chosen"):
             out["predicted_samples_per_second"] = planner["chosen"]["throughput"]

@@ -176,27 +176,33 @@ class Race:
         return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"])}
 
     def ours(self, c):
-        """pipetrain's samples/s over the steps after the warm-up, from its per-step log.
-        The line of step k (1-based) holds the clock at the end of step k (the reporting
-        rank's last action on its micro-batches; the line is written a mini-batch later,
-        runtime::MinibatchDone), so the timed window runs from the line of step W
-        (the end of the warm-up) to the last line."""
+        """pipetrain's samples/s over the steps after the warm-up (timed_window)."""
         summary = json.load(open(f"{self.work}/summary.json"))
-        steps = [json.loads(l) for l in open(c.log) if '"event":"step"' in l.replace(" ", "")]
-        w = self.a.warmup_steps
-        if len(steps) != w + self.a.steps:
-            return {"error": f"{len(steps)} steps logged, {w + self.a.steps} run"}
-        per_step = summary["samples"] / len(steps)
-        seconds = steps[-1]["wall_seconds"] - steps[w - 1]["wall_seconds"]
-        out = {"samples_per_second": self.a.steps * per_step / seconds,
-               "peak_rss_bytes": max(r["peak_memory_bytes"] for r in summary["ranks"])}
-        out["plan"] = plan_of(summary["plan"])
+        out = timed_window(summary, c.log, self.a.warmup_steps, self.a.steps)
+        if "error" in out:
+            return out
         # Where each rank's time went, over every step (warm-up included), as fractions:
         # blocked on a message, waiting for a core, and pipetrain's own work (the rest is
         # compute); and each action's mean time.
         out["ranks"] = [{k: r[k] for k in ("wait_fraction", "core_wait_fraction", "overhead_fraction",
                                             "bubble_fraction", "action_seconds")} for r in summary["ranks"]]
         return out
+
+
+def timed_window(summary, log, warmup_steps, steps):
+    """pipetrain's samples/s over the steps after the warm-up, from its per-step log
+    `log` and its summary: {samples_per_second, peak_rss_bytes, plan}, or {error}.
+    The line of step k (1-based) holds the clock at the end of step k (the reporting
+    rank's last action on its micro-batches; the line is written a mini-batch later,
+    runtime::MinibatchDone), so the timed window runs from the line of step W (the end
+    of the warm-up) to the last line."""
+    lines = [json.loads(l) for l in open(log) if '"event":"step"' in l.replace(" ", "")]
+    if len(lines) != warmup_steps + steps:
+        return {"error": f"{len(lines)} steps logged, {warmup_steps + steps} run"}
+    per_step = summary["samples"] / len(lines)
+    seconds = lines[-1]["wall_seconds"] - lines[warmup_steps - 1]["wall_seconds"]
+    return {"samples_per_second": steps * per_step / seconds,
+            "peak_rss_bytes": max(r["peak_memory_bytes"] for r in summary["ranks"]), "plan": plan_of(summary["plan"])}
 
 
 def plan_of(plan):
