@@ -212,6 +212,15 @@ def torchrun_command(hosts, nproc, port, command):
             "--master-addr={master}", f"--master-port={port}", "--no-python", *command]
 
 
+def stop_on_signals():
+    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt, so that a `with Hosts(...)`
+    tears its namespaces down on the way out, as on any other exit."""
+    def stop(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, stop)
+
+
 def parse_rates(items):
     rates = {}
     for item in items or []:
@@ -243,11 +252,7 @@ def main():
     except ValueError as e:
         ap.error(str(e))
 
-    # Interrupted or terminated: tear down on the way out, like any other exit.
-    def stop(signum, _frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, stop)
+    stop_on_signals()
     try:
         with hosts:
             shaped = ", ".join(f"h{i} {r or 'unshaped'}" for i, r in enumerate(hosts.rates))

@@ -7,11 +7,13 @@ Who runs what, every process under torchrun (one agent per host, static rendezvo
 0), on one thread (OMP_NUM_THREADS=1) and one allocator setting (race.py's "tuned"):
 - DDP (ddp_peer.py) at its documented best settings, 25 MiB buckets; and, as a row of its
   own marked lossy, with torch's bf16_compress_hook (gradients all-reduced in bfloat16);
-- torch.distributed.pipelining (pipelining_peer.py): ScheduleGPipe and Schedule1F1B at 2, 4
-  and 8 micro-batches per rank, on the even cut and on the cut pipetrain's plan chose;
+- torch.distributed.pipelining (pipelining_peer.py): ScheduleGPipe and Schedule1F1B at 4
+  micro-batches per rank on the even cut, and at 2, 4 and 8 on the cut of pipetrain's best
+  plan under 1F1B (where that plan is a pipeline of one stage per rank);
   torch's Gloo is told the interface (GLOO_SOCKET_IFNAME=eth0, its documented setting);
 - pipetrain: its plan (`train --batch N`, no plan given: the job measures the link and
-  plans for it), and its data parallelism over the same link (`--data-parallel`).
+  plans for it), its plan under 1F1B (`--schedule 1f1b`), and its data parallelism over
+  the same link (`--data-parallel`).
 Timing as race.py: `--warmup-steps` untimed mini-batches, then `--steps` timed (the peers
 barrier to barrier, pipetrain from its per-step log); `--rounds` rounds, each running every
 configuration once in a random order; paired ratios by round. Each pipetrain plan's
@@ -38,11 +40,12 @@ from race import HERE, MALLOC, REPO, machine, timed_window
 from race_stats import describe, paired
 
 sys.path.insert(0, os.path.join(REPO, "bench", "hosts"))
-from hosts import SKIP, Hosts, Unavailable, torchrun_command  # noqa: E402
+from hosts import SKIP, Hosts, Unavailable, stop_on_signals, torchrun_command  # noqa: E402
 
 LR = 0.01
 MICROBATCH_SIZE = {"tv-vgg": 8, "gpt": 8, "hf-gpt2": 8, "mlp": 32}
 MICROBATCHES_PER_RANK = 4
+PEERS_SCHEDULE_PLAN = "pipetrain's plan under 1f1b"
 
 
 class Configuration:
@@ -56,7 +59,7 @@ class NetworkRace:
         self.a, self.work = a, work
         self.bin = os.path.abspath(os.path.join(a.build, "pipetrain"))
         self.port = 29700
-        self.plan_cut = {}  # model -> pipetrain's plan's cut in pieces, once it has run
+        self.plan_cut = {}  # model -> the cut in pieces of pipetrain's 1F1B plan, once it has run
 
     def configurations(self, model, hosts):
         p = hosts.n
@@ -78,7 +81,7 @@ class NetworkRace:
                                "--hook", "bf16"] + peer, "ddp", env=torch_env, lossy=True)]
         cuts = {"even cut": race.even_bounds(len(pieces["pieces"]), p)}
         if model in self.plan_cut and self.plan_cut[model] != cuts["even cut"]:
-            cuts["the plan's cut"] = self.plan_cut[model]
+            cuts["pipetrain's 1f1b cut"] = self.plan_cut[model]
         for label, cut in cuts.items():
             # Every micro-batch count on the best cut there is (the plan's where it has run).
             counts = (2, 4, 8) if label == list(cuts)[-1] else (MICROBATCHES_PER_RANK,)
@@ -91,6 +94,7 @@ class NetworkRace:
                          ",".join(map(str, cut)), "--microbatches", str(m), "--microbatch-size", str(batch // m)]
                         + peer, "peer", env=torch_env))
         runs.append(Configuration("pipetrain's plan", ours + ["--batch", str(batch)], "plan"))
+        runs.append(Configuration(PEERS_SCHEDULE_PLAN, ours + ["--batch", str(batch), "--schedule", "1f1b"], "plan"))
         runs.append(Configuration("pipetrain data parallel", ours + ["--data-parallel", "--microbatches", str(p),
                                                                      "--microbatch-size", str(batch // p)], "ours"))
         return runs
@@ -153,6 +157,7 @@ def main():
                                                   f"network-race-{datetime.datetime.now():%Y%m%d-%H%M}.json"))
     a = ap.parse_args()
     random.seed(a.seed)
+    stop_on_signals()  # interrupted, the hosts are torn down all the same
     results, ratios = {}, {}
     with tempfile.TemporaryDirectory() as work:
         os.environ["PIPETRAIN_CACHE_DIR"] = f"{work}/cache"  # each job's profile and network, this race's own
@@ -167,13 +172,17 @@ def main():
                 with Hosts(a.hosts, None if rate == "none" else rate) as hosts:
                     for model in models:
                         key = f"{model} at {rate}"
-                        # The plan first, once, so the peer can also run on its cut.
-                        plan = [c for c in race_.configurations(model, hosts) if c.kind == "plan"][0]
-                        first = race_.run(plan, hosts)
-                        print(f"{key} {plan.name} (untimed first run: profiles and measures the link): {first}",
-                              file=sys.stderr, flush=True)
-                        if "plan" in first and "1 stage(s)" not in first["plan"]:
-                            race_.plan_cut[model] = plan_cut(f"{work}/summary.json", f"{work}/{model}.pieces.json")
+                        # The plans first, once, untimed: the first profiles the model and measures
+                        # the link. The peer also runs on the cut of pipetrain's best plan under its
+                        # own schedule, 1F1B, one stage per rank.
+                        for c in race_.configurations(model, hosts):
+                            if c.kind != "plan":
+                                continue
+                            first = race_.run(c, hosts)
+                            print(f"{key} {c.name} (untimed first run): {first}", file=sys.stderr, flush=True)
+                            if c.name == PEERS_SCHEDULE_PLAN and f"{a.hosts} stage(s) of {'/'.join(['1'] * a.hosts)}" \
+                                    in first.get("plan", ""):
+                                race_.plan_cut[model] = plan_cut(f"{work}/summary.json", f"{work}/{model}.pieces.json")
                         runs = race_.configurations(model, hosts)
                         got = {c.name: [] for c in runs}
                         for r in range(a.rounds):
