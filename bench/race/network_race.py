@@ -139,6 +139,10 @@ class NetworkRace:
             out["predicted_samples_per_second"] = planner["chosen"]["throughput"]
             out["links"] = planner.get("links")
         out["measured_network"] = "measuring the network" in console
+        # What the job said before training: the link it measured, the planner's table.
+        said = [l for l in console.splitlines() if not l.startswith(("PROGRESS", "[W", "epoch "))]
+        out["console"] = said[:said.index(next((l for l in said if l.startswith("trained ")), said[-1]))] \
+            if said else []
         return out
 
 

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -10,7 +9,6 @@
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
-#include "pipetrain/util/text.h"
 
 namespace pipetrain::job {
 namespace {

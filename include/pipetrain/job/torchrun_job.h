@@ -3,8 +3,8 @@
 // planner's, for the ranks of its host or for the network between the job's hosts, or a
 // checkpoint's, or the one the flags give) and the other ranks receive it; at the end
 // every rank's result goes to rank 0, which sums up the run, prints it once and writes
-// the outputs. They meet through torchrun's
-// agent store, under keys of this start of the job (torchrun restarts every worker).
+// the outputs. They meet through torchrun's agent store, under keys of this start of the
+// job (torchrun restarts every worker).
 #pragma once
 
 #include <chrono>
