@@ -134,6 +134,9 @@ class NetworkRace:
         out = timed_window(summary, f"{self.work}/steps.jsonl", self.a.warmup_steps, self.a.steps)
         if "error" in out:
             return out
+        # Where each rank's time went, and each action's mean time (as race.py keeps them).
+        out["ranks"] = [{k: r[k] for k in ("wait_fraction", "core_wait_fraction", "overhead_fraction",
+                                            "bubble_fraction", "action_seconds")} for r in summary["ranks"]]
         planner = summary.get("planner") or {}
         if planner.get("chosen"):
             out["predicted_samples_per_second"] = planner["chosen"]["throughput"]
