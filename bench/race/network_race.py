@@ -159,6 +159,9 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup-steps", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
+    ap.add_argument("--runs", default="ddp,peer,plan,ours",
+                    help="which kinds run: ddp, peer (torch.distributed.pipelining), plan (pipetrain's plans), "
+                         "ours (pipetrain's data parallelism)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results",
                                                   f"network-race-{datetime.datetime.now():%Y%m%d-%H%M}.json"))
@@ -190,7 +193,7 @@ def main():
                             if c.name == PEERS_SCHEDULE_PLAN and f"{a.hosts} stage(s) of {'/'.join(['1'] * a.hosts)}" \
                                     in first.get("plan", ""):
                                 race_.plan_cut[model] = plan_cut(f"{work}/summary.json", f"{work}/{model}.pieces.json")
-                        runs = race_.configurations(model, hosts)
+                        runs = [c for c in race_.configurations(model, hosts) if c.kind in a.runs.split(",")]
                         got = {c.name: [] for c in runs}
                         for r in range(a.rounds):
                             order = list(runs)

@@ -37,6 +37,9 @@ constexpr double kProfileBudgetSeconds = 20;
 constexpr double kPassesPerSize = kWarmup + 2 + kMinRepeats + 1;
 constexpr double kPassCost = 3;
 constexpr double kBusiestShare = 1.5;
+// A pass at 2 samples cheaper than this is also timed at 8 (NOTE(pass cost)); a dearer
+// one prices the sizes in proportion.
+constexpr double kCheapPassSeconds = 1.0;
 
 // The largest size worth timing: with a batch, 4x the largest power of two up to 32
 // that divides it, at most the batch, since a larger micro-batch costs less per sample
@@ -100,9 +103,9 @@ struct Sizes {
 // span: timed in one process at every size (`profile --threads 1`, 2026-11-30), the
 // 8 x 1024 mlp at 32 took 1.19-1.31x the chord from 8 to 128, gpt at 8 and 16
 // 0.93-0.97x the chord from 4 to 32. The sizes shrink until the two ends fit
-// kProfileBudgetSeconds, priced by one training pass of the model at two samples: a
-// share of ResNet-50's passes at 32 images of 224 x 224 took a minute on one of this
-// machine's cores, and its profile five minutes before a fifty-second run. Above the
+// kProfileBudgetSeconds, priced by training passes of the model at two and eight
+// samples (NOTE(pass cost)): a share of ResNet-50's passes at 32 images of 224 x 224
+// took a minute on one of this machine's cores, and its profile five minutes before a fifty-second run. Above the
 // larger size the costs then scale in proportion, an upper bound, which the run's
 // measured stage times correct (sharpenCachedProfile).
 //
@@ -130,11 +133,24 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
     return s;
   }
   // Two samples, not one: BatchNorm refuses to train on one value per channel, which is
-  // what a ResNet's last blocks see of a single 28 x 28 image.
-  const double per_sample = profiler::stepSeconds(model, 2, r.blas_threads) / 2;
+  // what a ResNet's last blocks see of a single 28 x 28 image. NOTE(pass cost): a pass
+  // is priced as a fixed part and a part per sample, from passes at 2 and at 8 samples:
+  // in proportion from 2, torchvision's vgg11 at 32 x 32 (411 MB of weights in one
+  // layer, streamed once a pass whatever its samples) priced its passes at 64 samples
+  // 6x too dear, the budget left it micro-batches of 1 and 4, and the planner, pricing
+  // larger ones in proportion from those, chose micro-batches a third as fast per sample
+  // as the ones it passed over (docs/runtime.md#where-the-gap-is-the-profiles-micro-batch-sizes).
+  const double at_two = profiler::stepSeconds(model, 2, r.blas_threads);
+  // The second pass only where it costs seconds, not minutes (a model of billions).
+  const int64_t second = at_two < kCheapPassSeconds ? std::min<int64_t>(8, wantedSize(r)) : 2;
+  const double per_sample =
+      second > 2 ? std::max(0.0, (profiler::stepSeconds(model, second, r.blas_threads) - at_two) /
+                                     static_cast<double>(second - 2))
+                 : at_two / 2;
+  const double fixed = std::max(0.0, at_two - 2 * per_sample);
   const double busiest_share = std::min(1.0, kBusiestShare / processes.count);
   const auto cost = [&](int64_t size) {
-    return kPassesPerSize * kPassCost * per_sample * static_cast<double>(size) * busiest_share;
+    return kPassesPerSize * kPassCost * (fixed + per_sample * static_cast<double>(size)) * busiest_share;
   };
   // Where that leaves a size of one, the model must train on one sample: BatchNorm on a
   // 1 x 1 map does not (DenseNet's last block on 32 x 32 images), so the sizes stay at 2
