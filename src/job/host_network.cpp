@@ -1,7 +1,5 @@
 #include "pipetrain/job/host_network.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
 
@@ -48,14 +46,13 @@ std::string rate(double bytes_per_second) {
 }  // namespace
 
 Json RankPlace::toJson() const {
-  return {{"host", host},       {"identity", identity}, {"address", address},
-          {"local_rank", local_rank}, {"threads", threads}, {"device", device}};
+  return {{"identity", identity}, {"address", address}, {"local_rank", local_rank},
+          {"threads", threads},    {"device", device}};
 }
 
 RankPlace RankPlace::fromJson(const Json& j, const std::string& origin) {
   try {
     RankPlace p;
-    p.host = j.at("host").get<std::string>();
     p.identity = j.at("identity").get<std::string>();
     p.address = j.at("address").get<std::string>();
     p.local_rank = j.at("local_rank").get<int>();
@@ -69,8 +66,6 @@ RankPlace RankPlace::fromJson(const Json& j, const std::string& origin) {
 
 RankPlace thisRankPlace(const runtime::Rendezvous& rendezvous, int local_rank, const std::string& device, int threads) {
   RankPlace p;
-  char name[256] = {};
-  p.host = gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "localhost";
   p.identity = runtime::hostIdentity();
   p.address = runtime::localAddressToward(rendezvous.master_addr, rendezvous.master_port);
   p.local_rank = local_rank;

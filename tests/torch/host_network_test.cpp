@@ -11,8 +11,7 @@ namespace {
 
 RankPlace place(const std::string& identity, int local_rank) {
   RankPlace p;
-  p.host = "machine";
-  p.identity = identity;
+  p.identity = "machine/boot/netns " + identity;
   p.address = "10.99.0." + identity;
   p.local_rank = local_rank;
   p.threads = 1;
@@ -28,10 +27,10 @@ TEST(HostNetwork, HostsAreToldApartByIdentityNotName) {
 TEST(HostNetwork, APlaceRoundTripsThroughTheStore) {
   const RankPlace p = place("2", 1);
   const RankPlace q = RankPlace::fromJson(p.toJson(), "test");
-  EXPECT_EQ(q.identity, "2");
+  EXPECT_EQ(q.identity, "machine/boot/netns 2");
   EXPECT_EQ(q.address, "10.99.0.2");
   EXPECT_EQ(q.local_rank, 1);
-  EXPECT_THROW(RankPlace::fromJson(json_io::Json{{"host", "a"}}, "rank 1's place"), Error);
+  EXPECT_THROW(RankPlace::fromJson(json_io::Json{{"identity", "a"}}, "rank 1's place"), Error);
 }
 
 TEST(HostNetwork, TheKeyChangesWithAnyRanksPlace) {

@@ -20,8 +20,7 @@ namespace pipetrain::job {
 
 // Where one rank of a job runs, as rank 0 learns it before measuring anything.
 struct RankPlace {
-  std::string host;     // its host's name
-  std::string identity; // its host's runtime::hostIdentity(): ranks are on one host when theirs agree
+  std::string identity; // its host's runtime::hostIdentity() (its name first): ranks are on one host when theirs agree
   std::string address;  // the address it reaches the master from (profiler::RankHost::address)
   int local_rank = 0;
   int threads = 0;      // the threads it computes on

@@ -21,8 +21,9 @@ std::vector<LinkTraffic> planTraffic(const CostModel& cost) {
       const int peer = one.rankOf(a.peer_stage, microbatch);
       const int from = cost.deviceOfRank(rank), to = cost.deviceOfRank(peer);
       const cluster::Route route = cluster.route(from, to);
-      LinkTraffic& t = messages[{{producer, consumer}, cluster.routeName(from, to)}];
-      t.link = cluster.routeName(from, to);
+      const std::string link = cluster.routeName(from, to);
+      LinkTraffic& t = messages[{{producer, consumer}, link}];
+      t.link = link;
       t.what = "stages " + std::to_string(producer) + " -> " + std::to_string(consumer);
       const double bytes = cost.messageBytes(a);
       t.bytes += bytes;

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
-#include <functional>
 #include <set>
 #include <utility>
 
