@@ -69,10 +69,10 @@ int run(const Args& a) {
     c.model_config[kv.substr(0, eq)] = std::stoll(kv.substr(eq + 1));
   }
   c.data.name = a.dataset;
-  c.optimizer = a.optimizer;
+  c.optimizer.name = a.optimizer;
   c.lr = a.lr;
-  c.momentum = a.momentum;
-  c.lr_warmup_steps = a.lr_warmup;
+  c.optimizer.momentum = a.momentum;
+  c.lr_schedule.warmup_steps = a.lr_warmup;
   c.seed = a.seed;
   const models::Model probe = runtime::openModel(c);
   std::vector<std::string> names;

@@ -327,7 +327,7 @@ Command addProfileCommand(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--warmup", a->options.warmup, "untimed passes over the model first; more until one touches no new memory page")->capture_default_str();
   cmd->add_option("--repeats", a->options.repeats, "timed passes over the model (each layer's median is kept)")->capture_default_str();
-  cmd->add_option("--optimizer", a->options.optimizer, "adam or sgd (momentum): optimizer state per parameter")
+  cmd->add_option("--optimizer", a->options.optimizer, "adam, adamw or sgd (momentum): optimizer state per parameter")
       ->capture_default_str();
   cmd->add_option("--min-repeats", a->options.min_repeats,
                   "stop timing after this many passes once their totals agree within --spread (0: time --repeats)")

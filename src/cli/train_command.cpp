@@ -17,6 +17,7 @@
 #include "commands.h"
 #include "model_options.h"
 #include "options.h"
+#include "recipe_options.h"
 #include "train_console.h"
 #include "pipetrain/graph/profile_cache.h"
 #include "pipetrain/job/local_launch.h"
@@ -196,6 +197,7 @@ models::Model decideJobPlan(job::TrainRequest& a, const CLI::App& cmd, bool rank
   }
   checkPlanFlags(a, cmd);
   models::Model model = runtime::openModel(a.config);  // an unknown model fails here, first
+  runtime::checkRecipe(a.config, model);               // a bad recipe before any profiling
   data::openDataset(a.config.data, model.input);     // so does a missing or unfitting dataset
   prepareOutputs(a);
   // Every rank trains exactly the plan decided here: it goes to them as a file.
@@ -368,12 +370,7 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--epochs", c.epochs, "epochs")->check(positive())->capture_default_str();
   cmd->add_option("--max-steps", c.max_steps_per_epoch, "stop each epoch after this many mini-batches")
       ->check(positive());
-  cmd->add_option("--optimizer", c.optimizer, "adam or sgd (momentum 0.9)")->capture_default_str();
-  cmd->add_option("--lr", c.lr, "learning rate")->capture_default_str();
-  cmd->add_option("--lr-warmup", c.lr_warmup_steps,
-                  "linear learning-rate warm-up over this many optimizer steps of each stage (PipeDream steps per "
-                  "micro-batch)")
-      ->check(CLI::NonNegativeNumber);
+  addRecipeOptions(cmd, c);
   cmd->add_option("--seed", c.seed, "model initialisation and data order")->capture_default_str();
   cmd->add_option("--plan", a->plan, "plan JSON: stages (by layer name), micro-batching and schedule");
   cmd->add_option("--cores", a->cores, "cores the local ranks share (default: all); each rank gets cores / nproc")

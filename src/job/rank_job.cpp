@@ -1,6 +1,7 @@
 #include "pipetrain/job/rank_job.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -34,6 +35,7 @@ class MetricsLog {
     } else {
       line = {{"event", "step"}, {"epoch", p.epoch + 1}, {"step", p.step}, {"steps", p.steps}, {"loss", p.loss},
               {"samples_per_second", p.samples_per_second}, {"wall_seconds", p.wall_seconds}};
+      if (!std::isnan(p.grad_norm)) line["grad_norm"] = p.grad_norm;
     }
     out_ << line.dump() << "\n" << std::flush;
   }

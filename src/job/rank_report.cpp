@@ -1,5 +1,6 @@
 #include "pipetrain/job/rank_report.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "pipetrain/schedule/action.h"
@@ -87,6 +88,7 @@ Json rankResultToJson(const runtime::RankResult& r) {
           {"stages", r.stages},
           {"last_stage", r.last_stage},
           {"final_loss", r.final_loss},
+          {"grad_norms", r.grad_norms},
           {"test_accuracy", r.test_accuracy},
           {"test_loss", r.test_loss},
           {"history", history},
@@ -127,6 +129,8 @@ runtime::RankResult rankResultFromJson(const Json& json, const std::string& orig
   for (const JsonCursor& s : c.field("stages").asArray()) r.stages.push_back(static_cast<int>(s.asNonNegativeInt()));
   r.last_stage = c.field("last_stage").asBool();
   r.final_loss = c.field("final_loss").asNumber();
+  for (const JsonCursor& n : c.field("grad_norms").asArray())  // NaN, where a step had none, is written null
+    r.grad_norms.push_back(n.node().is_null() ? std::nan("") : n.asNumber());
   r.test_accuracy = c.field("test_accuracy").asNumber();
   r.test_loss = c.field("test_loss").asNumber();
   for (const JsonCursor& e : c.field("history").asArray()) r.history.push_back(evalFromJson(e));

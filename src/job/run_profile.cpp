@@ -194,7 +194,7 @@ std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig
   std::vector<std::vector<std::string>> commands;
   for (int k = 0; k < processes.count; ++k) {
     std::vector<std::string> argv{"pipetrain", "profile", "--batch", joined(sizes.timed),
-                                  "--optimizer", config.optimizer, "--warmup", std::to_string(kWarmup),
+                                  "--optimizer", config.optimizer.name, "--warmup", std::to_string(kWarmup),
                                   "--repeats", std::to_string(kRepeats), "--min-repeats", std::to_string(kMinRepeats),
                                   "--share", std::to_string(k) + "/" + std::to_string(processes.count),
                                   "--rendezvous", rendezvous,
@@ -296,7 +296,7 @@ graph::ProfileKey profileKey(const runtime::TrainConfig& config, const ProfileRe
   }
   key.add("device", runtime::describeDevice(device));  // "cpu", or "cuda:0 (NVIDIA H200)"
   key.add("precision", config.precision);
-  key.add("optimizer", config.optimizer);
+  key.add("optimizer", config.optimizer.name);
   // What the process holds beyond its tensors, which runs teach the profile, is the
   // allocator's (util/allocator.h): this process's is its ranks'.
   key.add("heap", util::heapName());

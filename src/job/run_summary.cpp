@@ -8,6 +8,7 @@
 #include "pipetrain/job/run_prediction.h"
 #include "pipetrain/job/run_profile.h"
 #include "pipetrain/planner/update_rule.h"
+#include "pipetrain/recipe/recipe.h"
 #include "pipetrain/report/pages.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/trace/chrome_trace.h"
@@ -194,6 +195,9 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
        {"predicted_timeline", trace::timelineToJson(prediction.timeline)}};
   if (!planner.is_null()) s["planner"] = planner;
   if (!run.events.empty()) s["events"] = run.events;
+  s["recipe"] = recipe::recipeToJson(request.config.optimizer, request.config.lr, request.config.lr_schedule,
+                                     request.config.clip_grad_norm);
+  if (last && !last->grad_norms.empty()) s["grad_norms"] = last->grad_norms;
   if (last && last->test_accuracy >= 0) s["test_accuracy"] = last->test_accuracy;
   if (last && last->test_loss >= 0) s["test_loss"] = last->test_loss;
   return summary;

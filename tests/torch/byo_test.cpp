@@ -205,7 +205,7 @@ TEST(ByoModel, RegressionTargetsTrainWithMeanSquaredError) {
   c.data.file = path;
   // SGD: Adam divides by the gradients' running magnitude and so magnifies rounding
   // where gradients are tiny; this test is about the loss, not the optimizer.
-  c.optimizer = "sgd";
+  c.optimizer.name = "sgd";
   c.lr = 0.05;
   EXPECT_EQ(openModel(c).input.loss, models::LossKind::kMeanSquaredError);
   // The profile prices the loss on float targets of the output's shape (NOTE(loss)).

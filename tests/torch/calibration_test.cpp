@@ -16,7 +16,7 @@ namespace {
 TrainConfig fmnistMlp() {
   TrainConfig c = smallConfig("mlp", {{"layers", 4}, {"width", 64}});
   c.data.name = "fashion-mnist";
-  c.optimizer = "adam";
+  c.optimizer.name = "adam";
   c.lr = 1e-3;
   c.plan.microbatch_size = 16;
   c.plan.microbatches = 4;

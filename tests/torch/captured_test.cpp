@@ -26,7 +26,7 @@ TrainConfig capturedConfig(const std::string& model_file, const std::string& dat
   c.max_steps_per_epoch = 3;
   c.evaluate = false;
   c.threads = 1;
-  c.optimizer = "sgd";  // linear in the gradient: 1e-5 holds (training_harness.h)
+  c.optimizer.name = "sgd";  // linear in the gradient: 1e-5 holds (training_harness.h)
   c.lr = 0.05;
   return c;
 }

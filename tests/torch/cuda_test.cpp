@@ -139,36 +139,45 @@ TEST(Cuda, AsynchronousSchedulesMatchTheirStalenessRules) {
 }
 
 // Adam's fused step on a GPU (runtime::makeOptimizer): a pipeline matches single-GPU
-// training with it, and its update is LibTorch's per-tensor Adam's within fp32 rounding.
+// training with it, and its update (AdamW's too) is LibTorch's per-tensor one within fp32 rounding.
 TEST(Cuda, FusedAdamMatchesLibTorchAdam) {
   REQUIRE_GPU();
   TrainConfig c = onGpu(smallConfig("gpt", {{"layers", 4}, {"width", 32}, {"heads", 2}, {"context", 8}}));
-  c.optimizer = "adam";
+  c.optimizer.name = "adam";
   c.lr = 1e-3;
   usePlan(c, "1f1b", {1, 1});
   expectMatchesReference(c);
 
-  torch::manual_seed(0);
-  const torch::Device gpu("cuda");
-  std::vector<torch::Tensor> fused, plain;
-  for (const auto& shape : std::vector<std::vector<int64_t>>{{33, 7}, {5}, {128, 64}}) {
-    fused.push_back(torch::randn(shape, gpu).requires_grad_(true));
-    plain.push_back(fused.back().detach().clone().requires_grad_(true));
-  }
-  const auto optimizer = makeOptimizer("adam", 1e-2, 0.0, fused);
-  torch::optim::Adam reference(plain, torch::optim::AdamOptions(1e-2));
-  for (int step = 0; step < 5; ++step) {
-    for (std::size_t k = 0; k < fused.size(); ++k) {
-      const torch::Tensor g = torch::randn_like(fused[k]);
-      fused[k].mutable_grad() = g.clone();
-      plain[k].mutable_grad() = g.clone();
+  for (const std::string name : {"adam", "adamw"}) {
+    torch::manual_seed(0);
+    const torch::Device gpu("cuda");
+    std::vector<torch::Tensor> fused, plain;
+    for (const auto& shape : std::vector<std::vector<int64_t>>{{33, 7}, {5}, {128, 64}}) {
+      fused.push_back(torch::randn(shape, gpu).requires_grad_(true));
+      plain.push_back(fused.back().detach().clone().requires_grad_(true));
     }
-    optimizer->step();
-    reference.step();
-  }
-  for (std::size_t k = 0; k < fused.size(); ++k) {
-    EXPECT_LT((fused[k] - plain[k]).abs().max().item<double>(), 1e-6) << "parameter " << k;
-    EXPECT_EQ(optimizerState(*optimizer, fused[k]).at("adam.step").item<int64_t>(), 5);
+    recipe::OptimizerOptions o;
+    o.name = name;
+    o.weight_decay = 0.1;
+    const auto optimizer = makeOptimizer(o, 1e-2, fused);
+    std::unique_ptr<torch::optim::Optimizer> reference;
+    if (name == "adam")
+      reference = std::make_unique<torch::optim::Adam>(plain, torch::optim::AdamOptions(1e-2).weight_decay(0.1));
+    else
+      reference = std::make_unique<torch::optim::AdamW>(plain, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+    for (int step = 0; step < 5; ++step) {
+      for (std::size_t k = 0; k < fused.size(); ++k) {
+        const torch::Tensor g = torch::randn_like(fused[k]);
+        fused[k].mutable_grad() = g.clone();
+        plain[k].mutable_grad() = g.clone();
+      }
+      optimizer->step();
+      reference->step();
+    }
+    for (std::size_t k = 0; k < fused.size(); ++k) {
+      EXPECT_LT((fused[k] - plain[k]).abs().max().item<double>(), 1e-6) << name << ", parameter " << k;
+      EXPECT_EQ(optimizerState(*optimizer, fused[k]).at(name + ".step").item<int64_t>(), 5);
+    }
   }
 }
 

@@ -31,7 +31,7 @@ TEST(ExecutorReports, EachMinibatchIsReportedInOrderWithTheTimeItsLastActionEnde
   spec.minibatches = minibatches;
   const schedule::Program program = schedule::buildProgram(spec, schedule::chainDag(1));
   auto group = makeInProcessGroup(1, std::chrono::seconds(20));
-  auto sgd = [](std::vector<torch::Tensor> p) {
+  auto sgd = [](int, std::vector<torch::Tensor> p) {
     return std::make_unique<torch::optim::SGD>(std::move(p), torch::optim::SGDOptions(0.1));
   };
   PipelineExecutor executor(program, 0, model, {StageLayers{all}}, b, *group[0], sgd);
@@ -41,7 +41,7 @@ TEST(ExecutorReports, EachMinibatchIsReportedInOrderWithTheTimeItsLastActionEnde
 
   std::vector<int> reported;
   std::vector<double> ended;
-  const RunResult r = executor.run(program, data, Clock::now(), [&](int k, double loss, double at) {
+  const RunResult r = executor.run(program, data, Clock::now(), [&](int k, double loss, double at, double) {
     EXPECT_FALSE(std::isnan(loss)) << "mini-batch " << k;
     reported.push_back(k);
     ended.push_back(at);

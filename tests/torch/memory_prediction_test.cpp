@@ -24,7 +24,7 @@ TEST(MemoryPrediction, OneStageWithinTwoPercentOfTheAllocatorsPeak) {
     SCOPED_TRACE(precision);
     TrainConfig c = smallConfig("gpt", {{"layers", 4}, {"width", 128}, {"heads", 4}, {"context", 64}});
     c.precision = precision;
-    c.optimizer = "adam";
+    c.optimizer.name = "adam";
     c.lr = 1e-3;
     c.data.synthetic_size = 32;
     c.max_steps_per_epoch = 2;  // the second step holds Adam's state from the first

@@ -130,7 +130,7 @@ OneRankRun runOneStage(int recomputed, int width, int microbatches, int64_t b) {
   spec.microbatches = microbatches;
   const schedule::Program program = schedule::buildProgram(spec, schedule::chainDag(1));
   auto group = makeInProcessGroup(1, std::chrono::seconds(20));
-  auto sgd = [](std::vector<torch::Tensor> p) {
+  auto sgd = [](int, std::vector<torch::Tensor> p) {
     return std::make_unique<torch::optim::SGD>(std::move(p), torch::optim::SGDOptions(0.1));
   };
   const int layers = static_cast<int>(all.size());

@@ -93,7 +93,7 @@ TEST(PipelineTraining, AdamMatchesWithinAHundredthOfAStep) {
     for (const std::string schedule : {"1f1b", "zb-h2"}) {
       SCOPED_TRACE(m.model + " " + schedule);
       TrainConfig c = smallConfig(m.model, m.config);
-      c.optimizer = "adam";
+      c.optimizer.name = "adam";
       c.lr = 1e-3;
       usePlan(c, schedule, {1, 1});
       expectMatchesReference(c);
@@ -336,27 +336,27 @@ TEST(AsynchronousTraining, WeightVersionsHeldEqualTheProgramsAccounting) {
     }
 }
 
-// A linear warm-up of the learning rate (TrainConfig::lr_warmup_steps) counts each
+// A linear warm-up of the learning rate (TrainConfig::lr_schedule) counts each
 // stage's own steps: a mini-batch under the synchronous schedules and 2BW, a micro-batch
 // under PipeDream; it multiplies PipeMare's T1.
 TEST(AsynchronousTraining, LearningRateWarmUpMatchesItsReferences) {
   TrainConfig c = smallConfig("mlp", cases()[0].config);
   usePlan(c, "1f1b", {1, 1});
   const models::Model plain = trainReference(c);
-  c.lr_warmup_steps = 3;
+  c.lr_schedule.warmup_steps = 3;
   const models::Model warmed = trainReference(c);
   const int n = static_cast<int>(plain.layers.size());
   EXPECT_GT(relativeError(warmed.parameters(0, n), plain.parameters(0, n)), 1e-4);  // it changes training
   expectMatchesReference(c);
   for (const std::string schedule : {"pipedream", "2bw", "pipemare"}) {
     TrainConfig a = asyncConfig(schedule, 3);
-    a.lr_warmup_steps = 5;
+    a.lr_schedule.warmup_steps = 5;
     a.plan.schedule.pipemare_lr_warmup = schedule == "pipemare";
     a.plan.schedule.pipemare_warmup_steps = 2;
     usePlan(a, schedule, {1, 1, 1});
     expectMatchesStalenessReference(a);
     TrainConfig cold = a;
-    cold.lr_warmup_steps = 0;
+    cold.lr_schedule.warmup_steps = 0;
     const models::Model stale_warmed = trainStalenessReference(a), stale_cold = trainStalenessReference(cold);
     const int layers = static_cast<int>(stale_cold.layers.size());
     EXPECT_GT(relativeError(stale_warmed.parameters(0, layers), stale_cold.parameters(0, layers)), 1e-4) << schedule;

@@ -61,7 +61,7 @@ TEST(StageGraphTraining, AReplicatedBranchOverGloo) {
 TEST(StageGraphTraining, AsynchronousStageGraphsMatchTheirStalenessRule) {
   TrainConfig c = fmnistBranch();
   useGraphPlan(c, "pipedream", {{"conv1"}, {"conv2"}, {"mlp"}, {"fusion", "head"}});
-  c.optimizer = "sgd";
+  c.optimizer.name = "sgd";
   const std::vector<RankResult> results = runInProcess(c, rankCount(c));
   const models::Model reference = trainStalenessReference(c);
   for (const RankResult& r : results)
@@ -95,12 +95,12 @@ TEST(StageGraphTraining, AnOutputReadByTwoStagesGetsBothGradients) {
   torch::manual_seed(9);
   const torch::Tensor x = torch::randn({m * b, 4});
   const torch::Tensor y = torch::randint(0, 3, {m * b});
-  auto sgd = [](std::vector<torch::Tensor> p) {
+  auto sgd = [](int, std::vector<torch::Tensor> p) {
     return std::make_unique<torch::optim::SGD>(std::move(p), torch::optim::SGDOptions(0.5));
   };
   // One process: the mean loss over the mini-batch, one step.
   models::Model reference = fanOutModel();
-  auto optimizer = sgd(reference.parameters(0, 3));
+  auto optimizer = sgd(0, reference.parameters(0, 3));
   models::lossOf(reference, models::forwardModel(reference, x), y).backward();
   optimizer->step();
 

@@ -83,7 +83,24 @@ struct MicrobatchData {
   std::function<int64_t(int)> valid_samples;
 };
 
-using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+// Stage `stage`'s optimizer over its parameters (in models::Model::parameters order).
+using OptimizerFactory =
+    std::function<std::unique_ptr<torch::optim::Optimizer>(int stage, std::vector<torch::Tensor> params)>;
+
+// What a STEP applies besides the gradients: the rate of a stage's k-th step (the
+// learning-rate schedule; PipeMare's T1 multiplies it), and clipping by gradient norm as
+// torch.nn.utils.clip_grad_norm_ clips (docs/training.md, "Clipping across stages"):
+// - whole_model: the norm of every gradient of the model (each replicated stage's and
+//   each tied weight's once), agreed by all ranks before any of them steps. Needs every
+//   rank's first STEP of a round to follow all of its gradients of that round, which
+//   every synchronous schedule's Program does (schedule::stepsFollowAllGradients).
+// - else each stage by the norm of its own gradient (the rule for asynchronous
+//   schedules, whose stages step at different times on different micro-batches).
+struct StepRecipe {
+  std::function<double(int stage, int64_t step)> rate;  // empty: the optimizer's own rate
+  double clip_norm = 0;                                 // 0: no clipping
+  bool whole_model = true;
+};
 
 // Corrections for Programs whose backward passes read the latest weights
 // (BackwardWeights::kLatest): PipeMare's T1 and T2 (schedule/staleness.h). Ignored for
@@ -123,11 +140,13 @@ struct StageWeights {
   int64_t param_bytes = 0;
 };
 
-// A mini-batch's report: its index in the run, its mean loss, and when this rank's last
+// A mini-batch's report: its index in the run, its mean loss, when this rank's last
 // action on its micro-batches ended (seconds since the run's origin; its STEP comes
 // after; on a GPU, when the host had issued it, which the loss read a mini-batch later
-// keeps within a mini-batch of the device).
-using MinibatchDone = std::function<void(int minibatch, double loss, double ended_seconds)>;
+// keeps within a mini-batch of the device), and the gradient norm its steps clipped by
+// (the whole model's; under per-stage clipping, the latest of this rank's stages'; NaN
+// without clipping).
+using MinibatchDone = std::function<void(int minibatch, double loss, double ended_seconds, double grad_norm)>;
 
 class PipelineExecutor {
  public:
@@ -137,7 +156,7 @@ class PipelineExecutor {
   PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                    std::vector<StageLayers> stages, int64_t microbatch_size, DataChannel& channel,
                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections = {},
-                   Precision precision = Precision::kFp32, int64_t lr_warmup_steps = 0);
+                   Precision precision = Precision::kFp32, StepRecipe recipe = {});
   ~PipelineExecutor();
 
   // Runs `program` once: the constructor's, or another of the same plan with another

@@ -101,6 +101,11 @@ struct Model {
   std::vector<torch::Tensor> parameters(const std::vector<int>& layers) const;
 };
 
+// The names of Model::parameters(layers), in its order: the user's state_dict names where
+// the model's TorchScript file maps them (`pipetrain_state_dict`, written by the capture;
+// a tied weight's first name), else "<layer>.<parameter>".
+std::vector<std::string> parameterNames(const Model& model, const std::vector<int>& layers);
+
 // The parameter a tied weight's holder holds. Throws Error when the layer has none so named.
 torch::Tensor heldParameter(const Model& model, const TiedWeight::Holder& holder);
 // Gives every holder of each tied weight the sum of the holders' gradients (an undefined

@@ -10,6 +10,7 @@
 // executor.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "pipetrain/checkpoint/manifest.h"
 #include "pipetrain/plan/plan.h"
+#include "pipetrain/recipe/recipe.h"
 #include "pipetrain/schedule/program.h"
 #include "pipetrain/torch/data.h"
 #include "pipetrain/torch/executor.h"
@@ -35,13 +37,16 @@ struct TrainConfig {
   plan::Plan plan;
   int epochs = 1;
   int64_t max_steps_per_epoch = -1;      // -1 = the whole epoch
-  std::string optimizer = "adam";        // adam | sgd (with momentum)
-  double lr = 1e-3;
-  double momentum = 0.9;
-  // Linear learning-rate warm-up over this many optimizer steps of each stage (0: none):
-  // step k runs at lr x (k + 1) / lr_warmup_steps until that reaches lr. A stage steps
-  // once per mini-batch, but after every micro-batch (per replica round) under PipeDream.
-  int64_t lr_warmup_steps = 0;
+  // The recipe (recipe/recipe.h): optimizer, the rate of every step, clipping.
+  recipe::OptimizerOptions optimizer;
+  double lr = 1e-3;                      // the base rate, which the schedule shapes
+  // Over the optimizer steps of each stage: a stage steps once per mini-batch, but after
+  // every micro-batch (per replica round) under PipeDream; the decay runs to the run's
+  // last step (epochs x mini-batches per epoch x the stage's steps per mini-batch).
+  recipe::LearningRateSchedule lr_schedule;
+  // Clip gradients to this norm (0: off): the whole model's under a synchronous
+  // schedule, each stage's own under an asynchronous one (executor.h, StepRecipe).
+  double clip_grad_norm = 0;
   uint64_t seed = 0;                     // model initialisation and data order
   bool evaluate = true;                  // test accuracy and loss at every epoch end
   int threads = 0;                       // intra-op threads; 0 = leave LibTorch's default
@@ -78,6 +83,7 @@ struct Progress {
   int epoch = 0;
   int64_t step = 0, steps = 0;           // within the epoch
   double loss = 0;                       // last mini-batch (last-stage ranks)
+  double grad_norm = NAN;                // its gradient norm, when clipping (MinibatchDone)
   double samples_per_second = 0;
   double wall_seconds = 0;               // since training began
   // The one rank whose loss and evaluations are the run's: the last stage's, for the
@@ -91,6 +97,9 @@ struct RankResult {
   std::vector<int> stages;
   bool last_stage = false;
   double final_loss = 0;
+  // Per mini-batch of this start, the gradient norm clipped by (MinibatchDone; empty
+  // without clipping).
+  std::vector<double> grad_norms;
   double test_accuracy = -1;             // -1 when not evaluated (or not a last stage)
   double test_loss = -1;
   std::vector<EvalPoint> history;        // last-stage ranks, when evaluating
@@ -176,6 +185,11 @@ checkpoint::Identity identityOf(const TrainConfig& config);
 // one-mini-batch Program: the launcher's check (trainRank makes the same checks).
 // `model` is the config's (openModel), opened once by the caller.
 schedule::Program checkConfig(const TrainConfig& config, const models::Model& model, int world_size);
+
+// The recipe's options (recipe/recipe.h) and the no-decay rule against `model`'s
+// parameter names (a rule that exempts none of them is refused): an Error naming the
+// option. checkConfig runs it too; a launcher runs it first, before any profiling.
+void checkRecipe(const TrainConfig& config, const models::Model& model);
 
 // The model's layers (indices, in the model's order) that each stage of the plan runs.
 // Throws Error naming the stage and layer when a layer is unknown, in two stages or in

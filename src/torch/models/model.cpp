@@ -2,6 +2,7 @@
 // the LayerGraph the planner consumes. The wiring of a DAG's layers is in wiring.cpp.
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "pipetrain/util/error.h"
 #include "zoo.h"
@@ -106,6 +107,30 @@ std::vector<torch::Tensor> Model::parameters(const std::vector<int>& indices) co
   for (int l : indices) {
     checkRange(*this, l, l + 1);
     for (const torch::Tensor& p : layers[l].module.ptr()->parameters()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::string> parameterNames(const Model& model, const std::vector<int>& layers) {
+  std::map<const void*, std::string> user;  // by TensorImpl
+  constexpr const char* kUserNames = "pipetrain_state_dict";
+  if (model.script && model.script->hasattr(kUserNames) && model.script->attr(kUserNames).isGenericDict()) {
+    std::map<std::string, std::string> by_key;
+    for (const auto& entry : model.script->attr(kUserNames).toGenericDict())
+      if (entry.key().isString() && entry.value().isString()) {
+        const std::string names = entry.value().toStringRef();
+        by_key[entry.key().toStringRef()] = names.substr(0, names.find(','));
+      }
+    for (const auto& p : model.script->named_parameters(/*recurse=*/true))
+      if (auto it = by_key.find(p.name); it != by_key.end()) user[p.value.unsafeGetTensorImpl()] = it->second;
+  }
+  std::vector<std::string> out;
+  for (int l : layers) {
+    checkRange(model, l, l + 1);
+    for (const auto& p : model.layers[l].module.ptr()->named_parameters()) {
+      auto it = user.find(p.value().unsafeGetTensorImpl());
+      out.push_back(it != user.end() ? it->second : model.layers[l].name + "." + p.key());
+    }
   }
   return out;
 }

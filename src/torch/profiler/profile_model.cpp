@@ -158,6 +158,14 @@ struct Timings {
 // beside them). The learning rate is 0: each step reads and writes every weight as
 // training does (x - 0 * y), and leaves it as it was. The destructor gives the
 // parameters their gradients back.
+// The profile times the step of the optimizer the run will use (SGD with its default
+// momentum: the buffer's update costs as much at any momentum above 0).
+recipe::OptimizerOptions optimizerOptions(const std::string& name) {
+  recipe::OptimizerOptions o;
+  o.name = name;
+  return o;
+}
+
 class LayerSteps {
  public:
   LayerSteps(std::vector<LayerRun>& runs, const std::string& optimizer) {
@@ -170,7 +178,7 @@ class LayerSteps {
         sums_.back().emplace_back(p, run.grad_sums[k]);
       }
       optimizers_.push_back(run.params.empty() ? nullptr
-                                               : runtime::makeOptimizer(optimizer, 0.0, /*momentum=*/0.9, run.params));
+                                               : runtime::makeOptimizer(optimizerOptions(optimizer), 0.0, run.params));
     }
   }
   ~LayerSteps() {  // last lent first: a parameter two layers share gets its own gradient back
@@ -408,9 +416,9 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
 }  // namespace
 
 int64_t optimizerStateBytes(const std::string& optimizer, int64_t param_bytes) {
-  if (optimizer == "adam") return 2 * param_bytes;  // first and second moments
-  if (optimizer == "sgd") return param_bytes;       // the momentum buffer
-  throw Error("unknown optimizer '" + optimizer + "' (known: adam, sgd)");
+  if (optimizer == "adam" || optimizer == "adamw") return 2 * param_bytes;  // first and second moments
+  if (optimizer == "sgd") return param_bytes;                              // the momentum buffer
+  throw Error("unknown optimizer '" + optimizer + "' (known: adam, adamw, sgd)");
 }
 
 double stepSeconds(const models::Model& model, int64_t batch, int threads, runtime::Precision precision) {

@@ -17,9 +17,8 @@ namespace {
 json_io::Json identityJson(const TrainConfig& c, int64_t batch, const CalibrationBudget& budget) {
   const checkpoint::Identity id = identityOf(c);
   return {{"model", id.model},       {"model_file", id.model_file}, {"model_options", c.model_config},
-          {"data", id.data},         {"seed", c.seed},              {"optimizer", c.optimizer},
-          {"lr", c.lr},              {"momentum", c.momentum},      {"precision", c.precision},
-          {"lr_warmup_steps", c.lr_warmup_steps},
+          {"data", id.data},         {"seed", c.seed},              {"precision", c.precision},
+          {"recipe", recipe::recipeToJson(c.optimizer, c.lr, c.lr_schedule, c.clip_grad_norm)},
           {"batch", batch},          {"seconds_per_rule", budget.seconds_per_rule},
           {"evaluations", budget.evaluations}, {"held_out", budget.held_out}};
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gradient_clipping.h"
 #include "pipetrain/sim/cost_model.h"
 #include "pipetrain/util/error.h"
 
@@ -28,9 +29,9 @@ MinibatchLoss PipelineExecutor::Impl::minibatchLoss(const schedule::Program& p, 
 }
 
 PipelineExecutor::Impl::Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s,
-                             DataChannel& t, const LatestWeightCorrections& c, Precision precision, int64_t warmup)
+                             DataChannel& t, const LatestWeightCorrections& c, Precision precision, StepRecipe recipe)
     : program(&p), rank(r), model(m), stages(std::move(s)), channel(t), corrections(c), precision(precision),
-      lr_warmup_steps(warmup), latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
+      recipe(std::move(recipe)), latest(p.backward_weights == schedule::BackwardWeights::kLatest) {}
 
 void PipelineExecutor::Impl::postReceive(const Action& a, const schedule::MessageFacts& m) {
   const Edge& edge = edges.at({m.producer, m.consumer});
@@ -203,6 +204,49 @@ void PipelineExecutor::Impl::armBuckets(const schedule::PositionFacts& at) {
   if (at.completes_gradients_of >= 0) state.at(at.completes_gradients_of).buckets->arm();
 }
 
+torch::Tensor PipelineExecutor::Impl::clipCoefficientAt(const Action& a) {
+  const auto factor = [&](int stage, int v) { return facts.steps.gradient_factor[stage].at(v); };
+  auto gradsOf = [&](int s) {
+    std::vector<torch::Tensor> grads;
+    for (const torch::Tensor& p : state.at(s).params)
+      if (!(tied && tied->isLaterCopy(p))) grads.push_back(p.grad());
+    return grads;
+  };
+  if (!recipe.whole_model) {
+    latest_squared_norm = squaredNorm(gradsOf(a.stage), factor(a.stage, a.version), state.at(a.stage).device);
+    return clipCoefficient(latest_squared_norm, recipe.clip_norm);
+  }
+  auto known = clip_of_version.find(a.version);
+  if (known != clip_of_version.end()) return known->second.second;
+  // This rank's first STEP of the round: all its gradients of the round are complete
+  // (checked at construction), the tied weights' once summed.
+  if (tied)
+    for (int s : steps_into.at(a.version)) tied->beforeStep(s, a.version, factor);
+  torch::Tensor squared = torch::zeros({1}, torch::dtype(torch::kFloat).device(model.device));
+  for (const auto& [s, st] : state)
+    if (program->stage_ranks[s].front() == rank)  // a replicated stage's gradient counts once
+      squared.add_(squaredNorm(gradsOf(s), factor(s, a.version), st.device));
+  if (channel.worldSize() > 1) {
+    std::vector<int> everyone(channel.worldSize());
+    for (int r = 0; r < channel.worldSize(); ++r) everyone[r] = r;
+    channel.startAllReduceSum(squared, everyone)->wait();
+  }
+  clip_of_version.erase(clip_of_version.begin(), clip_of_version.lower_bound(a.version - 1));
+  const torch::Tensor coefficient = clipCoefficient(squared, recipe.clip_norm);
+  clip_of_version[a.version] = {squared, coefficient};
+  return coefficient;
+}
+
+double PipelineExecutor::Impl::reportedNorm(int minibatch) {
+  if (recipe.clip_norm <= 0) return std::nan("");
+  torch::Tensor squared = latest_squared_norm;
+  if (recipe.whole_model) {
+    const auto it = clip_of_version.find(minibatch + 1);  // the version mini-batch k's step made
+    squared = it == clip_of_version.end() ? torch::Tensor() : it->second.first;
+  }
+  return squared.defined() ? std::sqrt(squared.item<double>()) : std::nan("");
+}
+
 void PipelineExecutor::Impl::step(const Action& a, const schedule::PositionFacts& at) {
   const int s = a.stage;
   StageState& st = state.at(s);
@@ -210,9 +254,10 @@ void PipelineExecutor::Impl::step(const Action& a, const schedule::PositionFacts
   o.stash_old = at.stash_at_step;
   o.gradient_factor = facts.steps.gradient_factor[s].at(a.version);
   if (tied) tied->beforeStep(s, a.version, [&](int stage, int v) { return facts.steps.gradient_factor[stage].at(v); });
+  if (recipe.clip_norm > 0) o.clip = clipCoefficientAt(a);
   const bool t1 = latest && corrections.lr_warmup;
-  o.lr =
-      stepRate(st.base_lr, st.steps_taken, lr_warmup_steps, t1 ? facts.stage_delays[s] : 0, corrections.warmup_steps);
+  o.lr = (recipe.rate ? recipe.rate(s, st.steps_taken) : st.base_lr) *
+         schedule::learningRateScale(t1 ? facts.stage_delays[s] : 0, st.steps_taken, corrections.warmup_steps);
   if (latest && corrections.discrepancy)
     o.t2_decay = schedule::correctionDecay(corrections.decay, facts.stage_delays[s]);
   stepStage(st, a.version, o);
@@ -225,6 +270,10 @@ RunResult PipelineExecutor::Impl::execute(const schedule::Program& p, const Micr
   const schedule::RankFacts& f = eval ? eval_facts : facts;  // of `p`
   mailbox.clear();
   mailbox.resize(f.slots);
+  steps_into.clear();
+  clip_of_version.clear();
+  for (const Action& a : actions)
+    if (a.type == ActionType::STEP) steps_into[a.version].push_back(a.stage);
   for (auto& [s, st] : state) {
     st.version = 0;  // the Program's version 0 is the weights as they are now
     if (!st.stash.empty()) throw Error("internal: stashed versions left from the last run");
@@ -292,12 +341,15 @@ RunResult PipelineExecutor::Impl::execute(const schedule::Program& p, const Micr
       // host catches up. Its time is when it ended, not when it is reported: a report's
       // time read a mini-batch late made the last of a run look a mini-batch short.
       const double ended = seconds(Clock::now());
-      if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean(), unreported_ended);
+      if (unreported && on_minibatch)
+        on_minibatch(unreported->minibatch(), unreported->mean(), unreported_ended,
+                     reportedNorm(unreported->minibatch()));
       unreported = minibatchLoss(p, at.minibatch_done);
       unreported_ended = ended;
     }
   }
-  if (unreported && on_minibatch) on_minibatch(unreported->minibatch(), unreported->mean(), unreported_ended);
+  if (unreported && on_minibatch)
+    on_minibatch(unreported->minibatch(), unreported->mean(), unreported_ended, reportedNorm(unreported->minibatch()));
   timer.finish(result.actions, result.action_cpu_seconds);
   const auto flush = Clock::now();
   for (auto& [position, s] : sends) s.op->wait();
@@ -322,9 +374,9 @@ bool readsModelInput(const models::Model& model, const StageLayers& stage) {
 PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, models::Model& model,
                                    std::vector<StageLayers> stages, int64_t microbatch_size, DataChannel& channel,
                                    const OptimizerFactory& make_optimizer, const LatestWeightCorrections& corrections,
-                                   Precision precision, int64_t lr_warmup_steps)
+                                   Precision precision, StepRecipe recipe)
     : impl_(std::make_unique<Impl>(program, rank, model, std::move(stages), channel, corrections, precision,
-                                   lr_warmup_steps)) {
+                                   std::move(recipe))) {
   Impl& m = *impl_;
   if (static_cast<int>(m.stages.size()) != program.num_stages)
     throw Error("the plan has " + std::to_string(m.stages.size()) + " stages, the schedule " +
@@ -336,6 +388,17 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
   my_stages_ = program.stagesOfRank(rank);
   m.facts = schedule::rankFacts(*m.program, m.rank);
   channel.preparePeers(m.facts.peers);
+  if (m.recipe.clip_norm > 0 && m.recipe.whole_model) {
+    if (!schedule::stepsFollowAllGradients(program, rank, {my_stages_.begin(), my_stages_.end()}))
+      throw Error("rank " + std::to_string(rank) + " steps a stage before its other stages' gradients of the "
+                  "mini-batch are complete, so the whole model's gradient norm is not known there: clipping by it "
+                  "needs a synchronous schedule");
+    if (channel.worldSize() > 1) {  // first, so that every rank readies its groups in one order
+      std::vector<int> everyone(channel.worldSize());
+      for (int r = 0; r < channel.worldSize(); ++r) everyone[r] = r;
+      channel.prepareGroup(everyone);
+    }
+  }
   for (int s : my_stages_) {
     const std::vector<int>& layers = m.stages[s].layers;
     const int recomputed = m.stages[s].recompute ? m.stages[s].recompute_layers : 0;
@@ -354,7 +417,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
     StageState& st = m.state.emplace(s, StageState{model.device}).first->second;
     st.params = model.parameters(m.stages[s].layers);
     for (const auto& p : st.params) st.aliases.push_back(p.data().set_requires_grad(true));
-    st.optimizer = make_optimizer(st.aliases);
+    st.optimizer = make_optimizer(s, st.aliases);
     st.base_lr = st.optimizer->param_groups().empty() ? 0.0 : st.optimizer->param_groups()[0].options().get_lr();
     if (program.stage_ranks[s].size() > 1)
       st.buckets =

@@ -60,7 +60,7 @@ struct PipelineExecutor::Impl {
   DataChannel& channel;
   LatestWeightCorrections corrections;
   Precision precision;
-  int64_t lr_warmup_steps = 0;  // TrainConfig's
+  StepRecipe recipe;
   bool latest = false;  // backward passes read the current weights
   std::map<std::pair<int, int>, Edge> edges;  // (producer stage, consumer stage)
   std::vector<char> reads_input;             // per stage: runs a layer reading the model input
@@ -76,6 +76,12 @@ struct PipelineExecutor::Impl {
 
   // Per run.
   std::map<std::pair<int, int>, Activation> live;  // (stage, micro-batch)
+  // Clipping: per version of this run, the stages of this rank stepping into it (in the
+  // order of their STEPs), and the whole model's squared norm and coefficient; under
+  // per-stage clipping the latest norm taken here.
+  std::map<int, std::vector<int>> steps_into;
+  std::map<int, std::pair<torch::Tensor, torch::Tensor>> clip_of_version;
+  torch::Tensor latest_squared_norm;
   // A received message, by its slot (schedule::MessageFacts::slot): posted, then arrived,
   // then taken by the pass that reads it.
   struct Mail {
@@ -95,7 +101,7 @@ struct PipelineExecutor::Impl {
   MinibatchLoss minibatchLoss(const schedule::Program& p, int minibatch);
 
   Impl(const schedule::Program& p, int r, models::Model& m, std::vector<StageLayers> s, DataChannel& t,
-       const LatestWeightCorrections& c, Precision precision, int64_t warmup);
+       const LatestWeightCorrections& c, Precision precision, StepRecipe recipe);
 
   // A gradient has the shape of the activations it belongs to.
   void postReceive(const Action& a, const schedule::MessageFacts& m);
@@ -186,6 +192,14 @@ struct PipelineExecutor::Impl {
   // the warm-up's rate and, under PipeMare, T1's factor on it and T2's decay for the
   // stage's delay.
   void step(const Action& a, const schedule::PositionFacts& at);
+
+  // The coefficient stage a.stage's gradients take at STEP `a` (StepRecipe's rules). The
+  // whole model's is taken at this rank's first STEP of the round, once the tied weights'
+  // gradients are summed, with every rank of the job.
+  torch::Tensor clipCoefficientAt(const Action& a);
+
+  // The gradient norm to report with mini-batch `minibatch` of the run (MinibatchDone).
+  double reportedNorm(int minibatch);
 
   // Runs `p` (the training Program, or a forward-only one when `eval` is given).
   RunResult execute(const schedule::Program& p, const MicrobatchData& data, Clock::time_point origin,

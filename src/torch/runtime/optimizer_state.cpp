@@ -4,6 +4,7 @@
 #include <map>
 
 #include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
 
 #include "pipetrain/schedule/staleness.h"
 #include "pipetrain/util/error.h"
@@ -28,45 +29,48 @@ torch::Tensor sameShape(const std::map<std::string, torch::Tensor>& state, const
   return t.detach().to(param.device(), /*non_blocking=*/false, /*copy=*/true);  // a checkpoint's tensors are on the CPU
 }
 
-// LibTorch's Adam, whose step on a GPU is one fused kernel per group of parameters at
-// one step count (at::_fused_adam_, what torch.optim.Adam(fused=True) runs) instead of
-// about ten kernels per parameter (the 86M-parameter gpt's 150 parameters: some 1500
-// launches a step, each a few microseconds of the host's time). The state is Adam's own (AdamParamState, so checkpoints
-// and reshards read and write it alike); the update is the same arithmetic, in fp32 and
-// with the bias corrections in fp32 rather than double. On the CPU, where a launch costs
-// nothing, the step is Adam's, so that CPU training stays bitwise what it was.
-class FusedAdam : public torch::optim::Adam {
+// LibTorch's Adam and AdamW, whose step on a GPU is one fused kernel per group of
+// parameters at one step count (at::_fused_adam_ and at::_fused_adamw_, what
+// torch.optim.Adam(fused=True) and AdamW(fused=True) run) instead of about ten kernels per
+// parameter (the 86M-parameter gpt's 150 parameters: some 1500 launches a step, each a
+// few microseconds of the host's time). The state is the optimizer's own
+// (AdamParamState, AdamWParamState: checkpoints and reshards read and write it alike);
+// the update is the same arithmetic, in fp32 and with the bias corrections in fp32
+// rather than double. On the CPU, where a launch costs nothing, the step is LibTorch's,
+// so that CPU training stays bitwise what it was.
+template <typename Base, typename Options, typename State, bool kDecoupled>
+class Fused : public Base {
  public:
-  using torch::optim::Adam::Adam;
+  using Base::Base;
 
-  torch::Tensor step(LossClosure closure = nullptr) override {
-    for (const auto& group : param_groups())
+  torch::Tensor step(torch::optim::Optimizer::LossClosure closure = nullptr) override {
+    for (const auto& group : this->param_groups())
       for (const auto& p : group.params())
-        if (!p.is_cuda()) return torch::optim::Adam::step(std::move(closure));
+        if (!p.is_cuda()) return Base::step(std::move(closure));
     torch::Tensor loss;
     if (closure) {
       torch::AutoGradMode enable_grad(true);
       loss = closure();
     }
     torch::NoGradGuard no_grad;
-    for (auto& group : param_groups()) {
-      const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    for (auto& group : this->param_groups()) {
+      const auto& o = static_cast<const Options&>(group.options());
       struct Batch {
         std::vector<at::Tensor> params, grads, avgs, squares, max_squares;
       };
       std::map<int64_t, Batch> by_step;  // the kernel takes one step count per parameter: batched by it
       for (auto& p : group.params()) {
         if (!p.grad().defined()) continue;
-        auto& slot = state()[p.unsafeGetTensorImpl()];
+        auto& slot = this->state()[p.unsafeGetTensorImpl()];
         if (!slot) {
-          auto s = std::make_unique<torch::optim::AdamParamState>();
+          auto s = std::make_unique<State>();
           s->step(0);
           s->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
           s->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
           if (o.amsgrad()) s->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
           slot = std::move(s);
         }
-        auto& s = static_cast<torch::optim::AdamParamState&>(*slot);
+        auto& s = static_cast<State&>(*slot);
         s.step(s.step() + 1);
         Batch& b = by_step[s.step()];
         b.params.push_back(p);
@@ -81,28 +85,87 @@ class FusedAdam : public torch::optim::Adam {
             torch::full({static_cast<int64_t>(b.params.size())}, static_cast<double>(step),
                         b.params.front().options().dtype(torch::kFloat))
                 .unbind(0);
-        at::_fused_adam_(b.params, b.grads, b.avgs, b.squares, b.max_squares, steps, o.lr(), std::get<0>(o.betas()),
-                         std::get<1>(o.betas()), o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
+        const auto [beta1, beta2] = o.betas();
+        if constexpr (kDecoupled)
+          at::_fused_adamw_(b.params, b.grads, b.avgs, b.squares, b.max_squares, steps, o.lr(), beta1, beta2,
+                            o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
+        else
+          at::_fused_adam_(b.params, b.grads, b.avgs, b.squares, b.max_squares, steps, o.lr(), beta1, beta2,
+                           o.weight_decay(), o.eps(), o.amsgrad(), /*maximize=*/false);
       }
     }
     return loss;
   }
 };
 
-}  // namespace
+using FusedAdam = Fused<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState, false>;
+using FusedAdamW = Fused<torch::optim::AdamW, torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>;
 
-double stepRate(double lr, int64_t step, int64_t warmup_steps, int t1_delay, int64_t t1_warmup_steps) {
-  const double warmup =
-      warmup_steps <= 0 ? 1.0 : std::min(1.0, static_cast<double>(step + 1) / static_cast<double>(warmup_steps));
-  return lr * warmup * schedule::learningRateScale(t1_delay, step, t1_warmup_steps);
+// One group per weight decay: the decayed parameters, then the exempt ones at 0.
+template <typename Options>
+std::vector<torch::optim::OptimizerParamGroup> groupsOf(const Options& defaults, std::vector<torch::Tensor> decayed,
+                                                        std::vector<torch::Tensor> exempt) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decayed.empty() || exempt.empty()) groups.emplace_back(std::move(decayed), std::make_unique<Options>(defaults));
+  if (!exempt.empty()) {
+    auto options = std::make_unique<Options>(defaults);
+    options->weight_decay(0);
+    groups.emplace_back(std::move(exempt), std::move(options));
+  }
+  return groups;
 }
 
-std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, double lr, double momentum,
-                                                       std::vector<torch::Tensor> params) {
-  if (name == "adam") return std::make_unique<FusedAdam>(params, torch::optim::AdamOptions(lr));
-  if (name == "sgd")
-    return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr).momentum(momentum));
-  throw Error("--optimizer must be adam or sgd, not '" + name + "'");
+template <typename State>
+void putAdamState(std::map<std::string, torch::Tensor>& out, const std::string& family, const State& s) {
+  out[family + ".step"] = torch::tensor(s.step(), torch::kLong);
+  out[family + ".exp_avg"] = s.exp_avg();
+  out[family + ".exp_avg_sq"] = s.exp_avg_sq();
+  if (s.max_exp_avg_sq().defined()) out[family + ".max_exp_avg_sq"] = s.max_exp_avg_sq();
+}
+
+template <typename State>
+std::unique_ptr<State> adamState(const std::map<std::string, torch::Tensor>& state, const std::string& family,
+                                 const torch::Tensor& param) {
+  auto s = std::make_unique<State>();
+  s->step(required(state, family + ".step").template item<int64_t>());
+  s->exp_avg(sameShape(state, family + ".exp_avg", param));
+  s->exp_avg_sq(sameShape(state, family + ".exp_avg_sq", param));
+  if (state.count(family + ".max_exp_avg_sq")) s->max_exp_avg_sq(sameShape(state, family + ".max_exp_avg_sq", param));
+  return s;
+}
+
+}  // namespace
+
+double stepRate(const recipe::LearningRateSchedule& schedule, double lr, int64_t step, int64_t total_steps,
+                int t1_delay, int64_t t1_warmup_steps) {
+  return schedule.rate(lr, step, total_steps) * schedule::learningRateScale(t1_delay, step, t1_warmup_steps);
+}
+
+void setLearningRate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const recipe::OptimizerOptions& o, double lr,
+                                                       std::vector<torch::Tensor> params,
+                                                       const std::vector<std::string>& names) {
+  recipe::checkOptimizer(o);
+  const double decay = o.weightDecay();
+  std::vector<torch::Tensor> decayed, exempt;
+  const recipe::NoDecayRule rule(o.no_decay);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const bool free = decay > 0 && !rule.empty() && i < names.size() && rule.exempts(names[i], params[i].dim());
+    (free ? exempt : decayed).push_back(params[i]);
+  }
+  if (o.name == "adam") {
+    const auto options = torch::optim::AdamOptions(lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(decay);
+    return std::make_unique<FusedAdam>(groupsOf(options, std::move(decayed), std::move(exempt)), options);
+  }
+  if (o.name == "adamw") {
+    const auto options = torch::optim::AdamWOptions(lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(decay);
+    return std::make_unique<FusedAdamW>(groupsOf(options, std::move(decayed), std::move(exempt)), options);
+  }
+  const auto options = torch::optim::SGDOptions(lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(decay);
+  return std::make_unique<torch::optim::SGD>(groupsOf(options, std::move(decayed), std::move(exempt)), options);
 }
 
 std::map<std::string, torch::Tensor> optimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& param) {
@@ -110,10 +173,9 @@ std::map<std::string, torch::Tensor> optimizerState(torch::optim::Optimizer& opt
   auto it = optimizer.state().find(keyOf(param));
   if (it == optimizer.state().end()) return out;
   if (auto* adam = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) {
-    out["adam.step"] = torch::tensor(adam->step(), torch::kLong);
-    out["adam.exp_avg"] = adam->exp_avg();
-    out["adam.exp_avg_sq"] = adam->exp_avg_sq();
-    if (adam->max_exp_avg_sq().defined()) out["adam.max_exp_avg_sq"] = adam->max_exp_avg_sq();
+    putAdamState(out, "adam", *adam);
+  } else if (auto* adamw = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get())) {
+    putAdamState(out, "adamw", *adamw);
   } else if (auto* sgd = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) {
     if (sgd->momentum_buffer().defined()) out["sgd.momentum_buffer"] = sgd->momentum_buffer();
   }
@@ -126,16 +188,17 @@ void setOptimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& 
   optimizer.state().erase(key);
   if (state.empty()) return;
   const std::string family = state.begin()->first.substr(0, state.begin()->first.find('.'));
+  auto expect = [&](const std::string& mine) {
+    if (family != mine) throw Error("optimizer state: saved by " + family + ", loaded into " + mine);
+  };
   if (dynamic_cast<torch::optim::Adam*>(&optimizer)) {
-    if (family != "adam") throw Error("optimizer state: saved by " + family + ", loaded into adam");
-    auto s = std::make_unique<torch::optim::AdamParamState>();
-    s->step(required(state, "adam.step").item<int64_t>());
-    s->exp_avg(sameShape(state, "adam.exp_avg", param));
-    s->exp_avg_sq(sameShape(state, "adam.exp_avg_sq", param));
-    if (state.count("adam.max_exp_avg_sq")) s->max_exp_avg_sq(sameShape(state, "adam.max_exp_avg_sq", param));
-    optimizer.state()[key] = std::move(s);
+    expect("adam");
+    optimizer.state()[key] = adamState<torch::optim::AdamParamState>(state, family, param);
+  } else if (dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
+    expect("adamw");
+    optimizer.state()[key] = adamState<torch::optim::AdamWParamState>(state, family, param);
   } else {
-    if (family != "sgd") throw Error("optimizer state: saved by " + family + ", loaded into sgd");
+    expect("sgd");
     auto s = std::make_unique<torch::optim::SGDParamState>();
     s->momentum_buffer(sameShape(state, "sgd.momentum_buffer", param));
     optimizer.state()[key] = std::move(s);

@@ -10,23 +10,32 @@
 
 #include <torch/torch.h>
 
+#include "pipetrain/recipe/recipe.h"
+
 namespace pipetrain::runtime {
 
-// "adam" or "sgd" (with `momentum`). Adam's step on a GPU is fused (one kernel per
-// parameter group), on the CPU LibTorch's own.
-std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, double lr, double momentum,
-                                                       std::vector<torch::Tensor> params);
+// The optimizer of a stage's parameters `params`, named `names` (the user's names, for
+// the no-decay rule; empty: all decay), at base rate `lr`, as recipe::OptimizerOptions
+// says: torch::optim's Adam, AdamW or SGD, in up to two parameter groups (decayed, then
+// exempt at weight decay 0; an empty group is left out). Adam's and AdamW's step on a
+// GPU is fused (one kernel per parameter group), on the CPU LibTorch's own.
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const recipe::OptimizerOptions& options, double lr,
+                                                       std::vector<torch::Tensor> params,
+                                                       const std::vector<std::string>& names = {});
 
-// The learning rate of a stage's optimizer step `step` (0-based, counted per stage):
-// `lr` times the linear warm-up's factor over `warmup_steps` steps ((step + 1) /
-// warmup_steps until it reaches 1; none for 0 steps), times PipeMare's T1 factor for a
+// Sets every parameter group's rate.
+void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
+
+// The learning rate of a stage's optimizer step `step` (0-based, counted per stage) of
+// `total_steps`: `schedule`'s rate of `lr` (recipe.h), times PipeMare's T1 factor for a
 // stage of delay `t1_delay` over `t1_warmup_steps` (schedule::learningRateScale; 1 for
 // t1_delay 0, T1 off). Training, its references and the staleness replay all take their
 // rates from here.
-double stepRate(double lr, int64_t step, int64_t warmup_steps, int t1_delay = 0, int64_t t1_warmup_steps = 0);
+double stepRate(const recipe::LearningRateSchedule& schedule, double lr, int64_t step, int64_t total_steps,
+                int t1_delay = 0, int64_t t1_warmup_steps = 0);
 
 // The state `optimizer` keeps for `param` (one of its parameters), by name ("adam.step",
-// "adam.exp_avg", ...; "sgd.momentum_buffer"); empty before its first step.
+// "adam.exp_avg", ...; "adamw.*" alike; "sgd.momentum_buffer"); empty before its first step.
 std::map<std::string, torch::Tensor> optimizerState(torch::optim::Optimizer& optimizer, const torch::Tensor& param);
 
 // Replaces that state with `state` (as optimizerState returned it, possibly from another

@@ -73,7 +73,7 @@ void stepStage(StageState& st, int new_version, const StepOptions& o) {
     st.peak_versions = std::max(st.peak_versions, 1 + static_cast<int>(st.stash.size()));
   }
   auto& opt = *st.optimizer;
-  if (o.lr) opt.param_groups()[0].options().set_lr(*o.lr);
+  if (o.lr) setLearningRate(opt, *o.lr);
   const bool correct = o.t2_decay.has_value();
   const double gamma = o.t2_decay.value_or(0.0);
   auto& delta = st.velocity;
@@ -82,6 +82,7 @@ void stepStage(StageState& st, int new_version, const StepOptions& o) {
   for (std::size_t i = 0; i < st.params.size(); ++i) {
     torch::Tensor g = st.params[i].grad();
     if (g.defined() && o.gradient_factor != 1.0) g.mul_(o.gradient_factor);
+    if (g.defined() && o.clip.defined()) g.mul_(o.clip);
     st.aliases[i].mutable_grad() = g;
     if (correct) delta[i].mul_(gamma).sub_(st.params[i].data(), 1 - gamma);  // - (1 - gamma) w_t
   }

@@ -32,7 +32,7 @@ struct StageState {
   std::vector<torch::Tensor> params;                     // the model's parameters
   std::vector<torch::Tensor> aliases;                    // the same storage, untracked: what the optimizer updates
   std::unique_ptr<torch::optim::Optimizer> optimizer;
-  double base_lr = 0;
+  double base_lr = 0;                                    // its rate as made: where no schedule gives one
   int version = 0;                                       // current, counted within one run
   std::map<int, std::vector<torch::Tensor>> stash;       // older versions still read
   int peak_versions = 1;
@@ -53,13 +53,15 @@ void withVersion(StageState& stage, int version, int t2_steps, const std::functi
 struct StepOptions {
   bool stash_old = false;         // a later action reads the version this step replaces
   double gradient_factor = 1.0;   // rescales the accumulated gradients first
-  std::optional<double> lr;       // the rate for this step (warm-up, T1)
+  std::optional<double> lr;       // the rate for this step (the schedule's, T1)
+  torch::Tensor clip;             // defined: multiplies the gradients after gradient_factor (clipping)
   std::optional<double> t2_decay; // T2: the velocity's moving-average decay
 };
 
 // Creates the stage's next version `new_version`: stashes the old one if asked, scales
-// the gradients, applies the step's rate and T2's velocity, steps through the untracked
-// aliases and clears the gradients (zeroes them where buckets own their storage).
+// the gradients (by the factor, then by the clipping coefficient), applies the step's
+// rate and T2's velocity, steps through the untracked aliases and clears the gradients
+// (zeroes them where buckets own their storage).
 void stepStage(StageState& stage, int new_version, const StepOptions& options);
 
 // What a checkpoint keeps per parameter of stage `s` beside its weights: the optimizer's

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <set>
 
+#include "gradient_clipping.h"
 #include "optimizer_state.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
@@ -50,6 +52,7 @@ struct StalenessReplay::Impl {
   int order_epoch = -1;
   bool track_discrepancy = false;
   std::vector<Discrepancy> discrepancy;  // sums of squares until read
+  std::set<const void*> later_copies;    // tied weights' copies but the first: a norm counts them once
 
   Impl(const TrainConfig& config, models::Model& mdl, int minibatches, int order_epoch)
       : c(config),
@@ -98,8 +101,11 @@ struct StalenessReplay::Impl {
         velocity[s][0] = cloneTensors(params[s]);
         for (auto& v : velocity[s][0]) v.zero_();
       }
-      optimizers.push_back(makeOptimizer(c.optimizer, c.lr, c.momentum, params[s]));
+      optimizers.push_back(makeOptimizer(c.optimizer, c.lr, params[s], models::parameterNames(model, stages[s].layers)));
     }
+    for (const models::TiedWeight& weight : model.tied)
+      for (std::size_t h = 1; h < weight.holders.size(); ++h)
+        later_copies.insert(models::heldParameter(model, weight.holders[h]).unsafeGetTensorImpl());
   }
 
   bool t2() const { return latest && corrections.discrepancy; }
@@ -149,7 +155,8 @@ struct StalenessReplay::Impl {
       if (v >= 0 && ++arrived[s][v] == steps.combined[s].at(v)) stepping.push_back(s);
     }
     if (!stepping.empty()) models::sumTiedGradients(model);
-    for (int s : stepping) step(s, steps.step_of[s][j]);
+    const std::map<int, torch::Tensor> clip = clipCoefficients(stepping, j);
+    for (int s : stepping) step(s, steps.step_of[s][j], clip.count(s) ? clip.at(s) : torch::Tensor());
     for (int s = 0; s < ns; ++s) forgetUnread(s, j);
   }
 
@@ -162,15 +169,39 @@ struct StalenessReplay::Impl {
     discrepancy[s].*field += sq;
   }
 
-  void step(int s, int v) {
+  // Clipping as the executor clips (executor.h, StepRecipe): the stepping stages' whole
+  // norm under a synchronous schedule (every stage steps together), else each stage's own.
+  std::map<int, torch::Tensor> clipCoefficients(const std::vector<int>& stepping, int j) const {
+    std::map<int, torch::Tensor> out;
+    if (c.clip_grad_norm <= 0) return out;
+    std::map<int, torch::Tensor> squared;
+    for (int s : stepping) {
+      std::vector<torch::Tensor> grads;
+      for (const auto& p : params[s])
+        if (!later_copies.count(p.unsafeGetTensorImpl())) grads.push_back(p.grad());
+      squared[s] = squaredNorm(grads, steps.gradient_factor[s].at(steps.step_of[s][j]), model.device);
+    }
+    if (schedule::isAsynchronous(c.plan.schedule.name)) {
+      for (const auto& [s, sq] : squared) out[s] = clipCoefficient(sq, c.clip_grad_norm);
+      return out;
+    }
+    torch::Tensor total = torch::zeros({1}, torch::dtype(torch::kFloat).device(model.device));
+    for (const auto& [s, sq] : squared) total.add_(sq);
+    for (int s : stepping) out[s] = clipCoefficient(total, c.clip_grad_norm);
+    return out;
+  }
+
+  void step(int s, int v, const torch::Tensor& clip) {
     load(s, newest(s));
     const double factor = steps.gradient_factor[s].at(v);
     torch::NoGradGuard no_grad;
-    for (auto& p : params[s])
+    for (auto& p : params[s]) {
       if (p.grad().defined() && factor != 1.0) p.grad().mul_(factor);
+      if (p.grad().defined() && clip.defined()) p.grad().mul_(clip);
+    }
     const bool t1 = latest && corrections.lr_warmup;
-    optimizers[s]->param_groups()[0].options().set_lr(
-        stepRate(c.lr, v - 1, c.lr_warmup_steps, t1 ? delays[s] : 0, corrections.warmup_steps));
+    setLearningRate(*optimizers[s], stepRate(c.lr_schedule, c.lr, v - 1, static_cast<int64_t>(steps.combined[s].size()),
+                                             t1 ? delays[s] : 0, corrections.warmup_steps));
     optimizers[s]->step();
     optimizers[s]->zero_grad();
     if (t2()) {  // delta <- gamma delta + (1 - gamma) (w_new - w_old), as the executor keeps it

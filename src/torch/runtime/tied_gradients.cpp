@@ -35,8 +35,9 @@ TiedGradients::TiedGradients(const models::Model& model, const std::vector<Stage
       for (int r : program.stage_ranks[s]) ranks.insert(r);
       if (!std::count(mine.begin(), mine.end(), s)) continue;
       local.insert(s);
-      group.copies.push_back(
-          {s, models::heldParameter(model, weight.holders[h]), static_cast<int>(program.stage_ranks[s].size())});
+      const torch::Tensor param = models::heldParameter(model, weight.holders[h]);
+      if (h > 0) later_copies_.insert(param.unsafeGetTensorImpl());
+      group.copies.push_back({s, param, static_cast<int>(program.stage_ranks[s].size())});
     }
     if (group.copies.empty()) continue;
     if (local.size() > 1 && !schedule::stepsFollowAllGradients(program, rank, local))

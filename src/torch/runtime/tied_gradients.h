@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <vector>
 
 #include <torch/torch.h>
@@ -40,6 +41,10 @@ class TiedGradients {
   // each replicated stage's counted once, so every copy steps with the same gradient.
   void beforeStep(int stage, int version, const std::function<double(int, int)>& factor);
 
+  // Whether `param` is a copy of a tied weight held by a holder other than its first:
+  // after beforeStep it holds the first one's gradient, which a norm counts once.
+  bool isLaterCopy(const torch::Tensor& param) const { return later_copies_.count(param.unsafeGetTensorImpl()) > 0; }
+
  private:
   struct Copy {
     int stage;
@@ -55,6 +60,7 @@ class TiedGradients {
   DataChannel& channel_;
   std::vector<Group> groups_;
   std::map<int, std::vector<int>> groups_of_stage_;
+  std::set<const void*> later_copies_;  // by TensorImpl
 };
 
 }  // namespace pipetrain::runtime

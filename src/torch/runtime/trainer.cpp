@@ -13,6 +13,7 @@
 
 #include "../profiler/memory_probe.h"
 #include "core_probe.h"
+#include "gradient_clipping.h"
 #include "torch_trace.h"
 #include "optimizer_state.h"
 #include "staleness_replay.h"
@@ -33,9 +34,41 @@
 namespace pipetrain::runtime {
 namespace {
 
-std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, std::vector<torch::Tensor> params) {
-  return runtime::makeOptimizer(c.optimizer, c.lr, c.momentum, std::move(params));
+// The optimizer of `layers`' parameters, named for the no-decay rule.
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, const models::Model& model,
+                                                       const std::vector<int>& layers,
+                                                       std::vector<torch::Tensor> params) {
+  return runtime::makeOptimizer(c.optimizer, c.lr, std::move(params), models::parameterNames(model, layers));
 }
+
+std::vector<int> allLayers(const models::Model& model) {
+  std::vector<int> all(model.layers.size());
+  for (std::size_t l = 0; l < all.size(); ++l) all[l] = static_cast<int>(l);
+  return all;
+}
+
+}  // namespace
+
+void checkRecipe(const TrainConfig& c, const models::Model& model) {
+  recipe::checkOptimizer(c.optimizer);
+  if (!(c.lr > 0)) throw Error("--lr must be positive");
+  recipe::checkSchedule(c.lr_schedule, c.lr);
+  recipe::checkClipNorm(c.clip_grad_norm);
+  // A rule that exempts none of the model's parameters is a typo, not a recipe.
+  const recipe::NoDecayRule rule(c.optimizer.no_decay);
+  if (rule.empty()) return;
+  const auto all = allLayers(model);
+  const std::vector<std::string> names = models::parameterNames(model, all);
+  const std::vector<torch::Tensor> params = model.parameters(all);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (rule.exempts(names[i], params[i].dim())) return;
+  std::string some;
+  for (std::size_t i = 0; i < names.size() && i < 4; ++i) some += (i ? ", " : "") + names[i];
+  throw Error("--no-decay '" + rule.text() + "' matches none of model '" + model.name + "''s " +
+              std::to_string(names.size()) + " parameters (" + some + (names.size() > 4 ? ", ..." : "") + ")");
+}
+
+namespace {
 
 // Ranks that do not read data still need the dataset's size (for the epoch length):
 // the ranks that hold the dataset contribute its size, the others zero, and the sum is
@@ -287,7 +320,6 @@ void checkNumbers(const TrainConfig& c) {
   if (c.epochs < 1) throw Error("--epochs must be at least 1");
   if (!c.export_path.empty() && c.model_file.empty())
     throw Error("--export writes the trained model back into its TorchScript file's form; it needs --model-file");
-  if (c.optimizer != "adam" && c.optimizer != "sgd") throw Error("--optimizer must be adam or sgd");
   if (c.lr <= 0) throw Error("--lr must be positive");
   parsePrecision(c.precision);
   if (c.checkpoint_every < 0) throw Error("--checkpoint-every must be a positive number of mini-batches");
@@ -300,7 +332,7 @@ checkpoint::Identity identityOf(const TrainConfig& c) {
   auto absolute = [](const std::string& path) {
     return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
   };
-  return {c.model, absolute(c.model_file), c.optimizer, c.plan.samplesPerMinibatch(), c.seed,
+  return {c.model, absolute(c.model_file), c.optimizer.name, c.plan.samplesPerMinibatch(), c.seed,
           c.data.file.empty() ? c.data.name : absolute(c.data.file)};
 }
 
@@ -346,8 +378,22 @@ LatestWeightCorrections correctionsOf(const plan::ScheduleOptions& s) {
   return {s.pipemare_lr_warmup, s.pipemare_warmup_steps, s.pipemare_correction, s.pipemare_decay};
 }
 
+// Each stage's rate follows its own step count over its own steps in the run, and
+// clipping takes the whole model's norm where the schedule is synchronous.
+StepRecipe stepRecipe(const TrainConfig& c, const schedule::Program& one_minibatch, int64_t minibatches) {
+  const schedule::StepCombination steps = schedule::stepCombination(one_minibatch);
+  std::vector<int64_t> total;
+  for (const auto& versions : steps.combined) total.push_back(minibatches * static_cast<int64_t>(versions.size()));
+  StepRecipe r;
+  r.rate = [c, total](int s, int64_t step) { return c.lr_schedule.rate(c.lr, step, total.at(s)); };
+  r.clip_norm = c.clip_grad_norm;
+  r.whole_model = !schedule::isAsynchronous(c.plan.schedule.name);
+  return r;
+}
+
 schedule::Program checkConfig(const TrainConfig& c, const models::Model& model, int world_size) {
   checkNumbers(c);
+  checkRecipe(c, model);
   return layoutOf(c, world_size, 0, model).one;
 }
 
@@ -410,9 +456,10 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
     return it->second;
   };
   const schedule::Program forward_only = schedule::forwardOnly(one);
-  PipelineExecutor executor(one, t.rank(), model, stages, b, data,
-                            [&](std::vector<torch::Tensor> p) { return makeOptimizer(c, std::move(p)); },
-                            correctionsOf(c.plan.schedule), parsePrecision(c.precision), c.lr_warmup_steps);
+  PipelineExecutor executor(
+      one, t.rank(), model, stages, b, data,
+      [&](int s, std::vector<torch::Tensor> p) { return makeOptimizer(c, model, stages[s].layers, std::move(p)); },
+      correctionsOf(c.plan.schedule), parsePrecision(c.precision), stepRecipe(c, one, c.epochs * steps));
   if (probe) executor.setWeightProbe(probe);
   result.stage_output_bytes = executor.stageOutputBytes();
   result.stage_preds = one.stage_preds;
@@ -465,13 +512,14 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
       const util::ThreadCoreTime core_time_before = util::threadCoreTime();
       const double segment_began = std::chrono::duration<double>(segment_start - origin).count();
       const schedule::Program& program = programOf(end - from);
-      RunResult r = executor.run(program, feed, origin, [&](int k, double loss, double ended) {
+      RunResult r = executor.run(program, feed, origin, [&](int k, double loss, double ended, double grad_norm) {
         probeCore();
         trace.stepDone(minibatches_run + k + 1);
         if (!std::isnan(loss)) result.final_loss = loss;
+        if (c.clip_grad_norm > 0) result.grad_norms.push_back(grad_norm);
         // As of when mini-batch k ended, not when it was reported (a mini-batch later).
         if (on_progress)
-          on_progress({epoch, from + k + 1, steps, result.final_loss,
+          on_progress({epoch, from + k + 1, steps, result.final_loss, grad_norm,
                        (result.samples + (k + 1) * m * b) /
                            std::max(result.train_seconds + ended - segment_began, 1e-9),
                        ended, reports});
@@ -523,7 +571,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
         result.history.push_back({epoch + 1, position.minibatches * m * b, result.train_seconds, since(origin),
                                   accuracy, loss});
         if (on_progress)
-          on_progress({epoch, steps, steps, result.final_loss, result.samples / std::max(result.train_seconds, 1e-9),
+          on_progress({epoch, steps, steps, result.final_loss, NAN, result.samples / std::max(result.train_seconds, 1e-9),
                        since(origin), reports, &result.history.back()});
       }
     }
@@ -557,7 +605,16 @@ models::Model trainReference(const TrainConfig& c) {
   models::Model model = openModel(c);
   models::moveTo(model, rankDevice(c.device, 0));
   const Precision precision = parsePrecision(c.precision);
-  auto optimizer = makeOptimizer(c, model.parameters(0, static_cast<int>(model.layers.size())));
+  const std::vector<int> all = allLayers(model);
+  const std::vector<torch::Tensor> params = model.parameters(all);
+  auto optimizer = makeOptimizer(c, model, all, params);
+  std::vector<torch::Tensor> counted = params;  // a tied weight's copies once
+  for (const models::TiedWeight& weight : model.tied)
+    for (std::size_t h = 1; h < weight.holders.size(); ++h) {
+      const torch::Tensor copy = models::heldParameter(model, weight.holders[h]);
+      counted.erase(std::remove_if(counted.begin(), counted.end(), [&](const torch::Tensor& p) { return p.is_same(copy); }),
+                    counted.end());
+    }
   auto train = data::openDataset(c.data, model.input);
   const data::SampleOrder order(train->size(), c.seed, 0);
   const int64_t b = c.plan.microbatch_size;
@@ -578,7 +635,8 @@ models::Model trainReference(const TrainConfig& c) {
     }
     loss.backward();
     models::sumTiedGradients(model);
-    optimizer->param_groups()[0].options().set_lr(stepRate(c.lr, k, c.lr_warmup_steps));
+    if (c.clip_grad_norm > 0) clipGradients(params, counted, c.clip_grad_norm);
+    setLearningRate(*optimizer, c.lr_schedule.rate(c.lr, k, c.max_steps_per_epoch));
     optimizer->step();
   }
   return model;
