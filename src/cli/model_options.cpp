@@ -25,4 +25,12 @@ std::string modelNameList() {
   return names;
 }
 
+void addTokenStreamOptions(CLI::App* cmd, data::DataOptions& data) {
+  cmd->add_option("--context", data.context,
+                  "a token stream (--data-file FILE.bin): tokens per sample, the model's context length (a --model-file "
+                  "model's; the zoo's gpt has its own)");
+  cmd->add_option("--token-dtype", data.token_dtype, "a token stream (--data-file FILE.bin): uint16 or uint32")
+      ->capture_default_str();
+}
+
 }  // namespace pipetrain::cli

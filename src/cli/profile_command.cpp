@@ -240,7 +240,7 @@ int run(ProfileArgs& a) {
     process.data_bytes = std::max<int64_t>(0, util::residentBytes() - before);
     data_file_bytes = util::residentFileBytes() - file_before;  // a data file's mapped pages
     data_anon_bytes = process.data_bytes - data_file_bytes;
-    order.emplace(dataset->size(), a.data.seed, 0);
+    order.emplace(dataset->size(), a.data.seed, 0, data::orderKindOf(a.data));
     const int64_t largest = *std::max_element(a.batches.begin(), a.batches.end());
     if (order->minibatchesPerEpoch(largest, 1) == 0)
       throw Error("the dataset has " + std::to_string(dataset->size()) + " samples, fewer than --batch " +
@@ -317,6 +317,7 @@ Command addProfileCommand(CLI::App& app) {
                                   "first layer's forward pass, as `train` loads its micro-batches");
   dataset->excludes(data_file);
   cmd->add_option("--data-dir", a->data_dir, "with --dataset: where its files are (default: the Debian package's folder)");
+  addTokenStreamOptions(cmd, a->data);
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--batch", a->batches,

@@ -321,7 +321,9 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--model-file", c.model_file,
                   "your own model: a TorchScript file saved from Python (docs/byo.md); needs --data-file");
   cmd->add_option("--data-file", c.data.file,
-                  "your own data: a torch.save file of {\"inputs\", \"labels\"[, \"test_inputs\", \"test_labels\"]}");
+                  "your own data: a torch.save file of {\"inputs\", \"labels\"[, \"test_inputs\", \"test_labels\"]}, "
+                  "or a token stream FILE.bin (flat uint16 tokens as nanoGPT writes them; --context, --token-dtype)");
+  addTokenStreamOptions(cmd, c.data);
   cmd->add_option("--model-py", a->model_py.spec,
                   "your own model as Python: FILE.py:EXPRESSION or MODULE:EXPRESSION making the nn.Module, captured "
                   "by python/pipetrain_capture.py on --data-file's first inputs and cached (docs/byo.md)");

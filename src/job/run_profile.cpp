@@ -210,6 +210,8 @@ std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig
         argv.insert(argv.end(), {"--data-dir", config.data.fashion_mnist_dir});
     } else {
       argv.insert(argv.end(), {"--model-file", config.model_file, "--data-file", config.data.file});
+      if (data::isTokenStream(config.data.file))
+        argv.insert(argv.end(), {"--context", std::to_string(config.data.context), "--token-dtype", config.data.token_dtype});
     }
     for (const auto& o : r.model_options) argv.insert(argv.end(), {"--model-option", o});
     commands.push_back(std::move(argv));

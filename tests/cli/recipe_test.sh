@@ -4,7 +4,8 @@
 # global norm, trained by pipetrain on 2 ranks and by torch.optim, lr_scheduler and
 # clip_grad_norm_ in one process (recipe_reference.py), from the same weights on the same
 # mini-batch: the same parameters, and the same gradient norm logged at every step. Then
-# each bad recipe option is refused before any profiling, naming the option.
+# each bad recipe option is refused before any profiling, naming the option. And GPT-2's
+# recipe on a token stream (bench/recipe/gpt2_recipe.py), loss for loss.
 # Usage: PIPETRAIN=path/to/pipetrain recipe_test.sh SOURCE_DIR
 set -u
 src=${1:?source dir}
@@ -37,6 +38,11 @@ cross_check gpt 1f1b 0,3,6 1d
 # Hugging Face's Llama under Hugging Face Trainer's own no-decay rule (its norms are
 # RMSNorms, which the Trainer exempts by name), on the zero-bubble schedule.
 cross_check hf-llama zb-h1 0,3,6 hf
+
+# GPT-2's recipe on a token stream (train.bin of the fortunes text, keyed window order),
+# loss for loss against the PyTorch script that draws the same windows.
+check "GPT-2's recipe on a token stream, loss for loss" "$python" "$src/bench/recipe/gpt2_recipe.py" --steps 12 \
+  --warmup 3 --pipetrain "$bin" --out "$tmp/gpt2-recipe.json" --check 1e-5
 
 # Bad recipes: refused in one line naming the option, before any profiling.
 export PIPETRAIN_CACHE_DIR="$tmp/refused-cache"

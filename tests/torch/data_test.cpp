@@ -335,5 +335,90 @@ TEST(SampleOrder, MicrobatchesTileTheMinibatches) {
   expectError([&] { order.microbatch(0, 4, 8, 4); }, {"micro-batch 4"});
 }
 
+TEST(SampleOrder, KeyedIsAPermutationThatHoldsNothing) {
+  for (int64_t size : {1, 2, 3, 10, 63, 64, 65, 1000, 4097}) {
+    const std::vector<int64_t> order = wholeOrder(SampleOrder(size, 42, 0, SampleOrder::Kind::kKeyed), size);
+    std::vector<int64_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, range(0, size)) << size;
+  }
+  const auto keyed = [](uint64_t seed, int64_t epoch) {
+    return wholeOrder(SampleOrder(1000, seed, epoch, SampleOrder::Kind::kKeyed), 1000);
+  };
+  EXPECT_EQ(keyed(42, 0), keyed(42, 0));
+  EXPECT_NE(keyed(42, 0), keyed(42, 1));
+  EXPECT_NE(keyed(42, 0), keyed(43, 0));
+  EXPECT_NE(keyed(42, 0), range(0, 1000));
+  // Pinned, and what bench/recipe/gpt2_recipe.py computes in Python.
+  EXPECT_EQ(wholeOrder(SampleOrder(10, 0, 0, SampleOrder::Kind::kKeyed), 10),
+            (std::vector<int64_t>{1, 5, 0, 8, 3, 9, 7, 6, 2, 4}));
+  // Billions of windows cost nothing to order.
+  const SampleOrder huge(int64_t{5} << 32, 1, 0, SampleOrder::Kind::kKeyed);
+  EXPECT_LT(huge.microbatch(123456789, 0, 4, 1)[3], int64_t{5} << 32);
+}
+
+// ---- token streams ---------------------------------------------------------------------------
+
+std::string writeTokens(const fs::path& path, const std::vector<uint16_t>& tokens) {
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  return path.string();
+}
+
+TEST(TokenStream, WindowsOfTheContextWithTheNextTokensAsLabels) {
+  const fs::path dir = fs::temp_directory_path() / ("pipetrain-tokens-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<uint16_t> tokens(1000);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 251);
+  DataOptions o;
+  o.file = writeTokens(dir / "stream.bin", tokens);
+  ASSERT_TRUE(isTokenStream(o.file));
+  const InputSpec gpt{InputKind::kTokens, {8}, 256};
+  const auto train = openDataset(o, gpt);
+  EXPECT_EQ(train->size(), (900 - 1) / 8);  // the first nine tenths
+  const Batch b = train->get({0, 3});
+  EXPECT_EQ(b.inputs.sizes(), (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(b.inputs[1][0].item<int64_t>(), 24);
+  EXPECT_EQ(b.labels[1][7].item<int64_t>(), 32);  // the token after the window's last
+  o.split = "test";
+  const auto test = openDataset(o, gpt);
+  EXPECT_EQ(test->size(), (100 - 1) / 8);
+  EXPECT_EQ(test->get({0}).inputs[0][0].item<int64_t>(), 900 % 251);
+  // nanoGPT's layout: val.bin beside train.bin is the test split.
+  o.file = writeTokens(dir / "train.bin", tokens);
+  writeTokens(dir / "val.bin", std::vector<uint16_t>(17, 5));
+  EXPECT_EQ(openDataset(o, gpt)->size(), 2);
+  o.split = "train";
+  EXPECT_EQ(openDataset(o, gpt)->size(), (1000 - 1) / 8);
+  // A model from a file learns its input from the stream and --context.
+  o.context = 8;
+  const InputSpec spec = inputSpecOf(o);
+  EXPECT_EQ(spec.kind, InputKind::kTokens);
+  EXPECT_EQ(spec.sample_shape, std::vector<int64_t>{8});
+  EXPECT_EQ(spec.num_classes, 251);
+  fs::remove_all(dir);
+}
+
+TEST(TokenStream, RefusesWhatItCannotServe) {
+  const fs::path dir = fs::temp_directory_path() / ("pipetrain-tokens-bad-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  DataOptions o;
+  o.file = writeTokens(dir / "big.bin", std::vector<uint16_t>(100, 300));
+  const InputSpec gpt{InputKind::kTokens, {8}, 256};
+  expectError([&] { openDataset(o, gpt)->get({0}); }, {"big.bin", "token 300", "vocabulary of 256"});
+  expectError([&] { openDataset(o, kImage); }, {"token stream", "image"});
+  expectError([&] { inputSpecOf(o); }, {"--context"});
+  o.token_dtype = "int8";
+  expectError([&] { openDataset(o, gpt); }, {"--token-dtype", "int8"});
+  o.token_dtype = "uint32";
+  std::ofstream(dir / "odd.bin", std::ios::binary).write("abcdef", 6);
+  o.file = (dir / "odd.bin").string();
+  expectError([&] { openDataset(o, gpt); }, {"odd.bin", "6 bytes", "--token-dtype"});
+  o.token_dtype = "uint16";
+  o.file = writeTokens(dir / "short.bin", std::vector<uint16_t>(9, 1));
+  expectError([&] { openDataset(o, gpt); }, {"short.bin", "too few"});
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace pipetrain::data

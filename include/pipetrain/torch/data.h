@@ -39,6 +39,10 @@ struct DataOptions {
   std::string fortunes_dir = "/usr/share/games/fortunes";
   int64_t synthetic_size = 4096;
   uint64_t seed = 0;
+  // Token streams (isTokenStream): the width of a token, and the window a sample takes
+  // where the model does not say (a model from a file; the zoo's gpt has its context).
+  std::string token_dtype = "uint16";  // uint16 | uint32
+  int64_t context = 0;
 };
 
 // Opens the dataset for `input` (the model's InputSpec): fashion-mnist serves
@@ -61,15 +65,44 @@ models::InputSpec inputSpecOfFile(const std::string& path);
 // Sample order for an epoch: a permutation of [0, size) from (seed, epoch), identical in
 // every process. Mini-batch k, micro-batch j of size b covers positions
 // (k*m + j)*b .. +b of the permutation; a final partial mini-batch is dropped.
+//   kShuffled  Fisher-Yates over a table of the indices (8 bytes a sample);
+//   kKeyed     a keyed bijection computed per position (keyedPosition), nothing held:
+//              for token streams, whose windows may number billions.
 class SampleOrder {
  public:
-  SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch);
+  enum class Kind { kShuffled, kKeyed };
+  SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch, Kind kind = Kind::kShuffled);
   int64_t minibatchesPerEpoch(int64_t microbatch_size, int microbatches) const;
   std::vector<int64_t> microbatch(int64_t minibatch, int microbatch, int64_t microbatch_size,
                                   int microbatches) const;
 
  private:
-  std::vector<int64_t> permutation_;
+  Kind kind_;
+  int64_t size_ = 0;
+  uint64_t key_ = 0;                   // kKeyed
+  std::vector<int64_t> permutation_;   // kShuffled
 };
+
+// The order `options`' data takes: keyed for a token stream, shuffled otherwise.
+SampleOrder::Kind orderKindOf(const DataOptions& options);
+
+// kKeyed's bijection on [0, size): a 4-round Feistel network over the smallest even
+// number of bits that holds size - 1, its round function SplitMix64's finaliser of
+// (key, round, half), walked until it lands inside [0, size) (fewer than 4 steps on
+// average). Written out so that a user's script can draw the same windows
+// (bench/recipe/gpt2_recipe.py does, in Python).
+int64_t keyedPosition(int64_t position, int64_t size, uint64_t key);
+
+// Token streams as nanoGPT and Megatron-LM keep them: a flat file of uint16 (or uint32,
+// DataOptions::token_dtype) tokens, mapped, never read whole. Sample i is the window of
+// `context` tokens from i x context, its labels the next token of each. The test split is
+// val.bin beside a file named train.bin, else the stream's last tenth. Named by the
+// ".bin" extension.
+bool isTokenStream(const std::string& path);
+
+// What `options`' data serves a model loaded from a file: inputSpecOfFile's, or for a
+// token stream, windows of DataOptions::context tokens over a vocabulary of its largest
+// token + 1 (found by reading the stream once).
+models::InputSpec inputSpecOf(const DataOptions& options);
 
 }  // namespace pipetrain::data

@@ -36,6 +36,7 @@ std::unique_ptr<Dataset> openDataset(const DataOptions& options, const models::I
   if (options.split != "train" && options.split != "test") {
     throw Error("data split '" + options.split + "': expected train or test");
   }
+  if (isTokenStream(options.file)) return openTokenStream(options, input);
   if (!options.file.empty()) return openTensorFile(options, input);
   if (options.name == "fashion-mnist") return openFashionMnist(options, input);
   if (options.name == "fortunes") return openFortunes(options, input);

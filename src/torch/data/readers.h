@@ -31,6 +31,7 @@ std::unique_ptr<Dataset> openFashionMnist(const DataOptions& options, const mode
 std::unique_ptr<Dataset> openFortunes(const DataOptions& options, const models::InputSpec& input);
 std::unique_ptr<Dataset> openSynthetic(const DataOptions& options, const models::InputSpec& input);
 std::unique_ptr<Dataset> openTensorFile(const DataOptions& options, const models::InputSpec& input);
+std::unique_ptr<Dataset> openTokenStream(const DataOptions& options, const models::InputSpec& input);
 
 // "image (3, 32, 32), 10 classes": how a model's input reads in an error message.
 std::string describeInput(const models::InputSpec& input);

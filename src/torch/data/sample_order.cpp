@@ -30,12 +30,17 @@ void checkShape(int64_t microbatch_size, int microbatches) {
 
 }  // namespace
 
-SampleOrder::SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch) {
+SampleOrder::SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch, Kind kind) : kind_(kind), size_(dataset_size) {
   if (dataset_size < 0) throw Error("sample order: negative dataset size " + std::to_string(dataset_size));
+  // Mixing (seed, epoch) into one word keeps nearby seeds and epochs far apart.
+  const uint64_t key = mix64(mix64(seed) + static_cast<uint64_t>(epoch));
+  if (kind == Kind::kKeyed) {
+    key_ = key;
+    return;
+  }
   permutation_.resize(static_cast<size_t>(dataset_size));
   std::iota(permutation_.begin(), permutation_.end(), int64_t{0});
-  // Mixing (seed, epoch) into one word keeps nearby seeds and epochs far apart.
-  std::mt19937_64 rng(mix64(mix64(seed) + static_cast<uint64_t>(epoch)));
+  std::mt19937_64 rng(key);
   // Fisher-Yates (Knuth's Algorithm P), from the back.
   for (size_t i = permutation_.size(); i > 1; --i) {
     const size_t j = static_cast<size_t>(uniformBelow(rng, i));
@@ -43,9 +48,34 @@ SampleOrder::SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch) {
   }
 }
 
+int64_t keyedPosition(int64_t position, int64_t size, uint64_t key) {
+  if (size <= 1) return position;
+  int bits = 2;
+  while (bits < 62 && (uint64_t{1} << bits) < static_cast<uint64_t>(size)) bits += 2;
+  const int half = bits / 2;
+  const uint64_t mask = (uint64_t{1} << half) - 1;
+  auto feistel = [&](uint64_t x) {
+    uint64_t left = x >> half, right = x & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      const uint64_t mixed = left ^ (mix64(key ^ (round << 32) ^ right) & mask);
+      left = right;
+      right = mixed;
+    }
+    return (left << half) | right;
+  };
+  uint64_t x = static_cast<uint64_t>(position);
+  do x = feistel(x);  // a bijection on [0, 2^bits): walking it from inside [0, size) returns there
+  while (x >= static_cast<uint64_t>(size));
+  return static_cast<int64_t>(x);
+}
+
+SampleOrder::Kind orderKindOf(const DataOptions& options) {
+  return isTokenStream(options.file) ? SampleOrder::Kind::kKeyed : SampleOrder::Kind::kShuffled;
+}
+
 int64_t SampleOrder::minibatchesPerEpoch(int64_t microbatch_size, int microbatches) const {
   checkShape(microbatch_size, microbatches);
-  return static_cast<int64_t>(permutation_.size()) / (microbatch_size * microbatches);
+  return size_ / (microbatch_size * microbatches);
 }
 
 std::vector<int64_t> SampleOrder::microbatch(int64_t minibatch, int microbatch, int64_t microbatch_size,
@@ -58,8 +88,14 @@ std::vector<int64_t> SampleOrder::microbatch(int64_t minibatch, int microbatch, 
                 std::to_string(minibatchesPerEpoch(microbatch_size, microbatches)) + " mini-batches of " +
                 std::to_string(microbatches) + " micro-batches of " + std::to_string(microbatch_size) + ")");
   }
-  const auto first = permutation_.begin() + (minibatch * microbatches + microbatch) * microbatch_size;
-  return std::vector<int64_t>(first, first + microbatch_size);
+  const int64_t first = (minibatch * microbatches + microbatch) * microbatch_size;
+  if (kind_ == Kind::kKeyed) {
+    std::vector<int64_t> out;
+    for (int64_t p = first; p < first + microbatch_size; ++p) out.push_back(keyedPosition(p, size_, key_));
+    return out;
+  }
+  const auto begin = permutation_.begin() + first;
+  return std::vector<int64_t>(begin, begin + microbatch_size);
 }
 
 }  // namespace pipetrain::data

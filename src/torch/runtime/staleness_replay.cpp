@@ -71,7 +71,7 @@ struct StalenessReplay::Impl {
     if (!model.tied.empty() && schedule::isAsynchronous(c.plan.schedule.name))
       throw Error("internal: the staleness replay takes tied weights under synchronous schedules only");
     models::moveTo(model, rankDevice(c.device, 0));
-    order.emplace(train->size(), c.seed, first_epoch);
+    order.emplace(train->size(), c.seed, first_epoch, data::orderKindOf(c.data));
     order_epoch = first_epoch;
     minibatches_per_epoch = order->minibatchesPerEpoch(c.plan.microbatch_size, m);
     if (minibatches_per_epoch < 1) throw Error("the data holds less than one mini-batch");
@@ -122,7 +122,7 @@ struct StalenessReplay::Impl {
     const int64_t k = j / m;
     const int epoch = first_epoch + static_cast<int>(k / minibatches_per_epoch);
     if (epoch != order_epoch) {
-      order.emplace(train->size(), c.seed, epoch);
+      order.emplace(train->size(), c.seed, epoch, data::orderKindOf(c.data));
       order_epoch = epoch;
     }
     const data::Batch batch =
