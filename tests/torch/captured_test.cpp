@@ -5,6 +5,7 @@
 // step of the model as written.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 
@@ -128,6 +129,45 @@ TEST(CapturedModel, AStageMayStartWithAnInPlaceActivation) {
   for (const auto& l : model.layers) names.push_back(l.name);
   c.plan = plan::chainPlan(names, {0, 1, 3}, {}, c.plan.schedule, c.plan.microbatch_size, c.plan.microbatches);
   expectMatchesReference(c);
+}
+
+// Clipping by the whole model's norm counts the tied weight once, as
+// clip_grad_norm_(model.parameters()) does (parameters() lists a shared weight once),
+// wherever its copies sit: the first step's norm is the one-process norm, and the run
+// matches the one-process reference.
+TEST(CapturedModel, ClippingCountsTheTiedWeightOnce) {
+  TrainConfig c = capturedConfig("gpt_tied.pt", "tokens.pt");
+  c.clip_grad_norm = 0.05;
+  // The first mini-batch's gradient in one process, the tie summed.
+  models::Model model = openModel(c);
+  const auto train = data::openDataset(c.data, model.input);
+  const data::SampleOrder order(train->size(), c.seed, 0);
+  std::vector<int64_t> first;
+  for (int j = 0; j < c.plan.microbatches; ++j) {
+    const auto mb = order.microbatch(0, j, c.plan.microbatch_size, c.plan.microbatches);
+    first.insert(first.end(), mb.begin(), mb.end());
+  }
+  const data::Batch batch = train->get(first);
+  const int n = static_cast<int>(model.layers.size());
+  models::lossOf(model, models::forwardModel(model, batch.inputs), batch.labels).backward();
+  models::sumTiedGradients(model);
+  const auto [embedding, output] = tiedCopies(model);
+  double once = 0;
+  for (const auto& p : model.parameters(0, n))
+    if (!p.is_same(output)) once += p.grad().pow(2).sum().item<double>();
+  const double twice = once + output.grad().pow(2).sum().item<double>();
+  for (const auto& [schedule, replicas] : std::vector<std::pair<std::string, std::vector<int>>>{
+           {"1f1b", {1, 1, 1}}, {"zb-v", {1, 1}}, {"gpipe", {1, 2}}}) {
+    SCOPED_TRACE(schedule);
+    usePlan(c, schedule, replicas);
+    expectMatchesReference(c);
+    const std::vector<RankResult> results = runInProcess(c, rankCount(c), Wire::kInProcess);
+    for (const RankResult& r : results) {
+      ASSERT_FALSE(r.grad_norms.empty());
+      EXPECT_NEAR(r.grad_norms[0], std::sqrt(once), 1e-5 * std::sqrt(once)) << "rank " << r.rank;
+    }
+    EXPECT_GT(std::sqrt(twice), std::sqrt(once) * (1 + 1e-3));  // counting it twice would show
+  }
 }
 
 }  // namespace
