@@ -240,7 +240,7 @@ int run(ProfileArgs& a) {
     process.data_bytes = std::max<int64_t>(0, util::residentBytes() - before);
     data_file_bytes = util::residentFileBytes() - file_before;  // a data file's mapped pages
     data_anon_bytes = process.data_bytes - data_file_bytes;
-    order.emplace(dataset->size(), a.data.seed, 0, data::orderKindOf(a.data));
+    order.emplace(data::sampleOrder(a.data, dataset.get(), dataset->size(), a.data.seed, 0));
     const int64_t largest = *std::max_element(a.batches.begin(), a.batches.end());
     if (order->minibatchesPerEpoch(largest, 1) == 0)
       throw Error("the dataset has " + std::to_string(dataset->size()) + " samples, fewer than --batch " +

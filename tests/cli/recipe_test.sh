@@ -44,6 +44,18 @@ cross_check hf-llama zb-h1 0,3,6 hf
 check "GPT-2's recipe on a token stream, loss for loss" "$python" "$src/bench/recipe/gpt2_recipe.py" --steps 12 \
   --warmup 3 --pipetrain "$bin" --out "$tmp/gpt2-recipe.json" --check 1e-5
 
+# Data in shards (data-00000.pt, ...), read one after the other: two epochs on 2 ranks.
+check "mlp: a model and 96 samples" "$python" "$race/race_models.py" mlp "$tmp" --samples 96
+check "mlp: its data in three shards" "$python" -c "import sys, torch
+d = torch.load(sys.argv[1])
+for i, (a, b) in enumerate([(0, 40), (40, 72), (72, 96)]):
+    torch.save({'inputs': d['inputs'][a:b].clone(), 'labels': d['labels'][a:b].clone()}, f'{sys.argv[2]}/data-{i:05d}.pt')
+" "$tmp/mlp.data.pt" "$tmp"
+check "mlp: two epochs of the shards on 2 ranks" "$bin" train --model-file "$tmp/mlp.pt" \
+  --data-file "$tmp/data-00000.pt" --nproc 2 --stage-bounds 0,5,9 --microbatches 2 --microbatch-size 8 --epochs 2 \
+  --timeout 60 --summary-json "$tmp/shards.json"
+expect "mlp: every shard's kept samples trained, 2 epochs" '"samples": 160' "$tmp/shards.json"
+
 # Bad recipes: refused in one line naming the option, before any profiling.
 export PIPETRAIN_CACHE_DIR="$tmp/refused-cache"
 base=(train --model mlp --nproc 2 --max-steps 1 --no-eval --dataset synthetic)

@@ -3,7 +3,11 @@
 // several ranks exactly as in one process, exported back, and refused when wrong.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 
@@ -117,6 +121,52 @@ TEST(ByoModel, WithoutATestSplitEveryTenthSampleIsHeldOut) {
   ASSERT_EQ(test->size(), 2);
   EXPECT_TRUE(test->get({0, 1}).labels.equal(torch::tensor({9 % 3, 19 % 3})));
   std::remove(path.c_str());
+}
+
+// Sharded files: data-00000.pt, data-00001.pt, ... read one after the other, each with
+// its own held-out split; the order takes the shards in turn, every sample once an epoch.
+TEST(ByoModel, ShardedFilesAreReadInTurn) {
+  const std::string dir = ::testing::TempDir() + "byo_shards_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::vector<int64_t> rows = {20, 30, 10};
+  int64_t first_row = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    c10::Dict<std::string, torch::Tensor> dict;
+    dict.insert("inputs", torch::arange(first_row, first_row + rows[i], torch::kFloat).reshape({rows[i], 1}));
+    dict.insert("labels", torch::full({rows[i]}, static_cast<int64_t>(i)));
+    char name[32];
+    std::snprintf(name, sizeof name, "/data-%05zu.pt", i);
+    writeFile(dir + name, torch::pickle_save(dict));
+    first_row += rows[i];
+  }
+  data::DataOptions options;
+  options.file = dir + "/data-00000.pt";
+  EXPECT_EQ(data::shardsOf(options.file).size(), 3u);
+  EXPECT_TRUE(data::shardsOf(dir + "/data-00001.pt").empty());  // the first names them all
+  const models::InputSpec spec = data::inputSpecOfFile(options.file);
+  EXPECT_EQ(spec.num_classes, 3);  // the classes of every shard
+  const auto train = data::openDataset(options, spec);
+  EXPECT_EQ(train->shardSizes(), (std::vector<int64_t>{18, 27, 9}));  // every tenth held out, per shard
+  // The order reads a shard whole before the next, and every sample once.
+  const data::SampleOrder order = data::sampleOrder(options, train.get(), train->size(), 5, 0);
+  std::vector<int64_t> seen, shards_read;
+  for (int64_t k = 0; k < order.minibatchesPerEpoch(3, 1); ++k) {
+    const std::vector<int64_t> mb = order.microbatch(k, 0, 3, 1);
+    seen.insert(seen.end(), mb.begin(), mb.end());
+    const torch::Tensor labels = train->labels(mb);
+    for (int64_t r = 0; r < labels.size(0); ++r)
+      if (shards_read.empty() || shards_read.back() != labels[r].item<int64_t>())
+        shards_read.push_back(labels[r].item<int64_t>());
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen.size(), 54u);
+  EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end());
+  EXPECT_EQ(shards_read.size(), 3u);  // each shard entered once
+  // A sample is its shard's row: index 18 is shard 1's first kept row (file row 20).
+  EXPECT_EQ(train->get({18}).inputs.item<float>(), 20.0f);
+  options.split = "test";
+  EXPECT_EQ(data::openDataset(options, spec)->size(), 2 + 3 + 1);
+  std::filesystem::remove_all(dir);
 }
 
 // A data file's samples are its pages, mapped: opening it for its shape or for training

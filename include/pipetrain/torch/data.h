@@ -27,6 +27,9 @@ class Dataset {
   virtual Batch get(const std::vector<int64_t>& indices) const = 0;
   // Only the labels (the last stage needs no inputs).
   virtual torch::Tensor labels(const std::vector<int64_t>& indices) const { return get(indices).labels; }
+  // The samples of each file of a sharded dataset, in file order (its indices run
+  // through them in turn); empty for one file.
+  virtual std::vector<int64_t> shardSizes() const { return {}; }
 };
 
 struct DataOptions {
@@ -68,23 +71,44 @@ models::InputSpec inputSpecOfFile(const std::string& path);
 //   kShuffled  Fisher-Yates over a table of the indices (8 bytes a sample);
 //   kKeyed     a keyed bijection computed per position (keyedPosition), nothing held:
 //              for token streams, whose windows may number billions.
+//   kShardwise for sharded files (Dataset::shardSizes): the shards in a keyed order, one
+//              after the other, each shard's samples in a keyed order of their own, so
+//              that a rank reads one shard at a time. `shard_sizes` may be empty on a
+//              rank that reads no data (it only counts mini-batches).
 class SampleOrder {
  public:
-  enum class Kind { kShuffled, kKeyed };
-  SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch, Kind kind = Kind::kShuffled);
+  enum class Kind { kShuffled, kKeyed, kShardwise };
+  SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch, Kind kind = Kind::kShuffled,
+              std::vector<int64_t> shard_sizes = {});
   int64_t minibatchesPerEpoch(int64_t microbatch_size, int microbatches) const;
   std::vector<int64_t> microbatch(int64_t minibatch, int microbatch, int64_t microbatch_size,
                                   int microbatches) const;
 
  private:
+  int64_t shardwise(int64_t position) const;
+
   Kind kind_;
   int64_t size_ = 0;
-  uint64_t key_ = 0;                   // kKeyed
+  uint64_t key_ = 0;                   // kKeyed, kShardwise
   std::vector<int64_t> permutation_;   // kShuffled
+  // kShardwise: the shards in the order read, where each starts in that order, and where
+  // each starts among the dataset's indices.
+  std::vector<int64_t> shard_order_, order_starts_, index_starts_, shard_sizes_;
 };
 
-// The order `options`' data takes: keyed for a token stream, shuffled otherwise.
-SampleOrder::Kind orderKindOf(const DataOptions& options);
+// Epoch `epoch`'s order of `size` samples of `options`' data, as every rank takes it:
+// keyed for a token stream, shard by shard for sharded files (their sizes from
+// `dataset`, null on a rank that reads no data), shuffled otherwise.
+SampleOrder sampleOrder(const DataOptions& options, const Dataset* dataset, int64_t size, uint64_t seed,
+                        int64_t epoch);
+
+// Sharded tensor files: `--data-file DIR/NAME-00000.pt` where NAME-00001.pt is beside it
+// opens every NAME-NNNNN.pt in turn from 00000 while they exist, each a torch.save file
+// of the kind inputSpecOfFile reads (each holding out its own test split). One shard is
+// read at a time: the sample order takes the shards one after the other
+// (SampleOrder::Kind::kShardwise). The files, in order; empty where `path` is no such
+// first shard.
+std::vector<std::string> shardsOf(const std::string& path);
 
 // kKeyed's bijection on [0, size): a 4-round Feistel network over the smallest even
 // number of bits that holds size - 1, its round function SplitMix64's finaliser of

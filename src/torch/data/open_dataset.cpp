@@ -37,6 +37,7 @@ std::unique_ptr<Dataset> openDataset(const DataOptions& options, const models::I
     throw Error("data split '" + options.split + "': expected train or test");
   }
   if (isTokenStream(options.file)) return openTokenStream(options, input);
+  if (!shardsOf(options.file).empty()) return openShards(options, input);
   if (!options.file.empty()) return openTensorFile(options, input);
   if (options.name == "fashion-mnist") return openFashionMnist(options, input);
   if (options.name == "fortunes") return openFortunes(options, input);

@@ -32,6 +32,10 @@ std::unique_ptr<Dataset> openFortunes(const DataOptions& options, const models::
 std::unique_ptr<Dataset> openSynthetic(const DataOptions& options, const models::InputSpec& input);
 std::unique_ptr<Dataset> openTensorFile(const DataOptions& options, const models::InputSpec& input);
 std::unique_ptr<Dataset> openTokenStream(const DataOptions& options, const models::InputSpec& input);
+// The files shardsOf(options.file) names, one at a time.
+std::unique_ptr<Dataset> openShards(const DataOptions& options, const models::InputSpec& input);
+// The samples of `options.split` in the tensor file `options.file`, its tensors' pages unread.
+int64_t tensorFileSamples(const DataOptions& options);
 
 // "image (3, 32, 32), 10 classes": how a model's input reads in an error message.
 std::string describeInput(const models::InputSpec& input);

@@ -2,6 +2,7 @@
 // across processes, compilers and standard libraries: std::mt19937_64's output is fixed
 // by the standard, but std::shuffle and std::uniform_int_distribution are not, so the
 // shuffle and the bounded draw are written out here.
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -28,14 +29,40 @@ void checkShape(int64_t microbatch_size, int microbatches) {
   }
 }
 
+SampleOrder::Kind orderKindOf(const DataOptions& options) {
+  if (isTokenStream(options.file)) return SampleOrder::Kind::kKeyed;
+  return shardsOf(options.file).empty() ? SampleOrder::Kind::kShuffled : SampleOrder::Kind::kShardwise;
+}
+
 }  // namespace
 
-SampleOrder::SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch, Kind kind) : kind_(kind), size_(dataset_size) {
+SampleOrder::SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch, Kind kind,
+                         std::vector<int64_t> shard_sizes)
+    : kind_(kind), size_(dataset_size), shard_sizes_(std::move(shard_sizes)) {
   if (dataset_size < 0) throw Error("sample order: negative dataset size " + std::to_string(dataset_size));
   // Mixing (seed, epoch) into one word keeps nearby seeds and epochs far apart.
   const uint64_t key = mix64(mix64(seed) + static_cast<uint64_t>(epoch));
   if (kind == Kind::kKeyed) {
     key_ = key;
+    return;
+  }
+  if (kind == Kind::kShardwise) {
+    key_ = key;
+    const auto shards = static_cast<int64_t>(shard_sizes_.size());
+    int64_t start = 0;
+    for (int64_t i = 0; i < shards; ++i) {
+      index_starts_.push_back(start);
+      start += shard_sizes_[i];
+    }
+    if (shards > 0 && start != dataset_size)
+      throw Error("sample order: shards of " + std::to_string(start) + " samples for a dataset of " +
+                  std::to_string(dataset_size));
+    start = 0;
+    for (int64_t i = 0; i < shards; ++i) {
+      shard_order_.push_back(keyedPosition(i, shards, mix64(key)));
+      order_starts_.push_back(start);
+      start += shard_sizes_[shard_order_.back()];
+    }
     return;
   }
   permutation_.resize(static_cast<size_t>(dataset_size));
@@ -69,9 +96,20 @@ int64_t keyedPosition(int64_t position, int64_t size, uint64_t key) {
   return static_cast<int64_t>(x);
 }
 
-SampleOrder::Kind orderKindOf(const DataOptions& options) {
-  return isTokenStream(options.file) ? SampleOrder::Kind::kKeyed : SampleOrder::Kind::kShuffled;
+int64_t SampleOrder::shardwise(int64_t position) const {
+  if (shard_order_.empty()) throw Error("internal: a shard-by-shard order without the shards' sizes");
+  const auto at = std::upper_bound(order_starts_.begin(), order_starts_.end(), position) - order_starts_.begin() - 1;
+  const int64_t shard = shard_order_[static_cast<std::size_t>(at)];
+  const int64_t local = keyedPosition(position - order_starts_[static_cast<std::size_t>(at)],
+                                      shard_sizes_[static_cast<std::size_t>(shard)], key_ + static_cast<uint64_t>(shard));
+  return index_starts_[static_cast<std::size_t>(shard)] + local;
 }
+
+SampleOrder sampleOrder(const DataOptions& options, const Dataset* dataset, int64_t size, uint64_t seed,
+                        int64_t epoch) {
+  return SampleOrder(size, seed, epoch, orderKindOf(options), dataset ? dataset->shardSizes() : std::vector<int64_t>{});
+}
+
 
 int64_t SampleOrder::minibatchesPerEpoch(int64_t microbatch_size, int microbatches) const {
   checkShape(microbatch_size, microbatches);
@@ -89,9 +127,10 @@ std::vector<int64_t> SampleOrder::microbatch(int64_t minibatch, int microbatch, 
                 std::to_string(microbatches) + " micro-batches of " + std::to_string(microbatch_size) + ")");
   }
   const int64_t first = (minibatch * microbatches + microbatch) * microbatch_size;
-  if (kind_ == Kind::kKeyed) {
+  if (kind_ != Kind::kShuffled) {
     std::vector<int64_t> out;
-    for (int64_t p = first; p < first + microbatch_size; ++p) out.push_back(keyedPosition(p, size_, key_));
+    for (int64_t p = first; p < first + microbatch_size; ++p)
+      out.push_back(kind_ == Kind::kKeyed ? keyedPosition(p, size_, key_) : shardwise(p));
     return out;
   }
   const auto begin = permutation_.begin() + first;

@@ -342,7 +342,25 @@ class TensorDataset : public Dataset {
 
 }  // namespace
 
-models::InputSpec inputSpecOfFile(const std::string& path) { return specOf(readTensorFile(path)); }
+models::InputSpec inputSpecOfFile(const std::string& path) {
+  const std::vector<std::string> shards = shardsOf(path);
+  if (shards.empty()) return specOf(readTensorFile(path));
+  // Every shard serves the first's input; the classes are all of theirs.
+  models::InputSpec spec = specOf(readTensorFile(shards.front()));
+  for (std::size_t i = 1; i < shards.size(); ++i) {
+    const models::InputSpec shard = specOf(readTensorFile(shards[i]));
+    if (shard.sample_shape != spec.sample_shape || shard.kind != spec.kind || shard.loss != spec.loss)
+      throw Error("data file '" + shards[i] + "' serves " + describeInput(shard) + ", but '" + shards.front() +
+                  "' serves " + describeInput(spec));
+    if (spec.loss == models::LossKind::kCrossEntropy) spec.num_classes = std::max(spec.num_classes, shard.num_classes);
+  }
+  return spec;
+}
+
+int64_t tensorFileSamples(const DataOptions& options) {
+  TensorFile file = readTensorFile(options.file);
+  return options.split == "train" ? file.train.size() : file.test.size();
+}
 
 std::unique_ptr<Dataset> openTensorFile(const DataOptions& options, const models::InputSpec& input) {
   TensorFile file = readTensorFile(options.file);

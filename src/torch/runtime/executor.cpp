@@ -14,6 +14,13 @@ namespace {
 // forwards without holding every buffer of a long mini-batch at once.
 constexpr int kReceiveLookahead = 8;
 
+// The group of a collective over every rank of the job.
+std::vector<int> everyRank(const DataChannel& channel) {
+  std::vector<int> ranks(channel.worldSize());
+  for (int r = 0; r < channel.worldSize(); ++r) ranks[r] = r;
+  return ranks;
+}
+
 // Gradient buckets for replicated stages: sim::kGradientBucketBytes, which the simulator
 // prices (a 1024 x 1024 layer per bucket; DDP's default of 25 MiB would make the 8 x 1024
 // mlp one bucket and overlap nothing). Not tuned further.
@@ -226,11 +233,7 @@ torch::Tensor PipelineExecutor::Impl::clipCoefficientAt(const Action& a) {
   for (const auto& [s, st] : state)
     if (program->stage_ranks[s].front() == rank)  // a replicated stage's gradient counts once
       squared.add_(squaredNorm(gradsOf(s), factor(s, a.version), st.device));
-  if (channel.worldSize() > 1) {
-    std::vector<int> everyone(channel.worldSize());
-    for (int r = 0; r < channel.worldSize(); ++r) everyone[r] = r;
-    channel.startAllReduceSum(squared, everyone)->wait();
-  }
+  if (channel.worldSize() > 1) channel.startAllReduceSum(squared, everyRank(channel))->wait();
   clip_of_version.erase(clip_of_version.begin(), clip_of_version.lower_bound(a.version - 1));
   const torch::Tensor coefficient = clipCoefficient(squared, recipe.clip_norm);
   clip_of_version[a.version] = {squared, coefficient};
@@ -256,8 +259,8 @@ void PipelineExecutor::Impl::step(const Action& a, const schedule::PositionFacts
   if (tied) tied->beforeStep(s, a.version, [&](int stage, int v) { return facts.steps.gradient_factor[stage].at(v); });
   if (recipe.clip_norm > 0) o.clip = clipCoefficientAt(a);
   const bool t1 = latest && corrections.lr_warmup;
-  o.lr = (recipe.rate ? recipe.rate(s, st.steps_taken) : st.base_lr) *
-         schedule::learningRateScale(t1 ? facts.stage_delays[s] : 0, st.steps_taken, corrections.warmup_steps);
+  o.lr = stepRate(recipe.rate ? recipe.rate(s, st.steps_taken) : st.base_lr, st.steps_taken,
+                  t1 ? facts.stage_delays[s] : 0, corrections.warmup_steps);
   if (latest && corrections.discrepancy)
     o.t2_decay = schedule::correctionDecay(corrections.decay, facts.stage_delays[s]);
   stepStage(st, a.version, o);
@@ -393,11 +396,8 @@ PipelineExecutor::PipelineExecutor(const schedule::Program& program, int rank, m
       throw Error("rank " + std::to_string(rank) + " steps a stage before its other stages' gradients of the "
                   "mini-batch are complete, so the whole model's gradient norm is not known there: clipping by it "
                   "needs a synchronous schedule");
-    if (channel.worldSize() > 1) {  // first, so that every rank readies its groups in one order
-      std::vector<int> everyone(channel.worldSize());
-      for (int r = 0; r < channel.worldSize(); ++r) everyone[r] = r;
-      channel.prepareGroup(everyone);
-    }
+    // First, so that every rank readies its groups in one order.
+    if (channel.worldSize() > 1) channel.prepareGroup(everyRank(channel));
   }
   for (int s : my_stages_) {
     const std::vector<int>& layers = m.stages[s].layers;

@@ -136,9 +136,8 @@ std::unique_ptr<State> adamState(const std::map<std::string, torch::Tensor>& sta
 
 }  // namespace
 
-double stepRate(const recipe::LearningRateSchedule& schedule, double lr, int64_t step, int64_t total_steps,
-                int t1_delay, int64_t t1_warmup_steps) {
-  return schedule.rate(lr, step, total_steps) * schedule::learningRateScale(t1_delay, step, t1_warmup_steps);
+double stepRate(double scheduled, int64_t step, int t1_delay, int64_t t1_warmup_steps) {
+  return scheduled * schedule::learningRateScale(t1_delay, step, t1_warmup_steps);
 }
 
 void setLearningRate(torch::optim::Optimizer& optimizer, double lr) {

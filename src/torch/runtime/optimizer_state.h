@@ -26,13 +26,12 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const recipe::OptimizerOp
 // Sets every parameter group's rate.
 void setLearningRate(torch::optim::Optimizer& optimizer, double lr);
 
-// The learning rate of a stage's optimizer step `step` (0-based, counted per stage) of
-// `total_steps`: `schedule`'s rate of `lr` (recipe.h), times PipeMare's T1 factor for a
-// stage of delay `t1_delay` over `t1_warmup_steps` (schedule::learningRateScale; 1 for
-// t1_delay 0, T1 off). Training, its references and the staleness replay all take their
-// rates from here.
-double stepRate(const recipe::LearningRateSchedule& schedule, double lr, int64_t step, int64_t total_steps,
-                int t1_delay = 0, int64_t t1_warmup_steps = 0);
+// The learning rate of a stage's optimizer step `step` (0-based, counted per stage):
+// `scheduled`, the schedule's rate for it (recipe::LearningRateSchedule::rate), times
+// PipeMare's T1 factor for a stage of delay `t1_delay` over `t1_warmup_steps`
+// (schedule::learningRateScale; 1 for t1_delay 0, T1 off). The executor and the
+// staleness replay compose the two here.
+double stepRate(double scheduled, int64_t step, int t1_delay, int64_t t1_warmup_steps);
 
 // The state `optimizer` keeps for `param` (one of its parameters), by name ("adam.step",
 // "adam.exp_avg", ...; "adamw.*" alike; "sgd.momentum_buffer"); empty before its first step.

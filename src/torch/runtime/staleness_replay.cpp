@@ -71,7 +71,7 @@ struct StalenessReplay::Impl {
     if (!model.tied.empty() && schedule::isAsynchronous(c.plan.schedule.name))
       throw Error("internal: the staleness replay takes tied weights under synchronous schedules only");
     models::moveTo(model, rankDevice(c.device, 0));
-    order.emplace(train->size(), c.seed, first_epoch, data::orderKindOf(c.data));
+    order.emplace(data::sampleOrder(c.data, train.get(), train->size(), c.seed, first_epoch));
     order_epoch = first_epoch;
     minibatches_per_epoch = order->minibatchesPerEpoch(c.plan.microbatch_size, m);
     if (minibatches_per_epoch < 1) throw Error("the data holds less than one mini-batch");
@@ -122,7 +122,7 @@ struct StalenessReplay::Impl {
     const int64_t k = j / m;
     const int epoch = first_epoch + static_cast<int>(k / minibatches_per_epoch);
     if (epoch != order_epoch) {
-      order.emplace(train->size(), c.seed, epoch, data::orderKindOf(c.data));
+      order.emplace(data::sampleOrder(c.data, train.get(), train->size(), c.seed, epoch));
       order_epoch = epoch;
     }
     const data::Batch batch =
@@ -200,8 +200,9 @@ struct StalenessReplay::Impl {
       if (p.grad().defined() && clip.defined()) p.grad().mul_(clip);
     }
     const bool t1 = latest && corrections.lr_warmup;
-    setLearningRate(*optimizers[s], stepRate(c.lr_schedule, c.lr, v - 1, static_cast<int64_t>(steps.combined[s].size()),
-                                             t1 ? delays[s] : 0, corrections.warmup_steps));
+    // The rate schedule runs over the replay's steps of the stage, as over a run's.
+    const double scheduled = c.lr_schedule.rate(c.lr, v - 1, static_cast<int64_t>(steps.combined[s].size()));
+    setLearningRate(*optimizers[s], stepRate(scheduled, v - 1, t1 ? delays[s] : 0, corrections.warmup_steps));
     optimizers[s]->step();
     optimizers[s]->zero_grad();
     if (t2()) {  // delta <- gamma delta + (1 - gamma) (w_new - w_old), as the executor keeps it

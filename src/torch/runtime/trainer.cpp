@@ -442,6 +442,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   if (train || test) result.data_memory_bytes = std::max<int64_t>(0, util::residentBytes() - before_data);
   const int64_t b = c.plan.microbatch_size;
   const int m = c.plan.microbatches;
+  // Counted without a table of the order (a keyed order holds none).
   int64_t steps = data::SampleOrder(size, c.seed, 0, data::SampleOrder::Kind::kKeyed).minibatchesPerEpoch(b, m);
   if (c.max_steps_per_epoch >= 0) steps = std::min(steps, c.max_steps_per_epoch);
   if (steps == 0) throw Error("the dataset has fewer samples than one mini-batch");
@@ -500,7 +501,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   const Clock::time_point origin = sharedOrigin(t);
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   for (int epoch = position.epoch; epoch < c.epochs; ++epoch) {
-    const data::SampleOrder order(size, c.seed, epoch, data::orderKindOf(c.data));
+    const data::SampleOrder order = data::sampleOrder(c.data, train.get(), size, c.seed, epoch);
     while (position.step < steps) {
       const int64_t from = position.step;
       const int64_t end = c.checkpoint_every > 0 ? std::min(steps, (from / c.checkpoint_every + 1) * c.checkpoint_every)
@@ -616,7 +617,7 @@ models::Model trainReference(const TrainConfig& c) {
                     counted.end());
     }
   auto train = data::openDataset(c.data, model.input);
-  const data::SampleOrder order(train->size(), c.seed, 0, data::orderKindOf(c.data));
+  const data::SampleOrder order = data::sampleOrder(c.data, train.get(), train->size(), c.seed, 0);
   const int64_t b = c.plan.microbatch_size;
   const int m = c.plan.microbatches;
   for (int64_t k = 0; k < c.max_steps_per_epoch; ++k) {
