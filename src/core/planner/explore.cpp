@@ -99,7 +99,15 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   const int64_t timed = graph.smallestTimedBatch();
   const std::vector<int64_t> sizes = detail::microbatchSizes(o, timed);
   if (!sizes.empty()) explorer.search(all_widths, names, sizes);
-  if (result.ranked.empty() && o.microbatch_sizes.empty()) {
+  // Under auto, a plan that fits only by recomputing competes with those that fit by
+  // smaller micro-batches instead, which `none` would have found: auto searches what
+  // none and full search (the recompute bench's gpt at 900 MB a device: none's
+  // micro-batch 1 at 4.13 samples/s against auto's recomputing micro-batch 4 at 2.73).
+  const bool recomputed = std::any_of(result.ranked.begin(), result.ranked.end(), [](const Candidate& c) {
+    return std::any_of(c.plan.stages.begin(), c.plan.stages.end(), [](const plan::Stage& s) { return s.recompute; });
+  });
+  const bool memory_binds = result.ranked.empty() || (o.recompute == Recompute::kAuto && recomputed);
+  if (memory_binds && o.microbatch_sizes.empty()) {
     // Where memory binds, micro-batches smaller than the profile timed are the way to fit.
     // Their times scale in proportion from its smallest (optimistic), and the notes say so.
     const std::vector<int64_t> smaller = detail::smallerMicrobatchSizes(o, timed);
