@@ -320,7 +320,6 @@ void checkNumbers(const TrainConfig& c) {
   if (c.epochs < 1) throw Error("--epochs must be at least 1");
   if (!c.export_path.empty() && c.model_file.empty())
     throw Error("--export writes the trained model back into its TorchScript file's form; it needs --model-file");
-  if (c.lr <= 0) throw Error("--lr must be positive");
   parsePrecision(c.precision);
   if (c.checkpoint_every < 0) throw Error("--checkpoint-every must be a positive number of mini-batches");
   if (c.checkpoint_keep < 1) throw Error("--keep-checkpoints must be at least 1");
@@ -385,7 +384,9 @@ StepRecipe stepRecipe(const TrainConfig& c, const schedule::Program& one_minibat
   std::vector<int64_t> total;
   for (const auto& versions : steps.combined) total.push_back(minibatches * static_cast<int64_t>(versions.size()));
   StepRecipe r;
-  r.rate = [c, total](int s, int64_t step) { return c.lr_schedule.rate(c.lr, step, total.at(s)); };
+  r.rate = [schedule = c.lr_schedule, lr = c.lr, total](int s, int64_t step) {
+    return schedule.rate(lr, step, total.at(s));
+  };
   r.clip_norm = c.clip_grad_norm;
   r.whole_model = !schedule::isAsynchronous(c.plan.schedule.name);
   return r;
@@ -410,6 +411,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   checkNumbers(c);
   const torch::Device device = rankDevice(c.device, localRank(t.rank()));
   models::Model model = openModel(c);
+  checkRecipe(c, model);
   const RankLayout layout = layoutOf(c, t.worldSize(), t.rank(), model);
   const schedule::StageDag& dag = layout.dag;
   const std::vector<StageLayers>& stages = layout.stages;
