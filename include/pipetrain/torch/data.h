@@ -73,8 +73,7 @@ models::InputSpec inputSpecOfFile(const std::string& path);
 //              for token streams, whose windows may number billions.
 //   kShardwise for sharded files (Dataset::shardSizes): the shards in a keyed order, one
 //              after the other, each shard's samples in a keyed order of their own, so
-//              that a rank reads one shard at a time. `shard_sizes` may be empty on a
-//              rank that reads no data (it only counts mini-batches).
+//              that a rank reads one shard at a time.
 class SampleOrder {
  public:
   enum class Kind { kShuffled, kKeyed, kShardwise };
@@ -97,8 +96,9 @@ class SampleOrder {
 };
 
 // Epoch `epoch`'s order of `size` samples of `options`' data, as every rank takes it:
-// keyed for a token stream, shard by shard for sharded files (their sizes from
-// `dataset`, null on a rank that reads no data), shuffled otherwise.
+// keyed for a token stream, shard by shard for sharded files (Dataset::shardSizes),
+// shuffled otherwise. `dataset` is null on a rank that reads no data, which only counts
+// the mini-batches (minibatchesPerEpoch): it gets a keyed order, which holds nothing.
 SampleOrder sampleOrder(const DataOptions& options, const Dataset* dataset, int64_t size, uint64_t seed,
                         int64_t epoch);
 

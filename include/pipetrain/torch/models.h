@@ -111,6 +111,9 @@ torch::Tensor heldParameter(const Model& model, const TiedWeight::Holder& holder
 // Gives every holder of each tied weight the sum of the holders' gradients (an undefined
 // gradient counts as zero): the one-process form of what the runtime does across stages.
 void sumTiedGradients(const Model& model);
+// Every tied weight's copies but its first holder's: after sumTiedGradients they hold the
+// first's gradient, which a gradient norm counts once.
+std::vector<torch::Tensor> laterTiedCopies(const Model& model);
 // "'transformer_wte' and 'lm_head'": the layers sharing `weight`, for messages.
 std::string describeHolders(const Model& model, const TiedWeight& weight);
 // The layers that keep batch norm's running statistics. Batch norm normalises over the

@@ -29,11 +29,6 @@ void checkShape(int64_t microbatch_size, int microbatches) {
   }
 }
 
-SampleOrder::Kind orderKindOf(const DataOptions& options) {
-  if (isTokenStream(options.file)) return SampleOrder::Kind::kKeyed;
-  return shardsOf(options.file).empty() ? SampleOrder::Kind::kShuffled : SampleOrder::Kind::kShardwise;
-}
-
 }  // namespace
 
 SampleOrder::SampleOrder(int64_t dataset_size, uint64_t seed, int64_t epoch, Kind kind,
@@ -107,9 +102,12 @@ int64_t SampleOrder::shardwise(int64_t position) const {
 
 SampleOrder sampleOrder(const DataOptions& options, const Dataset* dataset, int64_t size, uint64_t seed,
                         int64_t epoch) {
-  return SampleOrder(size, seed, epoch, orderKindOf(options), dataset ? dataset->shardSizes() : std::vector<int64_t>{});
+  // A rank that reads no data only counts mini-batches: an order that holds nothing.
+  if (!dataset || isTokenStream(options.file)) return SampleOrder(size, seed, epoch, SampleOrder::Kind::kKeyed);
+  std::vector<int64_t> shards = dataset->shardSizes();
+  if (!shards.empty()) return SampleOrder(size, seed, epoch, SampleOrder::Kind::kShardwise, std::move(shards));
+  return SampleOrder(size, seed, epoch);
 }
-
 
 int64_t SampleOrder::minibatchesPerEpoch(int64_t microbatch_size, int microbatches) const {
   checkShape(microbatch_size, microbatches);

@@ -2,8 +2,8 @@
 // a time. Each shard is a tensor file as openTensorFile reads it; the dataset's indices
 // run through the shards in file order, and the sample order (kShardwise) visits them
 // one shard after the other, so that a rank holds the shard it reads and no other.
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "pipetrain/util/error.h"

@@ -143,6 +143,13 @@ torch::Tensor heldParameter(const Model& model, const TiedWeight::Holder& holder
               holder.name + "'");
 }
 
+std::vector<torch::Tensor> laterTiedCopies(const Model& model) {
+  std::vector<torch::Tensor> out;
+  for (const TiedWeight& weight : model.tied)
+    for (std::size_t h = 1; h < weight.holders.size(); ++h) out.push_back(heldParameter(model, weight.holders[h]));
+  return out;
+}
+
 void sumTiedGradients(const Model& model) {
   torch::NoGradGuard no_grad;
   for (const TiedWeight& weight : model.tied) {

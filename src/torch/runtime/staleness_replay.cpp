@@ -8,6 +8,7 @@
 
 #include "gradient_clipping.h"
 #include "optimizer_state.h"
+#include "training_recipe.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/staleness.h"
@@ -101,11 +102,9 @@ struct StalenessReplay::Impl {
         velocity[s][0] = cloneTensors(params[s]);
         for (auto& v : velocity[s][0]) v.zero_();
       }
-      optimizers.push_back(makeOptimizer(c.optimizer, c.lr, params[s], models::parameterNames(model, stages[s].layers)));
+      optimizers.push_back(optimizerOf(c, model, stages[s].layers, params[s]));
     }
-    for (const models::TiedWeight& weight : model.tied)
-      for (std::size_t h = 1; h < weight.holders.size(); ++h)
-        later_copies.insert(models::heldParameter(model, weight.holders[h]).unsafeGetTensorImpl());
+    for (const torch::Tensor& copy : models::laterTiedCopies(model)) later_copies.insert(copy.unsafeGetTensorImpl());
   }
 
   bool t2() const { return latest && corrections.discrepancy; }
@@ -181,7 +180,7 @@ struct StalenessReplay::Impl {
         if (!later_copies.count(p.unsafeGetTensorImpl())) grads.push_back(p.grad());
       squared[s] = squaredNorm(grads, steps.gradient_factor[s].at(steps.step_of[s][j]), model.device);
     }
-    if (schedule::isAsynchronous(c.plan.schedule.name)) {
+    if (!clipsWholeModel(c.plan.schedule.name)) {
       for (const auto& [s, sq] : squared) out[s] = clipCoefficient(sq, c.clip_grad_norm);
       return out;
     }

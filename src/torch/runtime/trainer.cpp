@@ -13,11 +13,9 @@
 
 #include "../profiler/memory_probe.h"
 #include "core_probe.h"
-#include "gradient_clipping.h"
 #include "torch_trace.h"
-#include "optimizer_state.h"
-#include "staleness_replay.h"
 #include "tied_gradients.h"
+#include "training_recipe.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/torch/checkpoint.h"
@@ -32,42 +30,6 @@
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::runtime {
-namespace {
-
-// The optimizer of `layers`' parameters, named for the no-decay rule.
-std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const TrainConfig& c, const models::Model& model,
-                                                       const std::vector<int>& layers,
-                                                       std::vector<torch::Tensor> params) {
-  return runtime::makeOptimizer(c.optimizer, c.lr, std::move(params), models::parameterNames(model, layers));
-}
-
-std::vector<int> allLayers(const models::Model& model) {
-  std::vector<int> all(model.layers.size());
-  for (std::size_t l = 0; l < all.size(); ++l) all[l] = static_cast<int>(l);
-  return all;
-}
-
-}  // namespace
-
-void checkRecipe(const TrainConfig& c, const models::Model& model) {
-  recipe::checkOptimizer(c.optimizer);
-  if (!(c.lr > 0)) throw Error("--lr must be positive");
-  recipe::checkSchedule(c.lr_schedule, c.lr);
-  recipe::checkClipNorm(c.clip_grad_norm);
-  // A rule that exempts none of the model's parameters is a typo, not a recipe.
-  const recipe::NoDecayRule rule(c.optimizer.no_decay);
-  if (rule.empty()) return;
-  const auto all = allLayers(model);
-  const std::vector<std::string> names = models::parameterNames(model, all);
-  const std::vector<torch::Tensor> params = model.parameters(all);
-  for (std::size_t i = 0; i < names.size(); ++i)
-    if (rule.exempts(names[i], params[i].dim())) return;
-  std::string some;
-  for (std::size_t i = 0; i < names.size() && i < 4; ++i) some += (i ? ", " : "") + names[i];
-  throw Error("--no-decay '" + rule.text() + "' matches none of model '" + model.name + "''s " +
-              std::to_string(names.size()) + " parameters (" + some + (names.size() > 4 ? ", ..." : "") + ")");
-}
-
 namespace {
 
 // Ranks that do not read data still need the dataset's size (for the epoch length):
@@ -377,21 +339,6 @@ LatestWeightCorrections correctionsOf(const plan::ScheduleOptions& s) {
   return {s.pipemare_lr_warmup, s.pipemare_warmup_steps, s.pipemare_correction, s.pipemare_decay};
 }
 
-// Each stage's rate follows its own step count over its own steps in the run, and
-// clipping takes the whole model's norm where the schedule is synchronous.
-StepRecipe stepRecipe(const TrainConfig& c, const schedule::Program& one_minibatch, int64_t minibatches) {
-  const schedule::StepCombination steps = schedule::stepCombination(one_minibatch);
-  std::vector<int64_t> total;
-  for (const auto& versions : steps.combined) total.push_back(minibatches * static_cast<int64_t>(versions.size()));
-  StepRecipe r;
-  r.rate = [schedule = c.lr_schedule, lr = c.lr, total](int s, int64_t step) {
-    return schedule.rate(lr, step, total.at(s));
-  };
-  r.clip_norm = c.clip_grad_norm;
-  r.whole_model = !schedule::isAsynchronous(c.plan.schedule.name);
-  return r;
-}
-
 schedule::Program checkConfig(const TrainConfig& c, const models::Model& model, int world_size) {
   checkNumbers(c);
   checkRecipe(c, model);
@@ -444,8 +391,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   if (train || test) result.data_memory_bytes = std::max<int64_t>(0, util::residentBytes() - before_data);
   const int64_t b = c.plan.microbatch_size;
   const int m = c.plan.microbatches;
-  // Counted without a table of the order (a keyed order holds none).
-  int64_t steps = data::SampleOrder(size, c.seed, 0, data::SampleOrder::Kind::kKeyed).minibatchesPerEpoch(b, m);
+  int64_t steps = data::sampleOrder(c.data, nullptr, size, c.seed, 0).minibatchesPerEpoch(b, m);
   if (c.max_steps_per_epoch >= 0) steps = std::min(steps, c.max_steps_per_epoch);
   if (steps == 0) throw Error("the dataset has fewer samples than one mini-batch");
 
@@ -461,7 +407,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   const schedule::Program forward_only = schedule::forwardOnly(one);
   PipelineExecutor executor(
       one, t.rank(), model, stages, b, data,
-      [&](int s, std::vector<torch::Tensor> p) { return makeOptimizer(c, model, stages[s].layers, std::move(p)); },
+      [&](int s, std::vector<torch::Tensor> p) { return optimizerOf(c, model, stages[s].layers, std::move(p)); },
       correctionsOf(c.plan.schedule), parsePrecision(c.precision), stepRecipe(c, one, c.epochs * steps));
   if (probe) executor.setWeightProbe(probe);
   result.stage_output_bytes = executor.stageOutputBytes();
@@ -602,55 +548,6 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
     result.weight_bytes += w.param_bytes * (w.peak_versions + w.extra_buffers);
   }
   return result;
-}
-
-models::Model trainReference(const TrainConfig& c) {
-  models::Model model = openModel(c);
-  models::moveTo(model, rankDevice(c.device, 0));
-  const Precision precision = parsePrecision(c.precision);
-  const std::vector<int> all = allLayers(model);
-  const std::vector<torch::Tensor> params = model.parameters(all);
-  auto optimizer = makeOptimizer(c, model, all, params);
-  std::vector<torch::Tensor> counted = params;  // a tied weight's copies once
-  for (const models::TiedWeight& weight : model.tied)
-    for (std::size_t h = 1; h < weight.holders.size(); ++h) {
-      const torch::Tensor copy = models::heldParameter(model, weight.holders[h]);
-      counted.erase(std::remove_if(counted.begin(), counted.end(), [&](const torch::Tensor& p) { return p.is_same(copy); }),
-                    counted.end());
-    }
-  auto train = data::openDataset(c.data, model.input);
-  const data::SampleOrder order = data::sampleOrder(c.data, train.get(), train->size(), c.seed, 0);
-  const int64_t b = c.plan.microbatch_size;
-  const int m = c.plan.microbatches;
-  for (int64_t k = 0; k < c.max_steps_per_epoch; ++k) {
-    std::vector<int64_t> idx;
-    for (int j = 0; j < m; ++j) {
-      const auto mb = order.microbatch(k, j, b, m);
-      idx.insert(idx.end(), mb.begin(), mb.end());
-    }
-    const data::Batch batch = train->get(idx);
-    optimizer->zero_grad();
-    torch::Tensor loss;
-    {
-      AutocastScope autocast(precision, model.device);
-      loss = models::lossOf(model, models::forwardModel(model, batch.inputs.to(model.device)),
-                            batch.labels.to(model.device));
-    }
-    loss.backward();
-    models::sumTiedGradients(model);
-    if (c.clip_grad_norm > 0) clipGradients(params, counted, c.clip_grad_norm);
-    setLearningRate(*optimizer, c.lr_schedule.rate(c.lr, k, c.max_steps_per_epoch));
-    optimizer->step();
-  }
-  return model;
-}
-
-models::Model trainStalenessReference(const TrainConfig& c) {
-  models::Model model = openModel(c);
-  StalenessReplay replay(c, model, static_cast<int>(c.max_steps_per_epoch));
-  for (int j = 0; j < replay.totalMicrobatches(); ++j) replay.run(j);
-  replay.loadLatest();
-  return model;
 }
 
 }  // namespace pipetrain::runtime
