@@ -43,8 +43,16 @@ from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block
 # Checks torch.export adds to the graph; pipetrain's layers check shapes themselves.
 _DROPPED = ("aten._assert", "aten.sym_constrain_range")
 # Operations whose training flag was fixed when the model was traced in training mode.
+# Recurrent layers take it for the dropout between their layers.
 _TRAINING_ARGUMENT = {"aten.dropout.default": 2, "aten.feature_dropout.default": 2, "aten.alpha_dropout.default": 2,
-                      "aten.feature_alpha_dropout.default": 2, "aten.batch_norm.default": 5}
+                      "aten.feature_alpha_dropout.default": 2, "aten.batch_norm.default": 5,
+                      "aten.lstm.input": 6, "aten.gru.input": 6, "aten.rnn_tanh.input": 6, "aten.rnn_relu.input": 6,
+                      "aten.lstm.data": 7, "aten.gru.data": 7, "aten.rnn_tanh.data": 7, "aten.rnn_relu.data": 7}
+# A Bernoulli draw in training mode: a mask over samples (stochastic depth: timm's
+# DropPath, torchvision's StochasticDepth) or elements. Its probability and the division
+# by it that scales the kept samples follow the training flag, so that evaluation keeps
+# every sample as forward() does there, and draws nothing.
+_BERNOULLI = ("aten.bernoulli_.float", "aten.bernoulli.p")
 # Attention's dropout probability, which models pass as `p if self.training else 0.0`.
 _DROPOUT_PROBABILITY = {"aten.scaled_dot_product_attention.default": (4, "dropout_p")}
 _ROOT = "model"  # the user's model inside _Selected
@@ -53,6 +61,21 @@ _ROOT = "model"  # the user's model inside _Selected
 def when_training(p: float, training: bool) -> float:
     """The dropout probability in training mode, none in evaluation mode."""
     return p if training else 0.0
+
+
+def bernoulli_when_training(mask: torch.Tensor, p: float, training: bool, in_place: bool) -> torch.Tensor:
+    """A Bernoulli draw of ones with probability p in training mode; ones, drawing nothing,
+    in evaluation mode (see _BERNOULLI)."""
+    if training:
+        return mask.bernoulli_(p) if in_place else torch.bernoulli(mask, p)
+    return mask.fill_(1.0) if in_place else torch.ones_like(mask)
+
+
+def scale_when_training(mask: torch.Tensor, divisor: float, training: bool, in_place: bool) -> torch.Tensor:
+    """A drawn mask divided by the probability of keeping, in training mode only."""
+    if not training:
+        return mask
+    return mask.div_(divisor) if in_place else mask.div(divisor)
 
 
 def batch_norm_input(x: torch.Tensor, training: bool) -> torch.Tensor:
@@ -197,9 +220,15 @@ class ExportCapture:
     def is_tensor(self, n) -> bool:
         return isinstance(self.value(n), torch.Tensor)
 
-    def batch_first(self, n) -> bool:
+    def batch_dim(self, n) -> Optional[int]:
+        """The dimension of n's value that runs over the samples; None for a value the same
+        for every sample. Layers exchange tensors batch-first: a layer whose result has
+        its samples elsewhere (a recurrent layer's or nn.Transformer's (T, N, ...) without
+        batch_first) moves them to the front, and its readers move them back."""
         v = self.value(n)
-        return isinstance(v, torch.Tensor) and v.dim() > 0 and str(v.shape[0]) == str(self.batch)
+        if not isinstance(v, torch.Tensor):
+            return None
+        return next((d for d, size in enumerate(v.shape) if str(size) == str(self.batch)), None)
 
     def is_batch_size(self, n) -> bool:
         """A size read that is the batch: the layer takes it from its own batch-first input."""
@@ -416,8 +445,10 @@ class ExportCapture:
     def child(self, u: str, inputs: List[torch.fx.Node]) -> torch.fx.GraphModule:
         g = torch.fx.Graph()
         root = nn.Module()
-        env = {a: g.placeholder(a.name) for a in inputs}
-        ref = next(env[a] for a in inputs if self.batch_first(a))  # inputs hold one (layer_inputs)
+        received = {a: g.placeholder(a.name) for a in inputs}  # batch-first, as layers exchange them
+        env = {a: (ph if not self.batch_dim(a) else g.call_method("movedim", (ph, 0, self.batch_dim(a))))
+               for a, ph in received.items()}
+        ref = next(received[a] for a in inputs if self.batch_dim(a) is not None)  # inputs hold one (layer_inputs)
         made = {}
 
         def once(key, make, before):
@@ -452,6 +483,9 @@ class ExportCapture:
                         with g.inserting_before(new):
                             args[0] = g.call_function(batch_norm_input, (args[0], args[position]))
                     new.args = tuple(args)
+                if self._follow_bernoulli(n, new, lambda: once("training", lambda: g.get_attr("training"), new)):
+                    env[n] = new
+                    return new
                 attention = _DROPOUT_PROBABILITY.get(str(n.target))
                 if attention is not None:
                     self._follow_training(new, *attention, lambda: once("training", lambda: g.get_attr("training"), new),
@@ -467,7 +501,9 @@ class ExportCapture:
                 copy_node(n)
         out = self.layer_output(u)
         result = copy_node(out)
-        if not self.batch_first(out):  # the same rows for every sample
+        if self.batch_dim(out):
+            result = g.call_method("movedim", (result, self.batch_dim(out), 0))
+        elif self.batch_dim(out) is None:  # the same rows for every sample
             shape = self.value(out).shape
             batch = g.call_method("size", (ref, 0))
             if len(shape) > 0 and shape[0] == 1:  # a batch dimension of one, broadcast (positions' unsqueeze(0))
@@ -483,6 +519,25 @@ class ExportCapture:
         child = torch.fx.GraphModule(root, g, class_name=kind)
         child.graph.lint()
         return child
+
+    @staticmethod
+    def _follow_bernoulli(n, new, training) -> bool:
+        """Makes a Bernoulli draw with a constant probability, and its mask's division by a
+        constant, follow the training flag (_BERNOULLI). Whether `new` (n's copy) was one."""
+        def draw(node) -> bool:
+            return str(node.target) in _BERNOULLI and len(node.args) > 1 and isinstance(node.args[1], float)
+
+        if draw(n):
+            new.args = (new.args[0], n.args[1], training(), str(n.target).startswith("aten.bernoulli_"))
+            new.target = bernoulli_when_training
+        elif (str(n.target) in ("aten.div_.Tensor", "aten.div.Tensor", "aten.div_.Scalar", "aten.div.Scalar") and
+              isinstance(n.args[0], torch.fx.Node) and draw(n.args[0]) and isinstance(n.args[1], float)):
+            new.args = (new.args[0], n.args[1], training(), str(n.target).startswith("aten.div_"))
+            new.target = scale_when_training
+        else:
+            return False
+        new.kwargs = {}
+        return True
 
     @staticmethod
     def _follow_training(node, position: int, keyword: str, training, g: torch.fx.Graph):
@@ -503,7 +558,7 @@ class ExportCapture:
     def layer_inputs(self, u: str, inputs: List[torch.fx.Node]) -> List[torch.fx.Node]:
         """inputs, with the model's input first where u has no batch-first input to take
         the batch size and the device from."""
-        if not any(self.batch_first(a) for a in inputs):
+        if all(self.batch_dim(a) is None for a in inputs):
             return [self.input] + inputs
         return inputs
 
@@ -526,6 +581,10 @@ class ExportCapture:
         final = self.final()
         if self.owner.get(final) != self.order[-1]:
             raise CaptureError("forward() must return the output of its last layer")
+        if self.batch_dim(final):
+            raise CaptureError(f"forward() returns its result with the samples in dimension {self.batch_dim(final)}"
+                               f"{_source_line(final)}; pipetrain's loss reads them in dimension 0: return "
+                               f"it batch-first (.transpose(0, {self.batch_dim(final)}))")
         wrapper = nn.Module()
         wiring: Dict[str, List[str]] = {}
         produced = {self.input: INPUT}

@@ -9,6 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import timm  # noqa: E402
 import transformers  # noqa: E402
 
+from gnmt import GNMT  # noqa: E402,F401
 from llama_ref import Args, Transformer  # noqa: E402,F401
 from nanogpt_mask import NanoGPT  # noqa: E402,F401
 from residual_mlp import ResidualMLP  # noqa: E402,F401
@@ -42,6 +43,12 @@ def timm_resnet():
     return timm.create_model("resnet18", num_classes=10)
 
 
+def timm_efficientnet():
+    """timm's EfficientNet (TinyNet-E: B0's blocks at half the width), with stochastic
+    depth as it is trained (drop_path_rate) and its head's dropout."""
+    return timm.create_model("tinynet_e", num_classes=10, drop_path_rate=0.1)
+
+
 FAMILIES = {
     "hf-gpt2": ("hf_gpt2()", "fortunes"),
     "hf-llama": ("hf_llama()", "fortunes"),
@@ -52,6 +59,8 @@ FAMILIES = {
     "nanogpt": ("NanoGPT(layers=3)", "fortunes"),
     "unet": ("UNetClassifier()", "fmnist_rgb"),
     "residual-mlp": ("ResidualMLP(inputs=3 * 28 * 28)", "fmnist_rgb"),
+    "timm-efficientnet": ("timm_efficientnet()", "fmnist_rgb"),
+    "gnmt": ("GNMT()", "fortunes"),
 }
 
 
