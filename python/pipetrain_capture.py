@@ -66,7 +66,7 @@ def capture(model: nn.Module, example: torch.Tensor, path: str = None, output: O
             config.use_cache = False
         cut = ExportCapture(copied.train(), example, output)  # traced in training mode: dropout and batch norm's flag
         scripted = cut.build()
-        verify(copied, scripted, example, cut.key)
+        verify(copied, scripted, example, cut.key, cut.left_out)
     scripted.train(model.training)
     if path:
         scripted.save(path)
@@ -85,7 +85,10 @@ def state_dict(trained_path: str) -> Dict[str, torch.Tensor]:
     if not hasattr(module, "pipetrain_state_dict"):
         raise CaptureError(f"{trained_path} was not captured by pipetrain_capture: its state_dict() holds its own names")
     names = dict(module.pipetrain_state_dict)
-    return {user: v for k, v in module.state_dict().items() if k in names for user in names[k].split(",")}
+    trained = {user: v for k, v in module.state_dict().items() if k in names for user in names[k].split(",")}
+    # What no layer holds (a left-out auxiliary head, a weight forward() never reads), as captured.
+    untrained = dict(module.pipetrain_untrained) if hasattr(module, "pipetrain_untrained") else {}
+    return {**untrained, **trained}
 
 
 class _Namespace(dict):

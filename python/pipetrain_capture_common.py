@@ -78,13 +78,14 @@ def no_inplace(model: nn.Module):
 
 def pick_output(out, key):
     """The tensor `key` names in forward()'s result (an index of a tuple, a key or attribute
-    of a dict or ModelOutput), or the result itself when it is a tensor."""
-    if key is None:
+    of a dict or ModelOutput, a named tuple's field), or the result itself when it is a
+    tensor (torchvision's GoogLeNet returns its auxiliary outputs in training mode only)."""
+    if key is None or isinstance(out, torch.Tensor):
         return out
-    if isinstance(out, (tuple, list)):
-        return out[int(key)]
     if isinstance(out, dict):
         return out[key]
+    if isinstance(out, (tuple, list)) and key.isdigit():
+        return out[int(key)]
     return getattr(out, key)
 
 
@@ -97,6 +98,8 @@ def output_key(out, wanted: Optional[str]):
         return None
     if isinstance(out, dict):
         items = list(out.items())
+    elif isinstance(out, tuple) and hasattr(out, "_fields"):  # a named tuple
+        items = [(f, getattr(out, f)) for f in out._fields]
     elif isinstance(out, (tuple, list)):
         items = [(str(i), v) for i, v in enumerate(out)]
     else:

@@ -2,7 +2,7 @@
 forward() computes, in both modes, with every parameter's gradient."""
 import copy
 import io
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import nn
@@ -10,15 +10,20 @@ from torch import nn
 from pipetrain_capture_common import CaptureError, pick_output
 
 
-def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Tensor, key: Optional[str]):
+def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Tensor, key: Optional[str],
+           left_out: Sequence[str] = ()):
     """The captured layers compute what forward() computes: the output in evaluation and in
     training mode, and in training mode every parameter's gradient. Run on copies, so
-    that neither the model nor the file's buffers (batch norm's statistics) change."""
+    that neither the model nor the file's buffers (batch norm's statistics) change.
+    `left_out`: the modules the capture left out (their results never reach the output);
+    they draw their random numbers aside, as the layers, which lack them, draw none."""
     buffer = io.BytesIO()
     torch.jit.save(scripted, buffer)
     buffer.seek(0)
     layers = torch.jit.load(buffer)
     eager = copy.deepcopy(model)
+    for path in left_out:
+        draw_aside(eager.get_submodule(path))
     names = {k: v.split(",")[0] for k, v in dict(scripted.pipetrain_state_dict).items()}
     for training in (False, True):
         eager.train(training)
@@ -52,6 +57,17 @@ def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Te
             error = _relative_error(p.grad, eager_grads[user], scale) if p.grad is not None else "none"
             raise CaptureError(f"the captured layers' gradient of '{user}' differs from forward()'s (relative error "
                                f"{error})")
+
+
+def draw_aside(module: nn.Module):
+    """Runs `module` on a fork of the generator: its dropout draws leave the model's stream
+    as it was, so the kept layers' masks are those the captured layers draw."""
+    forward = module.forward
+
+    def aside(*args, **kwargs):
+        with torch.random.fork_rng():
+            return forward(*args, **kwargs)
+    module.forward = aside
 
 
 def _gradient_scale(grads) -> float:

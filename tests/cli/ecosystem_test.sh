@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Models as the ecosystem writes them (tests/ecosystem/families.py): Hugging Face's
-# GPT-2, Llama and BERT, timm's ViT and ResNet, and reference-style Llama, nanoGPT, U-Net
-# and residual MLP files. Each family's captured layers match its eager model's loss and
-# gradients (exactness.py); each is captured from the command line, trained on 2 and 3
-# ranks under the planner's choice, exported, and loaded back into its own class, which
-# scores the test split as pipetrain reported.
+# GPT-2, Llama and BERT, timm's ViT, ResNet and EfficientNet (with stochastic depth),
+# torchvision's GoogLeNet (with auxiliary classifiers), and reference-style Llama,
+# nanoGPT, U-Net, residual MLP and GNMT (time-first LSTMs) files. Each family's captured
+# layers match its eager model's loss and gradients (exactness.py); each is captured from
+# the command line, trained on 2 and 3 ranks under the planner's choice, exported, and
+# loaded back into its own class, which scores the test split as pipetrain reported.
 # Usage: PIPETRAIN=path/to/pipetrain ecosystem_test.sh SOURCE_DIR
 set -u
 src=${1:?source dir}
@@ -16,6 +17,8 @@ families=$src/tests/ecosystem/families.py
 
 check "the data" "$python" "$src/tests/ecosystem/make_data.py" "$tmp"
 check "every family's layers compute forward()'s loss and gradients" "$python" "$src/tests/ecosystem/exactness.py" "$tmp"
+check "the capture's rules: stochastic depth, recurrent layers, the gradient check" "$python" \
+  "$src/tests/ecosystem/capture_rules.py"
 
 # family NAME DATA EXPRESSION: captures NAME from the command line, trains it on 2 and 3
 # ranks under the planner's choice and exports; the exports are scored in the families'
@@ -43,10 +46,21 @@ family() {
 "$python" -c "import sys; sys.path.insert(0, '$src/tests/ecosystem')
 from families import FAMILIES
 for name, (expr, data) in FAMILIES.items(): print(name, data, expr)" >"$tmp/families.txt"
-[ "$(wc -l <"$tmp/families.txt")" -eq 9 ] || { echo "FAIL: the families' table"; failed=$((failed + 1)); }
+[ "$(wc -l <"$tmp/families.txt")" -eq 12 ] || { echo "FAIL: the families' table"; failed=$((failed + 1)); }
 while read -r name data expr; do
   family "$name" "$data" "$expr" </dev/null
 done <"$tmp/families.txt"
+# Stochastic depth's masks, as dropout's, are drawn again exactly where a stage
+# recomputes its forward pass; and a run draws the masks its rerun draws.
+for run in 1:none 2:full 3:none; do
+  check "timm-efficientnet under --recompute ${run#*:}" "$bin" train --model-file "$tmp/timm-efficientnet.pt" \
+    --data-file "$tmp/fmnist_rgb.pt" --nproc 2 --stage-bounds 0,8,16 --schedule 1f1b --microbatches 2 \
+    --microbatch-size 16 --epochs 1 --max-steps 3 --no-eval --recompute "${run#*:}" --summary-json "$tmp/sd-${run%:*}.json"
+done
+check "stochastic depth: the same losses recomputing or not, and rerun" "$python" -c "import json, sys
+losses = [json.load(open(f'$tmp/sd-{run}.json'))['final_loss'] for run in (1, 2, 3)]
+sys.exit(0 if losses[0] == losses[1] == losses[2] else f'final losses {losses}')"
+
 # One Python for every export (starting one with transformers and timm costs seconds).
 check "the exports load into their classes and score as pipetrain did" "$python" - "$src" "$tmp" <<'PY'
 import json, sys

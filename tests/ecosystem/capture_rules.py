@@ -4,6 +4,7 @@ check, on small models of the kind each rule is for (docs/byo.md).
 Usage: capture_rules.py"""
 import os
 import sys
+import tempfile
 
 import torch
 from timm.layers import DropPath
@@ -93,6 +94,35 @@ def recurrent():
     refused(lambda: pc.capture(TimeFirstResult(), x), "pipetrain's loss reads them in dimension 0")
 
 
+class AuxiliaryHead(nn.Module):
+    """A multi-task result: the logits, and an auxiliary head's output with batch norm and
+    dropout of its own, which draws before the main head's dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk, self.body, self.head = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 3)
+        self.aux = nn.Sequential(nn.Linear(16, 4), nn.BatchNorm1d(4), nn.Dropout(0.5), nn.Linear(4, 3))
+        self.dropout = nn.Dropout(0.2)
+
+    def forward(self, x):
+        h = torch.relu(self.trunk(x))
+        aux = self.aux(h)
+        return {"logits": self.head(self.dropout(torch.relu(self.body(h)))), "aux": aux}
+
+
+def auxiliary_head(tmp):
+    x = torch.randn(6, 8)
+    model = AuxiliaryHead()
+    path = f"{tmp}/auxiliary.pt"
+    layers = pc.capture(model, x, path, output="logits")  # checks the logits in both modes, and their gradients
+    assert list(layers.pipetrain_inputs) == ["trunk", "body", "dropout", "head"], dict(layers.pipetrain_inputs)
+    back = AuxiliaryHead()
+    back.load_state_dict(pc.state_dict(path), strict=True)  # the left-out head's weights kept as they were
+    for (name, a), b in zip(model.state_dict().items(), back.state_dict().values()):
+        assert torch.equal(a, b), name
+    print("an auxiliary head is left out, and its weights load back with the trained ones")
+
+
 class TwoBranches(nn.Module):
     """`small`'s gradient is a thousandth of `big`'s."""
 
@@ -124,6 +154,8 @@ def gradient_check():
 
 
 if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as folder:
+        auxiliary_head(folder)
     stochastic_depth()
     recurrent()
     gradient_check()

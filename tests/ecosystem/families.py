@@ -7,6 +7,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import timm  # noqa: E402
+import torchvision  # noqa: E402
 import transformers  # noqa: E402
 
 from gnmt import GNMT  # noqa: E402,F401
@@ -49,6 +50,12 @@ def timm_efficientnet():
     return timm.create_model("tinynet_e", num_classes=10, drop_path_rate=0.1)
 
 
+def tv_googlenet():
+    """torchvision's GoogLeNet with its two auxiliary classifiers, which it returns beside
+    its logits in training mode: pipetrain trains the logits and leaves them out."""
+    return torchvision.models.googlenet(num_classes=10, aux_logits=True, init_weights=True)
+
+
 FAMILIES = {
     "hf-gpt2": ("hf_gpt2()", "fortunes"),
     "hf-llama": ("hf_llama()", "fortunes"),
@@ -61,6 +68,7 @@ FAMILIES = {
     "residual-mlp": ("ResidualMLP(inputs=3 * 28 * 28)", "fmnist_rgb"),
     "timm-efficientnet": ("timm_efficientnet()", "fmnist_rgb"),
     "gnmt": ("GNMT()", "fortunes"),
+    "tv-googlenet": ("tv_googlenet()", "fmnist_rgb"),
 }
 
 

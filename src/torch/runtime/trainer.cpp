@@ -278,6 +278,19 @@ models::Model openModel(const std::string& name, const models::ModelConfig& conf
 
 models::Model openModel(const TrainConfig& c) { return openModel(c.model, c.model_config, c.seed, c.model_file, c.data); }
 
+namespace {
+
+// The stream a rank's layers draw from in training (dropout, stochastic depth), seeded
+// from --seed and the rank right before the first step: a run then draws the masks its
+// rerun draws, whatever drew before it (the profile's timed passes, a probe), a
+// recomputing plan the masks of a plan that does not recompute, and each replica masks
+// of its own. LibTorch's generator keeps the seed's low 32 bits, which differ by rank.
+void seedRandomStream(uint64_t seed, int rank) {
+  torch::manual_seed(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(rank) + 1);
+}
+
+}  // namespace
+
 void checkNumbers(const TrainConfig& c) {
   if (c.epochs < 1) throw Error("--epochs must be at least 1");
   if (!c.export_path.empty() && c.model_file.empty())
@@ -421,6 +434,7 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   const RankState rank_state{t.rank(), model, stages, one, executor};
   const checkpoint::Identity identity = identityOf(c);
   checkpoint::Position position;
+  seedRandomStream(c.seed, t.rank());  // a resumed run's checkpoint then restores its stream
   if (!c.resume.empty()) {
     const Checkpoint from = findCheckpoint(c.resume, "--resume");
     loadCheckpoint(from, identity, c.plan, rank_state);
