@@ -64,6 +64,7 @@ def capture(model: nn.Module, example: torch.Tensor, path: str = None, output: O
         config = getattr(copied, "config", None)
         if getattr(config, "use_cache", False):  # a Hugging Face model: training keeps no key-value cache
             config.use_cache = False
+        _batched_experts(copied)
         cut = ExportCapture(copied.train(), example, output)  # traced in training mode: dropout and batch norm's flag
         scripted = cut.build()
         verify(copied, scripted, example, cut.key, cut.left_out)
@@ -71,6 +72,22 @@ def capture(model: nn.Module, example: torch.Tensor, path: str = None, output: O
     if path:
         scripted.save(path)
     return scripted
+
+
+def _batched_experts(model: nn.Module):
+    """Hugging Face's mixture-of-experts layers (Mixtral, Qwen2-MoE, ... in transformers 5)
+    run their experts as `config._experts_implementation` says. Its "grouped_mm" calls
+    transformers::grouped_mm_fallback on CPUs, an operator registered in Python whose
+    implementation loops over the experts' token counts, so it can be neither loaded by
+    LibTorch nor decomposed; "batched_mm" gathers each token's experts' weights and
+    multiplies them in one batch, in torch's own operations. Said on stderr."""
+    configs = {id(c): c for m in model.modules() if (c := getattr(m, "config", None)) is not None}
+    switched = [c for c in configs.values() if getattr(c, "_experts_implementation", None) == "grouped_mm"]
+    for config in switched:
+        config._experts_implementation = "batched_mm"
+    if switched:
+        print("note: the mixture-of-experts layers run their experts as batched_mm (config._experts_implementation): "
+              "grouped_mm calls an operator registered in Python, which LibTorch cannot load", file=sys.stderr)
 
 
 def state_dict(trained_path: str) -> Dict[str, torch.Tensor]:

@@ -36,59 +36,14 @@ import torch.fx
 from torch import nn
 from torch.export import Dim
 
+from pipetrain_capture_ops import check_loadable, decompose_custom_ops, follow_training
 from pipetrain_capture_regions import inline_grad_regions
 from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block_holders, has_state, layer_name,
                                       output_key, pick_output, where)
 
 # Checks torch.export adds to the graph; pipetrain's layers check shapes themselves.
 _DROPPED = ("aten._assert", "aten.sym_constrain_range")
-# Operations whose training flag was fixed when the model was traced in training mode.
-# Recurrent layers take it for the dropout between their layers.
-_TRAINING_ARGUMENT = {"aten.dropout.default": 2, "aten.feature_dropout.default": 2, "aten.alpha_dropout.default": 2,
-                      "aten.feature_alpha_dropout.default": 2, "aten.batch_norm.default": 5,
-                      "aten.lstm.input": 6, "aten.gru.input": 6, "aten.rnn_tanh.input": 6, "aten.rnn_relu.input": 6,
-                      "aten.lstm.data": 7, "aten.gru.data": 7, "aten.rnn_tanh.data": 7, "aten.rnn_relu.data": 7}
-# A Bernoulli draw in training mode: a mask over samples (stochastic depth: timm's
-# DropPath, torchvision's StochasticDepth) or elements. Its probability and the division
-# by it that scales the kept samples follow the training flag, so that evaluation keeps
-# every sample as forward() does there, and draws nothing.
-_BERNOULLI = ("aten.bernoulli_.float", "aten.bernoulli.p")
-# Attention's dropout probability, which models pass as `p if self.training else 0.0`.
-_DROPOUT_PROBABILITY = {"aten.scaled_dot_product_attention.default": (4, "dropout_p")}
 _ROOT = "model"  # the user's model inside _Selected
-
-
-def when_training(p: float, training: bool) -> float:
-    """The dropout probability in training mode, none in evaluation mode."""
-    return p if training else 0.0
-
-
-def bernoulli_when_training(mask: torch.Tensor, p: float, training: bool, in_place: bool) -> torch.Tensor:
-    """A Bernoulli draw of ones with probability p in training mode; ones, drawing nothing,
-    in evaluation mode (see _BERNOULLI)."""
-    if training:
-        return mask.bernoulli_(p) if in_place else torch.bernoulli(mask, p)
-    return mask.fill_(1.0) if in_place else torch.ones_like(mask)
-
-
-def scale_when_training(mask: torch.Tensor, divisor: float, training: bool, in_place: bool) -> torch.Tensor:
-    """A drawn mask divided by the probability of keeping, in training mode only."""
-    if not training:
-        return mask
-    return mask.div_(divisor) if in_place else mask.div(divisor)
-
-
-def batch_norm_input(x: torch.Tensor, training: bool) -> torch.Tensor:
-    """x, refused as nn.BatchNorm refuses it in training mode: one value per channel has
-    no variance (the check is in Python, so torch.export leaves it out)."""
-    if training:
-        size = x.size()
-        values = size[0]
-        for d in range(2, len(size)):
-            values *= size[d]
-        if values == 1:
-            raise ValueError("Expected more than 1 value per channel when training, got input size " + str(size))
-    return x
 
 
 class _Selected(nn.Module):
@@ -187,6 +142,7 @@ class ExportCapture:
                                               dynamic_shapes=({0: Dim.AUTO},), strict=False)
         except Exception as e:
             raise CaptureError(_explain(e)) from e
+        program = decompose_custom_ops(program, self._where_called)
         self.gm = program.module()
         inline_grad_regions(self.gm)
         self.nodes = [n for n in self.gm.graph.nodes if not self._dropped(n)]
@@ -317,6 +273,12 @@ class ExportCapture:
             else:
                 constant[n] = False
         return constant
+
+    @classmethod
+    def _where_called(cls, n) -> str:
+        """' in module M (FILE:LINE `code`)': where forward() made node n."""
+        stack = cls._stack(n)
+        return (f" in module '{stack[-1][0]}'" if stack else "") + _source_line(n)
 
     @staticmethod
     def _stack(n):
@@ -543,21 +505,9 @@ class ExportCapture:
             if str(n.target) == "aten.sym_size.int":
                 new.op, new.target = "call_method", "size"
             elif isinstance(n.target, torch._ops.OpOverload):
-                position = _TRAINING_ARGUMENT.get(str(n.target))
-                if position is not None and len(n.args) > position and isinstance(n.args[position], bool):
-                    args = list(new.args)
-                    args[position] = once("training", lambda: g.get_attr("training"), new)
-                    if str(n.target) == "aten.batch_norm.default":
-                        with g.inserting_before(new):
-                            args[0] = g.call_function(batch_norm_input, (args[0], args[position]))
-                    new.args = tuple(args)
-                if self._follow_bernoulli(n, new, lambda: once("training", lambda: g.get_attr("training"), new)):
+                if follow_training(n, new, g, lambda: once("training", lambda: g.get_attr("training"), new)):
                     env[n] = new
                     return new
-                attention = _DROPOUT_PROBABILITY.get(str(n.target))
-                if attention is not None:
-                    self._follow_training(new, *attention, lambda: once("training", lambda: g.get_attr("training"), new),
-                                          g)
                 if isinstance(n.kwargs.get("device"), torch.device):
                     new.kwargs = {**new.kwargs, "device": once("device", lambda: g.call_function(getattr, (ref, "device")), new)}
                 new.target = n.target.overloadpacket  # TorchScript calls ops by name, matching the overload itself
@@ -587,38 +537,6 @@ class ExportCapture:
         child = torch.fx.GraphModule(root, g, class_name=kind)
         child.graph.lint()
         return child
-
-    @staticmethod
-    def _follow_bernoulli(n, new, training) -> bool:
-        """Makes a Bernoulli draw with a constant probability, and its mask's division by a
-        constant, follow the training flag (_BERNOULLI). Whether `new` (n's copy) was one."""
-        def draw(node) -> bool:
-            return str(node.target) in _BERNOULLI and len(node.args) > 1 and isinstance(node.args[1], float)
-
-        if draw(n):
-            new.args = (new.args[0], n.args[1], training(), str(n.target).startswith("aten.bernoulli_"))
-            new.target = bernoulli_when_training
-        elif (str(n.target) in ("aten.div_.Tensor", "aten.div.Tensor", "aten.div_.Scalar", "aten.div.Scalar") and
-              isinstance(n.args[0], torch.fx.Node) and draw(n.args[0]) and isinstance(n.args[1], float)):
-            new.args = (new.args[0], n.args[1], training(), str(n.target).startswith("aten.div_"))
-            new.target = scale_when_training
-        else:
-            return False
-        new.kwargs = {}
-        return True
-
-    @staticmethod
-    def _follow_training(node, position: int, keyword: str, training, g: torch.fx.Graph):
-        """Makes node's dropout probability (argument `position` or `keyword`) none in evaluation mode."""
-        p = node.args[position] if len(node.args) > position else node.kwargs.get(keyword, 0.0)
-        if not isinstance(p, float) or p == 0.0:
-            return
-        with g.inserting_before(node):
-            follows = g.call_function(when_training, (p, training()))
-        if len(node.args) > position:
-            node.args = node.args[:position] + (follows,) + node.args[position + 1:]
-        else:
-            node.kwargs = {**node.kwargs, keyword: follows}
 
     def layer_output(self, u):
         return self._outputs[u]
@@ -677,9 +595,11 @@ class ExportCapture:
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*instance-level annotations.*")
-                return torch.jit.script(whole)
+                scripted = torch.jit.script(whole)
         except Exception as e:
             raise CaptureError(f"TorchScript cannot compile the captured layers: {e}") from e
+        check_loadable(scripted)
+        return scripted
 
     @staticmethod
     def script(u: str, child: torch.fx.GraphModule) -> torch.jit.ScriptModule:

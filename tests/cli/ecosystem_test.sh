@@ -18,7 +18,10 @@ families=$src/tests/ecosystem/families.py
 check "the data" "$python" "$src/tests/ecosystem/make_data.py" "$tmp"
 check "every family's layers compute forward()'s loss and gradients" "$python" "$src/tests/ecosystem/exactness.py" "$tmp"
 check "the capture's rules: stochastic depth, recurrent layers, the gradient check" "$python" \
-  "$src/tests/ecosystem/capture_rules.py"
+  "$src/tests/ecosystem/capture_rules.py" "$tmp"
+refuses "a file calling an operator registered in Python" \
+  "a TorchScript file that calls the operator pipetrain_test::scaled_tanh, which LibTorch does not have" \
+  "$bin" train --model-file "$tmp/python_op.pt" --data-file "$tmp/fmnist_rgb.pt" --nproc 2 --batch 32
 
 # family NAME DATA EXPRESSION: captures NAME from the command line, trains it on 2 and 3
 # ranks under the planner's choice and exports; the exports are scored in the families'

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The capture's rules for training-mode randomness, recurrent layers and its gradient
-check, on small models of the kind each rule is for (docs/byo.md).
-Usage: capture_rules.py"""
+"""The capture's rules for training-mode randomness, recurrent layers, work the output never
+reads, operators registered in Python and its gradient check, on small models of the kind
+each rule is for (docs/byo.md). Usage: capture_rules.py OUT_DIR (it leaves python_op.pt
+there: TorchScript calling an operator LibTorch lacks, for train's loader to refuse)."""
 import os
 import sys
-import tempfile
 
 import torch
 from timm.layers import DropPath
@@ -14,6 +14,7 @@ from torchvision.ops import StochasticDepth
 sys.path.insert(0, f"{os.path.dirname(os.path.abspath(__file__))}/../../python")
 import pipetrain_capture as pc  # noqa: E402
 from pipetrain_capture_common import CaptureError  # noqa: E402
+from pipetrain_capture_ops import check_loadable  # noqa: E402
 from pipetrain_capture_verify import verify  # noqa: E402
 
 
@@ -123,6 +124,69 @@ def auxiliary_head(tmp):
     print("an auxiliary head is left out, and its weights load back with the trained ones")
 
 
+@torch.library.custom_op("pipetrain_test::scaled_tanh", mutates_args=())
+def scaled_tanh(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.tanh(x) * scale
+
+
+scaled_tanh.register_fake(lambda x, scale: torch.empty_like(x))
+scaled_tanh.register_autograd(lambda ctx, grad: (grad * ctx.scale * (1 - ctx.y ** 2), None),
+                              setup_context=lambda ctx, inputs, output: setattr(ctx, "scale", inputs[1]) or
+                              setattr(ctx, "y", torch.tanh(inputs[0])))
+_library = torch.library.Library("pipetrain_test", "FRAGMENT")
+_library.define("soft_sign(Tensor x) -> Tensor")
+_library.impl("soft_sign", lambda x: x / (1 + x.abs()), "CompositeImplicitAutograd")
+
+
+@torch.library.custom_op("pipetrain_test::by_counts", mutates_args=())
+def by_counts(x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Rows scaled group by group, the groups' sizes read from a tensor: a loop over data."""
+    out, start = torch.zeros_like(x), 0
+    for i, end in enumerate(counts.cumsum(0).tolist()):
+        out[start:end] = x[start:end] * (i + 1)
+        start = end
+    return out
+
+
+by_counts.register_fake(lambda x, counts: torch.empty_like(x))
+
+
+class CustomActivation(nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, h):
+        if self.op == "custom_op":
+            return torch.ops.pipetrain_test.scaled_tanh(h, 2.0)
+        if self.op == "composite":
+            return torch.ops.pipetrain_test.soft_sign(h)
+        return torch.ops.pipetrain_test.by_counts(h, (h[:, 0] > 0).long().bincount(minlength=2))
+
+
+class CustomOps(nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.a, self.activation, self.b = nn.Linear(8, 8), CustomActivation(op), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.b(self.activation(self.a(x)))
+
+
+def custom_operators(tmp):
+    x = torch.randn(6, 8)
+    for op in ("custom_op", "composite"):  # traced through, or its CompositeImplicit kernel
+        layers = pc.capture(CustomOps(op), x, f"{tmp}/{op}.pt")  # the check: outputs and gradients
+        code = "\n".join(str(m.inlined_graph) for m in layers.children())
+        assert "pipetrain_test::" not in code, f"{op}: the operator is still called"
+    refused(lambda: pc.capture(CustomOps("loop"), x), "forward() calls pipetrain_test::by_counts in module 'activation'")
+    # The check before a file is written; and a file written without it, for train's loader.
+    calls = torch.jit.script(CustomActivation("custom_op"))
+    refused(lambda: check_loadable(calls), "pipetrain_test::scaled_tanh, pipetrain_test::soft_sign, registered in Python")
+    calls.save(f"{tmp}/python_op.pt")
+    print("operators registered in Python: decomposed into ATen's where they can be, refused naming the module")
+
+
 class TwoBranches(nn.Module):
     """`small`'s gradient is a thousandth of `big`'s."""
 
@@ -154,8 +218,8 @@ def gradient_check():
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory() as folder:
-        auxiliary_head(folder)
+    auxiliary_head(sys.argv[1])
+    custom_operators(sys.argv[1])
     stochastic_depth()
     recurrent()
     gradient_check()

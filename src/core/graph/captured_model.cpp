@@ -4,8 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
@@ -32,10 +33,14 @@ ProfileKey captureKey(const CaptureRequest& r) {
   key.add("data file", fileDigest(r.data_file));
   key.add("output", r.output);
   key.add("python", capturePython());
-  const std::filesystem::path tool = captureTool();
-  for (const char* part : {"pipetrain_capture.py", "pipetrain_capture_common.py", "pipetrain_capture_export.py",
-                           "pipetrain_capture_fx.py", "pipetrain_capture_verify.py"})
-    key.add(part, fileDigest((tool.parent_path() / part).string()));
+  // Every part of the tool: the files beside it named pipetrain_capture*.py, in name order.
+  std::vector<std::filesystem::path> parts;
+  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(captureTool()).parent_path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("pipetrain_capture", 0) == 0 && entry.path().extension() == ".py") parts.push_back(entry.path());
+  }
+  std::sort(parts.begin(), parts.end());
+  for (const auto& part : parts) key.add(part.filename().string(), fileDigest(part.string()));
   return key;
 }
 

@@ -106,6 +106,20 @@ std::string notTorchScript(const std::string& path, const std::string& reason) {
   return "not a TorchScript file saved by torch.jit.save or ScriptModule.save (" + reason + ")" + hint;
 }
 
+// torch::jit::load's refusal of `path`: a TorchScript file calling an operator LibTorch
+// lacks (one registered in Python with torch.library when the file was written, such
+// as transformers::grouped_mm_fallback), named; else notTorchScript's reasons.
+std::string whyNotLoaded(const std::string& path, const std::string& message) {
+  const std::string marker = "Unknown builtin op: ";
+  const std::size_t at = message.find(marker);
+  if (at == std::string::npos) return notTorchScript(path, lastLine(message));
+  const std::size_t from = at + marker.size();
+  std::string op = message.substr(from, message.find_first_of(".\n", from) - from);
+  return "a TorchScript file that calls the operator " + op + ", which LibTorch does not have: it was registered in "
+         "Python (torch.library) where the file was written. Capture the model with python/pipetrain_capture.py, "
+         "which decomposes such operators into ATen's or names the module that calls one it cannot";
+}
+
 std::string childKind(const torch::jit::Module& child) {
   const auto name = child.type()->name();
   return name ? name->name() : "module";
@@ -191,9 +205,9 @@ class Loader {
     try {
       root_ = torch::jit::load(path_, torch::kCPU);
     } catch (const c10::Error& e) {
-      fail(notTorchScript(path_, lastLine(e.what_without_backtrace())));
+      fail(whyNotLoaded(path_, e.what_without_backtrace()));
     } catch (const std::exception& e) {
-      fail(notTorchScript(path_, lastLine(e.what())));
+      fail(whyNotLoaded(path_, e.what()));
     }
     for (const auto& child : root_.named_children()) {
       names_.push_back(child.name);
