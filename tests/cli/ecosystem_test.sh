@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Models as the ecosystem writes them (tests/ecosystem/families.py): Hugging Face's
-# GPT-2, Llama and BERT, timm's ViT, ResNet and EfficientNet (with stochastic depth),
+# GPT-2, Llama, BERT and Mixtral, timm's ViT, ResNet and EfficientNet (with stochastic depth),
 # torchvision's GoogLeNet (with auxiliary classifiers), and reference-style Llama,
 # nanoGPT, U-Net, residual MLP and GNMT (time-first LSTMs) files. Each family's captured
 # layers match its eager model's loss and gradients (exactness.py); each is captured from
@@ -49,7 +49,7 @@ family() {
 "$python" -c "import sys; sys.path.insert(0, '$src/tests/ecosystem')
 from families import FAMILIES
 for name, (expr, data) in FAMILIES.items(): print(name, data, expr)" >"$tmp/families.txt"
-[ "$(wc -l <"$tmp/families.txt")" -eq 12 ] || { echo "FAIL: the families' table"; failed=$((failed + 1)); }
+[ "$(wc -l <"$tmp/families.txt")" -eq 13 ] || { echo "FAIL: the families' table"; failed=$((failed + 1)); }
 while read -r name data expr; do
   family "$name" "$data" "$expr" </dev/null
 done <"$tmp/families.txt"

@@ -30,6 +30,15 @@ def hf_llama():
         vocab_size=256, max_position_embeddings=64, bos_token_id=0, eos_token_id=0))
 
 
+def hf_mixtral():
+    """A mixture of experts (transformers 5's experts interface; the capture runs them as
+    batched_mm, since grouped_mm calls an operator registered in Python)."""
+    return transformers.MixtralForCausalLM(transformers.MixtralConfig(
+        hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        num_local_experts=4, num_experts_per_tok=2, vocab_size=256, max_position_embeddings=64, bos_token_id=0,
+        eos_token_id=0))
+
+
 def hf_bert():
     return transformers.BertForSequenceClassification(transformers.BertConfig(
         hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=2, vocab_size=256,
@@ -60,6 +69,7 @@ FAMILIES = {
     "hf-gpt2": ("hf_gpt2()", "fortunes"),
     "hf-llama": ("hf_llama()", "fortunes"),
     "hf-bert": ("hf_bert()", "fortunes_classes"),
+    "hf-mixtral": ("hf_mixtral()", "fortunes"),
     "timm-vit": ("timm_vit()", "fmnist_rgb"),
     "timm-resnet": ("timm_resnet()", "fmnist_rgb"),
     "llama-ref": ("Transformer(Args(n_layers=3))", "fortunes"),
