@@ -33,6 +33,8 @@ import argparse
 import copy
 import importlib
 import importlib.util
+import io
+import itertools
 import os
 import sys
 from typing import Dict, Optional
@@ -54,7 +56,9 @@ def capture(model: nn.Module, example: torch.Tensor, path: str = None, output: O
     """`model` (left untouched) as pipetrain's layers, checked against its forward() on
     `example`; saved to `path` when given. `output` names the tensor to train on where
     forward() returns several (a ModelOutput's "logits")."""
-    copied = copy.deepcopy(model)
+    # The modules copied, their parameters and buffers shared: a billion weights are not
+    # copied to be checked (verify leaves them as they were), only once at the end.
+    copied = copy.deepcopy(model, {id(t): t for t in itertools.chain(model.parameters(), model.buffers())})
     no_inplace(copied)
     if tracer == "fx":
         if output is not None:
@@ -69,9 +73,15 @@ def capture(model: nn.Module, example: torch.Tensor, path: str = None, output: O
         scripted = cut.build()
         verify(copied, scripted, example, cut.key, cut.left_out)
     scripted.train(model.training)
+    # Weights of its own, so that training the layers leaves `model` as it is: the file
+    # read back (a ScriptModule's deepcopy has parameters autograd does not reach).
     if path:
         scripted.save(path)
-    return scripted
+        return torch.jit.load(path)
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    buffer.seek(0)
+    return torch.jit.load(buffer)
 
 
 def _batched_experts(model: nn.Module):

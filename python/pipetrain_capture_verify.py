@@ -1,7 +1,6 @@
 """The check before a captured file is written: the layers compute what the model's
 forward() computes, in both modes, with every parameter's gradient."""
-import copy
-import io
+import contextlib
 from typing import Optional, Sequence
 
 import torch
@@ -13,18 +12,17 @@ from pipetrain_capture_common import CaptureError, pick_output
 def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Tensor, key: Optional[str],
            left_out: Sequence[str] = ()):
     """The captured layers compute what forward() computes: the output in evaluation and in
-    training mode, and in training mode every parameter's gradient. Run on copies, so
-    that neither the model nor the file's buffers (batch norm's statistics) change.
+    training mode, and in training mode every parameter's gradient. Run on the model and
+    the layers themselves, which share their parameters (no copy of a billion weights):
+    both are left as they were, buffers (batch norm's statistics) and gradients alike.
     `left_out`: the modules the capture left out (their results never reach the output);
     they draw their random numbers aside, as the layers, which lack them, draw none."""
-    buffer = io.BytesIO()
-    torch.jit.save(scripted, buffer)
-    buffer.seek(0)
-    layers = torch.jit.load(buffer)
-    eager = copy.deepcopy(model)
-    for path in left_out:
-        draw_aside(eager.get_submodule(path))
-    names = {k: v.split(",")[0] for k, v in dict(scripted.pipetrain_state_dict).items()}
+    with _left_as_they_were(model, scripted), _drawing_aside(model, left_out):
+        _compare(model, scripted, example, key)
+
+
+def _compare(eager: nn.Module, layers: torch.jit.ScriptModule, example: torch.Tensor, key: Optional[str]):
+    names = {k: v.split(",")[0] for k, v in dict(layers.pipetrain_state_dict).items()}
     for training in (False, True):
         eager.train(training)
         layers.train(training)
@@ -46,8 +44,10 @@ def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Te
         return
     weights = torch.randn(want.shape, generator=torch.Generator().manual_seed(1))
     (want.float() * weights).sum().backward()
-    (got.float() * weights).sum().backward()
     eager_grads = {n: p.grad for n, p in eager.named_parameters()}
+    for p in eager.parameters():  # the layers' own: they share the tensors
+        p.grad = None
+    (got.float() * weights).sum().backward()
     scale = _gradient_scale(eager_grads.values())
     for key_, p in layers.named_parameters():
         user = names.get(key_)
@@ -57,6 +57,39 @@ def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Te
             error = _relative_error(p.grad, eager_grads[user], scale) if p.grad is not None else "none"
             raise CaptureError(f"the captured layers' gradient of '{user}' differs from forward()'s (relative error "
                                f"{error})")
+
+
+@contextlib.contextmanager
+def _left_as_they_were(*modules):
+    """Puts back the modules' buffers and gradients, and their modes, when the block ends."""
+    buffers = [(b, b.clone()) for m in modules for b in m.buffers()]
+    grads = [(p, p.grad) for m in modules for p in m.parameters()]
+    modes = [(m, m.training) for m in modules]
+    for p, _ in grads:
+        p.grad = None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, kept in buffers:
+                b.copy_(kept)
+        for p, grad in grads:
+            p.grad = grad
+        for m, training in modes:
+            m.train(training)
+
+
+@contextlib.contextmanager
+def _drawing_aside(model: nn.Module, paths: Sequence[str]):
+    """The modules at `paths` draw aside (draw_aside) while the block runs."""
+    patched = [model.get_submodule(path) for path in paths]
+    for module in patched:
+        draw_aside(module)
+    try:
+        yield
+    finally:
+        for module in patched:
+            del module.forward  # the class's own again
 
 
 def draw_aside(module: nn.Module):

@@ -115,7 +115,10 @@ def auxiliary_head(tmp):
     x = torch.randn(6, 8)
     model = AuxiliaryHead()
     path = f"{tmp}/auxiliary.pt"
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     layers = pc.capture(model, x, path, output="logits")  # checks the logits in both modes, and their gradients
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items()), "the capture changed the model"
+    assert all(p.grad is None for p in model.parameters()), "the capture left gradients on the model"
     assert list(layers.pipetrain_inputs) == ["trunk", "body", "dropout", "head"], dict(layers.pipetrain_inputs)
     back = AuxiliaryHead()
     back.load_state_dict(pc.state_dict(path), strict=True)  # the left-out head's weights kept as they were
