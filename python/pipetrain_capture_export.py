@@ -38,6 +38,7 @@ from torch.export import Dim
 
 from pipetrain_capture_ops import check_loadable, decompose_custom_ops, follow_training
 from pipetrain_capture_regions import inline_grad_regions
+from pipetrain_capture_unread import leave_out_unread
 from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block_holders, has_state, layer_name,
                                       output_key, pick_output, where)
 
@@ -157,71 +158,10 @@ class ExportCapture:
         for name, p in model.named_parameters(remove_duplicate=False):
             by_tensor.setdefault(id(p), []).append(name)
         self.names_of = {name: names for names in by_tensor.values() for name in names}
-        self.left_out = self._leave_out_unread()
+        self.nodes, self.left_out = leave_out_unread(self.gm, self.nodes, lambda n: (self._stack(n) or [(None,)])[-1][0],
+                                                     self.names_of, self.model, self.key, _ROOT)
 
     # --- the exported graph ------------------------------------------------------------
-
-    def _leave_out_unread(self) -> List[str]:
-        """Leaves out the work whose result never reaches the trained output: an auxiliary
-        head, the other outputs of a multi-task model or of a ModelOutput (`--output`
-        picks one), a module called for nothing. Its modules' effects go with it (batch
-        norm's statistics of a left-out head); the effects of kept modules, and work between
-        modules that only updates state, stay. Returns the left-out modules' paths,
-        outermost, and says on stderr which and how many parameters go untrained."""
-        reaches = set()
-        stack = [n for n in self.nodes if n.op == "output"]
-        while stack:
-            n = stack.pop()
-            if n not in reaches:
-                reaches.add(n)
-                stack.extend(n.all_input_nodes)
-        inner = {n: self._stack(n)[-1][0] for n in self.nodes if n.op == "call_function" and self._stack(n)}
-        kept_modules = {inner[n] for n in reaches if n in inner}
-
-        def effect(n) -> bool:  # an in-place update whose result nothing reads
-            schema = getattr(n.target, "_schema", None)
-            return schema is not None and schema.is_mutable
-        for n in self.nodes:
-            if n not in reaches and effect(n) and (inner.get(n) in kept_modules or n not in inner):
-                stack.append(n)
-        while stack:
-            n = stack.pop()
-            if n not in reaches:
-                reaches.add(n)
-                stack.extend(n.all_input_nodes)
-        unread = [n for n in self.nodes if n.op == "call_function" and n not in reaches]
-        if not unread:
-            return []
-        # The outermost modules nothing of which is kept: "aux_head", not its three parts.
-        # (Unread work inside a kept module, such as an LSTM's final states, goes silently.)
-        modules, outermost = set(), set()
-        for path in {inner[n] for n in unread if n in inner}:
-            unkept = [p for p in self._prefixes(path) if not any(k == p or k.startswith(p + ".") for k in kept_modules)]
-            if unkept:
-                modules.add(path)
-                outermost.add(unkept[0])
-        outermost = sorted(outermost)
-        for n in reversed(unread):
-            self.gm.graph.erase_node(n)
-        unread = set(unread)
-        self.nodes = [n for n in self.nodes if n not in unread]
-        read = [n.target[len(_ROOT) + 1:] for n in self.nodes if n.op == "get_attr" and n.users]
-        trained = {name for r in read for name in self.names_of.get(r, [r])}  # a tied weight under each name
-        untrained = {id(p): p.numel() for path in outermost
-                     for name, p in self.model.get_submodule(path).named_parameters(prefix=path)
-                     if name not in trained}
-        if outermost:
-            key = f"the output '{self.key}'" if self.key is not None else "forward()'s result"
-            print(f"note: left out of training: {', '.join(outermost)} ({len(modules)} module"
-                  f"{'s' if len(modules) != 1 else ''}, {sum(untrained.values())} parameters untrained): their "
-                  f"results never reach {key}; the exported state_dict keeps their values as they were",
-                  file=sys.stderr)
-        return outermost
-
-    @staticmethod
-    def _prefixes(path: str) -> List[str]:
-        parts = path.split(".")
-        return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
     @staticmethod
     def _dropped(n) -> bool:
