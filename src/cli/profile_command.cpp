@@ -1,6 +1,8 @@
 // `pipetrain profile`: measure a model's per-layer costs at a batch size and write them
 // as a LayerGraph for `simulate --graph` and the planners (docs/profiling.md).
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,7 +63,8 @@ struct ProfileArgs {
 // (profiler::ProfileRendezvous).
 class DirectoryRendezvous : public profiler::ProfileRendezvous {
  public:
-  DirectoryRendezvous(std::string dir, int share, int shares) : dir_(std::move(dir)), share_(share), shares_(shares) {}
+  DirectoryRendezvous(std::string dir, int share, int shares)
+      : dir_(std::move(dir)), share_(share), shares_(shares), parent_(getppid()) {}
 
   void readyToTime() override {
     ++round_;
@@ -72,6 +75,7 @@ class DirectoryRendezvous : public profiler::ProfileRendezvous {
     // by hand.
     const auto deadline = std::chrono::steady_clock::now() + kWaitLimit;
     while (count("ready") < shares_) {
+      checkParent();
       if (std::chrono::steady_clock::now() > deadline)
         throw Error("profile share " + std::to_string(share_) + ": only " + std::to_string(count("ready")) + " of " +
                     std::to_string(shares_) + " profiles were ready to time after 10 min (" + dir_ + ")");
@@ -82,6 +86,7 @@ class DirectoryRendezvous : public profiler::ProfileRendezvous {
   void doneTiming() override { mark("done"); }
   bool othersTiming() override {
     if (count("done") >= shares_) return false;
+    checkParent();
     if (std::chrono::steady_clock::now() - timing_since_ > kWaitLimit)
       throw Error("profile share " + std::to_string(share_) + ": the other profiles were still timing after 10 min (" +
                   dir_ + ")");
@@ -94,6 +99,14 @@ class DirectoryRendezvous : public profiler::ProfileRendezvous {
     std::ofstream file(path);
     if (!file) throw Error("--rendezvous: cannot write " + path);
   }
+  // The launcher ends every share when one fails; when the launcher itself ends (the
+  // kernel's out-of-memory killer took a launcher holding a 1.2B-parameter model), the
+  // shares would wait out the limit for a share that will never come.
+  void checkParent() const {
+    if (getppid() != parent_)
+      throw Error("profile share " + std::to_string(share_) + ": the process that started it has ended (killed? " +
+                  "out of memory, the kernel's log says); stopping");
+  }
   int count(const std::string& what) const {
     int n = 0;
     for (int k = 0; k < shares_; ++k)
@@ -104,6 +117,7 @@ class DirectoryRendezvous : public profiler::ProfileRendezvous {
   static constexpr std::chrono::minutes kWaitLimit{10};
   std::string dir_;
   int share_, shares_;
+  pid_t parent_;
   int round_ = 0;
   std::chrono::steady_clock::time_point timing_since_;
 };
