@@ -7,7 +7,7 @@ resident memory against the model's own bytes; then `pipetrain train` on 2 ranks
 few steps, its plan, rate and every rank's peak memory, or its refusal where the
 machine's memory cannot hold it.
 
-Usage: capture_sizes.py BUILD_DIR OUT.json [MODEL ...]   (models: gpt2-124m, llama-1b)"""
+Usage: capture_sizes.py BUILD_DIR OUT.json [--capture-only] [MODEL ...]   (models: gpt2-124m, llama-1b)"""
 import json
 import os
 import subprocess
@@ -47,7 +47,8 @@ print(json.dumps({{"parameters": parameters, "capture_seconds": seconds,
 
 def main():
     build, result = sys.argv[1], sys.argv[2]
-    names = sys.argv[3:] or list(MODELS)
+    capture_only = "--capture-only" in sys.argv[3:]
+    names = [a for a in sys.argv[3:] if a != "--capture-only"] or list(MODELS)
     out = tempfile.mkdtemp()
     subprocess.run([sys.executable, f"{root}/examples/asis/make_data.py", out], check=True, stdout=subprocess.DEVNULL)
     data = f"{out}/fortunes.pt"
@@ -65,6 +66,9 @@ def main():
         print(f"{name}: {row['parameters'] / 1e6:.0f}M parameters ({row['model_bytes'] / 2**30:.2f} GiB), captured "
               f"in {row['capture_seconds']:.1f} s, peak RSS {row['peak_rss_bytes'] / 2**30:.2f} GiB "
               f"({row['peak_rss_bytes'] / row['model_bytes']:.1f}x the model)")
+        if capture_only:
+            rows.append(row)
+            continue
         summary = f"{out}/{name}.json"
         start = time.perf_counter()
         run = subprocess.run([f"{build}/pipetrain", "train", "--model-file", path, "--data-file", data, "--nproc", "2",
