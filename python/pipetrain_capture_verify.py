@@ -121,7 +121,7 @@ def _relative_error(got: torch.Tensor, want: torch.Tensor, scale: float = 0.0) -
     that bias's gradient came out about 4 in both, against 8e4 for the model's typical
     gradient, and 1.03 apart. Against its own size that is a relative error of 1; against
     the model's it is 1e-5. A wrong gradient is still refused wherever its error exceeds
-    1e-4 of the model's typical gradient (tests/ecosystem/verify_check.py)."""
+    1e-4 of the model's typical gradient (tests/ecosystem/capture_rules.py)."""
     # In single precision, whose norms sum pairwise: a billion-parameter model's embedding
     # gradient in double would take 2 GB more per copy.
     got, want = got.detach().float(), want.detach().float()

@@ -114,7 +114,7 @@ std::string whyNotLoaded(const std::string& path, const std::string& message) {
   const std::size_t at = message.find(marker);
   if (at == std::string::npos) return notTorchScript(path, lastLine(message));
   const std::size_t from = at + marker.size();
-  std::string op = message.substr(from, message.find_first_of(".\n", from) - from);
+  const std::string op = message.substr(from, message.find_first_of(".\n", from) - from);
   return "a TorchScript file that calls the operator " + op + ", which LibTorch does not have: it was registered in "
          "Python (torch.library) where the file was written. Capture the model with python/pipetrain_capture.py, "
          "which decomposes such operators into ATen's or names the module that calls one it cannot";
