@@ -1,5 +1,8 @@
 """What both of pipetrain_capture's tracers share: the error a user can act on, where in
 the user's code it arose, and the rule for which modules are layers."""
+import contextlib
+import io
+import logging
 import os
 import sys
 import traceback
@@ -117,3 +120,37 @@ def output_key(out, wanted: Optional[str]):
         if len(tensors) > 1 else f"its one tensor, '{tensors[0]}'"
     print(f"note: forward() returns a {type(out).__name__}; training on {others}", file=sys.stderr)
     return tensors[0]
+
+
+@contextlib.contextmanager
+def quiet_torch_logs():
+    """torch.export logs and prints the graph it gave up on; the CaptureError says what matters."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def left_as_they_were(*modules):
+    """Puts back the modules' buffers (batch norm's statistics) and gradients, and their
+    modes, when the block ends: what running them in training mode changes."""
+    buffers = [(b, b.clone()) for m in modules for b in m.buffers()]
+    grads = [(p, p.grad) for m in modules for p in m.parameters()]
+    modes = [(m, m.training) for m in modules]
+    for p, _ in grads:
+        p.grad = None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, kept in buffers:
+                b.copy_(kept)
+        for p, grad in grads:
+            p.grad = grad
+        for m, training in modes:
+            m.train(training)

@@ -21,10 +21,7 @@ the graph is cut at those module boundaries:
   calls create their tensors on the layer's input's device.
 
 Each layer is a TorchScript module compiled from its ATen nodes."""
-import contextlib
 import inspect
-import io
-import logging
 import operator
 import re
 import sys
@@ -40,7 +37,7 @@ from pipetrain_capture_ops import check_loadable, decompose_custom_ops, follow_t
 from pipetrain_capture_regions import inline_grad_regions
 from pipetrain_capture_unread import leave_out_unread
 from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block_holders, has_state, layer_name,
-                                      output_key, pick_output, where)
+                                      left_as_they_were, output_key, pick_output, quiet_torch_logs, where)
 
 # Checks torch.export adds to the graph; pipetrain's layers check shapes themselves.
 _DROPPED = ("aten._assert", "aten.sym_constrain_range")
@@ -57,19 +54,6 @@ class _Selected(nn.Module):
 
     def forward(self, x):
         return pick_output(self.model(x), self.key)
-
-
-@contextlib.contextmanager
-def _quiet_torch_logs():
-    """torch.export logs and prints the graph it gave up on; the CaptureError says what matters."""
-    logger = logging.getLogger("torch")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            yield
-    finally:
-        logger.setLevel(level)
 
 
 def _check_one_input(model: nn.Module):
@@ -126,18 +110,15 @@ class ExportCapture:
         _check_one_input(model)
         # A look at what forward() returns, in training mode as it is traced: its updates of
         # the buffers (batch norm's statistics) are undone, so the file holds the model's own.
-        buffers = {name: b.clone() for name, b in model.named_buffers()}
-        with torch.no_grad():
+        with torch.no_grad(), left_as_they_were(model):
             try:
                 eager = model(example)
             except Exception as e:
                 raise CaptureError(f"forward() fails on the data's first inputs (shape {tuple(example.shape)}, "
                                    f"{example.dtype}){where(e)}: {type(e).__name__}: {e}") from e
-            for name, b in model.named_buffers():
-                b.copy_(buffers[name])
         self.key = output_key(eager, output)
         try:
-            with warnings.catch_warnings(), _quiet_torch_logs():
+            with warnings.catch_warnings(), quiet_torch_logs():
                 warnings.simplefilter("ignore")
                 program = torch.export.export(_Selected(model, self.key), (example,),
                                               dynamic_shapes=({0: Dim.AUTO},), strict=False)

@@ -9,9 +9,6 @@
   a file that calls one. They are decomposed into ATen's operations where they can be
   (decompose_custom_ops), refused where they cannot, and no file calling one is written
   (check_loadable)."""
-import contextlib
-import io
-import logging
 from typing import Callable, Dict, Optional
 
 import torch
@@ -19,7 +16,7 @@ import torch.fx
 import torch.library
 from torch._library import custom_ops
 
-from pipetrain_capture_common import CaptureError
+from pipetrain_capture_common import CaptureError, quiet_torch_logs
 
 # Operations whose training flag was fixed when the model was traced in training mode.
 # Recurrent layers take it for the dropout between their layers.
@@ -159,14 +156,8 @@ def decompose_custom_ops(program, explain_node: Callable[[torch.fx.Node], str]):
     table = {op: fn for op in found if (fn := _decomposition(op)) is not None}
     if table:
         try:
-            logger = logging.getLogger("torch")
-            level = logger.level
-            logger.setLevel(logging.CRITICAL)
-            try:
-                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                    program = program.run_decompositions(table)
-            finally:
-                logger.setLevel(level)
+            with quiet_torch_logs():
+                program = program.run_decompositions(table)
         except Exception as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             why = f" (its Python implementation cannot be traced as one graph: {first})"

@@ -49,6 +49,7 @@ def leave_out_unread(gm: torch.fx.GraphModule, nodes: List[torch.fx.Node],
         if unkept:
             modules.add(path)
             outermost.add(unkept[0])
+    outermost = sorted(outermost)
     for n in reversed(unread):
         gm.graph.erase_node(n)
     unread = set(unread)
@@ -59,7 +60,7 @@ def leave_out_unread(gm: torch.fx.GraphModule, nodes: List[torch.fx.Node],
                  for name, p in model.get_submodule(path).named_parameters(prefix=path) if name not in trained}
     if outermost:
         output = f"the output '{key}'" if key is not None else "forward()'s result"
-        print(f"note: left out of training: {', '.join(sorted(outermost))} ({len(modules)} module"
+        print(f"note: left out of training: {', '.join(outermost)} ({len(modules)} module"
               f"{'s' if len(modules) != 1 else ''}, {sum(untrained.values())} parameters untrained): their results "
               f"never reach {output}; the exported state_dict keeps their values as they were", file=sys.stderr)
-    return nodes, sorted(outermost)
+    return nodes, outermost

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from pipetrain_capture_common import CaptureError, pick_output
+from pipetrain_capture_common import CaptureError, left_as_they_were, pick_output
 
 
 def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Tensor, key: Optional[str],
@@ -17,7 +17,7 @@ def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Te
     both are left as they were, buffers (batch norm's statistics) and gradients alike.
     `left_out`: the modules the capture left out (their results never reach the output);
     they draw their random numbers aside, as the layers, which lack them, draw none."""
-    with _left_as_they_were(model, scripted), _drawing_aside(model, left_out):
+    with left_as_they_were(model, scripted), _drawing_aside(model, left_out):
         _compare(model, scripted, example, key)
 
 
@@ -57,26 +57,6 @@ def _compare(eager: nn.Module, layers: torch.jit.ScriptModule, example: torch.Te
             error = _relative_error(p.grad, eager_grads[user], scale) if p.grad is not None else "none"
             raise CaptureError(f"the captured layers' gradient of '{user}' differs from forward()'s (relative error "
                                f"{error})")
-
-
-@contextlib.contextmanager
-def _left_as_they_were(*modules):
-    """Puts back the modules' buffers and gradients, and their modes, when the block ends."""
-    buffers = [(b, b.clone()) for m in modules for b in m.buffers()]
-    grads = [(p, p.grad) for m in modules for p in m.parameters()]
-    modes = [(m, m.training) for m in modules]
-    for p, _ in grads:
-        p.grad = None
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for b, kept in buffers:
-                b.copy_(kept)
-        for p, grad in grads:
-            p.grad = grad
-        for m, training in modes:
-            m.train(training)
 
 
 @contextlib.contextmanager
