@@ -37,7 +37,7 @@ import io
 import itertools
 import os
 import sys
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import torch
 from torch import nn
@@ -51,11 +51,13 @@ from pipetrain_capture_verify import verify  # noqa: E402
 TRACERS = ("export", "fx")
 
 
-def capture(model: nn.Module, example: torch.Tensor, path: str = None, output: Optional[str] = None,
-            tracer: str = "export") -> torch.jit.ScriptModule:
+def capture(model: nn.Module, example: Union[torch.Tensor, Dict[str, torch.Tensor]], path: str = None,
+            output: Optional[str] = None, tracer: str = "export") -> torch.jit.ScriptModule:
     """`model` (left untouched) as pipetrain's layers, checked against its forward() on
-    `example`; saved to `path` when given. `output` names the tensor to train on where
-    forward() returns several (a ModelOutput's "logits")."""
+    `example`: one tensor, or named inputs matched to forward()'s arguments by name
+    ({"input_ids": ..., "attention_mask": ...}), which the file then takes by name too.
+    Saved to `path` when given. `output` names the tensor to train on where forward()
+    returns several (a ModelOutput's "logits")."""
     # The modules copied, their parameters and buffers shared: a billion weights are not
     # copied to be checked (verify leaves them as they were), only once at the end.
     copied = copy.deepcopy(model, {id(t): t for t in itertools.chain(model.parameters(), model.buffers())})
@@ -63,6 +65,8 @@ def capture(model: nn.Module, example: torch.Tensor, path: str = None, output: O
     if tracer == "fx":
         if output is not None:
             raise CaptureError("--output needs --tracer export")
+        if isinstance(example, dict):
+            raise CaptureError("named inputs need --tracer export")
         scripted = FxCapture(copied.eval(), example).build()
     else:
         config = getattr(copied, "config", None)
@@ -71,7 +75,7 @@ def capture(model: nn.Module, example: torch.Tensor, path: str = None, output: O
         _batched_experts(copied)
         cut = ExportCapture(copied.train(), example, output)  # traced in training mode: dropout and batch norm's flag
         scripted = cut.build()
-        verify(copied, scripted, example, cut.key, cut.left_out)
+        verify(copied, scripted, cut.example, cut.key, cut.left_out)
     scripted.train(model.training)
     # Weights of its own, so that training the layers leaves `model` as it is: the file
     # read back (a ScriptModule's deepcopy has parameters autograd does not reach).
@@ -163,18 +167,29 @@ def load_model(spec: str) -> nn.Module:
     return model
 
 
-def example_inputs(data_file: str) -> torch.Tensor:
-    """The data file's first three inputs, as pipetrain reads them (float64 as float32)."""
+def named_inputs(data: dict) -> list:
+    """The keys of a data file's named inputs (docs/byo.md): where the file has no
+    "inputs", every key but the labels and the test split's ("test_" keys)."""
+    return [] if "inputs" in data else [k for k in data if k != "labels" and not k.startswith("test_")]
+
+
+def example_inputs(data_file: str):
+    """The data file's first three inputs, as pipetrain reads them (float64 as float32):
+    one tensor, or a dict of its named inputs."""
     if not os.path.isfile(data_file):
         raise CaptureError(f"{data_file}: no such file")
     try:
         data = torch.load(data_file, weights_only=True)
     except Exception as e:
         raise CaptureError(f"{data_file} is not a torch.save file of tensors (docs/byo.md): {e}") from e
-    if not isinstance(data, dict) or not isinstance(data.get("inputs"), torch.Tensor):
-        raise CaptureError(f"{data_file} holds no tensor under 'inputs' (docs/byo.md: {{'inputs': X, 'labels': Y}})")
-    example = data["inputs"][:3]
-    return example.float() if example.is_floating_point() else example.long()
+    names = named_inputs(data) if isinstance(data, dict) else []
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), torch.Tensor) for k in names or ["inputs"]):
+        raise CaptureError(f"{data_file} holds no tensor under 'inputs' (docs/byo.md: {{'inputs': X, 'labels': Y}}, "
+                           "or inputs by name: {'input_ids': X, 'attention_mask': M, 'labels': Y})")
+
+    def first(x):
+        return x[:3].float() if x.is_floating_point() else x[:3].long()
+    return {k: first(data[k]) for k in names} if names else first(data["inputs"])
 
 
 def _writable(path: str):

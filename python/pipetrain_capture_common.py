@@ -15,6 +15,26 @@ CONTAINERS = (nn.ModuleList, nn.ModuleDict, nn.Sequential)
 INPUT = "input"
 
 
+def input_key(name: Optional[str]) -> str:
+    """How the file's wiring (`pipetrain_inputs`) names a model input: "input" for a model
+    of one input, "input:NAME" for each of several named inputs (a data file holding
+    `input_ids` and `attention_mask`), which no layer's name can be."""
+    return INPUT if name is None else f"{INPUT}:{name}"
+
+
+def call(module, example):
+    """module on the example: one tensor, or named inputs (a dict) passed by name, which
+    the user's forward() and the captured file's both take."""
+    return module(**example) if isinstance(example, dict) else module(example)
+
+
+def describe(example) -> str:
+    """The example's shape and dtype, per named input where there are several."""
+    if isinstance(example, dict):
+        return ", ".join(f"{k} {tuple(v.shape)} {v.dtype}" for k, v in example.items())
+    return f"shape {tuple(example.shape)}, {example.dtype}"
+
+
 class CaptureError(Exception):
     """The model cannot be taken as it is: says which module or operation, and what to change."""
 

@@ -36,8 +36,9 @@ from torch.export import Dim
 from pipetrain_capture_ops import check_loadable, decompose_custom_ops, follow_training
 from pipetrain_capture_regions import inline_grad_regions
 from pipetrain_capture_unread import leave_out_unread
-from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block_holders, has_state, layer_name,
-                                      left_as_they_were, output_key, pick_output, quiet_torch_logs, where)
+from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block_holders, call, describe, has_state,
+                                      input_key, layer_name, left_as_they_were, output_key, pick_output,
+                                      quiet_torch_logs, where)
 
 # Checks torch.export adds to the graph; pipetrain's layers check shapes themselves.
 _DROPPED = ("aten._assert", "aten.sym_constrain_range")
@@ -45,23 +46,47 @@ _ROOT = "model"  # the user's model inside _Selected
 
 
 class _Selected(nn.Module):
-    """The user's model with its result narrowed to the one tensor pipetrain trains on."""
+    """The user's model with its result narrowed to the one tensor pipetrain trains on,
+    taking its inputs in order: one, or the named inputs `names` (passed by name)."""
 
-    def __init__(self, model: nn.Module, key: Optional[str]):
+    def __init__(self, model: nn.Module, key: Optional[str], names: Optional[List[str]]):
         super().__init__()
         self.model = model
         self.key = key
+        self.names = names
 
-    def forward(self, x):
-        return pick_output(self.model(x), self.key)
+    def forward(self, *inputs):
+        if self.names is None:
+            return pick_output(self.model(inputs[0]), self.key)
+        return pick_output(self.model(**dict(zip(self.names, inputs))), self.key)
 
 
-def _check_one_input(model: nn.Module):
-    required = [p.name for p in inspect.signature(model.forward).parameters.values()
+def signature_order(model: nn.Module, example):
+    """The example as forward() takes it: one tensor, or its named inputs in the order of
+    forward()'s arguments. Refuses a forward() that needs an argument the data does not
+    hold, and data holding a name forward() does not take."""
+    params = list(inspect.signature(model.forward).parameters.values())
+    required = [p.name for p in params
                 if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(required) > 1:
-        raise CaptureError(f"forward() takes {len(required)} inputs ({', '.join(required)}); pipetrain feeds one "
-                           "tensor per sample: give the other arguments defaults, or compute them from the first")
+    if not isinstance(example, dict):
+        if len(required) > 1:
+            raise CaptureError(f"forward() takes {len(required)} inputs ({', '.join(required)}); pipetrain feeds "
+                               "one tensor per sample unless the data file holds the inputs by name "
+                               f"({{'{required[0]}': X, '{required[1]}': Y, ..., 'labels': Z}}, docs/byo.md); or "
+                               "give the other arguments defaults")
+        return example
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        unknown = [k for k in example if k not in named]
+        if unknown:
+            raise CaptureError(f"the data holds '{unknown[0]}', which forward() does not take (its arguments: "
+                               f"{', '.join(named)}); rename the data's input, or leave it out")
+    missing = [r for r in required if r not in example]
+    if missing:
+        raise CaptureError(f"forward() needs '{missing[0]}', which the data does not hold (it holds "
+                           f"{', '.join(example)}); save it beside them, or give the argument a default")
+    order = [n for n in named if n in example] + [k for k in example if k not in named]
+    return {k: example[k] for k in order}
 
 
 def _explain(error: Exception) -> str:
@@ -74,8 +99,8 @@ def _explain(error: Exception) -> str:
         return (f"forward() branches on a tensor's values{at}; pipetrain needs one graph for every batch: compute "
                 "the condition from the module's configuration, or use torch.where")
     if isinstance(error, TypeError) and "positional argument" in text:
-        return (f"forward() needs more than one input ({first}); pipetrain feeds one tensor per sample: give the "
-                "other arguments defaults, or compute them from the first")
+        return (f"forward() needs more than one input ({first}); pipetrain feeds one tensor per sample unless the "
+                "data file holds the inputs by name (docs/byo.md): give the other arguments defaults, or save them")
     if "Constraints violated" in text or "specializ" in text:
         return (f"forward() fixes the batch size{at}: its graph must run at any number of samples; take sizes from "
                 "x.shape instead of constants")
@@ -104,31 +129,36 @@ def _set_attribute(root: nn.Module, dotted: str, value):
 
 
 class ExportCapture:
-    def __init__(self, model: nn.Module, example: torch.Tensor, output: Optional[str] = None):
+    def __init__(self, model: nn.Module, example, output: Optional[str] = None):
+        """`example`: one tensor, or a dict of named inputs."""
         self.model = model
-        self.example = example
-        _check_one_input(model)
+        self.example = example = signature_order(model, example)
+        self.names = list(example) if isinstance(example, dict) else None
+        inputs = tuple(example.values()) if self.names else (example,)
         # A look at what forward() returns, in training mode as it is traced: its updates of
         # the buffers (batch norm's statistics) are undone, so the file holds the model's own.
         with torch.no_grad(), left_as_they_were(model):
             try:
-                eager = model(example)
+                eager = call(model, example)
             except Exception as e:
-                raise CaptureError(f"forward() fails on the data's first inputs (shape {tuple(example.shape)}, "
-                                   f"{example.dtype}){where(e)}: {type(e).__name__}: {e}") from e
+                raise CaptureError(f"forward() fails on the data's first inputs ({describe(example)}){where(e)}: "
+                                   f"{type(e).__name__}: {e}") from e
         self.key = output_key(eager, output)
+        # Named inputs share one batch dimension, which torch.export would not know.
+        batch = Dim("batch") if self.names else Dim.AUTO
         try:
             with warnings.catch_warnings(), quiet_torch_logs():
                 warnings.simplefilter("ignore")
-                program = torch.export.export(_Selected(model, self.key), (example,),
-                                              dynamic_shapes=({0: Dim.AUTO},), strict=False)
+                program = torch.export.export(_Selected(model, self.key, self.names), inputs,
+                                              dynamic_shapes=(tuple({0: batch} for _ in inputs),), strict=False)
         except Exception as e:
             raise CaptureError(_explain(e)) from e
         program = decompose_custom_ops(program, self._where_called)
         self.gm = program.module()
         inline_grad_regions(self.gm)
         self.nodes = [n for n in self.gm.graph.nodes if not self._dropped(n)]
-        self.input = next(n for n in self.nodes if n.op == "placeholder")
+        self.input_nodes = [n for n in self.nodes if n.op == "placeholder"]
+        self.input = self.input_nodes[0]
         self.batch = self.input.meta["val"].shape[0]
         if not isinstance(self.batch, torch.SymInt):
             raise CaptureError(f"forward() only runs at a batch of {self.batch} samples (torch.export fixed the batch "
@@ -494,9 +524,10 @@ class ExportCapture:
                                f"it batch-first (.transpose(0, {self.batch_dim(final)}))")
         wrapper = nn.Module()
         wiring: Dict[str, List[str]] = {}
-        produced = {self.input: INPUT}
+        names = self.names or [None]
+        produced = {n: input_key(name) for n, name in zip(self.input_nodes, names)}
         top = torch.fx.Graph()
-        top_env = {self.input: top.placeholder(INPUT)}
+        top_env = {n: top.placeholder(name or INPUT) for n, name in zip(self.input_nodes, names)}
         for u in self.order:
             reads = self.layer_inputs(u, inputs[u])
             name = layer_name(u)
@@ -509,6 +540,8 @@ class ExportCapture:
         top.output(top_env[final])
         whole = torch.fx.GraphModule(wrapper, top, class_name=type(self.model).__name__ + "Layers")
         whole.pipetrain_inputs = wiring
+        if self.names:
+            whole.pipetrain_input_names = self.names  # forward()'s order, in which train packs them
         whole.pipetrain_state_dict = self.user_names(whole)
         untrained = self.untrained(whole.pipetrain_state_dict)
         if untrained:

@@ -6,32 +6,33 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from pipetrain_capture_common import CaptureError, left_as_they_were, pick_output
+from pipetrain_capture_common import CaptureError, call, left_as_they_were, pick_output
 
 
-def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example: torch.Tensor, key: Optional[str],
+def verify(model: nn.Module, scripted: torch.jit.ScriptModule, example, key: Optional[str],
            left_out: Sequence[str] = ()):
     """The captured layers compute what forward() computes: the output in evaluation and in
     training mode, and in training mode every parameter's gradient. Run on the model and
     the layers themselves, which share their parameters (no copy of a billion weights):
     both are left as they were, buffers (batch norm's statistics) and gradients alike.
+    `example`: one tensor, or named inputs (a dict) in forward()'s order.
     `left_out`: the modules the capture left out (their results never reach the output);
     they draw their random numbers aside, as the layers, which lack them, draw none."""
     with left_as_they_were(model, scripted), _drawing_aside(model, left_out):
         _compare(model, scripted, example, key)
 
 
-def _compare(eager: nn.Module, layers: torch.jit.ScriptModule, example: torch.Tensor, key: Optional[str]):
+def _compare(eager: nn.Module, layers: torch.jit.ScriptModule, example, key: Optional[str]):
     names = {k: v.split(",")[0] for k, v in dict(layers.pipetrain_state_dict).items()}
     for training in (False, True):
         eager.train(training)
         layers.train(training)
         with torch.random.fork_rng():
             torch.manual_seed(0)
-            want = pick_output(eager(example), key)
+            want = pick_output(call(eager, example), key)
         with torch.random.fork_rng():
             torch.manual_seed(0)
-            got = layers(example)
+            got = call(layers, example)
         if want.shape != got.shape or _relative_error(got, want) > 1e-4:
             why = ("" if training else "; torch.export traced forward() in training mode, so a branch on "
                    "`self.training` other than dropout's, batch norm's, recurrent layers' and stochastic depth's "

@@ -36,6 +36,34 @@ class LoopedList(nn.Module):
         return self.head(x)
 
 
+class MaskedEncoder(nn.Module):
+    """Token ids and a padding mask, taken by name: every block and the head read the mask,
+    so layers after the first read a model input (from the data, on whichever stage)."""
+
+    def __init__(self, vocab=16, width=16, blocks=2, classes=4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList([nn.Linear(width, width) for _ in range(blocks)])
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, input_ids, attention_mask):
+        keep = attention_mask.unsqueeze(-1).float()
+        h = self.embed(input_ids)
+        for block in self.blocks:
+            h = h + torch.tanh(block(h)) * keep
+        return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
+
+
+def named(out, capture):
+    """Inputs by name: the file lists the mask first, forward() takes the ids first."""
+    torch.manual_seed(3)
+    ids = torch.randint(0, 16, (160, 8))
+    lengths = torch.randint(2, 9, (160, 1))
+    mask = (torch.arange(8).unsqueeze(0) < lengths).long()
+    torch.save({"attention_mask": mask, "input_ids": ids, "labels": torch.randint(0, 4, (160,))}, f"{out}/named.pt")
+    capture(MaskedEncoder(), {"attention_mask": mask[:3], "input_ids": ids[:3]}, f"{out}/masked_encoder.pt")
+
+
 def captured(src, out):
     """Models as written, through python/pipetrain_capture.py: the GPT-2-style example
     (tied embeddings, positions from arange) before and after one SGD step of PyTorch's
@@ -60,6 +88,7 @@ def captured(src, out):
     torch.save({"inputs": images, "labels": torch.randint(0, 4, (64,))}, f"{out}/images.pt")
     resnet = torchvision.models.resnet.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1], num_classes=4)
     capture(resnet, images[:3], f"{out}/resnet.pt")
+    named(out, capture)
     # Not captured: a ReLU(inplace=True) child that a stage may start with.
     torch.jit.script(nn.Sequential(nn.Linear(16, 32), nn.ReLU(inplace=True), nn.Linear(32, 4))).save(
         f"{out}/inplace_chain.pt")

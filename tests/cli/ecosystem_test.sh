@@ -14,6 +14,7 @@ python=${PIPETRAIN_PYTHON:?the Python with the pinned torch (set by CMake)}
 capture=$src/python/pipetrain_capture.py
 families=$src/tests/ecosystem/families.py
 . "$(dirname "$0")/harness.sh"
+. "$(dirname "$0")/families.sh"
 
 check "the data" "$python" "$src/tests/ecosystem/make_data.py" "$tmp"
 check "every family's layers compute forward()'s loss and gradients" "$python" "$src/tests/ecosystem/exactness.py" "$tmp"
@@ -22,28 +23,6 @@ check "the capture's rules: stochastic depth, recurrent layers, the gradient che
 refuses "a file calling an operator registered in Python" \
   "a TorchScript file that calls the operator pipetrain_test::scaled_tanh, which LibTorch does not have" \
   "$bin" train --model-file "$tmp/python_op.pt" --data-file "$tmp/fmnist_rgb.pt" --nproc 2 --batch 32
-
-# family NAME DATA EXPRESSION: captures NAME from the command line, trains it on 2 and 3
-# ranks under the planner's choice and exports; the exports are scored in the families'
-# own classes after the last family. A model with batch norm also trains data parallel
-# on 2 ranks ("2dp"): each replica updates its own running statistics, and the
-# evaluation and the export must both take the first replica's.
-family() {
-  local name=$1 data=$2 expr=$3
-  set -- 2 3
-  [[ $expr == *resnet* ]] && set -- 2 3 2dp
-  check "capture $name" "$python" "$capture" capture "$families:$expr" --data-file "$tmp/$data.pt" --out "$tmp/$name.pt"
-  for run in "$@"; do
-    local ranks=${run%dp}
-    local how=(--batch 48)  # one batch on 2 and 3 ranks: the second run plans from the first's profile
-    [[ $run == *dp ]] && how=(--data-parallel --microbatches 2 --microbatch-size 16)
-    check "$name trains on $run ranks" "$bin" train --model-file "$tmp/$name.pt" --data-file "$tmp/$data.pt" \
-      --nproc "$ranks" "${how[@]}" --epochs 1 --max-steps 4 --export "$tmp/$name-$run.pt" \
-      --summary-json "$tmp/$name-$run.json"
-    expect "$name on $run ranks exported" "exported the trained model to $tmp/$name-$run.pt"
-  done
-  for run in "$@"; do echo "$name $data $run"; done >>"$tmp/exports.txt"
-}
 
 # The families' table, read once (importing transformers and timm costs seconds).
 "$python" -c "import sys; sys.path.insert(0, '$src/tests/ecosystem')
@@ -64,40 +43,8 @@ check "stochastic depth: the same losses recomputing or not" "$python" -c "impor
 losses = [json.load(open(f'$tmp/sd-{r}.json'))['final_loss'] for r in ('none', 'full')]
 sys.exit(0 if losses[0] == losses[1] else f'final losses {losses}')"
 
-# One Python for every export (starting one with transformers and timm costs seconds).
-check "the exports load into their classes and score as pipetrain did" "$python" - "$src" "$tmp" <<'PY'
-import json, sys
-import torch
-import torch.nn.functional as F
-src, tmp = sys.argv[1:]
-sys.path.insert(0, f"{src}/tests/ecosystem")
-sys.path.insert(0, f"{src}/python")
-from families import make
-from pipetrain_capture import state_dict
-failures, datasets = [], {}
-for line in open(f"{tmp}/exports.txt"):
-    name, data_file, r = line.split()
-    if data_file not in datasets:
-        datasets[data_file] = torch.load(f"{tmp}/{data_file}.pt")
-    data = datasets[data_file]
-    labels = data["test_labels"]
-    run = f"{tmp}/{name}-{r}"
-    torch.manual_seed(0)
-    model = make(name)
-    model.load_state_dict(state_dict(f"{run}.pt"), strict=True)
-    model.eval()
-    with torch.no_grad():
-        out = model(data["test_inputs"])
-    out = out if isinstance(out, torch.Tensor) else out.logits
-    accuracy = (out.argmax(-1) == labels).float().mean().item()
-    loss = F.cross_entropy(out.float().flatten(0, -2), labels.flatten()).item()
-    summary = json.load(open(f"{run}.json"))
-    print(f"{name} on {r} ranks: python accuracy {accuracy:.6f} loss {loss:.6f}; "
-          f"pipetrain {summary['test_accuracy']:.6f} {summary['test_loss']:.6f}")
-    if abs(accuracy - summary["test_accuracy"]) >= 2e-3 or abs(loss - summary["test_loss"]) >= 1e-3:
-        failures.append(f"{name} on {r} ranks")
-assert not failures, "scores differ: " + ", ".join(failures)
-PY
+check "the exports load into their classes and score as pipetrain did" "$python" \
+  "$src/tests/ecosystem/score_exports.py" "$tmp"
 
 # The cut's two harder cases: an add that two later layers read beside its layer's own
 # result becomes a layer of its own; a module with weights called twice is two layers

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, f"{here}/../../python")
 import pipetrain_capture  # noqa: E402
-from families import FAMILIES, make  # noqa: E402
-from pipetrain_capture_common import pick_output  # noqa: E402
+from families import FAMILIES, NAMED, inputs_of, make  # noqa: E402
+from pipetrain_capture_common import call, pick_output  # noqa: E402
 from pipetrain_capture_verify import draw_aside  # noqa: E402
 
 
@@ -21,13 +21,15 @@ def loss_of(out, labels):
 
 
 def check(name, data_dir):
-    data = torch.load(f"{data_dir}/{FAMILIES[name][1]}.pt")
-    x, labels = data["inputs"][:8], data["labels"][:8]
+    data = torch.load(f"{data_dir}/{({**FAMILIES, **NAMED})[name][1]}.pt")
+    args, kwargs = inputs_of(data)
+    x = args[0][:8] if args else {k: v[:8] for k, v in kwargs.items()}  # one tensor, or inputs by name
+    labels = data["labels"][:8]
     torch.manual_seed(0)
     model = make(name)
     if getattr(getattr(model, "config", None), "use_cache", False):
         model.config.use_cache = False
-    layers = pipetrain_capture.capture(model, x[:3])
+    layers = pipetrain_capture.capture(model, x[:3] if args else {k: v[:3] for k, v in x.items()})
     model.train()
     layers.train()
     # Modules the capture left out (their results never reach the output: an auxiliary
@@ -39,12 +41,12 @@ def check(name, data_dir):
             draw_aside(module)
     # Dropout draws from the generator in the same order in both, so seed both alike.
     torch.manual_seed(1)
-    out = model(x)
+    out = call(model, x)
     key = None if isinstance(out, torch.Tensor) else "logits"
     want = loss_of(pick_output(out, key), labels)
     want.backward()
     torch.manual_seed(1)
-    got = loss_of(layers(x), labels)
+    got = loss_of(call(layers, x), labels)
     got.backward()
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), f"{name}: loss {got.item()} against {want.item()}"
     names = dict(layers.pipetrain_state_dict)

@@ -82,5 +82,22 @@ FAMILIES = {
 }
 
 
+# Families whose data holds inputs by name (input_ids and a padding mask): trained by
+# tests/cli/named_inputs_test.sh.
+NAMED = {
+    "hf-bert-mask": ("hf_bert()", "fortunes_classes_masked"),
+    "hf-llama-mask": ("hf_llama()", "fortunes_masked"),
+}
+
+
 def make(name):
-    return eval(FAMILIES[name][0])
+    return eval({**FAMILIES, **NAMED}[name][0])
+
+
+def inputs_of(data, split=""):
+    """A data file's inputs for forward(): the one tensor, or its inputs by name (keyword
+    arguments); `split` "test_" for the test split's."""
+    if f"{split}inputs" in data:
+        return (data[f"{split}inputs"],), {}
+    names = [k for k in data if k != "labels" and not k.startswith("test_")]
+    return (), {k: data[f"{split}{k}"] for k in names}

@@ -61,8 +61,8 @@ TEST(ByoModel, ChainTrainsExactlyAsOneProcess) {
 }
 
 TEST(ByoModel, DagTrainsExactlyAsOneProcess) {
-  // Every cut of the two-branch model: after `wide` both the branch output and the input
-  // cross (a pack), after `deep` the two branch outputs.
+  // Every cut of the two-branch model: after `wide` its output crosses (`deep` reads the
+  // model input from the data), after `deep` the two branch outputs (a pack).
   for (const auto& bounds : std::vector<std::vector<int>>{{0, 1, 3}, {0, 2, 3}, {0, 1, 2, 3}}) {
     TrainConfig c = byoConfig("dag_model.pt");
     const models::Model model = openModel(c);
@@ -72,6 +72,65 @@ TEST(ByoModel, DagTrainsExactlyAsOneProcess) {
     c.plan = plan::chainPlan(names, bounds, {}, c.plan.schedule, c.plan.microbatch_size, c.plan.microbatches);
     expectMatchesReference(c);
   }
+}
+
+// Inputs by name (a padding mask beside the ids): the data file lists the mask first,
+// forward() takes the ids first, and every layer after the embedding reads the mask,
+// which each stage holding one reads from the data, never from a message.
+TEST(ByoModel, NamedInputsTrainExactlyAsOneProcess) {
+  TrainConfig c = byoConfig("masked_encoder.pt");
+  c.data.file = fixture("named.pt");
+  const models::Model model = openModel(c);
+  ASSERT_EQ(model.input.named.size(), 2u);
+  EXPECT_EQ(model.input.named[0].name, "attention_mask");
+  EXPECT_EQ(model.input.named[0].range, 2);
+  EXPECT_EQ(model.input.named[1].range, 16);
+  ASSERT_EQ(model.layers.size(), 4u);
+  EXPECT_TRUE(model.layers[0].inputs.empty());
+  EXPECT_EQ(model.layers[1].inputs, (std::vector<std::string>{"embed", models::kModelInput}));
+  // The planner's graph is a chain: the mask is no edge.
+  EXPECT_EQ(model.layerGraph().layers()[1].inputs, (std::vector<std::string>{"embed"}));
+  for (const auto& bounds : std::vector<std::vector<int>>{{0, 1, 4}, {0, 2, 4}, {0, 1, 2, 3, 4}}) {
+    std::vector<std::string> names;
+    for (const auto& l : model.layers) names.push_back(l.name);
+    c.plan = plan::chainPlan(names, bounds, {}, c.plan.schedule, c.plan.microbatch_size, c.plan.microbatches);
+    expectMatchesReference(c);
+  }
+  // Data whose names are not forward()'s, before any training.
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("input_ids", torch::zeros({20, 8}, torch::kLong));
+  dict.insert("labels", torch::zeros({20}, torch::kLong));
+  const std::string path = ::testing::TempDir() + "byo_named.pt";
+  writeFile(path, torch::pickle_save(dict));
+  c.data.file = path;
+  const std::string missing = errorOf([&] { openModel(c); });
+  EXPECT_NE(missing.find("takes 'attention_mask', which the data does not hold (it holds input_ids)"),
+            std::string::npos) << missing;
+  dict.insert("attention_mask", torch::ones({20, 8}, torch::kLong));
+  dict.insert("token_type_ids", torch::zeros({20, 8}, torch::kLong));
+  writeFile(path, torch::pickle_save(dict));
+  const std::string extra = errorOf([&] { openModel(c); });
+  EXPECT_NE(extra.find("the data holds 'token_type_ids', which its forward() does not take"), std::string::npos)
+      << extra;
+  dict.erase("token_type_ids");
+  dict.insert("test_mask", torch::zeros({20, 8}, torch::kLong));
+  writeFile(path, torch::pickle_save(dict));
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("'test_mask' is a test split of no input"), std::string::npos);
+  dict.erase("test_mask");
+  dict.insert_or_assign("input_ids", torch::full({20, 8}, int64_t{1} << 25));
+  writeFile(path, torch::pickle_save(dict));
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("integers outside [0, 2^24)"), std::string::npos);
+  // A model of one input given named data, and the reverse.
+  dict.insert_or_assign("input_ids", torch::zeros({20, 8}, torch::kLong));
+  writeFile(path, torch::pickle_save(dict));
+  c.model_file = fixture("model.pt");
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("takes one input, and the data holds several by name"),
+            std::string::npos);
+  c.model_file = fixture("masked_encoder.pt");
+  c.data.file = fixture("data.pt");
+  EXPECT_NE(errorOf([&] { openModel(c); }).find("takes inputs by name (input_ids, attention_mask)"),
+            std::string::npos);
+  std::remove(path.c_str());
 }
 
 TEST(ByoModel, ReplicatedStagesOverGlooMatchToo) {

@@ -35,12 +35,24 @@ enum class InputKind { kImage, kFeatures, kTokens, kIndices };
 // (a user's regression data).
 enum class LossKind { kCrossEntropy, kMeanSquaredError };
 
+// One of several inputs a sample has, by name (a Hugging Face encoder's `input_ids` and
+// `attention_mask`), matched to the arguments of the model's forward() by that name.
+struct NamedInput {
+  std::string name;
+  std::vector<int64_t> sample_shape;
+  bool integer = false;  // int64 values (ids, masks), else fp32
+  int64_t range = 0;     // integer: the values lie in [0, range) (the largest + 1)
+};
+
 struct InputSpec {
   InputKind kind = InputKind::kImage;
   std::vector<int64_t> sample_shape;  // per sample, e.g. {1, 28, 28}, {784}, {context}
   int64_t num_classes = 10;           // classes, or the vocabulary for tokens; targets per sample for MSE
   LossKind loss = LossKind::kCrossEntropy;
   int64_t vocab = 0;                  // kIndices: inputs lie in [0, vocab) (0 = unknown)
+  // Several inputs per sample, in the data file's order (empty: one). The model's input
+  // is then their pack (packInputs), and `kind` and `sample_shape` are the first's.
+  std::vector<NamedInput> named;
 };
 
 // The name by which a layer reads the model's input; no layer may take it.
@@ -50,16 +62,18 @@ inline constexpr const char* kModelInput = "input";
 enum class Merge {
   kConcat,  // along dim 1 (features, channels): a fusion of branches
   kSum,     // element-wise, same shapes: a residual join
+  kPack,    // each flattened to (N, numel) fp32 and concatenated: the module splits them again
 };
 
 struct Layer {
   std::string name;                   // "conv1", "block3", "head"
   std::string kind;                   // "conv", "linear", "residual", "transformer_block", ...
   torch::nn::AnyModule module;        // Tensor -> Tensor: the merged inputs -> the output
-  // The producers it reads: earlier layers' names, or kModelInput (alone: a layer graph
-  // cannot say "the model input and a layer"). Empty = the previous layer's output (the
-  // model input for the first layer), so a chain needs no wiring. The last two fields
-  // have defaults so that Layer{name, kind, module} still builds a chain's layer.
+  // The producers it reads: earlier layers' names, or kModelInput, which every stage
+  // holding such a layer reads from the data itself (never a message). Empty = the
+  // previous layer's output (the model input for the first layer), so a chain needs no
+  // wiring. The last two fields have defaults so that Layer{name, kind, module} still
+  // builds a chain's layer.
   std::vector<std::string> inputs = {};
   Merge merge = Merge::kConcat;       // used only with several inputs
 };
@@ -157,7 +171,8 @@ std::string scriptedTensorName(std::string path_in_child);
 // The names `layer` reads, its empty `inputs` resolved: the previous layer's name, or
 // kModelInput for the first layer. Throws Error for an index outside the model.
 std::vector<std::string> layerInputs(const Model& model, int layer);
-// layerInputs as graph::Layer::inputs says it: the model input is an empty list there.
+// layerInputs as graph::Layer::inputs says it: the layers it reads, without the model
+// input, which is no edge (a layer reading only the model input has an empty list).
 // Shared by layerGraph() and the profiler so that both record the same edges.
 std::vector<std::string> graphInputs(const Model& model, int layer);
 // Whether every layer reads only its predecessor (the first, the model input): then a
@@ -165,8 +180,8 @@ std::vector<std::string> graphInputs(const Model& model, int layer);
 bool isChain(const Model& model);
 // Throws an Error naming the model and the layer at fault unless the model is a DAG
 // whose order is topological with one output: at least one layer; names non-empty,
-// unique and not kModelInput; every input names kModelInput (alone) or an earlier
-// layer, none twice; and every layer but the last is read by a later one (an unread
+// unique and not kModelInput; every input names kModelInput or an earlier layer,
+// none twice; and every layer but the last is read by a later one (an unread
 // branch would train nothing, and the loss is taken of the last layer's output).
 // buildModel, forwardModel and layerGraph() call it.
 void checkWiring(const Model& model);
@@ -229,8 +244,15 @@ class EvalScope {
 };
 
 // A batch of `batch` samples with constant values (zeros for tokens, int64; 0.5
-// otherwise, fp32) on the CPU. Dry runs and profiles use it so that they never draw
-// from the global generator.
+// otherwise, fp32; per named input alike, packed) on the CPU. Dry runs and profiles use
+// it so that they never draw from the global generator.
 torch::Tensor constantInput(const InputSpec& input, int64_t batch);
+
+// Named inputs (InputSpec::named) travel as one tensor, the model's input: each
+// flattened per sample and converted to fp32, concatenated in the spec's order, (N,
+// total). Integers are exact in fp32 below 2^24, which the data file's reader checks
+// (kLargestPackedInteger); a model from a file splits the pack again (scripted.cpp).
+inline constexpr int64_t kLargestPackedInteger = int64_t{1} << 24;
+torch::Tensor packInputs(const InputSpec& input, const std::vector<torch::Tensor>& parts);
 
 }  // namespace pipetrain::models

@@ -9,6 +9,19 @@ namespace pipetrain::data {
 
 std::string describeInput(const models::InputSpec& input) {
   std::ostringstream s;
+  if (!input.named.empty()) {
+    s << "inputs ";
+    for (std::size_t k = 0; k < input.named.size(); ++k) {
+      const models::NamedInput& part = input.named[k];
+      s << (k ? ", " : "") << part.name << " (";
+      for (std::size_t i = 0; i < part.sample_shape.size(); ++i) s << (i ? ", " : "") << part.sample_shape[i];
+      s << (part.integer ? ") int" : ") float");
+    }
+    s << "; " << input.num_classes;
+    if (input.loss == models::LossKind::kMeanSquaredError) s << " float targets";
+    else s << (input.kind == models::InputKind::kTokens ? " vocabulary" : " classes");
+    return s.str();
+  }
   switch (input.kind) {
     case models::InputKind::kImage: s << "image"; break;
     case models::InputKind::kFeatures: s << "features"; break;

@@ -39,10 +39,11 @@ enum class Rows {
 };
 
 struct Split {
-  torch::Tensor inputs, labels;  // every row of the file's tensors
+  std::vector<torch::Tensor> inputs;  // "inputs", or each named input (TensorFile::names)
+  torch::Tensor labels;               // every row of the file's tensors
   Rows rows = Rows::kAll;
   int64_t size() const {
-    const int64_t n = inputs.size(0), held = n / kHoldOutEvery;
+    const int64_t n = labels.size(0), held = n / kHoldOutEvery;
     return rows == Rows::kAll ? n : rows == Rows::kKept ? n - held : held;
   }
   // The row of the file that sample `i` of the split is.
@@ -141,6 +142,7 @@ std::shared_ptr<Mapping> mappingOf(const std::string& path, const FileError& fai
 }
 
 struct TensorFile {
+  std::vector<std::string> names;  // the named inputs, in the file's order; empty: "inputs"
   Split train, test;
   std::shared_ptr<Mapping> mapping;  // the file, which the tensors view
 };
@@ -230,26 +232,50 @@ bool allFinite(const torch::Tensor& t) {
 }
 
 // Inputs as fp32 or int64, labels as int64 (classes) or fp32 (targets), contiguous: the
-// file's own tensors where they already are (no copy).
-Split normalise(torch::Tensor inputs, torch::Tensor labels, const std::string& prefix, const FileError& fail) {
-  const std::string in_key = prefix + "inputs", label_key = prefix + "labels";
-  if (inputs.dim() < 1 || inputs.size(0) == 0) fail("'" + in_key + "' holds no samples (its shape is " + c10::str(inputs.sizes()) + ")");
-  if (labels.dim() < 1 || labels.size(0) != inputs.size(0))
-    fail("'" + label_key + "' has shape " + c10::str(labels.sizes()) + "; it needs one row per sample of '" + in_key +
-         "' " + c10::str(inputs.sizes()));
+// file's own tensors where they already are (no copy). `keys` name the inputs in the file;
+// named inputs may be bool (a mask), read as int64, and travel packed as fp32, so their
+// integers must lie in [0, 2^24).
+Split normalise(const std::vector<torch::Tensor>& inputs, const std::vector<std::string>& keys, torch::Tensor labels,
+                const std::string& label_key, bool named, const FileError& fail) {
   auto convert = [&](torch::Tensor t, const std::string& key) {
     if (t.is_floating_point()) {
       t = t.to(torch::kFloat).contiguous();
       if (!allFinite(t)) fail("'" + key + "' holds NaN or infinite values");
       return t;
     }
-    if (t.is_complex() || t.scalar_type() == torch::kBool) fail("'" + key + "' has dtype " + c10::toString(t.scalar_type()) + "; use a float or integer dtype");
+    if (t.is_complex() || (t.scalar_type() == torch::kBool && !named))
+      fail("'" + key + "' has dtype " + c10::toString(t.scalar_type()) + "; use a float or integer dtype");
     return t.to(torch::kLong).contiguous();
   };
-  Split s{convert(inputs, in_key), convert(labels, label_key)};
+  Split s;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const torch::Tensor& x = inputs[k];
+    if (x.dim() < 1 || x.size(0) == 0) fail("'" + keys[k] + "' holds no samples (its shape is " + c10::str(x.sizes()) + ")");
+    if (labels.dim() < 1 || labels.size(0) != x.size(0))
+      fail("'" + label_key + "' has shape " + c10::str(labels.sizes()) + "; it needs one row per sample of '" + keys[k] +
+           "' " + c10::str(x.sizes()));
+    s.inputs.push_back(convert(x, keys[k]));
+    const torch::Tensor& in = s.inputs.back();
+    if (named && !in.is_floating_point() &&
+        (in.min().item<int64_t>() < 0 || in.max().item<int64_t>() >= models::kLargestPackedInteger))
+      fail("'" + keys[k] + "' holds integers outside [0, 2^24), which named inputs cannot (they travel as fp32)");
+  }
+  s.labels = convert(labels, label_key);
   if (!s.labels.is_floating_point() && s.labels.min().item<int64_t>() < 0)
     fail("'" + label_key + "' has negative class labels");
   return s;
+}
+
+// The keys of a file's named inputs: where it has no "inputs", every key but the labels
+// and the test split's ("test_..."), in the file's order.
+std::vector<std::string> namedInputKeys(const c10::Dict<c10::IValue, c10::IValue>& dict) {
+  std::vector<std::string> names;
+  for (const auto& entry : dict) {
+    const std::string key = entry.key().isString() ? entry.key().toStringRef() : "?";
+    if (key == "inputs") return {};
+    if (key != "labels" && key.rfind("test_", 0) != 0) names.push_back(key);
+  }
+  return names;
 }
 
 TensorFile readTensorFile(const std::string& path) {
@@ -264,21 +290,43 @@ TensorFile readTensorFile(const std::string& path) {
   }
   if (!value.isGenericDict()) fail("it holds a " + value.tagKind() + "; torch.save a dict of tensors (see docs/data.md)");
   c10::Dict<c10::IValue, c10::IValue> dict = value.toGenericDict();
+  file.names = namedInputKeys(dict);
+  const bool named = !file.names.empty();
+  std::vector<std::string> keys = named ? file.names : std::vector<std::string>{"inputs"}, test_keys;
+  for (const std::string& key : keys) test_keys.push_back("test_" + key);
   for (const auto& entry : dict) {
     const std::string key = entry.key().isString() ? entry.key().toStringRef() : "?";
-    if (key != "inputs" && key != "labels" && key != "test_inputs" && key != "test_labels")
-      fail("unexpected key '" + key + "'; the keys are inputs, labels and optionally test_inputs, test_labels");
+    const bool known = key == "labels" || key == "test_labels" ||
+                       std::count(keys.begin(), keys.end(), key) || std::count(test_keys.begin(), test_keys.end(), key);
+    if (known) continue;
+    if (!named)
+      fail("unexpected key '" + key + "'; the keys are inputs, labels and optionally test_inputs, test_labels "
+           "(or inputs by name, without 'inputs': docs/data.md)");
+    fail("'" + key + "' is a test split of no input (the inputs are " + [&] {
+      std::string out;
+      for (const std::string& k : keys) out += (out.empty() ? "" : ", ") + k;
+      return out;
+    }() + ")");
   }
-  const torch::Tensor x = tensorAt(dict, "inputs", fail), y = tensorAt(dict, "labels", fail);
-  if (!x.defined() || !y.defined()) fail("it needs the keys 'inputs' and 'labels'");
-  const torch::Tensor tx = tensorAt(dict, "test_inputs", fail), ty = tensorAt(dict, "test_labels", fail);
-  if (tx.defined() != ty.defined()) fail("give both 'test_inputs' and 'test_labels', or neither");
-  if (tx.defined()) {
-    file.train = normalise(x, y, "", fail);
-    file.test = normalise(tx, ty, "test_", fail);
+  if (!dict.contains(std::string("labels")))
+    fail(named ? "it needs the key 'labels' beside the inputs" : "it needs the keys 'inputs' and 'labels'");
+  auto tensors = [&](const std::vector<std::string>& ks) {
+    std::vector<torch::Tensor> out;
+    for (const std::string& k : ks) out.push_back(tensorAt(dict, k, fail));
+    return out;
+  };
+  const std::vector<torch::Tensor> x = tensors(keys), tx = tensors(test_keys);
+  if (!x.front().defined()) fail("it needs the keys 'inputs' and 'labels', or inputs by name beside 'labels'");
+  const torch::Tensor y = tensorAt(dict, "labels", fail), ty = tensorAt(dict, "test_labels", fail);
+  const bool tested = ty.defined();
+  for (std::size_t k = 0; k < tx.size(); ++k)
+    if (tx[k].defined() != tested)
+      fail("give both '" + test_keys[k] + "' and 'test_labels', or neither (a test split has every input)");
+  file.train = normalise(x, keys, y, "labels", named, fail);
+  if (tested) {
+    file.test = normalise(tx, test_keys, ty, "test_labels", named, fail);
   } else {
-    file.train = normalise(x, y, "", fail);
-    const int64_t n = file.train.inputs.size(0);
+    const int64_t n = file.train.size();
     if (n < kHoldOutEvery) fail("it has " + std::to_string(n) + " samples, too few to hold out every tenth for tests");
     file.test = file.train;
     file.train.rows = Rows::kKept;
@@ -289,40 +337,66 @@ TensorFile readTensorFile(const std::string& path) {
       fail("'test_" + what + "' " + c10::str(b.sizes()) + " " + c10::toString(b.scalar_type()) + " does not match '" +
            what + "' " + c10::str(a.sizes()) + " " + c10::toString(a.scalar_type()) + " past the first dimension");
   };
-  same(file.train.inputs, file.test.inputs, "inputs");
+  for (std::size_t k = 0; k < keys.size(); ++k) same(file.train.inputs[k], file.test.inputs[k], keys[k]);
   same(file.train.labels, file.test.labels, "labels");
   return file;
 }
 
+// The kind an input is, by its dtype and shape, with the labels it comes with.
+models::InputKind kindOf(const torch::Tensor& inputs, const torch::Tensor& labels) {
+  if (!inputs.is_floating_point()) return labels.dim() == 2 ? models::InputKind::kTokens : models::InputKind::kIndices;
+  return inputs.dim() > 2 ? models::InputKind::kImage : models::InputKind::kFeatures;
+}
+
 models::InputSpec specOf(const TensorFile& file) {
   models::InputSpec spec;
-  const auto sample = file.train.inputs.sizes().slice(1);
-  spec.sample_shape = sample.vec();
-  if (!file.train.inputs.is_floating_point())
-    spec.kind = file.train.labels.dim() == 2 ? models::InputKind::kTokens : models::InputKind::kIndices;
-  else
-    spec.kind = sample.size() > 1 ? models::InputKind::kImage : models::InputKind::kFeatures;
+  const torch::Tensor& first = file.train.inputs.front();
+  spec.sample_shape = first.sizes().slice(1).vec();
+  spec.kind = kindOf(first, file.train.labels);
+  const bool one_tensor = file.test.labels.is_same(file.train.labels);  // the splits are rules over the same rows
+  auto largest = [&](const torch::Tensor& train, const torch::Tensor& test) {
+    int64_t most = train.max().item<int64_t>();
+    return one_tensor ? most : std::max(most, test.max().item<int64_t>());
+  };
+  for (std::size_t k = 0; k < file.names.size(); ++k) {
+    const torch::Tensor& x = file.train.inputs[k];
+    models::NamedInput part{file.names[k], x.sizes().slice(1).vec(), !x.is_floating_point(), 0};
+    if (part.integer) part.range = largest(x, file.test.inputs[k]) + 1;
+    spec.named.push_back(std::move(part));
+  }
   if (file.train.labels.is_floating_point()) {
     spec.loss = models::LossKind::kMeanSquaredError;
     spec.num_classes = c10::multiply_integers(file.train.labels.sizes().slice(1));
   } else {
-    // Over every row of the file: both splits' labels, whatever rows each serves (one
-    // pass where the splits are rules over the same tensor).
-    int64_t largest = file.train.labels.max().item<int64_t>();
-    if (!file.test.labels.is_same(file.train.labels))
-      largest = std::max(largest, file.test.labels.max().item<int64_t>());
-    spec.num_classes = largest + 1;
+    // Over every row of the file: both splits' labels, whatever rows each serves.
+    spec.num_classes = largest(file.train.labels, file.test.labels) + 1;
   }
   return spec;
 }
 
+// Whether two files serve the same inputs (shapes, kinds, names), whatever their classes
+// and integer ranges.
+bool sameInputs(const models::InputSpec& a, const models::InputSpec& b) {
+  if (a.sample_shape != b.sample_shape || a.kind != b.kind || a.loss != b.loss || a.named.size() != b.named.size())
+    return false;
+  for (std::size_t k = 0; k < a.named.size(); ++k)
+    if (a.named[k].name != b.named[k].name || a.named[k].sample_shape != b.named[k].sample_shape ||
+        a.named[k].integer != b.named[k].integer)
+      return false;
+  return true;
+}
+
 class TensorDataset : public Dataset {
  public:
-  TensorDataset(Split split, std::string path) : split_(std::move(split)), path_(std::move(path)) {}
+  TensorDataset(Split split, std::string path, models::InputSpec input)
+      : split_(std::move(split)), path_(std::move(path)), input_(std::move(input)) {}
   int64_t size() const override { return split_.size(); }
   Batch get(const std::vector<int64_t>& indices) const override {
     const torch::Tensor rows = rowsOf(indices);
-    return {split_.inputs.index_select(0, rows), split_.labels.index_select(0, rows)};
+    std::vector<torch::Tensor> inputs;
+    for (const torch::Tensor& x : split_.inputs) inputs.push_back(x.index_select(0, rows));
+    return {input_.named.empty() ? inputs.front() : models::packInputs(input_, inputs),
+            split_.labels.index_select(0, rows)};
   }
   torch::Tensor labels(const std::vector<int64_t>& indices) const override {
     return split_.labels.index_select(0, rowsOf(indices));
@@ -338,6 +412,7 @@ class TensorDataset : public Dataset {
   }
   Split split_;
   std::string path_;
+  models::InputSpec input_;
 };
 
 }  // namespace
@@ -349,10 +424,12 @@ models::InputSpec inputSpecOfFile(const std::string& path) {
   models::InputSpec spec = specOf(readTensorFile(shards.front()));
   for (std::size_t i = 1; i < shards.size(); ++i) {
     const models::InputSpec shard = specOf(readTensorFile(shards[i]));
-    if (shard.sample_shape != spec.sample_shape || shard.kind != spec.kind || shard.loss != spec.loss)
+    if (!sameInputs(shard, spec))
       throw Error("data file '" + shards[i] + "' serves " + describeInput(shard) + ", but '" + shards.front() +
                   "' serves " + describeInput(spec));
     if (spec.loss == models::LossKind::kCrossEntropy) spec.num_classes = std::max(spec.num_classes, shard.num_classes);
+    for (std::size_t k = 0; k < spec.named.size(); ++k)
+      spec.named[k].range = std::max(spec.named[k].range, shard.named[k].range);
   }
   return spec;
 }
@@ -365,13 +442,14 @@ int64_t tensorFileSamples(const DataOptions& options) {
 std::unique_ptr<Dataset> openTensorFile(const DataOptions& options, const models::InputSpec& input) {
   TensorFile file = readTensorFile(options.file);
   const models::InputSpec served = specOf(file);
-  if (served.sample_shape != input.sample_shape || served.kind != input.kind || served.loss != input.loss ||
-      served.num_classes > input.num_classes)
+  bool fits = sameInputs(served, input) && served.num_classes <= input.num_classes;
+  for (std::size_t k = 0; fits && k < served.named.size(); ++k) fits = served.named[k].range <= input.named[k].range;
+  if (!fits)
     throw Error("data file '" + options.file + "' serves " + describeInput(served) + ", but the model takes " +
                 describeInput(input));
   file.mapping->populate();
   return std::make_unique<TensorDataset>(options.split == "train" ? std::move(file.train) : std::move(file.test),
-                                         options.file);
+                                         options.file, input);
 }
 
 }  // namespace pipetrain::data

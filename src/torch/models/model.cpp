@@ -42,10 +42,28 @@ int64_t parameterBytes(const Layer& layer) {
 }
 
 torch::Tensor constantInput(const InputSpec& input, int64_t batch) {
+  if (!input.named.empty()) {
+    std::vector<torch::Tensor> parts;
+    for (const NamedInput& part : input.named) {
+      std::vector<int64_t> shape = {batch};
+      shape.insert(shape.end(), part.sample_shape.begin(), part.sample_shape.end());
+      parts.push_back(part.integer ? torch::zeros(shape, torch::kLong) : torch::full(shape, 0.5f));
+    }
+    return packInputs(input, parts);
+  }
   std::vector<int64_t> shape = {batch};
   shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
   if (input.kind == InputKind::kTokens || input.kind == InputKind::kIndices) return torch::zeros(shape, torch::kLong);
   return torch::full(shape, 0.5f);
+}
+
+torch::Tensor packInputs(const InputSpec& input, const std::vector<torch::Tensor>& parts) {
+  if (parts.size() != input.named.size())
+    throw Error("packInputs: " + std::to_string(parts.size()) + " tensors for " + std::to_string(input.named.size()) +
+                " named inputs");
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& part : parts) flat.push_back(part.reshape({part.size(0), -1}).to(torch::kFloat));
+  return torch::cat(flat, 1);
 }
 
 torch::Tensor forwardRange(const Model& model, int first, int last, torch::Tensor input) {

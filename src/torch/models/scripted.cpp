@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "pipetrain/util/error.h"
@@ -28,30 +29,43 @@ constexpr const char* kCaptureHint =
     "; a model written the usual way trains as it is once python/pipetrain_capture.py has cut it into layers "
     "(docs/byo.md, 'Your model as written')";
 constexpr const char* kInputsAttribute = "pipetrain_inputs";
+constexpr const char* kInputNamesAttribute = "pipetrain_input_names";
 
-// Value 0 is the model's input, value i + 1 the output of child i.
+// Values 0 .. inputs - 1 are the model's inputs (one, or each named input in
+// InputSpec::named's order), value inputs + i the output of child i.
 struct Wiring {
+  int inputs = 1;
   std::vector<std::vector<int>> reads;        // per child: the values it takes, in order
-  std::vector<std::vector<int>> carried;      // carried[i]: the values entering child i
+  std::vector<std::vector<int>> carried;      // carried[i]: the children's outputs entering child i
   std::vector<std::vector<int64_t>> shapes;   // per value: one sample's shape
   std::vector<c10::ScalarType> dtypes;        // per value
 
   int layers() const { return static_cast<int>(reads.size()); }
-  // Whether the tensor entering child i (i == layers(): leaving the last) is a pack. The
-  // model's input and output travel as they are; so does a single fp32 value, which is
-  // every boundary of a chain.
+  int output(int child) const { return inputs + child; }
+  // Whether child i (> 0) reads a model input: it takes the model input from the data
+  // beside what the previous child hands on (Layer::inputs, Merge::kPack).
+  bool readsInput(int i) const {
+    return i > 0 && std::any_of(reads[i].begin(), reads[i].end(), [&](int v) { return v < inputs; });
+  }
+  // Whether the tensor entering child i (i == layers(): leaving the last) from the child
+  // before is a pack. A single fp32 value travels as it is, which is every boundary of a chain.
   bool packed(int i) const {
     if (i == 0 || i == layers()) return false;
     return carried[i].size() != 1 || dtypes[carried[i][0]] != torch::kFloat;
   }
   int64_t sampleNumel(int value) const { return c10::multiply_integers(shapes[value]); }
+  int64_t sampleNumel(const std::vector<int>& values) const {
+    int64_t n = 0;
+    for (int v : values) n += sampleNumel(v);
+    return n;
+  }
 };
 
-std::vector<torch::Tensor> unpack(const Wiring& w, int i, const torch::Tensor& x) {
-  if (!w.packed(i)) return {x};
+// The values `ids` from x, (N, their numels) fp32, each with its shape and dtype again.
+std::vector<torch::Tensor> split(const Wiring& w, const std::vector<int>& ids, const torch::Tensor& x) {
   std::vector<torch::Tensor> out;
   int64_t offset = 0;
-  for (int v : w.carried[i]) {
+  for (int v : ids) {
     std::vector<int64_t> shape{x.size(0)};
     shape.insert(shape.end(), w.shapes[v].begin(), w.shapes[v].end());
     const int64_t numel = w.sampleNumel(v);
@@ -59,6 +73,10 @@ std::vector<torch::Tensor> unpack(const Wiring& w, int i, const torch::Tensor& x
     offset += numel;
   }
   return out;
+}
+
+std::vector<torch::Tensor> unpack(const Wiring& w, int i, const torch::Tensor& x) {
+  return w.packed(i) ? split(w, w.carried[i], x) : std::vector<torch::Tensor>{x};
 }
 
 torch::Tensor pack(const Wiring& w, int i, const std::vector<torch::Tensor>& values) {
@@ -120,6 +138,12 @@ std::string whyNotLoaded(const std::string& path, const std::string& message) {
          "which decomposes such operators into ATen's or names the module that calls one it cannot";
 }
 
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
 std::string childKind(const torch::jit::Module& child) {
   const auto name = child.type()->name();
   return name ? name->name() : "module";
@@ -144,13 +168,9 @@ class ScriptedLayerImpl : public torch::nn::Module {
     // first on a stage); such a child gets a copy.
     if (modifies_input_ && x.is_leaf() && x.requires_grad()) x = x.clone();
     const Wiring& w = *wiring_;
-    const std::vector<torch::Tensor> in = unpack(w, index_, x);
-    auto value = [&](int v) {
-      const auto& carried = w.carried[index_];
-      return in[std::find(carried.begin(), carried.end(), v) - carried.begin()];
-    };
+    std::map<int, torch::Tensor> values = valuesIn(x);
     std::vector<c10::IValue> args;
-    for (int v : w.reads[index_]) args.emplace_back(value(v));
+    for (int v : w.reads[index_]) args.emplace_back(values.at(v));
     torch::Tensor y;
     try {
       y = child_.forward(std::move(args)).toTensor();
@@ -161,8 +181,9 @@ class ScriptedLayerImpl : public torch::nn::Module {
       throw Error("layer '" + name_ + "' fails on a micro-batch of " + std::to_string(x.size(0)) + ": " +
                   lastLine(e.what()));
     }
+    values[w.output(index_)] = y;
     std::vector<torch::Tensor> out;
-    for (int v : w.carried[index_ + 1]) out.push_back(v == index_ + 1 ? y : value(v));
+    for (int v : w.carried[index_ + 1]) out.push_back(values.at(v));
     return pack(w, index_ + 1, out);
   }
 
@@ -172,6 +193,35 @@ class ScriptedLayerImpl : public torch::nn::Module {
   }
 
  private:
+  // What x holds, by value: the first child's is the model's input (one, as it is, or the
+  // named inputs' pack); a later child's what the child before hands on, followed, where
+  // it reads the model's input, by that input flattened (Merge::kPack).
+  std::map<int, torch::Tensor> valuesIn(const torch::Tensor& x) const {
+    const Wiring& w = *wiring_;
+    std::vector<int> ids;
+    std::vector<torch::Tensor> parts;
+    std::vector<int> inputs(w.inputs);
+    std::iota(inputs.begin(), inputs.end(), 0);
+    if (index_ == 0) {
+      ids = inputs;
+      parts = w.inputs == 1 ? std::vector<torch::Tensor>{x} : split(w, inputs, x);
+    } else if (!w.readsInput(index_)) {
+      ids = w.carried[index_];
+      parts = unpack(w, index_, x);
+    } else {
+      const int64_t carried = w.sampleNumel(w.carried[index_]);
+      const torch::Tensor handed = x.narrow(1, 0, carried);
+      ids = w.carried[index_];
+      parts = split(w, ids, handed);  // a pack, or the one fp32 value flattened
+      const std::vector<torch::Tensor> given = split(w, inputs, x.narrow(1, carried, x.size(1) - carried));
+      ids.insert(ids.end(), inputs.begin(), inputs.end());
+      parts.insert(parts.end(), given.begin(), given.end());
+    }
+    std::map<int, torch::Tensor> out;
+    for (std::size_t k = 0; k < ids.size(); ++k) out[ids[k]] = parts[k];
+    return out;
+  }
+
   std::string name_;
   torch::jit::Module child_;
   std::shared_ptr<const Wiring> wiring_;
@@ -214,6 +264,7 @@ class Loader {
       children_.push_back(child.value);
     }
     if (children_.empty()) fail("the module has no child modules, so nothing to place on stages");
+    input_names_ = declaredInputNames();
     auto wiring = std::make_shared<Wiring>(wire());
     measure(*wiring);
     checkAgainstWhole();
@@ -223,9 +274,15 @@ class Loader {
     model.name = std::filesystem::path(path_).stem().string();
     model.input = input_;
     model.tied = untie();
-    for (int i = 0; i < wiring->layers(); ++i)
-      model.layers.push_back(Layer{names_[i], childKind(children_[i]),
-                                   torch::nn::AnyModule(ScriptedLayer(names_[i], children_[i], wiring, i, modifies_input_[i]))});
+    for (int i = 0; i < wiring->layers(); ++i) {
+      Layer layer{names_[i], childKind(children_[i]),
+                  torch::nn::AnyModule(ScriptedLayer(names_[i], children_[i], wiring, i, modifies_input_[i]))};
+      if (wiring->readsInput(i)) {  // from the data, on whichever stage it runs
+        layer.inputs = {names_[i - 1], kModelInput};
+        layer.merge = Merge::kPack;
+      }
+      model.layers.push_back(std::move(layer));
+    }
     model.script = std::make_shared<torch::jit::Module>(root_);
     return model;
   }
@@ -233,10 +290,59 @@ class Loader {
  private:
   [[noreturn]] void fail(const std::string& what) const { throw Error("model file '" + path_ + "': " + what); }
 
+  // The model's inputs by name, in the file's order (forward()'s): `pipetrain_input_names`,
+  // written by the capture where the data holds several; empty for one input. They must
+  // be the data's names.
+  std::vector<std::string> declaredInputNames() const {
+    std::vector<std::string> names;
+    if (root_.hasattr(kInputNamesAttribute)) {
+      const c10::IValue attr = root_.attr(kInputNamesAttribute);
+      if (!attr.isList()) fail(std::string(kInputNamesAttribute) + " must be a List[str]");
+      for (const auto& name : attr.toListRef()) {
+        if (!name.isString()) fail(std::string(kInputNamesAttribute) + " must be a List[str]");
+        names.push_back(name.toStringRef());
+      }
+    }
+    std::vector<std::string> data;
+    for (const NamedInput& part : input_.named) data.push_back(part.name);
+    const std::string takes = joined(names), holds = joined(data);
+    if (names.empty() && !data.empty())
+      fail("its forward() takes one input, and the data holds several by name (" + holds +
+           "): save the one under 'inputs', or capture the model from this data");
+    if (!names.empty() && data.empty())
+      fail("its forward() takes inputs by name (" + takes + "), and the data holds one, under 'inputs': save them "
+           "by name ({'" + names.front() + "': ..., 'labels': ...}, docs/byo.md)");
+    for (const std::string& name : data)
+      if (std::find(names.begin(), names.end(), name) == names.end())
+        fail("the data holds '" + name + "', which its forward() does not take (it takes " + takes + ")");
+    for (const std::string& name : names)
+      if (std::find(data.begin(), data.end(), name) == data.end())
+        fail("its forward() takes '" + name + "', which the data does not hold (it holds " + holds + ")");
+    return names;
+  }
+
+  // The value a child's source names: "input" (one input), "input:NAME" (a named one), or
+  // a child registered before child i.
+  int valueOf(const std::string& source, int i, const Wiring& w) const {
+    if (input_.named.empty() && source == kInputName) return 0;
+    const std::string prefix = std::string(kInputName) + ":";
+    if (!input_.named.empty() && source.rfind(prefix, 0) == 0)
+      for (int k = 0; k < w.inputs; ++k)
+        if (input_.named[k].name == source.substr(prefix.size())) return k;
+    const auto at = std::find(names_.begin(), names_.begin() + i, source);
+    if (at == names_.begin() + i)
+      fail("child '" + names_[i] + "' reads '" + source + "', which is neither " +
+           (input_.named.empty() ? "'input'" : "one of the model's inputs ('input:NAME')") +
+           " nor a child registered before it (children run in the order they are registered, which must be a "
+           "topological order)");
+    return w.output(static_cast<int>(at - names_.begin()));
+  }
+
   // Which values each child reads: `pipetrain_inputs`, or the previous child's output.
   Wiring wire() const {
     const int n = static_cast<int>(children_.size());
     Wiring w;
+    w.inputs = input_.named.empty() ? 1 : static_cast<int>(input_.named.size());
     if (!root_.hasattr(kInputsAttribute)) {
       for (int i = 0; i < n; ++i) w.reads.push_back({i});
     } else {
@@ -260,36 +366,26 @@ class Loader {
         if (it == declared.end() || it->second.empty())
           fail(std::string(kInputsAttribute) + " gives no inputs for child '" + names_[i] + "'");
         std::vector<int> reads;
-        for (const auto& source : it->second) {
-          if (source == kInputName) {
-            reads.push_back(0);
-            continue;
-          }
-          const auto at = std::find(names_.begin(), names_.begin() + i, source);
-          if (at == names_.begin() + i)
-            fail("child '" + names_[i] + "' reads '" + source +
-                 "', which is neither 'input' nor a child registered before it (children run in the order "
-                 "they are registered, which must be a topological order)");
-          reads.push_back(static_cast<int>(at - names_.begin()) + 1);
-        }
+        for (const auto& source : it->second) reads.push_back(valueOf(source, i, w));
         w.reads.push_back(std::move(reads));
       }
       // Every child but the last must feed a later one; a dead branch would train nothing.
       for (int i = 0; i + 1 < n; ++i) {
         bool read = false;
-        for (int j = i + 1; j < n; ++j) read = read || std::count(w.reads[j].begin(), w.reads[j].end(), i + 1);
+        for (int j = i + 1; j < n; ++j) read = read || std::count(w.reads[j].begin(), w.reads[j].end(), w.output(i));
         if (!read) fail("the output of child '" + names_[i] + "' is read by no later child");
       }
     }
-    // A value is carried into child i if child i or a later one reads it.
+    // A child's output is carried into child i if child i or a later one reads it. The
+    // model's inputs are not carried: each child reading one takes it from the data.
     w.carried.resize(n + 1);
-    for (int i = 0; i < n; ++i)
-      for (int v = 0; v <= i; ++v) {
+    for (int i = 1; i < n; ++i)
+      for (int v = w.output(0); v < w.output(i); ++v) {
         bool needed = false;
         for (int j = i; j < n; ++j) needed = needed || std::count(w.reads[j].begin(), w.reads[j].end(), v);
         if (needed) w.carried[i].push_back(v);
       }
-    w.carried[n] = {n};
+    w.carried[n] = {w.output(n - 1)};
     return w;
   }
 
@@ -298,7 +394,15 @@ class Loader {
   void measure(Wiring& w) {
     torch::NoGradGuard no_grad;
     const ScriptEvalScope eval(root_);
-    values_ = {constantInput(input_, 1)};
+    values_.clear();
+    if (input_.named.empty()) values_.push_back(constantInput(input_, 1));
+    for (const NamedInput& part : input_.named) {
+      InputSpec one = input_;
+      one.named.clear();
+      one.sample_shape = part.sample_shape;
+      one.kind = part.integer ? InputKind::kIndices : InputKind::kFeatures;
+      values_.push_back(constantInput(one, 1));
+    }
     for (int i = 0; i < w.layers(); ++i) {
       std::vector<c10::IValue> args;
       for (int v : w.reads[i]) args.emplace_back(values_[v]);
@@ -392,9 +496,15 @@ class Loader {
   void checkAgainstWhole() {
     torch::NoGradGuard no_grad;
     c10::IValue whole;
+    std::vector<c10::IValue> inputs;  // in forward()'s order
+    for (const std::string& name : input_names_) {
+      const auto at = std::find_if(input_.named.begin(), input_.named.end(), [&](const NamedInput& p) { return p.name == name; });
+      inputs.emplace_back(values_[at - input_.named.begin()]);
+    }
+    if (input_names_.empty()) inputs.emplace_back(values_.front());
     try {
       const ScriptEvalScope eval(root_);
-      whole = root_.forward({values_.front()});
+      whole = root_.forward(inputs);
     } catch (const std::exception& e) {
       fail(std::string("forward() fails on one sample of the data's shape: ") + lastLine(e.what()));
     }
@@ -429,6 +539,7 @@ class Loader {
   torch::jit::Module root_;
   std::vector<std::string> names_;
   std::vector<torch::jit::Module> children_;
+  std::vector<std::string> input_names_;  // declaredInputNames()
   std::vector<torch::Tensor> values_;  // one sample's values, from measure()
   std::vector<bool> modifies_input_;   // per child, from findInPlaceChildren()
 };

@@ -31,6 +31,11 @@ std::string shapesOf(const std::vector<torch::Tensor>& tensors) {
 
 torch::Tensor merge(const Model& model, const Layer& layer, const std::vector<torch::Tensor>& inputs) {
   if (inputs.size() == 1) return inputs.front();
+  if (layer.merge == Merge::kPack) {
+    std::vector<torch::Tensor> flat;
+    for (const torch::Tensor& t : inputs) flat.push_back(t.reshape({t.size(0), -1}).to(torch::kFloat));
+    return torch::cat(flat, 1);
+  }
   if (layer.merge == Merge::kSum) {
     // Equal shapes, not broadcasting: a residual join of mismatched branches is a bug in
     // the model, and broadcasting would hide it.
@@ -59,8 +64,9 @@ std::vector<std::string> layerInputs(const Model& model, int layer) {
 }
 
 std::vector<std::string> graphInputs(const Model& model, int layer) {
+  // The model input is read from the data by each stage that needs it: no edge.
   std::vector<std::string> inputs = layerInputs(model, layer);
-  if (inputs == std::vector<std::string>{kModelInput}) return {};
+  inputs.erase(std::remove(inputs.begin(), inputs.end(), std::string(kModelInput)), inputs.end());
   return inputs;
 }
 
@@ -91,12 +97,7 @@ void checkWiring(const Model& model) {
     const std::string layer = "layer '" + model.layers[l].name + "'";
     for (auto source = inputs.begin(); source != inputs.end(); ++source) {
       if (std::find(inputs.begin(), source, *source) != source) fail(model, layer + " reads '" + *source + "' twice");
-      if (*source == kModelInput) {
-        if (inputs.size() > 1)
-          fail(model, layer + " reads the model input together with other layers, which a layer graph cannot "
-                              "express; give the input a layer of its own (e.g. one that selects its columns)");
-        continue;
-      }
+      if (*source == kModelInput) continue;
       const auto it = index.find(*source);
       if (it == index.end())
         fail(model, layer + " reads '" + *source + "', which is neither '" + kModelInput + "' nor a layer of the model");

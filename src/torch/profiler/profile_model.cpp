@@ -61,11 +61,24 @@ class ModelStateGuard {
 // uniform noise it timed 3.02 ms. So the profile runs on random values drawn from its
 // own generator with a fixed seed (the global generator, which seeds training, is left
 // alone): uniform in [0, 1) for images and features, uniform tokens over the vocabulary,
-// uniform indices where their range is known (zeros otherwise).
+// uniform indices where their range is known (zeros otherwise), and each named input's
+// integers uniform over the range the data's take (an attention mask's 0 and 1).
 torch::Tensor typicalInput(const models::InputSpec& input, int64_t batch) {
-  std::vector<int64_t> shape = {batch};
-  shape.insert(shape.end(), input.sample_shape.begin(), input.sample_shape.end());
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(/*seed_in=*/20261123);
+  auto shaped = [&](const std::vector<int64_t>& sample) {
+    std::vector<int64_t> shape = {batch};
+    shape.insert(shape.end(), sample.begin(), sample.end());
+    return shape;
+  };
+  if (!input.named.empty()) {  // each as its kind: ids over their range, a mask of 0s and 1s
+    std::vector<torch::Tensor> parts;
+    for (const models::NamedInput& part : input.named)
+      parts.push_back(part.integer ? torch::randint(std::max<int64_t>(part.range, 1), shaped(part.sample_shape),
+                                                    generator, torch::kLong)
+                                   : torch::rand(shaped(part.sample_shape), generator));
+    return models::packInputs(input, parts);
+  }
+  const std::vector<int64_t> shape = shaped(input.sample_shape);
   switch (input.kind) {
     case models::InputKind::kImage:
     case models::InputKind::kFeatures: return torch::rand(shape, generator);
