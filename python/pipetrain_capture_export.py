@@ -159,6 +159,11 @@ class ExportCapture:
         self.nodes = [n for n in self.gm.graph.nodes if not self._dropped(n)]
         self.input_nodes = [n for n in self.nodes if n.op == "placeholder"]
         self.input = self.input_nodes[0]
+        kept = set(self.nodes)
+        for node, name in zip(self.input_nodes, self.names or []):  # taken by **kwargs, say, and dropped
+            if not any(user in kept for user in node.users):
+                raise CaptureError(f"the data holds '{name}', which forward() does not take (it never reads it); "
+                                   "leave it out of the data")
         self.batch = self.input.meta["val"].shape[0]
         if not isinstance(self.batch, torch.SymInt):
             raise CaptureError(f"forward() only runs at a batch of {self.batch} samples (torch.export fixed the batch "
