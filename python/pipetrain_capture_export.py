@@ -382,20 +382,18 @@ class ExportCapture:
         return next(n for n in self.nodes if n.op == "output").args[0][0]
 
     def separate_junctions(self):
-        """A layer hands one tensor on. Where a layer would hand on several (a residual add
-        read by two later layers, beside the layer's own result), the add becomes a layer
-        of its own, with the work that only it reads."""
+        """A layer hands on what its module returns. Where a layer would hand on more (a
+        residual add read by two later layers, beside the layer's own result), the add
+        becomes a layer of its own, with the work that only it reads. A module that itself
+        returns several tensors later layers read (T5's first block: its hidden states and
+        the position bias every later block adds) is a layer with several outputs."""
         for _ in range(len(self.nodes)):
             inputs = {u: self.inputs_of(u) for u in self.order}
             for u in self.order:
                 outs = self.outputs_of(u, inputs)
-                if len(outs) <= 1:
-                    continue
                 movable = [n for n in outs if n not in self.module_nodes]  # work between modules
-                if not movable:
-                    what = ", ".join(f"{o.name}{_source_line(o)}" for o in outs)
-                    raise CaptureError(f"layer '{u}' hands several tensors to the layers after it ({what}); return one "
-                                       "tensor from the module, or wrap the modules that exchange several in one module")
+                if len(outs) <= 1 or not movable:
+                    continue
                 moved = movable[-1]
                 new = f"{u}.{moved.name}"
                 group = {moved}
@@ -473,19 +471,8 @@ class ExportCapture:
         for n in self.nodes:
             if self.owner.get(n) == u:
                 copy_node(n)
-        out = self.layer_output(u)
-        result = copy_node(out)
-        if self.batch_dim(out):
-            result = g.call_method("movedim", (result, self.batch_dim(out), 0))
-        elif self.batch_dim(out) is None:  # the same rows for every sample
-            shape = self.value(out).shape
-            batch = g.call_method("size", (ref, 0))
-            if len(shape) > 0 and shape[0] == 1:  # a batch dimension of one, broadcast (positions' unsqueeze(0))
-                result = g.call_method("expand", (result, [batch] + [-1] * (len(shape) - 1)))
-            else:
-                rows = g.call_method("unsqueeze", (result, 0))
-                result = g.call_method("expand", (rows, [batch] + [-1] * len(shape)))
-        g.output(result)
+        results = [self.batch_first(g, copy_node(out), out, ref) for out in self._outputs[u]]
+        g.output(results[0] if len(results) == 1 else tuple(results))
         # Named after the module's class, which pipetrain shows as the layer's kind; a
         # layer of work between modules after its operation ("add").
         base = u.split("@")[0]
@@ -494,8 +481,19 @@ class ExportCapture:
         child.graph.lint()
         return child
 
-    def layer_output(self, u):
-        return self._outputs[u]
+    def batch_first(self, g: torch.fx.Graph, result: torch.fx.Node, out: torch.fx.Node, ref: torch.fx.Node):
+        """A layer's result `out` (copied into g as `result`) as layers exchange it: samples
+        first, and a value the same for every sample expanded along the batch of `ref`."""
+        if self.batch_dim(out):
+            return g.call_method("movedim", (result, self.batch_dim(out), 0))
+        if self.batch_dim(out) is not None:
+            return result
+        shape = self.value(out).shape
+        batch = g.call_method("size", (ref, 0))
+        if len(shape) > 0 and shape[0] == 1:  # a batch dimension of one, broadcast (positions' unsqueeze(0))
+            return g.call_method("expand", (result, [batch] + [-1] * (len(shape) - 1)))
+        rows = g.call_method("unsqueeze", (result, 0))
+        return g.call_method("expand", (rows, [batch] + [-1] * len(shape)))
 
     def layer_inputs(self, u: str, inputs: List[torch.fx.Node]) -> List[torch.fx.Node]:
         """inputs, with the model's input first where u has no batch-first input to take
@@ -516,10 +514,10 @@ class ExportCapture:
         self._outputs = {}
         for u in self.order:
             outs = self.outputs_of(u, inputs)
-            if len(outs) != 1:
+            if not outs:
                 raise CaptureError(f"layer '{u}' hands nothing to the layers after it; forward() must use every "
                                    "module's result")
-            self._outputs[u] = outs[0]
+            self._outputs[u] = outs
         final = self.final()
         if self.owner.get(final) != self.order[-1]:
             raise CaptureError("forward() must return the output of its last layer")
@@ -540,8 +538,11 @@ class ExportCapture:
                 raise CaptureError(f"two layers would both be named '{name}' ('{u}' and another); rename one module")
             setattr(wrapper, name, self.script(u, self.child(u, reads)))
             wiring[name] = [produced[a] for a in reads]
-            produced[self._outputs[u]] = name
-            top_env[self._outputs[u]] = top.call_module(name, tuple(top_env[a] for a in reads))
+            called = top.call_module(name, tuple(top_env[a] for a in reads))
+            outs = self._outputs[u]
+            for k, out in enumerate(outs):  # the k-th of several outputs is "NAME:k" in the wiring
+                produced[out] = name if k == 0 else f"{name}:{k}"
+                top_env[out] = called if len(outs) == 1 else top.call_function(operator.getitem, (called, k))
         top.output(top_env[final])
         whole = torch.fx.GraphModule(wrapper, top, class_name=type(self.model).__name__ + "Layers")
         whole.pipetrain_inputs = wiring

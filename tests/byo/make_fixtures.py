@@ -54,6 +54,35 @@ class MaskedEncoder(nn.Module):
         return self.head((h * keep).sum(1) / keep.sum(1).clamp(min=1))
 
 
+class BiasBlock(nn.Module):
+    """Returns its hidden states and a bias made from its own weights, as T5's first block
+    returns the position bias with them."""
+
+    def __init__(self, width=16):
+        super().__init__()
+        self.mix = nn.Linear(width, width)
+        self.bias = nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + torch.tanh(self.mix(x)), torch.sigmoid(self.bias(x))
+
+
+class SharedBias(nn.Module):
+    """Every later block reads the first block's second output: a layer with two outputs."""
+
+    def __init__(self, width=16, blocks=2):
+        super().__init__()
+        self.first = BiasBlock(width)
+        self.blocks = nn.ModuleList([nn.Linear(width, width) for _ in range(blocks)])
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x):
+        h, bias = self.first(x)
+        for block in self.blocks:
+            h = h + torch.tanh(block(h)) * bias
+        return self.head(h)
+
+
 def named(out, capture):
     """Inputs by name: the file lists the mask first, forward() takes the ids first."""
     torch.manual_seed(3)
@@ -89,6 +118,8 @@ def captured(src, out):
     resnet = torchvision.models.resnet.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1], num_classes=4)
     capture(resnet, images[:3], f"{out}/resnet.pt")
     named(out, capture)
+    torch.manual_seed(4)
+    capture(SharedBias(), torch.load(f"{out}/data.pt")["inputs"][:3], f"{out}/shared_bias.pt")
     # Not captured: a ReLU(inplace=True) child that a stage may start with.
     torch.jit.script(nn.Sequential(nn.Linear(16, 32), nn.ReLU(inplace=True), nn.Linear(32, 4))).save(
         f"{out}/inplace_chain.pt")

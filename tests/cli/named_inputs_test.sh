@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Inputs by name: Hugging Face's BERT and Llama with a padding mask, the data file holding
-# input_ids and attention_mask, matched to forward()'s arguments. Each family's captured
+# input_ids and attention_mask, matched to forward()'s arguments, and T5 (an
+# encoder-decoder, with decoder_input_ids too, whose first blocks hand on two tensors). Each family's captured
 # layers match its eager model's loss and gradients (exactness.py); each is captured from
 # the command line, trained on 2 and 3 ranks under the planner's choice (every stage that
 # reads the mask reads it from the data), exported, and loaded back into its own class,
@@ -18,7 +19,7 @@ families=$src/tests/ecosystem/families.py
 
 check "the data" "$python" "$src/tests/ecosystem/make_data.py" "$tmp"
 check "the masked families' layers compute forward()'s loss and gradients" "$python" \
-  "$src/tests/ecosystem/exactness.py" "$tmp" hf-bert-mask hf-llama-mask
+  "$src/tests/ecosystem/exactness.py" "$tmp" hf-bert-mask hf-llama-mask hf-t5
 "$python" -c "import sys; sys.path.insert(0, '$src/tests/ecosystem')
 from families import NAMED
 for name, (expr, data) in NAMED.items(): print(name, data, expr)" >"$tmp/families.txt"

@@ -45,6 +45,15 @@ def hf_bert():
         max_position_embeddings=64, num_labels=4))
 
 
+def hf_t5():
+    """An encoder-decoder: every decoder block reads the encoder's states, and the first
+    block of each stack hands on its position bias beside its hidden states (a layer with
+    two outputs)."""
+    return transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=256, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1))
+
+
 def timm_vit():
     return timm.create_model("vit_tiny_patch16_224", img_size=28, patch_size=7, num_classes=10, depth=4)
 
@@ -82,11 +91,12 @@ FAMILIES = {
 }
 
 
-# Families whose data holds inputs by name (input_ids and a padding mask): trained by
-# tests/cli/named_inputs_test.sh.
+# Families whose data holds inputs by name (input_ids, a padding mask, the decoder's
+# inputs): trained by tests/cli/named_inputs_test.sh.
 NAMED = {
     "hf-bert-mask": ("hf_bert()", "fortunes_classes_masked"),
     "hf-llama-mask": ("hf_llama()", "fortunes_masked"),
+    "hf-t5": ("hf_t5()", "fortunes_seq2seq"),
 }
 
 

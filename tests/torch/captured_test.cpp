@@ -1,6 +1,7 @@
 // Models as their authors wrote them, captured by python/pipetrain_capture.py
 // (tests/byo/make_fixtures.py): a GPT-2-style model whose output layer shares the token
-// embedding's weight, and a torchvision ResNet. They train on any cut exactly as in one
+// embedding's weight, a torchvision ResNet, and a model whose first block hands on two
+// tensors that later layers read (as T5's first block does its position bias). They train on any cut exactly as in one
 // process, the tied copies stay equal across stages, and one step equals PyTorch's own
 // step of the model as written.
 #include <gtest/gtest.h>
@@ -118,6 +119,21 @@ TEST(CapturedModel, ResNetTrainsExactlyAsOneProcess) {
     c.plan.microbatches = 1;
     c.plan.microbatch_size = 8;
     usePlan(c, "1f1b", replicas);
+    expectMatchesReference(c);
+  }
+}
+
+// A layer with two outputs: the first block's hidden states and a bias that every later
+// block reads. Each is an edge of the layer DAG, and both travel to later stages in one
+// message per cut, whichever stage reads them.
+TEST(CapturedModel, ALayerWithTwoOutputsTrainsExactlyAsOneProcess) {
+  TrainConfig c = capturedConfig("shared_bias.pt", "data.pt");
+  const models::Model model = openModel(c);
+  std::vector<std::string> names;
+  for (const auto& l : model.layers) names.push_back(l.name);
+  ASSERT_EQ(names.front(), "first");
+  for (const auto& bounds : std::vector<std::vector<int>>{{0, 1, 4}, {0, 2, 4}, {0, 1, 2, 3, 4}}) {
+    c.plan = plan::chainPlan(names, bounds, {}, c.plan.schedule, c.plan.microbatch_size, c.plan.microbatches);
     expectMatchesReference(c);
   }
 }

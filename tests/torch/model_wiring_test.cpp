@@ -79,14 +79,23 @@ void expectMiswired(Change change, const Names& words) {
   expectError([&] { model.layerGraph(); }, words);
 }
 
+// A layer may read the model's input beside other layers: each stage holding it reads the
+// input from the data, so the layer graph has no edge for it.
+TEST(ModelsWiring, ALayerMayReadTheModelInputBesideLayers) {
+  Model m = buildModel("fmnist-branch");
+  const int fusion = indexOf(m, "fusion");
+  m.layers[fusion].inputs = {kModelInput, "conv2", "mlp"};
+  checkWiring(m);
+  EXPECT_EQ(graphInputs(m, fusion), (std::vector<std::string>{"conv2", "mlp"}));
+  EXPECT_TRUE(graphInputs(m, 0).empty());
+}
+
 TEST(ModelsWiring, CheckWiringNamesTheLayerAtFault) {
   auto layer = [](Model& m, const std::string& name) -> Layer& { return m.layers[indexOf(m, name)]; };
   expectMiswired([&](Model& m) { layer(m, "fusion").inputs = {"conv2", "mpl"}; },
                  {"fmnist-branch", "'fusion'", "'mpl'", "neither"});
   expectMiswired([&](Model& m) { layer(m, "conv1").inputs = {"mlp"}; }, {"'conv1'", "'mlp'", "topological"});
   expectMiswired([&](Model& m) { layer(m, "fusion").inputs = {"conv2", "conv2"}; }, {"'fusion'", "'conv2' twice"});
-  expectMiswired([&](Model& m) { layer(m, "fusion").inputs = {kModelInput, "conv2", "mlp"}; },
-                 {"'fusion'", "model input together with other layers"});
   expectMiswired([&](Model& m) { layer(m, "fusion").inputs = {"conv2"}; }, {"'mlp'", "read by no later layer"});
   expectMiswired([&](Model& m) { layer(m, "mlp").name = "conv1"; }, {"layers 0 and 2", "'conv1'"});
   expectMiswired([&](Model& m) { layer(m, "head").name = kModelInput; }, {"layer 4", "'input'"});

@@ -1,13 +1,12 @@
 // The user's own model, from a TorchScript file: its top-level children become the
 // layers. A chain passes each child's output to the next child. A DAG (declared by
-// `pipetrain_inputs`) runs as the same chain of layers, each layer carrying across its
-// boundary every tensor a later layer still reads; several such tensors travel as one
-// fp32 pack (N, total) that the next layer splits again, so stages, messages and
-// autograd see one tensor per boundary, as they do for the zoo's models.
+// `pipetrain_inputs`) runs as the same chain of layers (scripted_layer.h), as the zoo's
+// models do. This file reads the file, its wiring and its inputs' names, and checks them.
 #include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/script.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,10 +16,14 @@
 
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/text.h"
+#include "scripted_layer.h"
 #include "zoo.h"
 
 namespace pipetrain::models {
 namespace {
+
+using scripted::lastLine;
+using scripted::Wiring;
 
 constexpr const char* kInputName = "input";
 // What to do about a model written the usual way (work in forward() between children,
@@ -30,68 +33,6 @@ constexpr const char* kCaptureHint =
     "(docs/byo.md, 'Your model as written')";
 constexpr const char* kInputsAttribute = "pipetrain_inputs";
 constexpr const char* kInputNamesAttribute = "pipetrain_input_names";
-
-// Values 0 .. inputs - 1 are the model's inputs (one, or each named input in
-// InputSpec::named's order), value inputs + i the output of child i.
-struct Wiring {
-  int inputs = 1;
-  std::vector<std::vector<int>> reads;        // per child: the values it takes, in order
-  std::vector<std::vector<int>> carried;      // carried[i]: the children's outputs entering child i
-  std::vector<std::vector<int64_t>> shapes;   // per value: one sample's shape
-  std::vector<c10::ScalarType> dtypes;        // per value
-
-  int layers() const { return static_cast<int>(reads.size()); }
-  int output(int child) const { return inputs + child; }
-  // Whether child i (> 0) reads a model input: it takes the model input from the data
-  // beside what the previous child hands on (Layer::inputs, Merge::kPack).
-  bool readsInput(int i) const {
-    return i > 0 && std::any_of(reads[i].begin(), reads[i].end(), [&](int v) { return v < inputs; });
-  }
-  // Whether the tensor entering child i (i == layers(): leaving the last) from the child
-  // before is a pack. A single fp32 value travels as it is, which is every boundary of a chain.
-  bool packed(int i) const {
-    if (i == 0 || i == layers()) return false;
-    return carried[i].size() != 1 || dtypes[carried[i][0]] != torch::kFloat;
-  }
-  int64_t sampleNumel(int value) const { return c10::multiply_integers(shapes[value]); }
-  int64_t sampleNumel(const std::vector<int>& values) const {
-    int64_t n = 0;
-    for (int v : values) n += sampleNumel(v);
-    return n;
-  }
-};
-
-// The values `ids` from x, (N, their numels) fp32, each with its shape and dtype again.
-std::vector<torch::Tensor> split(const Wiring& w, const std::vector<int>& ids, const torch::Tensor& x) {
-  std::vector<torch::Tensor> out;
-  int64_t offset = 0;
-  for (int v : ids) {
-    std::vector<int64_t> shape{x.size(0)};
-    shape.insert(shape.end(), w.shapes[v].begin(), w.shapes[v].end());
-    const int64_t numel = w.sampleNumel(v);
-    out.push_back(x.narrow(1, offset, numel).reshape(shape).to(w.dtypes[v]));
-    offset += numel;
-  }
-  return out;
-}
-
-std::vector<torch::Tensor> unpack(const Wiring& w, int i, const torch::Tensor& x) {
-  return w.packed(i) ? split(w, w.carried[i], x) : std::vector<torch::Tensor>{x};
-}
-
-torch::Tensor pack(const Wiring& w, int i, const std::vector<torch::Tensor>& values) {
-  if (!w.packed(i)) return values.front();
-  std::vector<torch::Tensor> flat;
-  for (const auto& v : values) flat.push_back(v.reshape({v.size(0), -1}).to(torch::kFloat));
-  return torch::cat(flat, 1);
-}
-
-// The TorchScript interpreter's errors carry both tracebacks; the last line says what
-// went wrong ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (1x5 and 16x64)").
-std::string lastLine(std::string message) {
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  return message.substr(message.rfind('\n') + 1);  // npos + 1 == 0: the whole message
-}
 
 // Why torch::jit::load refused `path`, in a PyTorch user's words: what the file is, and
 // how to write one that loads. torch.save writes zip archives too, with a data.pkl but
@@ -149,87 +90,6 @@ std::string childKind(const torch::jit::Module& child) {
   return name ? name->name() : "module";
 }
 
-// One child as a layer: Tensor -> Tensor over the carried representation. Its
-// parameters and buffers are registered here as the very tensors the TorchScript module
-// holds, so the optimizer's in-place updates are the module's weights.
-class ScriptedLayerImpl : public torch::nn::Module {
- public:
-  ScriptedLayerImpl(std::string name, torch::jit::Module child, std::shared_ptr<const Wiring> wiring, int index,
-                    bool modifies_input)
-      : name_(std::move(name)), child_(std::move(child)), wiring_(std::move(wiring)), index_(index),
-        modifies_input_(modifies_input) {
-    for (const auto& p : child_.named_parameters(/*recurse=*/true))
-      register_parameter(scriptedTensorName(p.name), p.value, p.value.requires_grad());
-    for (const auto& b : child_.named_buffers(/*recurse=*/true)) register_buffer(scriptedTensorName(b.name), b.value);
-  }
-
-  torch::Tensor forward(torch::Tensor x) {
-    // A stage's input is a leaf that autograd forbids modifying in place (nn.ReLU(inplace=True)
-    // first on a stage); such a child gets a copy.
-    if (modifies_input_ && x.is_leaf() && x.requires_grad()) x = x.clone();
-    const Wiring& w = *wiring_;
-    std::map<int, torch::Tensor> values = valuesIn(x);
-    std::vector<c10::IValue> args;
-    for (int v : w.reads[index_]) args.emplace_back(values.at(v));
-    torch::Tensor y;
-    try {
-      y = child_.forward(std::move(args)).toTensor();
-    } catch (const c10::Error& e) {  // the model's own refusal, in its words, without the interpreter's traceback
-      throw Error("layer '" + name_ + "' fails on a micro-batch of " + std::to_string(x.size(0)) + ": " +
-                  lastLine(e.what_without_backtrace()));
-    } catch (const std::exception& e) {  // the interpreter's std::runtime_error
-      throw Error("layer '" + name_ + "' fails on a micro-batch of " + std::to_string(x.size(0)) + ": " +
-                  lastLine(e.what()));
-    }
-    values[w.output(index_)] = y;
-    std::vector<torch::Tensor> out;
-    for (int v : w.carried[index_ + 1]) out.push_back(values.at(v));
-    return pack(w, index_ + 1, out);
-  }
-
-  void train(bool on) override {
-    torch::nn::Module::train(on);
-    child_.train(on);
-  }
-
- private:
-  // What x holds, by value: the first child's is the model's input (one, as it is, or the
-  // named inputs' pack); a later child's what the child before hands on, followed, where
-  // it reads the model's input, by that input flattened (Merge::kPack).
-  std::map<int, torch::Tensor> valuesIn(const torch::Tensor& x) const {
-    const Wiring& w = *wiring_;
-    std::vector<int> ids;
-    std::vector<torch::Tensor> parts;
-    std::vector<int> inputs(w.inputs);
-    std::iota(inputs.begin(), inputs.end(), 0);
-    if (index_ == 0) {
-      ids = inputs;
-      parts = w.inputs == 1 ? std::vector<torch::Tensor>{x} : split(w, inputs, x);
-    } else if (!w.readsInput(index_)) {
-      ids = w.carried[index_];
-      parts = unpack(w, index_, x);
-    } else {
-      const int64_t carried = w.sampleNumel(w.carried[index_]);
-      const torch::Tensor handed = x.narrow(1, 0, carried);
-      ids = w.carried[index_];
-      parts = split(w, ids, handed);  // a pack, or the one fp32 value flattened
-      const std::vector<torch::Tensor> given = split(w, inputs, x.narrow(1, carried, x.size(1) - carried));
-      ids.insert(ids.end(), inputs.begin(), inputs.end());
-      parts.insert(parts.end(), given.begin(), given.end());
-    }
-    std::map<int, torch::Tensor> out;
-    for (std::size_t k = 0; k < ids.size(); ++k) out[ids[k]] = parts[k];
-    return out;
-  }
-
-  std::string name_;
-  torch::jit::Module child_;
-  std::shared_ptr<const Wiring> wiring_;
-  int index_;
-  bool modifies_input_;
-};
-TORCH_MODULE(ScriptedLayer);
-
 // Eval mode for the dry runs (no dropout, BatchNorm's running statistics untouched), and
 // the module's own mode back on the way out, errors included.
 class ScriptEvalScope {
@@ -276,7 +136,7 @@ class Loader {
     model.tied = untie();
     for (int i = 0; i < wiring->layers(); ++i) {
       Layer layer{names_[i], childKind(children_[i]),
-                  torch::nn::AnyModule(ScriptedLayer(names_[i], children_[i], wiring, i, modifies_input_[i]))};
+                  scripted::layer(names_[i], children_[i], wiring, i, modifies_input_[i])};
       if (wiring->readsInput(i)) {  // from the data, on whichever stage it runs
         layer.inputs = {names_[i - 1], kModelInput};
         layer.merge = Merge::kPack;
@@ -329,13 +189,24 @@ class Loader {
     if (!input_.named.empty() && source.rfind(prefix, 0) == 0)
       for (int k = 0; k < w.inputs; ++k)
         if (input_.named[k].name == source.substr(prefix.size())) return k;
-    const auto at = std::find(names_.begin(), names_.begin() + i, source);
+    const auto [child, k] = childOutput(source);
+    const auto at = std::find(names_.begin(), names_.begin() + i, child);
     if (at == names_.begin() + i)
       fail("child '" + names_[i] + "' reads '" + source + "', which is neither " +
            (input_.named.empty() ? "'input'" : "one of the model's inputs ('input:NAME')") +
            " nor a child registered before it (children run in the order they are registered, which must be a "
            "topological order)");
-    return w.output(static_cast<int>(at - names_.begin()));
+    return w.output(static_cast<int>(at - names_.begin())) + k;
+  }
+
+  // "NAME:k", the k-th output of child NAME, as (NAME, k); "NAME" as (NAME, 0).
+  std::pair<std::string, int> childOutput(const std::string& source) const {
+    const std::size_t colon = source.rfind(':');
+    if (colon == std::string::npos) return {source, 0};
+    const std::string index = source.substr(colon + 1);
+    if (index.empty() || index.size() > 4 || !std::all_of(index.begin(), index.end(), ::isdigit))
+      fail("'" + source + "' in " + kInputsAttribute + " is neither a child's name nor NAME:k, its k-th output");
+    return {source.substr(0, colon), std::stoi(index)};
   }
 
   // Which values each child reads: `pipetrain_inputs`, or the previous child's output.
@@ -343,8 +214,14 @@ class Loader {
     const int n = static_cast<int>(children_.size());
     Wiring w;
     w.inputs = input_.named.empty() ? 1 : static_cast<int>(input_.named.size());
+    w.outputs.assign(n, 1);
+    auto number = [&] {
+      w.first.clear();
+      for (int i = 0, v = w.inputs; i < n; v += w.outputs[i++]) w.first.push_back(v);
+    };
     if (!root_.hasattr(kInputsAttribute)) {
-      for (int i = 0; i < n; ++i) w.reads.push_back({i});
+      number();
+      for (int i = 0; i < n; ++i) w.reads.push_back({i == 0 ? 0 : w.output(i - 1)});
     } else {
       const c10::IValue attr = root_.attr(kInputsAttribute);
       if (!attr.isGenericDict()) fail(std::string(kInputsAttribute) + " must be a Dict[str, List[str]]");
@@ -361,6 +238,15 @@ class Loader {
       for (const auto& [child, unused] : declared)
         if (std::find(names_.begin(), names_.end(), child) == names_.end())
           fail(std::string(kInputsAttribute) + " names '" + child + "', which is not a child module");
+      // A child has as many outputs as the highest k read of it says.
+      for (const auto& [reader, sources] : declared)
+        for (const auto& source : sources) {
+          if (source.rfind(std::string(kInputName) + ":", 0) == 0) continue;
+          const auto [child, k] = childOutput(source);
+          const auto at = std::find(names_.begin(), names_.end(), child);
+          if (at != names_.end()) w.outputs[at - names_.begin()] = std::max(w.outputs[at - names_.begin()], k + 1);
+        }
+      number();
       for (int i = 0; i < n; ++i) {
         auto it = declared.find(names_[i]);
         if (it == declared.end() || it->second.empty())
@@ -372,7 +258,8 @@ class Loader {
       // Every child but the last must feed a later one; a dead branch would train nothing.
       for (int i = 0; i + 1 < n; ++i) {
         bool read = false;
-        for (int j = i + 1; j < n; ++j) read = read || std::count(w.reads[j].begin(), w.reads[j].end(), w.output(i));
+        for (int j = i + 1; j < n; ++j)
+          for (int v : w.reads[j]) read = read || (v >= w.output(i) && v < w.output(i) + w.outputs[i]);
         if (!read) fail("the output of child '" + names_[i] + "' is read by no later child");
       }
     }
@@ -420,8 +307,17 @@ class Loader {
         fail("child '" + names_[i] + "' fails on its inputs (one sample of " + describeShape(w.reads[i]) +
              "): " + lastLine(e.what()) + kCaptureHint);
       }
-      if (!y.isTensor()) fail("child '" + names_[i] + "' returns a " + y.tagKind() + ", not one tensor");
-      values_.push_back(y.toTensor());
+      std::vector<c10::IValue> results = y.isTuple() ? y.toTupleRef().elements().vec() : std::vector<c10::IValue>{y};
+      if (static_cast<int>(results.size()) < w.outputs[i])
+        fail("child '" + names_[i] + "' returns " + std::to_string(results.size()) + " value(s), and a later child "
+             "reads its output " + std::to_string(w.outputs[i] - 1) + " ('" + names_[i] + ":" +
+             std::to_string(w.outputs[i] - 1) + "')");
+      for (int k = 0; k < w.outputs[i]; ++k) {
+        if (!results[k].isTensor())
+          fail("child '" + names_[i] + "' returns a " + results[k].tagKind() + (w.outputs[i] > 1 ? " among its outputs" : "") +
+               ", not a tensor");
+        values_.push_back(results[k].toTensor());
+      }
     }
     for (const auto& v : values_) {
       if (v.dim() == 0 || v.size(0) != 1) fail("a child's output has no batch dimension first");
