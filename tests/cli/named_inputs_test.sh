@@ -32,6 +32,11 @@ check "hf-llama-mask trains on 3 stages" "$bin" train --model-file "$tmp/hf-llam
   --microbatch-size 12 --epochs 1 --max-steps 4 --export "$tmp/hf-llama-mask-3stages.pt" \
   --summary-json "$tmp/hf-llama-mask-3stages.json"
 echo "hf-llama-mask fortunes_masked 3stages" >>"$tmp/exports.txt"
+# T5 cut inside the decoder's first block, whose sublayers hand on two tensors each.
+check "hf-t5 trains on 3 stages" "$bin" train --model-file "$tmp/hf-t5.pt" --data-file "$tmp/fortunes_seq2seq.pt" \
+  --nproc 3 --stage-bounds 0,3,6,11 --schedule 1f1b --microbatches 4 --microbatch-size 12 --epochs 1 \
+  --max-steps 4 --export "$tmp/hf-t5-3stages.pt" --summary-json "$tmp/hf-t5-3stages.json"
+echo "hf-t5 fortunes_seq2seq 3stages" >>"$tmp/exports.txt"
 check "the exports load into their classes and score as pipetrain did" "$python" \
   "$src/tests/ecosystem/score_exports.py" "$tmp"
 
