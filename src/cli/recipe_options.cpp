@@ -3,18 +3,14 @@
 #include <vector>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
 
 void addRecipeOptions(CLI::App* cmd, runtime::TrainConfig& c) {
-  auto names = [](const std::vector<std::string>& list) {
-    std::string out;
-    for (const auto& n : list) out += (out.empty() ? "" : ", ") + n;
-    return out;
-  };
   recipe::OptimizerOptions& o = c.optimizer;
   cmd->add_option("--optimizer", o.name,
-                  names(recipe::optimizerNames()) + ", as torch.optim's Adam, AdamW (decoupled weight decay) and SGD")
+                  text::joined(recipe::optimizerNames()) + ", as torch.optim's Adam, AdamW (decoupled weight decay) and SGD")
       ->capture_default_str();
   cmd->add_option("--lr", c.lr, "learning rate (the schedule's base rate)")->capture_default_str();
   cmd->add_option("--weight-decay", o.weight_decay,
@@ -38,7 +34,7 @@ void addRecipeOptions(CLI::App* cmd, runtime::TrainConfig& c) {
   cmd->add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum");
   recipe::LearningRateSchedule& s = c.lr_schedule;
   cmd->add_option("--lr-schedule", s.decay,
-                  names(recipe::scheduleNames()) + ": the decay after the warm-up, to --lr-min at the run's last step "
+                  text::joined(recipe::scheduleNames()) + ": the decay after the warm-up, to --lr-min at the run's last step "
                   "(step: by --lr-gamma every --lr-step-size steps)")
       ->capture_default_str();
   cmd->add_option("--lr-warmup", s.warmup_steps,

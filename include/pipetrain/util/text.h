@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pipetrain::text {
 
@@ -24,6 +25,9 @@ std::string humanBytes(double bytes);
 // GiB, TiB) or decimal (KB, MB, GB, TB) unit, case-insensitive. Throws Error naming
 // `what` for anything else, a count below 1 or above limits::kMaxBytes.
 int64_t parseBytes(const std::string& text, const std::string& what);
+
+// "a, b, c": names for a message.
+std::string joined(const std::vector<std::string>& names);
 
 // Escapes the five XML specials (so also safe in HTML text and attributes); control
 // characters, which XML 1.0 forbids even escaped, become spaces.

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::recipe {
 namespace {
@@ -14,12 +15,6 @@ constexpr double kPi = 3.14159265358979323846;
 
 bool known(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
 }
 
 std::string lower(std::string s) {
@@ -51,7 +46,7 @@ const std::vector<std::string>& optimizerNames() {
 
 void checkOptimizer(const OptimizerOptions& o) {
   if (!known(optimizerNames(), o.name))
-    throw Error("--optimizer must be one of " + joined(optimizerNames()) + ", not '" + o.name + "'");
+    throw Error("--optimizer must be one of " + text::joined(optimizerNames()) + ", not '" + o.name + "'");
   if (!std::isfinite(o.weight_decay) || (o.weight_decay < 0 && o.weight_decay != -1))
     throw Error("--weight-decay must be 0 or more, not " + number(o.weight_decay));
   auto beta = [](double b) { return std::isfinite(b) && b >= 0 && b < 1; };
@@ -114,7 +109,7 @@ const std::vector<std::string>& scheduleNames() {
 void checkSchedule(const LearningRateSchedule& s, double lr) {
   if (!(std::isfinite(lr) && lr >= 0)) throw Error("--lr must be 0 or more, not " + number(lr));
   if (!known(scheduleNames(), s.decay))
-    throw Error("--lr-schedule must be one of " + joined(scheduleNames()) + ", not '" + s.decay + "'");
+    throw Error("--lr-schedule must be one of " + text::joined(scheduleNames()) + ", not '" + s.decay + "'");
   if (s.warmup_steps < 0) throw Error("--lr-warmup must be 0 or more");
   if (!(std::isfinite(s.min_lr) && s.min_lr >= 0 && s.min_lr <= lr))
     throw Error("--lr-min must be between 0 and --lr (" + number(lr) + "), not " + number(s.min_lr));

@@ -16,6 +16,12 @@
 
 namespace pipetrain::text {
 
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
 std::string readFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open file");

@@ -22,6 +22,7 @@
 #include <torch/serialize.h>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
 #include "readers.h"
 
 namespace pipetrain::data {
@@ -302,11 +303,7 @@ TensorFile readTensorFile(const std::string& path) {
     if (!named)
       fail("unexpected key '" + key + "'; the keys are inputs, labels and optionally test_inputs, test_labels "
            "(or inputs by name, without 'inputs': docs/data.md)");
-    fail("'" + key + "' is a test split of no input (the inputs are " + [&] {
-      std::string out;
-      for (const std::string& k : keys) out += (out.empty() ? "" : ", ") + k;
-      return out;
-    }() + ")");
+    fail("'" + key + "' is a test split of no input (the inputs are " + text::joined(keys) + ")");
   }
   if (!dict.contains(std::string("labels")))
     fail(named ? "it needs the key 'labels' beside the inputs" : "it needs the keys 'inputs' and 'labels'");

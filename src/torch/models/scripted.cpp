@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <numeric>
 #include <sstream>
 
 #include "pipetrain/util/error.h"
@@ -77,12 +76,6 @@ std::string whyNotLoaded(const std::string& path, const std::string& message) {
   return "a TorchScript file that calls the operator " + op + ", which LibTorch does not have: it was registered in "
          "Python (torch.library) where the file was written. Capture the model with python/pipetrain_capture.py, "
          "which decomposes such operators into ATen's or names the module that calls one it cannot";
-}
-
-std::string joined(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
-  return out;
 }
 
 std::string childKind(const torch::jit::Module& child) {
@@ -165,7 +158,7 @@ class Loader {
     }
     std::vector<std::string> data;
     for (const NamedInput& part : input_.named) data.push_back(part.name);
-    const std::string takes = joined(names), holds = joined(data);
+    const std::string takes = text::joined(names), holds = text::joined(data);
     if (names.empty() && !data.empty())
       fail("its forward() takes one input, and the data holds several by name (" + holds +
            "): save the one under 'inputs', or capture the model from this data");
