@@ -136,8 +136,8 @@ def output_key(out, wanted: Optional[str]):
         return wanted
     if not tensors:
         raise CaptureError(f"forward() returns a {type(out).__name__} with no tensor in it")
-    others = f"its first tensor, '{tensors[0]}' (--output names another of {', '.join(tensors)})" \
-        if len(tensors) > 1 else f"its one tensor, '{tensors[0]}'"
+    others = (f"its first tensor, '{tensors[0]}' (--output, or train's --model-output, names another of "
+              f"{', '.join(tensors)})") if len(tensors) > 1 else f"its one tensor, '{tensors[0]}'"
     print(f"note: forward() returns a {type(out).__name__}; training on {others}", file=sys.stderr)
     return tensors[0]
 

@@ -156,6 +156,9 @@ class ExportCapture:
         program = decompose_custom_ops(program, self._where_called)
         self.gm = program.module()
         inline_grad_regions(self.gm)
+        for n in reversed(list(self.gm.graph.nodes)):  # out of the graph, so that what only they read can go
+            if self._dropped(n) and not n.users:
+                self.gm.graph.erase_node(n)
         self.nodes = [n for n in self.gm.graph.nodes if not self._dropped(n)]
         self.input_nodes = [n for n in self.nodes if n.op == "placeholder"]
         self.input = self.input_nodes[0]

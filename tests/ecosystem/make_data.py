@@ -5,7 +5,7 @@ labelled with one of 4 classes (how many of its bytes are spaces, in quartiles),
 encoder with a classification head; and fortunes_masked.pt, fortunes_classes_masked.pt: those
 windows cut to random lengths (8 to 32 bytes) and padded on the right with byte 0, as
 inputs by name (input_ids, attention_mask), for the models that take a padding mask; and
-fortunes_seq2seq.pt, those with the decoder's inputs (the labels shifted right) beside them.
+fortunes_seq2seq.pt, those with a target of 16 bytes that the decoder reads shifted right.
 Usage: make_data.py OUT_DIR"""
 import os
 import subprocess
@@ -33,7 +33,7 @@ def padded(split):
     mask = (torch.arange(ids.size(1)).unsqueeze(0) < lengths).long()
     kept_spaces = ((ids == ord(" ")) & (mask == 1)).sum(1).float()
     labels = tokens[f"{split}labels"] * mask
-    return ids * mask, mask, labels, kept_spaces, torch.nn.functional.pad(labels[:, :-1], (1, 0))
+    return ids * mask, mask, labels, kept_spaces
 
 
 train, test = padded(""), padded("test_")
@@ -42,8 +42,15 @@ for name, labels in (("fortunes_masked", lambda p: p[2]), ("fortunes_classes_mas
     torch.save({"input_ids": train[0], "attention_mask": train[1], "labels": labels(train),
                 "test_input_ids": test[0], "test_attention_mask": test[1], "test_labels": labels(test)},
                f"{out}/{name}.pt")
-# For an encoder-decoder: the decoder reads the labels shifted right, after a start token 0.
-torch.save({"input_ids": train[0], "attention_mask": train[1], "decoder_input_ids": train[4], "labels": train[2],
-            "test_input_ids": test[0], "test_attention_mask": test[1], "test_decoder_input_ids": test[4],
-            "test_labels": test[2]}, f"{out}/fortunes_seq2seq.pt")
+# For an encoder-decoder: a target shorter than the source (the next bytes of the first
+# 16), which the decoder reads shifted right, after a start token 0.
+def target(p):
+    labels = p[2][:, :16]
+    return torch.nn.functional.pad(labels[:, :-1], (1, 0)), labels
+
+
+(decoder, labels), (test_decoder, test_labels) = target(train), target(test)
+torch.save({"input_ids": train[0], "attention_mask": train[1], "decoder_input_ids": decoder, "labels": labels,
+            "test_input_ids": test[0], "test_attention_mask": test[1], "test_decoder_input_ids": test_decoder,
+            "test_labels": test_labels}, f"{out}/fortunes_seq2seq.pt")
 print(f"wrote {out}/fmnist_rgb.pt, {out}/fortunes.pt, {out}/fortunes_classes.pt and the padded fortunes")

@@ -50,6 +50,9 @@ struct InputSpec {
   int64_t num_classes = 10;           // classes, or the vocabulary for tokens; targets per sample for MSE
   LossKind loss = LossKind::kCrossEntropy;
   int64_t vocab = 0;                  // kIndices: inputs lie in [0, vocab) (0 = unknown)
+  // kTokens: the positions labelled per sample where they differ from the input's length
+  // (an encoder-decoder's target, read by the decoder as a named input); 0: as many.
+  int64_t label_positions = 0;
   // Several inputs per sample, in the data file's order (empty: one). The model's input
   // is then their pack (packInputs), and `kind` and `sample_shape` are the first's.
   std::vector<NamedInput> named;

@@ -350,6 +350,8 @@ models::InputSpec specOf(const TensorFile& file) {
   const torch::Tensor& first = file.train.inputs.front();
   spec.sample_shape = first.sizes().slice(1).vec();
   spec.kind = kindOf(first, file.train.labels);
+  if (spec.kind == models::InputKind::kTokens && file.train.labels.size(1) != first.size(1))
+    spec.label_positions = file.train.labels.size(1);
   const bool one_tensor = file.test.labels.is_same(file.train.labels);  // the splits are rules over the same rows
   auto largest = [&](const torch::Tensor& train, const torch::Tensor& test) {
     int64_t most = train.max().item<int64_t>();
@@ -374,7 +376,8 @@ models::InputSpec specOf(const TensorFile& file) {
 // Whether two files serve the same inputs (shapes, kinds, names), whatever their classes
 // and integer ranges.
 bool sameInputs(const models::InputSpec& a, const models::InputSpec& b) {
-  if (a.sample_shape != b.sample_shape || a.kind != b.kind || a.loss != b.loss || a.named.size() != b.named.size())
+  if (a.sample_shape != b.sample_shape || a.kind != b.kind || a.loss != b.loss || a.named.size() != b.named.size() ||
+      a.label_positions != b.label_positions)
     return false;
   for (std::size_t k = 0; k < a.named.size(); ++k)
     if (a.named[k].name != b.named[k].name || a.named[k].sample_shape != b.named[k].sample_shape ||

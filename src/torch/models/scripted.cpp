@@ -414,9 +414,11 @@ class Loader {
              std::to_string(input_.num_classes) +
              " per sample; class labels are integers (save them with labels.long())");
     } else if (input_.kind == InputKind::kTokens) {
-      if (out.size() != 3 || input_.sample_shape.size() != 1 || out[1] != input_.sample_shape[0] ||
-          out[2] < input_.num_classes)
-        fail("its output " + c10::str(out) + " does not fit (1, T, V) with labels (1, T) below V");
+      const int64_t positions = input_.label_positions > 0 ? input_.label_positions : input_.sample_shape.at(0);
+      if (out.size() != 3 || out[1] != positions || out[2] < input_.num_classes)
+        fail("its output " + c10::str(out) + " does not fit the data's labels (1, " + std::to_string(positions) +
+             ") below " + std::to_string(input_.num_classes) + ": (1, " + std::to_string(positions) + ", V >= " +
+             std::to_string(input_.num_classes) + ")");
     } else if (out.size() != 2 || out[1] < input_.num_classes) {
       fail("its output " + c10::str(out) + " does not fit the data's labels: class scores (1, C) with C >= " +
            std::to_string(input_.num_classes) + " (the largest label + 1)");
