@@ -14,7 +14,6 @@ Usage (from the repository root):
 """
 import argparse
 import glob
-import gzip
 import json
 import os
 import re
@@ -27,10 +26,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "asis"))
+from make_data import fashion_mnist  # noqa: E402  (Fashion-MNIST as 3 x 28 x 28, normalised)
+
 SEED = 0
 VOCAB = 256
 CONTEXT = 32
-FMNIST = "/usr/share/datasets/fashion-mnist"
 FORTUNES = "/usr/share/games/fortunes"
 CLASS_FILES = ["people", "definitions", "cookie", "computers"]  # sequence classes: which file a fortune is from
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -213,19 +214,10 @@ MODELS = [
 
 # ---------------------------------------------------------------- the data
 
-def _idx(path, offset):
-    with gzip.open(path, "rb") as f:
-        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
-
-
 def fashion_mnist_32(split, count):
-    """Fashion-MNIST as 3 x 32 x 32 (padded by 2, the grey channel repeated)."""
-    prefix = "train" if split == "train" else "t10k"
-    images = _idx(f"{FMNIST}/{prefix}-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)[:count]
-    labels = _idx(f"{FMNIST}/{prefix}-labels-idx1-ubyte.gz", 8)[:count]
-    x = torch.tensor(images, dtype=torch.float32).div(255).sub(0.2860).div(0.3530)
-    x = nn.functional.pad(x, (2, 2, 2, 2), value=float(x.min()))
-    return x.repeat(1, 3, 1, 1).contiguous(), torch.tensor(labels, dtype=torch.long)
+    """Fashion-MNIST as 3 x 32 x 32 (examples/asis/make_data.py's, padded by 2)."""
+    x, labels = fashion_mnist(split, count)
+    return nn.functional.pad(x, (2, 2, 2, 2), value=float(x.min())).contiguous(), labels
 
 
 def _fortune_files():

@@ -11,8 +11,6 @@ set -u
 src=${1:?source dir}
 bin=${PIPETRAIN:?set PIPETRAIN}
 python=${PIPETRAIN_PYTHON:?the Python with the pinned torch (set by CMake)}
-capture=$src/python/pipetrain_capture.py
-families=$src/tests/ecosystem/families.py
 . "$(dirname "$0")/harness.sh"
 . "$(dirname "$0")/families.sh"
 

@@ -1,5 +1,7 @@
 # Sourced by the tests of the ecosystem's families (tests/ecosystem/families.py), after
-# harness.sh, with $src, $bin, $python, $capture and $families set.
+# harness.sh, with $src, $bin and $python set.
+capture=$src/python/pipetrain_capture.py
+families=$src/tests/ecosystem/families.py
 
 # family NAME DATA EXPRESSION: captures NAME from the command line, trains it on 2 and 3
 # ranks under the planner's choice and exports; the exports are scored in the families'

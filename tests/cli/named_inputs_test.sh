@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Inputs by name: Hugging Face's BERT and Llama with a padding mask, the data file holding
 # input_ids and attention_mask, matched to forward()'s arguments, and T5 (an
-# encoder-decoder, with decoder_input_ids too, whose first blocks hand on two tensors). Each family's captured
-# layers match its eager model's loss and gradients (exactness.py); each is captured from
+# encoder-decoder reading decoder_input_ids too, whose first blocks hand on two tensors).
+# Each family's captured layers match its eager model's loss and gradients
+# (exactness.py); each is captured from
 # the command line, trained on 2 and 3 ranks under the planner's choice (every stage that
 # reads the mask reads it from the data), exported, and loaded back into its own class,
 # which scores the test split as pipetrain reported. Names forward() does not take are
@@ -12,8 +13,6 @@ set -u
 src=${1:?source dir}
 bin=${PIPETRAIN:?set PIPETRAIN}
 python=${PIPETRAIN_PYTHON:?the Python with the pinned torch (set by CMake)}
-capture=$src/python/pipetrain_capture.py
-families=$src/tests/ecosystem/families.py
 . "$(dirname "$0")/harness.sh"
 . "$(dirname "$0")/families.sh"
 
