@@ -83,6 +83,16 @@ class SharedBias(nn.Module):
         return self.head(h)
 
 
+class IdsOnly(nn.Module):
+    def __init__(self, vocab=16, width=16, classes=4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, input_ids):
+        return self.head(self.embed(input_ids).mean(1))
+
+
 def named(out, capture):
     """Inputs by name: the file lists the mask first, forward() takes the ids first."""
     torch.manual_seed(3)
@@ -91,6 +101,9 @@ def named(out, capture):
     mask = (torch.arange(8).unsqueeze(0) < lengths).long()
     torch.save({"attention_mask": mask, "input_ids": ids, "labels": torch.randint(0, 4, (160,))}, f"{out}/named.pt")
     capture(MaskedEncoder(), {"attention_mask": mask[:3], "input_ids": ids[:3]}, f"{out}/masked_encoder.pt")
+    # One input, by name: its pack is the ids as fp32, which the first layer reads back as int64.
+    torch.save({"input_ids": ids, "labels": torch.randint(0, 4, (160,))}, f"{out}/named_one.pt")
+    capture(IdsOnly(), {"input_ids": ids[:3]}, f"{out}/ids_only.pt")
 
 
 def captured(src, out):

@@ -96,6 +96,11 @@ TEST(ByoModel, NamedInputsTrainExactlyAsOneProcess) {
     c.plan = plan::chainPlan(names, bounds, {}, c.plan.schedule, c.plan.microbatch_size, c.plan.microbatches);
     expectMatchesReference(c);
   }
+  // One input by name: the first layer reads the pack (fp32) back as int64 ids.
+  TrainConfig one = byoConfig("ids_only.pt");
+  one.data.file = fixture("named_one.pt");
+  usePlan(one, "1f1b", {1, 1});
+  expectMatchesReference(one);
   // Data whose names are not forward()'s, before any training.
   c10::Dict<std::string, torch::Tensor> dict;
   dict.insert("input_ids", torch::zeros({20, 8}, torch::kLong));

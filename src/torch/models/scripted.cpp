@@ -206,7 +206,8 @@ class Loader {
   Wiring wire() const {
     const int n = static_cast<int>(children_.size());
     Wiring w;
-    w.inputs = input_.named.empty() ? 1 : static_cast<int>(input_.named.size());
+    w.named = !input_.named.empty();
+    w.inputs = w.named ? static_cast<int>(input_.named.size()) : 1;
     w.outputs.assign(n, 1);
     auto number = [&] {
       w.first.clear();

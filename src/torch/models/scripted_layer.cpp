@@ -94,7 +94,7 @@ class ScriptedLayerImpl : public torch::nn::Module {
     std::iota(inputs.begin(), inputs.end(), 0);
     if (index_ == 0) {
       ids = inputs;
-      parts = w.inputs == 1 ? std::vector<torch::Tensor>{x} : split(w, inputs, x);
+      parts = w.named ? split(w, inputs, x) : std::vector<torch::Tensor>{x};
     } else if (!w.readsInput(index_)) {
       ids = w.carried[index_];
       parts = unpack(w, index_, x);

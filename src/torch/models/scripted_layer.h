@@ -22,6 +22,7 @@ namespace pipetrain::models::scripted {
 // many as are read (T5's first block: its hidden states and the position bias).
 struct Wiring {
   int inputs = 1;
+  bool named = false;                         // the model's input is the named inputs' pack (packInputs)
   std::vector<int> first;                     // per child: its first output's value
   std::vector<int> outputs;                   // per child: how many it has
   std::vector<std::vector<int>> reads;        // per child: the values it takes, in order
