@@ -257,5 +257,8 @@ torch::Tensor constantInput(const InputSpec& input, int64_t batch);
 // (kLargestPackedInteger); a model from a file splits the pack again (scripted.cpp).
 inline constexpr int64_t kLargestPackedInteger = int64_t{1} << 24;
 torch::Tensor packInputs(const InputSpec& input, const std::vector<torch::Tensor>& parts);
+// Batch-first tensors as one (N, total) fp32 tensor: each flattened per sample and
+// converted, in order (packInputs, Merge::kPack, what a cut carries).
+torch::Tensor flatPack(const std::vector<torch::Tensor>& tensors);
 
 }  // namespace pipetrain::models

@@ -61,8 +61,12 @@ torch::Tensor packInputs(const InputSpec& input, const std::vector<torch::Tensor
   if (parts.size() != input.named.size())
     throw Error("packInputs: " + std::to_string(parts.size()) + " tensors for " + std::to_string(input.named.size()) +
                 " named inputs");
+  return flatPack(parts);
+}
+
+torch::Tensor flatPack(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> flat;
-  for (const torch::Tensor& part : parts) flat.push_back(part.reshape({part.size(0), -1}).to(torch::kFloat));
+  for (const torch::Tensor& t : tensors) flat.push_back(t.reshape({t.size(0), -1}).to(torch::kFloat));
   return torch::cat(flat, 1);
 }
 

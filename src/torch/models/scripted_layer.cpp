@@ -29,10 +29,7 @@ std::vector<torch::Tensor> unpack(const Wiring& w, int i, const torch::Tensor& x
 }
 
 torch::Tensor pack(const Wiring& w, int i, const std::vector<torch::Tensor>& values) {
-  if (!w.packed(i)) return values.front();
-  std::vector<torch::Tensor> flat;
-  for (const auto& v : values) flat.push_back(v.reshape({v.size(0), -1}).to(torch::kFloat));
-  return torch::cat(flat, 1);
+  return w.packed(i) ? flatPack(values) : values.front();
 }
 
 // One child as a layer: Tensor -> Tensor over the carried representation. Its

@@ -31,11 +31,7 @@ std::string shapesOf(const std::vector<torch::Tensor>& tensors) {
 
 torch::Tensor merge(const Model& model, const Layer& layer, const std::vector<torch::Tensor>& inputs) {
   if (inputs.size() == 1) return inputs.front();
-  if (layer.merge == Merge::kPack) {
-    std::vector<torch::Tensor> flat;
-    for (const torch::Tensor& t : inputs) flat.push_back(t.reshape({t.size(0), -1}).to(torch::kFloat));
-    return torch::cat(flat, 1);
-  }
+  if (layer.merge == Merge::kPack) return flatPack(inputs);
   if (layer.merge == Merge::kSum) {
     // Equal shapes, not broadcasting: a residual join of mismatched branches is a bug in
     // the model, and broadcasting would hide it.
