@@ -1,6 +1,7 @@
 """What both of pipetrain_capture's tracers share: the error a user can act on, where in
 the user's code it arose, and the rule for which modules are layers."""
 import contextlib
+import inspect
 import io
 import logging
 import os
@@ -26,6 +27,34 @@ def call(module, example):
     """module on the example: one tensor, or named inputs (a dict) passed by name, which
     the user's forward() and the captured file's both take."""
     return module(**example) if isinstance(example, dict) else module(example)
+
+
+def signature_order(model: nn.Module, example):
+    """The example as forward() takes it: one tensor, or its named inputs in the order of
+    forward()'s arguments. Refuses a forward() that needs an argument the data does not
+    hold, and data holding a name forward() does not take."""
+    params = list(inspect.signature(model.forward).parameters.values())
+    required = [p.name for p in params
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not isinstance(example, dict):
+        if len(required) > 1:
+            raise CaptureError(f"forward() takes {len(required)} inputs ({', '.join(required)}); pipetrain feeds "
+                               "one tensor per sample unless the data file holds the inputs by name "
+                               f"({{'{required[0]}': X, '{required[1]}': Y, ..., 'labels': Z}}, docs/byo.md); or "
+                               "give the other arguments defaults")
+        return example
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if not any(p.kind == p.VAR_KEYWORD for p in params):
+        unknown = [k for k in example if k not in named]
+        if unknown:
+            raise CaptureError(f"the data holds '{unknown[0]}', which forward() does not take (its arguments: "
+                               f"{', '.join(named)}); rename the data's input, or leave it out")
+    missing = [r for r in required if r not in example]
+    if missing:
+        raise CaptureError(f"forward() needs '{missing[0]}', which the data does not hold (it holds "
+                           f"{', '.join(example)}); save it beside them, or give the argument a default")
+    order = [n for n in named if n in example] + [k for k in example if k not in named]
+    return {k: example[k] for k in order}
 
 
 def describe(example) -> str:

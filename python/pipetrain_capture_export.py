@@ -21,7 +21,6 @@ the graph is cut at those module boundaries:
   calls create their tensors on the layer's input's device.
 
 Each layer is a TorchScript module compiled from its ATen nodes."""
-import inspect
 import operator
 import re
 import sys
@@ -38,7 +37,7 @@ from pipetrain_capture_regions import inline_grad_regions
 from pipetrain_capture_unread import leave_out_unread
 from pipetrain_capture_common import (CONTAINERS, INPUT, CaptureError, big_block_holders, call, describe, has_state,
                                       input_key, layer_name, left_as_they_were, output_key, pick_output,
-                                      quiet_torch_logs, where)
+                                      quiet_torch_logs, signature_order, where)
 
 # Checks torch.export adds to the graph; pipetrain's layers check shapes themselves.
 _DROPPED = ("aten._assert", "aten.sym_constrain_range")
@@ -59,34 +58,6 @@ class _Selected(nn.Module):
         if self.names is None:
             return pick_output(self.model(inputs[0]), self.key)
         return pick_output(self.model(**dict(zip(self.names, inputs))), self.key)
-
-
-def signature_order(model: nn.Module, example):
-    """The example as forward() takes it: one tensor, or its named inputs in the order of
-    forward()'s arguments. Refuses a forward() that needs an argument the data does not
-    hold, and data holding a name forward() does not take."""
-    params = list(inspect.signature(model.forward).parameters.values())
-    required = [p.name for p in params
-                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if not isinstance(example, dict):
-        if len(required) > 1:
-            raise CaptureError(f"forward() takes {len(required)} inputs ({', '.join(required)}); pipetrain feeds "
-                               "one tensor per sample unless the data file holds the inputs by name "
-                               f"({{'{required[0]}': X, '{required[1]}': Y, ..., 'labels': Z}}, docs/byo.md); or "
-                               "give the other arguments defaults")
-        return example
-    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if not any(p.kind == p.VAR_KEYWORD for p in params):
-        unknown = [k for k in example if k not in named]
-        if unknown:
-            raise CaptureError(f"the data holds '{unknown[0]}', which forward() does not take (its arguments: "
-                               f"{', '.join(named)}); rename the data's input, or leave it out")
-    missing = [r for r in required if r not in example]
-    if missing:
-        raise CaptureError(f"forward() needs '{missing[0]}', which the data does not hold (it holds "
-                           f"{', '.join(example)}); save it beside them, or give the argument a default")
-    order = [n for n in named if n in example] + [k for k in example if k not in named]
-    return {k: example[k] for k in order}
 
 
 def _explain(error: Exception) -> str:
