@@ -23,13 +23,15 @@ def loss_of(out, labels):
 def check(name, data_dir):
     data = torch.load(f"{data_dir}/{({**FAMILIES, **NAMED})[name][1]}.pt")
     args, kwargs = inputs_of(data)
-    x = args[0][:8] if args else {k: v[:8] for k, v in kwargs.items()}  # one tensor, or inputs by name
-    labels = data["labels"][:8]
+
+    def rows(n):  # the first n samples: one tensor, or inputs by name
+        return args[0][:n] if args else {k: v[:n] for k, v in kwargs.items()}
+    x, labels = rows(8), data["labels"][:8]
     torch.manual_seed(0)
     model = make(name)
     if getattr(getattr(model, "config", None), "use_cache", False):
         model.config.use_cache = False
-    layers = pipetrain_capture.capture(model, x[:3] if args else {k: v[:3] for k, v in x.items()})
+    layers = pipetrain_capture.capture(model, rows(3))
     model.train()
     layers.train()
     # Modules the capture left out (their results never reach the output: an auxiliary

@@ -5,12 +5,14 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 import timm  # noqa: E402
 import torchvision  # noqa: E402
 import transformers  # noqa: E402
 
 from gnmt import GNMT  # noqa: E402,F401
+from pipetrain_capture import named_inputs  # noqa: E402
 from llama_ref import Args, Transformer  # noqa: E402,F401
 from nanogpt_mask import NanoGPT  # noqa: E402,F401
 from residual_mlp import ResidualMLP  # noqa: E402,F401
@@ -107,7 +109,5 @@ def make(name):
 def inputs_of(data, split=""):
     """A data file's inputs for forward(): the one tensor, or its inputs by name (keyword
     arguments); `split` "test_" for the test split's."""
-    if f"{split}inputs" in data:
-        return (data[f"{split}inputs"],), {}
-    names = [k for k in data if k != "labels" and not k.startswith("test_")]
-    return (), {k: data[f"{split}{k}"] for k in names}
+    names = named_inputs(data)
+    return ((), {k: data[f"{split}{k}"] for k in names}) if names else ((data[f"{split}inputs"],), {})
