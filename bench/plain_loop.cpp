@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     for (const auto& p : params) parameter_count += p.numel();
     // Training's own Adam: on a GPU one fused kernel per step (at::_fused_adam_), as
     // torch.optim.Adam(fused=True) in bench/device/torch_loop.py.
-    const auto optimizer_ptr = runtime::makeOptimizer("adam", lr, 0.0, params);
+    const auto optimizer_ptr = runtime::makeOptimizer(recipe::OptimizerOptions{}, lr, params);
     torch::optim::Optimizer& optimizer = *optimizer_ptr;
     const auto dataset = data::openDataset(data_options, m.input);
     const data::SampleOrder order(dataset->size(), 0, 0);

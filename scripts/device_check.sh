@@ -11,7 +11,7 @@
 # every part (the device tool brings back a few files, not a folder of logs). The parts
 # run most telling first; each has its own time limit, a part that fails is reported and
 # the next one runs, and none starts once BUDGET seconds (420) have passed. PARTS names
-# the parts to run (default all: machine 2 trace 3 1b 2ranks tests d e schedules), so that the
+# the parts to run (default all: machine 2 trace 3 1b 2ranks tests d nccl2 e schedules), so that the
 # check can be split over two calls or a rerun take only what failed.
 set -uo pipefail
 bin=$(realpath "${1:?BIN: the folder with pipetrain, pipetrain-torch, pipetrain_torch_tests, plain_loop}")
@@ -30,7 +30,7 @@ started=$SECONDS
 budget=${BUDGET:-420}
 # part ID NAME: starts a part, or says it is skipped: not among PARTS (by ID; all by
 # default), or the budget is spent.
-parts=" ${PARTS:-machine 2 trace 3 1b 2ranks tests d e schedules} done "
+parts=" ${PARTS:-machine 2 trace 3 1b 2ranks tests d nccl2 e schedules} done "
 part() {
   local id=$1
   shift
@@ -75,7 +75,8 @@ for r in s["ranks"]:
     ranks.append({"rank": k, "device": r["device"], "channel": r.get("data_channel"),
                   "peak_gpu_memory": measured, "predicted_gpu_memory": predicted,
                   "memory_ratio": predicted / measured if predicted and measured and measured > 0 else None,
-                  "bubble": round(r["bubble_fraction"], 3), "predicted_bubble": round(r["predicted_bubble_fraction"], 3)})
+                  "bubble": round(r["bubble_fraction"], 3), "predicted_bubble": round(r["predicted_bubble_fraction"], 3),
+                  "framework_seconds_per_action": r.get("framework_seconds_per_action")})
 plan = s.get("plan", {})
 print(json.dumps({"check": check, "samples_per_second": s.get("throughput"),
                   "predicted_samples_per_second": s.get("predicted_throughput"),
@@ -110,8 +111,9 @@ if part 2 "(2) one stage vs PyTorch's loop vs the plain LibTorch loop, 86M gpt";
       >"$out/plain_$round.json" 2>"$out/plain_$round.err"
     note "{\"check\": \"plain_loop\", \"round\": $round, \"result\": $(cat "$out/plain_$round.json" 2>/dev/null || echo null)}"
     timeout 90 "$bin/pipetrain" train "${gpt[@]}" --nproc 1 --schedule gpipe --stage-bounds 0,14 --microbatches 1 \
-      --microbatch-size 8 --max-steps 120 --log-jsonl "$out/one_$round.jsonl" >"$out/one_$round.log" 2>&1
-    note "{\"check\": \"one_stage\", \"round\": $round, \"samples_per_second\": $(steady "$out/one_$round.jsonl" 20 8)}"
+      --microbatch-size 8 --max-steps 120 --log-jsonl "$out/one_$round.jsonl" --summary-json "$out/one_$round.json" \
+      >"$out/one_$round.log" 2>&1
+    note "{\"check\": \"one_stage\", \"round\": $round, \"samples_per_second\": $(steady "$out/one_$round.jsonl" 20 8), \"framework_seconds_per_action\": $("$python" -c "import json,sys; print(json.load(open(sys.argv[1]))['ranks'][0]['framework_seconds_per_action'])" "$out/one_$round.json" 2>/dev/null || echo null)}"
     tail -n 3 "$results"
   done
   save
@@ -223,6 +225,15 @@ PY
       >"$out/plan_$name.json" 2>"$out/plan_$name.err"
     note "{\"check\": \"predicted_8_gpus\", \"cluster\": \"$name\", \"rc\": $?, \"chosen\": $("$python" -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ('schedule', 'depth', 'microbatches', 'microbatch_size', 'predicted_throughput', 'bubble_fraction', 'peak_memory_bytes')}))" "$out/plan_$name.json" 2>/dev/null || echo null)}"
   done
+  save
+fi
+
+# NCCL between two processes on one GPU: does NCCL pair them at all (bench/device/
+# nccl_one_gpu.py, through the device's PyTorch), and at what rates if it does.
+if part nccl2 "NCCL between two processes sharing the GPU"; then
+  timeout 120 "$python" "$src/bench/device/nccl_one_gpu.py" --sizes 4M,64M --repeats 10 --timeout 60 \
+    >>"$results" 2>"$out/nccl2.err"
+  tail -n 1 "$results"
   save
 fi
 

@@ -59,6 +59,13 @@ constexpr double kShmAllreduceLatency = 50e-6;
 // parallelism (gpt 104-138), whose 4 actions a mini-batch share the per-mini-batch costs.
 constexpr double kActionOverhead = 30e-6;
 
+// The same on a GPU rank: the device's idle time between the actions the host queues
+// (wall time less the actions' CUDA-event spans), per action. On a lent H200
+// (2026-12-04, scripts/device_check.sh, docs/gpu.md): 79-119 us on one stage of the 86M
+// gpt at batch 8 (5 runs), 174 us on the 1.21B gpt's one stage at 16. Ranks sharing a GPU
+// read nothing useful here (each one's event spans hold the other's kernels).
+constexpr double kGpuActionOverhead = 100e-6;
+
 // A GPU's copies to and from pinned host memory: PCIe 5 x16's practical rate, until
 // `profile-network --device cuda`'s measurement feeds the local cluster.
 constexpr double kGpuHostLinkBandwidth = 25e9;
@@ -82,7 +89,7 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
     d.kind = gpus ? "gpu" : "cpu";
     d.memory_bytes = memory_bytes;
     if (gpus) d.host_link_bandwidth = kGpuHostLinkBandwidth;
-    d.action_overhead = !action_overheads.empty() ? action_overheads[i] : gpus ? 0.0 : kActionOverhead;
+    d.action_overhead = !action_overheads.empty() ? action_overheads[i] : gpus ? kGpuActionOverhead : kActionOverhead;
   }
   const int n = static_cast<int>(devices.size());
   std::vector<cluster::SharedCores> shared;
@@ -100,7 +107,7 @@ cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_
   std::vector<cluster::Device> devices = measured.devices();
   for (cluster::Device& d : devices) {
     if (memory_bytes > 0) d.memory_bytes = memory_bytes;
-    if (d.kind == "cpu") d.action_overhead = kActionOverhead;
+    d.action_overhead = d.kind == "cpu" ? kActionOverhead : kGpuActionOverhead;
   }
   return cluster::ClusterSpec(std::move(devices), measured.levels(), measured.links(), "the job's hosts",
                               measured.sharedCores());

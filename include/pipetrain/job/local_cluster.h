@@ -29,7 +29,7 @@ LocalSums localSums(const std::string& wire, bool gpus);
 // kGpuHostLinkBandwidth), as between ranks that share a GPU. `action_overheads`: each
 // device's runtime time around an action (cluster::Device::action_overhead), where a run
 // measured it; left empty, CPU ranks take this machine's as measured (kActionOverhead)
-// and GPU ranks none (not yet measured on one).
+// and GPU ranks a lent H200's (kGpuActionOverhead).
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
                                   int concurrent_ranks, LocalSums sums, bool gpus = false,
                                   const std::vector<double>& action_overheads = {});
@@ -39,8 +39,8 @@ cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurren
 
 // The ranks of a job across hosts as the planner sees them: the devices and levels its
 // network measurement found (job/host_network.h), each device with `memory_bytes` where
-// given (> 0; else its share of its host's memory) and, on a CPU, the runtime's own time
-// around an action as this machine's ranks measured it.
+// given (> 0; else its share of its host's memory) and the runtime's own time around an
+// action as measured on this machine's CPU ranks, or on a lent GPU for a GPU's.
 cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_t memory_bytes);
 
 }  // namespace pipetrain::job

@@ -13,7 +13,7 @@ struct HeadImpl : nn::Module {
   HeadImpl(int64_t width, int64_t vocab)
       : ln(register_module("ln", nn::LayerNorm(nn::LayerNormOptions({width})))),
         out(register_module("out", gptLinear(width, vocab))) {}
-  torch::Tensor forward(torch::Tensor x) { return out->forward(ln->forward(x)); }  // (N, T, C) -> (N, T, V)
+  torch::Tensor forward(torch::Tensor x) { return applyLinear(out, ln->forward(x)); }  // (N, T, C) -> (N, T, V)
   nn::LayerNorm ln;
   nn::Linear out;
 };

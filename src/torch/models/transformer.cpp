@@ -52,7 +52,7 @@ BlockImpl::BlockImpl(int64_t width, int64_t heads, int64_t layers, bool causal)
 
 torch::Tensor BlockImpl::attention(const torch::Tensor& x) {  // (N, T, C)
   const int64_t n = x.size(0), t = x.size(1), c = x.size(2), d = c / heads;
-  std::vector<torch::Tensor> parts = qkv->forward(x).split(c, 2);  // 3 x (N, T, C)
+  std::vector<torch::Tensor> parts = applyLinear(qkv, x).split(c, 2);  // 3 x (N, T, C)
   auto toHeads = [&](const torch::Tensor& y) { return y.view({n, t, heads, d}).transpose(1, 2); };
   torch::Tensor q = toHeads(parts[0]), k = toHeads(parts[1]), v = toHeads(parts[2]);  // (N, H, T, D)
   // PyTorch's fused attention: on a GPU a flash-attention kernel that never holds the
@@ -60,12 +60,12 @@ torch::Tensor BlockImpl::attention(const torch::Tensor& x) {  // (N, T, C)
   // CPU its own fused kernel. Causal: position i attends to positions <= i.
   torch::Tensor y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                                      /*is_causal=*/causal);  // (N, H, T, D)
-  return proj->forward(y.transpose(1, 2).contiguous().view({n, t, c}));  // (N, T, C)
+  return applyLinear(proj, y.transpose(1, 2).contiguous().view({n, t, c}));  // (N, T, C)
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {  // (N, T, C)
   x = x + attention(ln1->forward(x));
-  return x + fc_proj->forward(torch::gelu(fc->forward(ln2->forward(x))));  // (N, T, C)
+  return x + applyLinear(fc_proj, torch::gelu(applyLinear(fc, ln2->forward(x))));  // (N, T, C)
 }
 
 }  // namespace pipetrain::models::zoo

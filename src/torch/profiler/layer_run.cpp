@@ -6,12 +6,13 @@ namespace pipetrain::profiler {
 
 void synchronize(const torch::Device& device) { runtime::deviceKind(device).synchronize(device); }
 
-Memory measureMemory(const LayerRun& run, const torch::Device& device) {
+Memory measureMemory(const LayerRun& run, const torch::Device& device, const torch::Tensor& loss_labels) {
+  const auto forward = [&] { return loss_labels.defined() ? run.loss(run.forward(), loss_labels) : run.forward(); };
   Memory m;
   {  // Tensors made under the probe are freed under it too, so its books balance.
     MemoryProbe probe(device);
     if (!probe.measures()) return {};
-    torch::Tensor y = run.forward();
+    torch::Tensor y = forward();
     synchronize(device);
     m.saved = probe.current();
     const std::vector<torch::Tensor> grads = run.backward(y, torch::ones_like(y));
@@ -25,7 +26,7 @@ Memory measureMemory(const LayerRun& run, const torch::Device& device) {
     runtime::SplitBackward split;
     {
       MemoryProbe probe(device);
-      y = run.forward();
+      y = forward();
       run.inputBackward(split, y, torch::ones_like(y));
       synchronize(device);
       m.split = probe.current();

@@ -30,9 +30,18 @@ struct LayerRun {
   runtime::Precision precision = runtime::Precision::kFp32;  // bf16: the forward pass under autocast, as training's
 
   torch::Tensor forward() const {  // merge included
-    runtime::AutocastScope autocast(precision, params.empty() ? inputs.front().device() : params.front().device());
+    runtime::AutocastScope autocast(precision, device());
     return models::forwardLayer(model, index, inputs);
   }
+
+  // The model's loss on `output` against `labels`, as the last stage computes it: under
+  // the same autocast as its forward pass (NOTE(loss)).
+  torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& labels) const {
+    runtime::AutocastScope autocast(precision, device());
+    return models::lossOf(model, output, labels);
+  }
+
+  torch::Device device() const { return params.empty() ? inputs.front().device() : params.front().device(); }
 
   // Gradients of `output` (seeded with `seed`) w.r.t. the inputs that require grad, then
   // the parameters. torch::autograd::grad returns the gradients instead of accumulating
@@ -98,7 +107,10 @@ struct Memory {
 // under a MemoryProbe. Counts only what the layer
 // allocates (its inputs and parameters existed before), so a layer's figures do not
 // include its inputs: they are its producers' outputs, counted there. The merge of
-// several inputs is the layer's own allocation.
-Memory measureMemory(const LayerRun& run, const torch::Device& device);
+// several inputs is the layer's own allocation. `loss_labels`, given for the layer whose
+// output is the model's, adds the loss to its forward pass and starts its backward pass
+// there, as training does (NOTE(loss)): what the loss keeps for its backward (the fp32
+// log-probabilities of every token under bf16) is the last stage's too.
+Memory measureMemory(const LayerRun& run, const torch::Device& device, const torch::Tensor& loss_labels = {});
 
 }  // namespace pipetrain::profiler

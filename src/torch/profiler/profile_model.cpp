@@ -329,10 +329,7 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
         const double f = secondsOf(device, [&] {
           torch::NoGradGuard no_grad;
           torch::Tensor output = runs[l].forward();
-          if (static_cast<int>(l) == loss.layer) {
-            runtime::AutocastScope autocast(o.precision, device);
-            models::lossOf(runs[l].model, output, loss.labels).item<double>();
-          }
+          if (static_cast<int>(l) == loss.layer) runs[l].loss(output, loss.labels).item<double>();
         });
         if (timed) forward_no_grad[l].push_back(f);
       }
@@ -342,8 +339,7 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
         const double f = secondsOf(device, [&] {
           mb[l] = runs[l].forward();
           if (static_cast<int>(l) == loss.layer) {
-            runtime::AutocastScope autocast(o.precision, device);  // as the last stage computes it
-            mb[l] = models::lossOf(runs[l].model, mb[l], loss.labels);
+            mb[l] = runs[l].loss(mb[l], loss.labels);
             mb[l].item<double>();  // the loss's value, as the log's sum needs it
           }
         });
@@ -557,7 +553,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   std::vector<graph::Layer> nodes;
   for (int l = 0; l < n; ++l) {
     const models::Layer& layer = model.layers[l];
-    const Memory m = measureMemory(runs[l], device);
+    const Memory m = measureMemory(runs[l], device, l == n - 1 ? labels : torch::Tensor());
     graph::Layer node;
     node.name = layer.name;
     node.kind = layer.kind;

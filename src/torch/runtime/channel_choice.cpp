@@ -53,7 +53,8 @@ std::string whyNotNccl(const JobFacts& facts) {
     if (facts.gpus[r] == 0) return "rank " + std::to_string(r) + " has no GPU";
     for (int q = 0; q < r; ++q)
       if (facts.hosts[q] == facts.hosts[r] && facts.gpus[q] == facts.gpus[r])
-        return "ranks " + std::to_string(q) + " and " + std::to_string(r) + " share a GPU";
+        return "ranks " + std::to_string(q) + " and " + std::to_string(r) +
+               " share a GPU, which NCCL refuses (\"Duplicate GPU detected\"; use --wire gloo)";
   }
   return "";
 }
