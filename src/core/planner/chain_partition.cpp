@@ -412,9 +412,18 @@ Partition solveChain(const ChainProblem& problem) {
     const bool recompute = problem.options().recompute != Recompute::kNone;  // the smallest need
     for (int b = 0; b < n; ++b) need = std::max(need, problem.stageMemoryBytes(b, b + 1, 1, recompute));
     const double smallest = problem.deviceBlock(0, devices).memory_bytes;
+    int64_t smallest_device = problem.cluster().device(0).memory_bytes;
+    for (int d = 1; d < devices; ++d) smallest_device = std::min(smallest_device, problem.cluster().device(d).memory_bytes);
+    // The process's own bytes (LibTorch, the runtime) come first; what is left is the layers'.
+    const std::string process = text::humanBytes(static_cast<double>(problem.graph().processMemory().framework_bytes));
     const std::string why =
-        need > smallest ? "a single block of layers needs up to " + text::humanBytes(need) + ", more than the " +
-                              text::humanBytes(smallest) + " of the smallest device"
+        smallest <= 0 ? "the smallest device's " + text::humanBytes(static_cast<double>(smallest_device)) +
+                            " is taken by the process itself (" + process + ") before any layer, whose largest block "
+                            "needs " + text::humanBytes(need)
+        : need > smallest ? "a single block of layers needs up to " + text::humanBytes(need) + ", more than the " +
+                              text::humanBytes(smallest) + " the smallest device (" +
+                              text::humanBytes(static_cast<double>(smallest_device)) + ") has left beside the "
+                              "process's own " + process
                         : "every block of layers fits a device (the largest needs " + text::humanBytes(need) +
                               "), but every tiling of the " + std::to_string(n) + " blocks over " +
                               std::to_string(devices) + " devices leaves a stage that does not";

@@ -406,7 +406,10 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   const int m = c.plan.microbatches;
   int64_t steps = data::sampleOrder(c.data, nullptr, size, c.seed, 0).minibatchesPerEpoch(b, m);
   if (c.max_steps_per_epoch >= 0) steps = std::min(steps, c.max_steps_per_epoch);
-  if (steps == 0) throw Error("the dataset has fewer samples than one mini-batch");
+  if (steps == 0)
+    throw Error("the training data has " + std::to_string(size) + " samples, fewer than one mini-batch of " +
+                std::to_string(b * m) + " (" + std::to_string(m) + " x " + std::to_string(b) +
+                "): a smaller --batch, or more data");
 
   // Between checkpoints an epoch runs as one Program of that many mini-batches (cached
   // by length: at most the interval's and the epoch's remainder).

@@ -4,6 +4,7 @@
 
 #include <limits>
 #include <random>
+#include <regex>
 
 #include "../expect_error.h"
 #include "pipetrain/sim/evaluate.h"
@@ -326,6 +327,24 @@ TEST(ChainPartition, RefusesWhatCannotFit) {
   const auto graph = graph::LayerGraph::uniformChain(3, 1, 1, 1, 10, 1000);
   const auto cluster = cluster::ClusterSpec::uniform(2, 100, 1e9, 0);
   testing::expectError([&] { partitionChain(graph, cluster, {}, {}); }, {"no partition fits memory"});
+}
+
+// Devices smaller than the process's own bytes (`train --rank-memory 16MiB`): the refusal
+// gives the device's memory and the process's, never a negative size left for layers.
+TEST(ChainPartition, SaysWhenTheProcessItselfTakesTheDevice) {
+  auto graph = graph::LayerGraph::uniformChain(3, 1, 1, 1, 10, 1000);
+  graph::ProcessMemory process;
+  process.framework_bytes = 48 << 20;
+  graph.setProcessMemory(process);
+  const auto cluster = cluster::ClusterSpec::uniform(2, 16 << 20, 1e9, 0);
+  try {
+    partitionChain(graph, cluster, {}, {});
+    FAIL() << "planned on devices the process fills";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("16.0 MiB is taken by the process itself (48.0 MiB)"), std::string::npos) << what;
+    EXPECT_FALSE(std::regex_search(what, std::regex("-[0-9]"))) << what;
+  }
 }
 
 TEST(ChainProblem, AllowedStartsAreExactlyTheAllowedBlocks) {

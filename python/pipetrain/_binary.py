@@ -1,0 +1,113 @@
+"""The `pipetrain` executable the package drives, and the one way it is run.
+
+The ranks stay processes of the C++ runtime: Python hands them their job through the
+same command line a user would type, and reads back what they wrote (a summary JSON, a
+plan JSON, an exported model). A command that fails raises PipetrainError with the
+executable's own one-line message."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+
+class PipetrainError(RuntimeError):
+    """What pipetrain refused or failed at, in its own words (one line)."""
+
+
+def executable() -> str:
+    """$PIPETRAIN_BIN, else the build beside this checkout (build/pipetrain), else the
+    `pipetrain` on PATH."""
+    named = os.environ.get("PIPETRAIN_BIN")
+    if named:
+        if not os.access(named, os.X_OK):
+            raise PipetrainError(f"$PIPETRAIN_BIN={named} is not an executable file")
+        return named
+    beside = os.path.join(os.path.dirname(__file__), "..", "..", "build", "pipetrain")
+    if os.access(beside, os.X_OK):
+        return os.path.abspath(beside)
+    found = shutil.which("pipetrain")
+    if found:
+        return found
+    raise PipetrainError("no pipetrain executable: build it (`make build` in the checkout), put it on PATH, "
+                         "or name it in $PIPETRAIN_BIN")
+
+
+def cache_dir() -> str:
+    """The folder pipetrain caches profiles and captures in (graph::ProfileCache's rule)."""
+    for variable, suffix in (("PIPETRAIN_CACHE_DIR", ""), ("XDG_CACHE_HOME", "pipetrain/profiles"),
+                             ("HOME", ".cache/pipetrain/profiles")):
+        value = os.environ.get(variable)
+        if value:
+            return os.path.join(value, suffix) if suffix else value
+    return os.path.join("/tmp", "pipetrain-profiles")
+
+
+def flags(options: dict) -> list:
+    """Keywords as the command line's flags: `micro_batch=4` is `--micro-batch 4`, True a
+    bare flag, False and None left out, a list or tuple one flag with several values."""
+    out = []
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (list, tuple)):
+            out += [flag] + [str(v) for v in value]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def _message(stderr: str, command: list) -> str:
+    """The executable's own error line: its last line that says `error`, else its last line."""
+    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
+    for line in reversed(lines):
+        if "error" in line.lower():
+            return line
+    return lines[-1] if lines else f"`{' '.join(command[:2])}` failed without a message"
+
+
+def run(args: list, echo: bool = False) -> str:
+    """Runs `pipetrain ARGS`; returns its standard output. With `echo`, its output is
+    passed on line by line as it comes (the console's progress, in a notebook too).
+    Ctrl-C (KeyboardInterrupt) stops the command and its ranks with SIGINT, as Ctrl-C in
+    a terminal would, then re-raises."""
+    command = [executable()] + [str(a) for a in args]
+    # A session of its own, so that an interrupt reaches every rank the launcher started.
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if echo else subprocess.PIPE,
+                               text=True, start_new_session=True)
+    captured = []
+    try:
+        if echo:
+            for line in process.stdout:
+                captured.append(line)
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            stderr = "".join(captured)
+            process.wait()
+            stdout = stderr
+        else:
+            stdout, stderr = process.communicate()
+    except KeyboardInterrupt:
+        _stop(process)
+        raise
+    if process.returncode != 0:
+        raise PipetrainError(_message(stderr, command))
+    return stdout
+
+
+def _stop(process: subprocess.Popen, grace_seconds: float = 20) -> None:
+    """SIGINT to the command's whole session (launcher and ranks), then SIGKILL to what
+    is left after `grace_seconds`. A checkpoint cut off while it was being written has no
+    manifest and is passed over by --resume; the newest complete one stays intact
+    (docs/checkpoints.md)."""
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass

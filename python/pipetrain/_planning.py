@@ -1,0 +1,153 @@
+"""Schedules, simulations and plans as Python objects, over `pipetrain schedule`,
+`simulate` and `plan` (the same planner and simulator the CLI and `train` use). A
+Program and a Simulation render as their Gantt chart in Jupyter (`_repr_svg_`)."""
+import csv
+import dataclasses
+import json
+import os
+import tempfile
+from typing import List, Optional
+
+from torch import nn
+
+from . import _binary, _data
+from ._binary import PipetrainError
+from ._summary import Plan
+
+
+@dataclasses.dataclass
+class Simulation:
+    """The simulator's prediction: throughput (samples per second), the bubble, each
+    rank's figures, and the Gantt chart."""
+    throughput: float
+    bubble_fraction: float
+    iteration_seconds: float
+    ranks: List[dict]
+    json: dict = dataclasses.field(repr=False)
+    svg: str = dataclasses.field(repr=False)
+
+    def _repr_svg_(self):
+        return self.svg
+
+
+def _simulated(args: list) -> Simulation:
+    with tempfile.TemporaryDirectory() as folder:
+        svg_path = os.path.join(folder, "gantt.svg")
+        j = json.loads(_binary.run(["simulate", *args, "--json", "--svg", svg_path]))
+        with open(svg_path) as f:
+            svg = f.read()
+    return Simulation(j["throughput"], j["bubble_fraction"], j["iteration_time"], j["ranks"], j, svg)
+
+
+@dataclasses.dataclass
+class Program:
+    """A schedule's compute actions per rank, as `pipetrain schedule` generates them:
+    "0F1" is stage 0's forward pass of micro-batch 1, B a backward pass (I and W where a
+    schedule splits it into input and weight gradients)."""
+    schedule: str
+    stages: int
+    microbatches: int
+    options: dict
+    actions: List[List[str]]
+
+    def simulate(self, forward: float = 1.0, backward: float = 2.0, weight: Optional[float] = None) -> Simulation:
+        """Every stage at these costs (seconds; `weight`: the weight-gradient part of
+        `backward`), messages free."""
+        costs = [forward, backward] + ([weight] if weight is not None else [])
+        return _simulated(self._args() + ["--uniform", *costs])
+
+    def _args(self):
+        return ["--schedule", self.schedule, "--stages", self.stages, "--microbatches", self.microbatches,
+                *_binary.flags(self.options)]
+
+    def _repr_svg_(self):
+        return self.simulate()._repr_svg_()
+
+
+def schedule(name: str, stages: int, microbatches: int, **options) -> Program:
+    """The Program of schedule `name` (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v,
+    dualpipev, pipedream, 2bw, pipemare) on `stages` ranks; options as `pipetrain
+    schedule`'s (chunks=2 for interleaved)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "program.csv")
+        _binary.run(["schedule", "--schedule", name, "--stages", stages, "--microbatches", microbatches,
+                     *_binary.flags(options), "--write-csv", path])
+        with open(path, newline="") as f:
+            actions = [row for row in csv.reader(f)]
+    return Program(name, stages, microbatches, options, actions)
+
+
+def _json_file(value, folder: str, name: str) -> str:
+    """A path as given, or a dict written as JSON into `folder`."""
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)
+    if isinstance(value, dict):
+        path = os.path.join(folder, name)
+        with open(path, "w") as f:
+            json.dump(value, f)
+        return path
+    raise PipetrainError(f"{name.split('.')[0]} is a {type(value).__name__}: give a path or a dict")
+
+
+def simulate(graph, cluster, plan, **options) -> Simulation:
+    """A plan's predicted timeline on a cluster: a layer graph (`pipetrain profile`'s),
+    a cluster spec and a plan, each a path or a dict (docs/formats.md)."""
+    with tempfile.TemporaryDirectory() as folder:
+        return _simulated(["--graph", _json_file(graph, folder, "graph.json"),
+                           "--cluster", _json_file(cluster, folder, "cluster.json"),
+                           "--plan", _json_file(plan, folder, "plan.json"), *_binary.flags(options)])
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    plan: Plan
+    throughput: float       # predicted samples per second
+    bubble_fraction: float
+    asynchronous: bool
+
+
+@dataclasses.dataclass
+class PlanChoice:
+    """The planner's answer: the chosen plan first among the ranked candidates."""
+    chosen: Candidate
+    candidates: List[Candidate]
+    plan_json: dict = dataclasses.field(repr=False)  # the chosen plan as `train --plan` reads it
+    json: dict = dataclasses.field(repr=False)
+
+    def save(self, path: str) -> str:
+        """Writes the chosen plan for `pipetrain train --plan` or pipetrain.train(plan=...)."""
+        with open(path, "w") as f:
+            json.dump(self.plan_json, f, indent=1)
+        return path
+
+
+def _candidate(j: dict) -> Candidate:
+    return Candidate(Plan.from_json(j), j["predicted_throughput"], j["bubble_fraction"], j.get("asynchronous", False))
+
+
+def plan(model_or_graph, data=None, *, cluster, batch: int, **options) -> PlanChoice:
+    """Chooses schedule, stages, replicas and micro-batches for a model on a cluster.
+
+    model_or_graph: a layer graph (path or dict, from `pipetrain profile`), or an
+        nn.Module, which is captured on `data` and profiled here first (on this
+        machine's CPU, at the batch's first micro-batch size candidates).
+    cluster: a cluster spec (path or dict); options as `pipetrain plan`'s
+        (schedule="1f1b", allow_async=True, recompute="auto", ...)."""
+    with tempfile.TemporaryDirectory() as folder:
+        if isinstance(model_or_graph, nn.Module):
+            if data is None:
+                raise PipetrainError("planning an nn.Module needs data= to capture and profile it on")
+            from ._train import captured
+            data_path = _data.data_file(data)
+            graph = os.path.join(folder, "graph.json")
+            _binary.run(["profile", "--model-file", captured(model_or_graph, data_path), "--data-file", data_path,
+                         "--batch", min(batch, 8), batch, "--out", graph])
+        else:
+            graph = _json_file(model_or_graph, folder, "graph.json")
+        plan_path = os.path.join(folder, "plan.json")
+        j = json.loads(_binary.run(["plan", "--graph", graph, "--cluster", _json_file(cluster, folder, "cluster.json"),
+                                    "--batch", batch, *_binary.flags(options), "--json", "--out", plan_path]))
+        with open(plan_path) as f:
+            plan_json = json.load(f)
+    candidates = [_candidate(c) for c in j["candidates"]]
+    return PlanChoice(_candidate(j), candidates, plan_json, j)

@@ -1,0 +1,155 @@
+"""`import pipetrain` end to end (docs/python.md): a Hugging Face model trained on 2 ranks
+and back in its own class, scored there as pipetrain reported; data and captures cached
+by content; schedules, simulations and plans as objects; errors as PipetrainError; Ctrl-C
+stops the ranks and leaves the last checkpoint intact."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import pipetrain  # noqa: E402
+
+VOCAB, CONTEXT = 64, 16
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPETRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def tiny_gpt2():
+    import transformers
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=CONTEXT, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
+        attn_pdrop=0.0, bos_token_id=0, eos_token_id=0))
+
+
+def sequences(n, seed):
+    """Token sequences a model can learn: each next token follows from the one before."""
+    g = torch.Generator().manual_seed(seed)
+    start = torch.randint(0, VOCAB, (n, 1), generator=g)
+    tokens = (start + 7 * torch.arange(CONTEXT + 1)) % VOCAB
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def data():
+    x, y = sequences(256, 1)
+    tx, ty = sequences(64, 2)
+    return {"input_ids": x, "labels": y, "test_input_ids": tx, "test_labels": ty}
+
+
+def test_a_hugging_face_model_trains_on_two_ranks_and_comes_back_in_its_own_class(cache, tmp_path):
+    model = tiny_gpt2()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    tied = model.lm_head.weight is model.transformer.wte.weight
+    run = pipetrain.train(model, data(), nproc=2, batch=16, epochs=2, output="logits", lr=3e-3,
+                          directory=str(tmp_path / "run"), progress=False)
+    s = run.summary
+    assert run.model is model and s.model == "GPT2LMHeadModel" and s.world_size == 2 and len(s.ranks) == 2
+    assert s.samples_per_second > 0 and os.path.isfile(run.report)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items()), "weights unchanged"
+    assert tied and model.lm_head.weight is model.transformer.wte.weight, "tied weights untied"
+    # Scored by its own forward() as pipetrain scored the test split.
+    d = data()
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=d["test_input_ids"]).logits
+    loss = F.cross_entropy(logits.flatten(0, 1), d["test_labels"].flatten()).item()
+    accuracy = (logits.argmax(-1) == d["test_labels"]).float().mean().item()
+    assert abs(loss - s.test_loss) < 1e-3 and abs(accuracy - s.test_accuracy) < 2e-3, (loss, accuracy, s)
+    assert s.final_loss < 4.0, s  # from ln(64) = 4.16: it learned
+
+    # The same data and model again: neither written nor captured twice.
+    files = sorted(os.listdir(cache / "data")), sorted(os.listdir(cache / "models"))
+    pipetrain.train(tiny_gpt2(), data(), nproc=2, batch=16, output="logits", progress=False,
+                    directory=str(tmp_path / "again"))
+    assert (sorted(os.listdir(cache / "data")), sorted(os.listdir(cache / "models"))) == files
+
+
+def test_errors_raise_pipetrain_error_with_the_one_line_message(tmp_path):
+    with pytest.raises(pipetrain.PipetrainError, match="unknown schedule"):
+        pipetrain.schedule("nope", 2, 4)
+    with pytest.raises(pipetrain.PipetrainError, match="no 'labels'"):
+        pipetrain.train(tiny_gpt2(), {"input_ids": sequences(8, 0)[0]})
+    with pytest.raises(pipetrain.PipetrainError, match="no such file"):
+        pipetrain.train(tiny_gpt2(), str(tmp_path / "missing.pt"))
+    with pytest.raises(pipetrain.PipetrainError, match="--no-such-option"):
+        pipetrain.train(tiny_gpt2(), data(), output="logits", no_such_option=3, progress=False)
+
+
+def test_a_schedule_is_a_program_that_simulates_and_renders():
+    program = pipetrain.schedule("1f1b", stages=2, microbatches=3)
+    assert program.actions == [["0F0", "0F1", "0B0", "0F2", "0B1", "0B2"], ["1F0", "1B0", "1F1", "1B1", "1F2", "1B2"]]
+    simulated = program.simulate(forward=1.0, backward=2.0)
+    assert simulated.bubble_fraction == pytest.approx(1 / 4)  # (P - 1) / (M + P - 1)
+    assert "<svg" in program._repr_svg_()
+    zb = pipetrain.schedule("zb-h1", stages=4, microbatches=8)
+    assert all(sum("W" in a for a in rank) == 8 for rank in zb.actions)  # each backward's weight part
+    assert zb.simulate(1.0, 2.0, weight=1.0).bubble_fraction < simulated.bubble_fraction
+
+
+def test_a_plan_is_objects_and_simulates_as_the_planner_predicted(tmp_path):
+    graph = os.path.join(ROOT, "examples/transformer/graph.json")
+    cluster = os.path.join(ROOT, "examples/clusters/gpu-server.json")
+    choice = pipetrain.plan(graph, cluster=cluster, batch=64)
+    assert choice.candidates[0] == choice.chosen and choice.chosen.throughput > 0
+    again = pipetrain.simulate(graph, cluster, choice.save(str(tmp_path / "plan.json")))
+    assert again.throughput == pytest.approx(choice.chosen.throughput, rel=1e-6)
+    fixed = pipetrain.plan(graph, cluster=cluster, batch=64, schedule="gpipe")
+    assert fixed.chosen.plan.schedule == "gpipe"
+
+
+def test_ctrl_c_stops_the_ranks_and_leaves_the_last_checkpoint_intact(tmp_path):
+    checkpoints = tmp_path / "ckpt"
+    script = textwrap.dedent(f"""
+        import sys, torch
+        sys.path.insert(0, {os.path.join(ROOT, "python")!r}); sys.path.insert(0, {HERE!r})
+        import pipetrain, test_api
+        model = test_api.tiny_gpt2()
+        try:
+            pipetrain.train(model, test_api.data(), nproc=2, epochs=1000, output="logits", schedule="1f1b",
+                            stage_bounds="0,3,7", microbatches=2, microbatch_size=4,
+                            checkpoint_dir={str(checkpoints)!r}, checkpoint_every=4, progress=False)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ})
+    deadline = time.time() + 240
+    while time.time() < deadline and not any(checkpoints.glob("*/manifest.json")):
+        assert child.poll() is None, "training ended before its first checkpoint"
+        time.sleep(0.5)
+    assert any(checkpoints.glob("*/manifest.json")), "no checkpoint within 240 s"
+    child.send_signal(signal.SIGINT)
+    out, _ = child.communicate(timeout=60)
+    assert "interrupted" in out
+    left = subprocess.run(["pgrep", "-f", str(checkpoints)], capture_output=True, text=True).stdout.split()
+    assert not left, f"ranks left running: {left}"
+    newest = max(checkpoints.glob("*/manifest.json"), key=os.path.getmtime)
+    assert json.load(open(newest))["format"]
+
+
+def test_the_readme_example_runs_verbatim(tmp_path):
+    readme = open(os.path.join(ROOT, "README.md")).read().split("\n")
+    start = readme.index("    import sys, torch, transformers")
+    block = []
+    for line in readme[start:]:
+        if line and not line.startswith("    "):
+            break
+        block.append(line[4:])
+    done = subprocess.run([sys.executable, "-c", "\n".join(block)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Run(" in done.stdout and "final loss" in done.stdout, done.stdout[-2000:]
