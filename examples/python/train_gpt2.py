@@ -27,8 +27,9 @@ data = {"input_ids": tokens[:split, :-1], "labels": tokens[:split, 1:],
         "test_input_ids": tokens[split:, :-1], "test_labels": tokens[split:, 1:]}
 
 torch.manual_seed(0)
-model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=256, bos_token_id=0, eos_token_id=0,
-                                                             n_positions=64))
+config = transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=256, n_positions=64, bos_token_id=0,
+                                 eos_token_id=0)
+model = transformers.GPT2LMHeadModel(config)
 run = pipetrain.train(model, data, nproc=a.nproc, batch=32, epochs=a.epochs, output="logits",
                       optimizer="adamw", lr=1e-3)
 print(run)
