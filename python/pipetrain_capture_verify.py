@@ -39,8 +39,9 @@ def _compare(eager: nn.Module, layers: torch.jit.ScriptModule, example, key: Opt
         if want.shape != got.shape or _relative_error(got, want) > 1e-4:
             why = ("" if training else "; torch.export traced forward() in training mode, so a branch on "
                    "`self.training` other than dropout's, batch norm's, recurrent layers' and stochastic depth's "
-                   "follows the training branch: make the branch a dropout, or capture with --tracer fx, which "
-                   "traces in evaluation mode and trains without the branch")
+                   "follows the training branch: make the branch a dropout, or capture with `python/pipetrain_capture.py "
+                   "capture ... --tracer fx` (which traces in evaluation mode and trains without the branch) and "
+                   "train the file with --model-file; `train --model-py` traces with torch.export only")
             raise CaptureError(f"the captured layers do not reproduce forward() on the example input in "
                                f"{'training' if training else 'evaluation'} mode (relative error "
                                f"{_relative_error(got, want) if want.shape == got.shape else 'of shape'}){why}")

@@ -20,12 +20,42 @@
 #include "pipetrain/report/pages.h"
 #include "pipetrain/util/clock.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::job {
 
 std::string profilePath(const std::string& plan_path) { return plan_path + ".profile.json"; }
 
 std::string calibrationPath(const std::string& profile_path) { return profile_path + ".calibration.json"; }
+
+namespace {
+
+// Before any profiling: the weights, their gradients and the optimizer's state against the
+// ranks' memory. However the planner cuts the model, they need their sum spread over
+// every rank and the largest layer's on one, activations aside; a model that fails this
+// is refused in a second, not after minutes of profiling (the planner's own refusal then
+// compares each stage's whole need with a rank's memory).
+void checkStateFits(const runtime::TrainConfig& config, const models::Model& model, int ranks, int64_t memory) {
+  int64_t total = 0, largest = 0;
+  std::string largest_name;
+  for (const models::Layer& layer : model.layers) {
+    const int64_t weights = models::parameterBytes(layer);
+    const int64_t state = 2 * weights + profiler::optimizerStateBytes(config.optimizer.name, weights);
+    total += state;
+    if (state > largest) largest = state, largest_name = layer.name;
+  }
+  const auto bytes = [](int64_t b) { return text::humanBytes(static_cast<double>(b)); };
+  const std::string what = " of weights, gradients and " + config.optimizer.name + "'s state";
+  if (total > memory * ranks)
+    throw Error("model '" + config.model + "' needs " + bytes(total) + what + " before any activation, more than its " +
+                std::to_string(ranks) + " ranks hold together (" + std::to_string(ranks) + " x " + bytes(memory) +
+                "); use more ranks, ranks with more memory, or a smaller model");
+  if (largest > memory)
+    throw Error("model '" + config.model + "': its layer '" + largest_name + "' needs " + bytes(largest) + what +
+                ", more than a rank's " + bytes(memory) + "; no cut between layers can place it");
+}
+
+}  // namespace
 
 LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& model, const AutoPlanRequest& request,
                        const Say& say) {
@@ -35,22 +65,23 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
     throw Error("--no-replication: model '" + config.model + "' has " + std::to_string(layers) +
                 " layers, too few for a pipeline over " + std::to_string(job.ranks) +
                 " ranks; use fewer ranks (--nproc) or allow replicated stages");
-  const std::string graph_path = profilePath(request.out);
-  const RunProfile profile = profileForRun(config, model, job, graph_path, say);
-  const graph::LayerGraph& graph = profile.graph;
-  const int64_t global_batch =
-      job.args.batch > 0 ? job.args.batch : job.args.microbatch_size * job.args.microbatches;
   // The ranks' device: the host's cores, or GPUs, which ranks beyond their count share
   // (runtime::rankDevice), each rank then holding its share of its GPU's memory.
   const torch::Device device = runtime::rankDevice(config.device, 0);
   const bool gpus = !device.is_cpu();
   const int concurrent = gpus ? std::min(job.ranks, runtime::deviceKind(device).count())
                               : std::max(1, job.cores / job.blas_threads);
-  const auto planning_start = std::chrono::steady_clock::now();
   const int64_t ranks_per_device = gpus ? (job.ranks + concurrent - 1) / concurrent : job.ranks;
   const int64_t memory = request.rank_memory_bytes > 0 ? request.rank_memory_bytes
                          : gpus ? runtime::deviceMemoryBytes(device) / ranks_per_device
                                 : static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / job.ranks;
+  if (!request.hosts) checkStateFits(config, model, job.ranks, memory);
+  const std::string graph_path = profilePath(request.out);
+  const RunProfile profile = profileForRun(config, model, job, graph_path, say);
+  const graph::LayerGraph& graph = profile.graph;
+  const int64_t global_batch =
+      job.args.batch > 0 ? job.args.batch : job.args.microbatch_size * job.args.microbatches;
+  const auto planning_start = std::chrono::steady_clock::now();
   planner::ExploreOptions o;
   o.global_batch = global_batch;
   if (job.args.batch == 0) o.microbatch_sizes = {job.args.microbatch_size};
@@ -94,6 +125,10 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   const double calibration_seconds = e.calibration_seconds;
   const double planning_seconds = secondsSince(planning_start) - calibration_seconds;
   plan::Plan chosen = e.best().plan;
+  if (o.schedule != "auto" && chosen.numStages() == 1 && job.ranks > 1)
+    say(formatted("note: %s on %d ranks planned data parallelism, which runs each replica's passes in %s's order; "
+                  "--no-replication plans a %s pipeline",
+                  o.schedule.c_str(), job.ranks, o.schedule.c_str(), o.schedule.c_str()));
   applyScheduleOptions(job.args.schedule, chosen);
   json_io::writeFile(request.out, chosen.toJson());
   json_io::Json planner = report::tableToJson(report::explorationTable(e, 10));

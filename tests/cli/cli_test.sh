@@ -421,6 +421,18 @@ refuses "more layers recomputed than the stage has" "recompute_layers: must be b
 refuses "a size it cannot read" "unknown unit 'parsecs'" "${train[@]}" --nproc 2 --rank-memory "12 parsecs"
 refuses "--rank-memory steers the planner only" "--rank-memory steers the planner" "${train[@]}" --nproc 2 \
   --stage-bounds 0,2,5 --rank-memory 1GiB
+# What a new user hit (issue 82): a model too big for its ranks refused before any
+# profiling, with the numbers; a batch too small to fill a pipeline, and a schedule that
+# planned data parallelism, each said.
+refuses "weights, gradients and optimizer state beyond the ranks, before profiling" \
+  "needs 12.2 MiB of weights, gradients and adam's state before any activation, more than its 2 ranks hold together (2 x 1.0 MiB)" \
+  "${planned[@]}" --batch 16 --model-option width=512 --rank-memory 1MiB
+check "a batch of 1 on 2 ranks" "${planned[@]}" --batch 1
+expect "the unfilled pipeline is said" "a mini-batch of 1 samples makes 1 micro-batch(es) for 2 stages"
+check "--schedule 1f1b planned as data parallelism" "${planned[@]}" --batch 16 --schedule 1f1b --summary-json "$tmp/dp.json" \
+  --report "$tmp/dp_report"
+expect "data parallelism under --schedule is said" "1f1b on 2 ranks planned data parallelism"
+expect "the report calls it data parallelism" "data parallelism (1f1b&apos;s order of passes)" "$tmp/dp_report/report.html"
 
 # plan: the planner and the exploration table
 graph=$src/examples/transformer/graph.json

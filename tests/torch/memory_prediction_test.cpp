@@ -14,8 +14,8 @@ namespace pipetrain::runtime {
 namespace {
 
 // One stage at a micro-batch of 16, priced from a profile taken at 4 and 16 as `train
-// --batch` takes it: within 2% of the allocator's peak in fp32 and in bf16 (0.99992 and
-// 0.99953 on 2026-11-30, the backward pass's passing tensors priced), whose
+// --batch` takes it: within 2% of the allocator's peak in fp32 and in bf16 (0.9914 and
+// 0.9881 on 2026-12-04, the loss's memory measured on the output layer), whose
 // autocast keeps a copy of the weights per micro-batch (Layer::saved_fixed_bytes), and
 // under Adam, whose gradients are cleared after each step and so are absent at the
 // forward pass's peak (schedule::accountMemory).

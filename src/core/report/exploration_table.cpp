@@ -86,6 +86,17 @@ std::vector<std::string> explorationNotes(const planner::Exploration& e) {
   if (const std::string note = e.idleDevicesNote(); !note.empty()) notes.push_back("warning: " + note);
   for (const std::string& note : e.graph_notes) notes.push_back("graph partitioner: " + note);
   const auto& best = e.best();
+  // A pipeline with fewer micro-batches than stages cannot fill: say so rather than train
+  // it idle without a word (a batch of 1 on 2 ranks).
+  if (best.plan.numStages() > 1 && best.plan.microbatches < best.plan.numStages()) {
+    std::snprintf(buf, sizeof buf,
+                  "note: the chosen plan's ranks idle %.0f%% of the time: a mini-batch of %lld samples makes %d "
+                  "micro-batch(es) for %d stages; a larger batch fills the pipeline, fewer ranks waste less",
+                  100 * best.report.bubble_fraction,
+                  static_cast<long long>(best.plan.microbatch_size) * best.plan.microbatches, best.plan.microbatches,
+                  best.plan.numStages());
+    notes.push_back(buf);
+  }
   std::snprintf(buf, sizeof buf, "chosen: %s, micro-batch %lld x %d, predicted %.6g samples/s",
                 planner::planName(best.plan).c_str(), static_cast<long long>(best.plan.microbatch_size),
                 best.plan.microbatches, best.report.throughput);

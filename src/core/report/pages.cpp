@@ -204,8 +204,11 @@ Page pageForRun(const Json& summary, const std::vector<Json>& metrics, const std
   const double planned = s.has("planner") && s.field("planner").has("chosen")
                              ? s.field("planner").field("chosen").numberOr("throughput", NAN)
                              : NAN;
+  // A data-parallel run has no pipeline schedule; its plan's name only orders each
+  // replica's passes, and calling the run "1f1b" misled users.
   page.facts = {{"model", model},
-                {"schedule", schedule},
+                {"schedule", planner::isDataParallel(plan) ? "data parallelism (" + schedule + "'s order of passes)"
+                                                           : schedule},
                 {"ranks", std::to_string(world)},
                 {"samples trained", std::to_string(s.field("samples").asInt())},
                 {"throughput, measured", text::format("%.1f samples/s", measured)}};

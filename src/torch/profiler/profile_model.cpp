@@ -246,7 +246,8 @@ double loadingSeconds(const torch::Device& device, const ProfileOptions& o) {
 // stage), and 195 ms and 296 ms at GPT-2's 50,257 (one thread, Python's torch 1.13). So
 // the layer whose output is the model's computes the loss on typical labels
 // (NOTE(typical-input)) within its timed forward pass, and its backward passes start
-// from it.
+// from it. Its memory is measured so too: what the loss keeps for its backward pass (the
+// fp32 log-probabilities of every position, under bf16 as well) is the last stage's.
 struct OutputLoss {
   int layer = -1;        // the index in `runs` of the layer whose output is the model's, or -1
   torch::Tensor labels;  // what the loss compares that output with
