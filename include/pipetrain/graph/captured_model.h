@@ -20,7 +20,9 @@ std::string capturePython();
 std::string captureTool();
 
 // The captured file: the cache's entry, or captured now (the tool writes its notes and
-// refusals to stderr). Throws Error naming the spec when the capture fails.
+// refusals to stderr). Processes asking for the same model at once (each torchrun rank of
+// a host) take turns on a lock beside the entry: one captures, the others read its file.
+// Throws Error naming the spec when the capture fails.
 std::string capturedModel(const CaptureRequest& request, const std::string& cache_dir);
 
 }  // namespace pipetrain::graph

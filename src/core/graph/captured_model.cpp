@@ -1,13 +1,17 @@
 #include "pipetrain/graph/captured_model.h"
 
+#include <fcntl.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "pipetrain/graph/profile_cache.h"
@@ -59,6 +63,35 @@ int run(const std::vector<std::string>& argv) {
 
 }  // namespace
 
+// An exclusive lock on `path` for as long as it lives: processes capturing the same model
+// (torchrun's ranks of one host) take turns, so the first captures and the others find
+// its file. The kernel drops a lock whose holder dies. Bounded: a holder that keeps it
+// past `limit` is named rather than waited for without end.
+class CaptureLock {
+ public:
+  CaptureLock(const std::string& path, std::chrono::seconds limit) : fd_(::open(path.c_str(), O_RDWR | O_CREAT, 0644)) {
+    if (fd_ < 0) throw Error("cannot open the capture's lock " + path);
+    const auto give_up = std::chrono::steady_clock::now() + limit;
+    bool said = false;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        ::close(fd_);
+        throw Error("another process has held " + path + " for over " + std::to_string(limit.count()) +
+                    " s while capturing the same model; if none is, remove the file");
+      }
+      if (!said) std::fprintf(stderr, "model: another process is capturing it; waiting for its file\n");
+      said = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  ~CaptureLock() { ::close(fd_); }  // closing releases the lock
+  CaptureLock(const CaptureLock&) = delete;
+  CaptureLock& operator=(const CaptureLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 std::string capturePython() { return fromEnvironment("PIPETRAIN_PYTHON", PIPETRAIN_BUILT_PYTHON); }
 
 std::string captureTool() { return fromEnvironment("PIPETRAIN_CAPTURE", PIPETRAIN_BUILT_CAPTURE_TOOL); }
@@ -81,6 +114,11 @@ std::string capturedModel(const CaptureRequest& r, const std::string& cache_dir)
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw Error("cannot create the model cache " + dir.string() + ": " + ec.message());
+  const CaptureLock lock(file.string() + ".lock", std::chrono::hours(1));
+  if (std::filesystem::is_regular_file(file)) {  // captured by the process we waited for
+    std::fprintf(stderr, "model: %s, captured by another process (%s)\n", r.spec.c_str(), file.c_str());
+    return file.string();
+  }
   const std::string partial = file.string() + ".partial-" + std::to_string(::getpid());
   std::vector<std::string> argv = {capturePython(), captureTool(), "capture", r.spec, "--data-file", r.data_file,
                                    "--out", partial};
@@ -92,7 +130,7 @@ std::string capturedModel(const CaptureRequest& r, const std::string& cache_dir)
     throw Error("--model-py " + r.spec + ": the capture failed" +
                 (status < 0 ? " to start (" + capturePython() + ")" : std::string(" (above: why)")));
   }
-  std::filesystem::rename(partial, file, ec);  // atomic: ranks capturing alike never see half a file
+  std::filesystem::rename(partial, file, ec);  // atomic: a reader never sees half a file
   if (ec) throw Error("cannot keep the captured model in " + file.string() + ": " + ec.message());
   return file.string();
 }
