@@ -89,6 +89,9 @@ refuses "--model-py of a missing file" "--model-py $tmp/missing.py:Model(): $tmp
   "$bin" train --model-py "$tmp/missing.py:Model()" --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32
 refuses "--model-py whose capture fails" "the capture failed" \
   "$bin" train --model-py "$families:NoSuchModel()" --data-file "$tmp/fortunes.pt" --nproc 2 --batch 32
+refuses "a --model-py model that does not fit the data is named as the user's" \
+  "model 'NanoGPT' (captured from Python as .*): its output .* does not fit the data's labels" \
+  "$bin" train --model-py "$families:NanoGPT(layers=3)" --data-file "$tmp/fortunes_classes.pt" --nproc 2 --batch 32
 
 # What a new user gets wrong is said in one line, with no traceback.
 refuses_plainly() {  # refuses, and with no Python traceback
