@@ -429,8 +429,9 @@ Partition solveChain(const ChainProblem& problem) {
                               std::to_string(devices) + " devices leaves a stage that does not";
     throw Error("planner: no partition fits memory under " + problem.options().schedule + " at micro-batch size " +
                 std::to_string(problem.options().microbatch_size) + ": " + why +
-                "; use a smaller micro-batch, a schedule that holds fewer micro-batches, " +
-                (recompute ? "" : "activation recomputation, ") + "or devices with more memory");
+                "; use " + (problem.options().microbatch_size > 1 ? "a smaller micro-batch, " : "") +
+                "a schedule that holds fewer micro-batches, " + (recompute ? "" : "activation recomputation, ") +
+                "or devices with more memory");
   }
   Partition result;
   result.objective = best[at(end_device, n)];

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "explorer.h"
 #include "pipetrain/schedule/schedule_traits.h"
@@ -135,10 +136,18 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   });
   if (!result.ranked.empty() && o.noise > 0) chooseWithinNoise(result, o.noise);
   if (result.ranked.empty()) {
+    // The smallest micro-batches first (the nearest to fitting), each reason once: the
+    // same refusal for two widths is one line.
+    std::vector<const Dropped*> by_size;
+    for (const Dropped& d : result.dropped) by_size.push_back(&d);
+    std::stable_sort(by_size.begin(), by_size.end(),
+                     [](const Dropped* a, const Dropped* b) { return a->microbatch_size < b->microbatch_size; });
     std::string reasons;
-    for (std::size_t i = 0; i < result.dropped.size() && i < 5; ++i)
-      reasons += "\n  " + result.dropped[i].schedule + ", micro-batch " + std::to_string(result.dropped[i].microbatch_size) +
-                 ": " + result.dropped[i].reason;
+    std::set<std::string> said;
+    for (const Dropped* d : by_size) {
+      const std::string line = "\n  " + d->schedule + ", micro-batch " + std::to_string(d->microbatch_size) + ": " + d->reason;
+      if (said.size() < 5 && said.insert(line).second) reasons += line;
+    }
     throw Error("no plan fits this cluster for a batch of " + std::to_string(o.global_batch) + " (" +
                 std::to_string(result.dropped.size()) + " combinations tried), e.g.:" + reasons);
   }
