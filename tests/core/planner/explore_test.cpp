@@ -662,5 +662,29 @@ TEST(Explore, GraphProposesTheSequentialStageGraphBesideItsOwn) {
   for (const Candidate& c : chain_only.ranked) EXPECT_NE(c.partitioner, "sequential");
 }
 
+// Nothing fits: the refusal lists the nearest misses first (the smallest micro-batches),
+// each line once, and advises a smaller micro-batch only where one exists.
+TEST(Explore, ItsRefusalListsTheNearestMissesOnceEach) {
+  const auto graph = graph::LayerGraph::uniformChain(4, 1e-3, 1e-3, 1e-3, 4000, 1 << 20);
+  const auto cluster = cluster::ClusterSpec::uniform(2, 1 << 20, 1e10, 1e-6);
+  ExploreOptions o;
+  o.global_batch = 8;
+  try {
+    explore(graph, cluster, o);
+    FAIL() << "planned on devices smaller than a layer";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    std::vector<std::string> lines;
+    for (std::size_t at = what.find("\n  "); at != std::string::npos; at = what.find("\n  ", at + 1))
+      lines.push_back(what.substr(at + 3, what.find('\n', at + 1) - at - 3));
+    ASSERT_FALSE(lines.empty()) << what;
+    EXPECT_NE(lines.front().find("micro-batch 1:"), std::string::npos) << what;
+    EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()).size(), lines.size()) << what;
+    for (const std::string& line : lines)
+      if (line.find("micro-batch 1:") != std::string::npos)
+        EXPECT_EQ(line.find("a smaller micro-batch"), std::string::npos) << line;
+  }
+}
+
 }  // namespace
 }  // namespace pipetrain::planner
