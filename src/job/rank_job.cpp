@@ -1,5 +1,6 @@
 #include "pipetrain/job/rank_job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,13 +19,17 @@ using json_io::Json;
 
 // --log-jsonl: the reporting rank's JSON line per mini-batch ("step") and per evaluation
 // ("eval"), flushed as they happen so a user can follow the file (docs/report.md).
-// A resumed run (a restart among them) goes on with the log it had.
+// A resumed run (a restart and an elastic shrink among them) goes on with the log it had,
+// and with its clock: its times continue from the last one logged, so the report's
+// charts run on instead of drawing back to 0 (the time the job spent restarting is left
+// out; the summary's wall time holds it).
 class MetricsLog {
  public:
   MetricsLog(std::string path, bool resumed) : path_(std::move(path)), resumed_(resumed) {}
   void write(const runtime::Progress& p) {
     if (path_.empty()) return;
     if (!out_.is_open()) {
+      if (resumed_) clock_offset_ = lastLoggedSeconds(path_);
       out_.open(path_, resumed_ ? std::ios::app : std::ios::trunc);
       if (!out_) throw Error("--log-jsonl " + path_ + ": cannot write the file");
     }
@@ -32,17 +37,31 @@ class MetricsLog {
     if (p.eval) {
       line = evalPointToJson(*p.eval);
       line["event"] = "eval";
+      line["wall_seconds"] = clock_offset_ + p.eval->wall_seconds;
     } else {
       line = {{"event", "step"}, {"epoch", p.epoch + 1}, {"step", p.step}, {"steps", p.steps}, {"loss", p.loss},
-              {"samples_per_second", p.samples_per_second}, {"wall_seconds", p.wall_seconds}};
+              {"samples_per_second", p.samples_per_second}, {"wall_seconds", clock_offset_ + p.wall_seconds}};
       if (!std::isnan(p.grad_norm)) line["grad_norm"] = p.grad_norm;
     }
     out_ << line.dump() << "\n" << std::flush;
   }
 
  private:
+  // The latest wall_seconds in the log at `path`; 0 where it has none (or no file).
+  static double lastLoggedSeconds(const std::string& path) {
+    std::ifstream in(path);
+    double last = 0;
+    for (std::string text; std::getline(in, text);) {
+      const Json line = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (line.is_object() && line.contains("wall_seconds") && line["wall_seconds"].is_number())
+        last = std::max(last, line["wall_seconds"].get<double>());
+    }
+    return last;
+  }
+
   std::string path_;
   bool resumed_;
+  double clock_offset_ = 0;
   std::ofstream out_;
 };
 

@@ -2,7 +2,8 @@
 # Elastic restarts: with --min-nproc, a rank lost for good (killed when no restart is
 # left) does not end the job. It goes on with the ranks left, under a plan made for them,
 # from the newest checkpoint resharded to it; and it trains as a run started on those
-# ranks from that checkpoint under that plan does, loss for loss.
+# ranks from that checkpoint under that plan does, loss for loss; its metrics log's clock
+# runs on across the shrink.
 # Usage: PIPETRAIN=path/to/pipetrain elastic_test.sh SOURCE_DIR
 set -u
 src=${1:?source dir}
@@ -49,6 +50,8 @@ tail = elastic[-len(reference):]
 for a, b in zip(tail, reference):
     assert (a["epoch"], a["step"]) == (b["epoch"], b["step"]), (a, b)
     assert abs(a["loss"] - b["loss"]) <= 1e-6 * max(1.0, abs(b["loss"])), (a, b)
+times = [s["wall_seconds"] for s in elastic]
+assert all(b >= a for a, b in zip(times, times[1:])), "the log's clock went back after the shrink"
 shrinks = [e for e in summary["events"] if e["event"] == "shrink"]
 assert len(shrinks) == 1 and shrinks[0]["ranks"] == 2, summary["events"]
 assert summary["world_size"] == 2 and len(summary["ranks"]) == 2
