@@ -2,33 +2,23 @@
 // transport, written as a ClusterSpec (docs/profiling.md#network-pipetrain-profile-network). Like `train`: without
 // RANK in the environment it launches --nproc local ranks of itself; with RANK set it is
 // one rank (torchrun conventions, LOCAL_RANK naming its device on the host).
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
+#include <optional>
 
 #include "commands.h"
-#include "pipetrain/job/launcher.h"
 #include "options.h"
-#include "pipetrain/torch/device.h"
-#include "pipetrain/torch/profiler.h"
-#include "pipetrain/util/error.h"
-#include "pipetrain/util/json_io.h"
+#include "pipetrain/job/network_job.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
 namespace {
 
 struct NetworkArgs {
-  int nproc = 2;
-  std::vector<std::string> sizes = {"1M", "4M", "16M"};
+  job::NetworkJob job;
+  std::vector<std::string> sizes = {"1M", "4M", "16M"};  // as typed: binary K/M/G
   int repeats = 10;
-  int timeout_seconds = 60;
-  std::string device = "cpu";
-  std::string wire = "auto";
-  std::string out;
-  std::vector<std::string> argv;
 };
 
 std::string rate(double bytes_per_second) {
@@ -82,59 +72,31 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
   std::fflush(stdout);
 }
 
-profiler::NetworkOptions networkOptions(const NetworkArgs& a) {
-  profiler::NetworkOptions o;
-  o.sizes.clear();
-  for (const auto& s : a.sizes) o.sizes.push_back(parseByteSize(s, "--sizes"));
-  if (o.sizes.empty()) throw Error("--sizes: give at least one message size");
-  if (a.repeats < 1) throw Error("--repeats must be at least 1");
-  o.repeats = a.repeats;
-  return o;
+void parseSizes(NetworkArgs& a) {
+  a.job.options.sizes.clear();
+  for (const auto& s : a.sizes) a.job.options.sizes.push_back(parseByteSize(s, "--sizes"));
+  a.job.options.repeats = a.repeats;
 }
 
-// One rank. Rank 0 prints what it measured; launched by `profile-network`, it hands the
-// cluster to the launcher (a RESULT line), which writes it; started by hand, it writes it.
-int runRank(const NetworkArgs& a) {
-  const profiler::NetworkOptions options = networkOptions(a);
-  runtime::Rendezvous rv = runtime::Rendezvous::fromEnvironment();
-  rv.timeout = std::chrono::seconds(a.timeout_seconds);
-  const int local_rank = runtime::localRank(rv.rank);
-  auto transport = runtime::makeGlooTransport(rv);
-  const torch::Device device = runtime::rankDevice(a.device, local_rank);
-  // Its all-reduces sum CPU tensors: on GPUs they go over Gloo, through host memory.
-  const std::string wire = a.wire == "auto" && !device.is_cpu() ? "gloo" : a.wire;
-  const std::unique_ptr<runtime::DataChannel> sums = runtime::openDataChannel(wire, rv, device, *transport);
-  const int64_t largest = *std::max_element(options.sizes.begin(), options.sizes.end());
-  const profiler::NetworkProfile p =
-      profiler::profileNetwork(*transport, profiler::thisHost(local_rank, rv, device, largest), options, sums.get());
-  if (rv.rank != 0) return 0;
-  std::printf("all-reduces on %s\n", (sums ? sums->name() : transport->name()).c_str());
-  const cluster::ClusterSpec c = profiler::clusterFromNetwork(p);
-  printProfile(p, c);
-  if (std::getenv("PIPETRAIN_LAUNCHED")) {
-    std::printf("RESULT %s\n", c.toJson().dump().c_str());
-  } else {
-    json_io::writeFile(a.out, c.toJson());
-    std::printf("wrote %s\n", a.out.c_str());
-  }
+// One rank. Rank 0 prints what it measured and hands the cluster on (to the launcher
+// that started it, or to --out).
+int runRank(NetworkArgs& a) {
+  parseSizes(a);
+  const std::optional<job::NetworkMeasured> m = job::measureNetworkRank(a.job);
+  if (!m) return 0;
+  std::printf("all-reduces on %s\n", m->sums_on.c_str());
+  printProfile(m->profile, m->cluster);
+  if (const std::string written = job::deliverNetworkResult(a.job, *m); !written.empty())
+    std::printf("wrote %s\n", written.c_str());
   std::fflush(stdout);
   return 0;
 }
 
-int launch(const NetworkArgs& a) {
-  if (a.nproc < 2) throw Error("--nproc must be at least 2: latency and bandwidth are measured between ranks");
-  networkOptions(a);  // bad sizes fail before any rank starts
-  checkWritable(a.out, "--out");
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = std::max(1, static_cast<int>(cores) / a.nproc);
-  const auto outputs = job::launchLocal(a.argv, a.nproc, threads, [](int rank, const std::string& line) {
-    if (rank == 0) std::printf("%s\n", line.c_str());
-  });
-  if (outputs.empty() || outputs[0].result_json.empty()) throw Error("rank 0 ended without reporting its measurements");
-  const cluster::ClusterSpec c =
-      cluster::ClusterSpec::fromJson(json_io::Json::parse(outputs[0].result_json), "rank 0's cluster");
-  json_io::writeFile(a.out, c.toJson());
-  std::printf("wrote %s\n", a.out.c_str());
+int launch(NetworkArgs& a) {
+  parseSizes(a);
+  checkWritable(a.job.out, "--out");
+  job::launchNetworkJob(a.job, [](const std::string& line) { std::printf("%s\n", line.c_str()); });
+  std::printf("wrote %s\n", a.job.out.c_str());
   return 0;
 }
 
@@ -142,27 +104,27 @@ int launch(const NetworkArgs& a) {
 
 Command addProfileNetworkCommand(CLI::App& app, const std::vector<std::string>& argv) {
   auto a = std::make_shared<NetworkArgs>();
-  a->argv = argv;
+  a->job.argv = argv;
   CLI::App* cmd = app.add_subcommand("profile-network", torchCommandDescription("profile-network"));
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option("--nproc", a->nproc, "local ranks to launch (ignored when RANK is set)")->capture_default_str();
+  cmd->add_option("--nproc", a->job.nproc, "local ranks to launch (ignored when RANK is set)")->capture_default_str();
   cmd->add_option("--sizes", a->sizes, "bandwidth message sizes, e.g. 1M,4M,16M (binary K/M/G)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "timed round trips per measurement (the median is kept)")
       ->capture_default_str();
-  cmd->add_option("--timeout", a->timeout_seconds, "seconds before a silent peer ends the job")->capture_default_str();
-  cmd->add_option("--device", a->device,
+  cmd->add_option("--timeout", a->job.timeout_seconds, "seconds before a silent peer ends the job")->capture_default_str();
+  cmd->add_option("--device", a->job.device,
                   "where the ranks compute, as train's --device: on GPUs each rank also times its copies to and from "
                   "the host, and the cluster prices messages through host memory (Gloo) with them")
       ->capture_default_str();
-  cmd->add_option("--wire", a->wire, "what the all-reduces run on: shm (shared memory between CPU ranks of one host), gloo, or auto "
+  cmd->add_option("--wire", a->job.wire, "what the all-reduces run on: shm (shared memory between CPU ranks of one host), gloo, or auto "
                   "(shm where it can, else gloo), as train's --wire chooses for CPU ranks; messages always go over "
                   "gloo")
       ->check(CLI::IsMember({"auto", "gloo", "shm"}))
       ->capture_default_str();
-  cmd->add_option("--out", a->out, "the cluster JSON to write")->required();
+  cmd->add_option("--out", a->job.out, "the cluster JSON to write")->required();
   return {cmd, [a] { return std::getenv("RANK") ? runRank(*a) : launch(*a); }};
 }
 
