@@ -153,3 +153,21 @@ def test_the_readme_example_runs_verbatim(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Run(" in done.stdout and "final loss" in done.stdout, done.stdout[-2000:]
+
+
+def test_pip_install_makes_a_package_that_works_outside_the_checkout(tmp_path):
+    target = tmp_path / "site"
+    built = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                            "--target", str(target), ROOT], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    check = ("import pipetrain, pipetrain_capture; "
+             "print(pipetrain.__file__); print(pipetrain_capture.__file__); "
+             "print(pipetrain.schedule('1f1b', 2, 2).actions)")
+    executable = os.path.abspath(os.environ.get("PIPETRAIN_BIN", os.path.join(ROOT, "build", "pipetrain")))
+    env = {**os.environ, "PYTHONPATH": str(target), "PIPETRAIN_BIN": executable}
+    done = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(str(target)) and lines[1].startswith(str(target)), lines
+    assert lines[2] == "[['0F0', '0F1', '0B0', '0B1'], ['1F0', '1B0', '1F1', '1B1']]"
