@@ -125,12 +125,13 @@ def _candidate(j: dict) -> Candidate:
     return Candidate(Plan.from_json(j), j["predicted_throughput"], j["bubble_fraction"], j.get("asynchronous", False))
 
 
-def plan(model_or_graph, data=None, *, cluster, batch: int, **options) -> PlanChoice:
+def plan(model_or_graph, data=None, *, cluster, batch: int, output: str = None, **options) -> PlanChoice:
     """Chooses schedule, stages, replicas and micro-batches for a model on a cluster.
 
     model_or_graph: a layer graph (path or dict, from `pipetrain profile`), or an
-        nn.Module, which is captured on `data` and profiled here first (on this
-        machine's CPU, at the batch's first micro-batch size candidates).
+        nn.Module, which is captured on `data` (with `output`, as pipetrain.train takes
+        it) and profiled here first, on this machine's CPU at micro-batches of
+        min(batch, 8) and batch.
     cluster: a cluster spec (path or dict); options as `pipetrain plan`'s
         (schedule="1f1b", allow_async=True, recompute="auto", ...)."""
     with tempfile.TemporaryDirectory() as folder:
@@ -140,7 +141,7 @@ def plan(model_or_graph, data=None, *, cluster, batch: int, **options) -> PlanCh
             from ._train import captured
             data_path = _data.data_file(data)
             graph = os.path.join(folder, "graph.json")
-            _binary.run(["profile", "--model-file", captured(model_or_graph, data_path), "--data-file", data_path,
+            _binary.run(["profile", "--model-file", captured(model_or_graph, data_path, output), "--data-file", data_path,
                          "--batch", min(batch, 8), batch, "--out", graph])
         else:
             graph = _json_file(model_or_graph, folder, "graph.json")

@@ -107,7 +107,8 @@ def train(model: nn.Module, data, *, nproc: int = 2, batch: int = None, epochs: 
     nproc:  ranks; batch: samples per optimizer step (the planner splits them);
     output: the tensor to train on where forward() returns several ("logits").
     **options: any of `pipetrain train`'s options, by name: lr=3e-4, optimizer="adamw",
-            schedule="1f1b", checkpoint_dir="ckpt", ... (`pipetrain train --help`).
+            schedule="1f1b", checkpoint_dir="ckpt", ... (`pipetrain train --help`);
+            plan= a plan file, or a PlanChoice from pipetrain.plan.
     progress: print the console's progress lines as they come.
     """
     if not isinstance(model, nn.Module):
@@ -122,6 +123,9 @@ def train(model: nn.Module, data, *, nproc: int = 2, batch: int = None, epochs: 
         os.makedirs(runs, exist_ok=True)
         directory = tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=runs)
     os.makedirs(directory, exist_ok=True)
+    from ._planning import PlanChoice  # a plan chosen in Python trains as its file
+    if isinstance(options.get("plan"), PlanChoice):
+        options["plan"] = options["plan"].save(os.path.join(directory, "plan.json"))
     exported = os.path.join(directory, "trained.pt")
     summary_path = os.path.join(directory, "summary.json")
     report_dir = os.path.join(directory, "report")

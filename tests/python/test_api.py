@@ -111,6 +111,20 @@ def test_a_plan_is_objects_and_simulates_as_the_planner_predicted(tmp_path):
     assert fixed.chosen.plan.schedule == "gpipe"
 
 
+def test_a_module_planned_in_python_trains_under_that_plan(tmp_path):
+    cluster = {"format": "pipetrain.cluster", "version": 1,
+               "devices": [{"name": f"dev{i}", "kind": "cpu", "speed": 1.0, "memory_bytes": 1 << 32} for i in range(2)],
+               "levels": [{"name": "loopback", "group_size": 2, "bandwidth": 3.4e9, "latency": 5e-5}]}
+    choice = pipetrain.plan(tiny_gpt2(), data(), cluster=cluster, batch=16, output="logits", no_replication=True,
+                            use_all_devices=True)
+    assert len(choice.chosen.plan.stages) == 2
+    run = pipetrain.train(tiny_gpt2(), data(), nproc=2, output="logits", plan=choice, progress=False,
+                          directory=str(tmp_path / "run"))
+    assert run.summary.plan.stages == choice.chosen.plan.stages
+    assert run.summary.plan.schedule == choice.chosen.plan.schedule
+    assert len(os.listdir(os.path.join(os.environ["PIPETRAIN_CACHE_DIR"], "models"))) == 1  # captured once
+
+
 def test_ctrl_c_stops_the_ranks_and_leaves_the_last_checkpoint_intact(tmp_path):
     checkpoints = tmp_path / "ckpt"
     script = textwrap.dedent(f"""
