@@ -13,6 +13,7 @@
 #include "pipetrain/job/profile_job.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/json_io.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
@@ -23,6 +24,7 @@ namespace {
 struct ProfileArgs {
   job::ProfileJob job;
   std::vector<std::string> model_options;  // KEY=VALUE, parsed into job.model_config
+  std::string job_file;                    // --job: the whole job as JSON instead
   bool progress = false;
 };
 
@@ -103,7 +105,8 @@ void printProgress(const profiler::ProfileProgress& p, int64_t batch, const std:
 }
 
 int run(ProfileArgs& a) {
-  a.job.model_config = parseModelOptions(a.model_options);
+  if (!a.job_file.empty()) a.job = job::profileJobFromJson(json_io::readFile(a.job_file), a.job_file);
+  else a.job.model_config = parseModelOptions(a.model_options);
   checkWritable(a.job.out, "--out");
   const job::ProfileOutcome outcome = job::runProfileJob(a.job, [&](const profiler::ProfileProgress& p, int64_t b) {
     if (a.progress) printProgress(p, b, a.job.batches);
@@ -136,7 +139,6 @@ Command addProfileCommand(CLI::App& app) {
   cmd->add_option("--batch", a->job.batches,
                   "samples per measured batch (e.g. the micro-batch size); several (32,128): the layers are timed "
                   "at each, and the planners interpolate between them")
-      ->required()
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--warmup", a->job.options.warmup, "untimed passes over the model first; more until one touches no new memory page")->capture_default_str();
@@ -165,9 +167,19 @@ Command addProfileCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--precision", a->job.precision, "fp32, or bf16 (forward passes under autocast, as train's --precision)")
       ->capture_default_str();
-  cmd->add_option("--out", a->job.out, "the layer graph JSON to write")->required();
-  return {cmd, [a, zoo, file, data_file, dataset] {
+  auto* out = cmd->add_option("--out", a->job.out, "the layer graph JSON to write");
+  auto* job_file = cmd->add_option("--job", a->job_file,
+                                   "FILE: the whole job as JSON, as `train` hands it to its profiling processes "
+                                   "(every option but --progress is in it)");
+  return {cmd, [a, cmd, zoo, file, data_file, dataset, out, job_file] {
+            if (*job_file) {
+              for (const CLI::Option* o : cmd->get_options())
+                if (o->count() > 0 && o != job_file && o->get_name() != "--progress")
+                  throw Error("--job holds the whole job; drop " + o->get_name());
+              return run(*a);
+            }
             if (!*zoo && !*file) throw Error("profile needs --model NAME or --model-file FILE");
+            if (!*out) throw Error("--out is required: the layer graph JSON to write");
             a->job.load_data = *data_file || *dataset;
             return run(*a);
           }};

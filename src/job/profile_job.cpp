@@ -105,6 +105,61 @@ void parseShare(const std::string& text, profiler::ProfileOptions& o) {
 
 }  // namespace
 
+json_io::Json profileJobToJson(const ProfileJob& job) {
+  json_io::Json config = json_io::Json::object();
+  for (const auto& [key, value] : job.model_config) config[key] = value;
+  const profiler::ProfileOptions& o = job.options;
+  return {{"format", "pipetrain.profile-job"}, {"version", 1},
+          {"model", job.model}, {"model_file", job.model_file}, {"model_config", config},
+          {"data", {{"name", job.data.name}, {"file", job.data.file}, {"context", job.data.context},
+                    {"token_dtype", job.data.token_dtype}}},
+          {"load_data", job.load_data}, {"data_dir", job.data_dir}, {"batches", job.batches},
+          {"warmup", o.warmup}, {"repeats", o.repeats}, {"min_repeats", o.min_repeats}, {"spread", o.spread},
+          {"optimizer", o.optimizer}, {"in_flight", o.in_flight}, {"threads", job.threads},
+          {"device", job.device}, {"precision", job.precision}, {"share", job.share},
+          {"rendezvous", job.rendezvous}, {"time_every_layer", job.time_every_layer}, {"out", job.out}};
+}
+
+ProfileJob profileJobFromJson(const json_io::Json& j, const std::string& origin) {
+  const json_io::JsonCursor c(j, origin);
+  c.allowOnly({"format", "version", "model", "model_file", "model_config", "data", "load_data", "data_dir", "batches",
+               "warmup", "repeats", "min_repeats", "spread", "optimizer", "in_flight", "threads", "device",
+               "precision", "share", "rendezvous", "time_every_layer", "out"});
+  if (c.field("format").asString() != "pipetrain.profile-job")
+    c.field("format").fail("expected \"pipetrain.profile-job\"");
+  c.field("version").asIntIn(1, 1);
+  ProfileJob job;
+  job.model = c.field("model").asString();
+  job.model_file = c.field("model_file").asString();
+  const json_io::JsonCursor config = c.field("model_config");
+  if (!config.node().is_object()) config.fail("expected an object of sizes");
+  for (const auto& [key, value] : config.node().items()) job.model_config[key] = config.field(key).asInt();
+  const json_io::JsonCursor data = c.field("data");
+  data.allowOnly({"name", "file", "context", "token_dtype"});
+  job.data.name = data.field("name").asString();
+  job.data.file = data.field("file").asString();
+  job.data.context = data.field("context").asNonNegativeInt();
+  job.data.token_dtype = data.field("token_dtype").asString();
+  job.load_data = c.field("load_data").asBool();
+  job.data_dir = c.field("data_dir").asString();
+  for (const json_io::JsonCursor& b : c.field("batches").asArray()) job.batches.push_back(b.asInt());
+  profiler::ProfileOptions& o = job.options;
+  o.warmup = static_cast<int>(c.field("warmup").asIntIn(0, 1000));
+  o.repeats = static_cast<int>(c.field("repeats").asIntIn(1, 1000));
+  o.min_repeats = static_cast<int>(c.field("min_repeats").asIntIn(0, 1000));
+  o.spread = c.field("spread").asNumberIn(0, 1);
+  o.optimizer = c.field("optimizer").asString();
+  o.in_flight = static_cast<int>(c.field("in_flight").asIntIn(1, 1 << 16));
+  job.threads = static_cast<int>(c.field("threads").asIntIn(0, 1 << 16));
+  job.device = c.field("device").asString();
+  job.precision = c.field("precision").asString();
+  job.share = c.field("share").asString();
+  job.rendezvous = c.field("rendezvous").asString();
+  job.time_every_layer = c.field("time_every_layer").asBool();
+  job.out = c.field("out").asString();
+  return job;
+}
+
 ProfileOutcome runProfileJob(ProfileJob a, const ProfileProgressFn& progress) {
   for (int64_t b : a.batches)
     if (b < 1) throw Error("--batch must be at least 1, not " + std::to_string(b));

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "pipetrain/job/launcher.h"
+#include "pipetrain/job/profile_job.h"
 #include "pipetrain/report/pages.h"
 #include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/planner/explore.h"
@@ -188,32 +189,46 @@ std::string joined(const std::vector<int64_t>& sizes) {
   return text;
 }
 
+// One process per share, each handed its part of the job as a file beside `out`
+// (`pipetrain profile --job FILE`, job::profileJobToJson).
 std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig& config, const ProfileRequest& r,
                                                       const Processes& processes, const Sizes& sizes,
                                                       const std::string& out, const std::string& rendezvous) {
   std::vector<std::vector<std::string>> commands;
   for (int k = 0; k < processes.count; ++k) {
-    std::vector<std::string> argv{"pipetrain", "profile", "--batch", joined(sizes.timed),
-                                  "--optimizer", config.optimizer.name, "--warmup", std::to_string(kWarmup),
-                                  "--repeats", std::to_string(kRepeats), "--min-repeats", std::to_string(kMinRepeats),
-                                  "--share", std::to_string(k) + "/" + std::to_string(processes.count),
-                                  "--rendezvous", rendezvous,
-                                  "--in-flight", std::to_string(processes.in_flight[k]),
-                                  "--device", config.device, "--precision", config.precision,
-                                  "--out", k == 0 ? out : out + "." + std::to_string(k)};
-    if (k == 0) argv.push_back("--progress");  // the others would say the same
+    ProfileJob job;
+    job.batches = sizes.timed;
+    job.options.optimizer = config.optimizer.name;
+    job.options.warmup = kWarmup;
+    job.options.repeats = kRepeats;
+    job.options.min_repeats = kMinRepeats;
+    job.options.in_flight = processes.in_flight[k];
+    job.share = std::to_string(k) + "/" + std::to_string(processes.count);
+    job.rendezvous = rendezvous;
+    job.device = config.device;
+    job.precision = config.precision;
+    job.out = k == 0 ? out : out + "." + std::to_string(k);
     // The dataset too: the first stage's forward passes load its micro-batches
     // (profile_model.cpp, NOTE(input-loading)).
+    job.load_data = true;
+    job.model_config = config.model_config;
     if (config.model_file.empty()) {
-      argv.insert(argv.end(), {"--model", config.model, "--dataset", config.data.name});
+      job.model = config.model;
+      job.data.name = config.data.name;
       if (config.data.fashion_mnist_dir != data::DataOptions().fashion_mnist_dir)
-        argv.insert(argv.end(), {"--data-dir", config.data.fashion_mnist_dir});
+        job.data_dir = config.data.fashion_mnist_dir;
     } else {
-      argv.insert(argv.end(), {"--model-file", config.model_file, "--data-file", config.data.file});
-      if (data::isTokenStream(config.data.file))
-        argv.insert(argv.end(), {"--context", std::to_string(config.data.context), "--token-dtype", config.data.token_dtype});
+      job.model_file = config.model_file;
+      job.data.file = config.data.file;
+      if (data::isTokenStream(config.data.file)) {
+        job.data.context = config.data.context;
+        job.data.token_dtype = config.data.token_dtype;
+      }
     }
-    for (const auto& o : r.model_options) argv.insert(argv.end(), {"--model-option", o});
+    const std::string job_file = rendezvous + "/job." + std::to_string(k) + ".json";
+    json_io::writeFile(job_file, profileJobToJson(job));
+    std::vector<std::string> argv{"pipetrain", "profile", "--job", job_file};
+    if (k == 0) argv.push_back("--progress");  // the others would say the same
     commands.push_back(std::move(argv));
   }
   return commands;

@@ -13,6 +13,7 @@
 #include "pipetrain/torch/data.h"
 #include "pipetrain/torch/models.h"
 #include "pipetrain/torch/profiler.h"
+#include "pipetrain/util/json_io.h"
 
 namespace pipetrain::job {
 
@@ -43,6 +44,12 @@ struct ProfileOutcome {
   profiler::ThreadSpeedup speedup;  // where one process timed the whole model on several threads
   int share = 0, shares = 1;        // the share of the layers timed, of how many
 };
+
+// The job as JSON, the one form in which a `train` launcher hands its profiling
+// processes their part (`pipetrain profile --job FILE`): what to measure, not how to show
+// it. The reader refuses unknown keys and wrong types, naming `origin` and the key.
+json_io::Json profileJobToJson(const ProfileJob& job);
+ProfileJob profileJobFromJson(const json_io::Json& j, const std::string& origin);
 
 // Each pass's progress, with the batch size being timed.
 using ProfileProgressFn = std::function<void(const profiler::ProfileProgress&, int64_t batch)>;
