@@ -8,7 +8,8 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
+
+from ._progress import Progress
 
 
 class PipetrainError(RuntimeError):
@@ -71,7 +72,7 @@ def _message(stderr: str, command: list) -> str:
 
 def run(args: list, echo: bool = False) -> str:
     """Runs `pipetrain ARGS`; returns its standard output. With `echo`, its output is
-    passed on line by line as it comes (the console's progress, in a notebook too).
+    passed on line by line as it comes, its progress lines as a bar in a notebook.
     Ctrl-C (KeyboardInterrupt) stops the command and its ranks with SIGINT, as Ctrl-C in
     a terminal would, then re-raises."""
     command = [executable()] + [str(a) for a in args]
@@ -79,12 +80,12 @@ def run(args: list, echo: bool = False) -> str:
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if echo else subprocess.PIPE,
                                text=True, start_new_session=True)
     captured = []
+    shown = Progress() if echo else None
     try:
         if echo:
             for line in process.stdout:
                 captured.append(line)
-                sys.stdout.write(line)
-                sys.stdout.flush()
+                shown.line(line)
             stderr = "".join(captured)
             process.wait()
             stdout = stderr
@@ -93,6 +94,9 @@ def run(args: list, echo: bool = False) -> str:
     except KeyboardInterrupt:
         _stop(process)
         raise
+    finally:
+        if shown:
+            shown.close()
     if process.returncode != 0:
         raise PipetrainError(_message(stderr, command))
     return stdout

@@ -89,6 +89,12 @@ def test_errors_raise_pipetrain_error_with_the_one_line_message(tmp_path):
         pipetrain.train(tiny_gpt2(), data(), output="logits", no_such_option=3, progress=False)
 
 
+def test_progress_lines_are_read_for_a_notebooks_bar():
+    from pipetrain import _progress
+    assert _progress.parse("epoch 2  step 12/56  loss 0.4121  2210 samples/s  ETA 3 s\n") == (2, 12, 56, 0.4121, 2210.0)
+    assert _progress.parse("trained mlp with 1f1b on 2 ranks: 48 samples") is None
+
+
 def test_a_schedule_is_a_program_that_simulates_and_renders():
     program = pipetrain.schedule("1f1b", stages=2, microbatches=3)
     assert program.actions == [["0F0", "0F1", "0B0", "0F2", "0B1", "0B2"], ["1F0", "1B0", "1F1", "1B1", "1F2", "1B2"]]
