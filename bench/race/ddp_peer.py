@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from race_models import MODELS, Whole, load, loss
+from race_models import MODELS, Whole, load, loss, pin_like_pipetrain
 
 
 def main():
@@ -41,6 +41,7 @@ def main():
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
     a = p.parse_args()
+    placement = pin_like_pipetrain()  # before any thread starts: the ranks share cores as pipetrain's do
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -76,9 +77,11 @@ def main():
 
     rss = [None] * world
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    placements = [None] * world
+    dist.all_gather_object(placements, placement)
     if rank == 0:
         print(json.dumps({"schedule": "DDP", "world_size": world, "samples_per_second": a.steps * a.batch / seconds,
-                          "seconds": seconds, "peak_rss_bytes": rss}), flush=True)
+                          "seconds": seconds, "peak_rss_bytes": rss, "ranks_placed": placements}), flush=True)
     dist.destroy_process_group()
 
 

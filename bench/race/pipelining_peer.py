@@ -37,7 +37,7 @@ import torch.nn as nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import schedules
 
-from race_models import load, loss, pieces
+from race_models import load, loss, pieces, pin_like_pipetrain
 
 V_SHAPED = {"ScheduleZBVZeroBubble", "ScheduleDualPipeV"}
 
@@ -85,6 +85,7 @@ def main():
                    help="time each stage's forward and backward calls in the timed steps and report, per rank, "
                         "their mean and the share of the time spent outside them")
     a = p.parse_args()
+    placement = pin_like_pipetrain()  # before any thread starts: the ranks share cores as pipetrain's do
 
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -142,6 +143,8 @@ def main():
 
     rss = [None] * world
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    placements = [None] * world
+    dist.all_gather_object(placements, placement)
     trained = [None] * world
     dist.all_gather_object(trained, {k: v.detach() for k, v in model.state_dict(keep_vars=True).items()
                                      if id(v) in mine} if a.save_params else None)
@@ -149,7 +152,7 @@ def main():
         if a.save_params:
             torch.save({k: v for part in trained for k, v in part.items()}, a.save_params)
         print(json.dumps({"schedule": a.schedule, "world_size": world, "samples_per_second": a.steps * batch / seconds,
-                          "seconds": seconds, "peak_rss_bytes": rss,
+                          "seconds": seconds, "peak_rss_bytes": rss, "ranks_placed": placements,
                           **({"ranks": actions} if a.action_times else {})}), flush=True)
     dist.destroy_process_group()
 

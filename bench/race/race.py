@@ -120,6 +120,8 @@ class Race:
             counts = self.a.peer_microbatches if schedule in best_of else [MICROBATCHES_PER_RANK]
             for k in counts:
                 m = k * p
+                if m < stages or batch % m:
+                    continue  # fewer micro-batches than stages, or a batch they do not divide
                 runs.append(Configuration(
                     f"torch {peer_schedule} {m}x{batch // m}",
                     torchrun + [f"{HERE}/pipelining_peer.py", "--schedule", peer_schedule,
@@ -163,17 +165,21 @@ class Race:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             return {"error": f"timed out after {self.a.timeout:.0f} s"}
+        printed = None if c.log else peer_result(out)
         if proc.returncode != 0:
             lines = (err + out).splitlines()
             # A rank's own error before torchrun's summary of it (ChildFailedError).
             errors = [l.split("]: ", 1)[-1] for l in lines if l.startswith("[rank") and "Error" in l]
             errors += [l.split("]: ", 1)[-1] for l in lines if "Error: " in l or "error: " in l]
-            return {"error": f"exit {proc.returncode}: " + (errors[0] if errors else lines[-1] if lines else "")[:160],
-                    "output_tail": lines[-40:]}
+            why = f"exit {proc.returncode}: " + (errors[0] if errors else lines[-1] if lines else "")[:160]
+            if printed is None:
+                return {"error": why, "output_tail": lines[-40:]}
+            # It trained and printed its result, then died on the way out (a DDP process
+            # group torn down at exit): the result counts, the abort is reported beside it.
+            return dict(printed, abort_at_exit=why)
         if c.log:
             return self.ours(c)
-        result = json.loads(out.strip().splitlines()[-1])
-        return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"])}
+        return printed
 
     def ours(self, c):
         """pipetrain's samples/s over the steps after the warm-up (timed_window)."""
@@ -187,6 +193,20 @@ class Race:
         out["ranks"] = [{k: r[k] for k in ("wait_fraction", "core_wait_fraction", "overhead_fraction",
                                             "bubble_fraction", "action_seconds")} for r in summary["ranks"]]
         return out
+
+
+def peer_result(out):
+    """What a peer printed last (its JSON line): samples/s, peak RSS and where its ranks
+    ran (threads, pinned CPU); None where it printed none."""
+    for line in reversed(out.strip().splitlines()):
+        try:
+            result = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(result, dict) and "samples_per_second" in result:
+            return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"]),
+                    "ranks_placed": result.get("ranks_placed")}
+    return None
 
 
 def timed_window(summary, log, warmup_steps, steps):
@@ -238,9 +258,10 @@ def main():
     p.add_argument("--runs", default=",".join([s for _, s, _ in PAIRS] + ["ddp", "plan", "async"]),
                    help="which to run: pipetrain's schedule names (each with its torch peer), ddp, plan, "
                         "plan-gloo (the plan with its sums over Gloo instead of shared memory), async")
-    p.add_argument("--peer-best", default="gpipe,1f1b,zb-h1",
-                   help="schedules the peer also runs at the other micro-batch counts")
-    p.add_argument("--peer-microbatches", default="2,4,8", help="micro-batches per rank the peer tries")
+    p.add_argument("--peer-best", default=",".join(s for _, s, _ in PAIRS),
+                   help="schedules the peer also runs at the other micro-batch counts (default: every one)")
+    p.add_argument("--peer-microbatches", default="1,2,4,8",
+                   help="micro-batches per rank the peer tries (those fewer than its stages are skipped)")
     p.add_argument("--microbatch-size", type=int,
                    help="samples per micro-batch for every model (default: each model's own, MICROBATCH_SIZE); "
                         "small ones race the runtimes' cost per action")
@@ -296,8 +317,10 @@ def report(table, results, a):
         median = {name: statistics.median(v) for name, v in ok.items() if v}
         peers = [c.name for c in runs if c.kind == "peer" and c.name in median]
         ddps = [c.name for c in runs if c.kind == "ddp" and c.name in median]
-        best = max(peers, key=median.get) if peers else None
+        best_pipeline = max(peers, key=median.get) if peers else None
         best_ddp = max(ddps, key=median.get) if ddps else None
+        # The peer's best is what a torch user could run at best: its pipelines or DDP.
+        best = max(peers + ddps, key=median.get) if peers or ddps else None
         print(f"\n{model}, {p} processes, mini-batch {MICROBATCHES_PER_RANK * p * microbatch_size(a, model)}, "
               f"malloc {malloc}")
         print("| configuration | samples/s | range | peak RSS MiB | paired ratio |")
@@ -311,7 +334,8 @@ def report(table, results, a):
             if c.versus:
                 against.append((c.versus, c.versus))
             if c.kind == "plan":
-                against += [(best, "the peer's best, " + (best or "")), (best_ddp, best_ddp)]
+                against += [(best, "the peer's best, " + (best or ""))]
+                against += [(other, other) for other in (best_pipeline, best_ddp) if other != best]
             cells = []
             for other, label in against:
                 if other and other in median:
@@ -320,12 +344,31 @@ def report(table, results, a):
                     cells.append(f"{describe(r)} against {label}" if c.kind == "plan" else describe(r))
             rss = statistics.median(x["peak_rss_bytes"] for x in got[c.name] if "error" not in x) / 2**20
             note = f" ({len(failures)} failed: {failures[0]})" if failures else ""
+            aborts = [x["abort_at_exit"] for x in got[c.name] if "abort_at_exit" in x]
+            if aborts:
+                note += f" ({len(aborts)} counted though they aborted at exit: {aborts[0]})"
             print(f"| {c.name} | {median[c.name]:.1f} | {min(ok[c.name]):.1f}–{max(ok[c.name]):.1f} | {rss:.0f} | "
                   f"{'; '.join(cells)}{note} |")
         chosen = {x.get("plan") for c in runs if c.kind == "plan" for x in got[c.name] if x.get("plan")}
         if chosen:
             print("plans chosen: " + "; ".join(sorted(chosen)))
+        print(placement_line(runs, got, p))
     return every
+
+
+def placement_line(runs, got, p):
+    """Where the peers' ranks ran, against pipetrain's rule for its own (one BLAS thread a
+    rank where the ranks fill the cores; pinned, local rank r on CPU r mod the CPUs, where
+    they outnumber them): the same on both sides, or the difference named."""
+    cpus = len(os.sched_getaffinity(0))
+    threads = max(1, cpus // p)
+    placed = [r for c in runs if c.kind in ("peer", "ddp") for x in got[c.name] for r in (x.get("ranks_placed") or [])]
+    seen_threads = sorted({r["threads"] for r in placed})
+    pinned = sorted({r["pinned_cpu"] is not None for r in placed})
+    same = seen_threads in ([], [threads]) and pinned in ([], [p > cpus])
+    return (f"ranks: pipetrain {threads} thread(s) each, {'pinned' if p > cpus else 'unpinned'}; the peers "
+            f"{seen_threads or '?'} thread(s), {'pinned' if pinned == [True] else 'unpinned' if pinned == [False] else pinned}"
+            + ("" if same else " (NOT the same: the ratios compare unlike placements)"))
 
 
 if __name__ == "__main__":

@@ -261,6 +261,21 @@ def pieces(name, model):
     raise SystemExit(f"unknown race model '{name}'")
 
 
+def pin_like_pipetrain():
+    """Pins this rank as pipetrain's launcher pins its own (job/launcher.cpp, pinToSlot):
+    where the host's ranks (LOCAL_WORLD_SIZE) outnumber the CPUs this process may run on,
+    local rank r stays on CPU r mod their count, so that the race's 3 ranks on 2 cores
+    share them the same way on both sides. Returns {"threads", "pinned_cpu"} for the
+    record (pinned_cpu None where unpinned)."""
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    cpus = sorted(os.sched_getaffinity(0))
+    pinned = None
+    if ranks > len(cpus):
+        pinned = cpus[int(os.environ.get("LOCAL_RANK", "0")) % len(cpus)]
+        os.sched_setaffinity(0, {pinned})
+    return {"threads": torch.get_num_threads(), "pinned_cpu": pinned}
+
+
 def loss(output, target):
     """Mean cross-entropy of a batch: class scores (N, C) or token scores (N, T, V), as
     pipetrain trains them; every racer's loss."""
