@@ -78,6 +78,18 @@ def test_a_hugging_face_model_trains_on_two_ranks_and_comes_back_in_its_own_clas
     assert (sorted(os.listdir(cache / "data")), sorted(os.listdir(cache / "models"))) == files
 
 
+def test_a_token_file_trains_a_module_with_its_context(tmp_path):
+    import numpy as np
+    tokens = np.concatenate([sequences(64, 3)[0].flatten().numpy()] * 4).astype(np.uint16)
+    path = tmp_path / "tokens.bin"
+    tokens.tofile(path)
+    run = pipetrain.train(tiny_gpt2(), str(path), nproc=2, batch=8, output="logits", context=CONTEXT,
+                          max_steps=3, no_eval=True, progress=False, directory=str(tmp_path / "run"))
+    assert run.summary.samples > 0 and run.summary.world_size == 2
+    with pytest.raises(pipetrain.PipetrainError, match="needs context="):
+        pipetrain.train(tiny_gpt2(), str(path), output="logits", progress=False)
+
+
 def test_errors_raise_pipetrain_error_with_the_one_line_message(tmp_path):
     with pytest.raises(pipetrain.PipetrainError, match="unknown schedule"):
         pipetrain.schedule("nope", 2, 4)
