@@ -32,12 +32,13 @@ def _tensors(data) -> dict:
 
 
 def digest(tensors: dict) -> str:
-    """A hash of the tensors' names, dtypes, shapes and bytes."""
+    """A hash of the tensors' names, dtypes, shapes and bytes (a data dict, or a module's
+    state_dict, whose 0-dim buffers such as BatchNorm's step count are bytes too)."""
     h = hashlib.sha256()
     for key in sorted(tensors):
         t = tensors[key].detach().cpu().contiguous()
         h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()[:16]
 
 

@@ -64,10 +64,7 @@ def _model_key(model: nn.Module, example, output) -> str:
     the capture tool's own sources."""
     h = hashlib.sha256()
     h.update(f"{type(model).__module__}.{type(model).__qualname__}|{model!r}|{output}|{model.training}".encode())
-    for name, t in model.state_dict(keep_vars=False).items():
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    h.update(_data.digest(model.state_dict()).encode())
     h.update(_data.digest(example if isinstance(example, dict) else {"inputs": example}).encode())
     for tool in sorted(glob.glob(os.path.join(_PYTHON_DIR, "pipetrain_capture*.py"))):
         with open(tool, "rb") as f:

@@ -101,6 +101,14 @@ def test_errors_raise_pipetrain_error_with_the_one_line_message(tmp_path):
         pipetrain.train(tiny_gpt2(), data(), output="logits", no_such_option=3, progress=False)
 
 
+def test_a_module_with_batch_norm_is_keyed_by_its_weights():
+    from pipetrain import _data
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))  # a 0-dim step count
+    key = _data.digest(model.state_dict())
+    model[1].num_batches_tracked += 1
+    assert _data.digest(model.state_dict()) != key
+
+
 def test_progress_lines_are_read_for_a_notebooks_bar():
     from pipetrain import _progress
     assert _progress.parse("epoch 2  step 12/56  loss 0.4121  2210 samples/s  ETA 3 s\n") == (2, 12, 56, 0.4121, 2210.0)
