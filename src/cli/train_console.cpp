@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -98,9 +97,8 @@ void printRunSummary(const job::TrainRequest& request, const job::RunSummary& su
   for (const auto& r : s["ranks"]) std::printf("%s\n", report::rankSummaryLine(r).c_str());
   // Each rank's memory against the prediction in one line; why, at length, is the
   // report's (and the summary's) to say.
-  for (const std::string& note : report::memoryNotesOfRun(s, "this run"))
-    std::printf("memory: %s%s\n", note.substr(0, std::min(note.find("; "), note.find(". "))).c_str(),
-                request.report_dir.empty() ? "" : " (the report says why)");
+  for (const std::string& note : report::memoryNotesOfRun(s, "this run", /*brief=*/true))
+    std::printf("memory: %s%s\n", note.c_str(), request.report_dir.empty() ? "" : " (the report says why)");
   for (const std::string& note : report::coreSpeedNotesOfRun(s, "this run")) std::printf("speed: %s\n", note.c_str());
   for (const std::string& line : job::writeRunOutputs(request, summary)) std::printf("%s\n", line.c_str());
 }

@@ -33,8 +33,9 @@ double memoryAddedByTraining(const json_io::JsonCursor& rank);
 std::string rankSummaryLine(const json_io::Json& rank);
 
 // A note for each rank whose measured memory and the planner's prediction of it differ
-// by more than 10% (memoryNotes), from a `train --summary-json` summary.
-std::vector<std::string> memoryNotesOfRun(const json_io::Json& summary, const std::string& origin);
+// by more than 10% (memoryNotes, `brief` as there), from a `train --summary-json` summary.
+std::vector<std::string> memoryNotesOfRun(const json_io::Json& summary, const std::string& origin,
+                                          bool brief = false);
 // The same for the cores' speed against the profile's (coreSpeedNotes).
 std::vector<std::string> coreSpeedNotesOfRun(const json_io::Json& summary, const std::string& origin);
 

@@ -59,8 +59,9 @@ struct RankMemory {
 inline constexpr double kMemoryAgrees = 0.10;
 
 // A note for each rank whose measured peak and prediction lie more than kMemoryAgrees
-// apart, saying by how much and what the measurement holds that the prediction did not.
-std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks);
+// apart, saying by how much and what the measurement holds that the prediction did not;
+// `brief`: by how much only (the console's line; the report says why).
+std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks, bool brief = false);
 
 // Below this share apart, the run's cores computed at the profile's speed.
 inline constexpr double kSpeedAgrees = 0.10;

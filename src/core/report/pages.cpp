@@ -102,7 +102,7 @@ std::string rankSummaryLine(const Json& r) {
   return line;
 }
 
-std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string& origin) {
+std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string& origin, bool brief) {
   std::vector<RankMemory> ranks;
   const JsonCursor s(summary, origin);
   const int learned = s.has("planner") && s.field("planner").has("chosen")
@@ -120,7 +120,7 @@ std::vector<std::string> memoryNotesOfRun(const Json& summary, const std::string
     // On a GPU the planner prices the device's memory, which the resident set does not hold.
     if (r.has("peak_device_memory_bytes") && r.field("peak_device_memory_bytes").asNumber() >= 0) m.predicted = NAN;
   }
-  return memoryNotes(ranks);
+  return memoryNotes(ranks, brief);
 }
 
 std::vector<std::string> coreSpeedNotesOfRun(const Json& summary, const std::string& origin) {

@@ -118,7 +118,7 @@ std::vector<std::string> coreSpeedNotes(double profile_probe, const std::vector<
   return {note};
 }
 
-std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks) {
+std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks, bool brief) {
   std::vector<std::string> notes;
   for (const RankMemory& r : ranks) {
     if (!(r.predicted > 0) || std::abs(r.measured / r.predicted - 1) <= kMemoryAgrees) continue;
@@ -127,6 +127,10 @@ std::vector<std::string> memoryNotes(const std::vector<RankMemory>& ranks) {
                        " added by training, is " + percent(std::abs(apart)) + (apart > 0 ? " above" : " below") +
                        " the planner's prediction (" + text::humanBytes(r.predicted) + ", of which " +
                        text::humanBytes(r.predicted_process) + " beyond its tensors)";
+    if (brief) {
+      notes.push_back(note);
+      continue;
+    }
     if (r.data >= 0) note += "; opening its datasets added " + text::humanBytes(r.data);
     // Memory the tensors' accounting cannot see: what the heap freed and kept, which at
     // the peak partly held the passing tensors the prediction prices, and partly lay in

@@ -108,6 +108,14 @@ TEST(MemoryNotes, ARankPastTenPercentIsExplainedTheOthersAreNot) {
   EXPECT_EQ(notes[1].find("the heap kept"), std::string::npos) << notes[1];
   EXPECT_NE(notes[1].find("20% below"), std::string::npos) << notes[1];
   EXPECT_NE(notes[1].find("mean of 2 earlier run(s)"), std::string::npos);
+  // The console's brief notes: by how much, the same start, none of the why.
+  const auto brief = memoryNotes(ranks, /*brief=*/true);
+  ASSERT_EQ(brief.size(), 2u);
+  for (std::size_t k = 0; k < brief.size(); ++k) {
+    EXPECT_EQ(notes[k].rfind(brief[k], 0), 0u) << brief[k];
+    EXPECT_EQ(brief[k].find("earlier run"), std::string::npos) << brief[k];
+    EXPECT_EQ(brief[k].find("opening its datasets"), std::string::npos) << brief[k];
+  }
   ranks.assign(1, {0, 105.0, NAN, 0, -1, 0});  // no prediction: nothing to compare
   EXPECT_TRUE(memoryNotes(ranks).empty());
 }
