@@ -17,8 +17,7 @@ namespace {
 
 struct NetworkArgs {
   job::NetworkJob job;
-  std::vector<std::string> sizes = {"1M", "4M", "16M"};  // as typed: binary K/M/G
-  int repeats = 10;
+  std::vector<std::string> sizes = {"1M", "4M", "16M"};  // as typed: binary K/M/G, parsed into job.options
 };
 
 std::string rate(double bytes_per_second) {
@@ -75,7 +74,6 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
 void parseSizes(NetworkArgs& a) {
   a.job.options.sizes.clear();
   for (const auto& s : a.sizes) a.job.options.sizes.push_back(parseByteSize(s, "--sizes"));
-  a.job.options.repeats = a.repeats;
 }
 
 // One rank. Rank 0 prints what it measured and hands the cluster on (to the launcher
@@ -112,7 +110,7 @@ Command addProfileNetworkCommand(CLI::App& app, const std::vector<std::string>& 
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->capture_default_str();
-  cmd->add_option("--repeats", a->repeats, "timed round trips per measurement (the median is kept)")
+  cmd->add_option("--repeats", a->job.options.repeats, "timed round trips per measurement (the median is kept)")
       ->capture_default_str();
   cmd->add_option("--timeout", a->job.timeout_seconds, "seconds before a silent peer ends the job")->capture_default_str();
   cmd->add_option("--device", a->job.device,
