@@ -160,7 +160,9 @@ Model buildModel(const std::string& name, const ModelConfig& config = {}, uint64
 // topological, and the last child's output is the model's. The load runs the module
 // both whole and layer by layer on one sample of `input` and refuses it, naming the
 // file and the first layer at fault, unless the two agree and the output fits the loss.
-Model loadScriptedModel(const std::string& path, const InputSpec& input);
+// `name`: what the user calls the model where that is not the file's stem (one captured
+// from Python into the cache): its refusals then name it so, beside the file.
+Model loadScriptedModel(const std::string& path, const InputSpec& input, const std::string& name = "");
 // Writes `model` (from loadScriptedModel) back as a TorchScript file with its current
 // weights, loadable in Python by torch.jit.load.
 void saveScriptedModel(const Model& model, const std::string& path);

@@ -101,7 +101,12 @@ class ScriptEvalScope {
 
 class Loader {
  public:
-  Loader(std::string path, const InputSpec& input) : path_(std::move(path)), input_(input) {}
+  Loader(std::string path, const InputSpec& input, const std::string& name)
+      : path_(std::move(path)),
+        shown_(name.empty() || name == std::filesystem::path(path_).stem().string()
+                   ? "model file '" + path_ + "'"
+                   : "model '" + name + "' (captured from Python as " + path_ + ")"),
+        input_(input) {}
 
   Model load() {
     if (!std::filesystem::is_regular_file(path_)) fail("no such file");
@@ -141,7 +146,7 @@ class Loader {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const { throw Error("model file '" + path_ + "': " + what); }
+  [[noreturn]] void fail(const std::string& what) const { throw Error(shown_ + ": " + what); }
 
   // The model's inputs by name, in the file's order (forward()'s): `pipetrain_input_names`,
   // written by the capture where the data holds several; empty for one input. They must
@@ -427,6 +432,7 @@ class Loader {
   }
 
   std::string path_;
+  std::string shown_;  // how refusals name the model
   InputSpec input_;
   torch::jit::Module root_;
   std::vector<std::string> names_;
@@ -438,13 +444,13 @@ class Loader {
 
 }  // namespace
 
-Model loadScriptedModel(const std::string& path, const InputSpec& input) {
+Model loadScriptedModel(const std::string& path, const InputSpec& input, const std::string& name) {
   // TorchScript's optimizing executor differentiates a layer with its own symbolic
   // formulas, which ran a GPT block's backward pass 7-9% slower than autograd's native
   // kernels (docs/runtime.md, the race). Unoptimized, each operation records its native
   // backward, as in eager PyTorch. Process-wide: every layer loaded from a file runs so.
   torch::jit::setGraphExecutorOptimize(false);
-  return Loader(path, input).load();
+  return Loader(path, input, name).load();
 }
 
 std::string scriptedTensorName(std::string path_in_child) {

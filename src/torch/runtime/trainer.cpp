@@ -273,16 +273,7 @@ models::Model openModel(const std::string& name, const models::ModelConfig& conf
   if (data.file.empty())
     throw Error("--model-file " + model_file + " needs --data-file: the model's input shape and loss come from the data");
   if (!config.empty()) throw Error("--model-option sizes the zoo's models; a --model-file model is sized in Python");
-  try {
-    return models::loadScriptedModel(model_file, data::inputSpecOf(data));
-  } catch (const Error& e) {
-    // A model captured from Python under another name (`--model-py`: the file is a cache
-    // entry) is the user's model by that name, not by the cache's file.
-    const std::string prefix = "model file '" + model_file + "': ";
-    const std::string what = e.what();
-    if (std::filesystem::path(model_file).stem().string() == name || what.rfind(prefix, 0) != 0) throw;
-    throw Error("model '" + name + "' (captured from Python as " + model_file + "): " + what.substr(prefix.size()));
-  }
+  return models::loadScriptedModel(model_file, data::inputSpecOf(data), name);
 }
 
 models::Model openModel(const TrainConfig& c) { return openModel(c.model, c.model_config, c.seed, c.model_file, c.data); }
