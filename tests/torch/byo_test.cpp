@@ -21,8 +21,6 @@
 namespace pipetrain::runtime {
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(PIPETRAIN_BYO_DIR) + "/" + name; }
-
 TrainConfig byoConfig(const std::string& model_file) {
   TrainConfig c;
   c.model = model_file;  // names the model in failure messages
@@ -117,11 +115,11 @@ TEST(ByoModel, NamedInputsTrainExactlyAsOneProcess) {
   const std::string extra = errorOf([&] { openModel(c); });
   EXPECT_NE(extra.find("the data holds 'token_type_ids', which its forward() does not take"), std::string::npos)
       << extra;
-  dict.erase("token_type_ids");
+  EXPECT_EQ(dict.erase("token_type_ids"), 1u);
   dict.insert("test_mask", torch::zeros({20, 8}, torch::kLong));
   writeFile(path, torch::pickle_save(dict));
   EXPECT_NE(errorOf([&] { openModel(c); }).find("'test_mask' is a test split of no input"), std::string::npos);
-  dict.erase("test_mask");
+  EXPECT_EQ(dict.erase("test_mask"), 1u);
   dict.insert_or_assign("input_ids", torch::full({20, 8}, int64_t{1} << 25));
   writeFile(path, torch::pickle_save(dict));
   EXPECT_NE(errorOf([&] { openModel(c); }).find("integers outside [0, 2^24)"), std::string::npos);

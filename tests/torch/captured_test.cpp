@@ -16,8 +16,6 @@
 namespace pipetrain::runtime {
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(PIPETRAIN_BYO_DIR) + "/" + name; }
-
 TrainConfig capturedConfig(const std::string& model_file, const std::string& data_file) {
   TrainConfig c;
   c.model = model_file;

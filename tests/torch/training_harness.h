@@ -22,6 +22,9 @@
 
 namespace pipetrain::runtime {
 
+// A file the byo_fixtures test wrote with Python: models and data as a user writes them.
+inline std::string fixture(const std::string& name) { return std::string(PIPETRAIN_BYO_DIR) + "/" + name; }
+
 // A small synchronous run: 3 steps of 4 micro-batches of 4 synthetic samples, plain SGD.
 // SGD, because its update is linear in the gradient: the rounding that a pipeline's other
 // order of operations brings stays at rounding size, so 1e-5 is a tight bound. Adam

@@ -18,6 +18,10 @@ void writeFileAtomically(const std::string& path, const std::string& content);
 // `value` through a printf format with one double conversion ("%.1f%%"): table cells.
 std::string format(const char* printf_format, double value);
 
+// `value` with exactly `decimals` digits after the point ("-0.0" printed as "0.0"; at
+// most 30 digits are kept).
+std::string fixed(double value, int decimals);
+
 // "12.3 GiB", "512.0 MiB", "900 B": one decimal is what a user compares against a data sheet.
 std::string humanBytes(double bytes);
 

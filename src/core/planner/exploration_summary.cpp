@@ -22,12 +22,6 @@ double maxBusy(const sim::Report& r) {
   return m;
 }
 
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
 }  // namespace
 
 std::string whySlower(const Candidate& winner, const Candidate& loser) {
@@ -41,14 +35,14 @@ std::string whySlower(const Candidate& winner, const Candidate& loser) {
     return "the same predicted throughput, but a peak of " + text::humanBytes(static_cast<double>(l.peakMemoryBytes())) +
            " per device against " + text::humanBytes(static_cast<double>(w.peakMemoryBytes()));
   }
-  std::string why = fixed(100.0 * (1.0 - l.throughput / w.throughput), 1) + "% lower throughput: ";
+  std::string why = text::fixed(100.0 * (1.0 - l.throughput / w.throughput), 1) + "% lower throughput: ";
   if (l.bubble_fraction > w.bubble_fraction + 0.02)
-    return why + "more idle time (mean bubble " + fixed(l.bubble_fraction, 3) + " vs " + fixed(w.bubble_fraction, 3) + ")";
+    return why + "more idle time (mean bubble " + text::fixed(l.bubble_fraction, 3) + " vs " + text::fixed(w.bubble_fraction, 3) + ")";
   if (maxBusy(l) * l.samples_per_minibatch > maxBusy(w) * w.samples_per_minibatch * 1.02)
-    return why + "a slower bottleneck rank (" + fixed(maxBusy(l) / l.samples_per_minibatch * 1e3, 3) + " vs " +
-           fixed(maxBusy(w) / w.samples_per_minibatch * 1e3, 3) + " ms busy per sample)";
-  return why + "communication and synchronisation (iteration " + fixed(l.iteration_time * 1e3, 2) + " vs " +
-         fixed(w.iteration_time * 1e3, 2) + " ms per " + std::to_string(l.samples_per_minibatch) + " samples)";
+    return why + "a slower bottleneck rank (" + text::fixed(maxBusy(l) / l.samples_per_minibatch * 1e3, 3) + " vs " +
+           text::fixed(maxBusy(w) / w.samples_per_minibatch * 1e3, 3) + " ms busy per sample)";
+  return why + "communication and synchronisation (iteration " + text::fixed(l.iteration_time * 1e3, 2) + " vs " +
+         text::fixed(w.iteration_time * 1e3, 2) + " ms per " + std::to_string(l.samples_per_minibatch) + " samples)";
 }
 
 bool isDataParallel(const plan::Plan& plan) {

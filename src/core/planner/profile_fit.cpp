@@ -4,14 +4,10 @@
 #include <cstdio>
 #include <map>
 
+#include "pipetrain/util/text.h"
+
 namespace pipetrain::planner {
 namespace {
-
-std::string fixed(double x, int digits) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-  return buf;
-}
 
 std::string threadsText(int n) { return std::to_string(n) + (n == 1 ? " thread" : " threads"); }
 
@@ -62,10 +58,10 @@ ProfileFit fitProfileToCluster(const graph::LayerGraph& graph, const cluster::Cl
   }
   const std::string timed_on = "the profile was timed on " + threadsText(profiled);
   for (const auto& [threads, n] : brought)
-    addSentence(fit.note, timed_on + ", where a training step ran " + fixed(how.thread_speedup, 2) +
+    addSentence(fit.note, timed_on + ", where a training step ran " + text::fixed(how.thread_speedup, 2) +
                               "x as fast as on 1; the " + devicesText(n) + " on " + threadsText(threads) +
                               " are priced at " +
-                              fixed(threadTimeFactor(profiled, how.thread_speedup, threads), 2) +
+                              text::fixed(threadTimeFactor(profiled, how.thread_speedup, threads), 2) +
                               "x its times (Amdahl's law through those two points)");
   if (!fewer.empty())
     addSentence(fit.note, timed_on + " and did not time a step on one, so the CPU devices on fewer, on " +

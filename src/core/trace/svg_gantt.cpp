@@ -98,7 +98,7 @@ class GanttWriter {
   // Clamped to the plot, so a bogus (negative or infinite) time cannot escape it.
   double xOf(double seconds) const { return plot_x_ + std::clamp(seconds, 0.0, span_) * scale_; }
   std::string timeText(double seconds) const {
-    return axis::fixed(seconds * ticks_.unit.per_second, tip_decimals_);
+    return text::fixed(seconds * ticks_.unit.per_second, tip_decimals_);
   }
 
   void collectStages() {
@@ -129,7 +129,7 @@ class GanttWriter {
       if (twoLineLabels()) label_w = std::max(label_w, textWidth(stagesText(r), 10));
     }
     label_w = std::max(label_w, textWidth("time (" + std::string(ticks_.unit.symbol) + ")", 11) +
-                                    textWidth(axis::fixed(0, ticks_.decimals), 11) / 2 - 2);
+                                    textWidth(text::fixed(0, ticks_.decimals), 11) / 2 - 2);
     plot_x_ = kPad + label_w + 14;
     width_ = plot_x_ + plot_w_ + kBusyColumn + kPad;
     width_ = std::max(width_, 2 * kPad + textWidth(titleText(), 16) + 8);
@@ -187,7 +187,7 @@ class GanttWriter {
       if (makespan_ > 0) {
         const double busy = 100 * t_.busySeconds(r) / makespan_;
         out_ += "<text class=\"muted\" x=\"" + num(plot_x_ + plot_w_ + 10) + "\" y=\"" + num(mid + 4) +
-                "\" font-size=\"11\">" + axis::fixed(busy, 0) + "%</text>\n";
+                "\" font-size=\"11\">" + text::fixed(busy, 0) + "%</text>\n";
       }
     }
     if (makespan_ > 0)
@@ -302,10 +302,10 @@ class GanttWriter {
               num(axis_y_ + 5) + "\" stroke=\"" + kMuted + "\"/>";
       out_ += "<text x=\"" + num(x) + "\" y=\"" + num(axis_y_ + 18) +
               "\" font-size=\"11\" text-anchor=\"middle\">" +
-              axis::fixed(s * ticks_.unit.per_second, ticks_.decimals) + "</text>\n";
+              text::fixed(s * ticks_.unit.per_second, ticks_.decimals) + "</text>\n";
     }
     // Right-aligned just clear of the first tick label, which is centred on the axis start.
-    const double first_label = textWidth(axis::fixed(0, ticks_.decimals), 11);
+    const double first_label = textWidth(text::fixed(0, ticks_.decimals), 11);
     out_ += "<text class=\"muted\" x=\"" + num(plot_x_ - 8 - first_label / 2) + "\" y=\"" +
             num(axis_y_ + 18) + "\" font-size=\"11\" text-anchor=\"end\">time (" + ticks_.unit.symbol +
             ")</text>\n";
@@ -397,7 +397,7 @@ class GanttWriter {
       double busy = 0;
       for (int r = 0; r < t_.numRanks(); ++r) busy += t_.busySeconds(r);
       text +=
-          "  \xC2\xB7  mean utilisation " + axis::fixed(100 * busy / (makespan_ * t_.numRanks()), 1) + "%";
+          "  \xC2\xB7  mean utilisation " + text::fixed(100 * busy / (makespan_ * t_.numRanks()), 1) + "%";
     }
     std::size_t actions = 0;
     for (const auto& rank : t_.ranks) actions += rank.size();

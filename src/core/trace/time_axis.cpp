@@ -1,4 +1,5 @@
 #include "time_axis.h"
+#include "pipetrain/util/text.h"
 
 #include <algorithm>
 #include <cassert>
@@ -35,16 +36,8 @@ Ticks niceTicks(double span, int max_ticks) {
   return ticks;
 }
 
-std::string fixed(double value, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, value);
-  std::string s = buf;
-  if (s.find_first_not_of("-0.") == std::string::npos && s[0] == '-') s.erase(0, 1);
-  return s;
-}
-
 std::string compact(double value, int decimals) {
-  std::string s = fixed(value, decimals);
+  std::string s = text::fixed(value, decimals);
   if (s.find('.') != std::string::npos) {
     s.erase(s.find_last_not_of('0') + 1);
     if (s.back() == '.') s.pop_back();
@@ -57,7 +50,7 @@ std::string duration(double seconds) {
   const TimeUnit unit = unitFor(seconds);
   const double v = seconds * unit.per_second;
   const int decimals = v >= 100 ? 0 : v >= 10 ? 1 : 2;
-  return fixed(v, decimals) + " " + unit.symbol;
+  return text::fixed(v, decimals) + " " + unit.symbol;
 }
 
 }  // namespace pipetrain::trace::axis

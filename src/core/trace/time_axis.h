@@ -29,9 +29,7 @@ struct Ticks {
 // REQUIRES: span > 0, max_ticks >= 1.
 Ticks niceTicks(double span, int max_ticks);
 
-// `value` with exactly `decimals` digits after the point ("-0" printed as "0").
-std::string fixed(double value, int decimals);
-// Like fixed(), then trailing zeros (and a bare point) removed: for SVG coordinates.
+// Like text::fixed(), then trailing zeros (and a bare point) removed: for SVG coordinates.
 std::string compact(double value, int decimals = 2);
 // A duration with its own unit and about three significant digits: "26.0 ms", "1.25 s".
 std::string duration(double seconds);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -67,6 +68,14 @@ void writeFileAtomically(const std::string& path, const std::string& content) {
     ::fsync(dir);
     ::close(dir);
   }
+}
+
+std::string fixed(double value, int decimals) {
+  char buf[400];  // DBL_MAX has 309 digits before the point
+  std::snprintf(buf, sizeof buf, "%.*f", std::clamp(decimals, 0, 30), value);
+  std::string s = buf;
+  if (s.find_first_not_of("-0.") == std::string::npos && s[0] == '-') s.erase(0, 1);
+  return s;
 }
 
 std::string format(const char* printf_format, double value) {

@@ -7,12 +7,14 @@
 #include <regex>
 
 #include "../expect_error.h"
+#include "partition_fixtures.h"
 #include "pipetrain/sim/evaluate.h"
 
 namespace pipetrain::planner {
 namespace {
 
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
+using fixtures::kInfinity;
+using fixtures::twoLevelCluster;
 
 // Every tiling of blocks onto a device prefix, the objective of each priced by the
 // problem: the optimum the DP must reach.
@@ -51,20 +53,6 @@ graph::LayerGraph randomChain(std::mt19937& rng, int layers) {
   return graph::LayerGraph(v, 1);
 }
 
-// Two nodes of two devices; the second node's devices are slower when `mixed`; messages
-// between the nodes cost their hosts time, and go through host memory over each
-// device's own link (the second node's slower), when `host_cost`.
-cluster::ClusterSpec twoLevelCluster(bool mixed, int64_t memory, bool host_cost = false) {
-  std::vector<cluster::Device> d;
-  for (int i = 0; i < 4; ++i) {
-    d.push_back({"d" + std::to_string(i), "gpu", mixed && i >= 2 ? 0.5 : 1.0, memory});
-    if (host_cost) d.back().host_link_bandwidth = i >= 2 ? 50000 : 100000;
-  }
-  const cluster::HostCost host = host_cost ? cluster::HostCost{0.05, 20000} : cluster::HostCost{};
-  cluster::Level net{"net", 4, 2000, 0.1, host};
-  net.through_host = host_cost;
-  return cluster::ClusterSpec(d, {{"node", 2, 20000, 0.01}, net}, {});
-}
 
 TEST(ChainPartition, MessagesHostCostMovesTheCutToASmallerActivation) {
   // Four layers of F = I = 1 s; the middle cut carries 2 MB, the others 1 and 2 kB. On

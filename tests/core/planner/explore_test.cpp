@@ -462,7 +462,7 @@ TEST(Explore, TheGraphSearchStopsAtItsBudgetOfSteps) {
 
 // A random chain of `n` layers of uneven compute, some with activations large enough
 // that their transfer matters.
-graph::LayerGraph randomChain(std::mt19937& rng, int n) {
+graph::LayerGraph randomChainOfBigMessages(std::mt19937& rng, int n) {
   std::uniform_real_distribution<double> time(0.5e-3, 4e-3);
   std::vector<graph::Layer> layers;
   for (int i = 0; i < n; ++i) {
@@ -532,7 +532,7 @@ TEST(Explore, ChoosesTheBestSimulatedChainPlan) {
   int compared = 0, equal = 0;
   double worst = 1;
   for (int trial = 0; trial < 20; ++trial) {
-    const graph::LayerGraph g = randomChain(rng, 5 + trial % 3);
+    const graph::LayerGraph g = randomChainOfBigMessages(rng, 5 + trial % 3);
     std::vector<cluster::Device> devices;
     for (int d = 0; d < 4; ++d) devices.push_back({"g" + std::to_string(d), "gpu", trial % 2 && d >= 2 ? 0.5 : 1.0, 1 << 30});
     const cluster::ClusterSpec c(devices, {{"node", 2, 1e10, 1e-6}, {"net", 4, 1e9, 1e-5}}, {});
@@ -592,7 +592,7 @@ TEST(Explore, RefinesTheSplitOfMultiStageSchedules) {
   int compared = 0, equal = 0, improved = 0;
   double worst = 1;
   for (int trial = 0; trial < 8; ++trial) {
-    const graph::LayerGraph g = randomChain(rng, 7 + trial % 3);
+    const graph::LayerGraph g = randomChainOfBigMessages(rng, 7 + trial % 3);
     const cluster::ClusterSpec c({{"g0", "gpu", 1, 1 << 30}, {"g1", "gpu", 1, 1 << 30}}, {{"net", 2, 1e9, 1e-5}}, {});
     for (const std::string schedule : {"interleaved", "zb-v", "dualpipev"}) {
       ExploreOptions o;

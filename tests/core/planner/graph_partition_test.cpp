@@ -11,6 +11,7 @@
 #include "pipetrain/graph/series_parallel.h"
 
 #include "../expect_error.h"
+#include "partition_fixtures.h"
 #include "../fork_join.h"
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedules.h"
@@ -19,7 +20,8 @@
 namespace pipetrain::planner {
 namespace {
 
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
+using fixtures::kInfinity;
+using fixtures::twoLevelCluster;
 
 graph::Layer randomLayer(std::mt19937& rng, const std::string& name, std::vector<std::string> inputs,
                          bool with_bytes) {
@@ -68,12 +70,6 @@ graph::LayerGraph randomSeriesParallel(std::mt19937& rng, int budget, bool with_
   return graph::LayerGraph(layers, 1);
 }
 
-// Two nodes of two devices; the second node's devices are slower when `mixed`.
-cluster::ClusterSpec twoLevelCluster(bool mixed, int64_t memory) {
-  std::vector<cluster::Device> d;
-  for (int i = 0; i < 4; ++i) d.push_back({"d" + std::to_string(i), "gpu", mixed && i >= 2 ? 0.5 : 1.0, memory});
-  return cluster::ClusterSpec(d, {{"node", 2, 20000, 0.01}, {"net", 4, 2000, 0.1}}, {});
-}
 
 // The best (bottleneck, depth) over every partition of the layers into convex stages
 // whose stage graph is acyclic, every stage on its own allowed block of devices: what

@@ -20,7 +20,7 @@ namespace {
 
 bool isRecv(ActionType t) { return isComm(t) && !isSend(t); }
 
-Program build(const std::string& name, int ranks, int m, int minibatches, const std::vector<int>& replicas = {}) {
+Program programOnRanks(const std::string& name, int ranks, int m, int minibatches, const std::vector<int>& replicas = {}) {
   ScheduleSpec spec;
   spec.name = name;
   spec.microbatches = m;
@@ -34,8 +34,8 @@ Program build(const std::string& name, int ranks, int m, int minibatches, const 
 std::vector<Program> everySchedule() {
   std::vector<Program> programs;
   for (const std::string& name : scheduleNames()) {
-    for (int p : {2, 3, 4}) programs.push_back(build(name, p, 4 * p, 2));
-    if (traits(name).replicable) programs.push_back(build(name, 0, 8, 2, {2, 1, 2}));
+    for (int p : {2, 3, 4}) programs.push_back(programOnRanks(name, p, 4 * p, 2));
+    if (traits(name).replicable) programs.push_back(programOnRanks(name, 0, 8, 2, {2, 1, 2}));
   }
   return programs;
 }
@@ -142,7 +142,7 @@ TEST(RankFacts, SendsAreReleasedOnlyOnceTheirPeerHasAnswered) {
 }
 
 TEST(RankFacts, OneFOneBReleasesAnActivationWhenItsGradientComesBack) {
-  const Program p = build("1f1b", 2, 4, 1);
+  const Program p = programOnRanks("1f1b", 2, 4, 1);
   const RankFacts facts = rankFacts(p, 0);
   // Rank 1 sends B0 after taking F0 and before F1: F0 is delivered then, F1 may not be.
   EXPECT_EQ(facts.positions.at(positionOf(p, 0, ActionType::RECV_B, 0)).sends_delivered,
@@ -150,7 +150,7 @@ TEST(RankFacts, OneFOneBReleasesAnActivationWhenItsGradientComesBack) {
 }
 
 TEST(RankFacts, StashesOnlyVersionsReadLater) {
-  const Program gpipe = build("gpipe", 3, 6, 2), pipedream = build("pipedream", 3, 6, 2);
+  const Program gpipe = programOnRanks("gpipe", 3, 6, 2), pipedream = programOnRanks("pipedream", 3, 6, 2);
   for (int r = 0; r < 3; ++r)
     for (const PositionFacts& at : rankFacts(gpipe, r).positions) EXPECT_FALSE(at.stash_at_step) << "rank " << r;
   // PipeDream's first stage steps after each backward pass while later micro-batches'
@@ -181,7 +181,7 @@ TEST(RankFacts, StashesOnlyVersionsReadLater) {
 }
 
 TEST(RankFacts, MiniBatchesEndAtTheirLastAction) {
-  const Program p = build("1f1b", 3, 6, 3);
+  const Program p = programOnRanks("1f1b", 3, 6, 3);
   for (int r = 0; r < 3; ++r) {
     const RankFacts facts = rankFacts(p, r);
     int k = 0;
@@ -201,7 +201,7 @@ TEST(RankFacts, MiniBatchesEndAtTheirLastAction) {
 TEST(RankFacts, AReplicatedStageReducesAfterItsLastBackwardPass) {
   for (const std::string name : {"1f1b", "zb-h1"}) {
     SCOPED_TRACE(name);
-    const Program p = build(name, 0, 4, 2, {2, 1});
+    const Program p = programOnRanks(name, 0, 4, 2, {2, 1});
     const RankFacts facts = rankFacts(p, 0);  // replica 0 of stage 0
     int completing = 0;
     for (int position = 0; position < static_cast<int>(facts.positions.size()); ++position) {
@@ -220,16 +220,16 @@ TEST(RankFacts, AReplicatedStageReducesAfterItsLastBackwardPass) {
 // The peers a channel connects before the first message (DataChannel::preparePeers): the
 // neighbours of a chain, both ends of a V's neighbours, a replicated stage's successor.
 TEST(RankFacts, PeersAreTheRanksAProgramExchangesWith) {
-  const Program chain = build("1f1b", 4, 8, 1);
+  const Program chain = programOnRanks("1f1b", 4, 8, 1);
   EXPECT_EQ(rankFacts(chain, 0).peers, std::vector<int>({1}));
   EXPECT_EQ(rankFacts(chain, 2).peers, std::vector<int>({1, 3}));
-  const Program v = build("zb-v", 3, 6, 1);
+  const Program v = programOnRanks("zb-v", 3, 6, 1);
   EXPECT_EQ(rankFacts(v, 0).peers, std::vector<int>({1}));
   EXPECT_EQ(rankFacts(v, 1).peers, std::vector<int>({0, 2}));
-  const Program replicated = build("1f1b", 0, 4, 1, {2, 1});  // ranks 0, 1: stage 0; rank 2: stage 1
+  const Program replicated = programOnRanks("1f1b", 0, 4, 1, {2, 1});  // ranks 0, 1: stage 0; rank 2: stage 1
   EXPECT_EQ(rankFacts(replicated, 2).peers, std::vector<int>({0, 1}));
   EXPECT_EQ(rankFacts(replicated, 1).peers, std::vector<int>({2}));
-  EXPECT_TRUE(rankFacts(build("gpipe", 1, 4, 1), 0).peers.empty());
+  EXPECT_TRUE(rankFacts(programOnRanks("gpipe", 1, 4, 1), 0).peers.empty());
 }
 
 // Tied weights on two stages of one rank (a V's first and last) are summed at the first
@@ -244,7 +244,7 @@ TEST(RankFacts, SynchronousSchedulesStepAfterAllOfARanksGradients) {
     }
   }
   // A ZB-V whose rank 0 steps one of its stages before the other's last W: refused.
-  Program early = build("zb-v", 2, 4, 1);
+  Program early = programOnRanks("zb-v", 2, 4, 1);
   auto& actions = early.ranks[0];
   const auto step = std::find_if(actions.begin(), actions.end(), [](const Action& a) { return a.type == ActionType::STEP; });
   ASSERT_NE(step, actions.end());

@@ -10,7 +10,7 @@
 namespace pipetrain::schedule {
 namespace {
 
-Program build(const std::string& name, int p, int m, int minibatches) {
+Program programOnChain(const std::string& name, int p, int m, int minibatches) {
   ScheduleSpec spec;
   spec.name = name;
   spec.microbatches = m;
@@ -19,14 +19,14 @@ Program build(const std::string& name, int p, int m, int minibatches) {
 }
 
 TEST(Staleness, FlushingSchedulesHaveNoDelay) {
-  for (const auto& delays : forwardDelays(build("1f1b", 3, 4, 3)))
+  for (const auto& delays : forwardDelays(programOnChain("1f1b", 3, 4, 3)))
     for (int d : delays) EXPECT_EQ(d, 0);
 }
 
 TEST(Staleness, PipeDreamDelayIsTheWarmupDepth) {
   // Stage s of p steps after every backward; p - 1 - s backward passes of earlier
   // micro-batches run between a micro-batch's forward and its backward.
-  const Program program = build("pipedream", 4, 4, 4);
+  const Program program = programOnChain("pipedream", 4, 4, 4);
   const auto delays = forwardDelays(program);
   for (int s = 0; s < 4; ++s) EXPECT_EQ(delays[s][8], 3 - s) << "stage " << s;
   EXPECT_EQ(stageDelays(program), (std::vector<int>{3, 2, 1, 1}));  // at least 1
