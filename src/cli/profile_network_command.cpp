@@ -35,7 +35,7 @@ std::string micros(double seconds) {
 void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec& c) {
   auto device = [&](int r) { return p.ranks[r].host + "-" + std::to_string(p.ranks[r].local_rank); };
   for (const auto& m : p.pairs) {
-    std::printf("rank 0 (%s) <-> rank %d (%s): latency %s; bandwidth", device(0).c_str(), m.peer,
+    std::printf("rank %d (%s) <-> rank %d (%s): latency %s; bandwidth", m.from, device(m.from).c_str(), m.peer,
                 device(m.peer).c_str(), micros(m.latency_seconds).c_str());
     for (std::size_t i = 0; i < p.sizes.size(); ++i)
       std::printf("%s %s %s", i ? "," : "", text::humanBytes(p.sizes[i]).c_str(), rate(m.bandwidth[i]).c_str());
@@ -67,6 +67,8 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
     if (l.allreduce_latency >= 0) std::printf(", %s per step of its ring", micros(l.allreduce_latency).c_str());
     std::printf(";");
   }
+  for (const auto& l : c.links())
+    std::printf(" link %s <-> %s %s, %s;", l.a.c_str(), l.b.c_str(), rate(l.bandwidth).c_str(), micros(l.latency).c_str());
   std::printf("\n");
   std::fflush(stdout);
 }

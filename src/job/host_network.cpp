@@ -149,16 +149,21 @@ std::vector<int> planRanksOfJobRanks(const plan::Plan& plan, const cluster::Clus
   return plan_rank;
 }
 
-std::vector<std::string> describeLevels(const cluster::ClusterSpec& cluster) {
+std::vector<std::string> describeNetwork(const cluster::ClusterSpec& cluster) {
   std::vector<std::string> lines;
-  for (const cluster::Level& l : cluster.levels()) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "'%s' (groups of %d): %s, latency %.0f us", l.name.c_str(), l.group_size,
-                  rate(l.bandwidth).c_str(), l.latency * 1e6);
-    std::string line = buf;
-    if (l.allreduce_bandwidth > 0) line += ", all-reduce traffic at " + rate(l.allreduce_bandwidth);
-    lines.push_back(line);
-  }
+  const auto figures = [](double bandwidth, double latency, double allreduce_bandwidth) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s, latency %.0f us", rate(bandwidth).c_str(), latency * 1e6);
+    std::string text = buf;
+    if (allreduce_bandwidth > 0) text += ", all-reduce traffic at " + rate(allreduce_bandwidth);
+    return text;
+  };
+  for (const cluster::Level& l : cluster.levels())
+    lines.push_back("level '" + l.name + "' (groups of " + std::to_string(l.group_size) +
+                    "): " + figures(l.bandwidth, l.latency, l.allreduce_bandwidth));
+  for (const cluster::Link& l : cluster.links())
+    lines.push_back("link " + l.a + " <-> " + l.b + ", off the network's rate: " +
+                    figures(l.bandwidth, l.latency, l.allreduce_bandwidth));
   return lines;
 }
 

@@ -191,8 +191,7 @@ std::string joined(const std::vector<int64_t>& sizes) {
 
 // One process per share, each handed its part of the job as a file beside `out`
 // (`pipetrain profile --job FILE`, job::profileJobToJson).
-std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig& config, const ProfileRequest& r,
-                                                      const Processes& processes, const Sizes& sizes,
+std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig& config, const Processes& processes, const Sizes& sizes,
                                                       const std::string& out, const std::string& rendezvous) {
   std::vector<std::vector<std::string>> commands;
   for (int k = 0; k < processes.count; ++k) {
@@ -277,7 +276,7 @@ graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Mode
                   config.model.c_str(), joined(sizes.timed).c_str(), runtime::describeDevice(device).c_str(),
                   processes.count, config.precision.c_str(),
                   processes.count < r.ranks ? " (the ranks then share the GPUs)" : "", held.c_str()));
-  runLikeRanks(profileCommands(config, r, processes, sizes, out, rendezvous), r.blas_threads,
+  runLikeRanks(profileCommands(config, processes, sizes, out, rendezvous), r.blas_threads,
                std::chrono::seconds(r.timeout_seconds));
   return mergeProfiles(out, processes.count);
 }

@@ -101,7 +101,7 @@ cluster::ClusterSpec TorchrunJob::networkOfHosts(const std::vector<RankPlace>& p
     say(network->path.empty() ? "measured (not kept: the cache folder cannot be written):"
                               : "measured, and kept for the next job on these hosts (" + network->path + "):");
   }
-  for (const std::string& level : describeLevels(network->cluster)) say("  level " + level);
+  for (const std::string& line : describeNetwork(network->cluster)) say("  " + line);
   return network->cluster;
 }
 

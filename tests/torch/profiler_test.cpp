@@ -415,6 +415,40 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
   EXPECT_THROW(profileNetwork(*single[0], RankHost{"node", 0, 1}, o), Error);
 }
 
+// Ranks on three hosts: rank 0 measures against the others, then the first ranks of
+// the other two hosts against each other, and rank 0 gets what they measured.
+TEST(ProfileNetwork, PairsOfOtherHostsAreMeasuredToo) {
+  const int world = 4;
+  auto group = runtime::makeInProcessGroup(world, std::chrono::seconds(20));
+  NetworkOptions o;
+  o.sizes = {1024};
+  o.repeats = 2;
+  o.warmup_seconds = 0;
+  std::vector<NetworkProfile> profiles(world);
+  std::vector<std::exception_ptr> errors(world);
+  std::vector<std::thread> threads;
+  const std::vector<std::string> hosts{"a", "b", "b", "c"};
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        profiles[r] = profileNetwork(*group[r], RankHost{hosts[r], r == 2 ? 1 : 0, int64_t{1} << 30}, o);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  const NetworkProfile& p = profiles[0];
+  ASSERT_EQ(p.pairs.size(), 4u);  // 0-1, 0-2, 0-3, then b's first rank against c's
+  EXPECT_EQ(p.pairs[2].from, 0);
+  EXPECT_EQ(p.pairs[3].from, 1);
+  EXPECT_EQ(p.pairs[3].peer, 3);
+  EXPECT_GT(p.pairs[3].bandwidth.at(0), 0);
+  EXPECT_GT(p.pairs[3].latency_seconds, 0);
+  EXPECT_EQ(clusterFromNetwork(p).size(), 4);
+}
+
 NetworkProfile twoHosts(std::vector<std::string> hosts) {
   NetworkProfile p;
   p.sizes = {1 << 20};
@@ -498,6 +532,26 @@ TEST(ProfileNetwork, HostsBecomeLevels) {
   EXPECT_DOUBLE_EQ(top.allreduce_bandwidth, 4.0 / 3 * (1 << 20) / 1e-3);
   EXPECT_DOUBLE_EQ(top.allreduce_host_bandwidth, 4.0 / 3 * (1 << 20) / 2e-3);
   EXPECT_EQ(clusterFromNetwork(twoHosts({"a", "a", "b"})).levels().back().allreduce_bandwidth, 0);  // not measured
+
+  // Host b's link 10x slower than the others: the network level takes the median pair
+  // (a slow one), and a and c get a link of their own at their rate. The all-reduce ran
+  // at the slow route's rate (its ring crossed it): every route moves its share.
+  NetworkProfile three = twoHosts({"a", "b", "c"});
+  three.pairs[0].bandwidth = {0.1e9};
+  three.pairs.push_back({2, 100e-6, {0.1e9}, 30e-6, {0.0}});
+  three.pairs.back().from = 1;
+  three.allreduce_seconds = 4 * 100e-6 + 4.0 / 3 * (1 << 20) / 0.05e9;  // half the slow route's rate
+  c = clusterFromNetwork(three);
+  EXPECT_DOUBLE_EQ(c.levels().back().bandwidth, 0.1e9);
+  ASSERT_EQ(c.links().size(), 1u);
+  EXPECT_EQ(c.links()[0].a + " " + c.links()[0].b, "a-0 c-0");
+  EXPECT_DOUBLE_EQ(c.route(0, 2).bandwidth, 1e9);
+  EXPECT_DOUBLE_EQ(c.route(1, 2).bandwidth, 0.1e9);
+  EXPECT_NEAR(c.levels().back().allreduce_bandwidth, 0.05e9, 1);
+  EXPECT_NEAR(c.route(0, 2).allreduce_bandwidth, 0.5e9, 10);
+  // Pairs alike within kLinkSpread: one level, no links.
+  three.pairs[0].bandwidth = three.pairs[2].bandwidth = {0.8e9};
+  EXPECT_TRUE(clusterFromNetwork(three).links().empty());
 
   NetworkProfile twice = twoHosts({"a", "a"});
   twice.ranks[1].local_rank = 0;

@@ -67,7 +67,7 @@ std::optional<cluster::ClusterSpec> measureNetwork(const runtime::Rendezvous& re
 // the hosts lack.
 std::vector<int> planRanksOfJobRanks(const plan::Plan& plan, const cluster::ClusterSpec& hosts);
 
-// One line per level of `cluster`: its name, rates and latency, for the console.
-std::vector<std::string> describeLevels(const cluster::ClusterSpec& cluster);
+// One line per level and per link of `cluster`: rates and latency, for the console.
+std::vector<std::string> describeNetwork(const cluster::ClusterSpec& cluster);
 
 }  // namespace pipetrain::job

@@ -163,7 +163,9 @@ std::vector<int64_t> defaultMicrobatchSizes(int64_t batch, int64_t smallest_time
 // The schedules `options.schedule` stands for.
 std::vector<std::string> schedulesToExplore(const ExploreOptions& options);
 
-// Searches, then ranks by options.objective, with what it needs from `inputs`. Throws
+// Searches, then ranks by options.objective, with what it needs from `inputs`. Stages
+// go over the devices in cluster::chainOrder's order, so a slow link between hosts
+// joins the chain's last ones. Throws
 // Error when the batch or schedule is unusable, when the objective lacks an input, or
 // when nothing fits (listing the reasons of the dropped combinations).
 Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, const ExploreOptions& options,

@@ -171,7 +171,8 @@ struct RankHost {
 RankHost thisHost(int local_rank, const runtime::Rendezvous& job, const torch::Device& device = torch::kCPU,
                   int64_t link_bytes = 16 << 20, int repeats = 10);
 
-// Rank 0 against one other rank.
+// One rank against another: rank 0 against each other rank, and between hosts rank 0 is
+// not on, the first rank of one against the first of the other.
 struct PairMeasurement {
   int peer = 0;
   double latency_seconds = 0;      // half the median round trip of a small message
@@ -181,12 +182,15 @@ struct PairMeasurement {
   // size's beyond a small one's.
   double overhead_seconds = 0;
   std::vector<double> message_cpu_seconds;
+  int from = 0;  // the rank that measured
 };
 
 struct NetworkProfile {
   std::vector<RankHost> ranks;     // indexed by rank
   std::vector<int64_t> sizes;      // the bandwidth message sizes
-  std::vector<PairMeasurement> pairs;  // rank 0 against ranks 1 .. world-1, in order
+  // Rank 0 against ranks 1 .. world-1, in order; then, for every two hosts rank 0 is on
+  // neither of, their first ranks (a slow link between any two hosts shows).
+  std::vector<PairMeasurement> pairs;
   // All ranks' all-reduce (sum) of the largest size's bytes as rank 0 timed it, the
   // median of the repeats; 0 = not measured. Gloo on CPU hosts sums on the cores, and
   // its all-reduce can run far below the messages' bandwidth (cluster_spec.h).
@@ -196,8 +200,9 @@ struct NetworkProfile {
 };
 
 // Collective: every rank of `transport` calls it with its own RankHost. Rank 0 measures
-// against every other rank in turn (the others wait for their turn) and returns the
-// whole profile; the other ranks return a profile holding only `ranks`.
+// against every other rank in turn (the others wait for their turn), then the pairs
+// between other hosts are measured one at a time, and rank 0 returns the whole profile;
+// the other ranks return a profile holding only `ranks`.
 // The all-reduces run on `sums` where given (the data channel a job would sum its
 // gradients on: shared memory between a host's CPU ranks), else on `transport`.
 // REQUIRES: world size >= 2 (Error otherwise), options.sizes non-empty and positive.
@@ -213,7 +218,10 @@ NetworkProfile profileNetwork(runtime::Transport& transport, const RankHost& sel
 // k >= 2 of ranks, "host" (group k, the same-host measurements) and "network" (all, the
 // cross-host ones); otherwise one level "network" with the slowest (cross-host)
 // figures. A level's bandwidth is the median over its pairs of the bandwidth at the
-// largest message size, its latency the median latency.
+// largest message size, its latency the median latency. Two hosts whose pairs' median
+// bandwidth is off the top level's by more than cluster::kLinkSpread either way are joined by
+// explicit links (every device of one to every device of the other) with their own
+// figures: BaPipe's heterogeneous links, priced by the planner as measured.
 // REQUIRES: a profile from rank 0 (pairs for every other rank).
 cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& profile);
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "explorer.h"
+#include "pipetrain/cluster/chain_order.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
@@ -92,7 +93,10 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   Exploration result;
   result.cluster_devices = cluster.size();
   result.graph_layers = graph.size();
-  detail::Explorer explorer(graph, cluster, o, result);
+  // Stages are laid over consecutive devices: slow links go to the chain's end. Plans
+  // name their devices, so they mean the same on `cluster` as on this order of it.
+  const cluster::ClusterSpec chain = cluster::chainOrder(cluster);
+  detail::Explorer explorer(graph, chain, o, result);
   const std::vector<int> all_widths =
       o.use_all_devices ? std::vector<int>{cluster.size()} : detail::widths(cluster.size());
   const std::vector<std::string> names = schedulesToExplore(o);

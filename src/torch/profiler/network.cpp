@@ -13,6 +13,7 @@
 #include <utility>
 
 
+#include "pipetrain/cluster/chain_order.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/torch/transport.h"
@@ -29,7 +30,8 @@ using util::median;
 // Tags of the profile's messages (one pair of ranks talks at a time, so they repeat).
 constexpr uint32_t kHostTag = 0x7fff0100u, kInfoTag = 0x7fff0101u, kPingTag = 0x7fff0102u,
                    kPongTag = 0x7fff0103u, kDataTag = 0x7fff0104u, kAckTag = 0x7fff0105u,
-                   kCpuTag = 0x7fff0106u;
+                   kCpuTag = 0x7fff0106u, kPairCountTag = 0x7fff0107u, kPairsTag = 0x7fff0108u,
+                   kResultTag = 0x7fff0109u;
 // A rank's host name and its address, each zero-terminated in its half of one message.
 constexpr int64_t kHostBytes = 256, kAddressOffset = 192;
 
@@ -41,6 +43,10 @@ double processCpuSeconds() {
 }
 
 // ----- who runs where: every rank tells rank 0 -------------------------------------------
+
+// A rank's host: its identity where it said it (network namespaces of one machine share
+// its name), else its name.
+std::string hostOf(const RankHost& h) { return h.host_id != 0 ? std::to_string(h.host_id) : h.host; }
 
 // Bytes/s of the slower direction of a copy between `device` and pinned host memory, as
 // the Gloo channel makes them (runtime/host_staging.h): the median of `repeats` timed
@@ -99,9 +105,9 @@ RankHost receiveHost(runtime::Transport& t, int from) {
   return h;
 }
 
-// ----- rank 0 against one peer ------------------------------------------------------------
+// ----- one rank against a peer ------------------------------------------------------------
 
-// Rank 0's side. Latency: half the median round trip of a small message. Bandwidth for
+// The measuring rank's side. Latency: half the median round trip of a small message. Bandwidth for
 // size S: the median time of S bytes there and a small acknowledgement back, less one
 // small round trip (the two latencies it contains), gives S / bandwidth. Host CPU per
 // message: both processes' CPU time over the timed rounds (the peer sends its own), the
@@ -118,6 +124,7 @@ PairMeasurement measurePeer(runtime::Transport& t, int peer, const NetworkOption
   torch::Tensor ping = torch::ones({o.latency_bytes}, torch::kUInt8);
   torch::Tensor small = torch::zeros({o.latency_bytes}, torch::kUInt8);
   PairMeasurement m;
+  m.from = t.rank();
   m.peer = peer;
   auto pingPong = [&](uint8_t kind) {
     ping[0] = kind;
@@ -161,16 +168,16 @@ PairMeasurement measurePeer(runtime::Transport& t, int peer, const NetworkOption
   return m;
 }
 
-// The peer's side: answer every ping and every message, in the same order, then tell
-// rank 0 the CPU time it spent per timed round.
-void answerRankZero(runtime::Transport& t, const NetworkOptions& o, torch::Tensor& data) {
+// The peer's side: answer every ping and every message from `from`, in the same order,
+// then tell it the CPU time it spent per timed round.
+void answerPeer(runtime::Transport& t, int from, const NetworkOptions& o, torch::Tensor& data) {
   torch::Tensor small = torch::zeros({o.latency_bytes}, torch::kUInt8);
   std::vector<double> cpu;
   double cpu_start = processCpuSeconds();
   for (uint8_t kind = kWarmupPing; kind != kLastPing;) {
-    t.recv(small, 0, kPingTag)->wait();
+    t.recv(small, from, kPingTag)->wait();
     kind = small[0].item<uint8_t>();
-    t.send(small, 0, kPongTag)->wait();
+    t.send(small, from, kPongTag)->wait();
     if (kind == kWarmupPing) cpu_start = processCpuSeconds();  // the timed ones start after it
   }
   cpu.push_back((processCpuSeconds() - cpu_start) / o.repeats);
@@ -178,12 +185,79 @@ void answerRankZero(runtime::Transport& t, const NetworkOptions& o, torch::Tenso
     torch::Tensor message = data.narrow(0, 0, size);
     for (int i = 0; i < o.warmup + o.repeats; ++i) {
       if (i == o.warmup) cpu_start = processCpuSeconds();
-      t.recv(message, 0, kDataTag)->wait();
-      t.send(small, 0, kAckTag)->wait();
+      t.recv(message, from, kDataTag)->wait();
+      t.send(small, from, kAckTag)->wait();
     }
     cpu.push_back((processCpuSeconds() - cpu_start) / o.repeats);
   }
-  t.send(torch::tensor(cpu, torch::kDouble), 0, kCpuTag)->wait();
+  t.send(torch::tensor(cpu, torch::kDouble), from, kCpuTag)->wait();
+}
+
+// ----- the pairs between hosts rank 0 is not on -------------------------------------------
+
+// Between every two hosts rank 0 is on neither of: their first ranks, in host order.
+std::vector<std::pair<int, int>> pairsBeyondRankZero(const std::vector<RankHost>& ranks) {
+  std::vector<std::string> hosts;
+  std::vector<int> first;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const std::string h = hostOf(ranks[r]);
+    if (h == hostOf(ranks[0]) || std::find(hosts.begin(), hosts.end(), h) != hosts.end()) continue;
+    hosts.push_back(h);
+    first.push_back(static_cast<int>(r));
+  }
+  std::vector<std::pair<int, int>> pairs;
+  for (std::size_t i = 0; i < first.size(); ++i)
+    for (std::size_t j = i + 1; j < first.size(); ++j) pairs.emplace_back(first[i], first[j]);
+  return pairs;
+}
+
+// Rank 0 tells every other rank the pairs; returns them on every rank.
+std::vector<std::pair<int, int>> sharePairs(runtime::Transport& t, const std::vector<std::pair<int, int>>& pairs) {
+  if (t.rank() == 0) {
+    std::vector<int64_t> flat;
+    for (const auto& [a, b] : pairs) flat.insert(flat.end(), {a, b});
+    const torch::Tensor count = torch::tensor({static_cast<int64_t>(pairs.size())}, torch::kLong);
+    const torch::Tensor list = torch::tensor(flat.empty() ? std::vector<int64_t>{0} : flat, torch::kLong);
+    for (int r = 1; r < t.worldSize(); ++r) {
+      t.send(count, r, kPairCountTag)->wait();
+      t.send(list, r, kPairsTag)->wait();
+    }
+    return pairs;
+  }
+  torch::Tensor count = torch::zeros({1}, torch::kLong);
+  t.recv(count, 0, kPairCountTag)->wait();
+  const int64_t n = count[0].item<int64_t>();
+  torch::Tensor list = torch::zeros({std::max<int64_t>(1, 2 * n)}, torch::kLong);
+  t.recv(list, 0, kPairsTag)->wait();
+  std::vector<std::pair<int, int>> out;
+  for (int64_t i = 0; i < n; ++i)
+    out.emplace_back(static_cast<int>(list[2 * i].item<int64_t>()), static_cast<int>(list[2 * i + 1].item<int64_t>()));
+  return out;
+}
+
+// A measurement, from the rank that took it to rank 0, as one tensor of doubles:
+// latency, overhead, then per size its bandwidth and its CPU time.
+void sendMeasurement(runtime::Transport& t, const PairMeasurement& m) {
+  std::vector<double> flat{m.latency_seconds, m.overhead_seconds};
+  flat.insert(flat.end(), m.bandwidth.begin(), m.bandwidth.end());
+  flat.insert(flat.end(), m.message_cpu_seconds.begin(), m.message_cpu_seconds.end());
+  t.send(torch::tensor(flat, torch::kDouble), 0, kResultTag)->wait();
+}
+
+PairMeasurement receiveMeasurement(runtime::Transport& t, int from, int peer, std::size_t sizes) {
+  torch::Tensor flat = torch::zeros({static_cast<int64_t>(2 + 2 * sizes)}, torch::kDouble);
+  t.recv(flat, from, kResultTag)->wait();
+  const auto at = [&](std::size_t i) { return flat[static_cast<int64_t>(i)].item<double>(); };
+  PairMeasurement m;
+  m.from = from;
+  m.peer = peer;
+  m.latency_seconds = at(0);
+  m.overhead_seconds = at(1);
+  for (std::size_t i = 0; i < sizes; ++i) {
+    m.bandwidth.push_back(at(2 + i));
+    m.message_cpu_seconds.push_back(at(2 + sizes + i));
+  }
+  return m;
 }
 
 // An all-reduce this small costs its fixed part: its bytes take ~0.1 ms at the slowest
@@ -260,7 +334,15 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
     for (int r = 1; r < world; ++r) p.pairs.push_back(measurePeer(t, r, o, data));
   } else {
     sendHost(t, self);
-    answerRankZero(t, o, data);
+    answerPeer(t, 0, o, data);
+  }
+  // One pair at a time: two pairs measured at once would share this machine's cores, or
+  // a switch.
+  for (const auto& [a, b] : sharePairs(t, t.rank() == 0 ? pairsBeyondRankZero(p.ranks) : std::vector<std::pair<int, int>>{})) {
+    t.barrier();
+    if (t.rank() == a) sendMeasurement(t, measurePeer(t, b, o, data));
+    if (t.rank() == b) answerPeer(t, a, o, data);
+    if (t.rank() == 0) p.pairs.push_back(receiveMeasurement(t, a, b, o.sizes.size()));
   }
   runtime::DataChannel& summing = sums ? *sums : static_cast<runtime::DataChannel&>(t);
   summing.prepareGroup(t.allRanks());
@@ -283,20 +365,18 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
 
 cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
   const int world = static_cast<int>(p.ranks.size());
-  if (world < 2 || static_cast<int>(p.pairs.size()) != world - 1)
+  const auto from_zero = std::count_if(p.pairs.begin(), p.pairs.end(), [](const PairMeasurement& m) { return m.from == 0; });
+  if (world < 2 || from_zero != world - 1)
     throw Error("network profile: expected rank 0's measurements against " + std::to_string(world - 1) +
-                " other ranks, found " + std::to_string(p.pairs.size()));
+                " other ranks, found " + std::to_string(from_zero));
   // Devices grouped by host (in order of first appearance), then by local rank, so that
-  // a host's devices form one level-0 group. A host is its identity where the ranks said
-  // it (network namespaces of one machine share its name), else its name.
-  const auto hostOf = [&](int r) {
-    return p.ranks[r].host_id != 0 ? std::to_string(p.ranks[r].host_id) : p.ranks[r].host;
-  };
+  // a host's devices form one level-0 group.
+  const auto hostOfRank = [&](int r) { return hostOf(p.ranks[r]); };
   std::vector<std::string> hosts;
   std::map<std::string, std::vector<int>> ranks_of;
   std::map<std::string, std::set<std::string>> hosts_named;  // host name -> its hosts
   for (int r = 0; r < world; ++r) {
-    const std::string h = hostOf(r);
+    const std::string h = hostOfRank(r);
     if (!ranks_of.count(h)) hosts.push_back(h);
     ranks_of[h].push_back(r);
     hosts_named[p.ranks[r].host].insert(h);
@@ -332,22 +412,35 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
     }
   }
 
-  // Rank 0's pairs split into same-host and cross-host tiers.
+  // The pairs split into rank 0's same-host ones and the cross-host ones, these also by
+  // their pair of hosts.
   struct Tier {
     std::vector<double> bandwidth, latency, overhead, copy_bandwidth;
     cluster::Level level(const std::string& name, int group_size) const {
       return {name, group_size, median(bandwidth), median(latency), {median(overhead), median(copy_bandwidth)}};
     }
   } same, cross;
+  std::map<std::pair<std::string, std::string>, Tier> between;  // by their two hosts, in host order
+  const auto hostIndex = [&](const std::string& h) { return std::find(hosts.begin(), hosts.end(), h) - hosts.begin(); };
   const double largest = static_cast<double>(p.sizes.back());
   for (const PairMeasurement& m : p.pairs) {
-    Tier& tier = hostOf(m.peer) == hostOf(0) ? same : cross;
-    tier.bandwidth.push_back(m.bandwidth.back());  // the largest message
-    tier.latency.push_back(m.latency_seconds);
-    tier.overhead.push_back(m.overhead_seconds);
-    // The host's copy rate from the largest message's CPU time; none measured: no copy.
-    const double copy_cpu = m.message_cpu_seconds.empty() ? 0 : m.message_cpu_seconds.back();
-    tier.copy_bandwidth.push_back(copy_cpu > 0 ? largest / copy_cpu : std::numeric_limits<double>::infinity());
+    std::string a = hostOfRank(m.from), b = hostOfRank(m.peer);
+    if (hostIndex(a) > hostIndex(b)) std::swap(a, b);
+    std::vector<Tier*> tiers;
+    if (a == b) {
+      if (m.from == 0) tiers.push_back(&same);
+    } else {
+      tiers.push_back(&between[{a, b}]);
+      tiers.push_back(&cross);
+    }
+    for (Tier* tier : tiers) {
+      tier->bandwidth.push_back(m.bandwidth.back());  // the largest message
+      tier->latency.push_back(m.latency_seconds);
+      tier->overhead.push_back(m.overhead_seconds);
+      // The host's copy rate from the largest message's CPU time; none measured: no copy.
+      const double copy_cpu = m.message_cpu_seconds.empty() ? 0 : m.message_cpu_seconds.back();
+      tier->copy_bandwidth.push_back(copy_cpu > 0 ? largest / copy_cpu : std::numeric_limits<double>::infinity());
+    }
   }
   std::vector<cluster::Level> levels;
   if (hosts.size() == 1) {
@@ -359,27 +452,46 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
     if (even) levels.push_back(same.level("host", static_cast<int>(k)));
     levels.push_back(cross.level("network", world));
   }
-  // The all-reduce ran over every rank, so its ring rate is the top level's (the ring's
-  // slowest hops cross it): its time less the ring's 2(n-1) latencies, for the 2(n-1)/n
-  // of the bytes each rank sends (sim::ringAllreduceSeconds). Where the latencies take
-  // it all, the time says nothing about a rate, and the level keeps its bandwidth. The
-  // same traffic over rank 0's CPU time is the rate its CPU moved it at (the ranks of a
+  // Hosts whose link is off the network's by more than kLinkSpread: links of their own.
+  std::vector<cluster::Link> links;
+  for (const auto& [hosts_pair, tier] : between) {
+    const cluster::Level own = tier.level("", 0);
+    const double spread = own.bandwidth / levels.back().bandwidth;
+    if (spread < cluster::kLinkSpread && spread > 1 / cluster::kLinkSpread) continue;
+    for (int a : ranks_of[hosts_pair.first])
+      for (int b : ranks_of[hosts_pair.second])
+        links.emplace_back(deviceName(a), deviceName(b), own.bandwidth, own.latency, own.host);
+  }
+  // The all-reduce ran over every rank, so its ring crossed the slowest route: its time
+  // less the ring's 2(n-1) latencies, for the 2(n-1)/n of the bytes each rank sends
+  // (sim::ringAllreduceSeconds), is that route's all-reduce rate. Every route then moves
+  // all-reduce traffic at the same share of its bandwidth. Where the latencies take the
+  // time, it says nothing about a rate, and routes keep their bandwidths. The same
+  // traffic over rank 0's CPU time is the rate its CPU moved it at (the ranks of a
   // thread-per-rank test share one process clock, and so overstate it).
+  cluster::Level& top = levels.back();
+  double slowest = top.bandwidth;
+  for (const cluster::Link& l : links) slowest = std::min(slowest, l.bandwidth);
   const double steps = 2.0 * (world - 1);
-  // The small all-reduce's fixed cost is what its bytes at the level's rate leave: over a
+  // The small all-reduce's fixed cost is what its bytes at the ring's rate leave: over a
   // slow link (100 Mb/s) those alone take 5 ms, which is no cost per step.
-  const double small_bytes = steps / world * static_cast<double>(kFixedCostBytes) / levels.back().bandwidth;
+  const double small_bytes = steps / world * static_cast<double>(kFixedCostBytes) / slowest;
   if (p.small_allreduce_seconds > 0)
-    levels.back().allreduce_latency =
-        std::max(p.small_allreduce_seconds - small_bytes, steps * levels.back().latency) / steps;
-  const cluster::Level& top = levels.back();
+    top.allreduce_latency = std::max(p.small_allreduce_seconds - small_bytes, steps * top.latency) / steps;
   const double step_latency = top.allreduce_latency >= 0 ? top.allreduce_latency : top.latency;
   const double moving = p.allreduce_seconds - steps * step_latency;
-  if (p.allreduce_seconds > 0 && moving > 0.05 * p.allreduce_seconds)
-    levels.back().allreduce_bandwidth = steps / world * largest / moving;
-  if (p.allreduce_cpu_seconds > 0) levels.back().allreduce_host_bandwidth = steps / world * largest / p.allreduce_cpu_seconds;
+  const double share = p.allreduce_seconds > 0 && moving > 0.05 * p.allreduce_seconds
+                           ? steps / world * largest / moving / slowest : 0;
+  if (share > 0) top.allreduce_bandwidth = share * top.bandwidth;
+  if (p.allreduce_cpu_seconds > 0) top.allreduce_host_bandwidth = steps / world * largest / p.allreduce_cpu_seconds;
   for (auto& l : levels) l.through_host = through_host;
-  return cluster::ClusterSpec(std::move(devices), std::move(levels), {}, "measured network");
+  for (cluster::Link& l : links) {
+    if (share > 0) l.allreduce_bandwidth = share * l.bandwidth;
+    l.allreduce_host_bandwidth = top.allreduce_host_bandwidth;
+    l.allreduce_latency = top.allreduce_latency;
+    l.through_host = through_host;
+  }
+  return cluster::ClusterSpec(std::move(devices), std::move(levels), std::move(links), "measured network");
 }
 
 }  // namespace pipetrain::profiler
