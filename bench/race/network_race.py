@@ -13,7 +13,10 @@ Who runs what, every process under torchrun (one agent per host, static rendezvo
   torch's Gloo is told the interface (GLOO_SOCKET_IFNAME=eth0, its documented setting);
 - pipetrain: its plan (`train --batch N`, no plan given: the job measures the link and
   plans for it), its plan under 1F1B (`--schedule 1f1b`), and its data parallelism over
-  the same link (`--data-parallel`).
+  the same link (`--data-parallel`); where the plan puts its stages on the hosts in
+  another order than the ranks' (links of unlike rates, `--rate-of`), the same plan with
+  stage s on rank s (`--plan`, "placed naively"), and both simulated on the measured
+  network (`pipetrain simulate`, the race's `simulated` record).
 Timing as race.py: `--warmup-steps` untimed mini-batches, then `--steps` timed (the peers
 barrier to barrier, pipetrain from its per-step log); `--rounds` rounds, each running every
 configuration once in a random order; paired ratios by round. Each pipetrain plan's
@@ -40,12 +43,13 @@ from race import HERE, MALLOC, REPO, machine, timed_window
 from race_stats import describe, paired
 
 sys.path.insert(0, os.path.join(REPO, "bench", "hosts"))
-from hosts import SKIP, Hosts, Unavailable, stop_on_signals, torchrun_command  # noqa: E402
+from hosts import SKIP, Hosts, Unavailable, parse_rates, stop_on_signals, torchrun_command  # noqa: E402
 
 LR = 0.01
 MICROBATCH_SIZE = {"tv-vgg": 8, "gpt": 8, "hf-gpt2": 8, "mlp": 32}
 MICROBATCHES_PER_RANK = 4
 PEERS_SCHEDULE_PLAN = "pipetrain's plan under 1f1b"
+NAIVE = "pipetrain's plan, placed naively (stage s on rank s)"
 
 
 class Configuration:
@@ -60,6 +64,8 @@ class NetworkRace:
         self.bin = os.path.abspath(os.path.join(a.build, "pipetrain"))
         self.port = 29700
         self.plan_cut = {}  # model -> the cut in pieces of pipetrain's 1F1B plan, once it has run
+        self.naive_plan = {}  # model -> its plan with stage s on rank s, where the planner placed them otherwise
+        self.simulated = {}  # model -> both placements simulated on the measured network
 
     def configurations(self, model, hosts):
         p = hosts.n
@@ -94,6 +100,8 @@ class NetworkRace:
                          ",".join(map(str, cut)), "--microbatches", str(m), "--microbatch-size", str(batch // m)]
                         + peer, "peer", env=torch_env))
         runs.append(Configuration("pipetrain's plan", ours + ["--batch", str(batch)], "plan"))
+        if model in self.naive_plan:
+            runs.append(Configuration(NAIVE, ours + ["--plan", self.naive_plan[model]], "plan"))
         runs.append(Configuration(PEERS_SCHEDULE_PLAN, ours + ["--batch", str(batch), "--schedule", "1f1b"], "plan"))
         runs.append(Configuration("pipetrain data parallel", ours + ["--data-parallel", "--microbatches", str(p),
                                                                      "--microbatch-size", str(batch // p)], "ours"))
@@ -128,6 +136,39 @@ class NetworkRace:
         result = json.loads(results[-1])
         return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"])}
 
+    def place_naively(self, model):
+        """After the plan's first run: where its stages are not on the ranks in order, the same
+        plan with stage s on rank s, and both placements simulated on the measured network."""
+        plan = json.load(open(f"{self.work}/summary.json"))["plan"]
+        planner = json.load(open(f"{self.work}/summary.json")).get("planner") or {}
+        networks = [f for f in os.listdir(f"{self.work}/cache/network") if not f.endswith(".key.json")]
+        if len(networks) != 1 or "profile" not in planner:
+            return
+        cluster = f"{self.work}/cache/network/{networks[0]}"
+        ranks = [d["name"] for d in json.load(open(cluster))["devices"]]  # the job's rank order
+        placed = list(dict.fromkeys(d for stage in plan["stages"] for d in stage["devices"]))
+        if placed == ranks[:len(placed)]:
+            return
+        rename = dict(zip(placed, ranks))
+        naive = json.loads(json.dumps(plan))
+        for stage in naive["stages"]:
+            stage["devices"] = [rename[d] for d in stage["devices"]]
+        paths = {"planned": f"{self.work}/{model}.plan.json", "naive": f"{self.work}/{model}.naive-plan.json"}
+        json.dump(plan, open(paths["planned"], "w"))
+        json.dump(naive, open(paths["naive"], "w"))
+        self.naive_plan[model] = paths["naive"]
+        self.simulated[model] = {"cluster": json.load(open(cluster))}
+        for label, path in paths.items():
+            out = subprocess.run([self.bin, "simulate", "--graph", planner["profile"]["path"], "--cluster", cluster,
+                                  "--plan", path, "--json"], stdout=subprocess.PIPE, text=True, check=True).stdout
+            report = json.loads(out[out.index("{"):])
+            self.simulated[model][label] = {"devices": list(dict.fromkeys(
+                d for stage in json.load(open(path))["stages"] for d in stage["devices"])),
+                "samples_per_second": report.get("throughput")}
+        print(f"{model}: simulated on the measured network: " + ", ".join(
+            f"{k} {v['devices']} {v['samples_per_second']:.2f} samples/s" for k, v in self.simulated[model].items()
+            if k != "cluster"), file=sys.stderr, flush=True)
+
     def ours(self, c, console):
         """As race.py's window (race.timed_window), and the planner's prediction."""
         summary = json.load(open(f"{self.work}/summary.json"))
@@ -155,6 +196,8 @@ def main():
     ap.add_argument("--models", default="tv-vgg")
     ap.add_argument("--rates", default="100mbit,1gbit,10gbit,none", help="tc rates; none: unshaped")
     ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--rate-of", action="append", metavar="HOST=RATE",
+                    help="one host's link at its own rate, the others at --rates' (repeatable; hosts.py's)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup-steps", type=int, default=2)
@@ -179,7 +222,7 @@ def main():
                            check=True)
         for rate in a.rates.split(","):
             try:
-                with Hosts(a.hosts, None if rate == "none" else rate) as hosts:
+                with Hosts(a.hosts, None if rate == "none" else rate, parse_rates(a.rate_of)) as hosts:
                     for model in models:
                         key = f"{model} at {rate}"
                         # The plans first, once, untimed: the first profiles the model and measures
@@ -190,6 +233,8 @@ def main():
                                 continue
                             first = race_.run(c, hosts)
                             print(f"{key} {c.name} (untimed first run): {first}", file=sys.stderr, flush=True)
+                            if c.name == "pipetrain's plan" and "error" not in first:
+                                race_.place_naively(model)
                             if c.name == PEERS_SCHEDULE_PLAN and f"{a.hosts} stage(s) of {'/'.join(['1'] * a.hosts)}" \
                                     in first.get("plan", ""):
                                 race_.plan_cut[model] = plan_cut(f"{work}/summary.json", f"{work}/{model}.pieces.json")
@@ -210,8 +255,8 @@ def main():
                 print(f"network_race: skipped: cannot make network namespaces here ({e})", file=sys.stderr)
                 return SKIP
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    json.dump({"machine": machine(), "arguments": vars(a), "ratios": ratios, "runs": results}, open(a.out, "w"),
-              indent=1)
+    json.dump({"machine": machine(), "arguments": vars(a), "ratios": ratios, "runs": results,
+               "simulated": race_.simulated}, open(a.out, "w"), indent=1)
     print(f"\nevery run's figures: {a.out}")
     return 0
 

@@ -191,8 +191,9 @@ std::string joined(const std::vector<int64_t>& sizes) {
 
 // One process per share, each handed its part of the job as a file beside `out`
 // (`pipetrain profile --job FILE`, job::profileJobToJson).
-std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig& config, const Processes& processes, const Sizes& sizes,
-                                                      const std::string& out, const std::string& rendezvous) {
+std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig& config, const Processes& processes,
+                                                      const Sizes& sizes, const std::string& out,
+                                                      const std::string& rendezvous) {
   std::vector<std::vector<std::string>> commands;
   for (int k = 0; k < processes.count; ++k) {
     ProfileJob job;

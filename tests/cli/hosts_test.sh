@@ -6,6 +6,8 @@
 #   activations cross the link, where data parallelism would all-reduce every weight),
 #   says what crosses the link, and trains; the next job on the same hosts takes the
 #   link from the cache;
+# - across three hosts, one of whose links is 10x slower, every pair of hosts is
+#   measured and the slow link told apart from the others;
 # - nothing is left behind: no namespace of ours survives, even when a run fails.
 # Needs root; exits 77 (skipped) where hosts.py cannot make the namespaces.
 # Usage: PIPETRAIN=path/to/pipetrain PIPETRAIN_PYTHON=python hosts_test.sh SOURCE_DIR
@@ -85,7 +87,28 @@ agent() {  # agent PORT: this host's torchrun agent over the job, placeholders f
 expect "the first measures the link" "measuring the network between" "$tmp/host.0"
 expect "the next job takes it from the cache" "as measured before" "$tmp/host.0"
 
-# 4. Nothing of ours is left: not after the runs, nor after one that fails.
+# 4. Three hosts, host 1's link 10x slower than the others' (100 Mb/s against 1 Gb/s):
+#    profile-network measures every pair of hosts, not only rank 0's; the network level
+#    takes the slow rate, and hosts 0 and 2 get a link of their own at the fast one.
+three=("$python" "$src/bench/hosts/hosts.py" --hosts 3 --rate 1gbit --rate-of 1=100mbit --timeout 300
+       --logs "$tmp/three" --tag "${tag}t")
+"${three[@]}" --torchrun 1 --port 29635 -- "${rank[@]}" profile-network --sizes 256K,2M --repeats 5 \
+  --out "$tmp/three.json" >"$tmp/three.hosts" 2>&1 &&
+  passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: profile-network across 3 hosts"; tail -5 "$tmp/three.hosts" "$tmp/three.0"; }
+expect "it measures the pair rank 0 is not on" "rank 1 (" "$tmp/three.0"
+"$python" - "$tmp/three.json" <<'PY' && passed=$((passed + 1)) || failed=$((failed + 1))
+import json, sys
+c = json.load(open(sys.argv[1]))
+slow, links = c["levels"][-1]["bandwidth"], c.get("links", [])
+print(f"hosts_test: 3 hosts: network {slow / 1e6:.2f} MB/s (tc: 12.50), links",
+      ", ".join(f"{l['a']}-{l['b']} {l['bandwidth'] / 1e6:.1f} MB/s" for l in links))
+if abs(slow / 12.5e6 - 1) > 0.10:
+    sys.exit(f"FAIL: the slow links measured {slow:.0f} B/s, not within 10% of 12.5e6")
+if len(links) != 1 or {links[0]["a"], links[0]["b"]} != {"10.99.0.1-0", "10.99.0.3-0"} or links[0]["bandwidth"] < 5 * slow:
+    sys.exit(f"FAIL: expected one fast link between hosts 0 and 2, found {links}")
+PY
+
+# 5. Nothing of ours is left: not after the runs, nor after one that fails.
 "${hosts[@]}" -- false >/dev/null 2>&1
 [ "$(ours)" = 0 ] && passed=$((passed + 1)) ||
   { failed=$((failed + 1)); echo "FAIL: namespaces left behind: $(ip netns list)"; }

@@ -12,7 +12,6 @@
 #include <set>
 #include <utility>
 
-
 #include "pipetrain/cluster/chain_order.h"
 #include "pipetrain/torch/device.h"
 #include "pipetrain/torch/profiler.h"
@@ -107,12 +106,12 @@ RankHost receiveHost(runtime::Transport& t, int from) {
 
 // ----- one rank against a peer ------------------------------------------------------------
 
-// The measuring rank's side. Latency: half the median round trip of a small message. Bandwidth for
-// size S: the median time of S bytes there and a small acknowledgement back, less one
-// small round trip (the two latencies it contains), gives S / bandwidth. Host CPU per
-// message: both processes' CPU time over the timed rounds (the peer sends its own), the
-// small round trips giving a small message's share and the rounds of S bytes, less their
-// small acknowledgement, an S-byte message's.
+// The measuring rank's side. Latency: half the median round trip of a small message.
+// Bandwidth for size S: the median time of S bytes there and a small acknowledgement
+// back, less one small round trip (the two latencies it contains), gives S / bandwidth.
+// Host CPU per message: both processes' CPU time over the timed rounds (the peer sends
+// its own), the small round trips giving a small message's share and the rounds of S
+// bytes, less their small acknowledgement, an S-byte message's.
 //
 // NOTE(warm-up by time): right after start-up, round trips over loopback took 2-4 ms
 // for the first ~10 ms and 50-70 us afterwards (2-core VM), so warm-up pings go on for
