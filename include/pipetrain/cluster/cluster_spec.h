@@ -199,8 +199,9 @@ class ClusterSpec {
   int indexOf(const std::string& name) const;  // -1 when unknown
 
   Route route(int from, int to) const;
-  // What joins two devices, as route() finds it, in words: "link a-b" for an explicit
-  // link, else the name of the innermost level whose group holds both.
+  // What joins two devices, as route() finds it, in words: "link a <-> b" for an
+  // explicit link (the same both ways), else the name of the innermost level whose
+  // group holds both.
   std::string routeName(int from, int to) const;
   int numPorts() const { return num_ports_; }
 

@@ -149,8 +149,9 @@ int ClusterSpec::levelOf(int from, int to) const {
 
 std::string ClusterSpec::routeName(int from, int to) const {
   if (from == to) return "none (one device)";
+  // A link is one name both ways: the traffic over it sums by its name.
   if (link_ports_.count(static_cast<int64_t>(from) * size() + to))
-    return "link " + devices_[from].name + "-" + devices_[to].name;
+    return "link " + devices_[std::min(from, to)].name + " <-> " + devices_[std::max(from, to)].name;
   if (levels_.empty()) return "none";
   return levels_[levelOf(from, to)].name;
 }

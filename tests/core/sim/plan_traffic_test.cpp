@@ -57,6 +57,18 @@ TEST(PlanTraffic, APipelineAcrossHostsSendsItsCutOverTheNetwork) {
   EXPECT_DOUBLE_EQ(t[0].wire_seconds, 8.0 * (1 << 20) / 125e6);
 }
 
+// A link of its own between the two hosts: the cut's activations one way and their
+// gradients the other are one link's traffic, named once.
+TEST(PlanTraffic, ALinkCarriesBothWaysUnderOneName) {
+  const cluster::ClusterSpec hosts = twoHosts();
+  const cluster::ClusterSpec c(hosts.devices(), hosts.levels(), {{"a-0", "b-0", 1e9, 1e-4}});
+  const std::vector<LinkTraffic> t = planTraffic(CostModel(fourLayers(), c, twoStages({"a-0"}, {"b-0"}, 4)));
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].link, "link a-0 <-> b-0");
+  EXPECT_DOUBLE_EQ(t[0].bytes, 8.0 * (1 << 20));
+  EXPECT_EQ(c.routeName(2, 0), "link a-0 <-> b-0");
+}
+
 TEST(PlanTraffic, ReplicasOnOneHostAllReduceWithinIt) {
   const graph::LayerGraph g = fourLayers();
   const cluster::ClusterSpec c = twoHosts();
