@@ -68,7 +68,8 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
     std::printf(";");
   }
   for (const auto& l : c.links())
-    std::printf(" link %s <-> %s %s, %s;", l.a.c_str(), l.b.c_str(), rate(l.bandwidth).c_str(), micros(l.latency).c_str());
+    std::printf(" link %s <-> %s %s, %s;", l.a.c_str(), l.b.c_str(), rate(l.bandwidth).c_str(),
+                micros(l.latency).c_str());
   std::printf("\n");
   std::fflush(stdout);
 }

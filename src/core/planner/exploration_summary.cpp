@@ -37,7 +37,8 @@ std::string whySlower(const Candidate& winner, const Candidate& loser) {
   }
   std::string why = text::fixed(100.0 * (1.0 - l.throughput / w.throughput), 1) + "% lower throughput: ";
   if (l.bubble_fraction > w.bubble_fraction + 0.02)
-    return why + "more idle time (mean bubble " + text::fixed(l.bubble_fraction, 3) + " vs " + text::fixed(w.bubble_fraction, 3) + ")";
+    return why + "more idle time (mean bubble " + text::fixed(l.bubble_fraction, 3) + " vs " +
+           text::fixed(w.bubble_fraction, 3) + ")";
   if (maxBusy(l) * l.samples_per_minibatch > maxBusy(w) * w.samples_per_minibatch * 1.02)
     return why + "a slower bottleneck rank (" + text::fixed(maxBusy(l) / l.samples_per_minibatch * 1e3, 3) + " vs " +
            text::fixed(maxBusy(w) / w.samples_per_minibatch * 1e3, 3) + " ms busy per sample)";

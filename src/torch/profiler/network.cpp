@@ -337,7 +337,8 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
   }
   // One pair at a time: two pairs measured at once would share this machine's cores, or
   // a switch.
-  for (const auto& [a, b] : sharePairs(t, t.rank() == 0 ? pairsBeyondRankZero(p.ranks) : std::vector<std::pair<int, int>>{})) {
+  const auto beyond = t.rank() == 0 ? pairsBeyondRankZero(p.ranks) : std::vector<std::pair<int, int>>{};
+  for (const auto& [a, b] : sharePairs(t, beyond)) {
     t.barrier();
     if (t.rank() == a) sendMeasurement(t, measurePeer(t, b, o, data));
     if (t.rank() == b) answerPeer(t, a, o, data);
@@ -364,7 +365,8 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
 
 cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
   const int world = static_cast<int>(p.ranks.size());
-  const auto from_zero = std::count_if(p.pairs.begin(), p.pairs.end(), [](const PairMeasurement& m) { return m.from == 0; });
+  const auto from_zero =
+      std::count_if(p.pairs.begin(), p.pairs.end(), [](const PairMeasurement& m) { return m.from == 0; });
   if (world < 2 || from_zero != world - 1)
     throw Error("network profile: expected rank 0's measurements against " + std::to_string(world - 1) +
                 " other ranks, found " + std::to_string(from_zero));
