@@ -360,22 +360,18 @@ TEST(Profiler, MeasuresHowAStepDividesOverThreadsAndLeavesThemAsTheyWere) {
   at::set_num_threads(pool_before);
 }
 
-TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
-  const int world = 3;
+// profileNetwork on ranks that are threads of this process, rank r telling `hosts[r]`;
+// every rank's profile.
+std::vector<NetworkProfile> profileOnThreads(const std::vector<RankHost>& hosts, const NetworkOptions& o) {
+  const int world = static_cast<int>(hosts.size());
   auto group = runtime::makeInProcessGroup(world, std::chrono::seconds(20));
-  NetworkOptions o;
-  o.sizes = {1024, 64 * 1024};
-  o.repeats = 3;
-  o.warmup_seconds = 0;
   std::vector<NetworkProfile> profiles(world);
   std::vector<std::exception_ptr> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       try {
-        RankHost host{"node", r, int64_t{3} << 30};
-        host.threads = r + 1;  // what each rank computes on, as its cluster device says
-        profiles[r] = profileNetwork(*group[r], host, o);
+        profiles[r] = profileNetwork(*group[r], hosts[r], o);
       } catch (...) {
         errors[r] = std::current_exception();
       }
@@ -383,6 +379,20 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+  return profiles;
+}
+
+TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
+  NetworkOptions o;
+  o.sizes = {1024, 64 * 1024};
+  o.repeats = 3;
+  o.warmup_seconds = 0;
+  std::vector<RankHost> hosts;
+  for (int r = 0; r < 3; ++r) {
+    hosts.push_back({"node", r, int64_t{3} << 30});
+    hosts.back().threads = r + 1;  // what each rank computes on, as its cluster device says
+  }
+  const std::vector<NetworkProfile> profiles = profileOnThreads(hosts, o);
 
   const NetworkProfile& p = profiles[0];
   ASSERT_EQ(p.ranks.size(), 3u);
@@ -418,28 +428,13 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
 // Ranks on three hosts: rank 0 measures against the others, then the first ranks of
 // the other two hosts against each other, and rank 0 gets what they measured.
 TEST(ProfileNetwork, PairsOfOtherHostsAreMeasuredToo) {
-  const int world = 4;
-  auto group = runtime::makeInProcessGroup(world, std::chrono::seconds(20));
   NetworkOptions o;
   o.sizes = {1024};
   o.repeats = 2;
   o.warmup_seconds = 0;
-  std::vector<NetworkProfile> profiles(world);
-  std::vector<std::exception_ptr> errors(world);
-  std::vector<std::thread> threads;
-  const std::vector<std::string> hosts{"a", "b", "b", "c"};
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        profiles[r] = profileNetwork(*group[r], RankHost{hosts[r], r == 2 ? 1 : 0, int64_t{1} << 30}, o);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  const NetworkProfile& p = profiles[0];
+  const std::vector<RankHost> hosts{{"a", 0, int64_t{1} << 30}, {"b", 0, int64_t{1} << 30},
+                                    {"b", 1, int64_t{1} << 30}, {"c", 0, int64_t{1} << 30}};
+  const NetworkProfile p = profileOnThreads(hosts, o)[0];
   ASSERT_EQ(p.pairs.size(), 4u);  // 0-1, 0-2, 0-3, then b's first rank against c's
   EXPECT_EQ(p.pairs[2].from, 0);
   EXPECT_EQ(p.pairs[3].from, 1);
