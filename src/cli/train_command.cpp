@@ -225,13 +225,15 @@ int runLauncher(job::TrainRequest& a, const CLI::App& cmd) {
   return launch(a, model);
 }
 
-// A rank of a torchrun job: the same job as the launcher's (job/torchrun_job.h). Rank 0
-// decides the plan and, at the end, prints the run and writes its outputs.
+// A rank of a torchrun job, or of ranks started by hand with no plan given: the same job
+// as the launcher's (job/torchrun_job.h). Rank 0 decides the plan and, at the end,
+// prints the run and writes its outputs.
 int runTorchrunRank(job::TrainRequest& a, const CLI::App& cmd) {
   const auto start = std::chrono::steady_clock::now();
   runtime::Rendezvous rendezvous = runtime::Rendezvous::fromEnvironment();
   rendezvous.timeout = std::chrono::seconds(a.timeout_seconds);  // a silent peer while measuring the network
   job::TorchrunJob torchrun(rendezvous);
+  rendezvous = torchrun.rendezvous();
   a.nproc = torchrun.worldSize();
   // The ranks of this host share its cores; each computes on OMP_NUM_THREADS where
   // torchrun (or the user) set it, and the profile is taken on as many.
@@ -280,9 +282,13 @@ int runTorchrunRank(job::TrainRequest& a, const CLI::App& cmd) {
 }
 
 // A rank its launcher started, or one started by hand without torchrun's agent: it
-// trains the plan its launcher wrote, or one its own flags describe.
+// trains the plan its launcher wrote, or one its own flags describe; started by hand
+// with none, it runs the job as torchrun's ranks do.
 int runRankCommand(job::TrainRequest& a, const CLI::App& cmd) {
   if (!job::startedByLauncher() && job::TorchrunJob::here()) return runTorchrunRank(a, cmd);
+  // Ranks started by hand with no plan given: the same job, rank 0 serving its store.
+  if (!job::startedByLauncher() && job::TorchrunJob::startedByHand() && !job::planGiven(a))
+    return runTorchrunRank(a, cmd);
   const char* world = std::getenv("WORLD_SIZE");
   a.config.plan = job::planOfRank(a, world ? std::atoi(world) : a.nproc);
   const char* rank = std::getenv("RANK");

@@ -73,6 +73,8 @@ std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& 
   return planned;
 }
 
+bool planGiven(const TrainRequest& request) { return !request.plan.empty() || handMade(request.plan_args); }
+
 plan::Plan planOfRank(const TrainRequest& request, int world_size) {
   if (!request.plan.empty()) return plan::Plan::load(request.plan);
   if (handMade(request.plan_args)) return planFromArgs(runtime::openModel(request.config), request.plan_args, world_size);

@@ -40,19 +40,33 @@ struct TorchrunJob::Store {
 
 bool TorchrunJob::here() { return runtime::Rendezvous::fromEnvironment().agent_store; }
 
+bool TorchrunJob::startedByHand() {
+  const char* world = std::getenv("WORLD_SIZE");
+  return std::getenv("RANK") && world && std::atoi(world) > 1 && !here();
+}
+
 TorchrunJob::TorchrunJob(const runtime::Rendezvous& rendezvous) : rendezvous_(rendezvous), store_(new Store) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<uint16_t>(rendezvous.master_port);
-  options.isServer = false;  // torchrun's agent serves it
+  options.isServer = rendezvous.rank == 0 && !rendezvous.agent_store;  // else torchrun's agent serves it
+  options.numWorkers = rendezvous.world_size;
   options.waitWorkers = false;
   options.timeout = rendezvous.timeout;
+  const std::string whose = rendezvous.agent_store ? "torchrun's store" : "rank 0's store";
   try {
-    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(rendezvous.master_addr, options);
-    store_->store = c10::make_intrusive<c10d::PrefixStore>(rendezvous.store_prefix + "/pipetrain-job", store);
+    store_->store = c10::make_intrusive<c10d::TCPStore>(rendezvous.master_addr, options);
   } catch (const std::exception& e) {
-    throw Error("rank " + std::to_string(rendezvous.rank) + ": cannot reach torchrun's store at " +
+    throw Error("rank " + std::to_string(rendezvous.rank) + ": cannot reach " + whose + " at " +
                 rendezvous.master_addr + ":" + std::to_string(rendezvous.master_port) + ": " + e.what());
   }
+  if (!rendezvous.agent_store) {
+    // From here on this process meets the others in that store, as under torchrun's
+    // agent: every later rendezvous (the network's group, the training transport) reads
+    // the environment, and a second server on the port would fail.
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "1", 1);
+    rendezvous_.agent_store = true;
+  }
+  store_->store = c10::make_intrusive<c10d::PrefixStore>(rendezvous.store_prefix + "/pipetrain-job", store_->store);
 }
 
 TorchrunJob::~TorchrunJob() = default;

@@ -5,7 +5,7 @@
 # - a torchrun job given no plan measures the link, plans for it (a pipeline, whose
 #   activations cross the link, where data parallelism would all-reduce every weight),
 #   says what crosses the link, and trains; the next job on the same hosts takes the
-#   link from the cache;
+#   link from the cache; ranks started by hand, without torchrun's agent, do the same;
 # - across three hosts, one of whose links is 10x slower, every pair of hosts is
 #   measured and the slow link told apart from the others;
 # - nothing is left behind: no namespace of ours survives, even when a run fails.
@@ -87,7 +87,15 @@ agent() {  # agent PORT: this host's torchrun agent over the job, placeholders f
 expect "the first measures the link" "measuring the network between" "$tmp/host.0"
 expect "the next job takes it from the cache" "as measured before" "$tmp/host.0"
 
-# 4. Three hosts, host 1's link 10x slower than the others' (100 Mb/s against 1 Gb/s):
+# 4. Ranks started by hand (no torchrun agent), no plan given: rank 0 serves the job's
+#    store, and the job measures the link, plans for it and trains as under torchrun.
+"${hosts[@]}" -- env RANK={host} WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR={master} MASTER_PORT=29636 \
+  "${rank[@]}" "${job[@]}" --max-steps 5 >"$tmp/byhand.hosts" 2>&1 &&
+  passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: ranks started by hand"; tail -5 "$tmp/host.0" "$tmp/host.1"; }
+expect "ranks started by hand measure the link" "measuring the network between the job's 2 ranks" "$tmp/host.0"
+expect "plan for it and train" "trained mlp with" "$tmp/host.0"
+
+# 5. Three hosts, host 1's link 10x slower than the others' (100 Mb/s against 1 Gb/s):
 #    profile-network measures every pair of hosts, not only rank 0's; the network level
 #    takes the slow rate, and hosts 0 and 2 get a link of their own at the fast one.
 three=("$python" "$src/bench/hosts/hosts.py" --hosts 3 --rate 1gbit --rate-of 1=100mbit --timeout 300
@@ -108,7 +116,7 @@ if len(links) != 1 or {links[0]["a"], links[0]["b"]} != {"10.99.0.1-0", "10.99.0
     sys.exit(f"FAIL: expected one fast link between hosts 0 and 2, found {links}")
 PY
 
-# 5. Nothing of ours is left: not after the runs, nor after one that fails.
+# 6. Nothing of ours is left: not after the runs, nor after one that fails.
 "${hosts[@]}" -- false >/dev/null 2>&1
 [ "$(ours)" = 0 ] && passed=$((passed + 1)) ||
   { failed=$((failed + 1)); echo "FAIL: namespaces left behind: $(ip netns list)"; }

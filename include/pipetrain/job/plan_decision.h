@@ -33,8 +33,11 @@ struct PlanChoice {
 std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& model, const PlanChoice& choice,
                                     const Say& say);
 
+// Whether the request gives its plan: a plan file, stage bounds or data parallelism.
+bool planGiven(const TrainRequest& request);
+
 // A rank's plan: the file its launcher wrote, or hand-given stage bounds or data
-// parallelism for `world_size` ranks; a rank started by hand without one is refused.
+// parallelism for `world_size` ranks; a rank without one is refused.
 plan::Plan planOfRank(const TrainRequest& request, int world_size);
 
 }  // namespace pipetrain::job

@@ -4,7 +4,9 @@
 // checkpoint's, or the one the flags give) and the other ranks receive it; at the end
 // every rank's result goes to rank 0, which sums up the run, prints it once and writes
 // the outputs. They meet through torchrun's agent store, under keys of this start of the
-// job (torchrun restarts every worker).
+// job (torchrun restarts every worker). Ranks started by hand (RANK, WORLD_SIZE,
+// MASTER_ADDR and MASTER_PORT set, no agent) run the same job: rank 0 serves the store
+// at MASTER_PORT, as the agent would.
 #pragma once
 
 #include <chrono>
@@ -24,11 +26,18 @@ class TorchrunJob {
  public:
   // Whether this process is a rank of a torchrun job whose agent serves the store.
   static bool here();
+  // Whether this process is one of several ranks started by hand: RANK and WORLD_SIZE
+  // (above 1) set, and no agent serving a store.
+  static bool startedByHand();
+  // Where no agent serves the store, rank 0 serves it, and the rest of this process
+  // (its transports, the ranks it trains as) then meets there as under an agent.
   explicit TorchrunJob(const runtime::Rendezvous& rendezvous);
   ~TorchrunJob();
 
   int rank() const;
   int worldSize() const;
+  // The job's rendezvous, meeting in the store this job serves or reaches.
+  const runtime::Rendezvous& rendezvous() const { return rendezvous_; }
   // Every rank: where it runs, for rank 0. Rank 0: every rank's, by rank, once all have
   // said (waiting up to `patience`).
   void sharePlace(const RankPlace& mine);
