@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/torch/device.h"
@@ -78,6 +79,22 @@ bool oneHost(const std::vector<RankPlace>& ranks) {
   for (const RankPlace& r : ranks)
     if (r.identity != ranks.front().identity) return false;
   return true;
+}
+
+void checkNumberedHostByHost(const std::vector<RankPlace>& ranks) {
+  std::map<std::string, std::size_t> last_on;  // host -> its latest rank so far
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const auto seen = last_on.find(ranks[r].identity);
+    if (seen != last_on.end() && seen->second != r - 1)
+      throw Error("ranks " + std::to_string(seen->second) + " and " + std::to_string(r) +
+                  " share a host, and other hosts' ranks come between them: number the ranks host by host (all of "
+                  "one host's before the next host's), as torchrun does");
+    if (seen != last_on.end() && ranks[r].local_rank <= ranks[r - 1].local_rank)
+      throw Error("ranks " + std::to_string(r - 1) + " and " + std::to_string(r) + " share a host, and rank " +
+                  std::to_string(r) + " has the lower LOCAL_RANK: number a host's ranks in LOCAL_RANK order, as "
+                  "torchrun does");
+    last_on[ranks[r].identity] = r;
+  }
 }
 
 graph::ProfileKey networkKey(const std::vector<RankPlace>& ranks, const std::string& wire) {

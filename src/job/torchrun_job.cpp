@@ -102,6 +102,7 @@ bool TorchrunJob::networkMeasurementAnnounced(std::chrono::seconds patience) {
 
 cluster::ClusterSpec TorchrunJob::networkOfHosts(const std::vector<RankPlace>& places, const std::string& wire,
                                                  const std::string& device_spec, bool remeasure, const Say& say) {
+  checkNumberedHostByHost(places);
   const graph::ProfileKey key = networkKey(places, wire);
   std::optional<CachedNetwork> network = remeasure ? std::nullopt : findNetwork(key);
   announceNetworkMeasurement(!network);

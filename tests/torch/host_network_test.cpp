@@ -24,6 +24,14 @@ TEST(HostNetwork, HostsAreToldApartByIdentityNotName) {
   EXPECT_FALSE(oneHost({place("1", 0), place("2", 0)}));  // namespaces of one machine
 }
 
+// The measured cluster lists a host's devices together, in LOCAL_RANK order, so the job's
+// ranks must come so (torchrun numbers them so; ranks started by hand may not).
+TEST(HostNetwork, RanksMustBeNumberedHostByHost) {
+  EXPECT_NO_THROW(checkNumberedHostByHost({place("a", 0), place("a", 1), place("b", 0), place("b", 1)}));
+  EXPECT_THROW(checkNumberedHostByHost({place("a", 0), place("b", 0), place("a", 1)}), Error);
+  EXPECT_THROW(checkNumberedHostByHost({place("a", 1), place("a", 0), place("b", 0)}), Error);
+}
+
 TEST(HostNetwork, APlaceRoundTripsThroughTheStore) {
   const RankPlace p = place("2", 1);
   const RankPlace q = RankPlace::fromJson(p.toJson(), "test");

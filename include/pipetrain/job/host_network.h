@@ -37,6 +37,12 @@ RankPlace thisRankPlace(const runtime::Rendezvous& rendezvous, int local_rank, c
 // Whether every rank runs on one host.
 bool oneHost(const std::vector<RankPlace>& ranks);
 
+// Refuses ranks not numbered host by host, in local-rank order on each (as torchrun
+// numbers them): the measured cluster lists its devices so, and each process runs the
+// plan's rank of its device by that order (planRanksOfJobRanks). Ranks started by hand
+// may be numbered otherwise; the Error names two ranks out of order.
+void checkNumberedHostByHost(const std::vector<RankPlace>& ranks);
+
 // The cache entry's key: every rank's place, in rank order, and what sums the gradients.
 // A new network namespace is a new host: a network shaped anew is measured anew.
 graph::ProfileKey networkKey(const std::vector<RankPlace>& ranks, const std::string& wire);
