@@ -139,12 +139,15 @@ class NetworkRace:
     def place_naively(self, model):
         """After the plan's first run: where its stages are not on the ranks in order, the same
         plan with stage s on rank s, and both placements simulated on the measured network."""
-        plan = json.load(open(f"{self.work}/summary.json"))["plan"]
-        planner = json.load(open(f"{self.work}/summary.json")).get("planner") or {}
-        networks = [f for f in os.listdir(f"{self.work}/cache/network") if not f.endswith(".key.json")]
-        if len(networks) != 1 or "profile" not in planner:
+        summary = json.load(open(f"{self.work}/summary.json"))
+        plan, planner = summary["plan"], summary.get("planner") or {}
+        folder = f"{self.work}/cache/network"
+        # The network these hosts measured: the newest (each rate's hosts are new hosts).
+        networks = sorted((f for f in os.listdir(folder) if not f.endswith(".key.json")),
+                          key=lambda f: os.path.getmtime(os.path.join(folder, f)))
+        if not networks or "profile" not in planner:
             return
-        cluster = f"{self.work}/cache/network/{networks[0]}"
+        cluster = os.path.join(folder, networks[-1])
         ranks = [d["name"] for d in json.load(open(cluster))["devices"]]  # the job's rank order
         placed = list(dict.fromkeys(d for stage in plan["stages"] for d in stage["devices"]))
         if placed == ranks[:len(placed)]:
