@@ -32,10 +32,8 @@ struct TorchrunJob::Store {
     try {
       store->wait({key}, patience);
       return textOf(store->get(key));
-    } catch (const c10::Error& e) {
-      throw Error(what + ": " + e.what_without_backtrace());  // one line, not LibTorch's stack
     } catch (const std::exception& e) {
-      throw Error(what + ": " + e.what());
+      throw Error(what + ": " + runtime::errorMessage(e));
     }
   }
 };
@@ -58,10 +56,9 @@ TorchrunJob::TorchrunJob(const runtime::Rendezvous& rendezvous) : rendezvous_(re
   try {
     store_->store = c10::make_intrusive<c10d::TCPStore>(rendezvous.master_addr, options);
   } catch (const std::exception& e) {
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     throw Error("rank " + std::to_string(rendezvous.rank) + ": cannot reach " + whose + " at " +
                 rendezvous.master_addr + ":" + std::to_string(rendezvous.master_port) + ": " +
-                (c10_error ? c10_error->what_without_backtrace() : e.what()));
+                runtime::errorMessage(e));
   }
   if (!rendezvous.agent_store) {
     // From here on this process meets the others in that store, as under torchrun's

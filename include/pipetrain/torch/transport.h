@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -156,6 +157,10 @@ std::string hostIdentity();
 // connecting a UDP socket only picks the route): the interface its peers reach, whatever
 // its host name resolves to. Error where `master` does not resolve or has no route.
 std::string localAddressToward(const std::string& master, int port);
+
+// What `e` says, in one line where LibTorch's errors (c10::Error) append their C++ stack
+// trace: the message is what a user needs; the stack would bury it.
+std::string errorMessage(const std::exception& e);
 
 // The process group a transport makes for `group` (sorted, contains `rank`): its name
 // among the transport's groups ("<kind>-1-2", its keys' prefix in the store) and `rank`'s

@@ -51,14 +51,11 @@ class GlooOp : public PendingOp {
   GlooOp(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout, std::string what)
       : work_(std::move(work)), timeout_(timeout), what_(std::move(what)) {}
   void wait() override {
-    // Gloo reports a dead peer as a closed connection and a stuck one as a timeout. The
-    // message is what matters; LibTorch's C++ stack trace would bury it.
+    // Gloo reports a dead peer as a closed connection and a stuck one as a timeout.
     try {
       work_->wait(timeout_);
-    } catch (const c10::Error& e) {
-      throw Error(what_ + " failed: " + e.what_without_backtrace());
     } catch (const std::exception& e) {
-      throw Error(what_ + " failed: " + e.what());
+      throw Error(what_ + " failed: " + errorMessage(e));
     }
   }
 
@@ -84,7 +81,7 @@ class GlooTransport : public Transport {
       if (!rv.store_prefix.empty()) store_ = c10::make_intrusive<c10d::PrefixStore>(rv.store_prefix, store_);
     } catch (const std::exception& e) {
       throw Error("rank " + std::to_string(rv.rank) + ": cannot reach the rendezvous at " + rv.master_addr + ":" +
-                  std::to_string(rv.master_port) + ": " + e.what());
+                  std::to_string(rv.master_port) + ": " + errorMessage(e));
     }
     world_ = makeGroup(store_, rv.rank, rv.world_size);
   }
@@ -218,6 +215,11 @@ Rendezvous Rendezvous::fromEnvironment() {
 }
 
 int localRank(int fallback) { return intFromEnv("LOCAL_RANK", fallback, false); }
+
+std::string errorMessage(const std::exception& e) {
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  return torch_error ? torch_error->what_without_backtrace() : e.what();
+}
 
 std::string localAddressToward(const std::string& master, int port) {
   addrinfo hints{};

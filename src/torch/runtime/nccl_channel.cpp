@@ -55,7 +55,7 @@ class NcclChannel : public DataChannel {
       store_ = c10::make_intrusive<c10d::TCPStore>(rv.master_addr, options);
     } catch (const std::exception& e) {
       throw Error("rank " + std::to_string(rv.rank) + ": NCCL cannot reach the rendezvous at " + rv.master_addr + ":" +
-                  std::to_string(rv.master_port) + ": " + e.what());
+                  std::to_string(rv.master_port) + ": " + errorMessage(e));
     }
     store_ = c10::make_intrusive<c10d::PrefixStore>(rv.store_prefix + "/nccl", store_);
     // NOTE(two-directions): NCCL runs a pair's operations in order on one stream, and a
