@@ -28,6 +28,7 @@
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/util/allocator.h"
 #include "../tests/core/fork_join.h"
+#include "pipedream_cluster.h"
 
 namespace {
 
@@ -163,18 +164,6 @@ BENCHMARK(exploration)
     ->Args({4, 1024, 0, 64})->Args({32, 1024, 0, 64})->Args({256, 1024, 0, 64})
     ->Iterations(1)->Unit(benchmark::kMillisecond);
 
-// PipeDream's cluster shape (bench/profiles/pipedream-32gpus.json): servers of 8 GPUs
-// at 60 GB/s, 3 GB/s between servers, memory that never binds.
-cluster::ClusterSpec pipedreamCluster(int gpus) {
-  std::vector<cluster::Device> d;
-  for (int i = 0; i < gpus; ++i) d.push_back({"gpu" + std::to_string(i), "gpu", 1.0, int64_t{1} << 40});
-  std::vector<cluster::Level> levels{{"server", std::min(8, gpus), 60e9, 0.0}};
-  if (gpus > 8) levels.push_back({"cluster", gpus, 3e9, 0.0});
-  return cluster::ClusterSpec(d, levels, {});
-}
-
-const char* const kPublished[] = {"alexnet", "vgg16", "gnmt", "resnet50", "inception-v3"};
-
 // What one `plan` run measured, in its own process (so that peak memory is its own).
 struct PlanRun {
   double seconds = 0, peak_mib = 0, throughput = 0, simulated_throughput = 0;
@@ -244,9 +233,9 @@ PlanRun planInChild(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
 
 // `plan --batch 4096` with every default but the partitioner (0 auto, 1 chain, 2 graph).
 void published(benchmark::State& state) {
-  const std::string model = kPublished[state.range(0)];
-  const auto graph = graph::LayerGraph::load(std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/pipedream-" + model + ".json");
-  const auto cluster = pipedreamCluster(static_cast<int>(state.range(1)));
+  const std::string model = bench::kPublished[state.range(0)];
+  const auto graph = graph::LayerGraph::load(bench::publishedProfile(model));
+  const auto cluster = bench::pipedreamCluster(static_cast<int>(state.range(1)));
   planner::ExploreOptions o;
   o.global_batch = 4096;
   o.partitioner = state.range(2) == 0 ? planner::Partitioner::kAuto

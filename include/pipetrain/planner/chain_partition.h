@@ -47,6 +47,10 @@ struct PartitionOptions {
   int64_t microbatch_size = 1;
   int microbatches = 1;           // per mini-batch
   int max_devices = 0;            // plan on the first this-many devices; 0 = all
+  // The pipeline runs as this many copies, one per block of max_devices devices
+  // (replicated_pipeline.h), `microbatches` being one copy's: a stage's all-reduce rings
+  // through its replicas in every copy, across the blocks.
+  int copies = 1;
   // True: tile exactly those devices (a job whose ranks are already there); false: the
   // best plan on up to that many, which may leave devices idle.
   bool use_all_devices = false;

@@ -86,8 +86,9 @@ struct Candidate {
   int depth = 0;                        // stages on the stage graph's longest path
   // What proposed it: "chain", "graph", "sequential" (the graph partitioner's chain of
   // stages in topological order, from the chain DP: explorer.cpp), "balanced"
-  // (multi-stage schedules) or "refined" (a neighbour of a chain plan that simulated
-  // faster, neighbours.h).
+  // (multi-stage schedules), "copies" (the chain DP's pipeline on a block of devices
+  // copied onto the next blocks, replicated_pipeline.h) or "refined" (a neighbour of a
+  // chain plan that simulated faster, neighbours.h).
   std::string partitioner = "chain";
   std::optional<TargetEstimate> to_target = std::nullopt;  // under the time-to-accuracy objective
 };

@@ -6,9 +6,9 @@
 //
 // A chain plan's stages hold consecutive runs of the layers (topological order) on
 // consecutive blocks of devices (cluster order), stage after stage. Its neighbours:
-//  - a boundary between two stages moved by one layer either way;
-//  - a boundary between two stages' device blocks moved by one device either way;
-//  - the last stage given the next idle device, or its last device given back;
+//  - a boundary between two stages moved by 1, 2, 4, ... layers either way;
+//  - a boundary between two stages' device blocks moved by 1, 2, 4, ... devices either way;
+//  - the last stage given the next 1, 2, 4, ... idle devices, or as many given back;
 //  - two adjacent stages merged on both their devices;
 //  - a replicated stage split in two at any layer, each half on half its devices;
 //  - the last stage's tail layers made a new stage on the next idle devices (one, or as

@@ -75,6 +75,9 @@ ChainProblem::ChainProblem(const graph::LayerGraph& graph, const cluster::Cluste
   if (options.microbatches < 1) throw Error("planner: the micro-batch count must be at least 1");
   if (options.max_blocks < 1) throw Error("planner: max_blocks must be at least 1");
   devices_ = options.max_devices > 0 ? std::min(options.max_devices, cluster.size()) : cluster.size();
+  if (options.copies < 1 || static_cast<int64_t>(options.copies) * devices_ > cluster.size())
+    throw Error("planner: " + std::to_string(options.copies) + " copies of a pipeline on " + std::to_string(devices_) +
+                " devices need more than the cluster's " + std::to_string(cluster.size()));
   if (options_.assumed_depth < 1) options_.assumed_depth = 1;
   extra_weight_buffers_ = options.extra_weight_buffers;
   scale_ = static_cast<double>(options.microbatch_size) / graph.batchSize();
@@ -286,18 +289,30 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   b.inflight = schedule::inflightMicrobatchesBound(traits_->kind, options_.assumed_depth,
                                                     schedule::busiestReplicaShare(options_.microbatches, r));
   b.weight_copies = schedule::weightCopiesBound(traits_->kind, b.inflight, extra_weight_buffers_);
-  if (r < 2) return b;
-  // The ring: hops d -> d + 1 inside the block, and the last device back to the first.
-  const auto wrap = cluster_.route(end - 1, first);
-  b.ring_bandwidth = std::min(rangeOf(min_hop_allreduce_bandwidth_, first, end - 1, false), wrap.allreduce_bandwidth);
-  b.ring_host_bandwidth =
-      std::min(rangeOf(min_hop_allreduce_host_bandwidth_, first, end - 1, false), wrap.allreduce_host_bandwidth);
-  b.ring_latency = std::max(rangeOf(max_hop_latency_, first, end - 1, true), wrap.allreduceLatency());
+  const int copies = options_.copies, ring = r * copies;
+  if (ring < 2) return b;
+  // The ring: hops d -> d + 1 inside the block, and the last device back to the first;
+  // with copies, from each device to its replica in the next copy, and from the last
+  // copy back to the first (the order replicatePipeline lists them in).
+  std::vector<cluster::Route> closing{cluster_.route(end - 1 + (copies - 1) * devices_, first)};
+  if (copies > 1) closing.push_back(cluster_.route(first, first + devices_));
+  bool through_host = r > 1 && rangeOf(any_hop_through_host_, first, end - 1, true) > 0;
+  if (r > 1) {
+    b.ring_bandwidth = rangeOf(min_hop_allreduce_bandwidth_, first, end - 1, false);
+    b.ring_host_bandwidth = rangeOf(min_hop_allreduce_host_bandwidth_, first, end - 1, false);
+    b.ring_latency = rangeOf(max_hop_latency_, first, end - 1, true);
+  }
+  for (const cluster::Route& hop : closing) {
+    b.ring_bandwidth = std::min(b.ring_bandwidth, hop.allreduce_bandwidth);
+    b.ring_host_bandwidth = std::min(b.ring_host_bandwidth, hop.allreduce_host_bandwidth);
+    b.ring_latency = std::max(b.ring_latency, hop.allreduceLatency());
+    through_host |= hop.through_host;
+  }
   // The simulator's formulas (sim/cost_model.h), linear in the bytes.
-  b.ring_seconds = sim::ringAllreduceSeconds(0, r, b.ring_bandwidth, b.ring_latency);
-  b.ring_seconds_per_byte = sim::ringAllreduceSeconds(1, r, b.ring_bandwidth, 0);
-  b.ring_host_seconds_per_byte = sim::ringAllreduceHostSeconds(1, r, b.ring_host_bandwidth);
-  if (wrap.through_host || rangeOf(any_hop_through_host_, first, end - 1, true) > 0)
+  b.ring_seconds = sim::ringAllreduceSeconds(0, ring, b.ring_bandwidth, b.ring_latency);
+  b.ring_seconds_per_byte = sim::ringAllreduceSeconds(1, ring, b.ring_bandwidth, 0);
+  b.ring_host_seconds_per_byte = sim::ringAllreduceHostSeconds(1, ring, b.ring_host_bandwidth);
+  if (through_host)
     b.ring_host_seconds_per_byte += rangeOf(max_allreduce_copy_, first, end, true);  // as CostModel::ringAllreduceOf
   return b;
 }

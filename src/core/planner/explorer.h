@@ -54,6 +54,7 @@ class Explorer {
   void exploreGraph(const std::string& name, int64_t b, int width);
   void proposeDataParallel(const std::string& name, int64_t b, int width, const std::string& by);
   void exploreChain(const std::string& name, int64_t b, int width, const std::string& by);
+  void proposeCopiedPipelines(const std::string& name, int64_t b, int width);
   void consider(const std::string& name, int64_t b, int width, const std::function<std::optional<Candidate>()>& propose);
   ChainPlan partitionShared(PartitionOptions po, const plan::ScheduleOptions& schedule);
   GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule, GraphSearch search);
@@ -91,6 +92,8 @@ class Explorer {
 
   // Refining (refine.cpp).
   std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan) const;
+  void addCopiedNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out,
+                           const plan::Plan& pipeline, const ChainRuns& runs, int copies, int width) const;
 
   const graph::LayerGraph& graph_;
   const cluster::ClusterSpec& cluster_;

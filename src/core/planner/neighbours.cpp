@@ -141,12 +141,16 @@ std::vector<ChainRuns> neighbourRuns(const plan::Plan& plan, const ChainRuns& ru
     (r.*field)[at] += step;
     return r;
   };
+  // Boundaries moved by 1, 2, 4, ... places: a walk by single layers took a step, and a
+  // simulation, per layer (ResNet-50's 176 layers).
   for (int s = 1; s < stages; ++s)
-    for (int step : {-1, 1}) {
-      offer(moved(&ChainRuns::layer, s, step));
-      offer(moved(&ChainRuns::device, s, step));
-    }
-  for (int step : {-1, 1}) offer(moved(&ChainRuns::device, stages, step));
+    for (int step = 1; step < std::max(runs.layer[stages], runs.device[stages]); step *= 2)
+      for (int sign : {-1, 1}) {
+        if (step < runs.layer[stages]) offer(moved(&ChainRuns::layer, s, sign * step));
+        if (step < cluster.size()) offer(moved(&ChainRuns::device, s, sign * step));
+      }
+  for (int step = 1; step < cluster.size(); step *= 2)
+    for (int sign : {-1, 1}) offer(moved(&ChainRuns::device, stages, sign * step));
   for (int s = 1; s < stages; ++s) {  // stages s - 1 and s merged, with both device blocks
     ChainRuns r = runs;
     r.layer.erase(r.layer.begin() + s);

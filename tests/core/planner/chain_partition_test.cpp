@@ -14,6 +14,7 @@ namespace pipetrain::planner {
 namespace {
 
 using fixtures::kInfinity;
+using fixtures::randomChain;
 using fixtures::twoLevelCluster;
 
 // Every tiling of blocks onto a device prefix, the objective of each priced by the
@@ -31,28 +32,6 @@ double exhaustiveOptimum(const ChainProblem& problem, int block, int device, std
     }
   return best;
 }
-
-graph::LayerGraph randomChain(std::mt19937& rng, int layers) {
-  std::uniform_real_distribution<double> time(0.5, 4.0);
-  std::uniform_int_distribution<int64_t> bytes(1, 64);
-  std::vector<graph::Layer> v;
-  for (int i = 0; i < layers; ++i) {
-    graph::Layer l;
-    l.name = "l" + std::to_string(i);
-    if (i > 0) l.inputs = {v.back().name};
-    l.forward_seconds = time(rng);
-    l.backward_input_seconds = time(rng);
-    l.backward_weight_seconds = time(rng);
-    l.optimizer_seconds = time(rng) / 4;
-    l.output_bytes = bytes(rng) * 1000;
-    l.saved_activation_bytes = bytes(rng) * 100;
-    l.param_bytes = bytes(rng) * 1000;
-    l.optimizer_state_bytes = 2 * l.param_bytes;
-    v.push_back(l);
-  }
-  return graph::LayerGraph(v, 1);
-}
-
 
 TEST(ChainPartition, MessagesHostCostMovesTheCutToASmallerActivation) {
   // Four layers of F = I = 1 s; the middle cut carries 2 MB, the others 1 and 2 kB. On

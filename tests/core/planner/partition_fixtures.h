@@ -1,11 +1,14 @@
-// Shared by the partitioners' tests: a two-level cluster and the infinity they bound with.
+// Shared by the partitioners' tests: a two-level cluster, random chains and the infinity
+// they bound with.
 #pragma once
 
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "pipetrain/cluster/cluster_spec.h"
+#include "pipetrain/graph/layer_graph.h"
 
 namespace pipetrain::planner::fixtures {
 
@@ -24,6 +27,28 @@ inline cluster::ClusterSpec twoLevelCluster(bool mixed, int64_t memory, bool hos
   cluster::Level net{"net", 4, 2000, 0.1, host};
   net.through_host = host_cost;
   return cluster::ClusterSpec(d, {{"node", 2, 20000, 0.01}, net}, {});
+}
+
+// A chain of `layers` layers with random times (0.5-4 s) and sizes (kB).
+inline graph::LayerGraph randomChain(std::mt19937& rng, int layers) {
+  std::uniform_real_distribution<double> time(0.5, 4.0);
+  std::uniform_int_distribution<int64_t> bytes(1, 64);
+  std::vector<graph::Layer> v;
+  for (int i = 0; i < layers; ++i) {
+    graph::Layer l;
+    l.name = "l" + std::to_string(i);
+    if (i > 0) l.inputs = {v.back().name};
+    l.forward_seconds = time(rng);
+    l.backward_input_seconds = time(rng);
+    l.backward_weight_seconds = time(rng);
+    l.optimizer_seconds = time(rng) / 4;
+    l.output_bytes = bytes(rng) * 1000;
+    l.saved_activation_bytes = bytes(rng) * 100;
+    l.param_bytes = bytes(rng) * 1000;
+    l.optimizer_state_bytes = 2 * l.param_bytes;
+    v.push_back(l);
+  }
+  return graph::LayerGraph(v, 1);
 }
 
 }  // namespace pipetrain::planner::fixtures
