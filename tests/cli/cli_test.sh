@@ -201,6 +201,26 @@ expect "zb-v plan: 4 stages on 2 ranks" "chosen: zb-v, 4 stages"
 check "train dualpipev 2 ranks" "${train[@]}" --nproc 2 --schedule dualpipev --stage-bounds 0,1,2,4,5
 check "train from a plan" "$bin" train --model mlp --dataset synthetic --plan "$src/examples/train/mlp_plan.json" \
   --nproc 2 --max-steps 3 --no-eval --timeout 20
+# PipeDream's shape, a pipeline copied onto the next ranks (each stage's replicas spread
+# over the copies: planner/replicated_pipeline.h), trains as its stages on consecutive
+# ranks do: the same synchronous step.
+python3 - "$src/examples/train/mlp_plan.json" "$tmp" <<'PLANS'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+plan["microbatches"] = 8
+for name, first, second in (("copies", ["rank0", "rank2"], ["rank1", "rank3"]),
+                            ("consecutive", ["rank0", "rank1"], ["rank2", "rank3"])):
+    plan["stages"][0]["devices"], plan["stages"][1]["devices"] = first, second
+    json.dump(plan, open(f"{sys.argv[2]}/{name}_plan.json", "w"))
+PLANS
+for shape in copies consecutive; do
+  check "train a pipeline's $shape" "$bin" train --model mlp --dataset synthetic --plan "$tmp/${shape}_plan.json" \
+    --nproc 4 --max-steps 3 --no-eval --timeout 30 --summary-json "$tmp/$shape.json"
+done
+check "copies train as consecutive stages do" python3 -c '
+import json, sys
+a, b = (json.load(open(f))["final_loss"] for f in sys.argv[1:])
+assert abs(a - b) <= 1e-6 * abs(b), (a, b)' "$tmp/copies.json" "$tmp/consecutive.json"
 refuses "plan for another model" "does not have" "$bin" train --model gpt --dataset synthetic \
   --plan "$src/examples/train/mlp_plan.json" --nproc 2 --max-steps 3
 refuses "plan for other ranks" "3 ranks" "$bin" train --model mlp --dataset synthetic \

@@ -1,7 +1,7 @@
 // BaPipe-style joint exploration: for a model, a cluster and a global batch, try every
 // schedule x micro-batch size x pipeline width; for each, propose the chain DP's optimum,
-// the DP's best pure pipeline and pure data parallelism (for interleaved, a balanced
-// split); drop what does not fit memory under the schedule's real footprint, score the
+// the DP's best pure pipeline, pure data parallelism, and a pipeline copied onto blocks
+// of the width (replicated_pipeline.h) (for interleaved, a balanced split); drop what does not fit memory under the schedule's real footprint, score the
 // rest with the simulator, and rank them.
 //
 // The width is how many of the cluster's devices a candidate may use (powers of two up
