@@ -93,8 +93,12 @@ def main():
         assert moved > 0, f"{name}: training did not move it"
         differ = (ours[name] - mine[name]).abs().max().item()
         # fp32: the two sum the same products in other orders; Adam divides by the root of
-        # its second moment, so the bound is relative to how far the tensor moved.
-        assert differ <= 2e-3 * moved + 1e-7, f"{name}: differs by {differ:.3g}, training moved it {moved:.3g}"
+        # its second moment, so the bound is relative to how far the tensor moved. How far
+        # the orders part depends on the CPU's kernels: within 2e-3 where this test was
+        # written, up to 4.7e-3 on an AMD EPYC (2026-12-05: gpt's block0.fc_proj 3.3e-3,
+        # hf-llama's layers.0.o_proj 4.7e-3; 89 of 93 tensors within 1.1e-3). A wrong
+        # step moves a tensor by its own size; the norms below are held to 1e-4.
+        assert differ <= 1e-2 * moved + 1e-7, f"{name}: differs by {differ:.3g}, training moved it {moved:.3g}"
         checked += 1
         worst = max(worst, differ / moved)
     logged = [json.loads(line) for line in open(a.metrics)]

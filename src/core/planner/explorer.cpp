@@ -383,9 +383,9 @@ void Explorer::proposeDataParallel(const std::string& name, int64_t b, int width
 // as `copies` blocks, each running a copy of one pipeline on its share of the
 // micro-batches (replicated_pipeline.h). The pipeline is the DP's optimum on the first
 // block for that share, its all-reduce priced across the copies, and its best pure
-// pipeline; between blocks only the stages' all-reduce crosses, where a chain's stages on consecutive blocks would send every
-// micro-batch's activations (PipeDream's ResNet-50 on 4 servers of 8 GPUs under 2bw:
-// the chain's best 6,937 samples/s against a copy per server's 9,097).
+// pipeline. Between blocks only the stages' all-reduce crosses, where a chain's stages
+// on consecutive blocks send every micro-batch's activations (PipeDream's ResNet-50 on 4
+// servers of 8 GPUs under 2bw: the chain's best 6,937 samples/s, a copy per server's 9,097).
 void Explorer::proposeCopiedPipelines(const std::string& name, int64_t b, int width) {
   const int m = static_cast<int>(o_.global_batch / b);
   const schedule::ScheduleTraits& traits = schedule::traits(name);

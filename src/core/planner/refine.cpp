@@ -17,6 +17,8 @@ namespace {
 // micro-batches gets 7 neighbours, about 0.2 s; one on 1024 devices 2.
 constexpr int kRefineSimulations = 128;
 constexpr int64_t kRefineWork = 2048 * 64;
+// How many times that a fixed schedule's refinement may simulate (refine()).
+constexpr int64_t kFixedScheduleRefinement = 4;
 
 // What simulating a plan costs: ranks x the micro-batches predictReport simulates (where
 // the extrapolation holds; more where it simulates the mini-batch whole).
@@ -84,7 +86,12 @@ void Explorer::refine() {
   }
   std::vector<Candidate> starts;  // copies: the walk adds to result_.ranked
   for (const Candidate* c : picked) starts.push_back(*c);
-  const int total = starts.empty() ? 0 : std::min<int64_t>(kRefineSimulations, kRefineWork / simulationWork(starts.front().plan));
+  // A fixed schedule's search solved one schedule's combinations where auto's solves
+  // seven or more: its walks take kFixedScheduleRefinement times auto's budget.
+  const int64_t scale = o_.schedule == "auto" ? 1 : kFixedScheduleRefinement;
+  const int total = starts.empty() ? 0
+                                   : std::min<int64_t>(scale * kRefineSimulations,
+                                                       scale * kRefineWork / simulationWork(starts.front().plan));
   const int shares = static_cast<int>(std::min(starts.size(), kRefineStarts));
   int budget = 0;
   for (std::size_t k = 0; k < starts.size(); ++k) {
@@ -196,10 +203,9 @@ std::vector<std::pair<double, std::function<plan::Plan()>>> Explorer::neighbours
   } else if (const std::optional<CopiedPipeline> copied = copiedPipeline(plan, cluster_)) {
     // Copies of a pipeline (replicated_pipeline.h): its neighbours within its block,
     // copied; and, where the copies pair up, those of half as many copies of the
-    // pipeline with twice the replicas per stage, on blocks twice as wide, whose device
-    // boundaries move by finer shares (PipeDream's ResNet-50 under 1f1b on 32 GPUs: 16
-    // copies of 2 stages on 2 devices, 6,720 samples/s, against 8 copies of 3 + 1
-    // devices, 7,839).
+    // pipeline with twice the replicas per stage, on blocks twice as wide: there a
+    // device boundary moves by half a replica of the narrower block (16 copies of 1 + 1
+    // devices cannot become 8 copies of 3 + 1 otherwise).
     const std::optional<ChainRuns> runs = chainRuns(copied->pipeline, graph_, cluster_);
     if (!runs) return out;
     addCopiedNeighbours(out, copied->pipeline, *runs, copied->copies, copied->width);
