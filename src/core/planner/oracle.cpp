@@ -1,6 +1,7 @@
 #include "pipetrain/planner/oracle.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <unordered_map>
@@ -19,9 +20,6 @@ struct Shape {
   int copies = 1;
   ChainRuns runs;
 };
-
-// A walk moves only to a plan faster by more than this (a tie, explore_internal.h's kTie).
-constexpr double kBetter = 1.001;
 
 // Every sorted choice of k - 1 distinct cuts from 1 .. n - 1, as bounds 0, cuts..., n.
 void forEachSplit(int n, int k, const std::function<void(const std::vector<int>&)>& visit) {
@@ -172,7 +170,7 @@ class Search {
       bool moved = false;
       for (const Shape& n : next) {
         const double v = score(n);
-        if (v > current * kBetter) {
+        if (v > current * std::exp(detail::kTie)) {  // faster by more than a tie
           s = n;
           current = v;
           moved = true;
