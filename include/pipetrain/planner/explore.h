@@ -85,7 +85,7 @@ struct Candidate {
   double dp_objective = 0;              // the DP's bottleneck (0 for balanced splits)
   int depth = 0;                        // stages on the stage graph's longest path
   // What proposed it: "chain", "graph", "sequential" (the graph partitioner's chain of
-  // stages in topological order, from the chain DP: explorer.cpp), "balanced"
+  // stages in topological order, from the chain DP: propose.cpp), "balanced"
   // (multi-stage schedules), "copies" (the chain DP's pipeline on a block of devices
   // copied onto the next blocks, replicated_pipeline.h) or "refined" (a neighbour of a
   // chain plan that simulated faster, neighbours.h).

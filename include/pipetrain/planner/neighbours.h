@@ -66,6 +66,10 @@ std::optional<std::vector<int>> multiStageBounds(const plan::Plan& plan, const g
 // chains on 2 devices it reached the best split in 16 of 24 cases, where trying every
 // split (pruned by the compute bound) reaches it in all (explore_test.cpp).
 inline constexpr std::size_t kEverySplitUpTo = 512;
+// How many ways `layers` layers split into `stages` non-empty runs: C(layers - 1, stages - 1).
+double splitCount(int layers, int stages);
+// Every such split as its bounds (0, ..., layers), or none when there are more than `limit`.
+std::vector<std::vector<int>> everySplit(int layers, int stages, std::size_t limit);
 std::vector<plan::Plan> multiStageNeighbours(const plan::Plan& plan, const std::vector<int>& bounds,
                                              const graph::LayerGraph& graph);
 

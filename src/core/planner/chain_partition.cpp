@@ -294,20 +294,21 @@ DeviceBlock ChainProblem::deviceBlock(int first, int end) const {
   // The ring: hops d -> d + 1 inside the block, and the last device back to the first;
   // with copies, from each device to its replica in the next copy, and from the last
   // copy back to the first (the order replicatePipeline lists them in).
-  std::vector<cluster::Route> closing{cluster_.route(end - 1 + (copies - 1) * devices_, first)};
-  if (copies > 1) closing.push_back(cluster_.route(first, first + devices_));
   bool through_host = r > 1 && rangeOf(any_hop_through_host_, first, end - 1, true) > 0;
   if (r > 1) {
     b.ring_bandwidth = rangeOf(min_hop_allreduce_bandwidth_, first, end - 1, false);
     b.ring_host_bandwidth = rangeOf(min_hop_allreduce_host_bandwidth_, first, end - 1, false);
     b.ring_latency = rangeOf(max_hop_latency_, first, end - 1, true);
   }
-  for (const cluster::Route& hop : closing) {
+  // Without a container: the DP prices a block for every range of devices it tries.
+  const auto join = [&](const cluster::Route& hop) {
     b.ring_bandwidth = std::min(b.ring_bandwidth, hop.allreduce_bandwidth);
     b.ring_host_bandwidth = std::min(b.ring_host_bandwidth, hop.allreduce_host_bandwidth);
     b.ring_latency = std::max(b.ring_latency, hop.allreduceLatency());
     through_host |= hop.through_host;
-  }
+  };
+  join(cluster_.route(end - 1 + (copies - 1) * devices_, first));
+  if (copies > 1) join(cluster_.route(first, first + devices_));
   // The simulator's formulas (sim/cost_model.h), linear in the bytes.
   b.ring_seconds = sim::ringAllreduceSeconds(0, ring, b.ring_bandwidth, b.ring_latency);
   b.ring_seconds_per_byte = sim::ringAllreduceSeconds(1, ring, b.ring_bandwidth, 0);

@@ -1,4 +1,4 @@
-// What the exploration (explore.cpp, explorer.cpp, refine.cpp), combinations.cpp (what it
+// What the exploration (explore.cpp, propose.cpp, explorer.cpp, refine.cpp), combinations.cpp (what it
 // tries) and exploration_summary.cpp (its explanations) share.
 #pragma once
 

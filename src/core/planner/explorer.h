@@ -1,6 +1,7 @@
 // Explorer: one exploration's state and steps (explore.h's explore()): what was
-// proposed (to simulate each plan once), kept and dropped. explorer.cpp proposes plans
-// and simulates them best first; refine.cpp walks from the best to better neighbours.
+// proposed (to simulate each plan once), kept and dropped. propose.cpp proposes plans,
+// explorer.cpp simulates them best first; refine.cpp walks from the best to better
+// neighbours.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,7 @@ class Explorer {
     }
   };
 
-  // Proposing (explorer.cpp).
+  // Proposing (propose.cpp).
   void explore(const std::string& name, int64_t b, int width);
   void exploreGraph(const std::string& name, int64_t b, int width);
   void proposeDataParallel(const std::string& name, int64_t b, int width, const std::string& by);
@@ -60,18 +61,18 @@ class Explorer {
   GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule, GraphSearch search);
   static std::string sharedKey(const PartitionOptions& po);
   PartitionOptions partitionOptions(const std::string& name, int64_t b, int width) const;
-  // Recomputation as the policy applies it before simulating: every stage under kFull.
-  void recomputeAsAsked(plan::Plan& plan) const;
-  // The plan simulated (sim::predictReportAbove) as the policy runs it: under kAuto, where
-  // ranks miss their memory their stages recompute and it is simulated again, `plan`
-  // changed to match. Recomputation only slows a stage: a bar missed stays missed.
-  std::optional<sim::Report> simulate(plan::Plan& plan, double to_beat) const;
   std::vector<int> replicaLimits() const;
   void addGraphNote(const std::string& note);
   int64_t graphStepsBudget() const;
   int64_t graphStepsLeft() const;
 
   // Simulating, best first (explorer.cpp).
+  // Recomputation as the policy applies it before simulating: every stage under kFull.
+  void recomputeAsAsked(plan::Plan& plan) const;
+  // The plan simulated (sim::predictReportAbove) as the policy runs it: under kAuto, where
+  // ranks miss their memory their stages recompute and it is simulated again, `plan`
+  // changed to match. Recomputation only slows a stage: a bar missed stays missed.
+  std::optional<sim::Report> simulate(plan::Plan& plan, double to_beat) const;
   const Proposal* bestProposal() const { return proposals_.empty() ? nullptr : &proposals_.front(); }
   Proposal takeBestProposal();
   void evaluateBest(double next_combination_bound);
@@ -92,7 +93,7 @@ class Explorer {
 
   // Refining (refine.cpp).
   std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan) const;
-  void addCopiedNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out,
+  void addChainNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out,
                            const plan::Plan& pipeline, const ChainRuns& runs, int copies, int width) const;
 
   const graph::LayerGraph& graph_;

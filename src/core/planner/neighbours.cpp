@@ -55,15 +55,14 @@ std::optional<std::vector<int>> multiStageBounds(const plan::Plan& plan, const g
   return bounds;
 }
 
-namespace {
-
-// Every split of `layers` layers into `stages` non-empty runs (their bounds), or none when
-// there are more than `limit`.
-std::vector<std::vector<int>> everySplit(int layers, int stages, std::size_t limit) {
-  // C(layers - 1, stages - 1), stopping once past the limit.
+double splitCount(int layers, int stages) {
   double count = 1;
-  for (int k = 1; k < stages && count <= static_cast<double>(limit); ++k) count = count * (layers - k) / k;
-  if (count > static_cast<double>(limit)) return {};
+  for (int k = 1; k < stages; ++k) count = count * (layers - k) / k;
+  return count;
+}
+
+std::vector<std::vector<int>> everySplit(int layers, int stages, std::size_t limit) {
+  if (stages < 1 || stages > layers || splitCount(layers, stages) > static_cast<double>(limit)) return {};
   std::vector<std::vector<int>> out;
   std::vector<int> bounds{0};
   std::function<void()> extend = [&] {
@@ -83,8 +82,6 @@ std::vector<std::vector<int>> everySplit(int layers, int stages, std::size_t lim
   extend();
   return out;
 }
-
-}  // namespace
 
 std::vector<plan::Plan> multiStageNeighbours(const plan::Plan& plan, const std::vector<int>& bounds,
                                              const graph::LayerGraph& graph) {

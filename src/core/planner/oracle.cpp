@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <random>
 #include <unordered_map>
 
@@ -20,31 +19,6 @@ struct Shape {
   int copies = 1;
   ChainRuns runs;
 };
-
-// Every sorted choice of k - 1 distinct cuts from 1 .. n - 1, as bounds 0, cuts..., n.
-void forEachSplit(int n, int k, const std::function<void(const std::vector<int>&)>& visit) {
-  std::vector<int> bounds(k + 1);
-  bounds[0] = 0;
-  bounds[k] = n;
-  std::function<void(int)> place = [&](int i) {
-    if (i == k) {
-      visit(bounds);
-      return;
-    }
-    for (int cut = bounds[i - 1] + 1; cut <= n - (k - i); ++cut) {
-      bounds[i] = cut;
-      place(i + 1);
-    }
-  };
-  if (k >= 1 && k <= n) place(1);
-}
-
-// C(n, k) as a double (spaces are counted before they are searched).
-double choose(int n, int k) {
-  double c = 1;
-  for (int i = 1; i <= k; ++i) c = c * (n - k + i) / i;
-  return c;
-}
 
 class Search {
  public:
@@ -227,16 +201,18 @@ OracleResult searchEveryPlan(const graph::LayerGraph& graph, const cluster::Clus
   double plans = 0;
   for (int copies : search.copyCounts())
     for (int k = 1; k <= std::min(layers, search.width(copies)); ++k)
-      for (int n = k; n <= search.width(copies); ++n) plans += choose(layers - 1, k - 1) * choose(n - 1, k - 1);
+      for (int n = k; n <= search.width(copies); ++n) plans += splitCount(layers, k) * splitCount(n, k);
   if (plans > static_cast<double>(options.max_simulations))
     throw Error("the oracle's space holds " + std::to_string(static_cast<int64_t>(plans)) + " plans, more than the " +
                 std::to_string(options.max_simulations) + " it may simulate");
+  const auto every = static_cast<std::size_t>(options.max_simulations);
   for (int copies : search.copyCounts())
-    for (int k = 1; k <= std::min(layers, search.width(copies)); ++k)
-      forEachSplit(layers, k, [&](const std::vector<int>& layer) {
-        for (int n = k; n <= search.width(copies); ++n)
-          forEachSplit(n, k, [&](const std::vector<int>& device) { search.score({copies, {layer, device}}); });
-      });
+    for (int k = 1; k <= std::min(layers, search.width(copies)); ++k) {
+      const std::vector<std::vector<int>> layer_splits = everySplit(layers, k, every);
+      for (int n = k; n <= search.width(copies); ++n)
+        for (const std::vector<int>& device : everySplit(n, k, every))
+          for (const std::vector<int>& layer : layer_splits) search.score({copies, {layer, device}});
+    }
   return std::move(search.result());
 }
 

@@ -189,17 +189,11 @@ void Explorer::recomputeLess() {
 }
 
 // The neighbours of a refinable plan (neighbours.h), each with its compute bound, best
-// bound first. A chain's are priced as runs and named as plans only when simulated.
+// bound first.
 std::vector<std::pair<double, std::function<plan::Plan()>>> Explorer::neighboursOf(const plan::Plan& plan) const {
   std::vector<std::pair<double, std::function<plan::Plan()>>> out;
   if (const std::optional<ChainRuns> runs = chainRuns(plan, graph_, cluster_)) {
-    auto shell = std::make_shared<plan::Plan>(plan);
-    shell->stages.clear();
-    for (ChainRuns& r : neighbourRuns(plan, *runs, cluster_, o_.max_replicas))
-      if (!o_.use_all_devices || r.device.back() == cluster_.size()) {
-        const double bound = computeBound(*shell, r);
-        out.emplace_back(bound, [this, shell, r = std::move(r)] { return planOfRuns(*shell, r, graph_, cluster_); });
-      }
+    addChainNeighbours(out, plan, *runs, 1, cluster_.size());
   } else if (const std::optional<CopiedPipeline> copied = copiedPipeline(plan, cluster_)) {
     // Copies of a pipeline (replicated_pipeline.h): its neighbours within its block,
     // copied; and, where the copies pair up, those of half as many copies of the
@@ -208,14 +202,14 @@ std::vector<std::pair<double, std::function<plan::Plan()>>> Explorer::neighbours
     // devices cannot become 8 copies of 3 + 1 otherwise).
     const std::optional<ChainRuns> runs = chainRuns(copied->pipeline, graph_, cluster_);
     if (!runs) return out;
-    addCopiedNeighbours(out, copied->pipeline, *runs, copied->copies, copied->width);
+    addChainNeighbours(out, copied->pipeline, *runs, copied->copies, copied->width);
     if (copied->copies % 2 == 0) {
       ChainRuns wider = *runs;
       for (int& d : wider.device) d *= 2;
       plan::Plan pipeline = copied->pipeline;
       pipeline.microbatches *= 2;
       pipeline.stages.clear();
-      addCopiedNeighbours(out, planOfRuns(pipeline, wider, graph_, cluster_), wider, copied->copies / 2,
+      addChainNeighbours(out, planOfRuns(pipeline, wider, graph_, cluster_), wider, copied->copies / 2,
                           2 * copied->width);
     }
   } else if (const std::optional<std::vector<int>> bounds = multiStageBounds(plan, graph_)) {
@@ -228,9 +222,11 @@ std::vector<std::pair<double, std::function<plan::Plan()>>> Explorer::neighbours
   return out;
 }
 
-// The neighbours of `copies` copies of `pipeline` (whose runs are `runs`) on blocks of
-// `width` devices: its neighbours that stay in its block, copied.
-void Explorer::addCopiedNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out,
+// The neighbours of `copies` copies of the chain `pipeline` (whose runs are `runs`) on
+// blocks of `width` devices: its neighbours that stay in its block, copied (one copy on
+// the whole cluster: a chain plan's own). A chain's are priced as runs and named as
+// plans only when simulated.
+void Explorer::addChainNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out,
                                    const plan::Plan& pipeline, const ChainRuns& runs, int copies, int width) const {
   auto shell = std::make_shared<plan::Plan>(pipeline);
   shell->stages.clear();
