@@ -50,6 +50,8 @@ MICROBATCH_SIZE = {"tv-vgg": 8, "gpt": 8, "hf-gpt2": 8, "mlp": 32}
 MICROBATCHES_PER_RANK = 4
 PEERS_SCHEDULE_PLAN = "pipetrain's plan under 1f1b"
 NAIVE = "pipetrain's plan, placed naively (stage s on rank s)"
+# Where DDP's step went (ddp_peer.py), kept beside pipetrain's per-action times.
+DDP_PHASES = ("phase_seconds", "backward_without_allreduce_seconds", "allreduce_alone_seconds", "gradient_bytes")
 
 
 class Configuration:
@@ -124,8 +126,9 @@ class NetworkRace:
             # The peer printed its result and then aborted on the way out (torch's Gloo at
             # exit, now and then): the result counts, and the abort is reported beside it.
             result = json.loads(results[-1])
-            return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"]),
-                    "aborted_at_exit": statuses}
+            return dict({"samples_per_second": result["samples_per_second"],
+                         "peak_rss_bytes": max(result["peak_rss_bytes"]), "aborted_at_exit": statuses},
+                        **{k: result[k] for k in DDP_PHASES if k in result})
         if any(statuses):
             lines = (out + open(logs(1)).read()).splitlines()
             errors = [l for l in lines if "Error" in l or "error:" in l]
@@ -134,7 +137,8 @@ class NetworkRace:
         if c.kind in ("plan", "ours"):
             return self.ours(c, out)
         result = json.loads(results[-1])
-        return {"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"])}
+        return dict({"samples_per_second": result["samples_per_second"], "peak_rss_bytes": max(result["peak_rss_bytes"])},
+                    **{k: result[k] for k in DDP_PHASES if k in result})
 
     def place_naively(self, model):
         """After the plan's first run: where its stages are not on the ranks in order, the same

@@ -30,14 +30,20 @@ that hands one tensor on. A stage holds a run of pieces; pipetrain's stage holds
 captured from the same modules (`NAME.pieces.json` maps each piece to its first layer).
 
 The data is random (the race measures speed; the cross-check compares parameters), of
-`--samples` training samples and 8 test samples.
+`--samples` training samples and 8 test samples; or, with `--data fashion-mnist`, the
+real Fashion-MNIST images (Debian's dataset-fashion-mnist) for a model of images, as
+time to accuracy needs: its first `--samples` training images (every one where 0) and
+its first `--test-samples` test images, normalised as pipetrain's own reader does, and
+for a model of 3-channel 32-pixel images padded by 2 pixels and repeated over the
+channels.
 
-    race_models.py NAME OUT_DIR [--samples N] [--seed S]
+    race_models.py NAME OUT_DIR [--samples N] [--seed S] [--data fashion-mnist [--test-samples T]]
 
 writes OUT_DIR/NAME.pt (pipetrain's layers), NAME.eager.pt (the eager model's
 state_dict), NAME.pieces.json and NAME.data.pt (torch.save).
 """
 import argparse
+import gzip
 import json
 import math
 import os
@@ -294,6 +300,35 @@ def data(name, samples, generator):
     return torch.randn(samples, *shape, generator=generator), torch.randint(0, 10, (samples,), generator=generator)
 
 
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def fashion_mnist(name, split, count):
+    """The first `count` images (every one where 0) and labels of Fashion-MNIST's `split`
+    ("train" or "t10k"), shaped for model `name`."""
+    kind = MODELS[name][2]
+    if kind not in ("fmnist", "images"):
+        raise SystemExit(f"{name}: a model of {kind}, not of images, cannot train on Fashion-MNIST")
+
+    def idx(path, header):
+        try:
+            with gzip.open(path) as f:
+                raw = f.read()
+        except OSError as e:
+            raise SystemExit(f"cannot read {path} ({e}): apt-get install dataset-fashion-mnist")
+        return torch.frombuffer(bytearray(raw[header:]), dtype=torch.uint8)
+
+    images = idx(f"{FASHION_MNIST}/{split}-images-idx3-ubyte.gz", 16).view(-1, 28, 28)
+    labels = idx(f"{FASHION_MNIST}/{split}-labels-idx1-ubyte.gz", 8).long()
+    if count:
+        images, labels = images[:count], labels[:count]
+    x = (images.float() / 255 - 0.2860) / 0.3530  # the training set's mean and deviation
+    x = x.unsqueeze(1)  # (N, 1, 28, 28)
+    if kind == "images":
+        x = F.pad(x, (2, 2, 2, 2)).expand(-1, 3, -1, -1).contiguous()  # (N, 3, 32, 32)
+    return x, labels
+
+
 def layer_of_pieces(name, model, layer_names):
     """Index of each piece's first layer among pipetrain's layers, then the layer count."""
     sys.path.insert(0, os.path.join(REPO, "python"))
@@ -320,11 +355,14 @@ def layer_of_pieces(name, model, layer_names):
     return bounds + [len(layer_names)]
 
 
-def write(name, out_dir, samples, seed):
+def write(name, out_dir, samples, seed, real=None, test_samples=0):
     model = make(name, seed).train()
-    g = torch.Generator().manual_seed(seed + 1)
-    x, y = data(name, samples, g)
-    tx, ty = data(name, 8, g)
+    if real == "fashion-mnist":
+        (x, y), (tx, ty) = fashion_mnist(name, "train", samples), fashion_mnist(name, "t10k", test_samples)
+    else:
+        g = torch.Generator().manual_seed(seed + 1)
+        x, y = data(name, samples, g)
+        tx, ty = data(name, 8, g)
     # With a test split of its own, every training sample is trained on (none held out).
     torch.save({"inputs": x, "labels": y, "test_inputs": tx, "test_labels": ty}, f"{out_dir}/{name}.data.pt")
     torch.save(model.state_dict(), f"{out_dir}/{name}.eager.pt")
@@ -353,8 +391,10 @@ def main():
     p.add_argument("out_dir")
     p.add_argument("--samples", type=int, default=4096, help="training samples")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", choices=["random", "fashion-mnist"], default="random")
+    p.add_argument("--test-samples", type=int, default=0, help="with --data fashion-mnist: test images (0: all)")
     a = p.parse_args()
-    write(a.name, a.out_dir, a.samples, a.seed)
+    write(a.name, a.out_dir, a.samples, a.seed, a.data, a.test_samples)
 
 
 if __name__ == "__main__":
