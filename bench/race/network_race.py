@@ -184,7 +184,8 @@ class NetworkRace:
             return out
         # Where each rank's time went, and each action's mean time (as race.py keeps them).
         out["ranks"] = [{k: r[k] for k in ("wait_fraction", "core_wait_fraction", "overhead_fraction",
-                                            "bubble_fraction", "action_seconds")} for r in summary["ranks"]]
+                                            "allreduce_fraction", "bubble_fraction", "action_seconds")}
+                        for r in summary["ranks"]]
         planner = summary.get("planner") or {}
         if planner.get("chosen"):
             out["predicted_samples_per_second"] = planner["chosen"]["throughput"]
@@ -219,6 +220,11 @@ def main():
     random.seed(a.seed)
     stop_on_signals()  # interrupted, the hosts are torn down all the same
     results, ratios = {}, {}
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+
+    def keep():
+        json.dump({"machine": machine(), "arguments": vars(a), "ratios": ratios, "runs": results,
+                   "simulated": race_.simulated}, open(a.out, "w"), indent=1)
     with tempfile.TemporaryDirectory() as work:
         os.environ["PIPETRAIN_CACHE_DIR"] = f"{work}/cache"  # each job's profile and network, this race's own
         race_ = NetworkRace(a, work)
@@ -257,13 +263,12 @@ def main():
                                 print(f"round {r + 1}/{a.rounds} {key} {c.name}: {got[c.name][-1]}", file=sys.stderr,
                                       flush=True)
                         results[key] = got
+                        keep()  # the runs first: a fault in the report below must not lose them
                         ratios.update(report(key, runs, got))
+                        keep()
             except Unavailable as e:
                 print(f"network_race: skipped: cannot make network namespaces here ({e})", file=sys.stderr)
                 return SKIP
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    json.dump({"machine": machine(), "arguments": vars(a), "ratios": ratios, "runs": results,
-               "simulated": race_.simulated}, open(a.out, "w"), indent=1)
     print(f"\nevery run's figures: {a.out}")
     return 0
 
@@ -317,7 +322,34 @@ def report(key, runs, got):
     chosen = {x.get("plan") for c in runs if c.kind == "plan" for x in got[c.name] if x.get("plan")}
     if chosen:
         print("plan chosen: " + "; ".join(sorted(chosen)))
+    print("where a step went (the median round's run of each configuration):")
+    for c in runs:
+        if c.name in median:
+            typical = min(got[c.name], key=lambda x: abs((x.get("samples_per_second") or 0) - median[c.name]))
+            parts = step_parts(typical)
+            if parts:
+                print(f"- {c.name}: {parts}")
     return every
+
+
+def step_parts(x):
+    """Where a run's step went, in ms: DDP's phases (ddp_peer.py), or pipetrain's actions
+    per rank (each action's median, by type) and its shares of the step."""
+    ms = lambda seconds: f"{1e3 * seconds:.1f}"  # noqa: E731
+    if "phase_seconds" in x:
+        p = x["phase_seconds"]
+        return (f"forward {ms(p['forward'])}, backward with the all-reduce it overlaps {ms(p['backward'])} "
+                f"(apart: backward {ms(x['backward_without_allreduce_seconds'])}, all-reduce of "
+                f"{x['gradient_bytes'] / 2**20:.0f} MiB {ms(x['allreduce_alone_seconds'])}), step {ms(p['step'])}")
+    if "ranks" not in x:
+        return ""
+    out = []
+    for i, r in enumerate(x["ranks"]):
+        actions = ", ".join(f"{a['type']}{a['stage']} {ms(a['seconds'])}" for a in r["action_seconds"])
+        out.append(f"rank {i}: {actions}; of the training time: all-reduce {r.get('allreduce_fraction', 0):.0%}, "
+                   f"waiting {r['wait_fraction']:.0%}, framework {r['overhead_fraction']:.0%}, not computing "
+                   f"{r['bubble_fraction']:.0%}")
+    return "; ".join(out)
 
 
 if __name__ == "__main__":

@@ -136,7 +136,8 @@ def report(a, names, got):
         rate = statistics.median(p["samples"] / p["train_seconds"] for x in xs if x.get("history")
                                  for p in x["history"][-1:])
         best = max(p["test_accuracy"] for x in xs for p in x.get("history", []))
-        pairs = [t / d[0] for t, d in zip(reached[kind], reached.get("ddp", [])) if t and d] if kind != "ddp" else []
+        pairs = [t[0] / d[0] for t, d in zip(reached[kind], reached.get("ddp", [])) if t and d] \
+            if kind != "ddp" else []
         if pairs:
             ratios[names[kind]] = pairs
         cell = (f"{statistics.median(pairs):.2f}x (rounds {', '.join(f'{p:.2f}' for p in pairs)})" if pairs else "")
@@ -193,9 +194,12 @@ def main():
         except Unavailable as e:
             print(f"tta_race: skipped: cannot make network namespaces here ({e})", file=sys.stderr)
             return SKIP
-    ratios = report(a, names, got)
+    # The runs are kept before anything is made of them: an hour of runs outlives a fault below.
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    json.dump({"machine": machine(), "arguments": vars(a), "ratios": ratios, "runs": got}, open(a.out, "w"), indent=1)
+    record = {"machine": machine(), "arguments": vars(a), "runs": got}
+    json.dump(record, open(a.out, "w"), indent=1)
+    record["ratios"] = report(a, names, got)
+    json.dump(record, open(a.out, "w"), indent=1)
     print(f"\nevery run's figures: {a.out}")
     return 0
 

@@ -42,9 +42,9 @@ inline constexpr TorchCommand kTorchCommands[] = {
 // kTorchCommands' description of `name`.
 const char* torchCommandDescription(const std::string& name);
 
-// pipetrain-torch's commands:
-// `argv` is this program's command line, which the launcher re-runs for each rank.
-Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv);
+// pipetrain-torch's commands (`argv`: this program's command line, which
+// profile-network's launcher re-runs for each rank).
+Command addTrainCommand(CLI::App& app);
 Command addProfileCommand(CLI::App& app);
 Command addExportCommand(CLI::App& app);
 Command addInfoCommand(CLI::App& app);

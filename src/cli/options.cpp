@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 
 #include "pipetrain/util/error.h"
 
@@ -23,13 +22,6 @@ int64_t parseByteSize(const std::string& text, const std::string& option) {
   if (end == text.c_str() || shift < 0 || v < 1 || v > (int64_t{1} << (40 - shift)))
     throw Error(option + " \"" + text + "\": expected a positive size in bytes such as 65536, 64K, 16M or 1G");
   return static_cast<int64_t>(v) << shift;
-}
-
-void checkWritable(const std::string& path, const std::string& option) {
-  const std::string probe = path + ".tmp";  // json_io::writeFile writes there first
-  const bool ok = static_cast<bool>(std::ofstream(probe));
-  std::remove(probe.c_str());
-  if (!ok) throw Error(option + " " + path + ": cannot write there (does the folder exist?)");
 }
 
 CLI::Validator positive() {

@@ -21,10 +21,6 @@ CLI::Validator positive();
 // binary (K = 1024). Error naming `option` on anything else or on a size < 1.
 int64_t parseByteSize(const std::string& text, const std::string& option);
 
-// Fails early, before any long measurement, when `path` cannot be written: an Error
-// naming `option` and the path. Leaves no file behind.
-void checkWritable(const std::string& path, const std::string& option);
-
 // `--partitioner chain|graph|auto`, for plan and train alike.
 void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner);
 // `--recompute auto|none|full`, for plan and train alike.

@@ -107,7 +107,7 @@ void printProgress(const profiler::ProfileProgress& p, int64_t batch, const std:
 int run(ProfileArgs& a) {
   if (!a.job_file.empty()) a.job = job::profileJobFromJson(json_io::readFile(a.job_file), a.job_file);
   else a.job.model_config = parseModelOptions(a.model_options);
-  checkWritable(a.job.out, "--out");
+  text::checkWritable(a.job.out, "--out");
   const job::ProfileOutcome outcome = job::runProfileJob(a.job, [&](const profiler::ProfileProgress& p, int64_t b) {
     if (a.progress) printProgress(p, b, a.job.batches);
   });

@@ -95,7 +95,7 @@ int runRank(NetworkArgs& a) {
 
 int launch(NetworkArgs& a) {
   parseSizes(a);
-  checkWritable(a.job.out, "--out");
+  text::checkWritable(a.job.out, "--out");
   job::launchNetworkJob(a.job, [](const std::string& line) { std::printf("%s\n", line.c_str()); });
   std::printf("wrote %s\n", a.job.out.c_str());
   return 0;

@@ -6,7 +6,7 @@
 namespace pipetrain::cli {
 
 std::vector<Command> addTorchCommands(CLI::App& app, const std::vector<std::string>& argv) {
-  return {addTrainCommand(app, argv), addProfileCommand(app), addExportCommand(app),
+  return {addTrainCommand(app), addProfileCommand(app), addExportCommand(app),
           addProfileNetworkCommand(app, argv), addInfoCommand(app)};
 }
 

@@ -1,13 +1,9 @@
-// `pipetrain train`: real pipeline training. Without RANK in the environment it is the
-// launcher (starting --nproc ranks of itself, job/local_launch.h); with RANK set it is
-// one rank, whether started by the launcher or by hand / another launcher (torchrun
-// conventions; job/rank_job.h). Here the flags become a job::TrainRequest, and what
-// the job returns is printed (train_console.h).
-#include <unistd.h>
-
+// `pipetrain train`: real pipeline training. Here the flags become a job::TrainRequest,
+// checked against each other, and job::train runs this process's part of the job (the
+// launcher's without RANK in the environment, a rank's with it); what it says and
+// returns is printed (train_console.h).
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,11 +16,8 @@
 #include "recipe_options.h"
 #include "train_console.h"
 #include "pipetrain/graph/profile_cache.h"
-#include "pipetrain/job/local_launch.h"
-#include "pipetrain/job/plan_decision.h"
-#include "pipetrain/job/rank_job.h"
-#include "pipetrain/job/run_summary.h"
-#include "pipetrain/job/torchrun_job.h"
+#include "pipetrain/job/rank_spec.h"
+#include "pipetrain/job/train_job.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/json_io.h"
@@ -33,75 +26,14 @@
 namespace pipetrain::cli {
 namespace {
 
-// Under --resume on as many ranks, the checkpoint's plan trains unless one of these asks
-// the planner for another.
-constexpr std::array<const char*, 6> kReplanning = {"--schedule",        "--batch",     "--microbatches",
-                                                    "--microbatch-size", "--recompute", "--rank-memory"};
+// Under --resume on as many ranks, the checkpoint's plan trains unless one of these (or
+// a --batch other than the checkpoint's) asks the planner for another.
+constexpr std::array<const char*, 5> kReplanning = {"--schedule", "--microbatches", "--microbatch-size",
+                                                    "--recompute", "--rank-memory"};
 
 void say(const std::string& line) {
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
-}
-
-// The launcher's own plan and profile when the user asked for neither (--plan-out keeps
-// them): gone when the command ends, however it ends.
-struct RemovedAtExit {
-  std::vector<std::string> paths;
-  RemovedAtExit() = default;
-  RemovedAtExit(const RemovedAtExit&) = delete;
-  RemovedAtExit& operator=(const RemovedAtExit&) = delete;
-  ~RemovedAtExit() {
-    for (const auto& p : paths) std::remove(p.c_str());
-  }
-};
-
-// --report DIR keeps the summary and the metrics log beside the page (unless they are
-// asked for elsewhere); the ranks learn where the log goes from their command line.
-void prepareOutputs(job::TrainRequest& a) {
-  if (!a.report_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(a.report_dir, ec);
-    if (ec) throw Error("--report " + a.report_dir + ": cannot create the folder (" + ec.message() + ")");
-    const std::filesystem::path dir(a.report_dir);
-    if (a.summary_json.empty()) a.summary_json = (dir / "summary.json").string();
-    if (a.log_jsonl.empty()) {
-      a.log_jsonl = (dir / "metrics.jsonl").string();
-      a.argv.insert(a.argv.end(), {"--log-jsonl", a.log_jsonl});
-    }
-  }
-  // The reporting rank starts the file afresh (a resumed run goes on with it); here it
-  // only has to be writable.
-  if (!a.log_jsonl.empty()) checkWritable(a.log_jsonl, "--log-jsonl");
-}
-
-int launch(job::TrainRequest& a, const models::Model& model) {
-  runtime::checkConfig(a.config, model, a.nproc);  // the plan against the model and the job
-  if (const int cores = a.localCores(); a.nproc > cores)
-    say(job::formatted("note: %d ranks on %d cores take turns on them, pinned round-robin as the simulator "
-                       "places them; on 2 cores, 3 ranks trained slower than 2 "
-                       "(docs/predictions.md#predicted-against-measured)",
-                       a.nproc, cores));
-  job::LaunchedRun run;
-  {
-    ProgressDisplay display(a.config.plan.samplesPerMinibatch(), true);
-    job::LaunchWatch watch;
-    watch.progress = [&](const job::ProgressReport& p) { display.show(p); };
-    watch.line = [&](const std::string& line) {
-      display.endLine();
-      std::cout << line << std::endl;
-    };
-    watch.restart = [&](const std::string& why) {
-      display.endLine();
-      std::cerr << "pipetrain: " << why << std::endl;
-    };
-    watch.replanned = [&](const std::optional<job::LocalPlan>& planned) {
-      if (planned) printPlanned(*planned, a.nproc, a.plan_out);
-    };
-    watch.say = say;
-    run = job::launchRanks(a, model, a.plan, watch);
-  }
-  printRunSummary(a, job::summarizeRun(a, model, run, say));
-  return 0;
 }
 
 // "GPT2LMHeadModel" for 'transformers:GPT2LMHeadModel(GPT2Config())': what the run calls a --model-py model.
@@ -113,19 +45,19 @@ std::string modelPyName(const std::string& spec) {
 }
 
 // The model and data the flags name, checked against each other: a --model-py model
-// captured (by the launcher, which hands its ranks the file), the model's name, the
-// data's defaults.
+// captured (once per host: the ranks of a torchrun job share the cached file; a
+// launcher hands its ranks the file in their job), the model's name, the data's
+// defaults.
 void mapModelAndData(job::TrainRequest& a, const CLI::App& cmd) {
   const bool is_rank = std::getenv("RANK") != nullptr;
   a.config.model_config = parseModelOptions(a.model_options);
   a.config.data.seed = a.config.seed;
   if (!a.model_py.output.empty() && a.model_py.spec.empty()) throw Error("--model-output goes with --model-py");
-  if (!a.model_py.spec.empty() && (!is_rank || a.config.model_file.empty())) {
+  if (!a.model_py.spec.empty()) {
     if (!a.config.model_file.empty()) throw Error("--model-py is the model; drop --model-file");
     if (a.config.data.file.empty()) throw Error("--model-py needs --data-file: its first inputs trace the model");
     a.model_py.data_file = a.config.data.file;
     a.config.model_file = graph::capturedModel(a.model_py, graph::ProfileCache::defaultDir());
-    a.argv.insert(a.argv.end(), {"--model-file", a.config.model_file});
   }
   if (!a.config.model_file.empty()) {
     if (cmd.count("--model") || cmd.count("--model-option"))
@@ -171,8 +103,7 @@ void checkPlanFlags(const job::TrainRequest& a, const CLI::App& cmd) {
                 std::to_string(a.nproc) + "; give fewer");
   if (cmd.count("--min-nproc") && a.config.checkpoint_dir.empty())
     throw Error("--min-nproc goes on from the newest checkpoint: give --checkpoint-dir");
-  // A plan file decides stages, micro-batching and schedule; the launcher's own
-  // choice reaches its ranks this way too, beside the options that led to it.
+  // A plan file decides stages, micro-batching and schedule.
   if (!a.plan.empty())
     for (const char* flag : {"--schedule", "--chunks", "--microbatches", "--microbatch-size", "--stage-bounds",
                              "--data-parallel", "--vertical-sync", "--pipemare-t1", "--pipemare-warmup", "--pipemare-t2",
@@ -182,126 +113,45 @@ void checkPlanFlags(const job::TrainRequest& a, const CLI::App& cmd) {
                     flag + " or edit the plan");
 }
 
-// Checks everything that can be checked before any long work, then decides the job's
-// plan, as the launcher does for its ranks and rank 0 of a torchrun job for the others.
-// `ranks_fixed`: the job's ranks are given (torchrun's), not the checkpoint's to choose.
-// Returns the model, opened once here for every check and plan (each rank opens its own).
-models::Model decideJobPlan(job::TrainRequest& a, const CLI::App& cmd, bool ranks_fixed,
-                            const std::function<cluster::ClusterSpec()>& hosts_network, RemovedAtExit& temporary) {
-  // --resume without a plan goes on under the checkpoint's, on as many ranks as it ran
-  // (another --nproc plans afresh: any plan loads a checkpoint).
-  const std::optional<runtime::Checkpoint> resumed = job::resolveResume(a.config, say);
-  if (resumed) {  // every rank resumes from this one
-    a.argv.insert(a.argv.end(), {"--resume", resumed->dir});
-    if (!ranks_fixed && !cmd.count("--nproc")) a.nproc = resumed->manifest.world_size;
-  }
-  checkPlanFlags(a, cmd);
-  models::Model model = runtime::openModel(a.config);  // an unknown model fails here, first
-  runtime::checkRecipe(a.config, model);               // a bad recipe before any profiling
-  data::openDataset(a.config.data, model.input);     // so does a missing or unfitting dataset
-  prepareOutputs(a);
-  // Every rank trains exactly the plan decided here: it goes to them as a file.
-  // --batch of the checkpoint's own mini-batch asks for nothing new.
-  const auto asks = [&](const char* flag) {
-    return cmd.count(flag) > 0 && !(resumed && std::string(flag) == "--batch" &&
-                                    a.plan_args.batch == resumed->manifest.plan.samplesPerMinibatch());
+// The job, with what it says on the console: progress (rewritten in place by the
+// launcher on a terminal), the planner's choice, and the run's summary where this
+// process sums it up.
+int runTrain(job::TrainRequest& a, const CLI::App& cmd) {
+  const job::TrainAsked asked{cmd.count("--nproc") > 0, cmd.count("--batch") > 0,
+                              std::any_of(kReplanning.begin(), kReplanning.end(),
+                                          [&](const char* flag) { return cmd.count(flag) > 0; })};
+  std::optional<ProgressDisplay> display;  // from the first progress, when the plan is known
+  const auto shown = [&]() -> ProgressDisplay& {
+    if (!display) display.emplace(a.config.plan.samplesPerMinibatch(), std::getenv("RANK") == nullptr);
+    return *display;
   };
-  job::PlanChoice choice{resumed ? &*resumed : nullptr, std::any_of(kReplanning.begin(), kReplanning.end(), asks),
-                         a.plan_out, hosts_network};
-  if (choice.out.empty()) {
-    choice.out = (std::filesystem::temp_directory_path() /
-                  ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
-    temporary.paths = {choice.out, job::profilePath(choice.out)};
-  }
-  if (const std::optional<job::LocalPlan> planned = job::decidePlan(a, model, choice, say))
-    printPlanned(*planned, a.nproc, a.plan_out.empty() ? "" : a.plan_out);
-  return model;
-}
-
-// The launcher: decides the plan, starts the ranks and prints what they did.
-int runLauncher(job::TrainRequest& a, const CLI::App& cmd) {
-  RemovedAtExit temporary;
-  const models::Model model = decideJobPlan(a, cmd, false, {}, temporary);
-  return launch(a, model);
-}
-
-// A rank of a torchrun job, or of ranks started by hand with no plan given: the same job
-// as the launcher's (job/torchrun_job.h). Rank 0 decides the plan and, at the end,
-// prints the run and writes its outputs.
-int runTorchrunRank(job::TrainRequest& a, const CLI::App& cmd) {
-  const auto start = std::chrono::steady_clock::now();
-  runtime::Rendezvous rendezvous = runtime::Rendezvous::fromEnvironment();
-  rendezvous.timeout = std::chrono::seconds(a.timeout_seconds);  // a silent peer while measuring the network
-  job::TorchrunJob torchrun(rendezvous);
-  rendezvous = torchrun.rendezvous();
-  a.nproc = torchrun.worldSize();
-  // The ranks of this host share its cores; each computes on OMP_NUM_THREADS where
-  // torchrun (or the user) set it, and the profile is taken on as many.
-  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) a.local_ranks = std::max(1, std::atoi(local));
-  if (const char* t = std::getenv("OMP_NUM_THREADS"); t && a.config.threads == 0) a.config.threads = std::atoi(t);
-  torchrun.sharePlace(job::thisRankPlace(rendezvous, runtime::localRank(torchrun.rank()), a.config.device,
-                                         a.blasThreadsPerRank()));
-  std::optional<models::Model> model;
-  RemovedAtExit temporary;
-  std::vector<int> plan_ranks;  // by job rank, where the plan's ranks are not the job's
-  if (torchrun.rank() == 0) {
-    try {
-      const std::vector<job::RankPlace> places = torchrun.places(std::chrono::seconds(a.timeout_seconds));
-      // Across hosts, the planner plans for the network between them, measured once.
-      std::function<cluster::ClusterSpec()> hosts_network;
-      std::optional<cluster::ClusterSpec> hosts;
-      if (!job::oneHost(places))
-        hosts_network = [&] {
-          hosts = torchrun.networkOfHosts(places, a.wire, a.config.device, a.reprofile, say);
-          return *hosts;
-        };
-      model = decideJobPlan(a, cmd, true, hosts_network, temporary);
-      runtime::checkConfig(a.config, *model, a.nproc);
-      // Planned for the hosts: each stage runs on the host it was priced on.
-      if (hosts) plan_ranks = job::planRanksOfJobRanks(a.config.plan, *hosts);
-    } catch (const Error& e) {
-      torchrun.sharePlanFailure(e.what());
-      throw;
-    }
-    torchrun.sharePlan(a.config.plan, a.planner, plan_ranks);
-    if (!plan_ranks.empty()) a.plan_rank = plan_ranks[0];
-  } else {
-    prepareOutputs(a);  // the reporting rank, whichever it is, writes the metrics log
-    job::resolveResume(a.config, job::Say());
-    // Rank 0 may profile the model first, then has the ranks measure the network.
-    if (torchrun.networkMeasurementAnnounced(std::chrono::hours(1)))
-      job::measureNetwork(rendezvous, a.wire, a.config.device);
-    torchrun.receivePlan(a, std::chrono::hours(1));
-  }
-  ProgressDisplay display(a.config.plan.samplesPerMinibatch(), false);
-  const runtime::RankResult mine = job::runRank(
-      a, [&](const runtime::Progress& p) { display.show({p.epoch, p.step, p.steps, p.loss, p.samples_per_second}); });
-  const job::LaunchedRun run = torchrun.gatherResults(mine, a.plan_rank >= 0 ? a.plan_rank : torchrun.rank(), start);
-  if (torchrun.rank() == 0) printRunSummary(a, job::summarizeRun(a, *model, run, say));
+  job::TrainWatch watch;
+  watch.say = say;
+  watch.planned = printPlanned;
+  watch.progress = [&](const job::ProgressReport& p) { shown().show(p); };
+  watch.line = [&](const std::string& line) {
+    if (display) display->endLine();
+    std::cout << line << std::endl;
+  };
+  watch.restart = [&](const std::string& why) {
+    if (display) display->endLine();
+    std::cerr << "pipetrain: " << why << std::endl;
+  };
+  watch.rank_progress = [&](const runtime::Progress& p) {
+    shown().show({p.epoch, p.step, p.steps, p.loss, p.samples_per_second});
+  };
+  const job::TrainOutcome outcome = job::train(a, asked, watch);
+  display.reset();  // its line ends before the summary
+  if (outcome.summary) printRunSummary(a, *outcome.summary);
+  if (outcome.rank) printRankResult(*outcome.rank);
   return 0;
-}
-
-// A rank its launcher started, or one started by hand without torchrun's agent: it
-// trains the plan its launcher wrote, or one its own flags describe; started by hand
-// with none, it runs the job as torchrun's ranks do.
-int runRankCommand(job::TrainRequest& a, const CLI::App& cmd) {
-  if (!job::startedByLauncher() && job::TorchrunJob::here()) return runTorchrunRank(a, cmd);
-  // Ranks started by hand with no plan given: the same job, rank 0 serving its store.
-  if (!job::startedByLauncher() && job::TorchrunJob::startedByHand() && !job::planGiven(a))
-    return runTorchrunRank(a, cmd);
-  const char* world = std::getenv("WORLD_SIZE");
-  a.config.plan = job::planOfRank(a, world ? std::atoi(world) : a.nproc);
-  const char* rank = std::getenv("RANK");
-  // Under the launcher, it has said so.
-  job::resolveResume(a.config, !job::startedByLauncher() && rank && std::string(rank) == "0" ? job::Say(say) : job::Say());
-  return runRankOnConsole(a);
 }
 
 }  // namespace
 
-Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
+Command addTrainCommand(CLI::App& app) {
   auto a = std::make_shared<job::TrainRequest>();
-  a->argv = argv;
+  auto job_file = std::make_shared<std::string>();
   auto& c = a->config;
   CLI::App* cmd = app.add_subcommand("train", torchCommandDescription("train"));
   // A later --option overrides an earlier one, so scripts can append to a base command.
@@ -430,9 +280,21 @@ Command addTrainCommand(CLI::App& app, const std::vector<std::string>& argv) {
   cmd->add_option("--log-jsonl", a->log_jsonl, "write a JSON line per mini-batch and per evaluation (docs/report.md)");
   cmd->add_option("--report", a->report_dir, "write report.html (plan, predicted and measured Gantt, per-rank costs, "
                                              "loss and accuracy) into this folder");
-  return {cmd, [a, cmd] {
+  auto* job = cmd->add_option("--job", *job_file,
+                              "FILE: a rank's whole job as JSON, as the launcher hands it to the ranks it starts "
+                              "(every other option is in it)");
+  return {cmd, [a, cmd, job, job_file] {
+            if (*job) {
+              for (const CLI::Option* o : cmd->get_options())
+                if (o->count() > 0 && o != job) throw Error("--job holds the whole job; drop " + o->get_name());
+              *a = job::rankJobFromJson(json_io::readFile(*job_file), *job_file);
+              return runTrain(*a, *cmd);
+            }
             mapModelAndData(*a, *cmd);
-            return std::getenv("RANK") != nullptr ? runRankCommand(*a, *cmd) : runLauncher(*a, *cmd);
+            // Where the plan is decided (the launcher, rank 0 of a job started by hand or
+            // by torchrun), once.
+            if (const char* rank = std::getenv("RANK"); !rank || std::string(rank) == "0") checkPlanFlags(*a, *cmd);
+            return runTrain(*a, *cmd);
           }};
 }
 

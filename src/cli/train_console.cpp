@@ -6,7 +6,6 @@
 #include <iostream>
 
 #include "plan_table.h"
-#include "pipetrain/job/rank_job.h"
 #include "pipetrain/report/pages.h"
 #include "pipetrain/util/text.h"
 
@@ -103,12 +102,7 @@ void printRunSummary(const job::TrainRequest& request, const job::RunSummary& su
   for (const std::string& line : job::writeRunOutputs(request, summary)) std::printf("%s\n", line.c_str());
 }
 
-int runRankOnConsole(job::TrainRequest& request) {
-  ProgressDisplay display(request.config.plan.samplesPerMinibatch(), false);
-  const runtime::RankResult result = job::runRank(
-      request,
-      [&](const runtime::Progress& p) { display.show({p.epoch, p.step, p.steps, p.loss, p.samples_per_second}); });
-  if (job::startedByLauncher()) return 0;  // it reported to the launcher
+void printRankResult(const runtime::RankResult& result) {
   std::printf("rank %d: stages", result.rank);
   for (int s : result.stages) std::printf(" %d", s);
   std::printf(", %lld samples in %.2f s, bubble %.1f%%%s\n", static_cast<long long>(result.samples),
@@ -116,7 +110,6 @@ int runRankOnConsole(job::TrainRequest& request) {
               result.last_stage ? (", loss " + std::to_string(result.final_loss)).c_str() : "");
   if (result.test_accuracy >= 0) std::printf("test accuracy %.4f\n", result.test_accuracy);
   std::fflush(stdout);
-  return 0;
 }
 
 }  // namespace pipetrain::cli

@@ -35,7 +35,7 @@ void printPlanned(const job::LocalPlan& planned, int rank_count, const std::stri
 // and the files written.
 void printRunSummary(const job::TrainRequest& request, const job::RunSummary& summary);
 
-// A rank started by hand (torchrun, Slurm): the reporting rank's progress, then its result.
-int runRankOnConsole(job::TrainRequest& request);
+// A rank started by hand that trained a plan given to it: its own result.
+void printRankResult(const runtime::RankResult& result);
 
 }  // namespace pipetrain::cli

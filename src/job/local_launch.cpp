@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "pipetrain/job/launcher.h"
+#include "pipetrain/job/rank_spec.h"
 #include "pipetrain/torch/checkpoint.h"
 #include "pipetrain/util/clock.h"
 #include "pipetrain/util/error.h"
@@ -31,7 +32,7 @@ std::string howToResume(const std::string& newest) {
 LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, std::string plan_out,
                         const LaunchWatch& watch) {
   std::vector<RankOutput> outputs;
-  std::vector<std::string> argv = request.argv;
+  std::vector<std::string> argv = rankCommand(request);
   json_io::Json events = json_io::Json::array();
   const auto start = std::chrono::steady_clock::now();
   const auto record = [&](const char* event, const std::string& checkpoint, const std::string& why) {
@@ -55,8 +56,8 @@ LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, std::
                       std::to_string(request.max_restarts) +
                       (newest.empty() ? ", from the start" : ", from checkpoint " + newest));
         record("restart", newest, e.what());
-        argv = request.argv;
-        if (!newest.empty()) argv.insert(argv.end(), {"--resume", newest});
+        if (!newest.empty()) request.config.resume = newest;
+        argv = rankCommand(request);
         continue;
       }
       if (request.min_nproc <= 0 || request.nproc <= request.min_nproc || newest.empty())
@@ -73,8 +74,7 @@ LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, std::
       request.config.resume = from.dir;
       watch.replanned(decidePlan(request, model, {&from, true, plan_out, {}}, watch.say));
       runtime::checkConfig(request.config, model, request.nproc);
-      argv = request.argv;
-      argv.insert(argv.end(), {"--resume", from.dir});
+      argv = rankCommand(request);
       attempt = -1;  // the restarts start again for the smaller job
     }
   }

@@ -115,8 +115,8 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   inputs.calibrator = [&]() -> planner::Calibrator& {
     if (!calibrator) {
       calibrator.emplace(config, global_batch, request.calibration, calibration_path);
-      say(formatted("%s: calibrating the update rules that could win, about %g s each (cache: %s)",
-                    request.objective->name(), request.calibration.seconds_per_rule, calibration_path.c_str()));
+      say(formatted("%s: calibrating the update rules that could win (cache: %s)", request.objective->name(),
+                    calibration_path.c_str()));
     }
     return *calibrator;
   };

@@ -69,7 +69,6 @@ std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& 
     runtime::checkEpochsLeft(*choice.resumed, config.epochs);
   }
   if (request.plan.empty() || !request.plan_out.empty()) request.plan = choice.out;
-  request.argv.insert(request.argv.end(), {"--plan", request.plan});
   return planned;
 }
 

@@ -1,7 +1,8 @@
 // The one plan a training job runs, decided once from whichever source the request
 // names (plan_source.h): a plan file, hand-given stage bounds or data parallelism, the
 // checkpoint's own plan when a run resumes as it ran, or the planner's choice for the
-// local ranks (local_plan.h). The launcher writes it to a file that every rank loads.
+// local ranks (local_plan.h). The launcher writes it to a file (kept where --plan-out
+// says) and hands it to every rank in its job (rank_spec.h).
 #pragma once
 
 #include <functional>
@@ -27,9 +28,9 @@ struct PlanChoice {
 };
 
 // Decides request.config.plan (and request.planner when the planner chose), writes it to
-// choice.out and points request.plan and the ranks' command line at the file. Returns
-// the planner's work when it chose, for the caller to show. Throws Error when the plan
-// does not fit the model, the job or the checkpoint.
+// choice.out and points request.plan at the file. Returns the planner's work when it
+// chose, for the caller to show. Throws Error when the plan does not fit the model, the
+// job or the checkpoint.
 std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& model, const PlanChoice& choice,
                                     const Say& say);
 

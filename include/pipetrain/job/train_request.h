@@ -1,5 +1,5 @@
-// A training job as asked for, whoever asks (the CLI's flags, a launched rank's command
-// line): the run, where its plan comes from, its ranks and what it writes.
+// A training job as asked for, whoever asks (the CLI's flags, a launched rank's job file,
+// rank_spec.h): the run, where its plan comes from, its ranks and what it writes.
 #pragma once
 
 #include <string>
@@ -46,7 +46,6 @@ struct TrainRequest {
   // (written by the reporting rank) and the report's folder.
   std::string trace, svg, summary_json, log_jsonl, report_dir;
   json_io::Json planner;  // the planner's ranked table, when it chose the plan
-  std::vector<std::string> argv;  // this program's command line, which each rank runs
 
   // The cores the local ranks share, each rank's BLAS threads (its share of them, or
   // config.threads where set), and how many ranks those cores run at once.

@@ -98,4 +98,15 @@ void checkClipNorm(double max_norm);
 json_io::Json recipeToJson(const OptimizerOptions& optimizer, double lr, const LearningRateSchedule& schedule,
                            double clip_grad_norm);
 
+// The recipe back from recipeToJson's JSON (a launcher hands its ranks theirs this way):
+// the weight decay as resolved there, the fields it leaves out at their defaults. Error
+// naming the field where one is missing, unknown or of the wrong type.
+struct Recipe {
+  OptimizerOptions optimizer;
+  double lr = 0;
+  LearningRateSchedule lr_schedule;
+  double clip_grad_norm = 0;
+};
+Recipe recipeFromJson(const json_io::JsonCursor& j);
+
 }  // namespace pipetrain::recipe

@@ -15,6 +15,10 @@ std::string readFile(const std::string& path);
 // one was, nor loses the rename. Error names the path.
 void writeFileAtomically(const std::string& path, const std::string& content);
 
+// Fails early, before any long work, where writeFileAtomically could not write `path`:
+// an Error naming `what` (the option that gave it) and the path. Leaves no file behind.
+void checkWritable(const std::string& path, const std::string& what);
+
 // `value` through a printf format with one double conversion ("%.1f%%"): table cells.
 std::string format(const char* printf_format, double value);
 

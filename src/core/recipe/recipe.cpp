@@ -158,4 +158,33 @@ json_io::Json recipeToJson(const OptimizerOptions& o, double lr, const LearningR
   return {{"optimizer", optimizer}, {"lr", lr}, {"lr_schedule", schedule}, {"clip_grad_norm", clip_grad_norm}};
 }
 
+Recipe recipeFromJson(const json_io::JsonCursor& j) {
+  j.allowOnly({"optimizer", "lr", "lr_schedule", "clip_grad_norm"});
+  Recipe r;
+  const json_io::JsonCursor o = j.field("optimizer");
+  o.allowOnly({"name", "weight_decay", "momentum", "nesterov", "betas", "eps", "no_decay"});
+  r.optimizer.name = o.field("name").asString();
+  r.optimizer.weight_decay = o.field("weight_decay").asNumber();
+  r.optimizer.momentum = o.numberOr("momentum", r.optimizer.momentum);
+  r.optimizer.nesterov = o.boolOr("nesterov", r.optimizer.nesterov);
+  if (o.has("betas")) {
+    const std::vector<json_io::JsonCursor> betas = o.field("betas").asArray();
+    if (betas.size() != 2) o.field("betas").fail("expected two numbers");
+    r.optimizer.beta1 = betas[0].asNumber();
+    r.optimizer.beta2 = betas[1].asNumber();
+  }
+  r.optimizer.eps = o.numberOr("eps", r.optimizer.eps);
+  r.optimizer.no_decay = o.stringOr("no_decay", "");
+  r.lr = j.field("lr").asNumber();
+  const json_io::JsonCursor s = j.field("lr_schedule");
+  s.allowOnly({"decay", "warmup_steps", "min_lr", "step_size", "gamma"});
+  r.lr_schedule.decay = s.field("decay").asString();
+  r.lr_schedule.warmup_steps = s.field("warmup_steps").asNonNegativeInt();
+  r.lr_schedule.min_lr = s.numberOr("min_lr", r.lr_schedule.min_lr);
+  if (s.has("step_size")) r.lr_schedule.step_size = s.field("step_size").asNonNegativeInt();
+  r.lr_schedule.gamma = s.numberOr("gamma", r.lr_schedule.gamma);
+  r.clip_grad_norm = j.field("clip_grad_norm").asNumber();
+  return r;
+}
+
 }  // namespace pipetrain::recipe

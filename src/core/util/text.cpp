@@ -47,6 +47,13 @@ bool writeAndSync(int fd, const char* data, std::size_t size) {
 
 }  // namespace
 
+void checkWritable(const std::string& path, const std::string& what) {
+  const std::string probe = path + ".tmp";  // where writeFileAtomically writes first
+  const bool ok = static_cast<bool>(std::ofstream(probe));
+  std::remove(probe.c_str());
+  if (!ok) throw Error(what + " " + path + ": cannot write there (does the folder exist?)");
+}
+
 void writeFileAtomically(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

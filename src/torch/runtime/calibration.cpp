@@ -125,9 +125,16 @@ void RuleCalibrator::decideSamples(const plan::Plan& plan) {
   const double seconds = secondsSince(start);
   training_seconds_ += seconds;
   const int64_t batch = plan.samplesPerMinibatch();
-  calibration_.samples = calibrationSamples(seconds / static_cast<double>(batch), batch, replay.datasetSize(), budget_);
-  std::printf("calibration: %lld samples per update rule (a trial mini-batch took %.3f s)\n",
-              static_cast<long long>(calibration_.samples), seconds);
+  const double per_sample = seconds / static_cast<double>(batch);
+  calibration_.samples = calibrationSamples(per_sample, batch, replay.datasetSize(), budget_);
+  // The budget is a floor's to exceed (at least budget.min_minibatches), and the held-out
+  // evaluations cost as much as calibrationSamples prices them: the user is told the sum.
+  const double evaluating = per_sample / 3 * static_cast<double>((budget_.evaluations + 1) * held_out_.inputs.size(0));
+  std::printf("calibration: %lld samples per update rule, about %.1f s each (a trial mini-batch took %.3f s; %d "
+              "evaluations on %lld held-out samples about %.1f s of it; smaller micro-batches take longer)\n",
+              static_cast<long long>(calibration_.samples),
+              per_sample * static_cast<double>(calibration_.samples) + evaluating, seconds, budget_.evaluations + 1,
+              static_cast<long long>(held_out_.inputs.size(0)), evaluating);
 }
 
 void RuleCalibrator::measure(const planner::RuleToCalibrate& r, bool repeat) {
