@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -21,16 +22,45 @@
 namespace pipetrain::job {
 namespace {
 
+// The files RemovedAtExit holds, for a signal handler: SIGINT, SIGTERM and SIGHUP end
+// the process without unwinding (Ctrl-C on a terminal, the Python API's interrupt), and
+// unlink is async-signal-safe where std::string is not.
+constexpr int kMaxRemoved = 4;
+char removed_on_signal[kMaxRemoved][4096];
+volatile std::sig_atomic_t removed_on_signal_count = 0;
+constexpr int kEndingSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void removeAndEnd(int signal) {
+  for (int i = 0; i < removed_on_signal_count; ++i) ::unlink(removed_on_signal[i]);
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);  // ends as the signal would have
+}
+
 // The launcher's own plan and profile when the user asked for neither (--plan-out keeps
 // them), and its ranks' job file: gone when the job ends, however it ends.
-struct RemovedAtExit {
-  std::vector<std::string> paths;
-  RemovedAtExit() = default;
+class RemovedAtExit {
+ public:
+  RemovedAtExit() {
+    for (int s : kEndingSignals) std::signal(s, removeAndEnd);
+  }
   RemovedAtExit(const RemovedAtExit&) = delete;
   RemovedAtExit& operator=(const RemovedAtExit&) = delete;
   ~RemovedAtExit() {
-    for (const auto& p : paths) std::remove(p.c_str());
+    for (int s : kEndingSignals) std::signal(s, SIG_DFL);
+    removed_on_signal_count = 0;
+    for (const auto& p : paths_) std::remove(p.c_str());
   }
+  void add(const std::string& path) {
+    paths_.push_back(path);
+    const int k = removed_on_signal_count;
+    if (k < kMaxRemoved && path.size() < sizeof removed_on_signal[k]) {
+      std::snprintf(removed_on_signal[k], sizeof removed_on_signal[k], "%s", path.c_str());
+      removed_on_signal_count = k + 1;
+    }
+  }
+
+ private:
+  std::vector<std::string> paths_;
 };
 
 // A report's folder keeps the summary and the metrics log beside the page (unless they
@@ -72,7 +102,8 @@ models::Model decideJobPlan(TrainRequest& a, const TrainAsked& asked, const Trai
   if (choice.out.empty()) {
     choice.out = (std::filesystem::temp_directory_path() /
                   ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
-    temporary.paths = {choice.out, profilePath(choice.out)};
+    temporary.add(choice.out);
+    temporary.add(profilePath(choice.out));
   }
   if (const std::optional<LocalPlan> planned = decidePlan(a, model, choice, watch.say))
     watch.planned(*planned, a.nproc, a.plan_out);
@@ -83,7 +114,7 @@ models::Model decideJobPlan(TrainRequest& a, const TrainAsked& asked, const Trai
 TrainOutcome runLauncher(TrainRequest& a, const TrainAsked& asked, const TrainWatch& watch) {
   RemovedAtExit temporary;
   const models::Model model = decideJobPlan(a, asked, watch, false, {}, temporary);
-  temporary.paths.push_back(rankJobPath());  // launchRanks hands the ranks their job there
+  temporary.add(rankJobPath());  // launchRanks hands the ranks their job there
   runtime::checkConfig(a.config, model, a.nproc);  // the plan against the model and the job
   if (const int cores = a.localCores(); a.nproc > cores)
     watch.say(formatted("note: %d ranks on %d cores take turns on them, pinned round-robin as the simulator "
