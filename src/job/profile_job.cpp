@@ -106,11 +106,9 @@ void parseShare(const std::string& text, profiler::ProfileOptions& o) {
 }  // namespace
 
 json_io::Json profileJobToJson(const ProfileJob& job) {
-  json_io::Json config = json_io::Json::object();
-  for (const auto& [key, value] : job.model_config) config[key] = value;
   const profiler::ProfileOptions& o = job.options;
   return {{"format", "pipetrain.profile-job"}, {"version", 1},
-          {"model", job.model}, {"model_file", job.model_file}, {"model_config", config},
+          {"model", job.model}, {"model_file", job.model_file}, {"model_config", job.model_config},
           {"data", {{"name", job.data.name}, {"file", job.data.file}, {"context", job.data.context},
                     {"token_dtype", job.data.token_dtype}}},
           {"load_data", job.load_data}, {"data_dir", job.data_dir}, {"batches", job.batches},

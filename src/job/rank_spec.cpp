@@ -40,10 +40,8 @@ data::DataOptions dataFromJson(const json_io::JsonCursor& c) {
 }
 
 json_io::Json configToJson(const runtime::TrainConfig& c) {
-  json_io::Json sizes = json_io::Json::object();
-  for (const auto& [key, value] : c.model_config) sizes[key] = value;
   return {{"model", c.model},
-          {"model_config", sizes},
+          {"model_config", c.model_config},
           {"model_file", c.model_file},
           {"data", dataToJson(c.data)},
           {"plan", c.plan.toJson()},

@@ -68,12 +68,17 @@ planner::LossCurve measureCurve(TrainConfig config, const plan::Plan& plan, int 
   return curve;
 }
 
+// What evaluating `samples` held-out samples costs: a forward pass, about a third of
+// training them.
+double evaluationSeconds(double seconds_per_sample, int64_t samples) {
+  return seconds_per_sample / 3 * static_cast<double>(samples);
+}
+
 }  // namespace
 
 int64_t calibrationSamples(double seconds_per_sample, int64_t batch, int64_t dataset_size,
                            const CalibrationBudget& budget) {
-  // An evaluation's forward pass costs about a third of training a sample.
-  const double evaluating = seconds_per_sample / 3 * static_cast<double>(budget.evaluations * budget.held_out);
+  const double evaluating = evaluationSeconds(seconds_per_sample, budget.evaluations * budget.held_out);
   const double training = std::max(0.0, budget.seconds_per_rule - evaluating);
   int64_t minibatches =
       seconds_per_sample > 0 ? static_cast<int64_t>(training / seconds_per_sample / static_cast<double>(batch)) : 0;
@@ -129,7 +134,8 @@ void RuleCalibrator::decideSamples(const plan::Plan& plan) {
   calibration_.samples = calibrationSamples(per_sample, batch, replay.datasetSize(), budget_);
   // The budget is a floor's to exceed (at least budget.min_minibatches), and the held-out
   // evaluations cost as much as calibrationSamples prices them: the user is told the sum.
-  const double evaluating = per_sample / 3 * static_cast<double>((budget_.evaluations + 1) * held_out_.inputs.size(0));
+  // measureCurve evaluates before training too: evaluations + 1 times.
+  const double evaluating = evaluationSeconds(per_sample, (budget_.evaluations + 1) * held_out_.inputs.size(0));
   std::printf("calibration: %lld samples per update rule, about %.1f s each (a trial mini-batch took %.3f s; %d "
               "evaluations on %lld held-out samples about %.1f s of it; smaller micro-batches take longer)\n",
               static_cast<long long>(calibration_.samples),
