@@ -1,5 +1,5 @@
-// What the exploration (explore.cpp, propose.cpp, explorer.cpp, refine.cpp), combinations.cpp (what it
-// tries) and exploration_summary.cpp (its explanations) share.
+// What the exploration (explore.cpp, propose.cpp, explorer.cpp, refine.cpp),
+// combinations.cpp (what it tries) and exploration_summary.cpp (its explanations) share.
 #pragma once
 
 #include <cmath>

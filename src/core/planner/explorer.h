@@ -94,7 +94,7 @@ class Explorer {
   // Refining (refine.cpp).
   std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan) const;
   void addChainNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out,
-                           const plan::Plan& pipeline, const ChainRuns& runs, int copies, int width) const;
+                          const plan::Plan& pipeline, const ChainRuns& runs, int copies, int width) const;
 
   const graph::LayerGraph& graph_;
   const cluster::ClusterSpec& cluster_;

@@ -210,7 +210,7 @@ std::vector<std::pair<double, std::function<plan::Plan()>>> Explorer::neighbours
       pipeline.microbatches *= 2;
       pipeline.stages.clear();
       addChainNeighbours(out, planOfRuns(pipeline, wider, graph_, cluster_), wider, copied->copies / 2,
-                          2 * copied->width);
+                         2 * copied->width);
     }
   } else if (const std::optional<std::vector<int>> bounds = multiStageBounds(plan, graph_)) {
     for (plan::Plan& p : multiStageNeighbours(plan, *bounds, graph_)) {
@@ -227,7 +227,7 @@ std::vector<std::pair<double, std::function<plan::Plan()>>> Explorer::neighbours
 // the whole cluster: a chain plan's own). A chain's are priced as runs and named as
 // plans only when simulated.
 void Explorer::addChainNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out,
-                                   const plan::Plan& pipeline, const ChainRuns& runs, int copies, int width) const {
+                                  const plan::Plan& pipeline, const ChainRuns& runs, int copies, int width) const {
   auto shell = std::make_shared<plan::Plan>(pipeline);
   shell->stages.clear();
   const int max_replicas = o_.max_replicas == 0 ? 0 : std::max(1, o_.max_replicas / copies);
