@@ -27,6 +27,7 @@
 #pragma once
 
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,12 @@ struct Partition {
 // Throws Error when no tiling fits memory (naming the largest layer's need and the
 // largest device).
 Partition solveChain(const ChainProblem& problem);
+
+// The best cut of the layers into stages on given blocks of devices: stage s on devices
+// [device_bounds[s], device_bounds[s + 1]), replicas that may straddle part of a node
+// (the DP's own blocks never do). Nothing where no cut fits memory or splits the
+// micro-batches; Error where the bounds are not a tiling of a prefix of the devices.
+std::optional<Partition> solveChainOnDevices(const ChainProblem& problem, const std::vector<int>& device_bounds);
 
 // Whether every stage of `partition` fits its devices' memory under `problem`'s options.
 bool fitsMemory(const Partition& partition, const ChainProblem& problem);

@@ -462,6 +462,43 @@ Partition solveChain(const ChainProblem& problem) {
   return result;
 }
 
+std::optional<Partition> solveChainOnDevices(const ChainProblem& problem, const std::vector<int>& device_bounds) {
+  const int n = problem.numBlocks(), k = static_cast<int>(device_bounds.size()) - 1;
+  if (k < 1 || k > n || device_bounds.front() != 0 || device_bounds.back() > problem.numDevices())
+    throw Error("planner: device bounds must start at 0, end within the " + std::to_string(problem.numDevices()) +
+                " devices and hold 1 to " + std::to_string(n) + " stages");
+  // best[s][j]: blocks [0, j) on the first s stages' devices; from[s][j]: the cut before stage s - 1.
+  std::vector<std::vector<double>> best(k + 1, std::vector<double>(n + 1, kInfinity));
+  std::vector<std::vector<int>> from(k + 1, std::vector<int>(n + 1, -1));
+  best[0][0] = 0;
+  for (int s = 1; s <= k; ++s) {
+    const int d0 = device_bounds[s - 1];
+    if (device_bounds[s] <= d0) throw Error("planner: each stage needs at least one device");
+    const DeviceBlock block = problem.deviceBlock(d0, device_bounds[s]);
+    // Stage s - 1 holds blocks [i, j); the later stages need a block each.
+    for (int j = s; j <= n - (k - s); ++j)
+      for (int i = j - 1; i >= s - 1; --i) {
+        if (best[s - 1][i] == kInfinity) continue;
+        const double compute = problem.stageSeconds(i, j, block);
+        if (compute >= best[s][j]) break;  // more layers only slow the stage (solveChain)
+        const double value = std::max({best[s - 1][i], compute + problem.hostSeconds(i, j, block),
+                                       problem.boundarySeconds(i, d0)});
+        if (value < best[s][j]) {
+          best[s][j] = value;
+          from[s][j] = i;
+        }
+      }
+  }
+  if (best[k][n] == kInfinity) return std::nullopt;
+  Partition result;
+  result.objective = best[k][n];
+  result.assumed_depth = problem.options().assumed_depth;
+  result.stages.resize(k);
+  for (int s = k, j = n; s > 0; j = from[s][j], --s)
+    result.stages[s - 1] = {from[s][j], j, device_bounds[s - 1], device_bounds[s]};
+  return result;
+}
+
 ChainPlan partitionChain(const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                          const PartitionOptions& options, const plan::ScheduleOptions& schedule) {
   PartitionOptions o = options;

@@ -75,6 +75,26 @@ std::vector<int> widths(int devices) {
   return w;
 }
 
+std::vector<std::vector<int>> deviceShapes(int width, const std::vector<int>& part_sizes, bool use_all_devices) {
+  std::vector<std::vector<int>> shapes;
+  auto offer = [&](std::vector<int> bounds) {
+    if (bounds.size() < 3 || (use_all_devices && bounds.back() != width)) return;
+    if (std::find(shapes.begin(), shapes.end(), bounds) == shapes.end()) shapes.push_back(std::move(bounds));
+  };
+  for (int q : part_sizes)
+    for (int k = 2; k <= std::min(kMaxShapeStages, width / std::max(q, 1)); ++k) {
+      std::vector<int> bounds;
+      for (int s = 0; s <= k; ++s) bounds.push_back(s * q);
+      offer(std::move(bounds));
+    }
+  for (int singles = 1; singles <= kShapeTailDevices && singles < width; ++singles) {
+    std::vector<int> bounds{0};
+    for (int d = width - singles; d <= width; ++d) bounds.push_back(d);
+    offer(std::move(bounds));
+  }
+  return shapes;
+}
+
 // A schedule whose ranks run several stages (interleaved 1F1B with two chunks, the V
 // schedules): `width` ranks, layers balanced by compute, stages placed as the schedule
 // places them.

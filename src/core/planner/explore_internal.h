@@ -40,6 +40,14 @@ std::vector<int64_t> smallerMicrobatchSizes(const ExploreOptions& o, int64_t sma
 [[noreturn]] void throwUnservable(const ExploreOptions& o);
 // The widths to try on `devices`: the powers of two below it, and all of them.
 std::vector<int> widths(int devices);
+// Shapes of device blocks for a pipeline on `width` devices, each as the stages' first
+// devices and the end: k equal blocks of q devices for each q in `part_sizes` (k from 2
+// to kMaxShapeStages, within the width), and a replicated stage followed by 1 to
+// kShapeTailDevices single devices (PipeDream's convolutions replicated, its classifier
+// not). Under `use_all_devices` only those that tile the width.
+inline constexpr int kMaxShapeStages = 8;
+inline constexpr int kShapeTailDevices = 3;
+std::vector<std::vector<int>> deviceShapes(int width, const std::vector<int>& part_sizes, bool use_all_devices);
 // A multi-stage schedule's plan on `width` ranks, its layers balanced by compute.
 plan::Plan multiStagePlan(const std::string& name, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
                           int width, int64_t microbatch_size, int microbatches);

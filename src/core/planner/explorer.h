@@ -56,6 +56,7 @@ class Explorer {
   void proposeDataParallel(const std::string& name, int64_t b, int width, const std::string& by);
   void exploreChain(const std::string& name, int64_t b, int width, const std::string& by);
   void proposeCopiedPipelines(const std::string& name, int64_t b, int width);
+  void proposeShapedPipelines(const std::string& name, int64_t b, int width);
   void consider(const std::string& name, int64_t b, int width, const std::function<std::optional<Candidate>()>& propose);
   ChainPlan partitionShared(PartitionOptions po, const plan::ScheduleOptions& schedule);
   GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule, GraphSearch search);

@@ -65,9 +65,12 @@ void Explorer::refine() {
       partitioners.insert(c->partitioner);
       picked.push_back(c);
     }
+  // A fixed schedule's proposers (chain, copies, shaped) take as many starts as auto's
+  // best three: it keeps one for the next best plan too.
+  const std::size_t starts_wanted = o_.schedule == "auto" ? kRefineStarts : kRefineStarts + 1;
   auto isPicked = [&](const Candidate* c) { return std::find(picked.begin(), picked.end(), c) != picked.end(); };
   for (const Candidate* c : order) {
-    if (picked.size() >= kRefineStarts) break;
+    if (picked.size() >= starts_wanted) break;
     if (!isPicked(c) && refinable(*c)) picked.push_back(c);
   }
   // Where the graph partitioner proposed, its stage graphs walk beside the chains of

@@ -8,6 +8,7 @@
 
 #include "../expect_error.h"
 #include "partition_fixtures.h"
+#include "pipetrain/planner/neighbours.h"
 #include "pipetrain/sim/evaluate.h"
 
 namespace pipetrain::planner {
@@ -97,6 +98,50 @@ TEST(ChainPartition, DynamicProgramReachesTheExhaustiveOptimum) {
     }
   }
   EXPECT_GT(compared, 80);  // the rest fit nowhere, and said so
+}
+
+// On given device blocks, the DP's cut of the layers is the best of every cut (each
+// stage one run of blocks, non-empty), replicas straddling nodes included.
+TEST(ChainPartition, OnGivenDevicesTheCutIsTheExhaustiveOptimum) {
+  std::mt19937 rng(11);
+  int compared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int layers = 2 + trial % 9;
+    const auto graph = randomChain(rng, layers);
+    const int64_t memory = trial % 3 == 0 ? int64_t{1} << 40 : 150000 + 50000 * (trial % 5);
+    const auto cluster = twoLevelCluster(trial % 2 == 1, memory, trial % 5 == 1);
+    for (const std::vector<int>& bounds : std::vector<std::vector<int>>{{0, 1, 4}, {0, 3, 4}, {0, 2, 3}, {0, 1, 2, 3, 4}}) {
+      const int stages = static_cast<int>(bounds.size()) - 1;
+      if (stages > layers) continue;
+      PartitionOptions o;
+      o.schedule = trial % 2 ? "gpipe" : "1f1b";
+      o.microbatch_size = 2;
+      o.microbatches = 6;
+      o.assumed_depth = stages;
+      const ChainProblem problem(graph, cluster, o);
+      double optimum = kInfinity;
+      for (const std::vector<int>& cut : everySplit(problem.numBlocks(), stages, 1000)) {
+        std::vector<StageChoice> choice;
+        for (int s = 0; s < stages; ++s) choice.push_back({cut[s], cut[s + 1], bounds[s], bounds[s + 1]});
+        optimum = std::min(optimum, problem.objective(choice));
+      }
+      const std::optional<Partition> p = solveChainOnDevices(problem, bounds);
+      if (optimum == kInfinity) {
+        EXPECT_FALSE(p.has_value()) << "trial " << trial;
+        continue;
+      }
+      ASSERT_TRUE(p.has_value()) << "trial " << trial;
+      EXPECT_NEAR(p->objective, optimum, 1e-9 * optimum) << "trial " << trial;
+      EXPECT_DOUBLE_EQ(problem.objective(p->stages), p->objective);
+      for (int s = 0; s < stages; ++s) EXPECT_EQ(p->stages[s].first_device, bounds[s]);
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 60);
+  PartitionOptions o;
+  const ChainProblem problem(randomChain(rng, 3), twoLevelCluster(false, int64_t{1} << 40), o);
+  testing::expectError([&] { solveChainOnDevices(problem, {0, 2, 2}); }, {"at least one device"});
+  testing::expectError([&] { solveChainOnDevices(problem, {0, 5}); }, {"device bounds"});
 }
 
 // A job whose ranks are already there (`train --nproc`): the plan occupies every device,

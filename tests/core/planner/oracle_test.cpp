@@ -8,6 +8,7 @@
 #include "partition_fixtures.h"
 #include "pipetrain/planner/explore.h"
 #include "pipetrain/planner/replicated_pipeline.h"
+#include "pipetrain/planner/replicated_pipeline.h"
 #include "pipetrain/sim/cost_model.h"
 
 namespace pipetrain::planner {
@@ -140,6 +141,25 @@ TEST(Oracle, AFixedScheduleReachesThePartitionsItIsShown) {
       EXPECT_GE(chosen, 0.99 * sim::predictReport(graph, cluster, p).throughput) << schedule << ", " << shown;
     }
   }
+  // Under 1f1b the oracle's best: 8 copies of a pipeline on 4 devices, the first 146 layers
+  // on 3 of them and the rest on the fourth (7,839 samples/s). The chain DP's optimum on
+  // such a block cuts 2 + 2 devices (6,720), and no walk from the best three plans went
+  // there: the device shapes proposed (propose.cpp) hold 3 + 1.
+  plan::Plan pipeline;
+  pipeline.schedule.name = "1f1b";
+  pipeline.microbatch_size = 128;
+  pipeline.microbatches = 6;
+  pipeline.stages.resize(2);
+  for (int l = 0; l < graph.size(); ++l) pipeline.stages[l < 146 ? 0 : 1].layers.push_back(graph.layer(l).name);
+  pipeline.stages[0].devices = {"gpu0", "gpu1", "gpu2"};
+  pipeline.stages[1].devices = {"gpu3"};
+  const plan::Plan copies = replicatePipeline(pipeline, 8, 4, cluster);
+  ExploreOptions o;
+  o.global_batch = 6144;
+  o.microbatch_sizes = {128};
+  o.schedule = "1f1b";
+  EXPECT_GE(explore(graph, cluster, o).best().report.throughput,
+            0.99 * sim::predictReport(graph, cluster, copies).throughput);
 }
 
 TEST(Oracle, ALocalSearchNeverEndsBelowWhereItStarts) {
