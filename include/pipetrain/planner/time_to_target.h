@@ -65,7 +65,10 @@ const Calibration& calibrateRules(Exploration& e, UpdateRules& rules, Calibrator
 // Sets every candidate's to_target from the calibration and reorders e.ranked by it:
 // calibrated plans by predicted seconds (throughput's order among ties), then the
 // others by throughput. An asynchronous plan whose bound cannot beat the best time is
-// left without an estimate, its rule not looked at. Keeps the throughput objective's choice in e.throughput_choice
+// left without an estimate, its rule not looked at. An asynchronous winner whose time at
+// the low end of its efficiency does not beat the fastest synchronous plan's gives way to
+// that plan: calibration's noise could not tell their rules apart (e.ranking_notes says
+// so). Keeps the throughput objective's choice in e.throughput_choice
 // where it differs. Throws Error where the calibration has no synchronous progress.
 // The time-to-accuracy objective (time_to_accuracy_objective.cpp) runs these two after
 // the search.

@@ -182,11 +182,12 @@ struct FakeCalibrator : Calibrator {
   Calibration c;
   std::function<LossCurve(const RuleToCalibrate&)> curve_of;
   std::vector<std::string> measured;
+  LossCurve repeat_curve = linear(1.02, 1000);  // the synchronous rule's repeat: a noise of 2%
   explicit FakeCalibrator(std::function<LossCurve(const RuleToCalibrate&)> f) : curve_of(std::move(f)) { c.samples = 1000; }
   Calibration& calibration() override { return c; }
   void measure(const RuleToCalibrate& r, bool repeat) override {
     if (repeat) {
-      c.repeat = linear(1.02, 1000);
+      c.repeat = repeat_curve;
       return;
     }
     measured.push_back(r.rule.key);
@@ -305,6 +306,30 @@ TEST(TimeToTarget, WithoutAnAsynchronousAdvantageThroughputDecides) {
   EXPECT_TRUE(e.best().to_target->reached);
   // Throughput alone would have taken the asynchronous plan where it was the fastest.
   EXPECT_EQ(e.throughput_choice.has_value(), schedule::isAsynchronous(fastest.schedule.name));
+}
+
+// An asynchronous rule 1.5x as fast per sample wins where calibration's repeat lands
+// within 2% of the yardstick; where the repeat barely moved (a noise of 90%, the
+// calibration all plateau), it cannot be told from the synchronous rule, and the fastest
+// synchronous plan is chosen, saying why.
+TEST(TimeToTarget, AnAsynchronousPlanWithinTheNoiseGivesWayToTheSynchronousOne) {
+  FourDevices s;
+  auto curves = [](const RuleToCalibrate& r) { return r.rule.synchronous ? linear(1.0, 1000) : linear(0.5, 1000); };
+  FakeCalibrator quiet(curves);
+  const Exploration sure = exploreForTarget(s, asyncAllowed(), quiet);
+  ASSERT_TRUE(schedule::isAsynchronous(sure.best().plan.schedule.name));
+  EXPECT_NEAR(sure.best().to_target->efficiency, 1.5, 1e-9);
+  FakeCalibrator noisy(curves);
+  noisy.repeat_curve = linear(1.9, 1000);
+  const Exploration unsure = exploreForTarget(s, asyncAllowed(), noisy);
+  EXPECT_NEAR(unsure.calibration_noise, 0.9, 1e-9);
+  EXPECT_FALSE(schedule::isAsynchronous(unsure.best().plan.schedule.name));
+  ExploreOptions sync_only = asyncAllowed();
+  sync_only.allow_async = false;
+  EXPECT_EQ(unsure.best().plan.toJson(), explore(s.graph, s.cluster, sync_only).best().plan.toJson());
+  ASSERT_FALSE(unsure.ranking_notes.empty());
+  EXPECT_NE(unsure.ranking_notes.back().find("within the calibration's noise (+-90%)"), std::string::npos)
+      << unsure.ranking_notes.back();
 }
 
 TEST(TimeToTarget, NeedsASynchronousYardstick) {
