@@ -1,8 +1,9 @@
 // BaPipe-style joint exploration: for a model, a cluster and a global batch, try every
 // schedule x micro-batch size x pipeline width; for each, propose the chain DP's optimum,
-// the DP's best pure pipeline, pure data parallelism, and a pipeline copied onto blocks
-// of the width (replicated_pipeline.h) (for interleaved, a balanced split); drop what does not fit memory under the schedule's real footprint, score the
-// rest with the simulator, and rank them.
+// the DP's best pure pipeline, pure data parallelism, a pipeline copied onto blocks of
+// the width (replicated_pipeline.h) and, under a fixed schedule, pipelines of given
+// device shapes (for interleaved, a balanced split); drop what does not fit memory under
+// the schedule's real footprint, score the rest with the simulator, and rank them.
 //
 // The width is how many of the cluster's devices a candidate may use (powers of two up
 // to all of them, or all of them when asked to); within it the DP chooses the stages and their replicas. Scores are
@@ -87,7 +88,9 @@ struct Candidate {
   // What proposed it: "chain", "graph", "sequential" (the graph partitioner's chain of
   // stages in topological order, from the chain DP: propose.cpp), "balanced"
   // (multi-stage schedules), "copies" (the chain DP's pipeline on a block of devices
-  // copied onto the next blocks, replicated_pipeline.h) or "refined" (a neighbour of a
+  // copied onto the next blocks, replicated_pipeline.h), "shaped" (under a fixed
+  // schedule, the chain DP's cut of the layers on given blocks of devices, alone or
+  // copied: equal blocks, or a replicated stage then single devices) or "refined" (a neighbour of a
   // chain plan that simulated faster, neighbours.h).
   std::string partitioner = "chain";
   std::optional<TargetEstimate> to_target = std::nullopt;  // under the time-to-accuracy objective

@@ -462,7 +462,8 @@ Partition solveChain(const ChainProblem& problem) {
   return result;
 }
 
-std::optional<Partition> solveChainOnDevices(const ChainProblem& problem, const std::vector<int>& device_bounds) {
+std::optional<Partition> solveChainOnDevices(const ChainProblem& problem, const std::vector<int>& device_bounds,
+                                             Transfers transfers) {
   const int n = problem.numBlocks(), k = static_cast<int>(device_bounds.size()) - 1;
   if (k < 1 || k > n || device_bounds.front() != 0 || device_bounds.back() > problem.numDevices())
     throw Error("planner: device bounds must start at 0, end within the " + std::to_string(problem.numDevices()) +
@@ -481,8 +482,10 @@ std::optional<Partition> solveChainOnDevices(const ChainProblem& problem, const 
         if (best[s - 1][i] == kInfinity) continue;
         const double compute = problem.stageSeconds(i, j, block);
         if (compute >= best[s][j]) break;  // more layers only slow the stage (solveChain)
-        const double value = std::max({best[s - 1][i], compute + problem.hostSeconds(i, j, block),
-                                       problem.boundarySeconds(i, d0)});
+        double stage = compute + problem.hostSeconds(i, j, block);
+        if (transfers == Transfers::kSerialized)
+          stage += problem.boundarySeconds(i, d0) + (s < k ? problem.boundarySeconds(j, device_bounds[s]) : 0);
+        const double value = std::max({best[s - 1][i], stage, problem.boundarySeconds(i, d0)});
         if (value < best[s][j]) {
           best[s][j] = value;
           from[s][j] = i;

@@ -82,7 +82,7 @@ std::vector<std::vector<int>> deviceShapes(int width, const std::vector<int>& pa
     if (std::find(shapes.begin(), shapes.end(), bounds) == shapes.end()) shapes.push_back(std::move(bounds));
   };
   for (int q : part_sizes)
-    for (int k = 2; k <= std::min(kMaxShapeStages, width / std::max(q, 1)); ++k) {
+    for (int k = 2; k <= std::min(kMaxShapeStages, width / q); ++k) {
       std::vector<int> bounds;
       for (int s = 0; s <= k; ++s) bounds.push_back(s * q);
       offer(std::move(bounds));

@@ -286,11 +286,12 @@ void Explorer::proposeCopiedPipelines(const std::string& name, int64_t b, int wi
 
 // Under a fixed schedule, pipelines of given shapes on the whole cluster, alone or
 // copied (deviceShapes), their layers cut by the chain DP on those device blocks
-// (solveChainOnDevices). The DP's own optimum minimises the slowest stage, blind to the
-// bubble, and picks one split of each block's devices: on PipeDream's ResNet-50 over 4
-// servers of 8 GPUs under 1f1b, 8 copies of a 2 + 2 device pipeline (6,720 samples/s),
-// where 3 + 1 simulates at 7,833 and no walk from the best plans reached it. The
-// simulator ranks the shapes beside the DP's optimum, and the walks start from the best.
+// (solveChainOnDevices), once with the transfers hidden behind compute and once added to
+// it. The DP's own optimum minimises the slowest stage, blind to the bubble, and picks
+// one split of each block's devices: on PipeDream's ResNet-50 over 4 servers of 8 GPUs
+// under 1f1b, 8 copies of a 2 + 2 device pipeline (6,720 samples/s), where 3 + 1
+// simulates at 7,833 and no walk from the best plans reached it. The simulator ranks the
+// shapes beside the DP's optimum, and the walks start from the best.
 void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int width) {
   const int m = static_cast<int>(o_.global_batch / b);
   const schedule::ScheduleTraits& traits = schedule::traits(name);
@@ -321,23 +322,25 @@ void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int wi
                   schedule::replicasCanSplit(traits, m / copies, bounds[s + 1] - bounds[s]);
       }
       if (!allowed || stages > graph_.size()) continue;
-      auto it = problems.find(stages);
-      if (it == problems.end()) {
-        PartitionOptions po = partitionOptions(name, b, block);
-        po.microbatches = m / copies;
-        po.copies = copies;
-        po.assumed_depth = stages;
-        po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
-        it = problems.emplace(stages, ChainProblem(graph_, cluster_, po)).first;
+      for (const Transfers transfers : {Transfers::kOverlapped, Transfers::kSerialized}) {
+        consider(name, b, width, [&]() -> std::optional<Candidate> {
+          auto it = problems.find(stages);
+          if (it == problems.end()) {
+            PartitionOptions po = partitionOptions(name, b, block);
+            po.microbatches = m / copies;
+            po.copies = copies;
+            po.assumed_depth = stages;
+            po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
+            it = problems.emplace(stages, ChainProblem(graph_, cluster_, po)).first;
+          }
+          const ChainProblem& problem = it->second;
+          const std::optional<Partition> cut = solveChainOnDevices(problem, bounds, transfers);
+          if (!cut) return std::nullopt;
+          plan::Plan pipeline = toPlan(*cut, problem, schedule);
+          return Candidate{copies == 1 ? std::move(pipeline) : replicatePipeline(pipeline, copies, block, cluster_), {},
+                           problem.objective(cut->stages), 0, "shaped"};
+        });
       }
-      const ChainProblem& problem = it->second;
-      consider(name, b, width, [&]() -> std::optional<Candidate> {
-        const std::optional<Partition> cut = solveChainOnDevices(problem, bounds);
-        if (!cut) return std::nullopt;
-        plan::Plan pipeline = toPlan(*cut, problem, schedule);
-        return Candidate{copies == 1 ? std::move(pipeline) : replicatePipeline(pipeline, copies, block, cluster_), {},
-                         cut->objective, 0, "shaped"};
-      });
     }
   }
 }
