@@ -289,9 +289,9 @@ void Explorer::proposeCopiedPipelines(const std::string& name, int64_t b, int wi
 // (solveChainOnDevices), once with the transfers hidden behind compute and once added to
 // it. The DP's own optimum minimises the slowest stage, blind to the bubble, and picks
 // one split of each block's devices: on PipeDream's ResNet-50 over 4 servers of 8 GPUs
-// under 1f1b, 8 copies of a 2 + 2 device pipeline (6,720 samples/s), where 3 + 1
-// simulates at 7,833 and no walk from the best plans reached it. The simulator ranks the
-// shapes beside the DP's optimum, and the walks start from the best.
+// under 1f1b, 8 copies of a 2 + 2 device pipeline (6,720 samples/s), where no walk from
+// the best plans reached 3 + 1. Proposed as a shape, 3 + 1 walks to 7,833. The simulator
+// ranks the shapes beside the DP's optimum, and the walks start from the best.
 void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int width) {
   const int m = static_cast<int>(o_.global_batch / b);
   const schedule::ScheduleTraits& traits = schedule::traits(name);

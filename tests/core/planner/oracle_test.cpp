@@ -144,7 +144,7 @@ TEST(Oracle, AFixedScheduleReachesThePartitionsItIsShown) {
   // Under 1f1b the oracle's best: 8 copies of a pipeline on 4 devices, the first 146 layers
   // on 3 of them and the rest on the fourth (7,839 samples/s). The chain DP's optimum on
   // such a block cuts 2 + 2 devices (6,720), and no walk from the best three plans went
-  // there: the device shapes proposed (propose.cpp) hold 3 + 1.
+  // there: the device shapes proposed (propose.cpp) hold 3 + 1, from which a walk reaches it.
   plan::Plan pipeline;
   pipeline.schedule.name = "1f1b";
   pipeline.microbatch_size = 128;
