@@ -90,8 +90,8 @@ struct Candidate {
   // (multi-stage schedules), "copies" (the chain DP's pipeline on a block of devices
   // copied onto the next blocks, replicated_pipeline.h), "shaped" (under a fixed
   // schedule, the chain DP's cut of the layers on given blocks of devices, alone or
-  // copied: equal blocks, or a replicated stage then single devices) or "refined" (a neighbour of a
-  // chain plan that simulated faster, neighbours.h).
+  // copied: equal blocks, or a replicated stage then single devices) or "refined" (a
+  // neighbour of a chain plan that simulated faster, neighbours.h).
   std::string partitioner = "chain";
   std::optional<TargetEstimate> to_target = std::nullopt;  // under the time-to-accuracy objective
 };

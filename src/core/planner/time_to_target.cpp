@@ -157,7 +157,8 @@ void rankByTimeToTarget(Exploration& e, UpdateRules& book, const Calibration& ca
     if (sync != e.ranked.end() && leader.seconds_high >= sync->to_target->seconds) {
       e.ranking_notes.push_back(
           "chose the fastest synchronous plan: " + planName(e.ranked.front().plan) + " was predicted to reach the " +
-          text::format("target in %.3g s", leader.seconds) + text::format(" against %.3g s, ", sync->to_target->seconds) +
+          text::format("target in %.3g s", leader.seconds) +
+          text::format(" against %.3g s, ", sync->to_target->seconds) +
           text::format("but within the calibration's noise (+-%.0f%%), ", 100 * e.calibration_noise) +
           text::format("which allows up to %.3g s", leader.seconds_high));
       std::rotate(e.ranked.begin(), sync, sync + 1);

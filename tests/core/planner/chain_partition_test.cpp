@@ -111,7 +111,8 @@ TEST(ChainPartition, OnGivenDevicesTheCutIsTheExhaustiveOptimum) {
     const auto graph = randomChain(rng, layers);
     const int64_t memory = trial % 3 == 0 ? int64_t{1} << 40 : 150000 + 50000 * (trial % 5);
     const auto cluster = twoLevelCluster(trial % 2 == 1, memory, trial % 5 == 1);
-    for (const std::vector<int>& bounds : std::vector<std::vector<int>>{{0, 1, 4}, {0, 3, 4}, {0, 2, 3}, {0, 1, 2, 3, 4}}) {
+    const std::vector<std::vector<int>> shapes{{0, 1, 4}, {0, 3, 4}, {0, 2, 3}, {0, 1, 2, 3, 4}};
+    for (const std::vector<int>& bounds : shapes) {
       const int stages = static_cast<int>(bounds.size()) - 1;
       if (stages > layers) continue;
       PartitionOptions o;
