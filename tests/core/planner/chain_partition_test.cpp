@@ -157,7 +157,9 @@ TEST(ChainPartition, OnGivenDevicesTheCutIsTheExhaustiveOptimum) {
   }
   EXPECT_GT(compared, 60);
   PartitionOptions o;
-  const ChainProblem problem(randomChain(rng, 3), twoLevelCluster(false, int64_t{1} << 40), o);
+  const auto graph = randomChain(rng, 3);  // ChainProblem keeps references: not temporaries
+  const auto cluster = twoLevelCluster(false, int64_t{1} << 40);
+  const ChainProblem problem(graph, cluster, o);
   testing::expectError([&] { solveChainOnDevices(problem, {0, 2, 2}); }, {"at least one device"});
   testing::expectError([&] { solveChainOnDevices(problem, {0, 5}); }, {"device bounds"});
 }
