@@ -304,6 +304,9 @@ void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int wi
   schedule.name = name;
   for (int copies = 1; 2 * copies <= width; ++copies) {
     if (width % copies != 0 || m % copies != 0 || (copies > 1 && !replicas)) continue;
+    // A stage's replicas in one copy, such that all copies' stay within max_replicas.
+    const int per_copy = o_.max_replicas == 0 ? 0 : o_.max_replicas / copies;
+    if (o_.max_replicas != 0 && per_copy < 1) break;
     const int block = width / copies;
     std::vector<int> part_sizes{1};
     if (replicas)
@@ -316,13 +319,6 @@ void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int wi
     std::map<int, ChainProblem> problems;  // by stage count: the depth memory is sized for
     for (const std::vector<int>& bounds : deviceShapes(block, part_sizes, o_.use_all_devices)) {
       const int stages = static_cast<int>(bounds.size()) - 1;
-      bool allowed = true;
-      for (int s = 0; s < stages; ++s) {
-        const int r = (bounds[s + 1] - bounds[s]) * copies;
-        allowed = allowed && (replicas || r == 1) && (o_.max_replicas == 0 || r <= o_.max_replicas) &&
-                  schedule::replicasCanSplit(traits, m / copies, bounds[s + 1] - bounds[s]);
-      }
-      if (!allowed || stages > graph_.size()) continue;
       for (const Transfers transfers : {Transfers::kOverlapped, Transfers::kSerialized}) {
         consider(name, b, width, [&]() -> std::optional<Candidate> {
           auto it = problems.find(stages);
@@ -330,11 +326,15 @@ void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int wi
             PartitionOptions po = partitionOptions(name, b, block);
             po.microbatches = m / copies;
             po.copies = copies;
+            po.max_replicas = per_copy;
             po.assumed_depth = stages;
             po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
             it = problems.emplace(stages, ChainProblem(graph_, cluster_, po)).first;
           }
           const ChainProblem& problem = it->second;
+          if (stages > problem.numBlocks()) return std::nullopt;
+          // Replica counts that cannot split the micro-batches or pass max_replicas, the
+          // problem prices as never fitting: the DP finds no cut.
           const std::optional<Partition> cut = solveChainOnDevices(problem, bounds, transfers);
           if (!cut) return std::nullopt;
           plan::Plan pipeline = toPlan(*cut, problem, schedule);
