@@ -270,7 +270,7 @@ Partition solveChain(const ChainProblem& problem);
 // to it. The simulator lies between: on PipeDream's GNMT over servers joined at 3 GB/s,
 // 3 stages of one server each cut 13 + 11 + 13 layers simulate at 13,744 samples/s and
 // 9 + 18 + 10 at 9,959, where the overlapped pricing ranks the second first (its second
-// cut carries 12.5 MB a micro-batch, twice the first's).
+// cut carries 12.5 MB a micro-batch, twice the first's; bench/profiles/plans/gnmt-2bw-*).
 enum class Transfers { kOverlapped, kSerialized };
 
 // The best cut of the layers into stages on given blocks of devices: stage s on devices
