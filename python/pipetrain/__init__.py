@@ -10,10 +10,10 @@ ranks and get it back trained, and plan, schedule and simulate as the CLI does.
 Python is the front door: the ranks are processes of the C++ runtime (the `pipetrain`
 executable, found in $PIPETRAIN_BIN, the checkout's build/ or PATH). Errors raise
 PipetrainError with pipetrain's one-line message."""
-from ._binary import PipetrainError
+from ._binary import PipetrainError, train_options
 from ._planning import Candidate, PlanChoice, Program, Simulation, plan, schedule, simulate
 from ._summary import Plan, Rank, Stage, Summary
 from ._train import Run, train
 
 __all__ = ["train", "Run", "Summary", "Plan", "Stage", "Rank", "plan", "PlanChoice", "Candidate", "schedule",
-           "Program", "simulate", "Simulation", "PipetrainError"]
+           "Program", "simulate", "Simulation", "PipetrainError", "train_options"]

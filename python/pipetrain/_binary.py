@@ -4,6 +4,9 @@ The ranks stay processes of the C++ runtime: Python hands them their job through
 same command line a user would type, and reads back what they wrote (a summary JSON, a
 plan JSON, an exported model). A command that fails raises PipetrainError with the
 executable's own one-line message."""
+import difflib
+import functools
+import json
 import os
 import shutil
 import signal
@@ -44,11 +47,28 @@ def cache_dir() -> str:
     return os.path.join("/tmp", "pipetrain-profiles")
 
 
-def flags(options: dict) -> list:
+@functools.lru_cache(maxsize=None)
+def train_options() -> tuple:
+    """`pipetrain train`'s options as its table declares them (job/train_options.h): each
+    a dict of name, keyword, group, help, flag (takes no value), list and choices."""
+    return tuple(json.loads(run(["train", "--options-json"])))
+
+
+def flags(options: dict, table=None) -> list:
     """Keywords as the command line's flags: `micro_batch=4` is `--micro-batch 4`, True a
-    bare flag, False and None left out, a list or tuple one flag with several values."""
+    bare flag, False and None left out, a list or tuple one flag with several values.
+    With `table` (train_options()), a keyword it does not hold is refused, with the
+    nearest it does, and an option that takes true or false gets it spelt out."""
+    known = {o["keyword"]: o for o in table} if table is not None else None
     out = []
     for key, value in options.items():
+        option = known.get(key) if known is not None else None
+        if known is not None and option is None:
+            near = difflib.get_close_matches(key, known, n=1)
+            raise PipetrainError(f"no option {key}=" + (f"; did you mean {near[0]}=?" if near else
+                                                         " (pipetrain.train_options() lists them)"))
+        if isinstance(value, bool) and option is not None and not option["flag"]:
+            value = str(value).lower()
         if value is None or value is False:
             continue
         flag = "--" + key.replace("_", "-")

@@ -104,7 +104,8 @@ def train(model: nn.Module, data, *, nproc: int = 2, batch: int = None, epochs: 
     nproc:  ranks; batch: samples per optimizer step (the planner splits them);
     output: the tensor to train on where forward() returns several ("logits").
     **options: any of `pipetrain train`'s options, by name: lr=3e-4, optimizer="adamw",
-            schedule="1f1b", checkpoint_dir="ckpt", ... (`pipetrain train --help`);
+            schedule="1f1b", checkpoint_dir="ckpt", ... (pipetrain.train_options()
+            lists them, as `pipetrain train --help` does);
             plan= a plan file, or a PlanChoice from pipetrain.plan.
     progress: print the console's progress lines as they come.
     """
@@ -113,6 +114,7 @@ def train(model: nn.Module, data, *, nproc: int = 2, batch: int = None, epochs: 
     for reserved in ("model_file", "data_file", "model_py", "export", "summary_json", "report"):
         if reserved in options:
             raise PipetrainError(f"{reserved}= is set by pipetrain.train itself")
+    _binary.flags(options, _binary.train_options())  # a misspelt keyword, before any capture
     data_path = _data.data_file(data)
     model_path = captured(model, data_path, output, options)
     if directory is None:
@@ -128,7 +130,7 @@ def train(model: nn.Module, data, *, nproc: int = 2, batch: int = None, epochs: 
     report_dir = os.path.join(directory, "report")
     args = ["train", "--model-file", model_path, "--data-file", data_path, "--export", exported,
             "--summary-json", summary_path, "--report", report_dir]
-    args += _binary.flags({"nproc": nproc, "batch": batch, "epochs": epochs, **options})
+    args += _binary.flags({"nproc": nproc, "batch": batch, "epochs": epochs, **options}, _binary.train_options())
     _binary.run(args, echo=progress)
     summary = Summary.read(summary_path)
     trained = _capture_tools().state_dict(exported)

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
+#include <variant>
 
 #include "pipetrain/util/error.h"
 
@@ -34,30 +36,37 @@ CLI::Validator positive() {
       "POSITIVE");
 }
 
-void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner) {
-  cmd->add_option_function<std::string>(
-         "--partitioner", [&partitioner](const std::string& name) { partitioner = planner::partitionerFromName(name); },
-         "chain (PipeDream's DP over the layers in order), graph (GraphPipe's: independent branches become parallel "
-         "stages) or auto (both on a multi-branch model; the simulator chooses) [auto]")
-      ->check(CLI::IsMember({"auto", "chain", "graph"}));
+void addOptions(CLI::App* cmd, const std::vector<options::Option>& table) {
+  for (const options::Option& o : table) {
+    const std::string flag = "--" + o.name;
+    using StringSetter = std::function<void(const std::string&)>;
+    using NumbersSetter = std::function<void(const std::vector<double>&)>;
+    CLI::Option* added = std::visit(
+        [&](const auto& target) -> CLI::Option* {
+          using T = std::decay_t<decltype(target)>;
+          if constexpr (std::is_same_v<T, bool*>) return cmd->add_flag(flag, *target, o.help);
+          else if constexpr (std::is_same_v<T, std::function<void()>>) return cmd->add_flag_callback(flag, target, o.help);
+          else if constexpr (std::is_same_v<T, StringSetter>) return cmd->add_option_function<std::string>(flag, target, o.help);
+          else if constexpr (std::is_same_v<T, NumbersSetter>)
+            return cmd->add_option_function<std::vector<double>>(flag, target, o.help);
+          else return cmd->add_option(flag, *target, o.help);
+        },
+        o.target);
+    added->group(o.group);
+    if (o.show_default) added->capture_default_str();
+    if (o.check == options::Check::kPositive) added->check(positive());
+    if (o.check == options::Check::kNonNegative) added->check(CLI::NonNegativeNumber);
+    if (!o.choices.empty()) added->check(CLI::IsMember(o.choices));
+    if (o.list) added->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    if (o.values > 0) added->delimiter(',')->expected(o.values);
+  }
 }
 
-void addRecomputeOption(CLI::App* cmd, planner::Recompute& recompute) {
-  cmd->add_option_function<std::string>(
-         "--recompute", [&recompute](const std::string& name) { recompute = planner::recomputeFromName(name); },
-         "activation recomputation: auto (the planner makes the stages that would not fit their memory recompute "
-         "their forward pass before the backward pass, and prices it), none, or full (every stage) [auto]")
-      ->check(CLI::IsMember({"auto", "none", "full"}));
-}
-
-void addObjectiveOption(CLI::App* cmd, const planner::PlanObjective*& objective, const std::string& context) {
-  std::string help = context + "what the planner ranks by:";
-  for (const planner::PlanObjective* o : planner::objectives())
-    help += std::string(o == planner::objectives().front() ? " " : "; ") + o->name() + " (" + o->help() + ")";
-  cmd->add_option_function<std::string>(
-         "--objective", [&objective](const std::string& name) { objective = &planner::objectiveNamed(name); },
-         help + " [" + planner::objectives().front()->name() + "]")
-      ->check(CLI::IsMember(planner::objectiveNames()));
+std::set<std::string> givenOptions(const CLI::App& cmd, const std::vector<options::Option>& table) {
+  std::set<std::string> given;
+  for (const options::Option& o : table)
+    if (cmd.count("--" + o.name) > 0) given.insert(o.name);
+  return given;
 }
 
 namespace {

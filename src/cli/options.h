@@ -1,15 +1,16 @@
 // Option parsing shared by the commands (none needs LibTorch: the commands that plan
-// and simulate are built without it; model_options.h has the models' options).
+// and simulate are built without it; the tables of options are the libraries',
+// util/option_table.h).
 #pragma once
 
 #include <cstdint>
-#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
-#include "pipetrain/planner/explore.h"
+#include "pipetrain/util/option_table.h"
 
 namespace pipetrain::cli {
 
@@ -21,13 +22,10 @@ CLI::Validator positive();
 // binary (K = 1024). Error naming `option` on anything else or on a size < 1.
 int64_t parseByteSize(const std::string& text, const std::string& option);
 
-// `--partitioner chain|graph|auto`, for plan and train alike.
-void addPartitionerOption(CLI::App* cmd, planner::Partitioner& partitioner);
-// `--recompute auto|none|full`, for plan and train alike.
-void addRecomputeOption(CLI::App* cmd, planner::Recompute& recompute);
-// --objective: one of planner::objectives(), each named with what it ranks by; `context`
-// opens the help ("without --plan: ").
-void addObjectiveOption(CLI::App* cmd, const planner::PlanObjective*& objective, const std::string& context);
+// Each option of `table` as the flag --NAME, listed under its group in help.
+void addOptions(CLI::App* cmd, const std::vector<options::Option>& table);
+// The names of the options of `table` that the command line gave.
+std::set<std::string> givenOptions(const CLI::App& cmd, const std::vector<options::Option>& table);
 
 // A command line's first mistake that CLI11 would name poorly, or "": an unknown
 // command ("A subcommand is required") or an unknown --option of a known command (CLI11

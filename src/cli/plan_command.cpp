@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "pipetrain/planner/planner_options.h"
 #include "plan_table.h"
 #include "pipetrain/report/pages.h"
 #include "pipetrain/planner/explore.h"
@@ -112,12 +113,12 @@ Command addPlanCommand(CLI::App& app) {
       ->check(positive())->capture_default_str();
   cmd->add_flag("--exhaustive", [a](int64_t) { a->explore.prune = false; },
                 "simulate every proposal, also those whose bound (compute, ports, round trips) cannot beat the best (slower, same choice)");
-  addObjectiveOption(cmd, a->explore.objective, "");
   cmd->add_option("--calibration", a->calibration,
                   "time to accuracy: the update rules' calibration (train --objective time-to-accuracy caches it "
                   "beside its profile as *.calibration.json)");
-  addPartitionerOption(cmd, a->explore.partitioner);
-  addRecomputeOption(cmd, a->explore.recompute);
+  addOptions(cmd, {planner::objectiveOption(a->explore.objective, "Options", ""),
+                   planner::partitionerOption(a->explore.partitioner, "Options"),
+                   planner::recomputeOption(a->explore.recompute, "Options")});
   cmd->add_option("--out", a->out, "write the chosen plan JSON here");
   cmd->add_option("--report", a->report, "write an HTML report (the plan, the ranking, the predicted Gantt chart)");
   cmd->add_option("--top", a->top, "rows of the ranked table")->check(positive())->capture_default_str();

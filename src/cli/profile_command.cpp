@@ -8,9 +8,10 @@
 #include <vector>
 
 #include "commands.h"
-#include "model_options.h"
 #include "options.h"
 #include "pipetrain/job/profile_job.h"
+#include "pipetrain/job/train_checks.h"
+#include "pipetrain/job/train_options.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/json_io.h"
@@ -106,7 +107,7 @@ void printProgress(const profiler::ProfileProgress& p, int64_t batch, const std:
 
 int run(ProfileArgs& a) {
   if (!a.job_file.empty()) a.job = job::profileJobFromJson(json_io::readFile(a.job_file), a.job_file);
-  else a.job.model_config = parseModelOptions(a.model_options);
+  else a.job.model_config = job::parseModelOptions(a.model_options);
   text::checkWritable(a.job.out, "--out");
   const job::ProfileOutcome outcome = job::runProfileJob(a.job, [&](const profiler::ProfileProgress& p, int64_t b) {
     if (a.progress) printProgress(p, b, a.job.batches);
@@ -122,7 +123,7 @@ Command addProfileCommand(CLI::App& app) {
   auto a = std::make_shared<ProfileArgs>();
   CLI::App* cmd = app.add_subcommand("profile", torchCommandDescription("profile"));
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  auto* zoo = cmd->add_option("--model", a->job.model, modelNameList());
+  auto* zoo = cmd->add_option("--model", a->job.model, job::modelNameList());
   auto* file = cmd->add_option("--model-file", a->job.model_file, "your own TorchScript model (docs/byo.md)");
   zoo->excludes(file);
   auto* data_file = cmd->add_option("--data-file", a->job.data.file,
@@ -133,7 +134,7 @@ Command addProfileCommand(CLI::App& app) {
                                   "first layer's forward pass, as `train` loads its micro-batches");
   dataset->excludes(data_file);
   cmd->add_option("--data-dir", a->job.data_dir, "with --dataset: where its files are (default: the Debian package's folder)");
-  addTokenStreamOptions(cmd, a->job.data);
+  addOptions(cmd, job::tokenStreamOptions(a->job.data, "Options"));
   cmd->add_option("--model-option", a->model_options, "model size, KEY=INTEGER (e.g. layers=8 width=256)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--batch", a->job.batches,
