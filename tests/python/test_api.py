@@ -97,8 +97,23 @@ def test_errors_raise_pipetrain_error_with_the_one_line_message(tmp_path):
         pipetrain.train(tiny_gpt2(), {"input_ids": sequences(8, 0)[0]})
     with pytest.raises(pipetrain.PipetrainError, match="no such file"):
         pipetrain.train(tiny_gpt2(), str(tmp_path / "missing.pt"))
-    with pytest.raises(pipetrain.PipetrainError, match="--no-such-option"):
+    with pytest.raises(pipetrain.PipetrainError, match="no option no_such_option="):
         pipetrain.train(tiny_gpt2(), data(), output="logits", no_such_option=3, progress=False)
+
+
+def test_keywords_are_trains_option_table(cache):
+    """The keywords are the CLI's options, read from the one table both are made from: a
+    misspelt one is refused with the nearest before any capture, and an option that takes
+    true or false gets False spelt out, not dropped as a flag's would be."""
+    with pytest.raises(pipetrain.PipetrainError, match="did you mean lr_schedule="):
+        pipetrain.train(tiny_gpt2(), data(), output="logits", lr_shedule="cosine", progress=False)
+    assert not (cache / "models").exists()
+    table = {o["keyword"]: o for o in pipetrain.train_options()}
+    assert table["microbatch_size"]["group"] == "Where the plan comes from"
+    assert table["no_replication"]["flag"] and not table["pipemare_t1"]["flag"]
+    from pipetrain import _binary
+    assert _binary.flags({"pipemare_t1": False, "no_replication": False, "lr": 0.1}, pipetrain.train_options()) == [
+        "--pipemare-t1", "false", "--lr", "0.1"]
 
 
 def test_a_module_with_batch_norm_is_keyed_by_its_weights():
