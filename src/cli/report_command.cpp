@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "pipetrain/report/pages.h"
+#include "pipetrain/report/run_page.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::cli {
@@ -21,8 +22,8 @@ Command addReportCommand(CLI::App& app) {
   cmd->add_option("--out", a->out, "the HTML file to write")->required();
   return {cmd, [a] {
             const auto metrics = a->metrics.empty() ? std::vector<json_io::Json>{} : report::readJsonLines(a->metrics);
-            const json_io::Json summary = json_io::readFile(a->summary);
-            json_io::checkHeader(json_io::JsonCursor(summary, a->summary), "pipetrain.train-summary", 1);
+            const report::TrainSummary summary =
+                report::trainSummaryFromJson(json_io::readFile(a->summary), a->summary);
             report::writeHtml(report::pageForRun(summary, metrics, a->summary), a->out);
             std::printf("report: %s\n", a->out.c_str());
             return 0;

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "plan_table.h"
-#include "pipetrain/report/pages.h"
+#include "pipetrain/report/run_page.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
@@ -51,54 +51,45 @@ void ProgressDisplay::show(const job::ProgressReport& p) {
 }
 
 void printPlanned(const job::LocalPlan& planned, int rank_count, const std::string& plan_path) {
-  const double planning = planned.planner.value("planning_seconds", 0.0);
-  if (planned.planner.contains("calibration_seconds"))
+  const double planning = planned.planner.planning_seconds;
+  if (planned.planner.calibration)
     std::printf("planned for %s in %.2f s, after %.1f s of calibration:\n", ranks(rank_count).c_str(), planning,
-                planned.planner["calibration_seconds"].get<double>());
+                planned.planner.calibration->seconds);
   else
     std::printf("planned for %s in %.2f s:\n", ranks(rank_count).c_str(), planning);
   printExploration(planned.exploration, 5);
-  if (planned.planner.contains("links")) {
-    std::printf("what the plan sends per mini-batch, by the link it crosses:%s\n",
-                planned.planner["links"].empty() ? " nothing (one rank)" : "");
-    for (const auto& t : planned.planner["links"])
-      std::printf("  %s over '%s': %s (%.3f s on the wire)\n", t["what"].get<std::string>().c_str(),
-                  t["link"].get<std::string>().c_str(),
-                  text::humanBytes(t["bytes"].get<double>()).c_str(),
-                  t["wire_seconds"].get<double>());
-  }
+  std::printf("what the plan sends per mini-batch, by the link it crosses:%s\n",
+              planned.planner.links.empty() ? " nothing (one rank)" : "");
+  for (const sim::LinkTraffic& t : planned.planner.links)
+    std::printf("  %s over '%s': %s (%.3f s on the wire)\n", t.what.c_str(), t.link.c_str(),
+                text::humanBytes(t.bytes).c_str(), t.wire_seconds);
   if (plan_path.empty()) std::printf("profile: %s\n", planned.profile_path.c_str());
   else std::printf("plan: %s (profile: %s)\n", plan_path.c_str(), planned.profile_path.c_str());
   std::fflush(stdout);
 }
 
 void printRunSummary(const job::TrainRequest& request, const job::RunSummary& summary) {
-  const json_io::Json& s = summary.json;
-  const std::string how =
-      planner::isDataParallel(request.config.plan) ? "data parallelism" : s["schedule"].get<std::string>();
+  const report::TrainSummary& s = summary.record;
+  const std::string how = planner::isDataParallel(request.config.plan) ? "data parallelism" : s.schedule;
   std::printf("trained %s with %s on %s: %lld samples, %.1f samples/s, wall %.1f s\n",
               request.config.model.c_str(), how.c_str(), ranks(request.nproc).c_str(),
-              static_cast<long long>(s["samples"].get<int64_t>()), s["throughput"].get<double>(),
-              s["wall_seconds"].get<double>());
+              static_cast<long long>(s.samples), s.throughput, s.wall_seconds);
   if (!request.config.export_path.empty())
     std::printf("exported the trained model to %s\n", request.config.export_path.c_str());
   for (const std::string& note : summary.notes) std::printf("note: %s\n", note.c_str());
-  std::printf("simulator, from the measured stage times: %.1f samples/s\n", s["predicted_throughput"].get<double>());
-  if (!request.planner.is_null())
-    if (const std::string before = report::beforeTrainingText(json_io::JsonCursor(request.planner, "planner"));
-        !before.empty())
-      std::printf("before training: %s\n", before.c_str());
+  std::printf("simulator, from the measured stage times: %.1f samples/s\n", s.predicted_throughput);
+  if (request.planner) std::printf("before training: %s\n", report::beforeTrainingText(*request.planner).c_str());
   // A regression (float targets) has a test loss and no accuracy.
   std::string figures;
-  if (s.contains("test_accuracy")) figures += job::formatted("test accuracy %.4f, ", s["test_accuracy"].get<double>());
-  if (s.contains("test_loss")) figures += job::formatted("test loss %.4f, ", s["test_loss"].get<double>());
-  std::printf("%sfinal training loss %.4f\n", figures.c_str(), s["final_loss"].get<double>());
-  for (const auto& r : s["ranks"]) std::printf("%s\n", report::rankSummaryLine(r).c_str());
+  if (s.test_accuracy) figures += job::formatted("test accuracy %.4f, ", *s.test_accuracy);
+  if (s.test_loss) figures += job::formatted("test loss %.4f, ", *s.test_loss);
+  std::printf("%sfinal training loss %.4f\n", figures.c_str(), s.final_loss);
+  for (const report::RankSummary& r : s.ranks) std::printf("%s\n", report::rankSummaryLine(r).c_str());
   // Each rank's memory against the prediction in one line; why, at length, is the
   // report's (and the summary's) to say.
-  for (const std::string& note : report::memoryNotesOfRun(s, "this run", /*brief=*/true))
+  for (const std::string& note : report::memoryNotesOfRun(s, /*brief=*/true))
     std::printf("memory: %s%s\n", note.c_str(), request.report_dir.empty() ? "" : " (the report says why)");
-  for (const std::string& note : report::coreSpeedNotesOfRun(s, "this run")) std::printf("speed: %s\n", note.c_str());
+  for (const std::string& note : report::coreSpeedNotesOfRun(s)) std::printf("speed: %s\n", note.c_str());
   for (const std::string& line : job::writeRunOutputs(request, summary)) std::printf("%s\n", line.c_str());
 }
 

@@ -33,11 +33,10 @@ LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, std::
                         const LaunchWatch& watch) {
   std::vector<RankOutput> outputs;
   std::vector<std::string> argv = rankCommand(request);
-  json_io::Json events = json_io::Json::array();
+  std::vector<report::RunEvent> events;
   const auto start = std::chrono::steady_clock::now();
   const auto record = [&](const char* event, const std::string& checkpoint, const std::string& why) {
-    events.push_back({{"seconds", secondsSince(start)}, {"event", event}, {"ranks", request.nproc},
-                      {"checkpoint", checkpoint}, {"why", why}});
+    events.push_back({secondsSince(start), event, request.nproc, checkpoint, why});
   };
   for (int attempt = 0;; ++attempt) {
     try {

@@ -131,46 +131,37 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
                   o.schedule.c_str(), job.ranks, o.schedule.c_str(), o.schedule.c_str()));
   applyScheduleOptions(job.args.schedule, chosen);
   json_io::writeFile(request.out, chosen.toJson());
-  json_io::Json planner = report::tableToJson(report::explorationTable(e, 10));
-  planner["notes"] = report::explorationNotes(e);
-  planner["profile"] = profile.summary;
-  planner["planning_seconds"] = planning_seconds;
-  planner["objective"] = e.objective->name();
-  const bool calibrated = calibrator.has_value();
-  if (calibrated) {
-    json_io::Json calibration = e.calibrationJson();
-    calibration["path"] = calibration_path;
-    calibration["seconds"] = calibration_seconds;
-    planner["calibration"] = calibration;
-  }
+  report::PlannerRecord planner;
+  planner.candidates = report::explorationTable(e, 10);
+  planner.notes = report::explorationNotes(e);
+  planner.profile = profile.source;
+  planner.planning_seconds = planning_seconds;
+  planner.objective = e.objective->name();
+  if (calibrator)
+    planner.calibration = report::CalibrationRecord{calibration_path,    calibration_seconds,  e.target_loss,
+                                                    e.calibration_samples, e.calibration_noise, e.rules_measured,
+                                                    e.rules_cached,        e.plans_bounded,     e.rules_over_budget};
   // The profile-based prediction of the plan that runs, for comparison with what it
   // measures: the whole, and each rank's compute per mini-batch (which tells the machine's
   // speed while profiling from the schedule's part of an error). Where the ranks share
   // the cores, that compute stretches while they take turns; so each rank's compute on
   // a core of its own too: its work, to set beside the run's time on a core.
-  json_io::Json busy = json_io::Json::array(), alone = json_io::Json::array(), peak = json_io::Json::array(),
-                process = json_io::Json::array();
+  report::ChosenPrediction& chosen_prediction = planner.chosen;
+  chosen_prediction.throughput = e.best().report.throughput;
+  chosen_prediction.iteration_seconds = e.best().report.iteration_time;
+  chosen_prediction.process_memory_runs = graph.processMemory().runs;
+  chosen_prediction.probe_seconds = graph.profiledAs().probe_seconds;
   for (const sim::RankReport& r : e.best().report.ranks) {
-    busy.push_back(r.busy_seconds);
-    peak.push_back(r.peak_memory_bytes);
-    process.push_back(r.process_bytes);
+    chosen_prediction.rank_busy_seconds.push_back(r.busy_seconds);
+    chosen_prediction.rank_peak_memory_bytes.push_back(r.peak_memory_bytes);
+    chosen_prediction.rank_process_bytes.push_back(r.process_bytes);
   }
   const cluster::ClusterSpec unshared =
       request.hosts ? cluster : localCluster(job.ranks, memory, job.ranks, sums, gpus);
   for (const sim::RankReport& r : sim::predictReport(graph, unshared, e.best().plan).ranks)
-    alone.push_back(r.busy_seconds);
-  planner["chosen"] = {{"throughput", e.best().report.throughput},
-                       {"iteration_seconds", e.best().report.iteration_time},
-                       {"rank_busy_seconds", busy},
-                       {"rank_peak_memory_bytes", peak},
-                       {"rank_process_bytes", process},
-                       {"process_memory_runs", graph.processMemory().runs},
-                       {"probe_seconds", graph.profiledAs().probe_seconds},
-                       {"rank_core_seconds", alone}};
+    chosen_prediction.rank_core_seconds.push_back(r.busy_seconds);
   // What the plan sends over each link per mini-batch (which links it crosses).
-  planner["links"] =
-      sim::trafficToJson(sim::planTraffic(sim::CostModel(graph, cluster, e.best().plan)));
-  if (calibrated) planner["calibration_seconds"] = calibration_seconds;
+  planner.links = sim::planTraffic(sim::CostModel(graph, cluster, e.best().plan));
   return {chosen, planner, e, profile.cached_path.empty() ? graph_path : profile.cached_path};
 }
 

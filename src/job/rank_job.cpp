@@ -35,7 +35,7 @@ class MetricsLog {
     }
     Json line;
     if (p.eval) {
-      line = evalPointToJson(*p.eval);
+      line = report::evaluationToJson(evaluationOf(*p.eval));
       line["event"] = "eval";
       line["wall_seconds"] = clock_offset_ + p.eval->wall_seconds;
     } else {

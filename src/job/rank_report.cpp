@@ -46,20 +46,13 @@ Json recentStepsToJson(const std::vector<std::vector<trace::TimedAction>>& steps
 
 }  // namespace
 
-Json evalPointToJson(const runtime::EvalPoint& e) {
-  return {{"epoch", e.epoch},
-          {"samples", e.samples},
-          {"train_seconds", e.train_seconds},
-          {"wall_seconds", e.wall_seconds},
-          {"test_accuracy", e.test_accuracy},
-          {"test_loss", e.test_loss}};
+report::Evaluation evaluationOf(const runtime::EvalPoint& e) {
+  return {e.epoch, e.samples, e.train_seconds, e.wall_seconds, e.test_accuracy, e.test_loss};
 }
 
-Json actionSecondsToJson(const std::vector<runtime::RankResult::ActionSeconds>& all) {
-  Json out = Json::array();
-  for (const auto& a : all)
-    out.push_back({{"stage", a.stage}, {"type", schedule::name(a.type)}, {"seconds", a.seconds},
-                   {"cpu_seconds", a.cpu_seconds}});
+std::vector<report::ActionTime> actionTimesOf(const std::vector<runtime::RankResult::ActionSeconds>& all) {
+  std::vector<report::ActionTime> out;
+  for (const auto& a : all) out.push_back({a.stage, schedule::name(a.type), a.seconds, a.cpu_seconds});
   return out;
 }
 
@@ -83,7 +76,7 @@ std::optional<ProgressReport> readProgressReport(const std::string& line) {
 
 Json rankResultToJson(const runtime::RankResult& r) {
   Json history = Json::array();
-  for (const auto& e : r.history) history.push_back(evalPointToJson(e));
+  for (const auto& e : r.history) history.push_back(report::evaluationToJson(evaluationOf(e)));
   return {{"rank", r.rank},
           {"stages", r.stages},
           {"last_stage", r.last_stage},
@@ -114,7 +107,7 @@ Json rankResultToJson(const runtime::RankResult& r) {
           {"weight_bytes", r.weight_bytes},
           {"max_sends_held", r.max_sends_held},
           {"recent_steps", recentStepsToJson(r.recent_steps)},
-          {"action_seconds", actionSecondsToJson(r.action_seconds)},
+          {"action_seconds", report::actionTimesToJson(actionTimesOf(r.action_seconds))},
           {"minibatch_busy_seconds", r.minibatch_busy_seconds},
           {"minibatch_busy_cpu_seconds", r.minibatch_busy_cpu_seconds},
           {"stage_output_bytes", r.stage_output_bytes},

@@ -349,8 +349,7 @@ RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model
                 cached->path.c_str(), cached->created.c_str(), cached->profiling_seconds,
                 cached->runs_merged > 0 ? (", sharpened by " + std::to_string(cached->runs_merged) + " run(s)").c_str()
                                         : ""));
-    run.summary = {{"cached", true}, {"path", cached->path}, {"measured_seconds", cached->profiling_seconds},
-                   {"measured", cached->created}, {"runs_merged", cached->runs_merged}};
+    run.source = {cached->path, true, cached->profiling_seconds, cached->created, cached->runs_merged, 0};
   } else {
     run.graph = measure(config, model, r, processes, device, out, say);
     const double seconds = secondsSince(start);
@@ -361,43 +360,41 @@ RunProfile profileForRun(const runtime::TrainConfig& config, const models::Model
     } catch (const Error& e) {
       say(formatted("profiled in %.1f s; not kept for the next run: %s", seconds, e.what()));
     }
-    run.summary = {{"cached", false}, {"path", run.cached_path}, {"measured_seconds", seconds}, {"runs_merged", 0}};
+    run.source = {run.cached_path, false, seconds, "", 0, 0};
   }
-  run.summary["seconds"] = secondsSince(start);
+  run.source.seconds = secondsSince(start);
   return run;
 }
 
-RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_io::Json& planner) {
+RunMemory runMemory(const std::vector<report::RankSummary>& ranks_run, const report::ChosenPrediction& chosen) {
   RunMemory m;
-  if (!planner.contains("chosen") || !planner["chosen"].contains("rank_process_bytes")) return m;
-  const json_io::Json& peak = planner["chosen"]["rank_peak_memory_bytes"];
-  const json_io::Json& process = planner["chosen"]["rank_process_bytes"];
+  const std::vector<int64_t>& peak = chosen.rank_peak_memory_bytes;
+  const std::vector<int64_t>& process = chosen.rank_process_bytes;
   std::vector<plan::RankMemoryMeasured> ranks;
   std::string heap;  // the ranks' allocator, the same for all: the launcher's environment
-  for (const json_io::Json& r : rank_results) {
-    const std::size_t rank = r["rank"];
+  for (const report::RankSummary& r : ranks_run) {
+    const auto rank = static_cast<std::size_t>(r.rank);
     // A GPU's memory is its allocator's; the resident set tells only the host's.
-    if (r["device"] != "cpu" || rank >= peak.size() || rank >= process.size()) continue;
-    const int64_t data = r.value("data_memory_bytes", int64_t{-1});
-    m.data_bytes = std::max(m.data_bytes, data);
-    heap = r.value("heap", std::string());
-    ranks.push_back({report::memoryAddedByTraining(json_io::JsonCursor(r, "rank result")),
-                     peak[rank].get<double>() - process[rank].get<double>(), data});
+    if (r.device != "cpu" || rank >= peak.size() || rank >= process.size()) continue;
+    m.data_bytes = std::max(m.data_bytes, r.data_memory_bytes);
+    heap = r.heap;
+    ranks.push_back({r.memoryAddedByTraining(), static_cast<double>(peak[rank] - process[rank]),
+                     r.data_memory_bytes});
   }
   m.framework_bytes = plan::frameworkBytesOfRun(ranks, heap);
   return m;
 }
 
-void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
+void sharpenCachedProfile(const report::ProfileSource& profile, const plan::Plan& plan,
                           const plan::StageSeconds& measured, double probe_seconds, const RunMemory& memory,
                           const Say& say) {
-  const std::string path = profile_summary.value("path", std::string());
+  const std::string& path = profile.path;
   if (path.empty()) return;
   try {
     const graph::ProfileCache cache(std::filesystem::path(path).parent_path().string());
     const graph::LayerGraph before = graph::LayerGraph::load(path);
     plan::SharpenedProfile after =
-        plan::sharpenProfile(before, plan, measured, profile_summary.value("runs_merged", 0), probe_seconds);
+        plan::sharpenProfile(before, plan, measured, profile.runs_merged, probe_seconds);
     std::string learned;
     if (memory.framework_bytes >= 0) {
       after.graph.setProcessMemory(

@@ -10,10 +10,10 @@
 #include "pipetrain/planner/update_rule.h"
 #include "pipetrain/recipe/recipe.h"
 #include "pipetrain/report/pages.h"
+#include "pipetrain/report/run_page.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/trace/chrome_trace.h"
 #include "pipetrain/trace/svg_gantt.h"
-#include "pipetrain/trace/timeline_json.h"
 
 namespace pipetrain::job {
 namespace {
@@ -50,35 +50,36 @@ std::vector<double> frameworkSecondsPerAction(const std::vector<runtime::RankRes
 }
 
 // A rank's entry in the summary: where its step went, its memory and weights.
-Json rankEntry(const runtime::RankResult& r) {
+report::RankSummary rankEntry(const runtime::RankResult& r) {
   const double train = r.train_seconds;
   const auto share = [&](double seconds) { return train > 0 ? seconds / train : 0; };
+  report::RankSummary e;
+  e.rank = r.rank;
+  e.stages = r.stages;
+  e.bubble_fraction = train > 0 ? 1 - r.busy_seconds / train : 0;
+  e.wait_fraction = share(r.wait_seconds);
+  e.allreduce_fraction = share(r.allreduce_seconds);
   // Time in a step that is neither compute, nor waiting for messages or the all-reduce:
   // the framework.
-  const double overhead = share(frameworkSeconds(r));
+  e.overhead_fraction = share(frameworkSeconds(r));
+  e.framework_seconds_per_action = frameworkSecondsPerAction(r);
   // Lost to other processes on the same cores, inside compute or not, and the training
   // thread's time on a core (its work, whatever the sharing); -1 = unknown.
-  return {{"rank", r.rank},
-          {"stages", r.stages},
-          {"bubble_fraction", train > 0 ? 1 - r.busy_seconds / train : 0},
-          {"wait_fraction", share(r.wait_seconds)},
-          {"allreduce_fraction", share(r.allreduce_seconds)},
-          {"overhead_fraction", overhead},
-          {"framework_seconds_per_action", frameworkSecondsPerAction(r)},
-          {"core_wait_fraction", r.core_wait_seconds < 0 ? -1.0 : share(r.core_wait_seconds)},
-          {"core_run_fraction", r.core_run_seconds < 0 ? -1.0 : share(r.core_run_seconds)},
-          {"probe_seconds", r.probe_seconds},
-          {"peak_memory_bytes", r.peak_memory_bytes},
-          {"start_memory_bytes", r.start_memory_bytes},
-          {"data_memory_bytes", r.data_memory_bytes},
-          {"heap_free_bytes", r.heap_free_bytes},
-          {"device", r.device},
-          {"data_channel", r.data_channel},
-          {"heap", r.heap},
-          {"peak_device_memory_bytes", r.peak_device_memory_bytes},
-          {"weight_versions", r.weight_versions},
-          {"weight_bytes", r.weight_bytes},
-          {"action_seconds", actionSecondsToJson(r.action_seconds)}};
+  e.core_wait_fraction = r.core_wait_seconds < 0 ? -1.0 : share(r.core_wait_seconds);
+  e.core_run_fraction = r.core_run_seconds < 0 ? -1.0 : share(r.core_run_seconds);
+  e.probe_seconds = r.probe_seconds;
+  e.peak_memory_bytes = r.peak_memory_bytes;
+  e.start_memory_bytes = r.start_memory_bytes;
+  e.data_memory_bytes = r.data_memory_bytes;
+  e.heap_free_bytes = r.heap_free_bytes;
+  e.device = r.device;
+  e.data_channel = r.data_channel;
+  e.heap = r.heap;
+  e.peak_device_memory_bytes = r.peak_device_memory_bytes;
+  e.weight_versions = r.weight_versions;
+  e.weight_bytes = r.weight_bytes;
+  e.action_seconds = actionTimesOf(r.action_seconds);
+  return e;
 }
 
 // The ranks' typical mini-batch of their last few: they were timed from one shared
@@ -120,19 +121,18 @@ std::vector<std::string> trainingNotes(const TrainRequest& request, const models
 RunSummary summarizeRun(const TrainRequest& request, const models::Model& model, const LaunchedRun& run,
                         const Say& say) {
   const plan::Plan& plan = request.config.plan;
-  const Json& planner = request.planner;
   const std::vector<runtime::RankResult>& results = run.ranks;
   RunSummary summary;
-  summary.measured = measuredTimeline(request, results);
+  report::TrainSummary& s = summary.record;
+  s.measured_timeline = measuredTimeline(request, results);
   double train_seconds = 0;
-  Json ranks = Json::array(), history = Json::array();
   const runtime::RankResult* last = nullptr;  // a last stage's rank: the loss and the test figures
   for (const runtime::RankResult& r : results) {
     train_seconds = std::max(train_seconds, r.train_seconds);
     if (r.last_stage) last = &r;
-    if (r.last_stage && history.empty())
-      for (const runtime::EvalPoint& e : r.history) history.push_back(evalPointToJson(e));
-    ranks.push_back(rankEntry(r));
+    if (r.last_stage && s.history.empty())
+      for (const runtime::EvalPoint& e : r.history) s.history.push_back(evaluationOf(e));
+    s.ranks.push_back(rankEntry(r));
   }
   // What the simulator predicts for these measured stage times, next to what happened.
   const runtime::RankResult& any = results.front();
@@ -151,31 +151,25 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
   // which is what a profile of shared cores measures (a core's speed), and the turns'
   // cost in switching and refilled caches with it (docs/profiling.md). Its memory beyond
   // the planned tensors too, wherever the ranks computed on the host.
-  if (!planner.is_null() && planner.contains("profile")) {
-    Json rank_results = Json::array();
+  if (request.planner) {
     double slowest_probe = 0;  // the pace of the times it learns (runtime/core_probe.h)
-    for (const runtime::RankResult& r : results) {
-      rank_results.push_back(rankResultToJson(r));
-      slowest_probe = std::max(slowest_probe, r.probe_seconds);
-    }
-    sharpenCachedProfile(planner["profile"], plan, measured.pricedSeconds(), slowest_probe,
-                         runMemory(rank_results, planner), say);
+    for (const runtime::RankResult& r : results) slowest_probe = std::max(slowest_probe, r.probe_seconds);
+    sharpenCachedProfile(request.planner->profile, plan, measured.pricedSeconds(), slowest_probe,
+                         runMemory(s.ranks, request.planner->chosen), say);
   }
   sim::Evaluation prediction = predictRun(measured);
   const sim::Report& predicted = prediction.report;
-  prediction.timeline.title = "predicted: " + summary.measured.title;
+  prediction.timeline.title = "predicted: " + s.measured_timeline.title;
   // Memory as the planner predicted it from the profile (its layers' activations): the
   // run's own stage times say nothing of it.
-  const bool planned_memory = !planner.is_null() && planner.contains("chosen") &&
-                              planner["chosen"].contains("rank_peak_memory_bytes") &&
-                              planner["chosen"]["rank_peak_memory_bytes"].size() == ranks.size();
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    ranks[r]["predicted_bubble_fraction"] = predicted.ranks[r].bubble_fraction;
-    ranks[r]["predicted_weight_versions"] = predicted.ranks[r].weight_versions;
+  const report::ChosenPrediction* chosen = request.planner ? &request.planner->chosen : nullptr;
+  const bool planned_memory = chosen && chosen->rank_peak_memory_bytes.size() == s.ranks.size();
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    s.ranks[r].predicted_bubble_fraction = predicted.ranks[r].bubble_fraction;
+    s.ranks[r].predicted_weight_versions = predicted.ranks[r].weight_versions;
     if (planned_memory) {
-      ranks[r]["predicted_peak_memory_bytes"] = planner["chosen"]["rank_peak_memory_bytes"][r];
-      const Json& process = planner["chosen"].value("rank_process_bytes", Json::array());
-      ranks[r]["predicted_process_bytes"] = r < process.size() ? process[r] : Json(0);
+      s.ranks[r].predicted_peak_memory_bytes = chosen->rank_peak_memory_bytes[r];
+      s.ranks[r].predicted_process_bytes = r < chosen->rank_process_bytes.size() ? chosen->rank_process_bytes[r] : 0;
     }
   }
   // Whether the plan trains otherwise than synchronous SGD: its update rule's verdict, not
@@ -183,41 +177,44 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
   // synchronous SGD).
   const planner::UpdateRule rule = planner::updateRuleOf(plan, model.layerGraph());
   summary.notes = trainingNotes(request, model, rule);
-  const int64_t samples = any.samples;
-  Json& s = summary.json;
-  s = {{"format", "pipetrain.train-summary"}, {"version", 1},
-       {"model", request.config.model}, {"schedule", plan.schedule.name}, {"asynchronous", !rule.synchronous},
-       {"world_size", request.nproc}, {"final_loss", last ? last->final_loss : 0.0},
-       {"throughput", train_seconds > 0 ? samples / train_seconds : 0},
-       {"wall_seconds", run.wall_seconds}, {"samples", samples}, {"ranks", ranks}, {"history", history},
-       {"predicted_throughput", predicted.throughput}, {"plan_file", request.plan}, {"plan", plan.toJson()},
-       {"measured_timeline", trace::timelineToJson(summary.measured)},
-       {"predicted_timeline", trace::timelineToJson(prediction.timeline)}};
-  if (!planner.is_null()) s["planner"] = planner;
-  if (!run.events.empty()) s["events"] = run.events;
-  s["recipe"] = recipe::recipeToJson(request.config.optimizer, request.config.lr, request.config.lr_schedule,
-                                     request.config.clip_grad_norm);
-  if (last && !last->grad_norms.empty()) s["grad_norms"] = last->grad_norms;
-  if (last && last->test_accuracy >= 0) s["test_accuracy"] = last->test_accuracy;
-  if (last && last->test_loss >= 0) s["test_loss"] = last->test_loss;
+  s.model = request.config.model;
+  s.schedule = plan.schedule.name;
+  s.asynchronous = !rule.synchronous;
+  s.world_size = request.nproc;
+  s.final_loss = last ? last->final_loss : 0.0;
+  s.samples = any.samples;
+  s.throughput = train_seconds > 0 ? static_cast<double>(s.samples) / train_seconds : 0;
+  s.wall_seconds = run.wall_seconds;
+  s.predicted_throughput = predicted.throughput;
+  s.plan_file = request.plan;
+  s.plan = plan;
+  s.predicted_timeline = prediction.timeline;
+  s.planner = request.planner;
+  s.events = run.events;
+  s.recipe = {request.config.optimizer, request.config.lr, request.config.lr_schedule, request.config.clip_grad_norm};
+  if (last) {
+    s.grad_norms = last->grad_norms;
+    if (last->test_accuracy >= 0) s.test_accuracy = last->test_accuracy;
+    if (last->test_loss >= 0) s.test_loss = last->test_loss;
+  }
   return summary;
 }
 
 std::vector<std::string> writeRunOutputs(const TrainRequest& request, const RunSummary& summary) {
+  const report::TrainSummary& s = summary.record;
   std::vector<std::string> written;
   if (!request.trace.empty()) {
-    trace::writeChromeTrace(summary.measured, request.trace);
+    trace::writeChromeTrace(s.measured_timeline, request.trace);
     written.push_back("trace: " + request.trace);
   }
   if (!request.svg.empty()) {
-    trace::writeSvgGantt(summary.measured, request.svg);
+    trace::writeSvgGantt(s.measured_timeline, request.svg);
     written.push_back("gantt: " + request.svg);
   }
-  if (!request.summary_json.empty()) json_io::writeFile(request.summary_json, summary.json);
+  if (!request.summary_json.empty()) json_io::writeFile(request.summary_json, report::trainSummaryToJson(s));
   if (!request.report_dir.empty()) {
     const std::string page = (std::filesystem::path(request.report_dir) / "report.html").string();
-    report::writeHtml(report::pageForRun(summary.json, report::readJsonLines(request.log_jsonl), request.summary_json),
-                      page);
+    report::writeHtml(report::pageForRun(s, report::readJsonLines(request.log_jsonl), request.summary_json), page);
     written.push_back("report: " + page);
   }
   return written;

@@ -121,9 +121,13 @@ cluster::ClusterSpec TorchrunJob::networkOfHosts(const std::vector<RankPlace>& p
   return network->cluster;
 }
 
-void TorchrunJob::sharePlan(const plan::Plan& plan, const Json& planner, const std::vector<int>& plan_ranks) {
+void TorchrunJob::sharePlan(const plan::Plan& plan, const std::optional<report::PlannerRecord>& planner,
+                            const std::vector<int>& plan_ranks) {
   announceNetworkMeasurement(false);
-  store_->set("plan", Json{{"plan", plan.toJson()}, {"planner", planner}, {"plan_ranks", plan_ranks}}.dump());
+  store_->set("plan", Json{{"plan", plan.toJson()},
+                           {"planner", planner ? report::plannerRecordToJson(*planner) : Json()},
+                           {"plan_ranks", plan_ranks}}
+                          .dump());
 }
 
 void TorchrunJob::sharePlanFailure(const std::string& why) {
@@ -136,7 +140,8 @@ void TorchrunJob::receivePlan(TrainRequest& request, std::chrono::seconds patien
                                                                     ": waiting for rank 0's plan"));
   if (shared.contains("error")) throw Error("rank 0 found no plan: " + shared["error"].get<std::string>());
   request.config.plan = plan::Plan::fromJson(shared["plan"], "rank 0's plan");
-  request.planner = shared["planner"];
+  if (!shared["planner"].is_null())
+    request.planner = report::plannerRecordFromJson(json_io::JsonCursor(shared["planner"], "rank 0's planner record"));
   if (!shared["plan_ranks"].empty()) request.plan_rank = shared["plan_ranks"].at(rank()).get<int>();
 }
 

@@ -11,6 +11,7 @@
 #include "pipetrain/job/plan_decision.h"
 #include "pipetrain/job/rank_report.h"
 #include "pipetrain/job/train_request.h"
+#include "pipetrain/report/train_summary.h"
 
 namespace pipetrain::job {
 
@@ -28,10 +29,8 @@ struct LaunchWatch {
 struct LaunchedRun {
   std::vector<runtime::RankResult> ranks;  // by rank
   double wall_seconds = 0;                 // from the first start, restarts, set-up and evaluation included
-  // What happened to the job on the way, in order: {"seconds" (since the first start),
-  // "event" ("restart" or "shrink"), "ranks" (after it), "checkpoint" ("" = the start),
-  // "why"}.
-  json_io::Json events = json_io::Json::array();
+  // What happened to the job on the way, in order: restarts and shrinks.
+  std::vector<report::RunEvent> events;
 };
 
 // Runs request.nproc local ranks, each handed the job as a file (rank_spec.h). After a

@@ -38,9 +38,7 @@ struct AutoPlanRequest {
 
 struct LocalPlan {
   plan::Plan plan;             // with the requested schedule options applied
-  // The ranked table and its notes, for the report (report/pages.h), with
-  // "planning_seconds" (and "calibration_seconds" under time to accuracy).
-  json_io::Json planner;
+  report::PlannerRecord planner;  // the ranked table, its notes, what planning took, the prediction
   planner::Exploration exploration;  // what the planner ranked, for the console
   std::string profile_path;          // the profile planned from (the cache's entry where kept)
 };

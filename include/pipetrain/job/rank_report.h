@@ -8,6 +8,7 @@
 #include <string>
 
 #include "pipetrain/job/launcher.h"
+#include "pipetrain/report/train_summary.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/json_io.h"
 
@@ -26,10 +27,11 @@ std::string progressReportLine(const ProgressReport& p);
 // passes on as it is).
 std::optional<ProgressReport> readProgressReport(const std::string& line);
 
-// One evaluation, as a rank's result, the run's summary and the metrics log write it.
-json_io::Json evalPointToJson(const runtime::EvalPoint& e);
-// The mean time of each stage's kind of action, as a rank's result and the summary write it.
-json_io::Json actionSecondsToJson(const std::vector<runtime::RankResult::ActionSeconds>& all);
+// One evaluation, and the mean time of each stage's kind of action, as the run's summary
+// holds them (report/train_summary.h), which a rank's result and the metrics log write
+// as the summary does.
+report::Evaluation evaluationOf(const runtime::EvalPoint& e);
+std::vector<report::ActionTime> actionTimesOf(const std::vector<runtime::RankResult::ActionSeconds>& all);
 
 // The RESULT line (launcher.h, kResultPrefix) carries a rank's result as one JSON
 // value, without its parameters (which stay with the rank).

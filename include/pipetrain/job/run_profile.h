@@ -14,6 +14,7 @@
 #include "pipetrain/graph/layer_graph.h"
 #include "pipetrain/graph/profile_cache.h"
 #include "pipetrain/plan/measured_profile.h"
+#include "pipetrain/report/train_summary.h"
 #include "pipetrain/torch/models.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/json_io.h"
@@ -35,9 +36,7 @@ struct RunProfile {
   // The cache entry the profile is kept in ("" when it could not be stored), and its key.
   std::string cached_path;
   graph::ProfileKey key;
-  // For the summary: {"cached", "path", "seconds" (this run's), "measured_seconds",
-  // "measured" (when), "runs_merged"}.
-  json_io::Json summary;
+  report::ProfileSource source;  // for the planner's record
 };
 
 // The profile, also written to `out` (a measured one is measured there).
@@ -51,15 +50,15 @@ struct RunMemory {
   int64_t data_bytes = -1;
 };
 
-// From the ranks' results (rank_report.h) and the planner's summary of the plan they ran:
-// nothing where the plan was not planned here.
-RunMemory runMemory(const std::vector<json_io::Json>& rank_results, const json_io::Json& planner);
+// From the ranks' entries in the run's summary and the planner's prediction of the plan
+// they ran.
+RunMemory runMemory(const std::vector<report::RankSummary>& ranks, const report::ChosenPrediction& chosen);
 
 // The run's measured stage times (none: the times stay), its slowest core's probe
 // (RankResult::probe_seconds; <= 0: none) and its memory into the cached profile, which
 // then prices the next plan; says on stdout what moved. Nothing where the profile is not
 // in the cache.
-void sharpenCachedProfile(const json_io::Json& profile_summary, const plan::Plan& plan,
+void sharpenCachedProfile(const report::ProfileSource& profile, const plan::Plan& plan,
                           const plan::StageSeconds& measured, double probe_seconds, const RunMemory& memory,
                           const Say& say);
 

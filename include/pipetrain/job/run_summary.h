@@ -1,7 +1,7 @@
-// A finished training job, summed up from its ranks' results: the summary JSON that
-// `--summary-json` writes and the report reads (docs/report.md), the measured and
-// predicted timelines of the last mini-batch, and the notes a user should read. On the
-// way, the run's stage times and memory sharpen the cached profile it was planned from.
+// A finished training job, summed up from its ranks' results: the summary that
+// `--summary-json` writes and the report reads (report/train_summary.h), and the notes a
+// user should read. On the way, the run's stage times and memory sharpen the cached
+// profile it was planned from.
 #pragma once
 
 #include <string>
@@ -10,13 +10,12 @@
 #include "pipetrain/job/console.h"
 #include "pipetrain/job/local_launch.h"
 #include "pipetrain/job/train_request.h"
-#include "pipetrain/trace/timeline.h"
+#include "pipetrain/report/train_summary.h"
 
 namespace pipetrain::job {
 
 struct RunSummary {
-  json_io::Json json;        // "format": "pipetrain.train-summary"
-  trace::Timeline measured;  // the last mini-batch, the ranks aligned on one origin
+  report::TrainSummary record;
   // What to say of how the run trained: asynchronous updates, batch norm over
   // micro-batches.
   std::vector<std::string> notes;

@@ -56,7 +56,8 @@ class TorchrunJob {
   // Rank 0: the plan (and the planner's summary) for the others, with the rank of the
   // plan each process runs by its job rank where they differ (TrainRequest::plan_rank;
   // empty: its own), or why there is none, which ends them with the same message.
-  void sharePlan(const plan::Plan& plan, const json_io::Json& planner, const std::vector<int>& plan_ranks);
+  void sharePlan(const plan::Plan& plan, const std::optional<report::PlannerRecord>& planner,
+                 const std::vector<int>& plan_ranks);
   void sharePlanFailure(const std::string& why);
   // The others: what rank 0 shared. It may profile and plan first: they wait up to
   // `patience`, unless torchrun ends them sooner (as it does when rank 0 fails).

@@ -2,12 +2,14 @@
 // rank_spec.h): the run, where its plan comes from, its ranks and what it writes.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "pipetrain/graph/captured_model.h"
 #include "pipetrain/job/plan_source.h"
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/report/planner_record.h"
 #include "pipetrain/torch/calibration.h"
 #include "pipetrain/torch/trainer.h"
 #include "pipetrain/util/json_io.h"
@@ -45,7 +47,7 @@ struct TrainRequest {
   // Outputs: the measured Chrome trace and Gantt chart, the summary, the metrics log
   // (written by the reporting rank) and the report's folder.
   std::string trace, svg, summary_json, log_jsonl, report_dir;
-  json_io::Json planner;  // the planner's ranked table, when it chose the plan
+  std::optional<report::PlannerRecord> planner;  // where the planner chose the plan
 
   // The cores the local ranks share, each rank's BLAS threads (its share of them, or
   // config.threads where set), and how many ranks those cores run at once.
