@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
 
@@ -54,6 +55,7 @@ void addOptions(CLI::App* cmd, const std::vector<options::Option>& table) {
         o.target);
     added->group(o.group);
     if (o.show_default) added->capture_default_str();
+    if (o.required) added->required();
     if (o.check == options::Check::kPositive) added->check(positive());
     if (o.check == options::Check::kNonNegative) added->check(CLI::NonNegativeNumber);
     if (!o.choices.empty()) added->check(CLI::IsMember(o.choices));
@@ -69,35 +71,6 @@ std::set<std::string> givenOptions(const CLI::App& cmd, const std::vector<option
   return given;
 }
 
-namespace {
-
-std::size_t editDistance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// "; did you mean 'train'?" for the nearest of `known` within a third of the name's
-// length (at least 2 edits), else "".
-std::string didYouMean(const std::string& name, const std::vector<std::string>& known) {
-  std::string best;
-  std::size_t best_distance = std::max<std::size_t>(2, name.size() / 3) + 1;
-  for (const std::string& k : known)
-    if (const std::size_t d = editDistance(name, k); d < best_distance) best = k, best_distance = d;
-  return best.empty() ? "" : "; did you mean " + best + "?";
-}
-
-}  // namespace
-
 std::string unknownNameIn(const CLI::App& app, const std::vector<std::string>& args) {
   if (args.empty() || args[0].rfind("-", 0) == 0) return "";
   std::vector<std::string> commands;
@@ -106,7 +79,7 @@ std::string unknownNameIn(const CLI::App& app, const std::vector<std::string>& a
     commands.push_back(sub->get_name());
     if (sub->get_name() == args[0]) chosen = sub;
   }
-  if (!chosen) return "unknown command '" + args[0] + "'" + didYouMean(args[0], commands);
+  if (!chosen) return "unknown command '" + args[0] + "'" + text::didYouMean(args[0], commands);
   if (chosen->get_allow_extras()) return "";  // pipetrain's forwarders: pipetrain-torch checks them
   std::vector<std::string> options;
   for (const CLI::Option* o : chosen->get_options())
@@ -116,7 +89,7 @@ std::string unknownNameIn(const CLI::App& app, const std::vector<std::string>& a
     if (args[i].rfind("--", 0) != 0) continue;
     const std::string name = args[i].substr(0, args[i].find('='));
     if (std::find(options.begin(), options.end(), name) == options.end())
-      return "unknown option " + name + " for `pipetrain " + args[0] + "`" + didYouMean(name, options);
+      return "unknown option " + name + " for `pipetrain " + args[0] + "`" + text::didYouMean(name, options);
   }
   return "";
 }

@@ -7,18 +7,17 @@
 #include "pipetrain/schedule/csv_schedule.h"
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/program_memory.h"
+#include "pipetrain/schedule/schedule_request.h"
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
-#include "pipetrain/util/limits.h"
 #include "pipetrain/util/text.h"
 
 namespace pipetrain::cli {
 namespace {
 
 struct ScheduleArgs {
-  schedule::ScheduleSpec spec;
-  int stages = 0;
+  schedule::ScheduleRequest request;
   std::string csv_in, csv_out;
   bool with_comm = false;
   bool memory = false;
@@ -66,14 +65,7 @@ int run(const ScheduleArgs& args) {
     describeCsv(csv, args.csv_in);
     program = csv.program;
   } else {
-    if (args.stages < 1) throw Error("--stages must be at least 1 (or give --csv FILE)");
-    // In 64 bits: --stages 2147483647 times two stages per rank overflowed an int, and
-    // the chain of that many stages ran out of memory before any check.
-    const int64_t stages =
-        int64_t{args.stages} * schedule::stagesPerRank(schedule::traits(args.spec.name), args.spec.chunks);
-    limits::checkProgramSize(stages, args.spec.microbatches, args.spec.minibatches, "--stages");
-    program = schedule::buildProgram(args.spec, schedule::chainDag(static_cast<int>(stages)));
-    schedule::validate(program);
+    program = schedule::generatedProgram(args.request);
   }
   std::cout << schedule::toText(args.with_comm ? program : withoutComm(program));
   if (args.memory) {
@@ -94,16 +86,7 @@ int run(const ScheduleArgs& args) {
 Command addScheduleCommand(CLI::App& app) {
   auto args = std::make_shared<ScheduleArgs>();
   CLI::App* cmd = app.add_subcommand("schedule", "Print a schedule's per-rank actions, or validate a CSV schedule");
-  cmd->add_option("--schedule", args->spec.name, schedule::scheduleNameList())
-      ->capture_default_str();
-  cmd->add_option("--stages", args->stages, "pipeline ranks P (interleaved: each runs --chunks stages; zb-v, dualpipev: two)")
-      ->check(positive());
-  cmd->add_option("--microbatches", args->spec.microbatches, "micro-batches per mini-batch M")
-      ->check(positive())->capture_default_str();
-  cmd->add_option("--minibatches", args->spec.minibatches, "mini-batches to run")
-      ->check(positive())->capture_default_str();
-  cmd->add_option("--chunks", args->spec.chunks, "interleaved: stages per rank V")->check(positive())->capture_default_str();
-  cmd->add_flag("--vertical-sync", args->spec.vertical_sync, "pipedream: every stage reads the input stage's version");
+  addOptions(cmd, schedule::scheduleOptions(args->request));
   cmd->add_option("--csv", args->csv_in, "read and validate a per-rank CSV schedule instead (PyTorch's: compute actions in either of its notations, with or without SEND/RECV)");
   cmd->add_option("--write-csv", args->csv_out, "write the compute actions as a per-rank CSV");
   cmd->add_flag("--with-comm", args->with_comm, "also print the SEND/RECV actions lowering adds");

@@ -57,25 +57,8 @@ int run(const SimulateArgs& a) {
 
 Command addSimulateCommand(CLI::App& app) {
   auto a = std::make_shared<SimulateArgs>();
-  sim::SimulationRequest& r = a->request;
   CLI::App* cmd = app.add_subcommand("simulate", "Predict a plan's timeline, throughput, bubbles and memory");
-  cmd->add_option("--graph", r.graph, "layer graph JSON (with --cluster and --plan)");
-  cmd->add_option("--cluster", r.cluster, "cluster spec JSON");
-  cmd->add_option("--plan", r.plan, "plan JSON");
-  cmd->add_option("--schedule", r.schedule.name, "schedule for --uniform")->capture_default_str();
-  cmd->add_option("--stages", r.stages, "ranks for --uniform")->check(positive());
-  cmd->add_option("--microbatches", r.microbatches, "micro-batches per mini-batch for --uniform")
-      ->check(positive())->capture_default_str();
-  cmd->add_option("--chunks", r.schedule.chunks, "interleaved: stages per rank")->check(positive());
-  cmd->add_flag("--vertical-sync", r.schedule.vertical_sync, "pipedream: vertical sync");
-  cmd->add_option("--uniform", r.uniform, "equal stage costs F,B[,W] in seconds (W = weight-gradient part of B), "
-                  "free communication")->delimiter(',');
-  cmd->add_option("--minibatches", r.minibatches, "mini-batches in the simulated program (and the trace)")
-      ->check(positive())->capture_default_str();
-  cmd->add_option("--overlap-factor", r.overlap_factor,
-                  "time of an overlapped forward+backward pair (dualpipev) as a share of the two in sequence, "
-                  "0.5..1 (default: the graph's overlap_factor, else 1)");
-  cmd->add_option("--csv", r.csv, "simulate this per-rank CSV schedule instead of a generated one");
+  addOptions(cmd, sim::simulationOptions(a->request));
   cmd->add_option("--trace", a->trace, "write a Chrome trace (Perfetto) JSON");
   cmd->add_option("--svg", a->svg, "write an SVG Gantt chart");
   cmd->add_option("--report", a->report, "write an HTML report (the plan, the Gantt chart, per-rank bars)");

@@ -5,8 +5,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pipetrain/planner/explore.h"
+#include "pipetrain/util/option_table.h"
 
 namespace pipetrain::planner {
 
@@ -23,6 +25,10 @@ struct PlannedFromFiles {
   std::string note;              // how it was fitted, where it was
   Exploration exploration;
 };
+
+// The request's options, declared once (util/option_table.h): `plan`'s flags and the
+// Python API's keywords.
+std::vector<options::Option> planOptions(PlanRequest& request);
 
 // Throws Error on files that do not load, on options that do not go together, and where
 // no plan fits.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "pipetrain/sim/evaluate.h"
+#include "pipetrain/util/option_table.h"
 
 namespace pipetrain::sim {
 
@@ -29,6 +30,10 @@ struct SimulatedPlan {
   std::string note;    // how the profile was fitted to the cluster's devices, where it was
   Evaluation evaluation;
 };
+
+// The request's options, declared once (util/option_table.h): `simulate`'s flags and the
+// Python API's keywords.
+std::vector<options::Option> simulationOptions(SimulationRequest& request);
 
 // Throws Error on files that do not load or fit together, and on a plan whose peak
 // memory exceeds a device (which rank, and by how much).

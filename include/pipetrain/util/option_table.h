@@ -17,8 +17,9 @@ namespace pipetrain::options {
 // name turned into an enum, two numbers into two fields). A bool* or a
 // std::function<void()> is a flag, which takes no value.
 using Target = std::variant<std::string*, int*, int64_t*, uint64_t*, double*, bool*, std::vector<std::string>*,
-                            std::vector<int>*, std::vector<int64_t>*, std::function<void(const std::string&)>,
-                            std::function<void(const std::vector<double>&)>, std::function<void()>>;
+                            std::vector<int>*, std::vector<int64_t>*, std::vector<double>*,
+                            std::function<void(const std::string&)>, std::function<void(const std::vector<double>&)>,
+                            std::function<void()>>;
 
 enum class Check { kNone, kPositive, kNonNegative };
 
@@ -32,6 +33,7 @@ struct Option {
   bool list = false;                 // comma-separated values, given once or repeated
   int values = 0;                    // a list of exactly this many values (0: any)
   bool show_default = false;         // help shows the target's value as its default
+  bool required = false;
 
   // Chained after the four fields: Option{name, group, help, &field}.positive().shown().
   Option& positive() {
@@ -58,10 +60,21 @@ struct Option {
     show_default = true;
     return *this;
   }
+  Option& needed() {
+    required = true;
+    return *this;
+  }
 };
 
 // Whether the option takes no value.
 bool isFlag(const Option& option);
+
+// Gives `option` the values a caller passed, as the command line would: one for a value,
+// several for a list (each may hold commas), "true" or "false" for a flag. Error naming
+// the option where a value does not parse or is refused by its check or choices.
+void apply(const Option& option, const std::vector<std::string>& values);
+// The same by name; Error naming the nearest known where `table` holds no such option.
+void apply(const std::vector<Option>& table, const std::string& name, const std::vector<std::string>& values);
 
 // The table as the Python API reads it: [{"name", "keyword", "group", "help", "flag",
 // "list", "choices"}, ...].

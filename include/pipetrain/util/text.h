@@ -37,6 +37,10 @@ int64_t parseBytes(const std::string& text, const std::string& what);
 // "a, b, c": names for a message.
 std::string joined(const std::vector<std::string>& names);
 
+// "; did you mean 'train'?" for the nearest of `known` within a third of the name's
+// length (at least 2 edits), else "".
+std::string didYouMean(const std::string& name, const std::vector<std::string>& known);
+
 // Escapes the five XML specials (so also safe in HTML text and attributes); control
 // characters, which XML 1.0 forbids even escaped, become spaces.
 std::string xmlEscape(const std::string& s);

@@ -1,5 +1,6 @@
 #include "pipetrain/planner/plan_job.h"
 
+#include "pipetrain/planner/planner_options.h"
 #include "pipetrain/planner/profile_fit.h"
 #include "pipetrain/planner/time_to_target.h"
 #include "pipetrain/util/error.h"
@@ -34,7 +35,47 @@ class CalibrationFile : public Calibrator {
 
 }  // namespace
 
+std::vector<options::Option> planOptions(PlanRequest& r) {
+  using options::Option;
+  ExploreOptions& e = r.explore;
+  const std::string group = "Options";
+  return {
+      Option{"graph", group, "layer graph JSON (from `pipetrain profile`)", &r.graph}.needed(),
+      Option{"cluster", group, "cluster spec JSON", &r.cluster}.needed(),
+      Option{"batch", group, "samples per optimizer step", &e.global_batch}.needed().positive(),
+      Option{"schedule", group, "auto (explore all) or one schedule name", &e.schedule}.shown(),
+      {"allow-async", group,
+       "let auto consider asynchronous schedules (pipedream, 2bw, pipemare), which change training semantics",
+       &e.allow_async},
+      Option{"microbatch-sizes", group, "micro-batch sizes to try (default: powers of two dividing --batch)",
+             &e.microbatch_sizes}
+          .repeated(),
+      Option{"microbatches", group, "micro-batches per mini-batch (default: the planner's choice)", &r.microbatches}
+          .positive(),
+      {"no-replication", group, "plan pure pipelines: no stage on more than one device",
+       std::function<void()>([&e] { e.max_replicas = 1; })},
+      {"use-all-devices", group, "only plans that occupy every device of the cluster (as `train` plans its ranks)",
+       &e.use_all_devices},
+      Option{"max-blocks", group, "plan longer chains over this many blocks of layers", &e.max_blocks}
+          .positive()
+          .shown(),
+      {"exhaustive", group,
+       "simulate every proposal, also those whose bound (compute, ports, round trips) cannot beat the best (slower, "
+       "same choice)",
+       std::function<void()>([&e] { e.prune = false; })},
+      objectiveOption(e.objective, group, ""),
+      {"calibration", group,
+       "time to accuracy: the update rules' calibration (train --objective time-to-accuracy caches it beside its "
+       "profile as *.calibration.json)",
+       &r.calibration},
+      partitionerOption(e.partitioner, group),
+      recomputeOption(e.recompute, group),
+  };
+}
+
 PlannedFromFiles planFromFiles(PlanRequest a) {
+  if (a.graph.empty() || a.cluster.empty()) throw Error("plan needs --graph and --cluster");
+  if (a.explore.global_batch <= 0) throw Error("plan needs --batch: the samples per optimizer step");
   PlannedFromFiles out;
   out.graph = graph::LayerGraph::load(a.graph);
   ProfileFit fit = fitProfileToCluster(out.graph, cluster::ClusterSpec::load(a.cluster));

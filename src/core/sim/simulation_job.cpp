@@ -23,6 +23,32 @@ void checkFits(const Report& r, const std::string& origin) {
 
 }  // namespace
 
+std::vector<options::Option> simulationOptions(SimulationRequest& r) {
+  using options::Option;
+  const std::string group = "Options";
+  return {
+      {"graph", group, "layer graph JSON (with --cluster and --plan)", &r.graph},
+      {"cluster", group, "cluster spec JSON", &r.cluster},
+      {"plan", group, "plan JSON", &r.plan},
+      Option{"schedule", group, "schedule for --uniform", &r.schedule.name}.shown(),
+      Option{"stages", group, "ranks for --uniform", &r.stages}.positive(),
+      Option{"microbatches", group, "micro-batches per mini-batch for --uniform", &r.microbatches}.positive().shown(),
+      Option{"chunks", group, "interleaved: stages per rank", &r.schedule.chunks}.positive(),
+      {"vertical-sync", group, "pipedream: vertical sync", &r.schedule.vertical_sync},
+      Option{"uniform", group,
+             "equal stage costs F,B[,W] in seconds (W = weight-gradient part of B), free communication", &r.uniform}
+          .repeated(),
+      Option{"minibatches", group, "mini-batches in the simulated program (and the trace)", &r.minibatches}
+          .positive()
+          .shown(),
+      {"overlap-factor", group,
+       "time of an overlapped forward+backward pair (dualpipev) as a share of the two in sequence, 0.5..1 (default: "
+       "the graph's overlap_factor, else 1)",
+       &r.overlap_factor},
+      {"csv", group, "simulate this per-rank CSV schedule instead of a generated one", &r.csv},
+  };
+}
+
 SimulatedPlan simulate(const SimulationRequest& a) {
   const bool from_files = !a.graph.empty() || !a.cluster.empty() || !a.plan.empty();
   if (from_files && (a.graph.empty() || a.cluster.empty() || a.plan.empty()))

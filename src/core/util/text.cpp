@@ -23,6 +23,35 @@ std::string joined(const std::vector<std::string>& names) {
   return out;
 }
 
+namespace {
+
+std::size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+// "; did you mean 'train'?" for the nearest of `known` within a third of the name's
+// length (at least 2 edits), else "".
+std::string didYouMean(const std::string& name, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(2, name.size() / 3) + 1;
+  for (const std::string& k : known)
+    if (const std::size_t d = editDistance(name, k); d < best_distance) best = k, best_distance = d;
+  return best.empty() ? "" : "; did you mean " + best + "?";
+}
+
 std::string readFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(path + ": cannot open file");
