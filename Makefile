@@ -16,7 +16,7 @@ all: build
 
 # Packages the build and the tests need; see README "Dependencies".
 # libgloo-dev for its headers only: the wheel's LibTorch holds gloo but not its headers.
-DEBIAN_PACKAGES := cmake ninja-build g++ python3-venv libgloo-dev libtcmalloc-minimal4 \
+DEBIAN_PACKAGES := cmake ninja-build g++ python3-venv python3-dev libgloo-dev libtcmalloc-minimal4 \
   nlohmann-json3-dev libcli11-dev zlib1g-dev googletest libgtest-dev libbenchmark-dev \
   dataset-fashion-mnist fortunes chromium
 

@@ -6,11 +6,13 @@ plan JSON, an exported model). A command that fails raises PipetrainError with t
 executable's own one-line message."""
 import difflib
 import functools
+import importlib.util
 import json
 import os
 import shutil
 import signal
 import subprocess
+import sysconfig
 
 from ._progress import Progress
 
@@ -38,13 +40,24 @@ def executable() -> str:
 
 
 def cache_dir() -> str:
-    """The folder pipetrain caches profiles and captures in (graph::ProfileCache's rule)."""
-    for variable, suffix in (("PIPETRAIN_CACHE_DIR", ""), ("XDG_CACHE_HOME", "pipetrain/profiles"),
-                             ("HOME", ".cache/pipetrain/profiles")):
-        value = os.environ.get(variable)
-        if value:
-            return os.path.join(value, suffix) if suffix else value
-    return os.path.join("/tmp", "pipetrain-profiles")
+    """The folder pipetrain caches profiles and captures in, as the C++ side decides it
+    (graph::ProfileCache::defaultDir)."""
+    module = native()
+    return module.cache_dir() if module else run(["--cache-dir"]).strip()
+
+
+@functools.lru_cache(maxsize=None)
+def native():
+    """pipetrain's core library loaded into this process (schedules, simulations, plans),
+    from beside the executable, where it was built for this Python; else None, and those
+    calls run the executable instead (the same C++ either way)."""
+    path = os.path.join(os.path.dirname(executable()), "pipetrain_native" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if not os.path.isfile(path):
+        return None
+    spec = importlib.util.spec_from_file_location("pipetrain_native", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,11 +67,12 @@ def train_options() -> tuple:
     return tuple(json.loads(run(["train", "--options-json"])))
 
 
-def flags(options: dict, table=None) -> list:
-    """Keywords as the command line's flags: `micro_batch=4` is `--micro-batch 4`, True a
-    bare flag, False and None left out, a list or tuple one flag with several values.
-    With `table` (train_options()), a keyword it does not hold is refused, with the
-    nearest it does, and an option that takes true or false gets it spelt out."""
+def values(options: dict, table=None) -> list:
+    """Keywords as the options' names and values, as the command line gives them:
+    `micro_batch=4` is ("micro-batch", ["4"]), True a flag (no value), False and None
+    left out, a list or tuple several values. With `table` (train_options()), a keyword it
+    does not hold is refused, with the nearest it does, and an option that takes true or
+    false gets it spelt out."""
     known = {o["keyword"]: o for o in table} if table is not None else None
     out = []
     for key, value in options.items():
@@ -71,22 +85,28 @@ def flags(options: dict, table=None) -> list:
             value = str(value).lower()
         if value is None or value is False:
             continue
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            out.append(flag)
-        elif isinstance(value, (list, tuple)):
-            out += [flag] + [str(v) for v in value]
-        else:
-            out += [flag, str(value)]
+        given = [] if value is True else [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        out.append((key.replace("_", "-"), given))
     return out
 
 
+def flags(options: dict, table=None) -> list:
+    """The same as the command line's flags: `--micro-batch 4`, a bare `--flag` for True."""
+    return [word for name, given in values(options, table) for word in ["--" + name, *given]]
+
+
+def native_values(options: dict) -> list:
+    """The same as pipetrain_native takes them: a flag's value is "true"."""
+    return [(name, given or ["true"]) for name, given in values(options)]
+
+
 def _message(stderr: str, command: list) -> str:
-    """The executable's own error line: its last line that says `error`, else its last line."""
+    """The executable's own error line, without its "pipetrain: error: " (the message
+    pipetrain_native raises): its last line that says `error`, else its last line."""
     lines = [l.strip() for l in stderr.splitlines() if l.strip()]
     for line in reversed(lines):
         if "error" in line.lower():
-            return line
+            return line.removeprefix("pipetrain: error: ")
     return lines[-1] if lines else f"`{' '.join(command[:2])}` failed without a message"
 
 

@@ -2,6 +2,7 @@
 `simulate` and `plan` (the same planner and simulator the CLI and `train` use). A
 Program and a Simulation render as their Gantt chart in Jupyter (`_repr_svg_`)."""
 import csv
+import io
 import dataclasses
 import json
 import os
@@ -30,13 +31,45 @@ class Simulation:
         return self.svg
 
 
-def _simulated(args: list) -> Simulation:
-    with tempfile.TemporaryDirectory() as folder:
-        svg_path = os.path.join(folder, "gantt.svg")
-        j = json.loads(_binary.run(["simulate", *args, "--json", "--svg", svg_path]))
-        with open(svg_path) as f:
-            svg = f.read()
+# Each request runs in this process where pipetrain_native loads (_binary.native()),
+# else as the executable's command: the same C++ request and option table either way.
+
+def _simulated(options: dict) -> Simulation:
+    module = _binary.native()
+    if module:
+        text, svg = module.simulate(_binary.native_values(options))
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            svg_path = os.path.join(folder, "gantt.svg")
+            text = _binary.run(["simulate", *_binary.flags(options), "--json", "--svg", svg_path])
+            with open(svg_path) as f:
+                svg = f.read()
+    j = json.loads(text)
     return Simulation(j["throughput"], j["bubble_fraction"], j["iteration_time"], j["ranks"], j, svg)
+
+
+def _schedule_csv(options: dict) -> str:
+    module = _binary.native()
+    if module:
+        return module.schedule_csv(_binary.native_values(options))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "program.csv")
+        _binary.run(["schedule", *_binary.flags(options), "--write-csv", path])
+        with open(path) as f:
+            return f.read()
+
+
+def _planned(options: dict) -> tuple:
+    """The planner's choice and ranked table (`plan --json`), and the chosen plan's JSON."""
+    module = _binary.native()
+    if module:
+        text, plan_text = module.plan(_binary.native_values(options))
+        return json.loads(text), json.loads(plan_text)
+    with tempfile.TemporaryDirectory() as folder:
+        plan_path = os.path.join(folder, "plan.json")
+        j = json.loads(_binary.run(["plan", *_binary.flags(options), "--json", "--out", plan_path]))
+        with open(plan_path) as f:
+            return j, json.load(f)
 
 
 @dataclasses.dataclass
@@ -54,11 +87,8 @@ class Program:
         """Every stage at these costs (seconds; `weight`: the weight-gradient part of
         `backward`), messages free."""
         costs = [forward, backward] + ([weight] if weight is not None else [])
-        return _simulated(self._args() + ["--uniform", *costs])
-
-    def _args(self):
-        return ["--schedule", self.schedule, "--stages", self.stages, "--microbatches", self.microbatches,
-                *_binary.flags(self.options)]
+        return _simulated({"schedule": self.schedule, "stages": self.stages, "microbatches": self.microbatches,
+                           **self.options, "uniform": costs})
 
     def _repr_svg_(self):
         return self.simulate()._repr_svg_()
@@ -68,12 +98,8 @@ def schedule(name: str, stages: int, microbatches: int, **options) -> Program:
     """The Program of schedule `name` (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v,
     dualpipev, pipedream, 2bw, pipemare) on `stages` ranks; options as `pipetrain
     schedule`'s (chunks=2 for interleaved)."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "program.csv")
-        _binary.run(["schedule", "--schedule", name, "--stages", stages, "--microbatches", microbatches,
-                     *_binary.flags(options), "--write-csv", path])
-        with open(path, newline="") as f:
-            actions = [row for row in csv.reader(f)]
+    text = _schedule_csv({"schedule": name, "stages": stages, "microbatches": microbatches, **options})
+    actions = [row for row in csv.reader(io.StringIO(text, newline=""))]
     return Program(name, stages, microbatches, options, actions)
 
 
@@ -93,9 +119,9 @@ def simulate(graph, cluster, plan, **options) -> Simulation:
     """A plan's predicted timeline on a cluster: a layer graph (`pipetrain profile`'s),
     a cluster spec and a plan, each a path or a dict (docs/formats.md)."""
     with tempfile.TemporaryDirectory() as folder:
-        return _simulated(["--graph", _json_file(graph, folder, "graph.json"),
-                           "--cluster", _json_file(cluster, folder, "cluster.json"),
-                           "--plan", _json_file(plan, folder, "plan.json"), *_binary.flags(options)])
+        return _simulated({"graph": _json_file(graph, folder, "graph.json"),
+                           "cluster": _json_file(cluster, folder, "cluster.json"),
+                           "plan": _json_file(plan, folder, "plan.json"), **options})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,10 +171,7 @@ def plan(model_or_graph, data=None, *, cluster, batch: int, output: str = None, 
                          "--batch", min(batch, 8), batch, "--out", graph])
         else:
             graph = _json_file(model_or_graph, folder, "graph.json")
-        plan_path = os.path.join(folder, "plan.json")
-        j = json.loads(_binary.run(["plan", "--graph", graph, "--cluster", _json_file(cluster, folder, "cluster.json"),
-                                    "--batch", batch, *_binary.flags(options), "--json", "--out", plan_path]))
-        with open(plan_path) as f:
-            plan_json = json.load(f)
+        j, plan_json = _planned({"graph": graph, "cluster": _json_file(cluster, folder, "cluster.json"),
+                                 "batch": batch, **options})
     candidates = [_candidate(c) for c in j["candidates"]]
     return PlanChoice(_candidate(j), candidates, plan_json, j)

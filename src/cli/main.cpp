@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "pipetrain/graph/profile_cache.h"
 #include "pipetrain/util/allocator.h"
 #include "pipetrain/util/error.h"
 
@@ -26,6 +27,16 @@ int main(int argc, char** argv) {
     commands.push_back(std::move(command));
 
   app.set_version_flag("--version", "pipetrain " PIPETRAIN_VERSION);
+  // Where the Python API caches its data and captures, when it runs without
+  // pipetrain_native (python/pipetrain/_binary.py).
+  app.add_flag_callback(
+         "--cache-dir",
+         [] {
+           std::cout << pipetrain::graph::ProfileCache::defaultDir() << "\n";
+           throw CLI::Success();
+         },
+         "print where profiles and captures are cached, and exit")
+      ->trigger_on_parse();
   if (const std::string mistake = pipetrain::cli::unknownNameIn(app, std::vector<std::string>(argv + 1, argv + argc));
       !mistake.empty()) {
     std::cerr << "pipetrain: error: " << mistake << "\nRun with --help for more information.\n";

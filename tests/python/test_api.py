@@ -4,6 +4,7 @@ by content; schedules, simulations and plans as objects; errors as PipetrainErro
 stops the ranks and leaves the last checkpoint intact."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -139,6 +140,35 @@ def test_a_schedule_is_a_program_that_simulates_and_renders():
     zb = pipetrain.schedule("zb-h1", stages=4, microbatches=8)
     assert all(sum("W" in a for a in rank) == 8 for rank in zb.actions)  # each backward's weight part
     assert zb.simulate(1.0, 2.0, weight=1.0).bubble_fraction < simulated.bubble_fraction
+
+
+def test_schedules_simulations_and_plans_run_in_process_as_the_executable_runs_them(monkeypatch):
+    """pipetrain_native (built beside the executable for this Python) runs the core
+    library's requests in this process; without it the executable runs them. Both give
+    the same Program, the same prediction and the same one-line errors."""
+    from pipetrain import _binary
+    loaded = _binary.native()
+    assert loaded is not None and loaded.cache_dir() == _binary.run(["--cache-dir"]).strip()
+    cases = [("interleaved", 4, 8, {"chunks": 2}), ("zb-v", 2, 6, {}), ("pipedream", 2, 4, {"vertical_sync": True})]
+    graph = os.path.join(ROOT, "bench", "profiles", "pipedream-gnmt.json")
+    cluster = os.path.join(ROOT, "bench", "profiles", "pipedream-32gpus.json")
+
+    def everything():
+        out = [(p.actions, p.simulate(1.0, 2.0, 1.0).json) for p in
+               (pipetrain.schedule(n, s, m, **o) for n, s, m, o in cases)]
+        choice = pipetrain.plan(graph, cluster=cluster, batch=3072, schedule="2bw", microbatch_sizes=[64])
+        out.append((choice.plan_json, choice.chosen.throughput))
+        for bad in (lambda: pipetrain.schedule("1f1b", 2, 4, chunkz=2),
+                    lambda: pipetrain.simulate(graph, cluster, {"format": "pipetrain.plan"})):
+            with pytest.raises(pipetrain.PipetrainError) as raised:
+                bad()
+            out.append(re.sub(r"\S*/plan\.json", "plan.json", str(raised.value)))  # a temporary folder each
+        return out
+
+    in_process = everything()
+    monkeypatch.setattr(_binary, "native", lambda: None)
+    assert everything() == in_process
+    assert in_process[-2] == "unknown option --chunkz for `pipetrain schedule`; did you mean --chunks?"
 
 
 def test_a_plan_is_objects_and_simulates_as_the_planner_predicted(tmp_path):

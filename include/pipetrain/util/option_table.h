@@ -73,8 +73,10 @@ bool isFlag(const Option& option);
 // several for a list (each may hold commas), "true" or "false" for a flag. Error naming
 // the option where a value does not parse or is refused by its check or choices.
 void apply(const Option& option, const std::vector<std::string>& values);
-// The same by name; Error naming the nearest known where `table` holds no such option.
-void apply(const std::vector<Option>& table, const std::string& name, const std::vector<std::string>& values);
+// The same by name; where `table` holds no such option, the error the command line gives
+// `pipetrain COMMAND`, with the nearest it holds.
+void apply(const std::vector<Option>& table, const std::string& name, const std::vector<std::string>& values,
+           const std::string& command);
 
 // The table as the Python API reads it: [{"name", "keyword", "group", "help", "flag",
 // "list", "choices"}, ...].

@@ -94,12 +94,13 @@ void apply(const Option& o, const std::vector<std::string>& given) {
       o.target);
 }
 
-void apply(const std::vector<Option>& table, const std::string& name, const std::vector<std::string>& values) {
+void apply(const std::vector<Option>& table, const std::string& name, const std::vector<std::string>& values,
+           const std::string& command) {
   for (const Option& o : table)
     if (o.name == name) return apply(o, values);
-  std::vector<std::string> names;
-  for (const Option& o : table) names.push_back(o.name);
-  throw Error("no option --" + name + text::didYouMean(name, names));
+  std::vector<std::string> flags;
+  for (const Option& o : table) flags.push_back("--" + o.name);
+  throw Error("unknown option --" + name + " for `pipetrain " + command + "`" + text::didYouMean("--" + name, flags));
 }
 
 bool isFlag(const Option& option) {
