@@ -148,7 +148,7 @@ class PlanChoice:
 
 
 def _candidate(j: dict) -> Candidate:
-    return Candidate(Plan.from_json(j), j["predicted_throughput"], j["bubble_fraction"], j.get("asynchronous", False))
+    return Candidate(Plan.from_json(j, j["name"]), j["predicted_throughput"], j["bubble_fraction"], j.get("asynchronous", False))
 
 
 def plan(model_or_graph, data=None, *, cluster, batch: int, output: str = None, **options) -> PlanChoice:

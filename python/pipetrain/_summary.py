@@ -19,26 +19,16 @@ class Plan:
     stages: List[Stage]
     microbatches: int
     microbatch_size: int
-
-    @property
-    def data_parallel(self) -> bool:
-        """One stage on several devices: data parallelism, whatever order of passes."""
-        return len(self.stages) == 1 and len(self.stages[0].devices) > 1
+    name: str = ""        # as pipetrain names it (planner::planName): "1f1b, 2 stages (1 + 1)"
 
     def describe(self) -> str:
-        if self.data_parallel:
-            return (f"data parallelism on {len(self.stages[0].devices)} ranks, "
-                    f"{self.microbatches} x {self.microbatch_size} samples a step")
-        replicas = "" if all(len(s.devices) == 1 for s in self.stages) else \
-            " (replicas " + "x".join(str(len(s.devices)) for s in self.stages) + ")"
-        return (f"{self.schedule}, {len(self.stages)} stages{replicas}, "
-                f"{self.microbatches} micro-batches of {self.microbatch_size}")
+        return f"{self.name}, {self.microbatches} micro-batches of {self.microbatch_size}"
 
     @staticmethod
-    def from_json(j: dict) -> "Plan":
+    def from_json(j: dict, name: str) -> "Plan":
         schedule = j["schedule"]["name"] if isinstance(j["schedule"], dict) else j["schedule"]
         return Plan(schedule, [Stage(list(s["layers"]), list(s["devices"])) for s in j["stages"]],
-                    int(j["microbatches"]), int(j["microbatch_size"]))
+                    int(j["microbatches"]), int(j["microbatch_size"]), name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +69,6 @@ class Summary:
         ranks = [Rank(r["rank"], r.get("device", ""), r.get("data_channel", ""), r["bubble_fraction"],
                       r.get("predicted_bubble_fraction", 0.0), r.get("peak_memory_bytes", 0),
                       r.get("peak_device_memory_bytes")) for r in j["ranks"]]
-        return Summary(j["model"], Plan.from_json(j["plan"]), j["world_size"], j["samples"], j["throughput"],
+        return Summary(j["model"], Plan.from_json(j["plan"], j["plan_name"]), j["world_size"], j["samples"], j["throughput"],
                        j["predicted_throughput"], j["wall_seconds"], j["final_loss"], j.get("test_loss"),
                        j.get("test_accuracy"), ranks, j)

@@ -135,7 +135,8 @@ json_io::Json Exploration::candidateJson(const Candidate& c) const {
                       {"recomputed_layers", s.recomputedLayers()}});
   json_io::Json memory = json_io::Json::object();
   for (const auto& r : c.report.ranks) memory[r.device] = std::max<int64_t>(memory.value(r.device, int64_t{0}), r.peak_memory_bytes);
-  json_io::Json j{{"schedule", c.plan.schedule.name},
+  json_io::Json j{{"name", planName(c.plan)},
+                  {"schedule", c.plan.schedule.name},
                   {"partitioner", c.partitioner},
                   {"depth", c.depth},
                   {"chunks", c.plan.schedule.chunks},

@@ -1,5 +1,6 @@
 #include "pipetrain/report/train_summary.h"
 
+#include "pipetrain/planner/explore.h"
 #include "pipetrain/trace/timeline_json.h"
 
 namespace pipetrain::report {
@@ -130,6 +131,7 @@ Json trainSummaryToJson(const TrainSummary& s) {
          {"predicted_throughput", s.predicted_throughput},
          {"plan_file", s.plan_file},
          {"plan", s.plan.toJson()},
+         {"plan_name", planner::planName(s.plan)},  // for readers without the rule (python/pipetrain)
          {"measured_timeline", trace::timelineToJson(s.measured_timeline)},
          {"predicted_timeline", trace::timelineToJson(s.predicted_timeline)},
          {"recipe", recipe::recipeToJson(s.recipe.optimizer, s.recipe.lr, s.recipe.lr_schedule,
