@@ -10,7 +10,6 @@
 namespace pipetrain::job {
 namespace {
 
-using options::Check;
 using options::Option;
 
 const char* const kModel = "What to train";
