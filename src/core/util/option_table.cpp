@@ -28,7 +28,7 @@ T parsed(const Option& o, const std::string& text) {
     if (text.empty() || *end != '\0' || errno != 0) throw Error(where + ": expected a whole number");
     if (std::is_unsigned_v<T> && v < 0) throw Error(where + ": expected a number of 0 or more");
     if (v < static_cast<long long>(std::numeric_limits<T>::min()) ||
-        static_cast<unsigned long long>(v) > static_cast<unsigned long long>(std::numeric_limits<T>::max()))
+        (v > 0 && static_cast<unsigned long long>(v) > static_cast<unsigned long long>(std::numeric_limits<T>::max())))
       throw Error(where + ": out of range");
     return static_cast<T>(v);
   }
