@@ -1,5 +1,11 @@
 #include "pipetrain/plan/plan_program.h"
 
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
@@ -10,6 +16,53 @@ namespace {
 int stagesPerRank(const Plan& plan) {
   return schedule::stagesPerRank(schedule::traits(plan.schedule.name), plan.schedule.chunks);
 }
+
+// NOTE(program cache): the planner simulates many plans that differ only in their layers
+// and devices (a walk moves one boundary at a time, copies repeat a pipeline), and the
+// same schedule, stage graph and replica counts mean the same Program. Generating,
+// lowering and checking it took about a quarter of planning GNMT under pipedream on 32
+// GPUs (perf; docs/planner.md). The few Programs used last are kept, whole, by what
+// makes them; the simulations of the planner's batch run on several threads.
+class ProgramCache {
+ public:
+  using Key = std::tuple<std::string, int, int, int, bool, std::vector<std::vector<int>>, std::vector<int>>;
+
+  schedule::Program get(const Key& key, Check check, const std::function<schedule::Program()>& build) {
+    std::shared_ptr<Entry> entry;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = used_.begin(); it != used_.end(); ++it)
+        if ((*it)->key == key) {
+          entry = *it;
+          used_.splice(used_.begin(), used_, it);  // the most recent first
+          break;
+        }
+    }
+    if (!entry) {
+      entry = std::make_shared<Entry>();
+      entry->key = key;
+      entry->program = build();
+      std::lock_guard<std::mutex> lock(mutex_);
+      used_.push_front(entry);
+      if (used_.size() > kKept) used_.pop_back();
+    }
+    if (check == Check::kValidate) {
+      std::call_once(entry->validated, [&] { schedule::validate(entry->program); });
+    }
+    return entry->program;
+  }
+
+ private:
+  // A walk's neighbours share their Program; so do a search's few depths at once.
+  static constexpr std::size_t kKept = 8;
+  struct Entry {
+    Key key;
+    schedule::Program program;
+    std::once_flag validated;
+  };
+  std::mutex mutex_;
+  std::list<std::shared_ptr<Entry>> used_;
+};
 
 }  // namespace
 
@@ -57,9 +110,10 @@ schedule::Program programForPlan(const Plan& plan, const schedule::StageDag& dag
   spec.minibatches = minibatches;
   spec.chunks = plan.schedule.chunks;
   spec.vertical_sync = plan.schedule.vertical_sync;
-  schedule::Program program = schedule::buildProgram(spec, dag, stageReplicas(plan));
-  if (check == Check::kValidate) schedule::validate(program);
-  return program;
+  const std::vector<int> replicas = stageReplicas(plan);
+  static ProgramCache cache;
+  return cache.get({spec.name, spec.microbatches, spec.minibatches, spec.chunks, spec.vertical_sync, dag.preds, replicas},
+                   check, [&] { return schedule::buildProgram(spec, dag, replicas); });
 }
 
 int extraWeightBuffers(const ScheduleOptions& options) {
