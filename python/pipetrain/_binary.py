@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sysconfig
+import warnings
 
 from ._progress import Progress
 
@@ -55,8 +56,12 @@ def native():
     if not os.path.isfile(path):
         return None
     spec = importlib.util.spec_from_file_location("pipetrain_native", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError as e:  # built against another libpython or core: say so, and go on without it
+        warnings.warn(f"{path} does not load ({e}); schedules, simulations and plans run the executable instead")
+        return None
     return module
 
 

@@ -171,6 +171,21 @@ def test_schedules_simulations_and_plans_run_in_process_as_the_executable_runs_t
     assert in_process[-2] == "unknown option --chunkz for `pipetrain schedule`; did you mean --chunks?"
 
 
+def test_a_native_module_that_does_not_load_is_passed_over_with_a_warning(tmp_path, monkeypatch):
+    import sysconfig
+    from pipetrain import _binary
+    os.symlink(_binary.executable(), tmp_path / "pipetrain")
+    (tmp_path / ("pipetrain_native" + sysconfig.get_config_var("EXT_SUFFIX"))).write_bytes(b"not a shared object")
+    monkeypatch.setenv("PIPETRAIN_BIN", str(tmp_path / "pipetrain"))
+    _binary.native.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="does not load"):
+            assert _binary.native() is None
+        assert pipetrain.schedule("1f1b", 2, 2).actions == [["0F0", "0F1", "0B0", "0B1"], ["1F0", "1B0", "1F1", "1B1"]]
+    finally:
+        _binary.native.cache_clear()
+
+
 def test_a_plan_is_objects_and_simulates_as_the_planner_predicted(tmp_path):
     graph = os.path.join(ROOT, "examples/transformer/graph.json")
     cluster = os.path.join(ROOT, "examples/clusters/gpu-server.json")
