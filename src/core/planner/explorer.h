@@ -62,6 +62,16 @@ class Explorer {
   GraphPlan graphShared(PartitionOptions po, const plan::ScheduleOptions& schedule, GraphSearch search);
   static std::string sharedKey(const PartitionOptions& po);
   PartitionOptions partitionOptions(const std::string& name, int64_t b, int width) const;
+  // `width` devices as copies of one pipeline, from `fewest` copies up: each count that
+  // divides the devices and the micro-batches, with the options of one copy's block (its
+  // share of the micro-batches, the copies, a stage's replicas within max_replicas over
+  // all copies).
+  struct CopyBlock {
+    int copies = 1;
+    int block = 0;  // devices per copy
+    PartitionOptions po;
+  };
+  std::vector<CopyBlock> copyBlocks(const std::string& name, int64_t b, int width, int fewest) const;
   std::vector<int> replicaLimits() const;
   void addGraphNote(const std::string& note);
   int64_t graphStepsBudget() const;

@@ -158,6 +158,23 @@ PartitionOptions Explorer::partitionOptions(const std::string& name, int64_t b, 
   return po;
 }
 
+std::vector<Explorer::CopyBlock> Explorer::copyBlocks(const std::string& name, int64_t b, int width,
+                                                      int fewest) const {
+  const int m = static_cast<int>(o_.global_batch / b);
+  std::vector<CopyBlock> out;
+  for (int copies = fewest; 2 * copies <= width; ++copies) {
+    if (width % copies != 0 || m % copies != 0) continue;
+    const int per_copy = o_.max_replicas == 0 ? 0 : o_.max_replicas / copies;
+    if (o_.max_replicas != 0 && per_copy < 1) break;
+    CopyBlock c{copies, width / copies, partitionOptions(name, b, width / copies)};
+    c.po.microbatches = m / copies;
+    c.po.copies = copies;
+    c.po.max_replicas = per_copy;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 std::vector<int> Explorer::replicaLimits() const {
   return o_.max_replicas == 1 ? std::vector<int>{1} : std::vector<int>{o_.max_replicas, 1};
 }
@@ -259,26 +276,18 @@ void Explorer::proposeDataParallel(const std::string& name, int64_t b, int width
 // on consecutive blocks send every micro-batch's activations (PipeDream's ResNet-50 on 4
 // servers of 8 GPUs under 2bw: the chain's best 6,937 samples/s, a copy per server's 9,097).
 void Explorer::proposeCopiedPipelines(const std::string& name, int64_t b, int width) {
-  const int m = static_cast<int>(o_.global_batch / b);
   const schedule::ScheduleTraits& traits = schedule::traits(name);
   if (o_.max_replicas == 1 || !traits.replicable || schedule::multiStage(traits)) return;
   plan::ScheduleOptions schedule;
   schedule.name = name;
-  for (int copies = 2; 2 * copies <= width; ++copies) {
-    if (width % copies != 0 || m % copies != 0) continue;
-    const int block = width / copies;
-    // A stage's replicas in one copy, such that all copies' stay within max_replicas.
-    const int per_copy = o_.max_replicas == 0 ? 0 : o_.max_replicas / copies;
-    if (o_.max_replicas != 0 && per_copy < 1) break;
-    PartitionOptions po = partitionOptions(name, b, block);
-    po.microbatches = m / copies;
-    po.copies = copies;
+  for (CopyBlock& c : copyBlocks(name, b, width, 2)) {
+    const int per_copy = c.po.max_replicas;
     for (int max_replicas : per_copy == 1 ? std::vector<int>{1} : std::vector<int>{per_copy, 1}) {
-      po.max_replicas = max_replicas;
+      c.po.max_replicas = max_replicas;
       consider(name, b, width, [&]() -> std::optional<Candidate> {
-        const ChainPlan chain = partitionShared(po, schedule);
-        return Candidate{replicatePipeline(chain.plan, copies, block, cluster_), {}, chain.partition.objective, 0,
-                         "copies"};
+        const ChainPlan chain = partitionShared(c.po, schedule);
+        return Candidate{replicatePipeline(chain.plan, c.copies, c.block, cluster_), {}, chain.partition.objective,
+                         0, "copies"};
       });
     }
   }
@@ -293,7 +302,6 @@ void Explorer::proposeCopiedPipelines(const std::string& name, int64_t b, int wi
 // the best plans reached 3 + 1. Proposed as a shape, 3 + 1 walks to 7,833. The simulator
 // ranks the shapes beside the DP's optimum, and the walks start from the best.
 void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int width) {
-  const int m = static_cast<int>(o_.global_batch / b);
   const schedule::ScheduleTraits& traits = schedule::traits(name);
   // Under auto the exploration solves every schedule and micro-batch size: there these
   // DPs (about 30 shapes per copy count) took Inception-v3's search on 128 GPUs from 1.1
@@ -302,12 +310,9 @@ void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int wi
   const bool replicas = traits.replicable && o_.max_replicas != 1;
   plan::ScheduleOptions schedule;
   schedule.name = name;
-  for (int copies = 1; 2 * copies <= width; ++copies) {
-    if (width % copies != 0 || m % copies != 0 || (copies > 1 && !replicas)) continue;
-    // A stage's replicas in one copy, such that all copies' stay within max_replicas.
-    const int per_copy = o_.max_replicas == 0 ? 0 : o_.max_replicas / copies;
-    if (o_.max_replicas != 0 && per_copy < 1) break;
-    const int block = width / copies;
+  for (const CopyBlock& c : copyBlocks(name, b, width, 1)) {
+    if (c.copies > 1 && !replicas) break;
+    const int copies = c.copies, block = c.block;
     std::vector<int> part_sizes{1};
     if (replicas)
       for (int q = 2; 2 * q <= block; q *= 2) part_sizes.push_back(q);
@@ -323,10 +328,7 @@ void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int wi
         consider(name, b, width, [&]() -> std::optional<Candidate> {
           auto it = problems.find(stages);
           if (it == problems.end()) {
-            PartitionOptions po = partitionOptions(name, b, block);
-            po.microbatches = m / copies;
-            po.copies = copies;
-            po.max_replicas = per_copy;
+            PartitionOptions po = c.po;
             po.assumed_depth = stages;
             po.extra_weight_buffers = plan::extraWeightBuffers(schedule);
             it = problems.emplace(stages, ChainProblem(graph_, cluster_, po)).first;
