@@ -138,9 +138,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   planner.planning_seconds = planning_seconds;
   planner.objective = e.objective->name();
   if (calibrator)
-    planner.calibration = report::CalibrationRecord{calibration_path,    calibration_seconds,  e.target_loss,
-                                                    e.calibration_samples, e.calibration_noise, e.rules_measured,
-                                                    e.rules_cached,        e.plans_bounded,     e.rules_over_budget};
+    planner.calibration = report::CalibrationRecord{calibration_path, calibration_seconds, e.calibrationFigures()};
   // The profile-based prediction of the plan that runs, for comparison with what it
   // measures: the whole, and each rank's compute per mini-batch (which tells the machine's
   // speed while profiling from the schedule's part of an error). Where the ranks share

@@ -104,6 +104,20 @@ struct Dropped {
   std::string reason;
 };
 
+// Under time to accuracy: the loss the times are to, the samples calibration trained per
+// rule, its noise, and what became of the rules. One JSON form, in `plan --json` and in a
+// run's planner record (report/planner_record.h).
+struct CalibrationFigures {
+  double target_loss = 0;
+  int64_t samples_per_rule = 0;
+  double noise = 0;
+  int rules_measured = 0, rules_cached = 0, plans_bounded = 0, rules_over_budget = 0;
+
+  json_io::Json toJson() const;
+  // Error naming the field where one is of the wrong type; a missing one stays 0.
+  static CalibrationFigures fromJson(const json_io::JsonCursor& json);
+};
+
 struct Exploration {
   std::vector<Candidate> ranked;        // fitting candidates, best throughput first
   std::vector<Dropped> dropped;
@@ -154,7 +168,7 @@ struct Exploration {
   json_io::Json candidateJson(const Candidate& c) const;  // one row of toJson's table
   // Under time to accuracy: the target loss, the samples per rule, the noise and what
   // became of the rules (toJson's, and a run summary's "calibration").
-  json_io::Json calibrationJson() const;
+  CalibrationFigures calibrationFigures() const;
 };
 
 // The micro-batch sizes the planner tries for `batch` where none are given: from the

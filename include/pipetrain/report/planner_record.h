@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "pipetrain/planner/explore.h"
 #include "pipetrain/report/report.h"
 #include "pipetrain/sim/plan_traffic.h"
 #include "pipetrain/util/json_io.h"
@@ -28,10 +29,7 @@ struct ProfileSource {
 struct CalibrationRecord {
   std::string path;  // its cache file
   double seconds = 0;
-  double target_loss = 0;
-  int64_t samples_per_rule = 0;
-  double noise = 0;
-  int rules_measured = 0, rules_cached = 0, plans_bounded = 0, rules_over_budget = 0;
+  planner::CalibrationFigures figures;
 };
 
 // The prediction of the chosen plan from the profile, to set beside what the run measures.

@@ -118,11 +118,26 @@ std::string Exploration::idleDevicesNote() const {
   return note;
 }
 
-json_io::Json Exploration::calibrationJson() const {
-  return {{"target_loss", target_loss},          {"samples_per_rule", calibration_samples},
-          {"noise", calibration_noise},          {"rules_measured", rules_measured},
-          {"rules_cached", rules_cached},        {"plans_bounded", plans_bounded},
+CalibrationFigures Exploration::calibrationFigures() const {
+  return {target_loss, calibration_samples, calibration_noise, rules_measured, rules_cached, plans_bounded,
+          rules_over_budget};
+}
+
+json_io::Json CalibrationFigures::toJson() const {
+  return {{"target_loss", target_loss},       {"samples_per_rule", samples_per_rule},
+          {"noise", noise},                   {"rules_measured", rules_measured},
+          {"rules_cached", rules_cached},     {"plans_bounded", plans_bounded},
           {"rules_over_budget", rules_over_budget}};
+}
+
+CalibrationFigures CalibrationFigures::fromJson(const json_io::JsonCursor& c) {
+  return {c.numberOr("target_loss", 0),
+          c.intOr("samples_per_rule", 0),
+          c.numberOr("noise", 0),
+          static_cast<int>(c.intOr("rules_measured", 0)),
+          static_cast<int>(c.intOr("rules_cached", 0)),
+          static_cast<int>(c.intOr("plans_bounded", 0)),
+          static_cast<int>(c.intOr("rules_over_budget", 0))};
 }
 
 json_io::Json Exploration::candidateJson(const Candidate& c) const {

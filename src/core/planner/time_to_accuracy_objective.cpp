@@ -130,7 +130,7 @@ class TimeToAccuracy : public PlanObjective {
   }
 
   void addJson(const Exploration& e, json_io::Json& j) const override {
-    j.update(e.calibrationJson());
+    j.update(e.calibrationFigures().toJson());
     if (e.throughput_choice) j["throughput_choice"] = e.candidateJson(*e.throughput_choice);
   }
 

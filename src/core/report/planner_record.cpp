@@ -23,29 +23,14 @@ std::vector<int64_t> integers(const JsonCursor& c, const std::string& key) {
 }
 
 Json calibrationToJson(const CalibrationRecord& c) {
-  return {{"path", c.path},
-          {"seconds", c.seconds},
-          {"target_loss", c.target_loss},
-          {"samples_per_rule", c.samples_per_rule},
-          {"noise", c.noise},
-          {"rules_measured", c.rules_measured},
-          {"rules_cached", c.rules_cached},
-          {"plans_bounded", c.plans_bounded},
-          {"rules_over_budget", c.rules_over_budget}};
+  Json j = c.figures.toJson();
+  j["path"] = c.path;
+  j["seconds"] = c.seconds;
+  return j;
 }
 
 CalibrationRecord calibrationFromJson(const JsonCursor& c) {
-  CalibrationRecord r;
-  r.path = c.stringOr("path", "");
-  r.seconds = c.numberOr("seconds", 0);
-  r.target_loss = c.numberOr("target_loss", 0);
-  r.samples_per_rule = c.intOr("samples_per_rule", 0);
-  r.noise = c.numberOr("noise", 0);
-  r.rules_measured = static_cast<int>(c.intOr("rules_measured", 0));
-  r.rules_cached = static_cast<int>(c.intOr("rules_cached", 0));
-  r.plans_bounded = static_cast<int>(c.intOr("plans_bounded", 0));
-  r.rules_over_budget = static_cast<int>(c.intOr("rules_over_budget", 0));
-  return r;
+  return {c.stringOr("path", ""), c.numberOr("seconds", 0), planner::CalibrationFigures::fromJson(c)};
 }
 
 Json chosenToJson(const ChosenPrediction& c) {

@@ -228,7 +228,7 @@ std::string beforeTrainingText(const PlannerRecord& planner) {
   text += text::format(", planning %.2f s", planner.planning_seconds);
   if (const std::optional<CalibrationRecord>& c = planner.calibration)
     text += text::format(", calibrating update rules %.1f s", c->seconds) +
-            " (" + std::to_string(c->rules_measured) + " trained, " + std::to_string(c->rules_cached) +
+            " (" + std::to_string(c->figures.rules_measured) + " trained, " + std::to_string(c->figures.rules_cached) +
             " from the cache)";
   return text;
 }

@@ -49,7 +49,7 @@ TrainSummary aRun() {
   p.profile = {"/cache/gpt.json", true, 30, "2026-12-05", 2, 0.1};
   p.planning_seconds = 0.02;
   p.objective = "throughput";
-  p.calibration = CalibrationRecord{"/cache/gpt.calibration.json", 7, 2.0, 4096, 0.01, 3, 1, 0, 0};
+  p.calibration = CalibrationRecord{"/cache/gpt.calibration.json", 7, {2.0, 4096, 0.01, 3, 1, 0, 0}};
   p.chosen.throughput = 41;
   p.chosen.rank_peak_memory_bytes = {90 << 20, 90 << 20};
   p.chosen.rank_process_bytes = {10 << 20, 10 << 20};
@@ -63,7 +63,7 @@ TEST(TrainSummary, RoundTripsThroughItsJson) {
   const TrainSummary back = trainSummaryFromJson(once, "summary.json");
   EXPECT_EQ(trainSummaryToJson(back), once);
   ASSERT_TRUE(back.planner && back.planner->calibration);
-  EXPECT_EQ(back.planner->calibration->rules_measured, 3);
+  EXPECT_EQ(back.planner->calibration->figures.rules_measured, 3);
   EXPECT_EQ(back.ranks[1].predicted_peak_memory_bytes, 90 << 20);
   EXPECT_FALSE(back.test_accuracy);
   EXPECT_EQ(back.events.front().why, "rank 1 failed\nits log");
