@@ -71,14 +71,15 @@ void printPlanned(const job::LocalPlan& planned, int rank_count, const std::stri
 void printRunSummary(const job::TrainRequest& request, const job::RunSummary& summary) {
   const report::TrainSummary& s = summary.record;
   const std::string how = planner::isDataParallel(request.config.plan) ? "data parallelism" : s.schedule;
-  std::printf("trained %s with %s on %s: %lld samples, %.1f samples/s, wall %.1f s\n",
-              request.config.model.c_str(), how.c_str(), ranks(request.nproc).c_str(),
-              static_cast<long long>(s.samples), s.throughput, s.wall_seconds);
+  std::printf("trained %s with %s on %s: %lld samples, %.1f samples/s, wall %.1f s\n", request.config.model.c_str(),
+              how.c_str(), ranks(request.ranks.nproc).c_str(), static_cast<long long>(s.samples), s.throughput,
+              s.wall_seconds);
   if (!request.config.export_path.empty())
     std::printf("exported the trained model to %s\n", request.config.export_path.c_str());
   for (const std::string& note : summary.notes) std::printf("note: %s\n", note.c_str());
   std::printf("simulator, from the measured stage times: %.1f samples/s\n", s.predicted_throughput);
-  if (request.planner) std::printf("before training: %s\n", report::beforeTrainingText(*request.planner).c_str());
+  if (request.planning.record)
+    std::printf("before training: %s\n", report::beforeTrainingText(*request.planning.record).c_str());
   // A regression (float targets) has a test loss and no accuracy.
   std::string figures;
   if (s.test_accuracy) figures += job::formatted("test accuracy %.4f, ", *s.test_accuracy);
@@ -88,7 +89,7 @@ void printRunSummary(const job::TrainRequest& request, const job::RunSummary& su
   // Each rank's memory against the prediction in one line; why, at length, is the
   // report's (and the summary's) to say.
   for (const std::string& note : report::memoryNotesOfRun(s, /*brief=*/true))
-    std::printf("memory: %s%s\n", note.c_str(), request.report_dir.empty() ? "" : " (the report says why)");
+    std::printf("memory: %s%s\n", note.c_str(), request.outputs.report_dir.empty() ? "" : " (the report says why)");
   for (const std::string& note : report::coreSpeedNotesOfRun(s)) std::printf("speed: %s\n", note.c_str());
   for (const std::string& line : job::writeRunOutputs(request, summary)) std::printf("%s\n", line.c_str());
 }

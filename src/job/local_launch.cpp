@@ -36,43 +36,47 @@ LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, std::
   std::vector<report::RunEvent> events;
   const auto start = std::chrono::steady_clock::now();
   const auto record = [&](const char* event, const std::string& checkpoint, const std::string& why) {
-    events.push_back({secondsSince(start), event, request.nproc, checkpoint, why});
+    events.push_back({secondsSince(start), event, request.ranks.nproc, checkpoint, why});
   };
   for (int attempt = 0;; ++attempt) {
     try {
       outputs = launchLocal(
-          argv, request.nproc, request.blasThreadsPerRank(),
+          argv, request.ranks.nproc, request.blasThreadsPerRank(),
           [&](int, const std::string& line) {
-            if (const auto progress = readProgressReport(line)) watch.progress(*progress);
-            else watch.line(line);
+            if (const auto progress = readProgressReport(line))
+              watch.progress(*progress);
+            else
+              watch.line(line);
           },
           request.concurrentRanks());
       break;
     } catch (const Error& e) {
       const std::string newest = newestCheckpoint(request.config.checkpoint_dir);
-      if (attempt < request.max_restarts) {
+      if (attempt < request.ranks.max_restarts) {
         watch.restart(std::string(e.what()) + "\npipetrain: restart " + std::to_string(attempt + 1) + " of " +
-                      std::to_string(request.max_restarts) +
+                      std::to_string(request.ranks.max_restarts) +
                       (newest.empty() ? ", from the start" : ", from checkpoint " + newest));
         record("restart", newest, e.what());
         if (!newest.empty()) request.config.resume = newest;
         argv = rankCommand(request);
         continue;
       }
-      if (request.min_nproc <= 0 || request.nproc <= request.min_nproc || newest.empty())
-        throw Error(std::string(e.what()) + "\n" + howToResume(newest) +
-                    (request.min_nproc > 0 && newest.empty() ? " (going on with fewer ranks needs a checkpoint)" : ""));
+      if (request.ranks.min_nproc <= 0 || request.ranks.nproc <= request.ranks.min_nproc || newest.empty())
+        throw Error(
+            std::string(e.what()) + "\n" + howToResume(newest) +
+            (request.ranks.min_nproc > 0 && newest.empty() ? " (going on with fewer ranks needs a checkpoint)" : ""));
       // Lost for good: the ranks left go on from the newest checkpoint, resharded to a
       // plan made for them (any plan loads a checkpoint).
       const runtime::Checkpoint from = runtime::findCheckpoint(newest);
-      --request.nproc;
+      --request.ranks.nproc;
       watch.restart(std::string(e.what()) + "\npipetrain: the restarts are spent; going on with " +
-                    std::to_string(request.nproc) + " ranks from checkpoint " + from.dir + ", re-planned for them");
+                    std::to_string(request.ranks.nproc) + " ranks from checkpoint " + from.dir +
+                    ", re-planned for them");
       record("shrink", from.dir, e.what());
-      request.plan.clear();
+      request.planning.plan_file.clear();
       request.config.resume = from.dir;
       watch.replanned(decidePlan(request, model, {&from, true, plan_out, {}}, watch.say));
-      runtime::checkConfig(request.config, model, request.nproc);
+      runtime::checkConfig(request.config, model, request.ranks.nproc);
       argv = rankCommand(request);
       attempt = -1;  // the restarts start again for the smaller job
     }

@@ -26,41 +26,41 @@ std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& 
   if (choice.resumed) {
     checkResumable(*choice.resumed, config, choice.resumed->manifest.plan);
     const int64_t trained = choice.resumed->manifest.plan.samplesPerMinibatch();
-    if (request.plan_args.batch > 0 && request.plan_args.batch != trained)
+    if (request.planning.args.batch > 0 && request.planning.args.batch != trained)
       throw Error("--resume " + choice.resumed->dir + " trained mini-batches of " + std::to_string(trained) +
-                  " samples, and --batch asks for " + std::to_string(request.plan_args.batch) +
+                  " samples, and --batch asks for " + std::to_string(request.planning.args.batch) +
                   ": resume with --batch " + std::to_string(trained) + ", or start afresh");
   }
   std::optional<LocalPlan> planned;
-  if (!request.plan.empty()) {
-    config.plan = plan::Plan::load(request.plan);
-    if (!request.plan_out.empty()) json_io::writeFile(choice.out, config.plan.toJson());
-  } else if (handMade(request.plan_args)) {
-    config.plan = planFromArgs(model, request.plan_args, request.nproc);
+  if (!request.planning.plan_file.empty()) {
+    config.plan = plan::Plan::load(request.planning.plan_file);
+    if (!request.planning.plan_out.empty()) json_io::writeFile(choice.out, config.plan.toJson());
+  } else if (handMade(request.planning.args)) {
+    config.plan = planFromArgs(model, request.planning.args, request.ranks.nproc);
     json_io::writeFile(choice.out, config.plan.toJson());
-  } else if (choice.resumed && request.nproc == choice.resumed->manifest.world_size && !choice.replanning_asked) {
+  } else if (choice.resumed && request.ranks.nproc == choice.resumed->manifest.world_size && !choice.replanning_asked) {
     config.plan = choice.resumed->manifest.plan;
     json_io::writeFile(choice.out, config.plan.toJson());
   } else {
     const std::optional<cluster::ClusterSpec> hosts =
         choice.hosts_network ? std::optional<cluster::ClusterSpec>(choice.hosts_network()) : std::nullopt;
-    const ProfileRequest profile{request.nproc,   request.blasThreadsPerRank(), request.localCores(),
-                                 request.model_options, request.plan_args,   request.timeout_seconds,
-                                 request.reprofile};
+    const ProfileRequest profile{
+        request.ranks.nproc,   request.blasThreadsPerRank(),  request.localCores(),      request.source.model_options,
+        request.planning.args, request.ranks.timeout_seconds, request.planning.reprofile};
     const AutoPlanRequest auto_plan{profile,
-                                    !request.no_replication,
-                                    request.allow_async,
-                                    request.partitioner,
-                                    request.plan_args.recompute,
-                                    request.rank_memory_bytes,
+                                    !request.planning.no_replication,
+                                    request.planning.allow_async,
+                                    request.planning.partitioner,
+                                    request.planning.args.recompute,
+                                    request.planning.rank_memory_bytes,
                                     choice.out,
-                                    request.wire,
-                                    request.objective,
-                                    request.calibration,
+                                    request.ranks.wire,
+                                    request.planning.objective,
+                                    request.planning.calibration,
                                     hosts ? &*hosts : nullptr};
     planned = planLocalRun(config, model, auto_plan, say);
     config.plan = planned->plan;
-    request.planner = planned->planner;
+    request.planning.record = planned->planner;
   }
   if (choice.resumed) {
     checkResumable(*choice.resumed, config, config.plan);
@@ -68,15 +68,18 @@ std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& 
     // launcher would then advise resuming the very checkpoint.
     runtime::checkEpochsLeft(*choice.resumed, config.epochs);
   }
-  if (request.plan.empty() || !request.plan_out.empty()) request.plan = choice.out;
+  if (request.planning.plan_file.empty() || !request.planning.plan_out.empty()) request.planning.plan_file = choice.out;
   return planned;
 }
 
-bool planGiven(const TrainRequest& request) { return !request.plan.empty() || handMade(request.plan_args); }
+bool planGiven(const TrainRequest& request) {
+  return !request.planning.plan_file.empty() || handMade(request.planning.args);
+}
 
 plan::Plan planOfRank(const TrainRequest& request, int world_size) {
-  if (!request.plan.empty()) return plan::Plan::load(request.plan);
-  if (handMade(request.plan_args)) return planFromArgs(runtime::openModel(request.config), request.plan_args, world_size);
+  if (!request.planning.plan_file.empty()) return plan::Plan::load(request.planning.plan_file);
+  if (handMade(request.planning.args))
+    return planFromArgs(runtime::openModel(request.config), request.planning.args, world_size);
   throw Error("ranks started by hand need a plan: --plan FILE (from `pipetrain plan` or `pipetrain train "
               "--plan-out`), --stage-bounds or --data-parallel");
 }

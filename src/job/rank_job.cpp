@@ -87,17 +87,18 @@ std::optional<runtime::Checkpoint> resolveResume(runtime::TrainConfig& config, c
 
 runtime::RankResult runRank(TrainRequest& request, const std::function<void(const runtime::Progress&)>& on_progress) {
   runtime::Rendezvous rv = runtime::Rendezvous::fromEnvironment();
-  rv.timeout = std::chrono::seconds(request.timeout_seconds);
-  if (request.plan_rank >= 0) rv.rank = request.plan_rank;
+  rv.timeout = std::chrono::seconds(request.ranks.timeout_seconds);
+  if (request.ranks.plan_rank >= 0) rv.rank = request.ranks.plan_rank;
   runtime::TrainConfig& config = request.config;
   if (const char* t = std::getenv("OMP_NUM_THREADS"); t && config.threads == 0) config.threads = std::atoi(t);
   const bool launched = startedByLauncher();
   auto transport = runtime::makeGlooTransport(rv);
   // NCCL carries the data between ranks on GPUs of their own; Gloo always coordinates.
   const torch::Device device = runtime::rankDevice(config.device, runtime::localRank(transport->rank()));
-  const std::unique_ptr<runtime::DataChannel> channel = runtime::openDataChannel(request.wire, rv, device, *transport);
+  const std::unique_ptr<runtime::DataChannel> channel =
+      runtime::openDataChannel(request.ranks.wire, rv, device, *transport);
   runtime::DataChannel& data = channel ? *channel : static_cast<runtime::DataChannel&>(*transport);
-  MetricsLog log(request.log_jsonl, !config.resume.empty());
+  MetricsLog log(request.outputs.log_jsonl, !config.resume.empty());
   auto last_progress = std::chrono::steady_clock::now();
   runtime::RankResult result = runtime::trainRank(config, data, *transport, [&](const runtime::Progress& p) {
     if (p.reports) log.write(p);

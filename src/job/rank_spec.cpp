@@ -100,12 +100,12 @@ json_io::Json rankJobToJson(const TrainRequest& r) {
   return {{"format", kFormat},
           {"version", 1},
           {"config", configToJson(r.config)},
-          {"nproc", r.nproc},
-          {"cores", r.cores},
-          {"local_ranks", r.local_ranks},
-          {"wire", r.wire},
-          {"timeout_seconds", r.timeout_seconds},
-          {"log_jsonl", r.log_jsonl}};
+          {"nproc", r.ranks.nproc},
+          {"cores", r.ranks.cores},
+          {"local_ranks", r.ranks.local_ranks},
+          {"wire", r.ranks.wire},
+          {"timeout_seconds", r.ranks.timeout_seconds},
+          {"log_jsonl", r.outputs.log_jsonl}};
 }
 
 TrainRequest rankJobFromJson(const json_io::Json& j, const std::string& origin) {
@@ -115,12 +115,12 @@ TrainRequest rankJobFromJson(const json_io::Json& j, const std::string& origin) 
   c.field("version").asIntIn(1, 1);
   TrainRequest r;
   r.config = configFromJson(c.field("config"), origin);
-  r.nproc = static_cast<int>(c.field("nproc").asIntIn(1, 1 << 20));
-  r.cores = static_cast<int>(c.field("cores").asIntIn(0, 1 << 20));
-  r.local_ranks = static_cast<int>(c.field("local_ranks").asIntIn(0, 1 << 20));
-  r.wire = c.field("wire").asString();
-  r.timeout_seconds = static_cast<int>(c.field("timeout_seconds").asIntIn(1, 1 << 30));
-  r.log_jsonl = c.field("log_jsonl").asString();
+  r.ranks.nproc = static_cast<int>(c.field("nproc").asIntIn(1, 1 << 20));
+  r.ranks.cores = static_cast<int>(c.field("cores").asIntIn(0, 1 << 20));
+  r.ranks.local_ranks = static_cast<int>(c.field("local_ranks").asIntIn(0, 1 << 20));
+  r.ranks.wire = c.field("wire").asString();
+  r.ranks.timeout_seconds = static_cast<int>(c.field("timeout_seconds").asIntIn(1, 1 << 30));
+  r.outputs.log_jsonl = c.field("log_jsonl").asString();
   return r;
 }
 

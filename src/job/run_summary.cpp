@@ -151,18 +151,18 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
   // which is what a profile of shared cores measures (a core's speed), and the turns'
   // cost in switching and refilled caches with it (docs/profiling.md). Its memory beyond
   // the planned tensors too, wherever the ranks computed on the host.
-  if (request.planner) {
+  if (request.planning.record) {
     double slowest_probe = 0;  // the pace of the times it learns (runtime/core_probe.h)
     for (const runtime::RankResult& r : results) slowest_probe = std::max(slowest_probe, r.probe_seconds);
-    sharpenCachedProfile(request.planner->profile, plan, measured.pricedSeconds(), slowest_probe,
-                         runMemory(s.ranks, request.planner->chosen), say);
+    sharpenCachedProfile(request.planning.record->profile, plan, measured.pricedSeconds(), slowest_probe,
+                         runMemory(s.ranks, request.planning.record->chosen), say);
   }
   sim::Evaluation prediction = predictRun(measured);
   const sim::Report& predicted = prediction.report;
   prediction.timeline.title = "predicted: " + s.measured_timeline.title;
   // Memory as the planner predicted it from the profile (its layers' activations): the
   // run's own stage times say nothing of it.
-  const report::ChosenPrediction* chosen = request.planner ? &request.planner->chosen : nullptr;
+  const report::ChosenPrediction* chosen = request.planning.record ? &request.planning.record->chosen : nullptr;
   const bool planned_memory = chosen && chosen->rank_peak_memory_bytes.size() == s.ranks.size();
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     s.ranks[r].predicted_bubble_fraction = predicted.ranks[r].bubble_fraction;
@@ -180,16 +180,16 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
   s.model = request.config.model;
   s.schedule = plan.schedule.name;
   s.asynchronous = !rule.synchronous;
-  s.world_size = request.nproc;
+  s.world_size = request.ranks.nproc;
   s.final_loss = last ? last->final_loss : 0.0;
   s.samples = any.samples;
   s.throughput = train_seconds > 0 ? static_cast<double>(s.samples) / train_seconds : 0;
   s.wall_seconds = run.wall_seconds;
   s.predicted_throughput = predicted.throughput;
-  s.plan_file = request.plan;
+  s.plan_file = request.planning.plan_file;
   s.plan = plan;
   s.predicted_timeline = prediction.timeline;
-  s.planner = request.planner;
+  s.planner = request.planning.record;
   s.events = run.events;
   s.recipe = {request.config.optimizer, request.config.lr, request.config.lr_schedule, request.config.clip_grad_norm};
   if (last) {
@@ -203,18 +203,20 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
 std::vector<std::string> writeRunOutputs(const TrainRequest& request, const RunSummary& summary) {
   const report::TrainSummary& s = summary.record;
   std::vector<std::string> written;
-  if (!request.trace.empty()) {
-    trace::writeChromeTrace(s.measured_timeline, request.trace);
-    written.push_back("trace: " + request.trace);
+  if (!request.outputs.trace.empty()) {
+    trace::writeChromeTrace(s.measured_timeline, request.outputs.trace);
+    written.push_back("trace: " + request.outputs.trace);
   }
-  if (!request.svg.empty()) {
-    trace::writeSvgGantt(s.measured_timeline, request.svg);
-    written.push_back("gantt: " + request.svg);
+  if (!request.outputs.svg.empty()) {
+    trace::writeSvgGantt(s.measured_timeline, request.outputs.svg);
+    written.push_back("gantt: " + request.outputs.svg);
   }
-  if (!request.summary_json.empty()) json_io::writeFile(request.summary_json, report::trainSummaryToJson(s));
-  if (!request.report_dir.empty()) {
-    const std::string page = (std::filesystem::path(request.report_dir) / "report.html").string();
-    report::writeHtml(report::pageForRun(s, report::readJsonLines(request.log_jsonl), request.summary_json), page);
+  if (!request.outputs.summary_json.empty())
+    json_io::writeFile(request.outputs.summary_json, report::trainSummaryToJson(s));
+  if (!request.outputs.report_dir.empty()) {
+    const std::string page = (std::filesystem::path(request.outputs.report_dir) / "report.html").string();
+    report::writeHtml(
+        report::pageForRun(s, report::readJsonLines(request.outputs.log_jsonl), request.outputs.summary_json), page);
     written.push_back("report: " + page);
   }
   return written;

@@ -141,8 +141,9 @@ void TorchrunJob::receivePlan(TrainRequest& request, std::chrono::seconds patien
   if (shared.contains("error")) throw Error("rank 0 found no plan: " + shared["error"].get<std::string>());
   request.config.plan = plan::Plan::fromJson(shared["plan"], "rank 0's plan");
   if (!shared["planner"].is_null())
-    request.planner = report::plannerRecordFromJson(json_io::JsonCursor(shared["planner"], "rank 0's planner record"));
-  if (!shared["plan_ranks"].empty()) request.plan_rank = shared["plan_ranks"].at(rank()).get<int>();
+    request.planning.record =
+        report::plannerRecordFromJson(json_io::JsonCursor(shared["planner"], "rank 0's planner record"));
+  if (!shared["plan_ranks"].empty()) request.ranks.plan_rank = shared["plan_ranks"].at(rank()).get<int>();
 }
 
 LaunchedRun TorchrunJob::gatherResults(const runtime::RankResult& mine, int plan_rank,

@@ -28,27 +28,28 @@ std::string modelPyName(const std::string& spec) {
 // captured (once per host: the ranks of a torchrun job share the cached file; a launcher
 // hands its ranks the file in their job), the model's name, the data's defaults.
 void resolveModelAndData(TrainRequest& a, const std::set<std::string>& given, const Say& say) {
-  a.config.model_config = parseModelOptions(a.model_options);
+  a.config.model_config = parseModelOptions(a.source.model_options);
   a.config.data.seed = a.config.seed;
-  if (!a.model_py.output.empty() && a.model_py.spec.empty()) throw Error("--model-output goes with --model-py");
-  if (!a.model_py.spec.empty()) {
+  if (!a.source.model_py.output.empty() && a.source.model_py.spec.empty())
+    throw Error("--model-output goes with --model-py");
+  if (!a.source.model_py.spec.empty()) {
     if (!a.config.model_file.empty()) throw Error("--model-py is the model; drop --model-file");
     if (a.config.data.file.empty()) throw Error("--model-py needs --data-file: its first inputs trace the model");
-    a.model_py.data_file = a.config.data.file;
-    a.config.model_file = graph::capturedModel(a.model_py, graph::ProfileCache::defaultDir());
+    a.source.model_py.data_file = a.config.data.file;
+    a.config.model_file = graph::capturedModel(a.source.model_py, graph::ProfileCache::defaultDir());
   }
   if (!a.config.model_file.empty()) {
     if (given.count("model") || given.count("model-option"))
-      throw Error(std::string(a.model_py.spec.empty() ? "--model-file" : "--model-py") +
+      throw Error(std::string(a.source.model_py.spec.empty() ? "--model-file" : "--model-py") +
                   " is the model; drop --model and --model-option");
-    a.config.model = a.model_py.spec.empty() ? std::filesystem::path(a.config.model_file).stem().string()
-                                             : modelPyName(a.model_py.spec);
+    a.config.model = a.source.model_py.spec.empty() ? std::filesystem::path(a.config.model_file).stem().string()
+                                                    : modelPyName(a.source.model_py.spec);
   }
   runtime::checkNumbers(a.config);  // before any long work
   if (!a.config.data.file.empty() && (given.count("dataset") || given.count("data-dir")))
     throw Error("--data-file is the data; drop --dataset and --data-dir");
-  if (!a.data_dir.empty()) a.config.data.fashion_mnist_dir = a.config.data.fortunes_dir = a.data_dir;
-  if (a.plan_args.schedule.name == "auto") a.plan_args.schedule.name.clear();
+  if (!a.source.data_dir.empty()) a.config.data.fashion_mnist_dir = a.config.data.fortunes_dir = a.source.data_dir;
+  if (a.planning.args.schedule.name == "auto") a.planning.args.schedule.name.clear();
   // A zoo model trains on its own data unless told otherwise: fmnist-cnn on
   // Fashion-MNIST (it trained on random noise by default before); the others on
   // synthetic data, and the launcher says so.
@@ -61,8 +62,8 @@ void resolveModelAndData(TrainRequest& a, const std::set<std::string>& given, co
 
 // Options that cannot go together in deciding the plan.
 void checkPlanOptions(const TrainRequest& a, const std::set<std::string>& given) {
-  if (!a.plan_args.schedule.name.empty()) schedule::checkScheduleName(a.plan_args.schedule.name);
-  const bool hand_made = !a.plan_args.stage_bounds.empty() || a.plan_args.data_parallel;
+  if (!a.planning.args.schedule.name.empty()) schedule::checkScheduleName(a.planning.args.schedule.name);
+  const bool hand_made = !a.planning.args.stage_bounds.empty() || a.planning.args.data_parallel;
   if (given.count("batch"))
     for (const char* other : {"microbatches", "microbatch-size", "plan", "stage-bounds", "data-parallel"})
       if (given.count(other))
@@ -75,22 +76,23 @@ void checkPlanOptions(const TrainRequest& a, const std::set<std::string>& given)
                     " steers the planner, and --stage-bounds or --data-parallel leave it nothing to choose; drop "
                     "one of them");
   if (given.count("min-nproc")) {
-    if (!a.plan.empty() || !a.plan_args.stage_bounds.empty())
+    if (!a.planning.plan_file.empty() || !a.planning.args.stage_bounds.empty())
       throw Error("--min-nproc re-plans for the ranks left, and --plan or --stage-bounds fix the plan for " +
-                  std::to_string(a.nproc) + " ranks; drop one of them (--data-parallel goes with it)");
-    if (a.min_nproc >= a.nproc)
-      throw Error("--min-nproc " + std::to_string(a.min_nproc) + " leaves no rank to lose from --nproc " +
-                  std::to_string(a.nproc) + "; give fewer");
+                  std::to_string(a.ranks.nproc) + " ranks; drop one of them (--data-parallel goes with it)");
+    if (a.ranks.min_nproc >= a.ranks.nproc)
+      throw Error("--min-nproc " + std::to_string(a.ranks.min_nproc) + " leaves no rank to lose from --nproc " +
+                  std::to_string(a.ranks.nproc) + "; give fewer");
     if (a.config.checkpoint_dir.empty()) throw Error("--min-nproc goes on from the newest checkpoint: give --checkpoint-dir");
   }
   // A plan file decides stages, micro-batching and schedule.
-  if (!a.plan.empty())
+  if (!a.planning.plan_file.empty())
     for (const char* other : {"schedule", "chunks", "microbatches", "microbatch-size", "stage-bounds", "data-parallel",
                               "vertical-sync", "pipemare-t1", "pipemare-warmup", "pipemare-t2", "pipemare-decay",
                               "objective", "calibration-seconds", "recompute", "rank-memory"})
       if (given.count(other))
-        throw Error("--plan " + a.plan + " decides the stages, micro-batching and schedule (with its options); drop --" +
-                    other + " or edit the plan");
+        throw Error("--plan " + a.planning.plan_file +
+                    " decides the stages, micro-batching and schedule (with its options); drop --" + other +
+                    " or edit the plan");
 }
 
 }  // namespace

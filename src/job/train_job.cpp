@@ -66,17 +66,17 @@ class RemovedAtExit {
 // A report's folder keeps the summary and the metrics log beside the page (unless they
 // are asked for elsewhere).
 void prepareOutputs(TrainRequest& a) {
-  if (!a.report_dir.empty()) {
+  if (!a.outputs.report_dir.empty()) {
     std::error_code ec;
-    std::filesystem::create_directories(a.report_dir, ec);
-    if (ec) throw Error("--report " + a.report_dir + ": cannot create the folder (" + ec.message() + ")");
-    const std::filesystem::path dir(a.report_dir);
-    if (a.summary_json.empty()) a.summary_json = (dir / "summary.json").string();
-    if (a.log_jsonl.empty()) a.log_jsonl = (dir / "metrics.jsonl").string();
+    std::filesystem::create_directories(a.outputs.report_dir, ec);
+    if (ec) throw Error("--report " + a.outputs.report_dir + ": cannot create the folder (" + ec.message() + ")");
+    const std::filesystem::path dir(a.outputs.report_dir);
+    if (a.outputs.summary_json.empty()) a.outputs.summary_json = (dir / "summary.json").string();
+    if (a.outputs.log_jsonl.empty()) a.outputs.log_jsonl = (dir / "metrics.jsonl").string();
   }
   // The reporting rank starts the file afresh (a resumed run goes on with it); here it
   // only has to be writable.
-  if (!a.log_jsonl.empty()) text::checkWritable(a.log_jsonl, "--log-jsonl");
+  if (!a.outputs.log_jsonl.empty()) text::checkWritable(a.outputs.log_jsonl, "--log-jsonl");
 }
 
 // Checks everything that can be checked before any long work, then decides the job's
@@ -89,16 +89,16 @@ models::Model decideJobPlan(TrainRequest& a, const TrainAsked& asked, const Trai
   // (another rank count plans afresh: any plan loads a checkpoint).
   const std::optional<runtime::Checkpoint> resumed = resolveResume(a.config, watch.say);
   // Every rank resumes from this one (config.resume names it).
-  if (resumed && !ranks_fixed && !asked.nproc) a.nproc = resumed->manifest.world_size;
+  if (resumed && !ranks_fixed && !asked.nproc) a.ranks.nproc = resumed->manifest.world_size;
   models::Model model = runtime::openModel(a.config);  // an unknown model fails here, first
   runtime::checkRecipe(a.config, model);               // a bad recipe before any profiling
   data::openDataset(a.config.data, model.input);       // so does a missing or unfitting dataset
   prepareOutputs(a);
   // Every rank trains exactly the plan decided here: it goes to them as a file. The
   // checkpoint's own mini-batch asks for nothing new.
-  const bool same_batch = resumed && a.plan_args.batch == resumed->manifest.plan.samplesPerMinibatch();
-  PlanChoice choice{resumed ? &*resumed : nullptr, asked.replanning || (asked.batch && !same_batch), a.plan_out,
-                    hosts_network};
+  const bool same_batch = resumed && a.planning.args.batch == resumed->manifest.plan.samplesPerMinibatch();
+  PlanChoice choice{resumed ? &*resumed : nullptr, asked.replanning || (asked.batch && !same_batch),
+                    a.planning.plan_out, hosts_network};
   if (choice.out.empty()) {
     choice.out = (std::filesystem::temp_directory_path() /
                   ("pipetrain-plan-" + std::to_string(::getpid()) + ".json")).string();
@@ -106,7 +106,7 @@ models::Model decideJobPlan(TrainRequest& a, const TrainAsked& asked, const Trai
     temporary.add(profilePath(choice.out));
   }
   if (const std::optional<LocalPlan> planned = decidePlan(a, model, choice, watch.say))
-    watch.planned(*planned, a.nproc, a.plan_out);
+    watch.planned(*planned, a.ranks.nproc, a.planning.plan_out);
   return model;
 }
 
@@ -115,21 +115,22 @@ TrainOutcome runLauncher(TrainRequest& a, const TrainAsked& asked, const TrainWa
   RemovedAtExit temporary;
   const models::Model model = decideJobPlan(a, asked, watch, false, {}, temporary);
   temporary.add(rankJobPath());  // launchRanks hands the ranks their job there
-  runtime::checkConfig(a.config, model, a.nproc);  // the plan against the model and the job
-  if (const int cores = a.localCores(); a.nproc > cores)
-    watch.say(formatted("note: %d ranks on %d cores take turns on them, pinned round-robin as the simulator "
-                        "places them; on 2 cores, 3 ranks trained slower than 2 "
-                        "(docs/predictions.md#predicted-against-measured)",
-                        a.nproc, cores));
+  runtime::checkConfig(a.config, model, a.ranks.nproc);  // the plan against the model and the job
+  if (const int cores = a.localCores(); a.ranks.nproc > cores)
+    watch.say(
+        formatted("note: %d ranks on %d cores take turns on them, pinned round-robin as the simulator "
+                  "places them; on 2 cores, 3 ranks trained slower than 2 "
+                  "(docs/predictions.md#predicted-against-measured)",
+                  a.ranks.nproc, cores));
   LaunchWatch launch;
   launch.progress = watch.progress;
   launch.line = watch.line;
   launch.restart = watch.restart;
   launch.replanned = [&](const std::optional<LocalPlan>& planned) {
-    if (planned) watch.planned(*planned, a.nproc, a.plan_out);
+    if (planned) watch.planned(*planned, a.ranks.nproc, a.planning.plan_out);
   };
   launch.say = watch.say;
-  const LaunchedRun run = launchRanks(a, model, a.plan, launch);
+  const LaunchedRun run = launchRanks(a, model, a.planning.plan_file, launch);
   TrainOutcome outcome;
   outcome.summary = summarizeRun(a, model, run, watch.say);
   return outcome;
@@ -141,13 +142,13 @@ TrainOutcome runLauncher(TrainRequest& a, const TrainAsked& asked, const TrainWa
 TrainOutcome runTorchrunRank(TrainRequest& a, const TrainAsked& asked, const TrainWatch& watch) {
   const auto start = std::chrono::steady_clock::now();
   runtime::Rendezvous rendezvous = runtime::Rendezvous::fromEnvironment();
-  rendezvous.timeout = std::chrono::seconds(a.timeout_seconds);  // a silent peer while measuring the network
+  rendezvous.timeout = std::chrono::seconds(a.ranks.timeout_seconds);  // a silent peer while measuring the network
   TorchrunJob torchrun(rendezvous);
   rendezvous = torchrun.rendezvous();
-  a.nproc = torchrun.worldSize();
+  a.ranks.nproc = torchrun.worldSize();
   // The ranks of this host share its cores; each computes on OMP_NUM_THREADS where
   // torchrun (or the user) set it, and the profile is taken on as many.
-  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) a.local_ranks = std::max(1, std::atoi(local));
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE")) a.ranks.local_ranks = std::max(1, std::atoi(local));
   if (const char* t = std::getenv("OMP_NUM_THREADS"); t && a.config.threads == 0) a.config.threads = std::atoi(t);
   torchrun.sharePlace(thisRankPlace(rendezvous, runtime::localRank(torchrun.rank()), a.config.device,
                                     a.blasThreadsPerRank()));
@@ -156,34 +157,36 @@ TrainOutcome runTorchrunRank(TrainRequest& a, const TrainAsked& asked, const Tra
   std::vector<int> plan_ranks;  // by job rank, where the plan's ranks are not the job's
   if (torchrun.rank() == 0) {
     try {
-      const std::vector<RankPlace> places = torchrun.places(std::chrono::seconds(a.timeout_seconds));
+      const std::vector<RankPlace> places = torchrun.places(std::chrono::seconds(a.ranks.timeout_seconds));
       // Across hosts, the planner plans for the network between them, measured once.
       std::function<cluster::ClusterSpec()> hosts_network;
       std::optional<cluster::ClusterSpec> hosts;
       if (!oneHost(places))
         hosts_network = [&] {
-          hosts = torchrun.networkOfHosts(places, a.wire, a.config.device, a.reprofile, watch.say);
+          hosts = torchrun.networkOfHosts(places, a.ranks.wire, a.config.device, a.planning.reprofile, watch.say);
           return *hosts;
         };
       model = decideJobPlan(a, asked, watch, true, hosts_network, temporary);
-      runtime::checkConfig(a.config, *model, a.nproc);
+      runtime::checkConfig(a.config, *model, a.ranks.nproc);
       // Planned for the hosts: each stage runs on the host it was priced on.
       if (hosts) plan_ranks = planRanksOfJobRanks(a.config.plan, *hosts);
     } catch (const Error& e) {
       torchrun.sharePlanFailure(e.what());
       throw;
     }
-    torchrun.sharePlan(a.config.plan, a.planner, plan_ranks);
-    if (!plan_ranks.empty()) a.plan_rank = plan_ranks[0];
+    torchrun.sharePlan(a.config.plan, a.planning.record, plan_ranks);
+    if (!plan_ranks.empty()) a.ranks.plan_rank = plan_ranks[0];
   } else {
     prepareOutputs(a);  // the reporting rank, whichever it is, writes the metrics log
     resolveResume(a.config, Say());
     // Rank 0 may profile the model first, then has the ranks measure the network.
-    if (torchrun.networkMeasurementAnnounced(std::chrono::hours(1))) measureNetwork(rendezvous, a.wire, a.config.device);
+    if (torchrun.networkMeasurementAnnounced(std::chrono::hours(1)))
+      measureNetwork(rendezvous, a.ranks.wire, a.config.device);
     torchrun.receivePlan(a, std::chrono::hours(1));
   }
   const runtime::RankResult mine = runRank(a, watch.rank_progress);
-  const LaunchedRun run = torchrun.gatherResults(mine, a.plan_rank >= 0 ? a.plan_rank : torchrun.rank(), start);
+  const LaunchedRun run =
+      torchrun.gatherResults(mine, a.ranks.plan_rank >= 0 ? a.ranks.plan_rank : torchrun.rank(), start);
   TrainOutcome outcome;
   if (torchrun.rank() == 0) outcome.summary = summarizeRun(a, *model, run, watch.say);
   return outcome;
@@ -201,7 +204,7 @@ TrainOutcome train(TrainRequest& request, const TrainAsked& asked, const TrainWa
   // started by hand that trains the plan its options give.
   if (!startedByLauncher()) {
     const char* world = std::getenv("WORLD_SIZE");
-    request.config.plan = planOfRank(request, world ? std::atoi(world) : request.nproc);
+    request.config.plan = planOfRank(request, world ? std::atoi(world) : request.ranks.nproc);
   }
   const char* rank = std::getenv("RANK");
   // Under the launcher, it has said so.

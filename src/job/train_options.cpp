@@ -71,10 +71,10 @@ std::vector<Option> recipeOptions(runtime::TrainConfig& c) {
 
 // The options that steer the planner or fix the plan.
 std::vector<Option> planOptions(TrainRequest& r) {
-  PlanArgs& pa = r.plan_args;
+  PlanArgs& pa = r.planning.args;
   using Setter = std::function<void(const std::string&)>;
   return {
-      {"plan", kPlan, "plan JSON: stages (by layer name), micro-batching and schedule", &r.plan},
+      {"plan", kPlan, "plan JSON: stages (by layer name), micro-batching and schedule", &r.planning.plan_file},
       Option{"batch", kPlan,
              "samples per optimizer step, instead of --microbatches and --microbatch-size: the planner also chooses "
              "how to split them (micro-batch sizes: powers of two dividing it, from the profiled one up)",
@@ -86,15 +86,15 @@ std::vector<Option> planOptions(TrainRequest& r) {
        schedule::scheduleNameList() +
            ", or auto (default: the planner's choice; 1f1b with --stage-bounds or --data-parallel)",
        &pa.schedule.name},
-      {"allow-async", kPlan, "without --plan: the planner may choose pipedream, 2bw or pipemare", &r.allow_async},
-      planner::objectiveOption(r.objective, kPlan, "without --plan: "),
+      {"allow-async", kPlan, "without --plan: the planner may choose pipedream, 2bw or pipemare",
+       &r.planning.allow_async},
+      planner::objectiveOption(r.planning.objective, kPlan, "without --plan: "),
       Option{"calibration-seconds", kPlan, "time to accuracy: the training budget of each update rule's calibration",
-             &r.calibration.seconds_per_rule}
+             &r.planning.calibration.seconds_per_rule}
           .positive()
           .shown(),
       Option{"chunks", kPlan, "interleaved: stages per rank", &pa.schedule.chunks}.positive(),
-      {"vertical-sync", kPlan,
-       "pipedream: every stage uses the weight version the input stage used for a micro-batch",
+      {"vertical-sync", kPlan, "pipedream: every stage uses the weight version the input stage used for a micro-batch",
        &pa.schedule.vertical_sync},
       Option{"pipemare-t1", kPlan, "pipemare: learning-rate rescheduling, each stage from lr/delay up to lr [true]",
              truth(pa.schedule.pipemare_lr_warmup)}
@@ -105,17 +105,19 @@ std::vector<Option> planOptions(TrainRequest& r) {
           .among({"true", "false"}),
       Option{"pipemare-decay", kPlan, "pipemare: T2's decay D (gamma = D^(1/delay))", &pa.schedule.pipemare_decay}
           .shown(),
-      {"no-replication", kPlan, "without --plan: plan a pure pipeline, no replicated stages", &r.no_replication},
+      {"no-replication", kPlan, "without --plan: plan a pure pipeline, no replicated stages",
+       &r.planning.no_replication},
       {"reprofile", kPlan,
        "without --plan: profile the model again even where the profile cache holds its profile "
        "($PIPETRAIN_CACHE_DIR, else ~/.cache/pipetrain/profiles), and a job across hosts their network",
-       &r.reprofile},
-      planner::partitionerOption(r.partitioner, kPlan),
+       &r.planning.reprofile},
+      planner::partitionerOption(r.planning.partitioner, kPlan),
       planner::recomputeOption(pa.recompute, kPlan),
       {"rank-memory", kPlan,
        "without --plan: the memory the planner gives each rank, e.g. 512MiB or 16GiB (default: physical memory / "
        "ranks): plan as a smaller device would hold it",
-       Setter([&r](const std::string& size) { r.rank_memory_bytes = text::parseBytes(size, "--rank-memory"); })},
+       Setter(
+           [&r](const std::string& size) { r.planning.rank_memory_bytes = text::parseBytes(size, "--rank-memory"); })},
       Option{"stage-bounds", kPlan, "layer boundaries, e.g. 0,2,4 (default: the planner's choice)", &pa.stage_bounds}
           .repeated(),
       {"data-parallel", kPlan, "one stage replicated on every rank (plain data parallelism)", &pa.data_parallel},
@@ -138,16 +140,17 @@ std::vector<Option> modelOptions(TrainRequest& r) {
            {"model-py", kModel,
             "your own model as Python: FILE.py:EXPRESSION or MODULE:EXPRESSION making the nn.Module, captured by "
             "python/pipetrain_capture.py on --data-file's first inputs and cached (docs/byo.md)",
-            &r.model_py.spec},
+            &r.source.model_py.spec},
            {"model-output", kModel,
             "with --model-py: the tensor to train on where forward() returns several (a ModelOutput's logits)",
-            &r.model_py.output},
-           Option{"model-option", kModel, "model size, KEY=INTEGER (e.g. layers=8 width=256)", &r.model_options}
+            &r.source.model_py.output},
+           Option{"model-option", kModel, "model size, KEY=INTEGER (e.g. layers=8 width=256)", &r.source.model_options}
                .repeated(),
            {"dataset", kModel,
             "fashion-mnist, fortunes or synthetic (default: fashion-mnist for fmnist-cnn, else synthetic)",
             &c.data.name},
-           {"data-dir", kModel, "where the dataset's files are (default: the Debian package's folder)", &r.data_dir},
+           {"data-dir", kModel, "where the dataset's files are (default: the Debian package's folder)",
+            &r.source.data_dir},
            Option{"epochs", kModel, "epochs", &c.epochs}.positive().shown(),
            Option{"max-steps", kModel, "stop each epoch after this many mini-batches", &c.max_steps_per_epoch}
                .positive(),
@@ -161,7 +164,7 @@ std::vector<Option> modelOptions(TrainRequest& r) {
 std::vector<Option> rankOptions(TrainRequest& r) {
   runtime::TrainConfig& c = r.config;
   return {
-      Option{"nproc", kRanks, "local ranks to launch (ignored when RANK is set)", &r.nproc}.positive().shown(),
+      Option{"nproc", kRanks, "local ranks to launch (ignored when RANK is set)", &r.ranks.nproc}.positive().shown(),
       Option{"device", kRanks,
              "cpu; cuda (local rank r takes GPU r mod the GPUs, so ranks may share one); cuda:N or cuda:N,M,... "
              "(rank r the list's entry r mod its length); auto: cuda where LibTorch sees a GPU",
@@ -172,14 +175,17 @@ std::vector<Option> rankOptions(TrainRequest& r) {
              "its own), shm (gradient sums in shared memory between CPU ranks of one host, messages over gloo), "
              "gloo (through host copies on GPUs), auto: nccl where it can, else shm where it can, else gloo; "
              "coordination always goes over gloo",
-             &r.wire}
+             &r.ranks.wire}
           .among({"auto", "gloo", "shm", "nccl"})
           .shown(),
       Option{"precision", kRanks, "fp32, or bf16 (autocast; fp32 master weights and optimizer state)", &c.precision}
           .shown(),
-      Option{"cores", kRanks, "cores the local ranks share (default: all); each rank gets cores / nproc", &r.cores}
+      Option{"cores", kRanks, "cores the local ranks share (default: all); each rank gets cores / nproc",
+             &r.ranks.cores}
           .positive(),
-      Option{"timeout", kRanks, "seconds before a silent peer ends the job", &r.timeout_seconds}.positive().shown(),
+      Option{"timeout", kRanks, "seconds before a silent peer ends the job", &r.ranks.timeout_seconds}
+          .positive()
+          .shown(),
       {"checkpoint-dir", kRanks,
        "save checkpoints here: at every epoch's end, and every --checkpoint-every mini-batches", &c.checkpoint_dir},
       Option{"checkpoint-every", kRanks,
@@ -196,13 +202,13 @@ std::vector<Option> rankOptions(TrainRequest& r) {
       Option{"max-restarts", kRanks,
              "restart the job after a rank fails, up to this many times, from the newest checkpoint of "
              "--checkpoint-dir (from the start without one)",
-             &r.max_restarts}
+             &r.ranks.max_restarts}
           .nonNegative()
           .shown(),
       Option{"min-nproc", kRanks,
              "elastic: when a rank fails again after --max-restarts, go on with one rank fewer, down to this many, "
              "re-planned for them and resumed from the newest checkpoint of --checkpoint-dir",
-             &r.min_nproc}
+             &r.ranks.min_nproc}
           .positive(),
   };
 }
@@ -210,21 +216,22 @@ std::vector<Option> rankOptions(TrainRequest& r) {
 std::vector<Option> writtenOptions(TrainRequest& r) {
   runtime::TrainConfig& c = r.config;
   return {
-      {"plan-out", kWritten, "without --plan: where to write the plan the planner chooses", &r.plan_out},
+      {"plan-out", kWritten, "without --plan: where to write the plan the planner chooses", &r.planning.plan_out},
       {"export", kWritten, "with --model-file: write the trained model as TorchScript here", &c.export_path},
       {"torch-trace", kWritten,
        "PREFIX: each rank r writes a Chrome trace (LibTorch's profiler: operators, GPU kernels and copies) of "
        "mini-batches 21 and 22 to PREFIX.rank<r>.json (the run needs 22 or more)",
        &c.torch_trace},
-      {"trace", kWritten,
-       "write a typical mini-batch's measured Chrome trace (the median by duration of the last 9)", &r.trace},
+      {"trace", kWritten, "write a typical mini-batch's measured Chrome trace (the median by duration of the last 9)",
+       &r.outputs.trace},
       {"svg", kWritten, "write a typical mini-batch's measured Gantt chart (the median by duration of the last 9)",
-       &r.svg},
-      {"summary-json", kWritten, "write the summary as JSON", &r.summary_json},
-      {"log-jsonl", kWritten, "write a JSON line per mini-batch and per evaluation (docs/report.md)", &r.log_jsonl},
+       &r.outputs.svg},
+      {"summary-json", kWritten, "write the summary as JSON", &r.outputs.summary_json},
+      {"log-jsonl", kWritten, "write a JSON line per mini-batch and per evaluation (docs/report.md)",
+       &r.outputs.log_jsonl},
       {"report", kWritten,
        "write report.html (plan, predicted and measured Gantt, per-rank costs, loss and accuracy) into this folder",
-       &r.report_dir},
+       &r.outputs.report_dir},
   };
 }
 

@@ -6,12 +6,12 @@
 namespace pipetrain::job {
 
 int TrainRequest::localCores() const {
-  return cores > 0 ? cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return ranks.cores > 0 ? ranks.cores : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 int TrainRequest::blasThreadsPerRank() const {
   if (config.threads > 0) return config.threads;
-  return std::max(1, localCores() / (local_ranks > 0 ? local_ranks : nproc));
+  return std::max(1, localCores() / (ranks.local_ranks > 0 ? ranks.local_ranks : ranks.nproc));
 }
 
 }  // namespace pipetrain::job

@@ -52,11 +52,11 @@ TEST(RankJob, RoundTripsThroughItsJson) {
   c.checkpoint_every = 4;
   c.checkpoint_keep = 3;
   c.resume = "ckpt/step-8";
-  r.nproc = 2;
-  r.cores = 2;
-  r.wire = "shm";
-  r.timeout_seconds = 30;
-  r.log_jsonl = "metrics.jsonl";
+  r.ranks.nproc = 2;
+  r.ranks.cores = 2;
+  r.ranks.wire = "shm";
+  r.ranks.timeout_seconds = 30;
+  r.outputs.log_jsonl = "metrics.jsonl";
   const json_io::Json j = rankJobToJson(r);
   const TrainRequest back = rankJobFromJson(j, "job.json");
   EXPECT_EQ(rankJobToJson(back), j);

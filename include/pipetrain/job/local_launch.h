@@ -33,11 +33,11 @@ struct LaunchedRun {
   std::vector<report::RunEvent> events;
 };
 
-// Runs request.nproc local ranks, each handed the job as a file (rank_spec.h). After a
-// failure it restarts them, up to request.max_restarts times, from the newest
+// Runs request.ranks.nproc local ranks, each handed the job as a file (rank_spec.h). After a
+// failure it restarts them, up to request.ranks.max_restarts times, from the newest
 // checkpoint; once those are spent, where
-// request.min_nproc allows and a checkpoint exists, it goes on with one rank fewer
-// (request.nproc, config.plan and planner then describe the job that finished),
+// request.ranks.min_nproc allows and a checkpoint exists, it goes on with one rank fewer
+// (request.ranks.nproc, config.plan and planning.record then describe the job that finished),
 // the plan decided again for them (plan_decision.h, written to `plan_out`). Throws
 // Error naming the failed rank, and saying how to resume, when it cannot go on.
 LaunchedRun launchRanks(TrainRequest& request, const models::Model& model, std::string plan_out,

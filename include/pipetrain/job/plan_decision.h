@@ -27,8 +27,8 @@ struct PlanChoice {
   std::function<cluster::ClusterSpec()> hosts_network;
 };
 
-// Decides request.config.plan (and request.planner when the planner chose), writes it to
-// choice.out and points request.plan at the file. Returns the planner's work when it
+// Decides request.config.plan (and request.planning.record when the planner chose), writes it to
+// choice.out and points request.planning.plan_file at the file. Returns the planner's work when it
 // chose, for the caller to show. Throws Error when the plan does not fit the model, the
 // job or the checkpoint.
 std::optional<LocalPlan> decidePlan(TrainRequest& request, const models::Model& model, const PlanChoice& choice,

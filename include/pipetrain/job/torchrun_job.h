@@ -54,7 +54,7 @@ class TorchrunJob {
   bool networkMeasurementAnnounced(std::chrono::seconds patience);
 
   // Rank 0: the plan (and the planner's summary) for the others, with the rank of the
-  // plan each process runs by its job rank where they differ (TrainRequest::plan_rank;
+  // plan each process runs by its job rank where they differ (RankLayout::plan_rank;
   // empty: its own), or why there is none, which ends them with the same message.
   void sharePlan(const plan::Plan& plan, const std::optional<report::PlannerRecord>& planner,
                  const std::vector<int>& plan_ranks);
