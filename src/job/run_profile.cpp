@@ -28,16 +28,16 @@ namespace {
 // The profile's passes (ProfileOptions): warm-up at least, then timed until steady
 // (profile_model.cpp, NOTE(settling) and NOTE(repeats)).
 constexpr int kWarmup = 2, kMinRepeats = 3, kRepeats = 5;
-// What a profile may cost, roughly (timedSizes): per size, the warm-up passes, two to
-// settle and the timed ones, most often the fewest, with one to spare; each pass a whole
-// and a split backward, about 3 training passes at one sample; the busiest of P
-// processes timing up to 1.5 / P of the model (the shares are split by parameters, not
-// by time). Calibrated on VGG-16 and ResNet-50 at 224 x 224 on 2 ranks (2026-11-27):
-// with 7 passes of 2.5, VGG-16's profile took 27 s where 19 s were priced.
+// What a profile may cost (timedSizes, NOTE(profile cost)), in training steps of the
+// whole model at the size timed: per size, each process sets every layer up (a forward
+// pass) and measures its memory (a whole and a split forward and backward pass), then
+// runs the warm-up passes, at least one to settle, the fewest timed ones and one to
+// spare. A pass is a forward pass without a graph, then k micro-batches' forward and
+// backward passes twice (whole and split), over the layers the process times.
 constexpr double kProfileBudgetSeconds = 20;
-constexpr double kPassesPerSize = kWarmup + 2 + kMinRepeats + 1;
-constexpr double kPassCost = 3;
-constexpr double kBusiestShare = 1.5;
+constexpr double kSetupSteps = 1.0 / 3 + 2;
+constexpr double kPassesPerSize = kWarmup + 1 + kMinRepeats + 1;
+double passSteps(int in_flight) { return 1.0 / 3 + 2.0 * in_flight; }
 // A pass at 2 samples cheaper than this is also timed at 8 (NOTE(pass cost)); a dearer
 // one prices the sizes in proportion.
 constexpr double kCheapPassSeconds = 1.0;
@@ -149,9 +149,16 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
                                      static_cast<double>(second - 2))
                  : at_two / 2;
   const double fixed = std::max(0.0, at_two - 2 * per_sample);
-  const double busiest_share = std::min(1.0, kBusiestShare / processes.count);
+  // NOTE(profile cost): the processes time at once, so the profile takes what the
+  // busiest takes. Its share of the work is measured, not assumed: the shares are split
+  // by parameters, so a CNN's first share holds nearly all its compute, and a share of a
+  // transformer's identical blocks times one of them.
+  const std::vector<double> shares = profiler::shareWorkFractions(model, 2, processes.count, r.blas_threads);
+  double busiest_steps = 0;
+  for (int k = 0; k < processes.count; ++k)
+    busiest_steps = std::max(busiest_steps, kPassesPerSize * passSteps(processes.in_flight[k]) * shares[k]);
   const auto cost = [&](int64_t size) {
-    return kPassesPerSize * kPassCost * (fixed + per_sample * static_cast<double>(size)) * busiest_share;
+    return (kSetupSteps + busiest_steps) * (fixed + per_sample * static_cast<double>(size));
   };
   // Where that leaves a size of one, the model must train on one sample: BatchNorm on a
   // 1 x 1 map does not (DenseNet's last block on 32 x 32 images), so the sizes stay at 2

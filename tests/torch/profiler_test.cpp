@@ -194,6 +194,27 @@ TEST(Profiler, ALayerIdenticalToAnEarlierOneTakesItsTimes) {
   EXPECT_NE(h.layer(2).forward_seconds, h.layer(1).forward_seconds);  // timed apart: never equal to the nanosecond
 }
 
+// A profile's cost is priced on what each process times (job/run_profile.cpp): a share's
+// part of the model's forward time, over the layers it times itself. One share of an
+// mlp of identical hidden layers times three of its nine (the first, which reads the
+// input, one hidden layer, and the classifier with the loss).
+TEST(Profiler, ASharesWorkIsTheForwardTimeOfTheLayersItTimes) {
+  const models::Model model =
+      models::buildModel("mlp", {{"input", 512}, {"layers", 8}, {"width", 512}, {"classes", 10}}, 3);
+  const std::vector<double> one = shareWorkFractions(model, 2, 1);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_GT(one[0], 0.0);
+  EXPECT_LT(one[0], 0.9);
+  const std::vector<double> two = shareWorkFractions(model, 2, 2);
+  ASSERT_EQ(two.size(), 2u);
+  for (double f : two) {
+    EXPECT_GT(f, 0.0);
+    EXPECT_LE(f, 1.0);
+  }
+  EXPECT_THROW(shareWorkFractions(model, 0, 2), Error);
+  EXPECT_THROW(shareWorkFractions(model, 2, 0), Error);
+}
+
 // Every step is timed with the gradients it steps (LibTorch 2 clears them to none after
 // each): Adam over a layer's weights reads and writes them all, far more than nothing.
 TEST(Profiler, EveryTimedStepStepsTheLayersWeights) {

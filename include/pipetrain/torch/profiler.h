@@ -109,6 +109,15 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
 double stepSeconds(const models::Model& model, int64_t batch, int threads = 0,
                    runtime::Precision precision = runtime::Precision::kFp32);
 
+// The part of the model's work each of `shares` profiling processes times
+// (ProfileOptions::share, time_identical_once): the forward seconds at `batch` of the
+// layers it times itself, over the whole model's. A share split by parameters can hold
+// nearly all of a model's compute (a CNN's convolutions beside a classifier's weights),
+// and a share of identical blocks times one of them. Leaves the model and the thread
+// count as they were.
+std::vector<double> shareWorkFractions(const models::Model& model, int64_t batch, int shares, int threads = 0,
+                                       runtime::Precision precision = runtime::Precision::kFp32);
+
 // ===== Threads =========================================================================
 
 // The BLAS threads this process computes on (OpenBLAS's count; 0 when LibTorch loaded

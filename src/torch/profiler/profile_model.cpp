@@ -8,6 +8,7 @@
 
 #include "layer_run.h"
 #include "memory_probe.h"
+#include "profile_setup.h"
 #include "../runtime/core_probe.h"
 #include "../runtime/optimizer_state.h"
 #include "pipetrain/plan/profile_shares.h"
@@ -20,75 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using util::median;
-
-torch::Device deviceOf(const models::Model& model) {
-  for (const models::Layer& layer : model.layers)
-    for (const torch::Tensor& p : layer.module.ptr()->parameters()) return p.device();
-  return torch::kCPU;
-}
-
-// Training mode for the duration of the profile, and the model as it was afterwards:
-// each layer's mode, and its buffers (batch norm's running statistics move with every
-// forward pass in training mode). Exceptions included.
-class ModelStateGuard {
- public:
-  explicit ModelStateGuard(const models::Model& model) : layers_(model.layers) {
-    torch::NoGradGuard no_grad;
-    for (const models::Layer& layer : layers_) {
-      training_.push_back(layer.module.ptr()->is_training());
-      for (const torch::Tensor& b : layer.module.ptr()->buffers()) buffers_.emplace_back(b, b.clone());
-      layer.module.ptr()->train(true);
-    }
-  }
-  ~ModelStateGuard() {
-    torch::NoGradGuard no_grad;
-    for (auto& [buffer, saved] : buffers_) buffer.copy_(saved);
-    for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].module.ptr()->train(training_[i]);
-  }
-  ModelStateGuard(const ModelStateGuard&) = delete;
-  ModelStateGuard& operator=(const ModelStateGuard&) = delete;
-
- private:
-  const std::vector<models::Layer>& layers_;
-  std::vector<bool> training_;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> buffers_;  // (buffer, its value before)
-};
-
-// NOTE(typical-input): the batch the profile times. Some layers cost what their values
-// make them cost: ReLU and max-pooling branch on every element, and an embedding that
-// reads one row keeps it in cache. On a constant image, fmnist-cnn's conv1 timed 1.84 ms
-// against 2.96 ms when training on Fashion-MNIST (micro-batch 32, two ranks); on
-// uniform noise it timed 3.02 ms. So the profile runs on random values drawn from its
-// own generator with a fixed seed (the global generator, which seeds training, is left
-// alone): uniform in [0, 1) for images and features, uniform tokens over the vocabulary,
-// uniform indices where their range is known (zeros otherwise), and each named input's
-// integers uniform over the range the data's take (an attention mask's 0 and 1).
-torch::Tensor typicalInput(const models::InputSpec& input, int64_t batch) {
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(/*seed_in=*/20261123);
-  auto shaped = [&](const std::vector<int64_t>& sample) {
-    std::vector<int64_t> shape = {batch};
-    shape.insert(shape.end(), sample.begin(), sample.end());
-    return shape;
-  };
-  if (!input.named.empty()) {  // each as its kind: ids over their range, a mask of 0s and 1s
-    std::vector<torch::Tensor> parts;
-    for (const models::NamedInput& part : input.named)
-      parts.push_back(part.integer ? torch::randint(std::max<int64_t>(part.range, 1), shaped(part.sample_shape),
-                                                    generator, torch::kLong)
-                                   : torch::rand(shaped(part.sample_shape), generator));
-    return models::packInputs(input, parts);
-  }
-  const std::vector<int64_t> shape = shaped(input.sample_shape);
-  switch (input.kind) {
-    case models::InputKind::kImage:
-    case models::InputKind::kFeatures: return torch::rand(shape, generator);
-    case models::InputKind::kTokens: return torch::randint(input.num_classes, shape, generator, torch::kLong);
-    case models::InputKind::kIndices:
-      return input.vocab > 0 ? torch::randint(input.vocab, shape, generator, torch::kLong)
-                             : torch::zeros(shape, torch::kLong);
-  }
-  throw Error("profile: unknown input kind");
-}
 
 // Minor page faults of this process so far: each is memory touched for the first time.
 long minorFaults() {
@@ -129,29 +61,6 @@ bool steady(const std::vector<double>& pass_seconds, const ProfileOptions& o) {
   const double mid = median(pass_seconds);
   const auto [low, high] = std::minmax_element(pass_seconds.begin(), pass_seconds.end());
   return *high - *low <= o.spread * mid;
-}
-
-// NOTE(identical-layers): models repeat their layers: ResNet-50's 16 bottleneck blocks
-// are 4 kinds (the first of each stage downsamples), a transformer's blocks one. A layer
-// whose module, parameters, buffers, inputs and output match an earlier layer's of the
-// same share is not timed: it takes that layer's times, and a pass costs a fraction
-// (ResNet-50's at one image, 2 shares: 2.4 s a pass of the busier share against 3.7 s;
-// its repeated blocks had timed within 5% of each other). What the signature cannot
-// see, a module's plain attributes, is left to the run's measured stage times
-// (plan/measured_profile.h). A layer's signature:
-std::string signature(const models::Layer& layer, const std::vector<torch::Tensor>& inputs,
-                      const torch::Tensor& output) {
-  std::string s = layer.kind + "|" + layer.module.ptr()->name();
-  const auto shape = [](const torch::Tensor& t) {
-    std::string text = std::string(t.dtype().name()) + "[";
-    for (int64_t d : t.sizes()) text += std::to_string(d) + ",";
-    return text + "]";
-  };
-  for (const auto& p : layer.module.ptr()->named_parameters(/*recurse=*/true))
-    s += "|p " + p.key() + " " + shape(p.value()) + (p.value().requires_grad() ? "" : " frozen");
-  for (const auto& b : layer.module.ptr()->named_buffers(/*recurse=*/true)) s += "|b " + b.key() + " " + shape(b.value());
-  for (const torch::Tensor& input : inputs) s += "|in " + shape(input);
-  return s + "|out " + shape(output) + (layer.inputs.empty() ? "" : "|merge " + std::to_string(static_cast<int>(layer.merge)));
 }
 
 // A layer's medians over the timed passes.
@@ -217,19 +126,6 @@ class LayerSteps {
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers_;
 };
 
-// NOTE(input-loading): the first stage loads its micro-batch (inputs and labels) inside
-// each forward pass; the profile's own input is made once. On the 2-rank 8x1024 mlp,
-// loading the synthetic inputs took 0.39 ms of the first stage's 5.4 ms forward pass, 8%
-// of it, that the profile did not see. `train` gives its profiles the dataset it trains
-// on, and the loading is priced on the first layer that reads the model input (a stage
-// that holds another reader loads it again; that is not priced).
-int firstInputReader(const models::Model& model) {
-  for (int l = 0; l < static_cast<int>(model.layers.size()); ++l)
-    for (const std::string& input : models::layerInputs(model, l))
-      if (input == models::kModelInput) return l;
-  return -1;
-}
-
 double loadingSeconds(const torch::Device& device, const ProfileOptions& o) {
   if (!o.load_batch) return 0;
   o.load_batch();  // the first load touches memory and files the timed ones reuse
@@ -252,17 +148,6 @@ struct OutputLoss {
   int layer = -1;        // the index in `runs` of the layer whose output is the model's, or -1
   torch::Tensor labels;  // what the loss compares that output with
 };
-
-// Labels of the kind the model's loss takes (models::lossOf), for `output`: uniform
-// classes (or tokens) over the output's last dimension, or uniform targets for a
-// regression; from the profile's own generator, as typicalInput.
-torch::Tensor typicalLabels(const models::Model& model, const torch::Tensor& output) {
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(/*seed_in=*/20261125);
-  if (model.input.loss == models::LossKind::kMeanSquaredError)
-    return torch::rand(output.sizes(), generator).to(output.device());
-  const std::vector<int64_t> shape(output.sizes().begin(), output.sizes().end() - 1);
-  return torch::randint(output.size(-1), shape, generator, torch::kLong).to(output.device());
-}
 
 // NOTE(pass-order): layers are timed in the order a training step runs them: every
 // layer's forward pass, then every layer's backward pass from the last layer to the
@@ -431,40 +316,6 @@ int64_t optimizerStateBytes(const std::string& optimizer, int64_t param_bytes) {
   throw Error("unknown optimizer '" + optimizer + "' (known: adam, adamw, sgd)");
 }
 
-double stepSeconds(const models::Model& model, int64_t batch, int threads, runtime::Precision precision) {
-  if (batch < 1) throw Error("profile: the batch size must be at least 1, not " + std::to_string(batch));
-  models::checkWiring(model);
-  const int threads_before = at::get_num_threads();
-  struct RestoreThreads {
-    int threads;
-    ~RestoreThreads() { at::set_num_threads(threads); }
-  } restore{threads_before};
-  if (threads > 0) at::set_num_threads(threads);
-  ModelStateGuard state(model);
-  const torch::Device device = deviceOf(model);
-  const torch::Tensor input = typicalInput(model.input, batch).to(device);
-  torch::Tensor labels;
-  {
-    torch::NoGradGuard no_grad;
-    labels = typicalLabels(model, models::forwardModel(model, input));
-  }
-  std::vector<torch::Tensor> params;
-  for (const models::Layer& layer : model.layers)
-    for (const torch::Tensor& p : layer.module.ptr()->parameters())
-      if (p.requires_grad()) params.push_back(p);
-  // Gradients returned, not accumulated: the model's .grad stays as it was.
-  const auto step = [&] {
-    torch::Tensor loss;
-    {
-      runtime::AutocastScope autocast(precision, device);
-      loss = models::lossOf(model, models::forwardModel(model, input), labels);
-    }
-    if (!params.empty()) torch::autograd::grad({loss}, params, {}, false, false, /*allow_unused=*/true);
-  };
-  step();  // the first touches memory and initialises the kernels
-  return secondsOf(device, step);
-}
-
 graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const ProfileOptions& o) {
   if (batch < 1) throw Error("profile: the batch size must be at least 1, not " + std::to_string(batch));
   if (o.warmup < 0) throw Error("profile: warm-up runs must be 0 or more, not " + std::to_string(o.warmup));
@@ -484,71 +335,19 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   ModelStateGuard state(model);
   const torch::Device device = deviceOf(model);
   const int n = static_cast<int>(model.layers.size());
-  // Every layer runs on its real inputs: the outputs of its producers' forward passes on
-  // this batch, as leaves of the layer's own graph. An output is let go after its last
-  // reader has taken it.
-  std::map<std::string, torch::Tensor> values{
-      {models::kModelInput, typicalInput(model.input, batch).to(device)}};  // (batch, sample...)
-  const std::map<std::string, int> last_reader = models::lastReaders(model);
-  std::vector<LayerRun> runs;
-  std::vector<int64_t> output_bytes;
-  std::vector<std::string> signatures;
-  for (int l = 0; l < n; ++l) {
-    const std::vector<std::string> sources = models::layerInputs(model, l);
-    const std::vector<torch::Tensor> given = models::gatherInputs(model, l, values);
-    LayerRun run{model, l, {}, {}, false, {}, o.precision};
-    for (std::size_t k = 0; k < sources.size(); ++k) {
-      // The model input needs no gradient (the first stage has nobody to send one to), so
-      // a layer reading only the model input has no I part; every other input does.
-      torch::Tensor input = given[k].detach();
-      if (sources[k] != models::kModelInput && input.is_floating_point()) {
-        input.requires_grad_(true);
-        run.input_grad = true;
-      }
-      run.inputs.push_back(input);
-    }
-    for (const torch::Tensor& p : model.layers[l].module.ptr()->parameters())
-      if (p.requires_grad()) run.params.push_back(p);
-    run.grad_sums.resize(run.params.size());
-    torch::Tensor output;
-    {
-      torch::NoGradGuard no_grad;
-      output = run.forward();
-    }
-    output_bytes.push_back(models::tensorBytes(output));
-    signatures.push_back(signature(model.layers[l], run.inputs, output));
-    for (const std::string& source : sources)
-      if (last_reader.at(source) == l) values.erase(source);
-    values[model.layers[l].name] = output;
-    runs.push_back(std::move(run));
-  }
-  // The model's output is its last layer's (models::forwardModel); NOTE(loss).
-  const torch::Tensor labels = typicalLabels(model, values.at(model.layers.back().name));
-  values.clear();
-
+  PreparedLayers prepared = prepareLayers(model, batch, o.precision, device);
+  std::vector<LayerRun>& runs = prepared.runs;
+  const torch::Tensor& labels = prepared.labels;
   // Only this process's share of the layers is timed (ProfileOptions::share); the others
   // are not touched while it is, so they stay out of the working set.
   std::vector<int64_t> param_bytes;
   for (const models::Layer& layer : model.layers) param_bytes.push_back(models::parameterBytes(layer));
-  const std::vector<int> bounds = plan::profileShares(param_bytes, o.shares);
-  const int share = plan::shareOfProcess(o.share, static_cast<int>(bounds.size()) - 1);
-  const int first = bounds[share], end = bounds[share + 1];
-  // Of the share's layers, each one that repeats an earlier one is not timed itself
-  // (NOTE(identical-layers)): timed[k] is runs[timed_layers[k]], and layer l takes the
-  // times of timed[slot[l]].
+  const ShareLayers mine = shareLayers(model, prepared.signatures, o.share, o.shares, o.time_identical_once);
+  const int first = mine.first, end = mine.end;
+  const std::vector<int>& slot = mine.slot;
   const int loading = firstInputReader(model);
-  std::map<std::string, int> slot_of;  // signature -> slot in `timed`
-  std::vector<int> timed_layers, slot(n, -1);
-  for (int l = first; l < end; ++l) {
-    // The layer that loads the batch and the one that computes the loss do more than
-    // their module: they are timed as themselves.
-    const std::string key = o.time_identical_once && l != loading && l != n - 1 ? signatures[l] : "#" + std::to_string(l);
-    const auto [it, added] = slot_of.emplace(key, static_cast<int>(timed_layers.size()));
-    if (added) timed_layers.push_back(l);
-    slot[l] = it->second;
-  }
   std::vector<LayerRun> timed;
-  for (int l : timed_layers) timed.push_back(runs[l]);
+  for (int l : mine.timed_layers) timed.push_back(runs[l]);
   const auto slotOf = [&](int l) { return l >= first && l < end ? slot[l] : -1; };
   const LayerTimes times = timeLayers(timed, device, o, slotOf(loading), OutputLoss{slotOf(n - 1), labels});
   std::vector<graph::Layer> nodes;
@@ -568,7 +367,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
       node.split_weight_seconds = t.split_weight;
       node.optimizer_seconds = t.step;
     }
-    node.output_bytes = output_bytes[l];
+    node.output_bytes = prepared.output_bytes[l];
     node.saved_activation_bytes = m.saved >= 0 ? m.saved : node.output_bytes;
     node.split_activation_bytes = m.split;
     node.param_bytes = param_bytes[l];

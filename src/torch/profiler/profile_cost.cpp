@@ -1,0 +1,83 @@
+// What a profile will cost, priced before it is taken (job/run_profile.cpp chooses the
+// sizes to time from it): a training step of the whole model, and the part of it each
+// profiling process times.
+#include <numeric>
+
+#include "profile_setup.h"
+#include "pipetrain/torch/profiler.h"
+#include "pipetrain/util/error.h"
+
+namespace pipetrain::profiler {
+namespace {
+
+// `threads` intra-op threads while it lives (0: as they are), then as they were.
+class ThreadsFor {
+ public:
+  explicit ThreadsFor(int threads) : before_(at::get_num_threads()) {
+    if (threads > 0) at::set_num_threads(threads);
+  }
+  ~ThreadsFor() { at::set_num_threads(before_); }
+  ThreadsFor(const ThreadsFor&) = delete;
+  ThreadsFor& operator=(const ThreadsFor&) = delete;
+
+ private:
+  int before_;
+};
+
+}  // namespace
+
+double stepSeconds(const models::Model& model, int64_t batch, int threads, runtime::Precision precision) {
+  if (batch < 1) throw Error("profile: the batch size must be at least 1, not " + std::to_string(batch));
+  models::checkWiring(model);
+  const ThreadsFor meanwhile(threads);
+  ModelStateGuard state(model);
+  const torch::Device device = deviceOf(model);
+  const torch::Tensor input = typicalInput(model.input, batch).to(device);
+  torch::Tensor labels;
+  {
+    torch::NoGradGuard no_grad;
+    labels = typicalLabels(model, models::forwardModel(model, input));
+  }
+  std::vector<torch::Tensor> params;
+  for (const models::Layer& layer : model.layers)
+    for (const torch::Tensor& p : layer.module.ptr()->parameters())
+      if (p.requires_grad()) params.push_back(p);
+  // Gradients returned, not accumulated: the model's .grad stays as it was.
+  const auto step = [&] {
+    torch::Tensor loss;
+    {
+      runtime::AutocastScope autocast(precision, device);
+      loss = models::lossOf(model, models::forwardModel(model, input), labels);
+    }
+    if (!params.empty()) torch::autograd::grad({loss}, params, {}, false, false, /*allow_unused=*/true);
+  };
+  step();  // the first touches memory and initialises the kernels
+  return secondsOf(device, step);
+}
+
+std::vector<double> shareWorkFractions(const models::Model& model, int64_t batch, int shares, int threads,
+                                       runtime::Precision precision) {
+  if (batch < 1) throw Error("profile: the batch size must be at least 1, not " + std::to_string(batch));
+  if (shares < 1) throw Error("profile: shares must be at least 1, not " + std::to_string(shares));
+  models::checkWiring(model);
+  const ThreadsFor meanwhile(threads);
+  ModelStateGuard state(model);
+  const torch::Device device = deviceOf(model);
+  PreparedLayers prepared = prepareLayers(model, batch, precision, device);  // each layer's forward run once
+  std::vector<double> forward;
+  {
+    torch::NoGradGuard no_grad;
+    for (const LayerRun& run : prepared.runs) forward.push_back(secondsOf(device, [&] { run.forward(); }));
+  }
+  const double whole = std::accumulate(forward.begin(), forward.end(), 0.0);
+  std::vector<double> fractions;
+  for (int share = 0; share < shares; ++share) {
+    double timed = 0;
+    for (int l : shareLayers(model, prepared.signatures, share, shares, /*time_identical_once=*/true).timed_layers)
+      timed += forward[l];
+    fractions.push_back(whole > 0 ? timed / whole : 1.0 / shares);
+  }
+  return fractions;
+}
+
+}  // namespace pipetrain::profiler
