@@ -37,6 +37,9 @@ constexpr int kWarmup = 2, kMinRepeats = 3, kRepeats = 5;
 constexpr double kProfileBudgetSeconds = 20;
 constexpr double kSetupSteps = 1.0 / 3 + 2;
 constexpr double kPassesPerSize = kWarmup + 1 + kMinRepeats + 1;
+// Before its first pass, a profiling process loads LibTorch, builds the model and opens
+// the dataset: about a second for ResNet-50 on this machine (docs/profiling.md).
+constexpr double kProcessStartSeconds = 1;
 double passSteps(int in_flight) { return 1.0 / 3 + 2.0 * in_flight; }
 // A pass at 2 samples cheaper than this is also timed at 8 (NOTE(pass cost)); a dearer
 // one prices the sizes in proportion.
@@ -165,7 +168,9 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
   // or more, and the planner, which starts at the smallest profiled, never proposes 1.
   int64_t smallest = 1;
   const auto lowOf = [&](int64_t size) { return r.args.batch > 0 ? std::max<int64_t>(smallest, lowSize(r, size)) : size; };
-  const auto costOf = [&](int64_t top) { return cost(top) + (lowOf(top) < top ? cost(lowOf(top)) : 0); };
+  const auto costOf = [&](int64_t top) {
+    return kProcessStartSeconds + cost(top) + (lowOf(top) < top ? cost(lowOf(top)) : 0);
+  };
   int64_t top = wantedSize(r);
   while (top > 1 && costOf(top) > kProfileBudgetSeconds) top /= 2;
   if (r.args.batch > 0 && lowOf(top) == 1) {
@@ -258,7 +263,9 @@ graph::LayerGraph mergeProfiles(const std::string& path, int count) {
 graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Model& model, const ProfileRequest& r,
                           const Processes& processes, const torch::Device& device, const std::string& out,
                           const Say& say) {
+  const auto pricing = std::chrono::steady_clock::now();
   const Sizes sizes = timedSizes(model, r, processes, device, say);
+  const double pricing_seconds = secondsSince(pricing);
   // The processes time together (profiler::ProfileRendezvous), meeting in this directory.
   const std::string rendezvous = out + ".rendezvous";
   std::filesystem::remove_all(rendezvous);
@@ -274,10 +281,10 @@ graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Mode
   for (int k : processes.in_flight) held += (held.empty() ? "" : ",") + std::to_string(k);
   if (device.is_cpu())
     say(formatted("profiling %s at micro-batch %s in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
-                  "a share of the layers each, micro-batches in flight %s; about %.0f s",
+                  "a share of the layers each, micro-batches in flight %s; about %.0f s (the sizes were chosen in %.1f s)",
                   config.model.c_str(), joined(sizes.timed).c_str(), processes.count, r.blas_threads,
                   processes.count < r.ranks ? " (the ranks then share the cores)" : "", held.c_str(),
-                  sizes.estimated_seconds));
+                  sizes.estimated_seconds, pricing_seconds));
   else
     say(formatted("profiling %s at micro-batch %s on %s in %d process(es) at once, one per GPU, at %s%s: a share of "
                   "the layers each, micro-batches in flight %s",
