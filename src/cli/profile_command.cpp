@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "options.h"
+#include "pipetrain/job/launcher.h"
 #include "pipetrain/job/profile_job.h"
 #include "pipetrain/job/train_checks.h"
 #include "pipetrain/job/train_options.h"
@@ -153,7 +154,7 @@ Command addProfileCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--time-every-layer", a->job.time_every_layer,
                 "time each layer itself, even one identical to an earlier layer (which otherwise takes its times)");
-  cmd->add_flag("--progress", a->progress, "report each pass on stderr (pass, timed passes, time left)");
+  cmd->add_flag(job::kProgressOption, a->progress, "report each pass on stderr (pass, timed passes, time left)");
   cmd->add_option("--threads", a->job.threads,
                   "profile as a `train --nproc` rank with this many cores: BLAS threads (LibTorch's pool gets 1)");
   cmd->add_option("--share", a->job.share,
@@ -169,13 +170,13 @@ Command addProfileCommand(CLI::App& app) {
   cmd->add_option("--precision", a->job.precision, "fp32, or bf16 (forward passes under autocast, as train's --precision)")
       ->capture_default_str();
   auto* out = cmd->add_option("--out", a->job.out, "the layer graph JSON to write");
-  auto* job_file = cmd->add_option("--job", a->job_file,
+  auto* job_file = cmd->add_option(job::kJobOption, a->job_file,
                                    "FILE: the whole job as JSON, as `train` hands it to its profiling processes "
                                    "(every option but --progress is in it)");
   return {cmd, [a, cmd, zoo, file, data_file, dataset, out, job_file] {
             if (*job_file) {
               for (const CLI::Option* o : cmd->get_options())
-                if (o->count() > 0 && o != job_file && o->get_name() != "--progress")
+                if (o->count() > 0 && o != job_file && o->get_name() != job::kProgressOption)
                   throw Error("--job holds the whole job; drop " + o->get_name());
               return run(*a);
             }

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "options.h"
 #include "train_console.h"
+#include "pipetrain/job/launcher.h"
 #include "pipetrain/job/rank_spec.h"
 #include "pipetrain/job/train_checks.h"
 #include "pipetrain/job/train_job.h"
@@ -70,7 +71,7 @@ Command addTrainCommand(CLI::App& app) {
   a->config.device = "auto";
   const auto table = std::make_shared<std::vector<options::Option>>(job::trainOptions(*a));
   addOptions(cmd, *table);
-  auto* job = cmd->add_option("--job", *job_file,
+  auto* job = cmd->add_option(job::kJobOption, *job_file,
                               "FILE: a rank's whole job as JSON, as the launcher hands it to the ranks it starts "
                               "(every other option is in it)");
   auto* listing = cmd->add_flag("--options-json", "print these options as JSON, as the Python API reads them");

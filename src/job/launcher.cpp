@@ -287,4 +287,10 @@ std::vector<RankOutput> launchLocal(const std::vector<std::string>& argv, int np
   return out;
 }
 
+std::vector<std::string> childCommand(const std::string& subcommand, const std::string& job_file, bool progress) {
+  std::vector<std::string> argv{"pipetrain", subcommand, kJobOption, job_file};
+  if (progress) argv.push_back(kProgressOption);
+  return argv;
+}
+
 }  // namespace pipetrain::job

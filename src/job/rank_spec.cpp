@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "pipetrain/job/launcher.h"
 #include "pipetrain/recipe/recipe.h"
 
 namespace pipetrain::job {
@@ -132,7 +133,7 @@ std::string rankJobPath() {
 std::vector<std::string> rankCommand(const TrainRequest& request) {
   const std::string file = rankJobPath();
   json_io::writeFile(file, rankJobToJson(request));
-  return {"pipetrain", "train", "--job", file};
+  return childCommand("train", file);
 }
 
 }  // namespace pipetrain::job

@@ -239,9 +239,7 @@ std::vector<std::vector<std::string>> profileCommands(const runtime::TrainConfig
     }
     const std::string job_file = rendezvous + "/job." + std::to_string(k) + ".json";
     json_io::writeFile(job_file, profileJobToJson(job));
-    std::vector<std::string> argv{"pipetrain", "profile", "--job", job_file};
-    if (k == 0) argv.push_back("--progress");  // the others would say the same
-    commands.push_back(std::move(argv));
+    commands.push_back(childCommand("profile", job_file, /*progress=*/k == 0));  // the others would say the same
   }
   return commands;
 }

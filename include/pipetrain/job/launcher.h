@@ -14,6 +14,14 @@ namespace pipetrain::job {
 // (rank_report.h, rankResultToJson).
 inline constexpr const char* kResultPrefix = "RESULT ";
 
+// A process this program starts for a part of its job (a rank: `train`; a profiling
+// process: `profile`) reads that part from a file named by kJobOption, and reports its
+// progress on stderr under kProgressOption. The CLI declares both options by these names.
+inline constexpr const char* kJobOption = "--job";
+inline constexpr const char* kProgressOption = "--progress";
+std::vector<std::string> childCommand(const std::string& subcommand, const std::string& job_file,
+                                      bool progress = false);
+
 struct RankOutput {
   int rank = 0;
   std::string result_json;  // the rank's RESULT line, empty if it never printed one
