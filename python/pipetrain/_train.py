@@ -114,7 +114,11 @@ def train(model: nn.Module, data, *, nproc: int = 2, batch: int = None, epochs: 
     for reserved in ("model_file", "data_file", "model_py", "export", "summary_json", "report"):
         if reserved in options:
             raise PipetrainError(f"{reserved}= is set by pipetrain.train itself")
-    _binary.flags(options, _binary.train_options())  # a misspelt keyword, before any capture
+    # The flags once, so that a misspelt keyword fails before any capture; a plan chosen
+    # in Python (a PlanChoice) trains as its file, written into the run's folder below.
+    plan = options.pop("plan", None)
+    train_flags = _binary.flags({"nproc": nproc, "batch": batch, "epochs": epochs, **options},
+                                _binary.train_options())
     data_path = _data.data_file(data)
     model_path = captured(model, data_path, output, options)
     if directory is None:
@@ -122,15 +126,15 @@ def train(model: nn.Module, data, *, nproc: int = 2, batch: int = None, epochs: 
         os.makedirs(runs, exist_ok=True)
         directory = tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=runs)
     os.makedirs(directory, exist_ok=True)
-    from ._planning import PlanChoice  # a plan chosen in Python trains as its file
-    if isinstance(options.get("plan"), PlanChoice):
-        options["plan"] = options["plan"].save(os.path.join(directory, "plan.json"))
+    from ._planning import PlanChoice
+    if isinstance(plan, PlanChoice):
+        plan = plan.save(os.path.join(directory, "plan.json"))
     exported = os.path.join(directory, "trained.pt")
     summary_path = os.path.join(directory, "summary.json")
     report_dir = os.path.join(directory, "report")
     args = ["train", "--model-file", model_path, "--data-file", data_path, "--export", exported,
             "--summary-json", summary_path, "--report", report_dir]
-    args += _binary.flags({"nproc": nproc, "batch": batch, "epochs": epochs, **options}, _binary.train_options())
+    args += train_flags + (["--plan", str(plan)] if plan is not None else [])
     _binary.run(args, echo=progress)
     summary = Summary.read(summary_path)
     trained = _capture_tools().state_dict(exported)
