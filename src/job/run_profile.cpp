@@ -47,8 +47,7 @@ constexpr double kCheapPassSeconds = 1.0;
 
 // The largest size worth timing: with a batch, 4x the largest power of two up to 32
 // that divides it, at most the batch, since a larger micro-batch costs less per sample
-// (the 8 x 1024 mlp's passes at 128 took 0.63x those at 32 in proportion); without,
-// the run's micro-batch size.
+// (docs/profiling.md, "At several batch sizes"); without, the run's micro-batch size.
 int64_t wantedSize(const ProfileRequest& r) {
   if (r.args.batch <= 0) return r.args.microbatch_size;
   int64_t p = 1;
@@ -69,17 +68,14 @@ struct Processes {
 
 // `pipetrain profile` as the ranks will run: one process per rank with a rank's thread
 // settings, all at once, so that ranks sharing caches and memory share them while
-// profiled too. (Timed one layer at a time, a layer ran up to 1.5x faster alone than
-// beside another rank; in passes over the model, as now, two ranks' profiles matched
-// one profiled alone on this 2-core machine: docs/profiling.md.) Each process times its
+// profiled too (docs/profiling.md, "Profiled as a rank runs"). Each process times its
 // share of the layers (plan/profile_shares.h) with as many micro-batches in flight as
 // the schedule's rank holds (profile_model.cpp, NOTE(in-flight)), so that it streams a
 // rank's weights and activations, not the whole model's, through the caches it shares;
 // and they time together (ProfileRendezvous). With more ranks than the cores run at
 // once, only as many profile as run at once: the profile is then a core's speed, and
-// the cluster says that the ranks share the cores (time-slicing left in the profile
-// would be counted twice; and it lands unevenly: of three profiles on two cores, one
-// took 1.7x as long as the other two, which ran as fast as alone).
+// the cluster says that the ranks share the cores: time-slicing left in the profile
+// would be counted twice, and it lands unevenly.
 //
 // On GPUs, one process per GPU the ranks use (each takes GPU LOCAL_RANK, as rank k
 // does): ranks that share a GPU share it while they train, and one profile of it is
@@ -104,14 +100,12 @@ struct Sizes {
 // planner may choose between them (planner::defaultMicrobatchSizes) that the budget leaves room for; the
 // run's own without. The planners interpolate linearly between neighbours
 // (LayerGraph::secondsAt), and a pass is not affine in its samples over a 4 x ranks
-// span: timed in one process at every size (`profile --threads 1`, 2026-11-30), the
-// 8 x 1024 mlp at 32 took 1.19-1.31x the chord from 8 to 128, gpt at 8 and 16
-// 0.93-0.97x the chord from 4 to 32. The sizes shrink until the two ends fit
-// kProfileBudgetSeconds, priced by training passes of the model at two and eight
-// samples (NOTE(pass cost)): a share of ResNet-50's passes at 32 images of 224 x 224
-// took a minute on one of this machine's cores, and its profile five minutes before a fifty-second run. Above the
-// larger size the costs then scale in proportion, an upper bound, which the run's
-// measured stage times correct (sharpenCachedProfile).
+// span (docs/predictions.md, "The runs people start"). The sizes shrink until the two
+// ends fit kProfileBudgetSeconds, priced by training passes of the model at two and eight
+// samples (NOTE(pass cost), NOTE(profile cost)): unbounded, a large CNN's profile took
+// minutes before a run of seconds (docs/profiling.md, "What `train` pays before it
+// trains"). Above the larger size the costs then scale in proportion, an upper bound,
+// which the run's measured stage times correct (sharpenCachedProfile).
 //
 // On a GPU the sizes are the wanted ones: its passes take milliseconds, and pricing
 // them here would put the model on the GPU in this process, which the ranks then start
@@ -139,11 +133,11 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
   // Two samples, not one: BatchNorm refuses to train on one value per channel, which is
   // what a ResNet's last blocks see of a single 28 x 28 image. NOTE(pass cost): a pass
   // is priced as a fixed part and a part per sample, from passes at 2 and at 8 samples:
-  // in proportion from 2, torchvision's vgg11 at 32 x 32 (411 MB of weights in one
-  // layer, streamed once a pass whatever its samples) priced its passes at 64 samples
-  // 6x too dear, the budget left it micro-batches of 1 and 4, and the planner, pricing
-  // larger ones in proportion from those, chose micro-batches a third as fast per sample
-  // as the ones it passed over (docs/runtime.md#where-the-gap-is-the-profiles-micro-batch-sizes).
+  // priced in proportion from 2, a model whose weights dominate (torchvision's vgg11 at
+  // 32 x 32, one layer of hundreds of MB streamed once a pass whatever its samples) was
+  // priced far too dear at large sizes, the budget left it tiny micro-batches, and the
+  // planner chose slow ones (docs/runtime.md, "Where the gap is: the profile's
+  // micro-batch sizes").
   const double at_two = profiler::stepSeconds(model, 2, r.blas_threads);
   // The second pass only where it costs seconds, not minutes (a model of billions).
   const int64_t second = at_two < kCheapPassSeconds ? std::min<int64_t>(8, wantedSize(r)) : 2;

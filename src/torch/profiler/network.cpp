@@ -113,9 +113,9 @@ RankHost receiveHost(runtime::Transport& t, int from) {
 // its own), the small round trips giving a small message's share and the rounds of S
 // bytes, less their small acknowledgement, an S-byte message's.
 //
-// NOTE(warm-up by time): right after start-up, round trips over loopback took 2-4 ms
-// for the first ~10 ms and 50-70 us afterwards (2-core VM), so warm-up pings go on for
-// warmup_seconds, not for a fixed count. The peer cannot know how many pings that is:
+// NOTE(warm-up by time): right after start-up, round trips over loopback took many times
+// longer for their first milliseconds than afterwards (docs/profiling.md, "Network: `pipetrain profile-network`"), so
+// warm-up pings go on for warmup_seconds, not for a fixed count. The peer cannot know how many pings that is:
 // the first byte of each ping says what follows (kWarmupPing, kTimedPing, kLastPing).
 constexpr uint8_t kLastPing = 0, kTimedPing = 1, kWarmupPing = 2;
 
@@ -349,8 +349,8 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
   const AllReduceTimes large = timeAllReduce(t, summing, o.sizes.back(), o);
   // A small one: what every all-reduce costs beyond its bytes. Its mean, since a run's
   // iteration pays every slow one: on a 2-core host a tenth of them wait a scheduler
-  // tick for a core. Of gradient size, not a few bytes: Gloo over loopback took 0.36 ms
-  // on average for 4 B, 2.0-2.4 ms for 1-256 KiB (docs/profiling.md#the-all-reduce).
+  // tick for a core. Of gradient size, not a few bytes: over Gloo a few bytes cost far
+  // less than any gradient bucket (docs/profiling.md, "The all-reduce").
   NetworkOptions small = o;
   small.repeats = std::max(o.repeats, 50);
   const AllReduceTimes tiny = timeAllReduce(t, summing, kFixedCostBytes, small);

@@ -31,13 +31,12 @@ long minorFaults() {
 
 // NOTE(settling): `warmup` untimed runs (passes over the model), then more until one
 // faults in no new page (at most kMaxSettlingRuns more). The first runs touch heap the
-// process has not used yet, and a page fault costs ~7 us on these VMs: a 1024x1024
-// weight gradient's 4 MiB is 13 ms of faults against 0.9 ms of arithmetic. Which runs
-// fault depends on the heap's history, so a fixed warm-up count left the first layer of
-// the 8x1024 mlp timed at 12-13 ms in about half of the profiles, and the planner then
-// cut a 2/6-layer pipeline. A trained step runs in a settled heap
-// (util::retainFreedMemory), so settled runs are what the profile must time. warmup 0
-// times the first runs as they are.
+// process has not used yet, and on these VMs a weight gradient's page faults cost many
+// times its arithmetic. Which runs fault depends on the heap's history, so a fixed
+// warm-up count timed a layer with its faults in some profiles and without in others,
+// and the planner cut pipelines around the difference (docs/profiling.md, "Page
+// faults"). A trained step runs in a settled heap (util::retainFreedMemory), so settled
+// runs are what the profile must time. warmup 0 times the first runs as they are.
 constexpr int kMaxSettlingRuns = 20;
 
 template <class Run>
@@ -51,8 +50,7 @@ void settle(const Run& run, int warmup) {
 }
 
 // NOTE(repeats): a profile's cost is its passes, and on a large model each takes long
-// (a share of ResNet-50 at 32 images of 224 x 224: a minute a pass on one core), so `train`
-// times at most ProfileOptions::repeats passes but stops after min_repeats once their
+// (docs/profiling.md, "What `train` pays before it trains"), so `train` times at most ProfileOptions::repeats passes but stops after min_repeats once their
 // totals agree within `spread` of their median: more passes would move the medians by
 // less than the machine's own drift between runs. Whether the timed passes are steady
 // enough to stop.
@@ -76,8 +74,7 @@ struct Timings {
 // on a GPU, or SGD with momentum: runtime::makeOptimizer), each parameter's gradient lent
 // the running sum its backward passes add into, as autograd adds into .grad. A step's working set is then a rank's: the weights,
 // their gradients and the optimizer state; copies of the weights would add theirs to the
-// passes (the forward and backward passes of the 8x1024 mlp's share timed 5-15% slower
-// beside them). The learning rate is 0: each step reads and writes every weight as
+// passes and slow them (docs/profiling.md, "Passes in a step's order"). The learning rate is 0: each step reads and writes every weight as
 // training does (x - 0 * y), and leaves it as it was. The destructor gives the
 // parameters their gradients back.
 // The profile times the step of the optimizer the run will use (SGD with its default
@@ -112,8 +109,8 @@ class LayerSteps {
   bool has(std::size_t layer) const { return optimizers_[layer] != nullptr; }
   // The executor's STEP: the optimizer's step, then the gradients cleared, which since
   // LibTorch 2.0 sets them to none. So each step is lent the sums anew: lent once, every
-  // step after the first found no gradient and skipped every parameter (Adam's step on
-  // ResNet-50's 25M parameters profiled at 0.05 ms, where the run took 0.17 s).
+  // step after the first found no gradient and skipped every parameter, and the profile
+  // priced the step at next to nothing (docs/profiling.md, "A profiler bug found on the way").
   void step(std::size_t layer) {
     for (auto& [param, sum] : sums_[layer]) param.mutable_grad() = sum;
     optimizers_[layer]->step();
@@ -137,10 +134,8 @@ double loadingSeconds(const torch::Device& device, const ProfileOptions& o) {
 // NOTE(loss): the last stage computes each micro-batch's loss inside its forward pass
 // (summed for the log, read once per mini-batch), and its backward pass starts from that loss,
 // not from the model's output. A profile that seeded the output's backward with ones
-// missed that work: the cross-entropy of a micro-batch of 32 x 32 tokens takes 0.29 ms
-// forward and 0.29 ms backward at vocabulary 256 (gpt here: about 1% of the last
-// stage), and 195 ms and 296 ms at GPT-2's 50,257 (one thread, Python's torch 1.13). So
-// the layer whose output is the model's computes the loss on typical labels
+// missed that work, small at a vocabulary of hundreds and a large part of the last stage
+// at GPT-2's 50,257 (docs/profiling.md, "The loss"). So the layer whose output is the model's computes the loss on typical labels
 // (NOTE(typical-input)) within its timed forward pass, and its backward passes start
 // from it. Its memory is measured so too: what the loss keeps for its backward pass (the
 // fp32 log-probabilities of every position, under bf16 as well) is the last stage's.
@@ -154,14 +149,11 @@ struct OutputLoss {
 // first, then every layer's optimizer step, `repeats` times; each figure is a median over
 // the passes. Timing one layer over and over kept its weights, gradients and activations
 // in cache, which a step does not: there the whole model's working set streams through
-// between two visits of a layer. On the 8x1024 mlp, one process, a layer repeated in
-// place gave forward 6.9 ms, backward 12.2 ms and step 2.1 ms for the model, and a 1-rank
-// train measured 8.2, 14.6 and 5.5 ms (docs/profiling.md has the figures after this
-// change). The optimizer steps are timed in the same passes, after the backward passes
-// (LayerSteps), and not in passes of their own: between two steps a training step
-// streams the forward and backward passes through the caches. Stepping a share of the
-// 8x1024 mlp in passes of steps alone timed 4.4-5.5 ms a stage where the run measured
-// 6.6-7.4 ms (two ranks, SGD with momentum).
+// between two visits of a layer, and the layer ran slower than timed alone. The optimizer
+// steps are timed in the same passes, after the backward passes (LayerSteps), and not in
+// passes of their own: between two steps a training step streams the forward and
+// backward passes through the caches, and steps timed alone ran warmer than trained
+// (docs/profiling.md, "Passes in a step's order" and "Caches").
 //
 // NOTE(weight-gradient): W is the median full backward (input and parameters) minus the
 // median input-only backward, clamped at zero, not a parameters-only backward timed on
@@ -175,22 +167,22 @@ struct OutputLoss {
 // (NOTE(split-backward)), and so does the split pass here: that W is timed too, after I,
 // as split_weight_seconds, which the simulator gives a W action. It used to re-run each
 // layer's own operations from the layer's output gradient, which for a transformer block
-// cost about twice full - I (on the 2-stage gpt, zb-h1 measured 25% slower than 1f1b).
+// cost far more than full - I (docs/profiling.md, "Why W is full − I").
 //
 // NOTE(in-flight): a pipeline's rank holds several micro-batches between their forward
 // and backward passes (1F1B: p - r on rank r), and their activations stream through the
-// caches in between. On the 2-stage gpt, whose activations outweigh its weights, the
-// first stage's share timed with one micro-batch in flight was 5-9% faster than the run
-// (bench/profile_vs_run.sh). `train` gives each share what the schedule's rank holds at
-// its peak (plan::profileInFlight): P - K under 1F1B, all m (at most 8) under GPipe, whose
-// fmnist-cnn stages had run 11-19% over a one-in-flight profile.
+// caches in between: a share timed with one micro-batch in flight ran faster than the
+// run where activations outweigh weights (bench/profile_vs_run.sh; docs/profiling.md,
+// "Profiled as a rank runs"). `train` gives each share what the schedule's rank holds at
+// its peak (plan::profileInFlight): P - K under 1F1B, all m (at most 8) under GPipe.
 //
 // NOTE(backward-passes): B, I and W are timed in passes of their own kind, not one after
 // another on the same layer: a whole-backward pass (every forward, then B per layer) and
 // a split pass (every forward, then I per layer, then W per layer, as ZB's deferred W),
 // alternating. Run back to back on one layer, the third of them found the layer's
-// activations and weights in cache where training does not: the 2-stage gpt's first
-// stage ran its B 10-15% slower than the profile said (bench/profile_vs_run.sh).
+// activations and weights in cache where training does not, and training ran slower
+// than profiled (bench/profile_vs_run.sh; docs/profiling.md, "Backward passes of their
+// own kind").
 // `loading_layer`: the index in `runs` of the layer whose forward time includes loading
 // the batch (NOTE(input-loading)), or -1; `loss`: the layer that computes the loss
 // (NOTE(loss)).

@@ -12,8 +12,7 @@ namespace {
 // are 4 kinds (the first of each stage downsamples), a transformer's blocks one. A layer
 // whose module, parameters, buffers, inputs and output match an earlier layer's of the
 // same share is not timed: it takes that layer's times, and a pass costs a fraction
-// (ResNet-50's at one image, 2 shares: 2.4 s a pass of the busier share against 3.7 s;
-// its repeated blocks had timed within 5% of each other). What the signature cannot
+// (docs/profiling.md, "Identical layers once"). What the signature cannot
 // see, a module's plain attributes, is left to the run's measured stage times
 // (plan/measured_profile.h). A layer's signature:
 std::string signature(const models::Layer& layer, const std::vector<torch::Tensor>& inputs,
@@ -41,9 +40,9 @@ torch::Device deviceOf(const models::Model& model) {
 
 // NOTE(typical-input): the batch the profile times. Some layers cost what their values
 // make them cost: ReLU and max-pooling branch on every element, and an embedding that
-// reads one row keeps it in cache. On a constant image, fmnist-cnn's conv1 timed 1.84 ms
-// against 2.96 ms when training on Fashion-MNIST (micro-batch 32, two ranks); on
-// uniform noise it timed 3.02 ms. So the profile runs on random values drawn from its
+// reads one row keeps it in cache, so a layer timed on a constant input ran far faster
+// than on the data it trained on (docs/profiling.md, "Random, not constant, inputs").
+// So the profile runs on random values drawn from its
 // own generator with a fixed seed (the global generator, which seeds training, is left
 // alone): uniform in [0, 1) for images and features, uniform tokens over the vocabulary,
 // uniform indices where their range is known (zeros otherwise), and each named input's
@@ -76,9 +75,8 @@ torch::Tensor typicalInput(const models::InputSpec& input, int64_t batch) {
 }
 
 // NOTE(input-loading): the first stage loads its micro-batch (inputs and labels) inside
-// each forward pass; the profile's own input is made once. On the 2-rank 8x1024 mlp,
-// loading the synthetic inputs took 0.39 ms of the first stage's 5.4 ms forward pass, 8%
-// of it, that the profile did not see. `train` gives its profiles the dataset it trains
+// each forward pass; the profile's own input is made once, and missed that part of the
+// first stage's forward pass (docs/profiling.md, "Loading the input"). `train` gives its profiles the dataset it trains
 // on, and the loading is priced on the first layer that reads the model input (a stage
 // that holds another reader loads it again; that is not priced).
 int firstInputReader(const models::Model& model) {

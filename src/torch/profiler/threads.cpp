@@ -56,9 +56,8 @@ void useThreadsOfARank(int threads) {
 // What the profile's times become there depends on how the model's kernels divide over
 // threads, which only a measurement says. The two are timed back to back and their
 // ratio kept, over several rounds, because this machine's speed moves by tens of
-// percent within seconds, and its second core's with it: gpt's step at 8 samples ran
-// 1.37x, 1.74x and 1.71x as fast on 2 threads as on 1 in three profiles within a minute,
-// each the median of three rounds of one step each. So rounds go on for a while: at
+// percent within seconds, and its second core's with it (docs/profiling.md, "A profile
+// taken on other threads"). So rounds go on for a while: at
 // least kMinRounds, then more until kBudgetSeconds have passed, at most kMaxRounds (a
 // large model's step on one thread takes seconds).
 ThreadSpeedup threadSpeedup(const models::Model& model, int64_t batch, runtime::Precision precision) {
