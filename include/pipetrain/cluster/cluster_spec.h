@@ -13,23 +13,25 @@
 // Host cost: a message can also cost the host's CPU at both ends (the process that sends
 // it and the one that receives it), time those processes cannot compute in: a fixed
 // overhead per message and, where the host copies the bytes itself (TCP, loopback), a
-// copy rate. Gloo over loopback on a 2-core VM: about 40-60 us and 3-5 GB/s per side
-// (`pipetrain profile-network` measures both). Left out, messages cost no host time
-// (a NIC or GPU moving the bytes on its own).
+// copy rate. `pipetrain profile-network` measures both (Gloo over loopback on a 2-core
+// VM: docs/formats.md, "Cluster spec"). Left out, messages cost no host time (a NIC or
+// GPU moving the bytes on its own).
 //
 // All-reduce rate: a level or link may price a ring all-reduce's traffic at a rate of
 // its own. Gloo on CPU hosts sums the gradients on the cores that also train, so its
-// all-reduce over loopback moved 0.6 GB/s of ring traffic where single messages moved
-// 3-6 GB/s; priced at one rate, either the all-reduce or the activations were off by 5x.
+// all-reduce over loopback moved ring traffic several times slower than single messages;
+// priced at one rate, either the all-reduce or the activations were far off
+// (docs/formats.md, "Cluster spec").
 // Left out, the all-reduce moves at the link's bandwidth. And where the hosts' CPUs
 // move and sum that traffic themselves, `allreduce_host_bandwidth` is how much of it a
 // rank's CPU gets through per second: that time is the rank's core's, which no backward
 // pass can overlap (on this 2-core VM the all-reduce's Gloo threads stretched a data-
-// parallel backward pass by 12-18 ms). Left out, the all-reduce costs the CPUs nothing.
-// And `allreduce_latency` prices each step of the ring beyond its bytes where that is
-// not a message's latency: Gloo over loopback took about 1.1 ms for a 38 KB all-reduce
-// of two ranks (a message's latency is 50 us) because each step waits for both ends'
-// I/O threads to get a core. Left out, a step costs the route's latency.
+// parallel backward pass: docs/formats.md, "Cluster spec"). Left out, the all-reduce
+// costs the CPUs nothing. And `allreduce_latency` prices each step of the ring beyond its
+// bytes where that is not a message's latency: Gloo over loopback took many times a
+// message's latency for a small all-reduce of two ranks (docs/profiling.md, "The
+// all-reduce") because each step waits for both ends' I/O threads to get a core. Left
+// out, a step costs the route's latency.
 //
 // Through host memory: GPUs whose messages go through the hosts' memory (Gloo, or ranks
 // that share a GPU) copy each message to the host at the sender and onto the device at
@@ -43,8 +45,8 @@
 // in rank order (sharedCoreOf), and a core runs the devices on it that compute in turn,
 // each at an equal share of its speed. `train` pins its local ranks to the cores by the
 // same rule when they outnumber the cores: left to the kernel, which moves them about,
-// 3 ranks on 2 cores ran up to 6% slower than pinned and 8-10% slower than this model
-// predicts, pinned within 3.4% (docs/profiling.md).
+// 3 ranks on 2 cores ran slower than pinned and further from what this model predicts
+// (docs/predictions.md, "The runs people start").
 // JSON form: docs/formats.md#cluster-spec ("pipetrain.cluster", version 1).
 #pragma once
 

@@ -3,14 +3,13 @@
 //
 // Why tcmalloc: a training step allocates and frees the same tensors every micro-batch,
 // in an order that changes with the schedule, and glibc's heap keeps the gaps this
-// leaves. With its freed memory retained (below) a rank's heap grew all run long: the
-// first rank of gpt's 2-stage PipeMare held 195 MiB of heap after its first step and
-// 228 MiB after its 48th, 118 MiB of it free. Under tcmalloc (gperftools' minimal
-// build), whose size classes and page spans reuse freed memory for like requests, the
-// same ranks peaked 21-24% lower, gpt's data parallelism 14-19% lower and the mlp's two
-// stages 9-10% lower, at a speed within this machine's noise. jemalloc held about as
-// little on most plans, but not reliably: the replicas of one plan held 103-168 MiB from
-// run to run, where tcmalloc held 79-82 (bench/allocators.py, docs/runtime.md#the-heap).
+// leaves. With its freed memory retained (below) a rank's heap grew all run long, much of
+// it free. Under tcmalloc (gperftools' minimal build), whose size classes and page spans
+// reuse freed memory for like requests, the same ranks peaked lower on every plan
+// measured, at a speed within this machine's noise. jemalloc held about as little on
+// most plans, but not reliably: the replicas of one plan held very different amounts
+// from run to run, where tcmalloc held the same (bench/allocators.py; measured:
+// docs/runtime.md, "The heap").
 // PyTorch's own CPU launcher preloads tcmalloc or jemalloc for the same reason
 // (torch.backends.xeon.run_cpu).
 //
@@ -37,11 +36,10 @@ namespace pipetrain::util {
 // kernel: no mmap per large block, no trimming of the heap's top.
 //
 // Why: under glibc's defaults blocks of a few MiB are mmap'd and munmap'd, or the heap
-// is trimmed, so every step touches fresh pages again; on these VMs a page fault costs
-// ~7 us, 13 ms per 4 MiB gradient. Measured on the 8x1024 mlp, 2-stage 1f1b
-// (docs/profiling.md): 190k minor faults and 1400 samples/s by default, 118k and 1900
-// with this policy. The process's footprint stays at its high-water mark, as a caching
-// allocator's does.
+// is trimmed, so every step touches fresh pages again, and on these VMs page faults are
+// dear: keeping freed memory cut the 8x1024 mlp's faults and raised its throughput
+// (measured: docs/runtime.md, "The heap"). The process's footprint stays at its
+// high-water mark, as a caching allocator's does.
 //
 // A program-wide choice, so programs call it (pipetrain's main), not the libraries.
 // No effect off glibc, or where tcmalloc serves malloc. Returns whether it was applied.

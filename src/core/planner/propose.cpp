@@ -16,13 +16,14 @@
 namespace pipetrain::planner::detail {
 namespace {
 
-// The widest plan the graph partitioner is asked for: 1.2 s for 33 layers on 32 devices
-// (bench/planner_bench graphPartition), about 12x more per doubling.
+// The widest plan the graph partitioner is asked for: its search grows with the cube of
+// the devices (measured: docs/planner.md, "The graph partitioner: GraphPipe's search").
 constexpr int kMaxGraphDevices = 64;
-// The graph partitioner's budget of DP steps for a whole exploration beside the chain DP
-// (about 0.4 s on this machine), and alone (--partitioner graph). Small models never
-// reach it; PipeDream's ResNet-50 and Inception-v3 reach it at their first search on 16
-// or more devices, whose plans then come from the chain DP.
+// The graph partitioner's budget of DP steps for a whole exploration beside the chain DP,
+// and alone (--partitioner graph); their time is in docs/planner.md, "The graph
+// partitioner: GraphPipe's search". Small models never reach it; PipeDream's ResNet-50
+// and Inception-v3 reach it at their first search on 16 or more devices, whose plans then
+// come from the chain DP.
 constexpr int64_t kGraphStepsBesideChain = 4'000'000;
 constexpr int64_t kGraphStepsAlone = 30'000'000;
 
@@ -248,7 +249,7 @@ void Explorer::exploreChain(const std::string& name, int64_t b, int width, const
 // replicas whose busiest share of the m micro-batches is the width's, as the DP keeps
 // (ChainProblem's replica starts): with m = 48 on 32 devices, 24 replicas running 2 each.
 // (Requiring m % width == 0 left PipeDream's ResNet-50 on 32 GPUs at data parallelism on
-// 16, 4,619 samples/s predicted, where 24 predicts 6,928.)
+// 16, predicted well below 24: docs/planner.md, "The exploration: BaPipe's joint choice".)
 void Explorer::proposeDataParallel(const std::string& name, int64_t b, int width, const std::string& by) {
   const int m = static_cast<int>(o_.global_batch / b);
   const schedule::ScheduleTraits& traits = schedule::traits(name);
@@ -274,7 +275,8 @@ void Explorer::proposeDataParallel(const std::string& name, int64_t b, int width
 // block for that share, its all-reduce priced across the copies, and its best pure
 // pipeline. Between blocks only the stages' all-reduce crosses, where a chain's stages
 // on consecutive blocks send every micro-batch's activations (PipeDream's ResNet-50 on 4
-// servers of 8 GPUs under 2bw: the chain's best 6,937 samples/s, a copy per server's 9,097).
+// servers of 8 GPUs under 2bw, where a copy per server beats the chain's best:
+// docs/planner.md, "The exploration: BaPipe's joint choice").
 void Explorer::proposeCopiedPipelines(const std::string& name, int64_t b, int width) {
   const schedule::ScheduleTraits& traits = schedule::traits(name);
   if (o_.max_replicas == 1 || !traits.replicable || schedule::multiStage(traits)) return;
@@ -298,14 +300,15 @@ void Explorer::proposeCopiedPipelines(const std::string& name, int64_t b, int wi
 // (solveChainOnDevices), once with the transfers hidden behind compute and once added to
 // it. The DP's own optimum minimises the slowest stage, blind to the bubble, and picks
 // one split of each block's devices: on PipeDream's ResNet-50 over 4 servers of 8 GPUs
-// under 1f1b, 8 copies of a 2 + 2 device pipeline (6,720 samples/s), where no walk from
-// the best plans reached 3 + 1. Proposed as a shape, 3 + 1 walks to 7,833. The simulator
-// ranks the shapes beside the DP's optimum, and the walks start from the best.
+// under 1f1b, 8 copies of a 2 + 2 device pipeline, where no walk from the best plans
+// reached 3 + 1. Proposed as a shape, 3 + 1 walks to a faster plan (docs/planner.md,
+// "Fixed schedules against an oracle"). The simulator ranks the shapes beside the DP's
+// optimum, and the walks start from the best.
 void Explorer::proposeShapedPipelines(const std::string& name, int64_t b, int width) {
   const schedule::ScheduleTraits& traits = schedule::traits(name);
   // Under auto the exploration solves every schedule and micro-batch size: there these
-  // DPs (about 30 shapes per copy count) took Inception-v3's search on 128 GPUs from 1.1
-  // to 2.0 s (one run, beside a bench).
+  // DPs (about 30 shapes per copy count) nearly doubled Inception-v3's search on 128 GPUs
+  // (docs/planner.md, "Fixed schedules against an oracle").
   if (o_.schedule == "auto" || width != cluster_.size() || width < 2 || schedule::multiStage(traits)) return;
   const bool replicas = traits.replicable && o_.max_replicas != 1;
   plan::ScheduleOptions schedule;

@@ -28,9 +28,9 @@ std::vector<double> busyPerRank(const trace::Timeline& t) {
 // Memory per rank from the Program's accounting priced with the stage sizes. A stage's
 // gradients exist from its first backward pass to its step (training clears them), so
 // they count only at the peaks they are part of; a replicated stage's live in its
-// all-reduce buckets throughout. (The 1.21B gpt on an H200, one micro-batch of 16:
-// counted throughout, the prediction was 25% above the allocator's peak, 43.4 GiB,
-// which comes at the end of the forward pass, before any gradient: docs/gpu.md.)
+// all-reduce buckets throughout. (Counted throughout, they put the 1.21B gpt's prediction
+// on an H200 far above the allocator's peak, which comes at the end of the forward pass,
+// before any gradient: docs/gpu.md, "Measured on a lent NVIDIA H200 (2026-11-30)".)
 bool gradientsPersist(const CostModel& costs, int stage) { return costs.replicas()[stage] > 1; }
 
 void fillMemory(Report& report, const schedule::Program& program, const CostModel& costs) {
@@ -100,9 +100,9 @@ Report emptyReport(const schedule::Program& program, const CostModel& costs) {
 
 // Mini-batches before the steady-state window (its length, kSteadyWindow, is in
 // evaluate.h). Where a flushing schedule's short mini-batches are extrapolated, those
-// after the first took the same time to 1e-14 (PipeDream's GNMT on 32 GPUs), so the
-// window is one mini-batch there; a whole one of 4096 micro-batches whose ports queue
-// up did not (0.1% apart on PipeDream's AlexNet).
+// after the first take the same time, so the window is one mini-batch there; a whole
+// one whose ports queue up does not (measured on PipeDream's GNMT and AlexNet:
+// docs/planner.md, "On published profiles: PipeDream's").
 constexpr int kSteadyFrom = 1;
 // A pipeline's start-up transient lasts about as many micro-batches per replica as it
 // has stages (ZB-H2 warm-up about twice that): past this many depths
@@ -114,7 +114,7 @@ constexpr double kSettledTolerance = 1e-9;
 constexpr double kStraightTolerance = 1e-6;
 // A synchronous plan whose second mini-batch alone falls this far short of the best is
 // not simulated for the steady window: four times the most the window's mean was seen
-// to exceed it by (0.6%, PipeDream's GNMT).
+// to exceed it by (measured: docs/planner.md, "On published profiles: PipeDream's").
 constexpr double kFirstMinibatchSpread = 0.025;
 
 // Seconds each resource that work queues on is occupied: every rank's compute, then
@@ -133,7 +133,7 @@ struct Steady {
 
 // The steady state of `plan` as simulated: the mean mini-batch of a window after the
 // first, so it is one figure whatever trace was asked for (a single K+1 - K difference
-// swung by 8% with K under pipedream).
+// swings with K under pipedream: docs/schedules.md, "Simulated metrics").
 // The first mini-batches' Program is checked where `check` says; the window's, the same
 // plan at more mini-batches, is not.
 Steady steadyState(const plan::Plan& plan, const CostModel& costs, int minibatches_in_window,
@@ -168,8 +168,8 @@ Report steadyReport(const plan::Plan& plan, const CostModel& costs, int minibatc
 // Whether the iteration between two steady states grows at least as fast as every
 // resource's load: otherwise some queue (a port fed by more senders than it drains)
 // grows with every micro-batch and binds later, beyond m2 (PipeDream's AlexNet on 32
-// GPUs: 24 replicas feeding 3 grew by 12.29 us per micro-batch up to 800 of them,
-// then by 12.42), and the line through the two would not hold.
+// GPUs, 24 replicas feeding 3: docs/planner.md, "On published profiles: PipeDream's"),
+// and the line through the two would not hold.
 bool settled(const Steady& a, const Steady& b, int m1, int m2) {
   const double slope = (b.report.iteration_time - a.report.iteration_time) / (m2 - m1);
   for (std::size_t k = 0; k < a.loads.size(); ++k)
@@ -205,8 +205,9 @@ Report extrapolated(const Report& a, const Report& b, int m1, int m2, int m, int
 // in a quantum of micro-batches that every replica group divides (and the ranks, where
 // a rank runs several stages): m1 is the first count past the transient that leaves m's
 // remainder modulo it, m2 the first a whole number of quanta further that is past two
-// transients. Used only where m is at least 2 m2: nearer the transient, a random
-// chain of 2 stages over a slow link came out 2.5% fast from m1 = 9 and m2 = 17 at m = 41.
+// transients. Used only where m is at least 2 m2: nearer the transient the line came
+// out fast (a random chain of 2 stages over a slow link: docs/planner.md, "On published
+// profiles: PipeDream's").
 namespace {
 
 struct Periodicity {
@@ -232,9 +233,9 @@ Periodicity periodicityOf(const plan::Plan& plan) {
 // (which never flushes, so the first mini-batch absorbs the pipeline's filling) whose
 // mini-batches are past the transient and a whole number of quanta; else kSteadyWindow
 // (PipeDream's few micro-batches a mini-batch swing from one to the next). Equal to
-// the window of kSteadyWindow to 1e-9 (Evaluate.OneMinibatchWindowWherePeriodic);
-// PipeDream on 12 stages of up to 32 replicas at 2,048 micro-batches took 190 ms a plan
-// with the longer window.
+// the window of kSteadyWindow to 1e-9 (Evaluate.OneMinibatchWindowWherePeriodic); the
+// longer window made PipeDream's long mini-batches slow to plan (docs/time_to_accuracy.md,
+// "Planning for time to accuracy").
 int wholeMinibatchWindow(const plan::Plan& plan) {
   if (!schedule::isAsynchronous(plan.schedule.name)) return kSteadyWindow;
   const Periodicity p = periodicityOf(plan);
@@ -267,8 +268,9 @@ std::optional<Report> predictReport(const plan::Plan& plan, const CostModel& cos
     // One mini-batch after the first, under asynchronous schedules too: at m1 and m2,
     // past the transient, it is the periodic steady state (the window of kSteadyWindow
     // is for mini-batches too short for that), equal to the whole mini-batch's to 1e-9 in
-    // Evaluate.ExtrapolatedReportMatchesFullSimulation; PipeDream on 12 stages of 8
-    // replicas at 8,192 micro-batches took 120-200 ms a plan with a window of 4.
+    // Evaluate.ExtrapolatedReportMatchesFullSimulation; a window of kSteadyWindow there
+    // made PipeDream's long mini-batches slow to plan (docs/time_to_accuracy.md,
+    // "Planning for time to accuracy").
     auto steadyAt = [&](int microbatches) {
       shorter.microbatches = microbatches;
       return steadyState(shorter, costs, 1, std::exchange(check, plan::Check::kSkip));
@@ -291,10 +293,9 @@ std::optional<Report> predictReport(const plan::Plan& plan, const CostModel& cos
         if (line.samples_per_minibatch / iteration < to_beat) return std::nullopt;
         // Where the line still bends, one twice as far on, while that costs less than
         // the whole mini-batch: it settles there, or bounds the plan tighter
-        // (PipeDream's GNMT as an 11-stage GPipe on 128 GPUs: 13 914 samples/s from 400
-        // and 736 micro-batches, 9 935 from 736 and 1408, 9 914 simulated whole). Where
-        // it runs straight on while a queue fills (AlexNet's ports: the same line from
-        // 112 to 784 micro-batches), only the whole mini-batch shows where the queue binds.
+        // (PipeDream's GNMT as an 11-stage GPipe on 128 GPUs). Where it runs straight on
+        // while a queue fills (AlexNet's ports), only the whole mini-batch shows where the
+        // queue binds. (Both: docs/planner.md, "On published profiles: PipeDream's".)
         const int further = m2 + 2 * (m2 - m1);  // the same remainder modulo the quantum
         const bool straight = std::abs(line.iteration_time / previous_line - 1) < kStraightTolerance;
         if (straight || 2 * static_cast<int64_t>(further) > plan.microbatches) break;
@@ -309,9 +310,10 @@ std::optional<Report> predictReport(const plan::Plan& plan, const CostModel& cos
     }
   }
   // The whole mini-batch. Under a synchronous schedule the mini-batch after the first
-  // takes 0.1-0.6% longer than the steady window's mean where ports queue up
-  // (PipeDream's AlexNet and GNMT), at half the simulation: where it falls short of
-  // `to_beat` by more than four times that, the window is not simulated.
+  // takes a little longer than the steady window's mean where ports queue up
+  // (PipeDream's AlexNet and GNMT: docs/planner.md, "On published profiles: PipeDream's"),
+  // at half the simulation: where it falls short of `to_beat` by more than four times the
+  // most seen (kFirstMinibatchSpread), the window is not simulated.
   if (synchronous && to_beat > 0) {
     if (steadyState(plan, costs, 1, std::exchange(check, plan::Check::kSkip)).report.throughput <
         to_beat * (1 - kFirstMinibatchSpread))

@@ -114,9 +114,10 @@ RankHost receiveHost(runtime::Transport& t, int from) {
 // bytes, less their small acknowledgement, an S-byte message's.
 //
 // NOTE(warm-up by time): right after start-up, round trips over loopback took many times
-// longer for their first milliseconds than afterwards (docs/profiling.md, "Network: `pipetrain profile-network`"), so
-// warm-up pings go on for warmup_seconds, not for a fixed count. The peer cannot know how many pings that is:
-// the first byte of each ping says what follows (kWarmupPing, kTimedPing, kLastPing).
+// longer for their first milliseconds than afterwards (docs/profiling.md, "Network:
+// `pipetrain profile-network`"), so warm-up pings go on for warmup_seconds, not for a
+// fixed count. The peer cannot know how many pings that is: the first byte of each ping
+// says what follows (kWarmupPing, kTimedPing, kLastPing).
 constexpr uint8_t kLastPing = 0, kTimedPing = 1, kWarmupPing = 2;
 
 PairMeasurement measurePeer(runtime::Transport& t, int peer, const NetworkOptions& o, torch::Tensor& data) {
