@@ -97,13 +97,13 @@ struct Sizes {
 };
 
 // The sizes to time: with a batch, two 4 x ranks apart (lowSize), and every size the
-// planner may choose between them (planner::defaultMicrobatchSizes) that the budget leaves room for; the
-// run's own without. The planners interpolate linearly between neighbours
-// (LayerGraph::secondsAt), and a pass is not affine in its samples over a 4 x ranks
-// span (docs/predictions.md, "The runs people start"). The sizes shrink until the two
-// ends fit kProfileBudgetSeconds, priced by training passes of the model at two and eight
-// samples (NOTE(pass cost), NOTE(profile cost)): unbounded, a large CNN's profile took
-// minutes before a run of seconds (docs/profiling.md, "What `train` pays before it
+// planner may choose between them (planner::defaultMicrobatchSizes) that the budget
+// leaves room for; the run's own without. The planners interpolate linearly between
+// neighbours (LayerGraph::secondsAt), and a pass is not affine in its samples over a 4 x
+// ranks span (docs/predictions.md, "The runs people start"). The sizes shrink until the
+// two ends fit kProfileBudgetSeconds, priced by training passes of the model at two and
+// eight samples (NOTE(pass cost), NOTE(profile cost)): unbounded, a large CNN's profile
+// took minutes before a run of seconds (docs/profiling.md, "What `train` pays before it
 // trains"). Above the larger size the costs then scale in proportion, an upper bound,
 // which the run's measured stage times correct (sharpenCachedProfile).
 //

@@ -50,10 +50,10 @@ void settle(const Run& run, int warmup) {
 }
 
 // NOTE(repeats): a profile's cost is its passes, and on a large model each takes long
-// (docs/profiling.md, "What `train` pays before it trains"), so `train` times at most ProfileOptions::repeats passes but stops after min_repeats once their
-// totals agree within `spread` of their median: more passes would move the medians by
-// less than the machine's own drift between runs. Whether the timed passes are steady
-// enough to stop.
+// (docs/profiling.md, "What `train` pays before it trains"), so `train` times at most
+// ProfileOptions::repeats passes but stops after min_repeats once their totals agree
+// within `spread` of their median: more passes would move the medians by less than the
+// machine's own drift between runs. Whether the timed passes are steady enough to stop.
 bool steady(const std::vector<double>& pass_seconds, const ProfileOptions& o) {
   if (o.min_repeats < 1 || static_cast<int>(pass_seconds.size()) < o.min_repeats) return false;
   const double mid = median(pass_seconds);
@@ -72,13 +72,14 @@ struct Timings {
 // The optimizer steps of a training step, on the layers' own weights and gradients: one
 // optimizer per layer with weights (nullptr for the others), the trainer's (Adam, fused
 // on a GPU, or SGD with momentum: runtime::makeOptimizer), each parameter's gradient lent
-// the running sum its backward passes add into, as autograd adds into .grad. A step's working set is then a rank's: the weights,
-// their gradients and the optimizer state; copies of the weights would add theirs to the
-// passes and slow them (docs/profiling.md, "Passes in a step's order"). The learning rate is 0: each step reads and writes every weight as
-// training does (x - 0 * y), and leaves it as it was. The destructor gives the
-// parameters their gradients back.
-// The profile times the step of the optimizer the run will use (SGD with its default
-// momentum: the buffer's update costs as much at any momentum above 0).
+// the running sum its backward passes add into, as autograd adds into .grad. A step's
+// working set is then a rank's: the weights, their gradients and the optimizer state;
+// copies of the weights would add theirs to the passes and slow them (docs/profiling.md,
+// "Passes in a step's order"). The learning rate is 0: each step reads and writes every
+// weight as training does (x - 0 * y), and leaves it as it was. The destructor gives the
+// parameters their gradients back. The profile times the step of the optimizer the run
+// will use (SGD with its default momentum: the buffer's update costs as much at any
+// momentum above 0).
 recipe::OptimizerOptions optimizerOptions(const std::string& name) {
   recipe::OptimizerOptions o;
   o.name = name;
@@ -132,13 +133,14 @@ double loadingSeconds(const torch::Device& device, const ProfileOptions& o) {
 }
 
 // NOTE(loss): the last stage computes each micro-batch's loss inside its forward pass
-// (summed for the log, read once per mini-batch), and its backward pass starts from that loss,
-// not from the model's output. A profile that seeded the output's backward with ones
-// missed that work, small at a vocabulary of hundreds and a large part of the last stage
-// at GPT-2's 50,257 (docs/profiling.md, "The loss"). So the layer whose output is the model's computes the loss on typical labels
-// (NOTE(typical-input)) within its timed forward pass, and its backward passes start
-// from it. Its memory is measured so too: what the loss keeps for its backward pass (the
-// fp32 log-probabilities of every position, under bf16 as well) is the last stage's.
+// (summed for the log, read once per mini-batch), and its backward pass starts from that
+// loss, not from the model's output. A profile that seeded the output's backward with
+// ones missed that work, small at a vocabulary of hundreds and a large part of the last
+// stage at GPT-2's 50,257 (docs/profiling.md, "The loss"). So the layer whose output is
+// the model's computes the loss on typical labels (NOTE(typical-input)) within its timed
+// forward pass, and its backward passes start from it. Its memory is measured so too:
+// what the loss keeps for its backward pass (the fp32 log-probabilities of every
+// position, under bf16 as well) is the last stage's.
 struct OutputLoss {
   int layer = -1;        // the index in `runs` of the layer whose output is the model's, or -1
   torch::Tensor labels;  // what the loss compares that output with

@@ -76,9 +76,10 @@ torch::Tensor typicalInput(const models::InputSpec& input, int64_t batch) {
 
 // NOTE(input-loading): the first stage loads its micro-batch (inputs and labels) inside
 // each forward pass; the profile's own input is made once, and missed that part of the
-// first stage's forward pass (docs/profiling.md, "Loading the input"). `train` gives its profiles the dataset it trains
-// on, and the loading is priced on the first layer that reads the model input (a stage
-// that holds another reader loads it again; that is not priced).
+// first stage's forward pass (docs/profiling.md, "Loading the input"). `train` gives its
+// profiles the dataset it trains on, and the loading is priced on the first layer that
+// reads the model input (a stage that holds another reader loads it again; that is not
+// priced).
 int firstInputReader(const models::Model& model) {
   for (int l = 0; l < static_cast<int>(model.layers.size()); ++l)
     for (const std::string& input : models::layerInputs(model, l))
