@@ -83,8 +83,9 @@ void stopAll(std::vector<Child>& children) {
 [[noreturn]] void execAsRank(const std::vector<std::string>& argv, int blas_threads) {
   // Ranks share the machine's cores: a rank's share goes to BLAS, and LibTorch's own
   // intra-op pool stays at one thread. Both at two threads nest (OpenMP around a
-  // threaded BLAS) and ran an MLP 3x slower than one thread on this 2-core machine;
-  // BLAS alone at two threads ran it 1.4x faster (see bench/pipeline_throughput.sh).
+  // threaded BLAS) and ran an MLP far slower than one thread on this 2-core machine, where
+  // BLAS alone at two threads ran it faster (bench/pipeline_throughput.sh; measured:
+  // docs/runtime.md, "Ranks and launching").
   setenv("OMP_NUM_THREADS", "1", 1);
   setenv("OPENBLAS_NUM_THREADS", std::to_string(blas_threads).c_str(), 1);
   std::vector<char*> args;

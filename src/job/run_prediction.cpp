@@ -33,7 +33,7 @@ double laggardPace(const Replicas& replicas, const RankSeconds& chosen) {
 // Each rank's time around an action that the cluster's routes do not price: what the
 // run measured per action, less its sends' host cost per action (the simulator prices
 // that cost on the sender's clock; a receive's lands in the run's waits). Without it the
-// simulator, fed a run's own action times, came out 0.5-6.8% fast on every case of
+// simulator, fed a run's own action times, came out fast on every case of
 // bench/prediction_cases.py (docs/predictions.md, "The runtime's own time").
 std::vector<double> actionOverheads(const MeasuredRun& run, const sim::CostModel& costs) {
   const schedule::Program program = plan::programForPlan(*run.plan, costs.dag());
@@ -103,8 +103,8 @@ sim::Evaluation predictRun(const MeasuredRun& run) {
         // A stage recomputing all its layers ran F without a graph and the forward pass
         // again at the start of B (or I). The cost model adds `forward_seconds` to B and I
         // of a recomputing layer, so that part comes out of them here; it is not timed
-        // apart, and F stands for it (before, the summary's prediction counted it twice:
-        // gpt on one rank, 160.9 samples/s predicted against 198.5 measured).
+        // apart, and F stands for it (before, the summary's prediction counted it twice and
+        // came out well short: docs/planner.md, "Recomputation").
         if (plan.stages[s].recomputedLayers() == static_cast<int>(plan.stages[s].layers.size())) {
           l.forward_no_grad_seconds = l.forward_seconds;
           l.backward_input_seconds = std::max(0.0, l.backward_input_seconds - l.forward_seconds);

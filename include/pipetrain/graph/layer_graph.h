@@ -56,8 +56,8 @@ struct Layer {
   int64_t output_bytes = 0;            // what crosses to consumers
   int64_t saved_activation_bytes = 0;  // kept from forward until backward finishes
   // The part of saved_activation_bytes that does not grow with the micro-batch: under
-  // bf16, autocast's copies of the weights, which the backward pass keeps (a 1.21B gpt's
-  // block: 101 MB of its 403 at 4 x 1024 tokens). Taken by withOtherBatches() from the
+  // bf16, autocast's copies of the weights, which the backward pass keeps (measured on a
+  // 1.21B gpt: docs/gpu.md, "Memory"). Taken by withOtherBatches() from the
   // bytes at two batch sizes; 0 = all of them grow in proportion. savedBytesAt() prices it.
   int64_t saved_fixed_bytes = 0;
   // What a split schedule holds between I and W instead: the activations W reads and the
@@ -76,13 +76,14 @@ struct Layer {
   int64_t split_peak_memory_bytes = -1;
   // The most a split schedule's W held at once above what its I left: the weight
   // gradients it makes and the kernels' passing tensors (a convolution's weight gradient
-  // reorders its whole input: fmnist-cnn's first layer held 12 MiB at 64 samples for
-  // 1.3 KB of weights). -1 = not measured.
+  // reorders its whole input, many times its weights: docs/profiling.md, "A backward
+  // pass's passing tensors"). -1 = not measured.
   int64_t weight_peak_memory_bytes = -1;
   // The same layer timed at other batch sizes (`pipetrain profile --batch 32,128`): a
   // layer is no cheaper per sample at 32 than at 128 only if nothing in it is fixed per
-  // pass, and a matrix product of the 8 x 1024 mlp took 0.63x as long per sample at 128
-  // as at 32 (docs/profiling.md). Empty: times scale linearly from the graph's batch.
+  // pass, and a matrix product of the 8 x 1024 mlp took well under as long per sample at
+  // 128 as at 32 (docs/profiling.md, "Layers: `pipetrain profile`"). Empty: times scale
+  // linearly from the graph's batch.
   std::vector<TimedAtBatch> other_batches;
 
   // Every time it has multiplied by `factor`: its passes' and its optimizer step's, at
@@ -105,9 +106,9 @@ struct Layer {
   // What its backward pass (B), or its split I, holds at its most beyond the layer's
   // saved activations, at `scale` times the profiled batch; 0 where not measured. B's
   // figure holds the weight gradients it makes, their size whatever the micro-batch
-  // (fmnist-cnn's fc1 at 8 samples: 1.53 of its 1.64 MiB); the rest, tensors of one
-  // micro-batch, grow with it. Scaling the gradients too priced its B at 64 samples at
-  // 13.1 MiB where it held 2.4.
+  // (most of fmnist-cnn's fc1's at 8 samples); the rest, tensors of one micro-batch,
+  // grow with it. Scaling the gradients too priced its B at 64 samples at several times
+  // what it held (docs/predictions.md, "The runs people start").
   double backwardTransientAt(double scale) const {
     return peak_memory_bytes < 0 ? 0.0 : grownFrom(static_cast<double>(peak_memory_bytes - saved_activation_bytes),
                                                    static_cast<double>(param_bytes), scale);
@@ -235,8 +236,8 @@ class LayerGraph {
   // activations here and there, and its optimizer step as timed there. A step costs the
   // same arithmetic whatever the micro-batch, but it finds its weights, gradients and
   // state in a cache the passes before it left: after passes at 4 samples, a share of
-  // the 2-stage gpt stepped in 3.3-3.8 ms against 3.6-5.5 after passes at 16 or 32, and
-  // 4.7-5.0 ms in a run at 16 (docs/profiling.md); the step a training run takes follows
+  // the 2-stage gpt stepped faster than after passes at 16 or 32, or in a run at 16
+  // (docs/predictions.md, "The runs people start"); the step a training run takes follows
   // a whole mini-batch's passes. Throws Error naming `origin` where a profile is of
   // another model or of a batch size given twice.
   LayerGraph withOtherBatches(const std::vector<LayerGraph>& timed, const std::string& origin) const;

@@ -38,12 +38,11 @@ struct MeasuredRun {
   // What the simulator prices each action at: its time on a core where a rank runs one
   // BLAS thread, else its wall time. An action's wall time also holds what else ran on
   // its core meanwhile: other ranks' turns where ranks outnumbered the cores (priced so,
-  // 3 ranks on 2 cores were predicted 8-10% slow: fmnist-cnn, docs/profiling.md), and
-  // the transport's threads copying messages and summing the all-reduce (a data-parallel
-  // backward pass ran 62-71 ms of wall for 50-53 on its core). The simulator prices both
-  // itself (shared cores as the launcher pinned them, the routes' host costs). With
-  // several BLAS threads a rank's compute also runs on threads its CPU clock does not
-  // count; such ranks keep wall times.
+  // fmnist-cnn's 3 ranks on 2 cores were predicted slow), and the transport's threads
+  // copying messages and summing the all-reduce (both measured: docs/predictions.md, "The
+  // runs people start"). The simulator prices both itself (shared cores as the launcher
+  // pinned them, the routes' host costs). With several BLAS threads a rank's compute also
+  // runs on threads its CPU clock does not count; such ranks keep wall times.
   const plan::StageSeconds& pricedSeconds() const {
     return blas_threads == 1 ? action_cpu_seconds : action_seconds;
   }
@@ -64,10 +63,10 @@ struct RankSeconds {
 //   left out: a faster replica waits there longer);
 // - its compute is scaled by the mean over mini-batches of the replicas' slowest compute,
 //   over that replica's mean: which replica lags changes from one mini-batch to the next.
-// In data-parallel gpt on 2 ranks one replica's backward pass took 36-39 ms where the
-// other's took 49-50 in the same mini-batch, and priced at the replicas' mean the run's
-// own action times predicted it 4-11% fast; at this pace, 0.4-1.1% (docs/profiling.md,
-// "Replicas at the slowest pace"). A stage on one rank keeps that rank's figures.
+// In data-parallel gpt on 2 ranks one replica's backward pass took far less than the
+// other's in the same mini-batch, and priced at the replicas' mean the run's own action
+// times predicted it fast; at this pace, close (docs/predictions.md, "Replicas at the
+// slowest pace"). A stage on one rank keeps that rank's figures.
 plan::StageSeconds slowestReplicaSeconds(const std::vector<RankSeconds>& ranks);
 
 // The report and the predicted timeline of one mini-batch.

@@ -2,8 +2,8 @@
 // process times a contiguous share of the layers instead of all of them, so that its
 // working set (weights, gradients, optimizer state) is about a pipeline rank's, not the
 // whole model's. On this 2-core machine, whole-model profiles put the 2-stage 8 x 1024
-// mlp's stages 6-21% above what its ranks measured, profiles in shares 8% below to 4%
-// above (docs/profiling.md, "Profiled as a rank runs").
+// mlp's stages well above what its ranks measured, and profiles in shares near it
+// (docs/profiling.md, "Profiled as a rank runs", under "Layers: `pipetrain profile`").
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ inline int shareOfProcess(int process, int shares) { return process % shares; }
 // other), brought to one core speed: each size's times scaled by the median of the
 // sizes' probes over its own (NOTE(core-probe)), and that median its probe. A core that
 // slowed while one size was timed made that size look dearer per sample than the sizes
-// around it (the race's gpt: 7.3 ms a sample at 32 against 5.6 at 16 and 5.8 at 64), and
+// around it (the race's gpt at 32: docs/profiling.md, "Layers: `pipetrain profile`"), and
 // the planner then avoided it. Unchanged where a size has no probe (a GPU's).
 std::vector<graph::LayerGraph> sizesAtOneCoreSpeed(std::vector<graph::LayerGraph> sizes);
 

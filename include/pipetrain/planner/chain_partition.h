@@ -268,9 +268,10 @@ Partition solveChain(const ChainProblem& problem);
 // How a stage's time counts the activations it receives and sends: hidden behind its
 // compute (the DP's objective: a cut costs its own bar, apart from the stages), or added
 // to it. The simulator lies between: on PipeDream's GNMT over servers joined at 3 GB/s,
-// 3 stages of one server each cut 13 + 11 + 13 layers simulate at 13,744 samples/s and
-// 9 + 18 + 10 at 9,959, where the overlapped pricing ranks the second first (its second
-// cut carries 12.5 MB a micro-batch, twice the first's; bench/profiles/plans/gnmt-2bw-*).
+// 3 stages of one server each cut 13 + 11 + 13 layers simulate well above 9 + 18 + 10,
+// where the overlapped pricing ranks the second first (its second cut carries twice the
+// first's bytes a micro-batch; bench/profiles/plans/gnmt-2bw-*; measured: docs/planner.md,
+// "Fixed schedules against an oracle").
 enum class Transfers { kOverlapped, kSerialized };
 
 // The best cut of the layers into stages on given blocks of devices: stage s on devices

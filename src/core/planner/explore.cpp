@@ -106,8 +106,8 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   if (!sizes.empty()) explorer.search(all_widths, names, sizes);
   // Under auto, a plan that fits only by recomputing competes with those that fit by
   // smaller micro-batches instead, which `none` would have found: auto searches what
-  // none and full search (the recompute bench's gpt at 900 MB a device: none's
-  // micro-batch 1 at 4.13 samples/s against auto's recomputing micro-batch 4 at 2.73).
+  // none and full search (the recompute bench's gpt at 900 MB a device, where none's
+  // smaller micro-batch beat auto's recomputing one: docs/planner.md, "Recomputation").
   const bool recomputed = std::any_of(result.ranked.begin(), result.ranked.end(), [](const Candidate& c) {
     return std::any_of(c.plan.stages.begin(), c.plan.stages.end(), [](const plan::Stage& s) { return s.recompute; });
   });
@@ -128,9 +128,9 @@ Exploration explore(const graph::LayerGraph& graph, const cluster::ClusterSpec& 
   // plan. A profile prices a micro-batch as its own size scaled, so plans that differ
   // only in how the batch is cut tie (a single stage has no bubble to trade); what a
   // micro-batch costs beyond that (an action's dispatch, a smaller matrix product)
-  // favours the larger: data parallelism of the 8x1024 mlp at 128 x 2 ran 6-8% faster
-  // than at 64 x 4, which tied with it and won on memory (bench/ddp_comparison.sh,
-  // docs/runtime.md).
+  // favours the larger: data parallelism of the 8x1024 mlp at 128 x 2 ran faster than at
+  // 64 x 4, which tied with it and won on memory (bench/ddp_comparison.sh; measured:
+  // docs/planner.md, "The exploration: BaPipe's joint choice").
   using detail::throughputTier;
   std::stable_sort(result.ranked.begin(), result.ranked.end(), [](const Candidate& a, const Candidate& b) {
     const int64_t tier_a = throughputTier(a.report), tier_b = throughputTier(b.report);

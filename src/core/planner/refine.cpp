@@ -14,7 +14,8 @@ namespace {
 
 // The refinement's simulations: at most this many, and at most this much work simulated
 // in all, in ranks x micro-batches (simulationWork): a plan on 264 devices at 64
-// micro-batches gets 7 neighbours, about 0.2 s; one on 1024 devices 2.
+// micro-batches gets 7 neighbours, one on 1024 devices 2 (their time: docs/planner.md,
+// "Figures (this 2-core machine)").
 constexpr int kRefineSimulations = 128;
 constexpr int64_t kRefineWork = 2048 * 64;
 // How many times that a fixed schedule's refinement may simulate (refine()).
@@ -61,7 +62,8 @@ void Explorer::refine() {
   // stages' layer and device counts is that start on other devices (copies of a pipeline
   // proposed twice, a chain's twin listed copy by copy), and walks where it walks: the
   // next plan starts instead. (On Inception-v3 over 32 GPUs under 1f1b, twins of 2 x 16
-  // took the starts from which 1 x 24 + 1 x 8 walks to 5,065 samples/s.)
+  // took the starts from which 1 x 24 + 1 x 8 walks to the best: docs/planner.md, "Fixed
+  // schedules against an oracle".)
   std::vector<const Candidate*> picked;
   auto shape = [](const plan::Plan& p) {
     std::vector<std::pair<std::size_t, std::size_t>> counts;

@@ -1,12 +1,12 @@
 // The user's own tensors, from a torch.save file (the zip archive Python writes by
 // default since 1.6), read with LibTorch's unpickler straight from the file's pages.
 //
-// Why mapped, not read: reading a 20 MB file of tokens for the README's GPT-2 (the bytes,
-// the unpickled tensors, the held-out split's copies) grew every rank's heap by 121 MiB,
-// which glibc kept (util::retainFreedMemory), on ranks whose model held 1 MiB of tensors;
-// and every rank read it, the middle stages only for its shape. Mapped, a tensor of the
-// file is a view of the page cache, one copy shared by every rank on the host, and the
-// held-out split is a rule over rows, not a copy.
+// Why mapped, not read: reading the README's GPT-2 file of tokens (the bytes, the
+// unpickled tensors, the held-out split's copies) grew every rank's heap by many times
+// its model's tensors, which glibc kept (util::retainFreedMemory); and every rank read it,
+// the middle stages only for its shape (measured: docs/byo.md, "The data: a torch.save
+// file"). Mapped, a tensor of the file is a view of the page cache, one copy shared by
+// every rank on the host, and the held-out split is a rule over rows, not a copy.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>

@@ -27,7 +27,8 @@ torch::nn::Linear gptLinear(int64_t in, int64_t out, double std = 0.02);
 // A linear layer applied as PyTorch's F.linear applies it, through ATen's `linear`: the
 // bias folded into the matrix product. LibTorch's nn::Linear multiplies a 3-D input and
 // then adds the bias in place, which under autocast adds the fp32 bias into bf16 through
-// a generic elementwise kernel: 3 ms of the 86M gpt's 21 ms step on an H200 (docs/gpu.md).
+// a generic elementwise kernel, a sizeable share of the 86M gpt's step on an H200
+// (measured: docs/gpu.md, "Measured on a lent NVIDIA H200 (2026-12-04)").
 inline torch::Tensor applyLinear(const torch::nn::Linear& linear, const torch::Tensor& x) {
   return torch::linear(x, linear->weight, linear->bias);
 }

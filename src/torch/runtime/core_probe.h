@@ -1,13 +1,13 @@
 // How fast this thread's core computes now: the seconds of a fixed computation (four
-// 256 x 256 single-precision matrix products, about 1 ms here), the same in the profile
-// and in a run, so that the two can be compared. Time the thread spent runnable while
-// other threads held every core is left out: ranks that outnumber the cores take turns,
-// and that turn-taking is priced on its own (util/core_time.h), not as a slow core.
+// 256 x 256 single-precision matrix products, short enough to run between passes), the
+// same in the profile and in a run, so that the two can be compared. Time the thread
+// spent runnable while other threads held every core is left out: ranks that outnumber
+// the cores take turns, and that turn-taking is priced on its own (util/core_time.h), not
+// as a slow core.
 //
-// NOTE(core-probe): on this project's VMs a core's speed moves on its own. Two processes
-// pinned to the two cores, each counting 256 x 256 matrix products a quarter second at a
-// time, saw one core fall to 1,200-2,200 a second for two seconds while the other held
-// 4,600 (a throwaway script, 2026-11-30). Two uses:
+// NOTE(core-probe): on this project's VMs a core's speed moves on its own: two processes
+// pinned to the two cores saw one core fall to half the other's speed or less for seconds
+// (measured: docs/profiling.md#cores-that-run-at-different-speeds). Two uses:
 //  - a profile's shares time at once on different cores, and a share timed on the slower
 //    core looks costlier than the same layers timed on the other; the partitioner, which
 //    believes the figures, then gives the faster-timed share's layers to fewer ranks'

@@ -191,7 +191,8 @@ bool replicasHoldBuffers(const models::Model& model, const std::vector<StageLaye
 // Each (stage, type)'s mean duration, leaving out the share of its actions that the
 // run's first two mini-batches ran (heap growth, first messages) when it ran more.
 // The mean, not the median: a mini-batch takes the sum of its actions, slow ones
-// included (on the 2-stage mlp a backward pass's mean was 5% above its median).
+// included, and on the 2-stage mlp slow ones were not rare (docs/predictions.md, "The runs
+// people start").
 // `durations` holds them in the order they ran, each as its wall and its CPU time.
 struct ActionDuration {
   double wall = 0, cpu = 0;
@@ -453,7 +454,8 @@ RankResult trainRank(const TrainConfig& c, DataChannel& data, Coordinator& t,
   ActionDurations durations;
   int64_t minibatches_run = 0;
   // The core's speed, probed between steps (runtime/core_probe.h), often enough to follow
-  // it and rarely enough to cost nothing: about 1 ms each half second.
+  // it and rarely enough to cost nothing: a short probe, at most each half second (its
+  // cost: docs/predictions.md, "The runtime's own time").
   std::vector<double> probes;
   Clock::time_point last_probe{};
   auto probeCore = [&] {
