@@ -41,6 +41,9 @@ constexpr double kPassesPerSize = kWarmup + 1 + kMinRepeats + 1;
 // the dataset: about a second for ResNet-50 on this machine (docs/profiling.md).
 constexpr double kProcessStartSeconds = 1;
 double passSteps(int in_flight) { return 1.0 / 3 + 2.0 * in_flight; }
+constexpr double kStepsPerPass = 2;  // the optimizer's, after the whole and the split backward passes
+// Halving the sizes is worth it where it saves a quarter of the profile's cost or more.
+constexpr double kWorthHalving = 0.75;
 // A pass at 2 samples cheaper than this is also timed at 8 (NOTE(pass cost)); a dearer
 // one prices the sizes in proportion.
 constexpr double kCheapPassSeconds = 1.0;
@@ -110,8 +113,8 @@ struct Sizes {
 // On a GPU the sizes are the wanted ones: its passes take milliseconds, and pricing
 // them here would put the model on the GPU in this process, which the ranks then start
 // beside (a CPU pass of a billion-parameter gpt at two samples takes minutes).
-Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Processes& processes,
-                 const torch::Device& device, const Say& say) {
+Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const std::string& optimizer,
+                 const Processes& processes, const torch::Device& device, const Say& say) {
   // The planner's sizes strictly between the two ends, smallest first.
   const auto between = [&](int64_t low, int64_t top) {
     std::vector<int64_t> inner;
@@ -149,13 +152,19 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
   // NOTE(profile cost): the processes time at once, so the profile takes what the
   // busiest takes. Its share of the work is measured, not assumed: the shares are split
   // by parameters, so a CNN's first share holds nearly all its compute, and a share of a
-  // transformer's identical blocks times one of them.
-  const std::vector<double> shares = profiler::shareWorkFractions(model, 2, processes.count, r.blas_threads);
-  double busiest_steps = 0;
-  for (int k = 0; k < processes.count; ++k)
-    busiest_steps = std::max(busiest_steps, kPassesPerSize * passSteps(processes.in_flight[k]) * shares[k]);
+  // transformer's identical blocks times one of them. Each pass also steps the optimizer
+  // over the share's weights, whatever the size: on a model whose weights dominate, the
+  // dearest part of a pass (torchvision's vgg11 at 32 x 32: docs/profiling.md).
+  const std::vector<profiler::ShareWork> shares = profiler::shareWork(model, 2, processes.count, r.blas_threads);
+  const double step_per_parameter = profiler::optimizerSecondsPerParameter(optimizer, r.blas_threads);
   const auto cost = [&](int64_t size) {
-    return (kSetupSteps + busiest_steps) * (fixed + per_sample * static_cast<double>(size));
+    const double step = fixed + per_sample * static_cast<double>(size);  // the whole model's
+    double busiest = 0;
+    for (int k = 0; k < processes.count; ++k)
+      busiest = std::max(busiest, kPassesPerSize * (passSteps(processes.in_flight[k]) * shares[k].forward_fraction * step +
+                                                    kStepsPerPass * step_per_parameter *
+                                                        static_cast<double>(shares[k].stepped_parameters)));
+    return kSetupSteps * step + busiest;
   };
   // Where that leaves a size of one, the model must train on one sample: BatchNorm on a
   // 1 x 1 map does not (DenseNet's last block on 32 x 32 images), so the sizes stay at 2
@@ -165,8 +174,11 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const Proc
   const auto costOf = [&](int64_t top) {
     return kProcessStartSeconds + cost(top) + (lowOf(top) < top ? cost(lowOf(top)) : 0);
   };
+  // Smaller sizes until the two ends fit, while halving them saves: where a pass's cost is
+  // the weights' and their steps', whatever its samples, smaller sizes would cost as much
+  // and only price the plan from micro-batches too small to run well (NOTE(pass cost)).
   int64_t top = wantedSize(r);
-  while (top > 1 && costOf(top) > kProfileBudgetSeconds) top /= 2;
+  while (top > 1 && costOf(top) > kProfileBudgetSeconds && costOf(top / 2) < kWorthHalving * costOf(top)) top /= 2;
   if (r.args.batch > 0 && lowOf(top) == 1) {
     try {
       profiler::stepSeconds(model, 1, r.blas_threads);
@@ -256,7 +268,7 @@ graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Mode
                           const Processes& processes, const torch::Device& device, const std::string& out,
                           const Say& say) {
   const auto pricing = std::chrono::steady_clock::now();
-  const Sizes sizes = timedSizes(model, r, processes, device, say);
+  const Sizes sizes = timedSizes(model, r, config.optimizer.name, processes, device, say);
   const double pricing_seconds = secondsSince(pricing);
   // The processes time together (profiler::ProfileRendezvous), meeting in this directory.
   const std::string rendezvous = out + ".rendezvous";
@@ -273,10 +285,17 @@ graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Mode
   for (int k : processes.in_flight) held += (held.empty() ? "" : ",") + std::to_string(k);
   if (device.is_cpu())
     say(formatted("profiling %s at micro-batch %s in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
-                  "a share of the layers each, micro-batches in flight %s; about %.0f s (the sizes were chosen in %.1f s)",
+                  "a share of the layers each, micro-batches in flight %s; about %.0f s%s (the sizes were chosen in %.1f "
+                  "s)",
                   config.model.c_str(), joined(sizes.timed).c_str(), processes.count, r.blas_threads,
                   processes.count < r.ranks ? " (the ranks then share the cores)" : "", held.c_str(),
-                  sizes.estimated_seconds, pricing_seconds));
+                  sizes.estimated_seconds,
+                  sizes.estimated_seconds > kProfileBudgetSeconds
+                      ? formatted(", over the %.0f s budget: smaller micro-batches would cost about as much",
+                                  kProfileBudgetSeconds)
+                            .c_str()
+                      : "",
+                  pricing_seconds));
   else
     say(formatted("profiling %s at micro-batch %s on %s in %d process(es) at once, one per GPU, at %s%s: a share of "
                   "the layers each, micro-batches in flight %s",

@@ -195,24 +195,28 @@ TEST(Profiler, ALayerIdenticalToAnEarlierOneTakesItsTimes) {
 }
 
 // A profile's cost is priced on what each process times (job/run_profile.cpp): a share's
-// part of the model's forward time, over the layers it times itself. One share of an
-// mlp of identical hidden layers times three of its nine (the first, which reads the
-// input, one hidden layer, and the classifier with the loss).
-TEST(Profiler, ASharesWorkIsTheForwardTimeOfTheLayersItTimes) {
+// part of the model's forward time and the parameters it steps, over the layers it times
+// itself. One share of an mlp of identical hidden layers times three of its nine (the
+// first, which reads the input, one hidden layer, and the classifier with the loss).
+TEST(Profiler, ASharesWorkIsWhatItTimesOfTheModel) {
   const models::Model model =
       models::buildModel("mlp", {{"input", 512}, {"layers", 8}, {"width", 512}, {"classes", 10}}, 3);
-  const std::vector<double> one = shareWorkFractions(model, 2, 1);
+  const std::vector<ShareWork> one = shareWork(model, 2, 1);
   ASSERT_EQ(one.size(), 1u);
-  EXPECT_GT(one[0], 0.0);
-  EXPECT_LT(one[0], 0.9);
-  const std::vector<double> two = shareWorkFractions(model, 2, 2);
+  EXPECT_GT(one[0].forward_fraction, 0.0);
+  EXPECT_LT(one[0].forward_fraction, 0.9);
+  EXPECT_EQ(one[0].stepped_parameters, numel(model.layers[0]) + numel(model.layers[1]) + numel(model.layers.back()));
+  const std::vector<ShareWork> two = shareWork(model, 2, 2);
   ASSERT_EQ(two.size(), 2u);
-  for (double f : two) {
-    EXPECT_GT(f, 0.0);
-    EXPECT_LE(f, 1.0);
+  for (const ShareWork& w : two) {
+    EXPECT_GT(w.forward_fraction, 0.0);
+    EXPECT_LE(w.forward_fraction, 1.0);
+    EXPECT_GT(w.stepped_parameters, 0);
   }
-  EXPECT_THROW(shareWorkFractions(model, 0, 2), Error);
-  EXPECT_THROW(shareWorkFractions(model, 2, 0), Error);
+  EXPECT_THROW(shareWork(model, 0, 2), Error);
+  EXPECT_THROW(shareWork(model, 2, 0), Error);
+  EXPECT_GT(optimizerSecondsPerParameter("adam"), 0.0);
+  EXPECT_THROW(optimizerSecondsPerParameter("adagrad"), Error);
 }
 
 // Every step is timed with the gradients it steps (LibTorch 2 clears them to none after

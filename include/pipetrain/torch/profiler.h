@@ -109,14 +109,24 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
 double stepSeconds(const models::Model& model, int64_t batch, int threads = 0,
                    runtime::Precision precision = runtime::Precision::kFp32);
 
-// The part of the model's work each of `shares` profiling processes times
-// (ProfileOptions::share, time_identical_once): the forward seconds at `batch` of the
-// layers it times itself, over the whole model's. A share split by parameters can hold
-// nearly all of a model's compute (a CNN's convolutions beside a classifier's weights),
-// and a share of identical blocks times one of them. Leaves the model and the thread
-// count as they were.
-std::vector<double> shareWorkFractions(const models::Model& model, int64_t batch, int shares, int threads = 0,
-                                       runtime::Precision precision = runtime::Precision::kFp32);
+// What each of `shares` profiling processes times of a model (ProfileOptions::share,
+// time_identical_once), for pricing a profile before it is taken: the forward seconds at
+// `batch` of the layers it times itself, over the whole model's, and those layers'
+// trainable parameters, whose optimizer step every pass times. A share split by
+// parameters can hold nearly all of a model's compute (a CNN's convolutions beside a
+// classifier's weights), and a share of identical blocks times one of them. Leaves the
+// model and the thread count as they were.
+struct ShareWork {
+  double forward_fraction = 0;
+  int64_t stepped_parameters = 0;
+};
+std::vector<ShareWork> shareWork(const models::Model& model, int64_t batch, int shares, int threads = 0,
+                                 runtime::Precision precision = runtime::Precision::kFp32);
+
+// Seconds of `optimizer`'s step per trainable parameter on `threads` threads (0: as they
+// are), as a profile's pass steps a layer (the step, then the gradients cleared), timed on
+// a parameter too large for the caches. Leaves the thread count as it was.
+double optimizerSecondsPerParameter(const std::string& optimizer, int threads = 0);
 
 // ===== Threads =========================================================================
 
