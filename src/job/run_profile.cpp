@@ -207,9 +207,10 @@ Sizes timedSizes(const models::Model& model, const ProfileRequest& r, const std:
     const double step = fixed + per_sample * static_cast<double>(b);  // the whole model's
     double busiest = 0;
     for (int k = 0; k < processes.count; ++k)
-      busiest = std::max(busiest, kPassesPerSize * (passSteps(processes.in_flight[k]) * shares[k].forward_fraction * step +
-                                                    kOptimizerStepsPerPass * step_per_parameter *
-                                                        static_cast<double>(shares[k].stepped_parameters)));
+      busiest =
+          std::max(busiest, kPassesPerSize * (passSteps(processes.in_flight[k]) * shares[k].forward_fraction * step +
+                                              kOptimizerStepsPerPass * step_per_parameter *
+                                                  static_cast<double>(shares[k].stepped_parameters)));
     s.estimated_seconds += kSetupSteps * step + busiest;
   }
   return s;
@@ -298,11 +299,12 @@ graph::LayerGraph measure(const runtime::TrainConfig& config, const models::Mode
   std::string held;
   for (int k : processes.in_flight) held += (held.empty() ? "" : ",") + std::to_string(k);
   if (device.is_cpu())
-    say(formatted("profiling %s at micro-batch %s in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
-                  "a share of the layers each, micro-batches in flight %s; about %.0f s (the sizes were chosen in %.1f s)",
-                  config.model.c_str(), joined(sizes.timed).c_str(), processes.count, r.blas_threads,
-                  processes.count < r.ranks ? " (the ranks then share the cores)" : "", held.c_str(),
-                  sizes.estimated_seconds, pricing_seconds));
+    say(formatted(
+        "profiling %s at micro-batch %s in %d processes at once, %d BLAS thread(s) each, as the ranks run%s: "
+        "a share of the layers each, micro-batches in flight %s; about %.0f s (the sizes were chosen in %.1f s)",
+        config.model.c_str(), joined(sizes.timed).c_str(), processes.count, r.blas_threads,
+        processes.count < r.ranks ? " (the ranks then share the cores)" : "", held.c_str(), sizes.estimated_seconds,
+        pricing_seconds));
   else
     say(formatted("profiling %s at micro-batch %s on %s in %d process(es) at once, one per GPU, at %s%s: a share of "
                   "the layers each, micro-batches in flight %s",
