@@ -48,6 +48,11 @@ int main(int argc, char** argv) {
     // --help and --version exit 0; a command line that does not parse exits 2, as
     // usage errors do by convention.
     return app.exit(e) == 0 ? 0 : 2;
+  } catch (const pipetrain::Error& e) {
+    // An option's own reader refused its value while parsing (a size in an unknown unit,
+    // --betas with one number): a usage error too.
+    std::cerr << "pipetrain: error: " << e.what() << "\nRun with --help for more information.\n";
+    return 2;
   }
   try {
     for (const auto& command : commands)

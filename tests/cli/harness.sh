@@ -20,10 +20,14 @@ expect() {  # expect NAME TEXT [FILE]: FILE (default: the last checked command's
   if grep -q -- "$2" "$file"; then passed=$((passed + 1)); else
     failed=$((failed + 1)); echo "FAIL: $1: $file lacks '$2'"; grep -v '^PROGRESS' "$file" | tail -5; fi
 }
-refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: non-zero exit, message on stderr
+refuses() {  # refuses NAME EXPECTED-TEXT COMMAND...: an exit of its own (1-127), message on stderr
   local name=$1 text=$2; shift 2
-  if "$@" >"$tmp/out" 2>"$tmp/err"; then
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local status=$?
+  if [ "$status" -eq 0 ]; then
     failed=$((failed + 1)); echo "FAIL: $name (exit 0)"
+  elif [ "$status" -ge 128 ]; then  # killed by a signal: a crash, not a refusal
+    failed=$((failed + 1)); echo "FAIL: $name: died of signal $((status - 128))"; tail -3 "$tmp/err"
   elif ! grep -q -- "$text" "$tmp/err"; then
     failed=$((failed + 1)); echo "FAIL: $name: stderr lacks '$text':"; head -5 "$tmp/err"
   else passed=$((passed + 1)); fi

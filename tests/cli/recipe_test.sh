@@ -66,6 +66,7 @@ refuses "clipping at 0" "--clip-grad-norm" "$bin" "${base[@]}" --clip-grad-norm 
 refuses "a no-decay rule matching nothing" "--no-decay 'layernorm' matches none" "$bin" "${base[@]}" \
   --optimizer adamw --no-decay layernorm
 refuses "betas out of range" "--betas" "$bin" "${base[@]}" --betas 0.9,1.5
+refuses "betas with one number" "--betas takes two numbers" "$bin" "${base[@]}" --betas 0.9
 refuses "nesterov without sgd" "--nesterov" "$bin" "${base[@]}" --nesterov
 [ -z "$(ls "$PIPETRAIN_CACHE_DIR" 2>/dev/null)" ] && passed=$((passed + 1)) || {
   failed=$((failed + 1)); echo "FAIL: a bad recipe was profiled before it was refused"; }
