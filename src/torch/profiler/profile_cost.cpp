@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "profile_setup.h"
+#include "threads_guard.h"
 #include "../runtime/optimizer_state.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
@@ -14,15 +15,12 @@ namespace {
 // `threads` intra-op threads while it lives (0: as they are), then as they were.
 class ThreadsFor {
  public:
-  explicit ThreadsFor(int threads) : before_(at::get_num_threads()) {
+  explicit ThreadsFor(int threads) {
     if (threads > 0) at::set_num_threads(threads);
   }
-  ~ThreadsFor() { at::set_num_threads(before_); }
-  ThreadsFor(const ThreadsFor&) = delete;
-  ThreadsFor& operator=(const ThreadsFor&) = delete;
 
  private:
-  int before_;
+  ThreadsGuard as_they_were_;  // taken before the constructor's body sets them
 };
 
 }  // namespace

@@ -1,49 +1,23 @@
 // The threads a profile computes on, and how a step's time divides over them.
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
+#include "threads_guard.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/stats.h"
 
 namespace pipetrain::profiler {
-namespace {
-
-// OpenBLAS reads OPENBLAS_NUM_THREADS when it loads, before main(); these calls reach it
-// afterwards, when OpenBLAS is the BLAS LibTorch loaded (Debian's libopenblas0-pthread).
-using SetThreads = void (*)(int);
-using GetThreads = int (*)();
-
-SetThreads blasSetter() { return reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")); }
-
-// This process's threads as they are now, given back when it ends (exceptions included).
-class ThreadsGuard {
- public:
-  ThreadsGuard() : pool_(at::get_num_threads()), blas_(blasThreads()) {}
-  ~ThreadsGuard() {
-    if (SetThreads set = blasSetter(); set && blas_ > 0) set(blas_);
-    at::set_num_threads(pool_);
-  }
-  ThreadsGuard(const ThreadsGuard&) = delete;
-  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
-
- private:
-  int pool_, blas_;
-};
-
-}  // namespace
 
 int blasThreads() {
-  auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   return get ? get() : 0;
 }
 
 int computeThreads() { return std::max(at::get_num_threads(), blasThreads()); }
 
 void useThreadsOfARank(int threads) {
-  if (SetThreads set = blasSetter()) {
+  if (SetBlasThreads set = blasSetter()) {
     set(threads);
     at::set_num_threads(1);
   } else {
@@ -54,12 +28,12 @@ void useThreadsOfARank(int threads) {
 // NOTE(thread-speedup): a standalone profile times the whole model on every core, and a
 // plan may put its stages on ranks with fewer (two ranks on a 2-core host: one each).
 // What the profile's times become there depends on how the model's kernels divide over
-// threads, which only a measurement says. The two are timed back to back and their
-// ratio kept, over several rounds, because this machine's speed moves by tens of
-// percent within seconds, and its second core's with it (docs/profiling.md, "A profile
-// taken on other threads"). So rounds go on for a while: at
-// least kMinRounds, then more until kBudgetSeconds have passed, at most kMaxRounds (a
-// large model's step on one thread takes seconds).
+// threads, which only a measurement says. The two are timed back to back and their ratio
+// kept, over several rounds, because this machine's speed moves by tens of percent within
+// seconds, and its second core's with it (docs/profiling.md, "A profile taken on other
+// threads"). So rounds go on for a while: at least kMinRounds, then more until
+// kBudgetSeconds have passed, at most kMaxRounds (a large model's step on one thread
+// takes seconds).
 ThreadSpeedup threadSpeedup(const models::Model& model, int64_t batch, runtime::Precision precision) {
   constexpr int kMinRounds = 3, kMaxRounds = 15;
   constexpr double kBudgetSeconds = 3;
