@@ -2,6 +2,7 @@
 // makes `pipetrain` (no LibTorch; hands the torch commands to pipetrain-torch) and
 // `pipetrain-torch` (everything): commands.h.
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "commands.h"
@@ -9,6 +10,17 @@
 #include "pipetrain/graph/profile_cache.h"
 #include "pipetrain/util/allocator.h"
 #include "pipetrain/util/error.h"
+
+namespace {
+
+// A command line pipetrain cannot run: said in one line, exit 2, as usage errors are by
+// convention.
+int usageError(const std::string& message) {
+  std::cerr << "pipetrain: error: " << message << "\nRun with --help for more information.\n";
+  return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Before LibTorch allocates anything: freed tensors stay with the process, unless
@@ -38,10 +50,8 @@ int main(int argc, char** argv) {
          "print where profiles and captures are cached, and exit")
       ->trigger_on_parse();
   if (const std::string mistake = pipetrain::cli::unknownNameIn(app, std::vector<std::string>(argv + 1, argv + argc));
-      !mistake.empty()) {
-    std::cerr << "pipetrain: error: " << mistake << "\nRun with --help for more information.\n";
-    return 2;
-  }
+      !mistake.empty())
+    return usageError(mistake);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -51,8 +61,7 @@ int main(int argc, char** argv) {
   } catch (const pipetrain::Error& e) {
     // An option's own reader refused its value while parsing (a size in an unknown unit,
     // --betas with one number): a usage error too.
-    std::cerr << "pipetrain: error: " << e.what() << "\nRun with --help for more information.\n";
-    return 2;
+    return usageError(e.what());
   }
   try {
     for (const auto& command : commands)
