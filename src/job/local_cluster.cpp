@@ -55,11 +55,15 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
   return cluster::ClusterSpec(std::move(devices), {loopback}, {}, "this machine's ranks", std::move(shared));
 }
 
-cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_t memory_bytes) {
+cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_t memory_bytes,
+                                    const std::map<std::string, double>& action_overheads) {
   std::vector<cluster::Device> devices = measured.devices();
   for (cluster::Device& d : devices) {
     if (memory_bytes > 0) d.memory_bytes = memory_bytes;
-    d.action_overhead = d.kind == "cpu" ? kActionOverhead : kGpuActionOverhead;
+    const auto run = action_overheads.find(d.name);
+    d.action_overhead = run != action_overheads.end() ? run->second
+                        : d.kind == "cpu"             ? kActionOverhead
+                                                      : kGpuActionOverhead;
   }
   return cluster::ClusterSpec(std::move(devices), measured.levels(), measured.links(), "the job's hosts",
                               measured.sharedCores());

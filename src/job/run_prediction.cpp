@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "pipetrain/job/local_cluster.h"
 #include "pipetrain/plan/plan_program.h"
@@ -118,6 +120,11 @@ sim::Evaluation predictRun(const MeasuredRun& run) {
   const graph::LayerGraph graph(layers, plan.microbatch_size, "measured run");
   // The plan was validated before it ran, so its ranks' devices are distinct.
   const auto clusterWith = [&](const std::vector<double>& overheads) {
+    if (run.hosts) {
+      std::map<std::string, double> by_device;
+      for (std::size_t r = 0; r < devices.size(); ++r) by_device[devices[r]] = overheads[r];
+      return clusterOfHosts(*run.hosts, std::numeric_limits<int64_t>::max(), by_device);
+    }
     return localCluster(devices, std::numeric_limits<int64_t>::max(), shared ? run.concurrent_ranks : ranks, run.sums,
                         /*gpus=*/false, overheads);
   };

@@ -145,7 +145,8 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
                              any.stage_param_bytes,
                              any.stage_preds,
                              any.sums_in_shared_memory ? LocalSums::kSharedMemory : LocalSums::kGloo,
-                             frameworkSecondsPerAction(results)};
+                             frameworkSecondsPerAction(results),
+                             run.hosts ? &*run.hosts : nullptr};
   // The run's stage times into the cached profile it was planned from (run_profile.h), as
   // the simulator prices them: where ranks take turns on the cores, their time on a core,
   // which is what a profile of shared cores measures (a core's speed), and the turns'

@@ -155,12 +155,12 @@ TrainOutcome runTorchrunRank(TrainRequest& a, const TrainAsked& asked, const Tra
   std::optional<models::Model> model;
   RemovedAtExit temporary;
   std::vector<int> plan_ranks;  // by job rank, where the plan's ranks are not the job's
+  std::optional<cluster::ClusterSpec> hosts;  // the network between the hosts, where rank 0 measured it
   if (torchrun.rank() == 0) {
     try {
       const std::vector<RankPlace> places = torchrun.places(std::chrono::seconds(a.ranks.timeout_seconds));
       // Across hosts, the planner plans for the network between them, measured once.
       std::function<cluster::ClusterSpec()> hosts_network;
-      std::optional<cluster::ClusterSpec> hosts;
       if (!oneHost(places))
         hosts_network = [&] {
           hosts = torchrun.networkOfHosts(places, a.ranks.wire, a.config.device, a.planning.reprofile, watch.say);
@@ -185,8 +185,8 @@ TrainOutcome runTorchrunRank(TrainRequest& a, const TrainAsked& asked, const Tra
     torchrun.receivePlan(a, std::chrono::hours(1));
   }
   const runtime::RankResult mine = runRank(a, watch.rank_progress);
-  const LaunchedRun run =
-      torchrun.gatherResults(mine, a.ranks.plan_rank >= 0 ? a.ranks.plan_rank : torchrun.rank(), start);
+  LaunchedRun run = torchrun.gatherResults(mine, a.ranks.plan_rank >= 0 ? a.ranks.plan_rank : torchrun.rank(), start);
+  run.hosts = hosts;  // the run's own prediction prices its messages on the links it crossed
   TrainOutcome outcome;
   if (torchrun.rank() == 0) outcome.summary = summarizeRun(a, *model, run, watch.say);
   return outcome;

@@ -206,9 +206,10 @@ class LayerGraph {
   const std::vector<Layer>& layers() const { return layers_; }  // topological order
   // Layer `index`'s compute times for a micro-batch of `batch` samples. Between two
   // batch sizes it was timed at, interpolated linearly (a cost fixed per pass and one
-  // per sample); outside them, in proportion to the nearest: below the smallest that
-  // is optimistic (what is fixed per pass shrinks with it), above the largest an upper
-  // bound. Timed at one size only, plain proportion.
+  // per sample). Below the smallest, in proportion to it: optimistic (what is fixed per
+  // pass shrinks with it). Above the largest, the line through the two largest carried
+  // on, kept between the largest's times and those in proportion to it. Timed at one
+  // size only, plain proportion.
   PassSeconds secondsAt(int index, int64_t batch) const;
 
   // -1 when there is no such layer.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,9 @@ cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurren
 // The ranks of a job across hosts as the planner sees them: the devices and levels its
 // network measurement found (job/host_network.h), each device with `memory_bytes` where
 // given (> 0; else its share of its host's memory) and the runtime's own time around an
-// action as measured on this machine's CPU ranks, or on a lent GPU for a GPU's.
-cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_t memory_bytes);
+// action as measured on this machine's CPU ranks, or on a lent GPU for a GPU's; or, for
+// a device named in `action_overheads`, the time a run measured there.
+cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_t memory_bytes,
+                                    const std::map<std::string, double>& action_overheads = {});
 
 }  // namespace pipetrain::job

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "pipetrain/cluster/cluster_spec.h"
 #include "pipetrain/job/plan_decision.h"
 #include "pipetrain/job/rank_report.h"
 #include "pipetrain/job/train_request.h"
@@ -31,6 +33,9 @@ struct LaunchedRun {
   double wall_seconds = 0;                 // from the first start, restarts, set-up and evaluation included
   // What happened to the job on the way, in order: restarts and shrinks.
   std::vector<report::RunEvent> events;
+  // The network its ranks trained over, where the job measured it (a job across hosts:
+  // job/host_network.h); without it, this machine's loopback (localCluster).
+  std::optional<cluster::ClusterSpec> hosts;
 };
 
 // Runs request.ranks.nproc local ranks, each handed the job as a file (rank_spec.h). After a

@@ -1,6 +1,7 @@
 // The simulator's prediction for a run that just happened: the plan that ran, with each
 // stage priced at its measured compute times (means over the run's steady state) and
-// this machine's loopback Gloo, fed through the same Program. Side by side with the
+// the links it ran over (this machine's loopback Gloo, or the network a job across hosts
+// measured), fed through the same Program. Side by side with the
 // measured bubbles it separates what the schedule costs from what communication and the
 // framework add.
 #pragma once
@@ -34,6 +35,9 @@ struct MeasuredRun {
   // messages nor all-reducing, per action of its Programs (messages included): the
   // runtime's own work and its sends' (RankResult::actions_run).
   std::vector<double> framework_seconds_per_action;
+  // The network between the job's hosts, where it ran across hosts and measured it
+  // (LaunchedRun::hosts); null: this machine's loopback.
+  const cluster::ClusterSpec* hosts = nullptr;
 
   // What the simulator prices each action at: its time on a core where a rank runs one
   // BLAS thread, else its wall time. An action's wall time also holds what else ran on

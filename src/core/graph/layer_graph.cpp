@@ -63,6 +63,27 @@ PassSeconds scaled(const PassSeconds& s, double factor) {
           s.forward_no_grad * factor};
 }
 
+// Above the largest size timed (`top`, timed at `top_batch`), at `batch` samples: the line
+// through the two largest sizes carried on (a cost fixed per pass and one per sample),
+// kept between what the largest took (a pass cannot get cheaper with more samples) and
+// that in proportion to the samples (as if nothing in it were fixed). In proportion
+// alone, a layer whose weights dominate was priced far too dear: the run of torchvision's
+// vgg11 at 32 px, profiled up to 16 samples, took its classifier at 32 in 0.54-0.69 of
+// that price (docs/predictions.md, "Above the largest size timed"). Timed at one size
+// only (`next` null), in proportion.
+PassSeconds beyondLargest(const PassSeconds& top, int64_t top_batch, const TimedAtBatch* next, double batch) {
+  const double grown = batch / static_cast<double>(top_batch);
+  if (!next) return scaled(top, grown);
+  const double span = static_cast<double>(top_batch - next->batch), beyond = batch - static_cast<double>(top_batch);
+  auto carry = [&](double at_top, double at_next) {
+    return std::clamp(at_top + (at_top - at_next) / span * beyond, at_top, at_top * grown);
+  };
+  const PassSeconds& x = next->seconds;
+  return {carry(top.forward, x.forward), carry(top.backward_input, x.backward_input),
+          carry(top.backward_weight, x.backward_weight), carry(top.split_weight, x.split_weight),
+          carry(top.forward_no_grad, x.forward_no_grad)};
+}
+
 }  // namespace
 
 void Layer::scaleTimes(double factor) {
@@ -85,7 +106,7 @@ PassSeconds LayerGraph::secondsAt(int index, int64_t batch) const {
   // The timed sizes nearest `batch` from below and from above, among the graph's own
   // and the layer's others (the constructor checked that none repeats).
   const TimedAtBatch own{batch_size_, l.passSeconds()};
-  const TimedAtBatch *below = nullptr, *above = nullptr;
+  const TimedAtBatch *below = nullptr, *above = nullptr, *next_below = nullptr;
   auto consider = [&](const TimedAtBatch& p) {
     if (p.batch <= batch && (!below || p.batch > below->batch)) below = &p;
     if (p.batch >= batch && (!above || p.batch < above->batch)) above = &p;
@@ -93,7 +114,14 @@ PassSeconds LayerGraph::secondsAt(int index, int64_t batch) const {
   consider(own);
   for (const TimedAtBatch& p : l.other_batches) consider(p);
   if (!below) return scaled(above->seconds, b / static_cast<double>(above->batch));
-  if (!above) return scaled(below->seconds, b / static_cast<double>(below->batch));
+  if (!above) {
+    auto nearer = [&](const TimedAtBatch& p) {
+      if (p.batch < below->batch && (!next_below || p.batch > next_below->batch)) next_below = &p;
+    };
+    nearer(own);
+    for (const TimedAtBatch& p : l.other_batches) nearer(p);
+    return beyondLargest(below->seconds, below->batch, next_below, b);
+  }
   if (below == above) return below->seconds;
   const double w = (b - static_cast<double>(below->batch)) / static_cast<double>(above->batch - below->batch);
   auto mix = [w](double x, double y) { return x + w * (y - x); };

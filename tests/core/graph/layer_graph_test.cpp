@@ -202,6 +202,26 @@ TEST(LayerGraph, ForwardWithoutAGraphDefaultsToTheForwardPass) {
               {"g.json", "layers[0].forward_no_grad_seconds"});
 }
 
+TEST(LayerGraph, TimesAboveTheLargestStayBetweenItsAndTheProportions) {
+  // Timed at 4 (the graph's batch), 8 and 16: F grows faster than in proportion from 8 to
+  // 16, I shrinks (noise), W grows by a part fixed per pass.
+  Json layer = layerJson("a");
+  layer["other_batches"] = Json::parse(R"([
+    {"batch": 8, "forward_seconds": 1.0, "backward_input_seconds": 2.0, "backward_weight_seconds": 0.6},
+    {"batch": 16, "forward_seconds": 3.0, "backward_input_seconds": 1.5, "backward_weight_seconds": 1.0}])");
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layer}), "g.json");
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 32).forward, 6.0);          // the line gives 7: in proportion at most
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 32).backward_input, 1.5);   // the line gives 0.5: the largest's at least
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 32).backward_weight, 1.8);  // the line: 1.0 + 0.05 s a sample
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 24).backward_weight, 1.4);
+  // The graph's own batch is the second largest where the others lie below it.
+  Json below = layerJson("b");
+  below["other_batches"] = Json::parse(R"([{"batch": 2, "forward_seconds": 0.8,
+    "backward_input_seconds": 0.5, "backward_weight_seconds": 0.25}])");
+  const LayerGraph h = LayerGraph::fromJson(graphJson({below}), "h.json");
+  EXPECT_DOUBLE_EQ(h.secondsAt(0, 8).forward, 1.0 + 4 * 0.1);
+}
+
 TEST(LayerGraph, SplitActivationBytesDefaultToTheSavedActivations) {
   Json measured = layerJson("b");
   measured["split_activation_bytes"] = 1234;
@@ -231,7 +251,9 @@ TEST(LayerGraph, TimesAtOtherBatchesInterpolateBetweenAndScaleBeyond) {
   EXPECT_DOUBLE_EQ(g.secondsAt(0, 12).backward_input, 1.75);          // halfway between 8 and 16
   EXPECT_DOUBLE_EQ(g.secondsAt(0, 12).split_weight, (0.9 + 1.0) / 2);  // given at 8, the W pass at 16
   EXPECT_DOUBLE_EQ(g.secondsAt(0, 2).forward, 0.5);                   // in proportion below the smallest
-  EXPECT_DOUBLE_EQ(g.secondsAt(0, 32).forward, 5.0);                  // ... and above the largest
+  // Above the largest, the line through 8 and 16 carried on (F: 0.9 s more per 8 samples).
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 32).forward, 2.5 + 2 * 0.9);
+  EXPECT_DOUBLE_EQ(g.secondsAt(0, 32).backward_weight, 1.0 + 2 * 0.2);
   // A layer timed at the graph's batch only scales in proportion, as graphs always did.
   EXPECT_DOUBLE_EQ(g.secondsAt(1, 12).forward, 3.0);
   EXPECT_DOUBLE_EQ(g.secondsAt(1, 12).split_weight, 1.5);
