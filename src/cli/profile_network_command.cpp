@@ -47,7 +47,7 @@ void printProfile(const profiler::NetworkProfile& p, const cluster::ClusterSpec&
   }
   if (p.allreduce_seconds > 0)
     std::printf("all-reduce of %s over %zu ranks: %.2f ms, %.2f ms of rank 0's CPU\n",
-                text::humanBytes(p.sizes.back()).c_str(), p.ranks.size(), p.allreduce_seconds * 1e3,
+                text::humanBytes(p.allreduce_bytes).c_str(), p.ranks.size(), p.allreduce_seconds * 1e3,
                 p.allreduce_cpu_seconds * 1e3);
   if (p.small_allreduce_seconds > 0)
     std::printf("all-reduce of %s: %.3f ms on average (its fixed cost)\n", text::humanBytes(64 << 10).c_str(),

@@ -118,8 +118,9 @@ struct Sizes {
 // two ends fit kSizeBudget by a yardstick of training passes of the model at two and
 // eight samples (NOTE(pass cost), NOTE(size choice)): unbounded, a large CNN's profile
 // took minutes before a run of seconds (docs/profiling.md, "What `train` pays before it
-// trains"). Above the larger size the costs then scale in proportion, an upper bound,
-// which the run's measured stage times correct (sharpenCachedProfile).
+// trains"). Above the larger size the costs then follow the line through the two
+// largest (LayerGraph::secondsAt), which the run's measured stage times correct
+// (sharpenCachedProfile).
 //
 // On a GPU the sizes are the wanted ones: its passes take milliseconds, and pricing
 // them here would put the model on the GPU in this process, which the ranks then start

@@ -210,10 +210,13 @@ struct NetworkProfile {
   // Rank 0 against ranks 1 .. world-1, in order; then, for every two hosts rank 0 is on
   // neither of, their first ranks (a slow link between any two hosts shows).
   std::vector<PairMeasurement> pairs;
-  // All ranks' all-reduce (sum) of the largest size's bytes as rank 0 timed it, the
-  // median of the repeats; 0 = not measured. Gloo on CPU hosts sums on the cores, and
-  // its all-reduce can run far below the messages' bandwidth (cluster_spec.h).
+  // All ranks' all-reduce (sum) of `allreduce_bytes` as rank 0 timed it, the median of
+  // the repeats; 0 = not measured. Gloo on CPU hosts sums on the cores, and its
+  // all-reduce can run far below the messages' bandwidth (cluster_spec.h).
   double allreduce_seconds = 0;
+  // The largest message size at least, grown until the bytes take most of the time
+  // (profileNetwork); 0 = the largest message size (a profile written before).
+  int64_t allreduce_bytes = 0;
   double allreduce_cpu_seconds = 0;  // rank 0's process CPU time per all-reduce, all its threads
   double small_allreduce_seconds = 0;  // the mean time of a 64 KiB all-reduce: its fixed cost
 };

@@ -263,6 +263,14 @@ PairMeasurement receiveMeasurement(runtime::Transport& t, int from, int peer, st
 // An all-reduce this small costs its fixed part: its bytes take ~0.1 ms at the slowest
 // rates measured here.
 constexpr int64_t kFixedCostBytes = 64 << 10;
+// The all-reduce whose bytes the rate is read from grows until it takes this many times
+// the fixed part (so its bytes take three quarters of it), by 4x a time, up to
+// kMaxAllreduceBytes. At 2 MiB, the size a job measures, the fixed part (2.9 ms a ring
+// on 2 namespaces at 10 Gb/s) took most of the time: the rate read from what was left
+// was no rate, and the planner priced data parallelism's all-reduce at the messages'
+// bandwidth with no CPU rate (docs/profiling.md, "The all-reduce").
+constexpr double kAllreduceOverFixed = 4;
+constexpr int64_t kMaxAllreduceBytes = int64_t{64} << 20;
 
 // Every rank: an all-reduce of `bytes` over all ranks, as data-parallel replicas reduce
 // their gradients (float sums): its median and mean time, and the median process CPU
@@ -347,7 +355,6 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
   }
   runtime::DataChannel& summing = sums ? *sums : static_cast<runtime::DataChannel&>(t);
   summing.prepareGroup(t.allRanks());
-  const AllReduceTimes large = timeAllReduce(t, summing, o.sizes.back(), o);
   // A small one: what every all-reduce costs beyond its bytes. Its mean, since a run's
   // iteration pays every slow one: on a 2-core host a tenth of them wait a scheduler
   // tick for a core. Of gradient size, not a few bytes: over Gloo a few bytes cost far
@@ -355,8 +362,20 @@ NetworkProfile profileNetwork(runtime::Transport& t, const RankHost& self, const
   NetworkOptions small = o;
   small.repeats = std::max(o.repeats, 50);
   const AllReduceTimes tiny = timeAllReduce(t, summing, kFixedCostBytes, small);
+  int64_t bytes = o.sizes.back();
+  AllReduceTimes large = timeAllReduce(t, summing, bytes, o);
+  while (bytes < kMaxAllreduceBytes) {
+    // Every rank goes on, or none: the vote is itself an all-reduce.
+    const torch::Tensor votes =
+        torch::full({1}, large.median < kAllreduceOverFixed * tiny.mean ? 1.0F : 0.0F, torch::kFloat);
+    summing.startAllReduceSum(votes, t.allRanks())->wait();
+    if (votes.item<float>() == 0) break;
+    bytes = std::min(bytes * 4, kMaxAllreduceBytes);
+    large = timeAllReduce(t, summing, bytes, o);
+  }
   if (t.rank() == 0) {
     p.allreduce_seconds = large.median;
+    p.allreduce_bytes = bytes;
     p.allreduce_cpu_seconds = large.cpu;
     p.small_allreduce_seconds = tiny.mean;
   }
@@ -482,10 +501,11 @@ cluster::ClusterSpec clusterFromNetwork(const NetworkProfile& p) {
     top.allreduce_latency = std::max(p.small_allreduce_seconds - small_bytes, steps * top.latency) / steps;
   const double step_latency = top.allreduce_latency >= 0 ? top.allreduce_latency : top.latency;
   const double moving = p.allreduce_seconds - steps * step_latency;
-  const double share = p.allreduce_seconds > 0 && moving > 0.05 * p.allreduce_seconds
-                           ? steps / world * largest / moving / slowest : 0;
+  const double reduced = static_cast<double>(p.allreduce_bytes > 0 ? p.allreduce_bytes : p.sizes.back());
+  const double share =
+      p.allreduce_seconds > 0 && moving > 0.05 * p.allreduce_seconds ? steps / world * reduced / moving / slowest : 0;
   if (share > 0) top.allreduce_bandwidth = share * top.bandwidth;
-  if (p.allreduce_cpu_seconds > 0) top.allreduce_host_bandwidth = steps / world * largest / p.allreduce_cpu_seconds;
+  if (p.allreduce_cpu_seconds > 0) top.allreduce_host_bandwidth = steps / world * reduced / p.allreduce_cpu_seconds;
   for (auto& l : levels) l.through_host = through_host;
   for (cluster::Link& l : links) {
     if (share > 0) l.allreduce_bandwidth = share * l.bandwidth;
