@@ -71,6 +71,34 @@ TEST(PredictRun, TheRuntimesOwnTimeIsPricedBeyondTheSends) {
   EXPECT_NEAR(predictRun(run).report.iteration_time, without, 1e-12);
 }
 
+// A run across hosts prices its messages on the network the job measured between them,
+// not on this machine's loopback: two stages, 64 MiB across the cut, hosts joined at
+// 100 MB/s (a message there takes 0.67 s; over loopback, about 20 ms).
+TEST(PredictRun, ARunAcrossHostsPricesItsMessagesOnTheirLinks) {
+  plan::ScheduleOptions schedule;
+  schedule.name = "1f1b";
+  const plan::Plan plan = plan::chainPlan({"a", "b"}, {0, 1, 2}, {}, schedule, 2, 2);
+  MeasuredRun run;
+  run.plan = &plan;
+  run.action_seconds = {{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{1, ActionType::F}, 1e-3},
+                        {{1, ActionType::B}, 3e-3}};
+  run.action_cpu_seconds = run.action_seconds;
+  run.stage_output_bytes = {64 << 20, 0};
+  run.stage_param_bytes = {0, 0};
+  run.stage_preds = {{}, {0}};
+  const double loopback = predictRun(run).report.iteration_time;
+  std::vector<cluster::Device> devices(2);
+  for (int d = 0; d < 2; ++d) {
+    devices[d].name = plan::rankDeviceNames(plan)[d];
+    devices[d].memory_bytes = int64_t{1} << 30;
+  }
+  const cluster::ClusterSpec hosts(devices, {cluster::Level{"network", 2, 100e6, 50e-6, {}}}, {}, "hosts");
+  run.hosts = &hosts;
+  const double across = predictRun(run).report.iteration_time;
+  EXPECT_LT(loopback, 0.2);
+  EXPECT_GT(across, 2 * (64 << 20) / 100e6);  // at least an activation there and its gradient back
+}
+
 // A run that summed its replicas' gradients in shared memory is priced at those sums'
 // rates, not Gloo's: one stage on 2 replicas with 4 MiB of weights.
 TEST(PredictRun, SumsArePricedAtTheChannelThatRanThem) {
