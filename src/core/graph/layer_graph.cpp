@@ -67,10 +67,10 @@ PassSeconds scaled(const PassSeconds& s, double factor) {
 // through the two largest sizes carried on (a cost fixed per pass and one per sample),
 // kept between what the largest took (a pass cannot get cheaper with more samples) and
 // that in proportion to the samples (as if nothing in it were fixed). In proportion
-// alone, a layer whose weights dominate was priced far too dear: the run of torchvision's
-// vgg11 at 32 px, profiled up to 16 samples, took its classifier at 32 in 0.54-0.69 of
-// that price (docs/predictions.md, "Above the largest size timed"). Timed at one size
-// only (`next` null), in proportion.
+// alone, a layer whose weights dominate (torchvision's vgg11 classifier, which streams
+// its weights every pass) was priced far too dear, and its plans predicted a third slow
+// (docs/predictions.md, "Above the largest size timed"). Timed at one size only (`next`
+// null), in proportion.
 PassSeconds beyondLargest(const PassSeconds& top, int64_t top_batch, const TimedAtBatch* next, double batch) {
   const double grown = batch / static_cast<double>(top_batch);
   if (!next) return scaled(top, grown);

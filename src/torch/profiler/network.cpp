@@ -265,10 +265,10 @@ PairMeasurement receiveMeasurement(runtime::Transport& t, int from, int peer, st
 constexpr int64_t kFixedCostBytes = 64 << 10;
 // The all-reduce whose bytes the rate is read from grows until it takes this many times
 // the fixed part (so its bytes take three quarters of it), by 4x a time, up to
-// kMaxAllreduceBytes. At 2 MiB, the size a job measures, the fixed part (2.9 ms a ring
-// on 2 namespaces at 10 Gb/s) took most of the time: the rate read from what was left
-// was no rate, and the planner priced data parallelism's all-reduce at the messages'
-// bandwidth with no CPU rate (docs/profiling.md, "The all-reduce").
+// kMaxAllreduceBytes. At 2 MiB, the size a job measures, the fixed part took most of the
+// time on a fast link: what was left gave no rate, and the planner priced data
+// parallelism's all-reduce at the messages' bandwidth (docs/profiling.md, "The
+// all-reduce").
 constexpr double kAllreduceOverFixed = 4;
 constexpr int64_t kMaxAllreduceBytes = int64_t{64} << 20;
 
