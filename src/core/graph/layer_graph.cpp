@@ -103,25 +103,25 @@ int64_t LayerGraph::smallestTimedBatch() const {
 PassSeconds LayerGraph::secondsAt(int index, int64_t batch) const {
   const Layer& l = layers_[index];
   const double b = static_cast<double>(batch);
-  // The timed sizes nearest `batch` from below and from above, among the graph's own
-  // and the layer's others (the constructor checked that none repeats).
+  // The timed sizes nearest `batch` from above and the two nearest from below, among the
+  // graph's own and the layer's others (the constructor checked that none repeats).
   const TimedAtBatch own{batch_size_, l.passSeconds()};
-  const TimedAtBatch *below = nullptr, *above = nullptr, *next_below = nullptr;
+  const TimedAtBatch *below = nullptr, *next_below = nullptr, *above = nullptr;
   auto consider = [&](const TimedAtBatch& p) {
-    if (p.batch <= batch && (!below || p.batch > below->batch)) below = &p;
+    if (p.batch <= batch) {
+      if (!below || p.batch > below->batch) {
+        next_below = below;
+        below = &p;
+      } else if (!next_below || p.batch > next_below->batch) {
+        next_below = &p;
+      }
+    }
     if (p.batch >= batch && (!above || p.batch < above->batch)) above = &p;
   };
   consider(own);
   for (const TimedAtBatch& p : l.other_batches) consider(p);
   if (!below) return scaled(above->seconds, b / static_cast<double>(above->batch));
-  if (!above) {
-    auto nearer = [&](const TimedAtBatch& p) {
-      if (p.batch < below->batch && (!next_below || p.batch > next_below->batch)) next_below = &p;
-    };
-    nearer(own);
-    for (const TimedAtBatch& p : l.other_batches) nearer(p);
-    return beyondLargest(below->seconds, below->batch, next_below, b);
-  }
+  if (!above) return beyondLargest(below->seconds, below->batch, next_below, b);
   if (below == above) return below->seconds;
   const double w = (b - static_cast<double>(below->batch)) / static_cast<double>(above->batch - below->batch);
   auto mix = [w](double x, double y) { return x + w * (y - x); };
