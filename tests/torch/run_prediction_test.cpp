@@ -29,6 +29,20 @@ MeasuredRun measuredOneStage(const plan::Plan& plan) {
   return run;
 }
 
+// `plan` (two stages on two ranks) measured at F 1 ms and B 3 ms on each, with `cut_bytes`
+// crossing from the first to the second.
+MeasuredRun measuredTwoStages(const plan::Plan& plan, int64_t cut_bytes) {
+  MeasuredRun run;
+  run.plan = &plan;
+  run.action_seconds = {
+      {{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{1, ActionType::F}, 1e-3}, {{1, ActionType::B}, 3e-3}};
+  run.action_cpu_seconds = run.action_seconds;
+  run.stage_output_bytes = {cut_bytes, 0};
+  run.stage_param_bytes = {0, 0};
+  run.stage_preds = {{}, {0}};
+  return run;
+}
+
 // A mini-batch takes 4 x 4 + 2 ms, whatever recomputes.
 sim::Evaluation predicted(int recompute_layers, bool recompute) {
   plan::Plan plan = oneStage();
@@ -58,14 +72,7 @@ TEST(PredictRun, TheRuntimesOwnTimeIsPricedBeyondTheSends) {
   EXPECT_NEAR(predictRun(run).report.iteration_time, plain + 9 * 1e-4, 1e-9);
 
   plan::Plan two = plan::chainPlan({"a", "b"}, {0, 1, 2}, {}, plan.schedule, 2, 4);
-  run.plan = &two;
-  run.action_seconds = {{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{1, ActionType::F}, 1e-3},
-                        {{1, ActionType::B}, 3e-3}};
-  run.action_cpu_seconds = run.action_seconds;
-  run.stage_output_bytes = {64 << 20, 0};  // a send's host cost here: milliseconds
-  run.stage_param_bytes = {0, 0};
-  run.stage_preds = {{}, {0}};
-  run.framework_seconds_per_action = {};
+  run = measuredTwoStages(two, 64 << 20);  // a send's host cost here: milliseconds
   const double without = predictRun(run).report.iteration_time;
   run.framework_seconds_per_action = {1e-6, 0};
   EXPECT_NEAR(predictRun(run).report.iteration_time, without, 1e-12);
@@ -78,14 +85,7 @@ TEST(PredictRun, ARunAcrossHostsPricesItsMessagesOnTheirLinks) {
   plan::ScheduleOptions schedule;
   schedule.name = "1f1b";
   const plan::Plan plan = plan::chainPlan({"a", "b"}, {0, 1, 2}, {}, schedule, 2, 2);
-  MeasuredRun run;
-  run.plan = &plan;
-  run.action_seconds = {{{0, ActionType::F}, 1e-3}, {{0, ActionType::B}, 3e-3}, {{1, ActionType::F}, 1e-3},
-                        {{1, ActionType::B}, 3e-3}};
-  run.action_cpu_seconds = run.action_seconds;
-  run.stage_output_bytes = {64 << 20, 0};
-  run.stage_param_bytes = {0, 0};
-  run.stage_preds = {{}, {0}};
+  MeasuredRun run = measuredTwoStages(plan, 64 << 20);
   const double loopback = predictRun(run).report.iteration_time;
   std::vector<cluster::Device> devices(2);
   for (int d = 0; d < 2; ++d) {
