@@ -1,9 +1,12 @@
-// Simulator speed: simulated actions per second on large 1F1B and ZB-H1 Programs.
+// Simulator speed: simulated actions per second on large 1F1B and ZB-H1 Programs; and what
+// predicting one replicated plan of PipeDream's costs as its cluster grows (the unit of the
+// planner's refinement budget, refine.cpp's simulationWork).
 // Run: build/simulator_bench   (or `make bench`)
 #include <benchmark/benchmark.h>
 
-#include "pipetrain/schedule/program_check.h"
+#include "pipedream_cluster.h"
 #include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/program_check.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/sim/simulator.h"
 
@@ -35,6 +38,32 @@ void buildAndValidate(benchmark::State& state) {
   for (auto _ : state) schedule::validate(schedule::buildProgram(spec, dag));
 }
 
+// predictReport of PipeDream's ResNet-50 under 1f1b in 3 stages, layers cut 129 + 17 + 30
+// on 3/4, 1/8 and 1/8 of `gpus` GPUs (the planner's choice under 2bw on 32), at the
+// oracle bench's 1.5 micro-batches per GPU. The counters are the two ways to count the
+// work: ranks x micro-batches, and stages x micro-batches + ranks.
+void predictReplicatedPlan(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0)), m = gpus * 3 / 2;
+  const auto graph = graph::LayerGraph::load(bench::publishedProfile("resnet50"));
+  const auto cluster = bench::pipedreamCluster(gpus);
+  plan::Plan p;
+  p.schedule.name = "1f1b";
+  p.microbatch_size = graph.batchSize();
+  p.microbatches = m;
+  const int layer_cuts[] = {0, 129, 146, graph.size()};
+  const int device_cuts[] = {0, gpus * 3 / 4, gpus * 7 / 8, gpus};
+  for (int s = 0; s < 3; ++s) {
+    plan::Stage stage;
+    for (int l = layer_cuts[s]; l < layer_cuts[s + 1]; ++l) stage.layers.push_back(graph.layer(l).name);
+    for (int d = device_cuts[s]; d < device_cuts[s + 1]; ++d) stage.devices.push_back(cluster.device(d).name);
+    p.stages.push_back(std::move(stage));
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(sim::predictReport(graph, cluster, p).throughput);
+  state.counters["ranks_x_m"] = static_cast<double>(gpus) * m;
+  state.counters["stages_x_m_plus_ranks"] = 3.0 * m + gpus;
+}
+
+BENCHMARK(predictReplicatedPlan)->Arg(32)->Arg(128)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(simulateSchedule, one_f_one_b, std::string("1f1b"))
     ->Args({8, 64})->Args({64, 1024})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(simulateSchedule, zb_h1, std::string("zb-h1"))

@@ -146,6 +146,17 @@ std::vector<ChainRuns> neighbourRuns(const plan::Plan& plan, const ChainRuns& ru
         if (step < runs.layer[stages]) offer(moved(&ChainRuns::layer, s, sign * step));
         if (step < cluster.size()) offer(moved(&ChainRuns::device, s, sign * step));
       }
+  // An inner stage's layers shifted whole by 1, 2, 4, ... places: its boundaries moved
+  // together. Moved one at a time, the first move overloads a neighbour and is refused
+  // (Inception-v3 under 2bw on 32 GPUs: docs/planner.md, "Fixed schedules against an
+  // oracle").
+  for (int s = 1; s + 1 < stages; ++s)
+    for (int step = 1; step < runs.layer[stages]; step *= 2)
+      for (int sign : {-1, 1}) {
+        ChainRuns r = moved(&ChainRuns::layer, s, sign * step);
+        r.layer[s + 1] += sign * step;
+        offer(std::move(r));
+      }
   for (int step = 1; step < cluster.size(); step *= 2)
     for (int sign : {-1, 1}) offer(moved(&ChainRuns::device, stages, sign * step));
   for (int s = 1; s < stages; ++s) {  // stages s - 1 and s merged, with both device blocks

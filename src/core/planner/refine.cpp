@@ -13,20 +13,24 @@ namespace pipetrain::planner::detail {
 namespace {
 
 // The refinement's simulations: at most this many, and at most this much work simulated
-// in all, in ranks x micro-batches (simulationWork): a plan on 264 devices at 64
-// micro-batches gets 7 neighbours, one on 1024 devices 2 (their time: docs/planner.md,
-// "Figures (this 2-core machine)").
+// in all (simulationWork): on PipeDream's published profiles, a plan of 3 stages on 32
+// GPUs at 48 micro-batches gets 93 simulations, one on 128 GPUs at 192 micro-batches 23
+// (under auto; a fixed schedule gets 4 times as many).
 constexpr int kRefineSimulations = 128;
-constexpr int64_t kRefineWork = 2048 * 64;
+constexpr int64_t kRefineWork = 16384;
 // How many times that a fixed schedule's refinement may simulate (refine()).
 constexpr int64_t kFixedScheduleRefinement = 4;
 
-// What simulating a plan costs: ranks x the micro-batches predictReport simulates (where
-// the extrapolation holds; more where it simulates the mini-batch whole).
+// What simulating a plan costs, in the actions it simulates: each micro-batch's passes
+// through each stage, and each rank's all-reduce and step. A stage's replicas share its
+// micro-batches, so they add no passes; counted as ranks x micro-batches, a plan on 128
+// GPUs was priced 4 times what it cost against one on 32 (docs/planner.md, "What a
+// simulation costs"). Micro-batches are those predictReport simulates (where the
+// extrapolation holds; more where it simulates the mini-batch whole).
 int64_t simulationWork(const plan::Plan& p) {
   const auto points = sim::extrapolationPoints(p);
   const int64_t microbatches = points ? points->first + points->second : p.microbatches;
-  return devicesUsed(p) * microbatches;
+  return p.numStages() * microbatches + devicesUsed(p);
 }
 // Walks start from this many plans, each with its share of the simulations; and where
 // the graph partitioner proposed plans, from this many of its stage graphs and of the

@@ -41,14 +41,17 @@ TEST(ChainNeighbours, AreOneStepAway) {
   std::set<std::string> shapes;
   for (const plan::Plan& p : chainNeighbours(six.chain({{2, 2}, {3, 1}, {1, 1}}), six.graph, six.cluster))
     shapes.insert(six.shape(p));
+  // clang-format off
   const std::set<std::string> expected{
       "1/2 4/1 1/1 ", "3/2 2/1 1/1 ", "2/2 2/1 2/1 ",  // a layer boundary moved by one (not emptying a stage)
       "4/2 1/1 1/1 ", "2/2 1/1 3/1 ",                  // or by two
+      "1/2 3/1 2/1 ",                                  // the inner stage's layers shifted whole
       "2/1 3/2 1/1 ",                                  // a device boundary moved
       "2/2 3/1 1/2 ", "2/2 3/1 1/3 ",                  // the last stage takes one idle device, or two
       "2/2 4/2 ", "5/3 1/1 ",                          // two adjacent stages merged (3 replicas share 2, 1, 1)
       "1/1 1/1 3/1 1/1 ",                              // the replicated stage split; the last stage's one layer stays
   };
+  // clang-format on
   EXPECT_EQ(shapes, expected);
   // PipeDream steps after every round of one micro-batch per replica: 3 cannot split 4.
   plan::Plan pipedream = six.chain({{2, 2}, {3, 1}, {1, 1}});
