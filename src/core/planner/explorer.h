@@ -103,6 +103,7 @@ class Explorer {
   void rank(Candidate c);
 
   // Refining (refine.cpp).
+  std::optional<Candidate> stepFrom(const Candidate& current, int& budget);
   std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan) const;
   void addChainNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out,
                           const plan::Plan& pipeline, const ChainRuns& runs, int copies, int width) const;
