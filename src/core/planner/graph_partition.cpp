@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
+#include <memory>
+#include <new>
 #include <optional>
 #include <unordered_map>
 
@@ -84,7 +87,11 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
       run_base_.push_back(runs);
       runs += (width(static_cast<int>(v)) + 1) * (width(static_cast<int>(v)) + 1);
     }
-    dense_.assign(static_cast<std::size_t>(runs) * period_ * (problem.numDevices() + 1), Entry{kUnsolved, {}});
+    const std::size_t entries = static_cast<std::size_t>(runs) * period_ * (problem.numDevices() + 1);
+    dense_.reset(static_cast<Entry*>(std::malloc(entries * sizeof(Entry))));
+    if (entries > 0 && !dense_)
+      throw Error("the graph partitioner could not allocate its table of " + std::to_string(entries) + " states");
+    dense_made_.assign(entries, false);
     child_prefix_.resize(tree.nodes.size());
     for (std::size_t v = 0; v < tree.nodes.size(); ++v) {
       const SpNode& node = tree.nodes[v];
@@ -269,7 +276,11 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
       const std::size_t windows = static_cast<std::size_t>(period_) * (problem_.numDevices() + 1);
       const std::size_t index = (static_cast<std::size_t>(run_base_[s.node]) + s.first * (width(s.node) + 1) + s.end) *
                                     windows + static_cast<std::size_t>(s.d0) * (problem_.numDevices() + 1) + (s.d1 - s.d0);
-      return dense_[index];
+      if (!dense_made_[index]) {
+        new (dense_.get() + index) Entry{kUnsolved, {}};
+        dense_made_[index] = true;
+      }
+      return dense_.get()[index];
     }
     return deep_.try_emplace(s, Entry{kUnsolved, {}}).first->second;
   }
@@ -412,7 +423,13 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
   std::map<std::tuple<int, int, int>, double> joined_bytes_;  // tryJoin's transfers, by (node, join, end)
   std::vector<Alias> aliases_;  // per node (findAliases)
   std::vector<int> run_base_;   // per node: where its runs [first, end) begin in dense_
-  std::vector<Entry> dense_;
+  // Made on first use: most states are never reached, and writing every entry up front
+  // faulted in the whole table (docs/planner.md, "What a simulation costs").
+  struct Free {
+    void operator()(Entry* e) const { std::free(e); }
+  };
+  std::unique_ptr<Entry, Free> dense_;
+  std::vector<bool> dense_made_;
   std::unordered_map<State, Entry, StateHash> deep_;
   const int depth_floor_;
   int period_ = 1;  // windows this many devices apart price alike (canonical())
