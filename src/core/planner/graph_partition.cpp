@@ -424,7 +424,7 @@ class SeriesParallelSearch final : public detail::StageGraphSearch {
   std::vector<Alias> aliases_;  // per node (findAliases)
   std::vector<int> run_base_;   // per node: where its runs [first, end) begin in dense_
   // Made on first use: most states are never reached, and writing every entry up front
-  // faulted in the whole table (docs/planner.md, "What a simulation costs").
+  // faulted in the whole table (docs/planner.md, "The graph partitioner's memo").
   struct Free {
     void operator()(Entry* e) const { std::free(e); }
   };

@@ -148,8 +148,7 @@ std::vector<ChainRuns> neighbourRuns(const plan::Plan& plan, const ChainRuns& ru
       }
   // An inner stage's layers shifted whole by 1, 2, 4, ... places: its boundaries moved
   // together. Moved one at a time, the first move overloads a neighbour and is refused
-  // (Inception-v3 under 2bw on 32 GPUs: docs/planner.md, "Fixed schedules against an
-  // oracle").
+  // (docs/planner.md, "Walks best first, on a budget counted in actions").
   for (int s = 1; s + 1 < stages; ++s)
     for (int step = 1; step < runs.layer[stages]; step *= 2)
       for (int sign : {-1, 1}) {

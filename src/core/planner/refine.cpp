@@ -23,9 +23,9 @@ constexpr int64_t kFixedScheduleRefinement = 4;
 
 // What simulating a plan costs, in the actions it simulates: each micro-batch's passes
 // through each stage, and each rank's all-reduce and step. A stage's replicas share its
-// micro-batches, so they add no passes; counted as ranks x micro-batches, a plan on 128
-// GPUs was priced 4 times what it cost against one on 32 (docs/planner.md, "What a
-// simulation costs"). Micro-batches are those predictReport simulates (where the
+// micro-batches, so they add no passes; counted as ranks x micro-batches, the walks on
+// 128 GPUs stopped on their budget (docs/planner.md, "Walks best first, on a budget
+// counted in actions"). Micro-batches are those predictReport simulates (where the
 // extrapolation holds; more where it simulates the mini-batch whole).
 int64_t simulationWork(const plan::Plan& p) {
   const auto points = sim::extrapolationPoints(p);
@@ -118,10 +118,9 @@ void Explorer::refine() {
   const int shares = static_cast<int>(std::min(starts.size(), kRefineStarts));
   // Best first: the walk at the highest throughput that can still climb takes the next
   // step, so the budget goes to the walks that lead, and a walk from a weaker start gets
-  // it only once they stall (on Inception-v3 over 128 GPUs under 2bw, walks in turn, each
-  // on its share, reached 24,177 samples/s where best first reaches 25,062:
-  // docs/planner.md, "Fixed schedules against an oracle"). A walk that lands on another's
-  // plan stops: the other walks on from there.
+  // it only once they stall. Walked in turn, each on its share, the leading walk could run
+  // out while it still climbed (docs/planner.md, "Walks best first, on a budget counted in
+  // actions"). A walk that lands on another's plan stops: the other walks on from there.
   int budget = starts.empty() ? 0 : total / shares * static_cast<int>(starts.size()) + total % shares;
   std::vector<bool> stalled(starts.size(), false);
   while (budget > 0) {
