@@ -29,7 +29,7 @@ struct Option {
   std::string help;
   Target target;
   Check check = Check::kNone;
-  std::vector<std::string> choices;  // the values it takes, where they are few
+  std::vector<std::string> choices{};  // the values it takes, where they are few
   bool list = false;                 // comma-separated values, given once or repeated
   int values = 0;                    // a list of exactly this many values (0: any)
   bool show_default = false;         // help shows the target's value as its default
