@@ -8,6 +8,7 @@
 // consecutive blocks of devices (cluster order), stage after stage. Its neighbours:
 //  - a boundary between two stages moved by 1, 2, 4, ... layers either way;
 //  - an inner stage's two boundaries moved together (its layers shifted whole) so;
+//  - an inner stage grown or shrunk at both ends, by 1 or 2 layers at each;
 //  - a boundary between two stages' device blocks moved by 1, 2, 4, ... devices either way;
 //  - the last stage given the next 1, 2, 4, ... idle devices, or as many given back;
 //  - two adjacent stages merged on both their devices;

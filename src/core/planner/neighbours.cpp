@@ -156,6 +156,19 @@ std::vector<ChainRuns> neighbourRuns(const plan::Plan& plan, const ChainRuns& ru
         r.layer[s + 1] += sign * step;
         offer(std::move(r));
       }
+  // An inner stage grown or shrunk at both ends, by 1 or 2 layers at each: a stage that
+  // takes layers from both neighbours, where taking them from one at a time overloads it
+  // before the second move pays (docs/planner.md, "Walks best first, on a budget counted
+  // in actions"). Larger steps, or both ends moved the same way by different amounts,
+  // cost more simulations than they gained.
+  for (int s = 1; s + 1 < stages; ++s)
+    for (int front : {1, 2})
+      for (int back : {1, 2})
+        for (int sign : {-1, 1}) {
+          ChainRuns r = moved(&ChainRuns::layer, s, sign * front);  // -: the stage grows
+          r.layer[s + 1] -= sign * back;
+          offer(std::move(r));
+        }
   for (int step = 1; step < cluster.size(); step *= 2)
     for (int sign : {-1, 1}) offer(moved(&ChainRuns::device, stages, sign * step));
   for (int s = 1; s < stages; ++s) {  // stages s - 1 and s merged, with both device blocks

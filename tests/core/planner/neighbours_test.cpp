@@ -46,6 +46,7 @@ TEST(ChainNeighbours, AreOneStepAway) {
       "1/2 4/1 1/1 ", "3/2 2/1 1/1 ", "2/2 2/1 2/1 ",  // a layer boundary moved by one (not emptying a stage)
       "4/2 1/1 1/1 ", "2/2 1/1 3/1 ",                  // or by two
       "1/2 3/1 2/1 ",                                  // the inner stage's layers shifted whole
+      "3/2 1/1 2/1 ",                                  // the inner stage shrunk at both ends
       "2/1 3/2 1/1 ",                                  // a device boundary moved
       "2/2 3/1 1/2 ", "2/2 3/1 1/3 ",                  // the last stage takes one idle device, or two
       "2/2 4/2 ", "5/3 1/1 ",                          // two adjacent stages merged (3 replicas share 2, 1, 1)
