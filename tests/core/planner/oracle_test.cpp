@@ -164,6 +164,28 @@ TEST(Oracle, AFixedScheduleReachesThePartitionsItIsShown) {
             0.99 * sim::predictReport(graph, cluster, copies).throughput);
 }
 
+// Under 2bw, one pipeline per server, copied onto the four: its middle stage grown at both
+// ends, 124 + 23 + 29 layers on 6 + 1 + 1 GPUs (9,802 samples/s). From 129 + 17 + 30 the
+// walks took one boundary at a time, and each single move gained less than a tie.
+TEST(Oracle, AStageGrowsAtBothEndsAtOnce) {
+  const std::string profiles = std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/";
+  const graph::LayerGraph graph = graph::LayerGraph::load(profiles + "pipedream-resnet50.json");
+  const cluster::ClusterSpec cluster = cluster::ClusterSpec::load(profiles + "pipedream-32gpus.json");
+  plan::Plan pipeline;
+  pipeline.schedule.name = "2bw";
+  pipeline.microbatch_size = 128;
+  pipeline.microbatches = 12;
+  pipeline.stages.resize(3);
+  for (int l = 0; l < graph.size(); ++l)
+    pipeline.stages[l < 124 ? 0 : l < 147 ? 1 : 2].layers.push_back(graph.layer(l).name);
+  pipeline.stages[0].devices = {"gpu0", "gpu1", "gpu2", "gpu3", "gpu4", "gpu5"};
+  pipeline.stages[1].devices = {"gpu6"};
+  pipeline.stages[2].devices = {"gpu7"};
+  const plan::Plan copies = replicatePipeline(pipeline, 4, 8, cluster);
+  EXPECT_GE(chosenUnder("2bw", graph, cluster, 6144, 128),
+            0.99 * sim::predictReport(graph, cluster, copies).throughput);
+}
+
 // PipeDream's GNMT on its 32 GPUs under pipedream, batch 3072 at micro-batch 64: a stage
 // on each server, layers cut 9 + 15 + 12 + 1 (the oracle's best, 12,608 samples/s). Walked
 // in turn, each start on its share of the budget, the leading walk ran out one boundary
