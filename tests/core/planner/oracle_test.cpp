@@ -129,20 +129,58 @@ double chosenUnder(const std::string& schedule, const graph::LayerGraph& graph, 
   return explore(graph, cluster, o).best().report.throughput;
 }
 
+// PipeDream's published profile of `model` (bench/profiles), and its 32 GPUs.
+graph::LayerGraph publishedProfile(const std::string& model) {
+  return graph::LayerGraph::load(std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/pipedream-" + model + ".json");
+}
+cluster::ClusterSpec pipedreamCluster() {
+  return cluster::ClusterSpec::load(std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/pipedream-32gpus.json");
+}
+
+// The planner's choice under `shown`'s schedule is within 1% of `shown` or above it.
+void expectReaches(const plan::Plan& shown, const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster,
+                   int64_t batch) {
+  EXPECT_GE(chosenUnder(shown.schedule.name, graph, cluster, batch, shown.microbatch_size),
+            0.99 * sim::predictReport(graph, cluster, shown).throughput);
+}
+
+// A chain of stages: stage s holds layers [cuts[s], cuts[s + 1]) on `devices[s]`.
+plan::Plan chainOf(const std::string& schedule, int64_t microbatch_size, int microbatches,
+                   const graph::LayerGraph& graph, const std::vector<int>& cuts,
+                   const std::vector<std::vector<std::string>>& devices) {
+  plan::Plan p;
+  p.schedule.name = schedule;
+  p.microbatch_size = microbatch_size;
+  p.microbatches = microbatches;
+  for (std::size_t s = 0; s < devices.size(); ++s) {
+    plan::Stage stage;
+    for (int l = cuts[s]; l < cuts[s + 1]; ++l) stage.layers.push_back(graph.layer(l).name);
+    stage.devices = devices[s];
+    p.stages.push_back(std::move(stage));
+  }
+  return p;
+}
+
+// The names of devices [first, end) of `cluster`.
+std::vector<std::string> devicesOf(const cluster::ClusterSpec& cluster, int first, int end) {
+  std::vector<std::string> names;
+  for (int d = first; d < end; ++d) names.push_back(cluster.device(d).name);
+  return names;
+}
+
 // PipeDream's ResNet-50 on its 32 GPUs, batch 6144 at micro-batch 128 (m = 48), the
 // schedule fixed (docs/planner.md): the planner reaches the partitions it is shown,
 // PipeDream's own and its one-server 2bw pipeline copied onto the four servers, and data
 // parallelism on 24 replicas, each running 2 of the 48 (it proposed data parallelism only
 // on widths dividing m, and chose 16 devices: 4,619 samples/s under gpipe, against 6,928).
 TEST(Oracle, AFixedScheduleReachesThePartitionsItIsShown) {
-  const std::string profiles = std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/";
-  const graph::LayerGraph graph = graph::LayerGraph::load(profiles + "pipedream-resnet50.json");
-  const cluster::ClusterSpec cluster = cluster::ClusterSpec::load(profiles + "pipedream-32gpus.json");
+  const graph::LayerGraph graph = publishedProfile("resnet50");
+  const cluster::ClusterSpec cluster = pipedreamCluster();
   for (const char* schedule : {"gpipe", "2bw"}) {
     const double chosen = chosenUnder(schedule, graph, cluster, 6144, 128);
     EXPECT_GT(chosen, 6900) << schedule;
     for (const char* shown : {"resnet50-pipedream-gpipe.json", "resnet50-2bw-per-server.json"}) {
-      plan::Plan p = plan::Plan::load(profiles + "plans/" + shown);
+      plan::Plan p = plan::Plan::load(std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/plans/" + shown);
       p.schedule.name = schedule;
       EXPECT_GE(chosen, 0.99 * sim::predictReport(graph, cluster, p).throughput) << schedule << ", " << shown;
     }
@@ -151,39 +189,20 @@ TEST(Oracle, AFixedScheduleReachesThePartitionsItIsShown) {
   // on 3 of them and the rest on the fourth (7,839 samples/s). The chain DP's optimum on
   // such a block cuts 2 + 2 devices (6,720), and no walk from the best three plans went
   // there: the device shapes proposed (propose.cpp) hold 3 + 1, from which a walk reaches it.
-  plan::Plan pipeline;
-  pipeline.schedule.name = "1f1b";
-  pipeline.microbatch_size = 128;
-  pipeline.microbatches = 6;
-  pipeline.stages.resize(2);
-  for (int l = 0; l < graph.size(); ++l) pipeline.stages[l < 146 ? 0 : 1].layers.push_back(graph.layer(l).name);
-  pipeline.stages[0].devices = {"gpu0", "gpu1", "gpu2"};
-  pipeline.stages[1].devices = {"gpu3"};
-  const plan::Plan copies = replicatePipeline(pipeline, 8, 4, cluster);
-  EXPECT_GE(chosenUnder("1f1b", graph, cluster, 6144, 128),
-            0.99 * sim::predictReport(graph, cluster, copies).throughput);
+  const plan::Plan pipeline =
+      chainOf("1f1b", 128, 6, graph, {0, 146, graph.size()}, {devicesOf(cluster, 0, 3), devicesOf(cluster, 3, 4)});
+  expectReaches(replicatePipeline(pipeline, 8, 4, cluster), graph, cluster, 6144);
 }
 
 // Under 2bw, one pipeline per server, copied onto the four: its middle stage grown at both
 // ends, 124 + 23 + 29 layers on 6 + 1 + 1 GPUs (9,802 samples/s). From 129 + 17 + 30 the
 // walks took one boundary at a time, and each single move gained less than a tie.
 TEST(Oracle, AStageGrowsAtBothEndsAtOnce) {
-  const std::string profiles = std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/";
-  const graph::LayerGraph graph = graph::LayerGraph::load(profiles + "pipedream-resnet50.json");
-  const cluster::ClusterSpec cluster = cluster::ClusterSpec::load(profiles + "pipedream-32gpus.json");
-  plan::Plan pipeline;
-  pipeline.schedule.name = "2bw";
-  pipeline.microbatch_size = 128;
-  pipeline.microbatches = 12;
-  pipeline.stages.resize(3);
-  for (int l = 0; l < graph.size(); ++l)
-    pipeline.stages[l < 124 ? 0 : l < 147 ? 1 : 2].layers.push_back(graph.layer(l).name);
-  pipeline.stages[0].devices = {"gpu0", "gpu1", "gpu2", "gpu3", "gpu4", "gpu5"};
-  pipeline.stages[1].devices = {"gpu6"};
-  pipeline.stages[2].devices = {"gpu7"};
-  const plan::Plan copies = replicatePipeline(pipeline, 4, 8, cluster);
-  EXPECT_GE(chosenUnder("2bw", graph, cluster, 6144, 128),
-            0.99 * sim::predictReport(graph, cluster, copies).throughput);
+  const graph::LayerGraph graph = publishedProfile("resnet50");
+  const cluster::ClusterSpec cluster = pipedreamCluster();
+  const plan::Plan pipeline = chainOf("2bw", 128, 12, graph, {0, 124, 147, graph.size()},
+                                      {devicesOf(cluster, 0, 6), devicesOf(cluster, 6, 7), devicesOf(cluster, 7, 8)});
+  expectReaches(replicatePipeline(pipeline, 4, 8, cluster), graph, cluster, 6144);
 }
 
 // PipeDream's GNMT on its 32 GPUs under pipedream, batch 3072 at micro-batch 64: a stage
@@ -192,22 +211,12 @@ TEST(Oracle, AStageGrowsAtBothEndsAtOnce) {
 // short (9 + 14 + 13 + 1: 12,465) after weaker walks had spent theirs; best first, it gets
 // there (docs/planner.md, "Walks best first, on a budget counted in actions").
 TEST(Oracle, TheLeadingWalkIsNotCutShortByWeakerOnes) {
-  const std::string profiles = std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/";
-  const graph::LayerGraph graph = graph::LayerGraph::load(profiles + "pipedream-gnmt.json");
-  const cluster::ClusterSpec cluster = cluster::ClusterSpec::load(profiles + "pipedream-32gpus.json");
-  plan::Plan best;
-  best.schedule.name = "pipedream";
-  best.microbatch_size = 64;
-  best.microbatches = 48;
-  const int layer_cuts[] = {0, 9, 24, 36, graph.size()};
-  for (int s = 0; s < 4; ++s) {
-    plan::Stage stage;
-    for (int l = layer_cuts[s]; l < layer_cuts[s + 1]; ++l) stage.layers.push_back(graph.layer(l).name);
-    for (int d = 8 * s; d < 8 * (s + 1); ++d) stage.devices.push_back(cluster.device(d).name);
-    best.stages.push_back(std::move(stage));
-  }
-  EXPECT_GE(chosenUnder("pipedream", graph, cluster, 3072, 64),
-            0.99 * sim::predictReport(graph, cluster, best).throughput);
+  const graph::LayerGraph graph = publishedProfile("gnmt");
+  const cluster::ClusterSpec cluster = pipedreamCluster();
+  const plan::Plan best = chainOf(
+      "pipedream", 64, 48, graph, {0, 9, 24, 36, graph.size()},
+      {devicesOf(cluster, 0, 8), devicesOf(cluster, 8, 16), devicesOf(cluster, 16, 24), devicesOf(cluster, 24, 32)});
+  expectReaches(best, graph, cluster, 3072);
 }
 
 TEST(Oracle, ALocalSearchNeverEndsBelowWhereItStarts) {
