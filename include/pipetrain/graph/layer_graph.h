@@ -158,7 +158,7 @@ struct ProcessMemory {
   // The allocator the profiling processes ran on (util::heapName, as the ranks that use
   // the profile do: it is in the profile cache's key); "" where not recorded, glibc's
   // before 2026-12-01. What it keeps freed beside the tensors is its own (heap_share.h).
-  std::string heap;
+  std::string heap{};
   bool empty() const { return data_bytes == 0 && framework_bytes == 0 && runs == 0 && heap.empty(); }
 };
 

@@ -321,7 +321,9 @@ TEST(Explore, AsynchronousPlansKeepTiedLayersOnOneStage) {
     const bool async = schedule::isAsynchronous(c.plan.schedule.name);
     saw_async |= async;
     saw_split_sync |= !async && c.plan.numStages() > 1;
-    if (async) EXPECT_EQ(c.plan.numStages(), 1) << c.plan.schedule.name << " " << plan::stageShape(c.plan);
+    if (async) {
+      EXPECT_EQ(c.plan.numStages(), 1) << c.plan.schedule.name << " " << plan::stageShape(c.plan);
+    }
   }
   EXPECT_TRUE(saw_async);
   EXPECT_TRUE(saw_split_sync);
@@ -662,8 +664,9 @@ TEST(Explore, ItsRefusalListsTheNearestMissesOnceEach) {
     EXPECT_NE(lines.front().find("micro-batch 1:"), std::string::npos) << what;
     EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()).size(), lines.size()) << what;
     for (const std::string& line : lines)
-      if (line.find("micro-batch 1:") != std::string::npos)
+      if (line.find("micro-batch 1:") != std::string::npos) {
         EXPECT_EQ(line.find("a smaller micro-batch"), std::string::npos) << line;
+      }
   }
 }
 
