@@ -6,6 +6,7 @@
 
 #include "pipedream_cluster.h"
 #include "pipetrain/plan/plan_program.h"
+#include "pipetrain/planner/neighbours.h"
 #include "pipetrain/schedule/program_check.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/sim/simulator.h"
@@ -46,18 +47,12 @@ void predictReplicatedPlan(benchmark::State& state) {
   const int gpus = static_cast<int>(state.range(0)), m = gpus * 3 / 2;
   const auto graph = graph::LayerGraph::load(bench::publishedProfile("resnet50"));
   const auto cluster = bench::pipedreamCluster(gpus);
-  plan::Plan p;
-  p.schedule.name = "1f1b";
-  p.microbatch_size = graph.batchSize();
-  p.microbatches = m;
-  const int layer_cuts[] = {0, 129, 146, graph.size()};
-  const int device_cuts[] = {0, gpus * 3 / 4, gpus * 7 / 8, gpus};
-  for (int s = 0; s < 3; ++s) {
-    plan::Stage stage;
-    for (int l = layer_cuts[s]; l < layer_cuts[s + 1]; ++l) stage.layers.push_back(graph.layer(l).name);
-    for (int d = device_cuts[s]; d < device_cuts[s + 1]; ++d) stage.devices.push_back(cluster.device(d).name);
-    p.stages.push_back(std::move(stage));
-  }
+  plan::Plan like;
+  like.schedule.name = "1f1b";
+  like.microbatch_size = graph.batchSize();
+  like.microbatches = m;
+  const plan::Plan p =
+      planner::planOfRuns(like, {{0, 129, 146, graph.size()}, {0, gpus * 3 / 4, gpus * 7 / 8, gpus}}, graph, cluster);
   for (auto _ : state) benchmark::DoNotOptimize(sim::predictReport(graph, cluster, p).throughput);
   state.counters["ranks_x_m"] = static_cast<double>(gpus) * m;
   state.counters["stages_x_m_plus_ranks"] = 3.0 * m + gpus;

@@ -123,6 +123,8 @@ void Explorer::refine() {
   // actions"). A walk that lands on another's plan stops: the other walks on from there.
   int budget = starts.empty() ? 0 : total / shares * static_cast<int>(starts.size()) + total % shares;
   std::vector<bool> stalled(starts.size(), false);
+  std::vector<std::string> keys;  // each walk's current plan (planKey)
+  for (const Candidate& c : starts) keys.push_back(planKey(c.plan));
   while (budget > 0) {
     int k = -1;
     for (std::size_t i = 0; i < starts.size(); ++i)
@@ -134,9 +136,9 @@ void Explorer::refine() {
       continue;
     }
     starts[k] = std::move(*better);
-    const std::string key = planKey(starts[k].plan);
+    keys[k] = planKey(starts[k].plan);
     for (std::size_t i = 0; i < starts.size(); ++i)
-      if (static_cast<int>(i) != k && !stalled[i] && planKey(starts[i].plan) == key) stalled[k] = true;
+      if (static_cast<int>(i) != k && !stalled[i] && keys[i] == keys[k]) stalled[k] = true;
   }
 }
 

@@ -7,7 +7,7 @@
 #include "../expect_error.h"
 #include "partition_fixtures.h"
 #include "pipetrain/planner/explore.h"
-#include "pipetrain/planner/replicated_pipeline.h"
+#include "pipetrain/planner/neighbours.h"
 #include "pipetrain/planner/replicated_pipeline.h"
 #include "pipetrain/sim/cost_model.h"
 
@@ -144,28 +144,15 @@ void expectReaches(const plan::Plan& shown, const graph::LayerGraph& graph, cons
             0.99 * sim::predictReport(graph, cluster, shown).throughput);
 }
 
-// A chain of stages: stage s holds layers [cuts[s], cuts[s + 1]) on `devices[s]`.
+// A chain plan (neighbours.h's runs, named by planOfRuns): stage s holds layers
+// [layers[s], layers[s + 1]) on devices [devices[s], devices[s + 1]).
 plan::Plan chainOf(const std::string& schedule, int64_t microbatch_size, int microbatches,
-                   const graph::LayerGraph& graph, const std::vector<int>& cuts,
-                   const std::vector<std::vector<std::string>>& devices) {
-  plan::Plan p;
-  p.schedule.name = schedule;
-  p.microbatch_size = microbatch_size;
-  p.microbatches = microbatches;
-  for (std::size_t s = 0; s < devices.size(); ++s) {
-    plan::Stage stage;
-    for (int l = cuts[s]; l < cuts[s + 1]; ++l) stage.layers.push_back(graph.layer(l).name);
-    stage.devices = devices[s];
-    p.stages.push_back(std::move(stage));
-  }
-  return p;
-}
-
-// The names of devices [first, end) of `cluster`.
-std::vector<std::string> devicesOf(const cluster::ClusterSpec& cluster, int first, int end) {
-  std::vector<std::string> names;
-  for (int d = first; d < end; ++d) names.push_back(cluster.device(d).name);
-  return names;
+                   const graph::LayerGraph& graph, const cluster::ClusterSpec& cluster, ChainRuns runs) {
+  plan::Plan like;
+  like.schedule.name = schedule;
+  like.microbatch_size = microbatch_size;
+  like.microbatches = microbatches;
+  return planOfRuns(like, runs, graph, cluster);
 }
 
 // PipeDream's ResNet-50 on its 32 GPUs, batch 6144 at micro-batch 128 (m = 48), the
@@ -189,8 +176,7 @@ TEST(Oracle, AFixedScheduleReachesThePartitionsItIsShown) {
   // on 3 of them and the rest on the fourth (7,839 samples/s). The chain DP's optimum on
   // such a block cuts 2 + 2 devices (6,720), and no walk from the best three plans went
   // there: the device shapes proposed (propose.cpp) hold 3 + 1, from which a walk reaches it.
-  const plan::Plan pipeline =
-      chainOf("1f1b", 128, 6, graph, {0, 146, graph.size()}, {devicesOf(cluster, 0, 3), devicesOf(cluster, 3, 4)});
+  const plan::Plan pipeline = chainOf("1f1b", 128, 6, graph, cluster, {{0, 146, graph.size()}, {0, 3, 4}});
   expectReaches(replicatePipeline(pipeline, 8, 4, cluster), graph, cluster, 6144);
 }
 
@@ -200,8 +186,7 @@ TEST(Oracle, AFixedScheduleReachesThePartitionsItIsShown) {
 TEST(Oracle, AStageGrowsAtBothEndsAtOnce) {
   const graph::LayerGraph graph = publishedProfile("resnet50");
   const cluster::ClusterSpec cluster = pipedreamCluster();
-  const plan::Plan pipeline = chainOf("2bw", 128, 12, graph, {0, 124, 147, graph.size()},
-                                      {devicesOf(cluster, 0, 6), devicesOf(cluster, 6, 7), devicesOf(cluster, 7, 8)});
+  const plan::Plan pipeline = chainOf("2bw", 128, 12, graph, cluster, {{0, 124, 147, graph.size()}, {0, 6, 7, 8}});
   expectReaches(replicatePipeline(pipeline, 4, 8, cluster), graph, cluster, 6144);
 }
 
@@ -213,9 +198,8 @@ TEST(Oracle, AStageGrowsAtBothEndsAtOnce) {
 TEST(Oracle, TheLeadingWalkIsNotCutShortByWeakerOnes) {
   const graph::LayerGraph graph = publishedProfile("gnmt");
   const cluster::ClusterSpec cluster = pipedreamCluster();
-  const plan::Plan best = chainOf(
-      "pipedream", 64, 48, graph, {0, 9, 24, 36, graph.size()},
-      {devicesOf(cluster, 0, 8), devicesOf(cluster, 8, 16), devicesOf(cluster, 16, 24), devicesOf(cluster, 24, 32)});
+  const plan::Plan best =
+      chainOf("pipedream", 64, 48, graph, cluster, {{0, 9, 24, 36, graph.size()}, {0, 8, 16, 24, 32}});
   expectReaches(best, graph, cluster, 3072);
 }
 
