@@ -30,6 +30,7 @@ double throughputBound(const CostModel& costs) {
   const int stages = plan.numStages();
   const double m = plan.microbatches;
   auto speedOf = [&](int rank) { return cluster.device(costs.deviceOfRank(rank)).speed; };
+  const schedule::ScheduleTraits& traits = schedule::traits(plan.schedule.name);
   // An overlapped F&B pair takes overlapFactor() of the two (DualPipeV).
   const double overlap = std::min(1.0, costs.overlapFactor());
   std::vector<double> busy(costs.numRanks(), 0.0);  // seconds per mini-batch
@@ -49,13 +50,31 @@ double throughputBound(const CostModel& costs) {
     // least floor(m / r) (whichever mini-batch is measured), and together they run m:
     // the stage takes at least m passes over its replicas' summed speeds.
     const double share = std::floor(m / replicas);
+    // Each replica steps once a mini-batch, or under PipeDream's rule once a round of
+    // one micro-batch per replica: at least `share` times.
+    const double steps = traits.step_rule == schedule::StepRule::kPerMicrobatch ? share : 1;
     double speed = 0, speeds = 0;
     for (int r : ranks) {
-      busy[r] += (share * work + c.optimizer_step) / speedOf(r);
+      busy[r] += (share * work + steps * c.optimizer_step) / speedOf(r);
       speed = std::max(speed, speedOf(r));
       speeds += speedOf(r);
     }
     stage_busiest = std::max(stage_busiest, m * work / speeds);
+    // A replica's all-reduce holds its rank from its last backward pass (fused B, or a
+    // split schedule's last W) until the reduction ends. The reduction starts at the
+    // earliest once that pass has filled its first bucket (the simulator's rule), so all
+    // but the pass's later share of it adds to the rank's time; its host share comes
+    // after the pass whole. Over slow links it can outweigh the compute (PipeDream's
+    // GNMT on 128 GPUs: a stage's 0.15 s reduction beside its 0.14 s of passes); without
+    // it, plans there were bounded at twice what they ran (docs/planner.md, "Bounds that
+    // count the all-reduce").
+    if (replicas > 1 && !schedule::multiStage(traits)) {
+      const double last_pass = c.recompute + c.backward_input + std::max(c.backward_weight, c.split_weight);
+      for (int r : ranks) {
+        const double hidden = last_pass / speedOf(r) * (1 - firstBucketShare(c.param_bytes));
+        busy[r] += steps * std::max({0.0, costs.allreduceHostSeconds(s), costs.allreduceSeconds(s) - hidden});
+      }
+    }
     fastest[s] = {c.forward / speed, (c.recompute + c.backward_input) / speed};
     // Micro-batch i crosses the edge from replica i mod r_s to replica i mod r_t, so the
     // pattern repeats every lcm(r_s, r_t) micro-batches: any m consecutive ones hold
@@ -98,7 +117,6 @@ double throughputBound(const CostModel& costs) {
   // so its share of the mini-batch takes at least share x round trip / K. It binds
   // where a deep pipeline of few micro-batches in flight crosses slow links; where a
   // rank runs several stages its stages share the K, and the law is not applied.
-  const schedule::ScheduleTraits& traits = schedule::traits(plan.schedule.name);
   if (!schedule::multiStage(traits)) {
     std::vector<double> round_trip(stages, -1);
     std::function<double(int)> roundTrip = [&](int s) {

@@ -288,8 +288,12 @@ TEST(Explore, SaysWhenDevicesSitIdleAndWhatWouldUseThem) {
   // With four, a plan on all four exists: leaving devices idle is then the planner's choice.
   o.global_batch = 4;
   const Exploration four = explore(s.graph, s.cluster, o);
+  // Fewer than four: the plan on all four was predicted slower, or bounded below the best
+  // and not simulated at all (its replicas' all-reduce over the slow link).
   if (static_cast<int>(plan::rankDeviceNames(four.best().plan).size()) < 4)
-    EXPECT_NE(four.idleDevicesNote().find("was predicted slower"), std::string::npos) << four.idleDevicesNote();
+    EXPECT_TRUE(four.idleDevicesNote().find("was predicted slower") != std::string::npos ||
+                four.idleDevicesNote().find("no plan on all of them that it predicts faster") != std::string::npos)
+        << four.idleDevicesNote();
   else
     EXPECT_EQ(four.idleDevicesNote(), "");
 }
@@ -311,6 +315,9 @@ TEST(Explore, AsynchronousSchedulesOnlyWhenAllowed) {
 // under an asynchronous one, whose stages would step the copies apart.
 TEST(Explore, AsynchronousPlansKeepTiedLayersOnOneStage) {
   TwoNodes s;
+  // Joined fast: over the slow link, replicas' all-reduce bounds every asynchronous plan
+  // (one stage, replicated) below the pipelines, and none is simulated to be ranked.
+  s.cluster = cluster::ClusterSpec(s.cluster.devices(), {{"node", 4, 1e10, 1e-6}}, {});
   ExploreOptions o;
   o.global_batch = 16;
   o.allow_async = true;
