@@ -42,11 +42,25 @@ struct ChainRuns {
 std::optional<ChainRuns> chainRuns(const plan::Plan& plan, const graph::LayerGraph& graph,
                                    const cluster::ClusterSpec& cluster);
 
+// What a chain's cuts cost, for the moves that carry a stage boundary to a cheaper cut:
+// crossing[k], the output bytes of the layers before layer k that layer k or a later one
+// reads (crossingBytes), and work[k], the compute of layers [0, k) at the plan's
+// micro-batch (any unit: only differences are compared). Both indexed 0 .. layers.
+struct ChainCuts {
+  std::vector<double> crossing, work;
+};
+std::vector<double> crossingBytes(const graph::LayerGraph& graph);
+
 // The neighbours of `plan`, whose runs are `runs`, as runs: cheap to price before any is
 // made a plan (a thousand layers' chain has about a thousand neighbours, each naming
 // every layer and device as a plan).
 std::vector<ChainRuns> neighbourRuns(const plan::Plan& plan, const ChainRuns& runs,
                                      const cluster::ClusterSpec& cluster, int max_replicas = 0);
+// More of them: each boundary carried to the nearest cut either way that fewer bytes
+// cross, alone or with the boundary before or after it moved the same way by as much
+// work (the stage between keeps its work). A few may be among neighbourRuns' too.
+std::vector<ChainRuns> cheaperCutRuns(const plan::Plan& plan, const ChainRuns& runs,
+                                      const cluster::ClusterSpec& cluster, const ChainCuts& cuts, int max_replicas = 0);
 
 // `like` (schedule and micro-batching) with the stages of `runs`, named. `like`'s own
 // stages are copied before they are replaced: pass a plan without them.

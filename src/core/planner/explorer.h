@@ -104,9 +104,10 @@ class Explorer {
 
   // Refining (refine.cpp).
   std::optional<Candidate> stepFrom(const Candidate& current, int& budget);
-  std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan) const;
-  void addChainNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out,
-                          const plan::Plan& pipeline, const ChainRuns& runs, int copies, int width) const;
+  std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan,
+                                                                           bool cheaper_cuts) const;
+  void addChainNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out, const plan::Plan& pipeline,
+                          const ChainRuns& runs, int copies, int width, bool cheaper_cuts) const;
 
   const graph::LayerGraph& graph_;
   const cluster::ClusterSpec& cluster_;
@@ -124,6 +125,7 @@ class Explorer {
   std::vector<double> fastest_speeds_;  // [k]: the sum of the k fastest devices' speeds
   std::vector<double> step_prefix_;  // [k]: layers [0, k) (see the constructor)
   mutable std::map<int64_t, std::vector<double>> work_prefix_;  // by micro-batch size: workPrefix()
+  mutable std::vector<double> crossing_;                        // crossingBytes(graph_), made on first use
   std::map<std::string, std::optional<Partition>> relaxed_;  // partitionShared's optima, by what they share
   std::map<std::string, std::optional<GraphPartition>> graph_relaxed_;  // graphShared's
 };

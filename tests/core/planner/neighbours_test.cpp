@@ -61,6 +61,47 @@ TEST(ChainNeighbours, AreOneStepAway) {
     EXPECT_NE(six.shape(p), "5/3 1/1 ");
 }
 
+// Six layers, l0's output also read by l3 (a skip), 100 bytes each: the cuts before l2
+// and l3 carry two tensors, the others one.
+graph::LayerGraph skipChain() {
+  std::vector<graph::Layer> v;
+  for (int i = 0; i < 6; ++i) {
+    graph::Layer l;
+    l.name = "l" + std::to_string(i);
+    l.forward_seconds = l.backward_input_seconds = l.backward_weight_seconds = 1e-3;
+    l.output_bytes = 100;
+    if (i > 0) l.inputs = {v.back().name};
+    if (i == 3) l.inputs.push_back("l0");
+    v.push_back(l);
+  }
+  return graph::LayerGraph(v, 1);
+}
+
+TEST(ChainNeighbours, CrossingBytesCountEveryTensorACutSplits) {
+  EXPECT_EQ(crossingBytes(skipChain()), (std::vector<double>{0, 100, 200, 200, 100, 100, 0}));
+}
+
+// The boundary before l3 (two tensors) goes to the nearest cut of one either way: before
+// l1, alone or with the next boundary moved back by as much work (two layers); before l4,
+// where the next boundary cannot follow without emptying the last stage. The boundary
+// before l5 has no cheaper cut inside its stages.
+TEST(ChainNeighbours, MoveToTheNearestCheaperCut) {
+  const graph::LayerGraph graph = skipChain();
+  const Six six;
+  plan::Plan p;
+  p.microbatches = 4;
+  for (auto [first, end] : {std::pair{0, 3}, {3, 5}, {5, 6}}) {
+    plan::Stage s;
+    for (int l = first; l < end; ++l) s.layers.push_back(graph.layer(l).name);
+    s.devices = {six.cluster.device(static_cast<int>(p.stages.size())).name};
+    p.stages.push_back(s);
+  }
+  const ChainCuts cuts{crossingBytes(graph), {0, 1, 2, 3, 4, 5, 6}};
+  std::set<std::vector<int>> moved;
+  for (const ChainRuns& r : cheaperCutRuns(p, {{0, 3, 5, 6}, {0, 1, 2, 3}}, six.cluster, cuts)) moved.insert(r.layer);
+  EXPECT_EQ(moved, (std::set<std::vector<int>>{{0, 1, 5, 6}, {0, 1, 3, 6}, {0, 4, 5, 6}}));
+}
+
 TEST(ChainNeighbours, GrowTheLastStageOntoIdleDevices) {
   const Six six;
   std::set<std::string> shapes;

@@ -190,6 +190,19 @@ TEST(Oracle, AStageGrowsAtBothEndsAtOnce) {
   expectReaches(replicatePipeline(pipeline, 4, 8, cluster), graph, cluster, 6144);
 }
 
+// Under pipedream, one pipeline per server, copied onto the four: Inception-v3's second
+// boundary moved 4 layers back to where 65 MB cross rather than 78, its first 3 layers back
+// to keep the middle stage's work, 209 + 55 + 61 layers on 6 + 1 + 1 GPUs (6,352
+// samples/s). Each move alone, or both by the same count, is slower: the walks stopped at
+// 212 + 56 + 57 (6,280) until a boundary could move to a cheaper cut with its neighbour.
+TEST(Oracle, ABoundaryMovesToACheaperCutWithItsNeighbour) {
+  const graph::LayerGraph graph = publishedProfile("inception-v3");
+  const cluster::ClusterSpec cluster = pipedreamCluster();
+  const plan::Plan pipeline =
+      chainOf("pipedream", graph.batchSize(), 12, graph, cluster, {{0, 209, 264, graph.size()}, {0, 6, 7, 8}});
+  expectReaches(replicatePipeline(pipeline, 4, 8, cluster), graph, cluster, graph.batchSize() * 48);
+}
+
 // PipeDream's GNMT on its 32 GPUs under pipedream, batch 3072 at micro-batch 64: a stage
 // on each server, layers cut 9 + 15 + 12 + 1 (the oracle's best, 12,608 samples/s). Walked
 // in turn, each start on its share of the budget, the leading walk ran out one boundary
