@@ -46,7 +46,9 @@ TEST(ModelsWiring, EmptyInputsResolveToThePredecessor) {
 Model mergeModel() {
   Model model;
   model.name = "merges";
-  model.input = {InputKind::kFeatures, {3}, 2};
+  model.input.kind = InputKind::kFeatures;
+  model.input.sample_shape = {3};
+  model.input.num_classes = 2;
   torch::manual_seed(1);
   model.layers.push_back(Layer{"a", "linear", nn::AnyModule(nn::Linear(3, 2)), {kModelInput}});
   model.layers.push_back(Layer{"b", "linear", nn::AnyModule(nn::Linear(3, 2)), {kModelInput}});

@@ -387,6 +387,15 @@ TEST(Profiler, MeasuresHowAStepDividesOverThreadsAndLeavesThemAsTheyWere) {
   at::set_num_threads(pool_before);
 }
 
+// A rank on `host`, the `local_rank`th there, on a machine of `memory` bytes.
+RankHost rankOn(const std::string& host, int local_rank, int64_t memory) {
+  RankHost h;
+  h.host = host;
+  h.local_rank = local_rank;
+  h.physical_memory_bytes = memory;
+  return h;
+}
+
 // profileNetwork on ranks that are threads of this process, rank r telling `hosts[r]`;
 // every rank's profile.
 std::vector<NetworkProfile> profileOnThreads(const std::vector<RankHost>& hosts, const NetworkOptions& o) {
@@ -416,7 +425,7 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
   o.warmup_seconds = 0;
   std::vector<RankHost> hosts;
   for (int r = 0; r < 3; ++r) {
-    hosts.push_back({"node", r, int64_t{3} << 30});
+    hosts.push_back(rankOn("node", r, int64_t{3} << 30));
     hosts.back().threads = r + 1;  // what each rank computes on, as its cluster device says
   }
   const std::vector<NetworkProfile> profiles = profileOnThreads(hosts, o);
@@ -449,7 +458,7 @@ TEST(ProfileNetwork, RankZeroMeasuresEveryOtherRank) {
   EXPECT_EQ(cluster::ClusterSpec::fromJson(c.toJson(), "cluster.json").toJson(), c.toJson());
 
   auto single = runtime::makeInProcessGroup(1, std::chrono::seconds(1));
-  EXPECT_THROW(profileNetwork(*single[0], RankHost{"node", 0, 1}, o), Error);
+  EXPECT_THROW(profileNetwork(*single[0], rankOn("node", 0, 1), o), Error);
 }
 
 // Ranks on three hosts: rank 0 measures against the others, then the first ranks of
@@ -459,8 +468,8 @@ TEST(ProfileNetwork, PairsOfOtherHostsAreMeasuredToo) {
   o.sizes = {1024};
   o.repeats = 2;
   o.warmup_seconds = 0;
-  const std::vector<RankHost> hosts{{"a", 0, int64_t{1} << 30}, {"b", 0, int64_t{1} << 30},
-                                    {"b", 1, int64_t{1} << 30}, {"c", 0, int64_t{1} << 30}};
+  const std::vector<RankHost> hosts{rankOn("a", 0, int64_t{1} << 30), rankOn("b", 0, int64_t{1} << 30),
+                                    rankOn("b", 1, int64_t{1} << 30), rankOn("c", 0, int64_t{1} << 30)};
   const NetworkProfile p = profileOnThreads(hosts, o)[0];
   ASSERT_EQ(p.pairs.size(), 4u);  // 0-1, 0-2, 0-3, then b's first rank against c's
   EXPECT_EQ(p.pairs[2].from, 0);
@@ -475,7 +484,7 @@ NetworkProfile twoHosts(std::vector<std::string> hosts) {
   NetworkProfile p;
   p.sizes = {1 << 20};
   std::map<std::string, int> local;
-  for (const auto& h : hosts) p.ranks.push_back({h, local[h]++, int64_t{8} << 30});
+  for (const auto& h : hosts) p.ranks.push_back(rankOn(h, local[h]++, int64_t{8} << 30));
   for (int r = 1; r < static_cast<int>(hosts.size()); ++r) {
     const bool same = hosts[r] == hosts[0];
     // Host CPU: 5 us per message on the same host, 30 us across; a MiB copied in 0.1 ms

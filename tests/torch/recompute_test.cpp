@@ -97,7 +97,9 @@ models::Model randomModel(int width) {
   namespace nn = torch::nn;
   models::Model m;
   m.name = "random";
-  m.input = {models::InputKind::kFeatures, {width}, 3};
+  m.input.kind = models::InputKind::kFeatures;
+  m.input.sample_shape = {width};
+  m.input.num_classes = 3;
   m.layers.push_back({"in", "linear", nn::AnyModule(nn::Linear(width, width))});
   m.layers.push_back({"drop", "dropout", nn::AnyModule(nn::Dropout(0.5))});
   m.layers.push_back({"norm", "batch_norm", nn::AnyModule(nn::BatchNorm1d(width))});

@@ -28,6 +28,7 @@ namespace pipetrain::runtime {
 // Everything one stage of a rank holds, on the stage's device: its weights, its
 // optimizer, T2's buffers and, where the stage is replicated, its gradient buckets.
 struct StageState {
+  explicit StageState(torch::Device on) : device(on) {}
   torch::Device device;
   std::vector<torch::Tensor> params;                     // the model's parameters
   std::vector<torch::Tensor> aliases;                    // the same storage, untracked: what the optimizer updates
