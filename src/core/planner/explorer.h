@@ -103,7 +103,7 @@ class Explorer {
   void rank(Candidate c);
 
   // Refining (refine.cpp).
-  std::optional<Candidate> stepFrom(const Candidate& current, int& budget);
+  std::optional<Candidate> stepFrom(const Candidate& current, int& budget, bool cuts_only = false);
   std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan,
                                                                            bool cheaper_cuts) const;
   void addChainNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out, const plan::Plan& pipeline,
