@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "../../../bench/pipedream_cluster.h"
 #include "../expect_error.h"
 #include "partition_fixtures.h"
 #include "pipetrain/planner/explore.h"
@@ -201,6 +202,17 @@ TEST(Oracle, ABoundaryMovesToACheaperCutWithItsNeighbour) {
   const plan::Plan pipeline =
       chainOf("pipedream", graph.batchSize(), 12, graph, cluster, {{0, 209, 264, graph.size()}, {0, 6, 7, 8}});
   expectReaches(replicatePipeline(pipeline, 4, 8, cluster), graph, cluster, graph.batchSize() * 48);
+}
+
+// The same on 128 GPUs, a pipeline per server copied onto the 16 (25,408 samples/s): the
+// walks' budget runs out as they reach 212 + 55 + 58 (25,062), one cheaper cut short, and
+// the last look takes it.
+TEST(Oracle, ALastLookTakesTheCheaperCutTheWalksHadNoBudgetFor) {
+  const graph::LayerGraph graph = publishedProfile("inception-v3");
+  const cluster::ClusterSpec cluster = bench::pipedreamCluster(128);
+  const plan::Plan pipeline =
+      chainOf("pipedream", graph.batchSize(), 12, graph, cluster, {{0, 209, 264, graph.size()}, {0, 6, 7, 8}});
+  expectReaches(replicatePipeline(pipeline, 16, 8, cluster), graph, cluster, graph.batchSize() * 192);
 }
 
 // PipeDream's GNMT on its 32 GPUs under pipedream, batch 3072 at micro-batch 64: a stage
