@@ -45,9 +45,11 @@ std::optional<ChainRuns> chainRuns(const plan::Plan& plan, const graph::LayerGra
 // What a chain's cuts cost, for the moves that carry a stage boundary to a cheaper cut:
 // crossing[k], the output bytes of the layers before layer k that layer k or a later one
 // reads (crossingBytes), and work[k], the compute of layers [0, k) at the plan's
-// micro-batch (any unit: only differences are compared). Both indexed 0 .. layers.
+// micro-batch (any unit: only differences are compared). Both indexed 0 .. layers, and
+// held by reference: the planner keeps both for the whole search.
 struct ChainCuts {
-  std::vector<double> crossing, work;
+  const std::vector<double>& crossing;
+  const std::vector<double>& work;
 };
 std::vector<double> crossingBytes(const graph::LayerGraph& graph);
 

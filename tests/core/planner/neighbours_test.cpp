@@ -96,7 +96,8 @@ TEST(ChainNeighbours, MoveToTheNearestCheaperCut) {
     s.devices = {six.cluster.device(static_cast<int>(p.stages.size())).name};
     p.stages.push_back(s);
   }
-  const ChainCuts cuts{crossingBytes(graph), {0, 1, 2, 3, 4, 5, 6}};
+  const std::vector<double> crossing = crossingBytes(graph), work{0, 1, 2, 3, 4, 5, 6};
+  const ChainCuts cuts{crossing, work};
   std::set<std::vector<int>> moved;
   for (const ChainRuns& r : cheaperCutRuns(p, {{0, 3, 5, 6}, {0, 1, 2, 3}}, six.cluster, cuts)) moved.insert(r.layer);
   EXPECT_EQ(moved, (std::set<std::vector<int>>{{0, 1, 5, 6}, {0, 1, 3, 6}, {0, 4, 5, 6}}));

@@ -132,7 +132,7 @@ double chosenUnder(const std::string& schedule, const graph::LayerGraph& graph, 
 
 // PipeDream's published profile of `model` (bench/profiles), and its 32 GPUs.
 graph::LayerGraph publishedProfile(const std::string& model) {
-  return graph::LayerGraph::load(std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/pipedream-" + model + ".json");
+  return graph::LayerGraph::load(bench::publishedProfile(model));
 }
 cluster::ClusterSpec pipedreamCluster() {
   return cluster::ClusterSpec::load(std::string(PIPETRAIN_SOURCE_DIR) + "/bench/profiles/pipedream-32gpus.json");
