@@ -55,6 +55,13 @@ struct StageDag {
 StageDag chainDag(int stages);
 // Stages on the DAG's longest path: a chain's length, a stage graph's depth.
 int pipelineDepth(const StageDag& dag);
+// The most micro-batches a replica of each stage forwards before its first backward
+// pass, and so holds at once, in mini-batches of `microbatches` (an asynchronous
+// stream's across them), under a schedule of one stage per rank
+// (`replicas[s]` ranks run stage s): 1F1B's warm-up and one where the generator runs
+// 1F1B's order, else ScheduleTraits' bound on the pipeline's depth.
+std::vector<int> forwardsBeforeFirstBackward(const std::string& schedule, const StageDag& dag,
+                                             const std::vector<int>& replicas, int microbatches);
 
 // Compute-only Program. `replicas[s]` = ranks running stage s (empty = one each); ranks
 // are numbered stage by stage, replica by replica. Throws Error when the schedule cannot

@@ -21,6 +21,8 @@ namespace {
 
 // Proposals simulated before any is pruned by its bound.
 constexpr int kAlwaysSimulated = 5;
+// Pruned proposals kept, best bound first, for the walks to start from (refine()).
+constexpr std::size_t kPrunedKept = 64;
 // Proposals simulated at once (evaluateBest).
 constexpr std::size_t kEvaluationBatch = 4;
 }  // namespace
@@ -226,6 +228,8 @@ void Explorer::evaluateBest(double next_combination_bound) {
     const double to_beat = toBeat(proposed.schedule.name, proposed.numStages() == 1, proposed.microbatch_size);
     if (p.bound < to_beat) {
       ++result_.pruned;
+      // Popped best bound first, so the first few are the best-bounded.
+      if (pruned_proposals_.size() < kPrunedKept) pruned_proposals_.push_back(std::move(p.candidate));
       continue;
     }
     ++simulated_;
@@ -251,6 +255,7 @@ void Explorer::evaluateBest(double next_combination_bound) {
     }
     if (!s.report) {
       ++result_.pruned;  // its queues bind it below the best after all
+      if (pruned_proposals_.size() < kPrunedKept) pruned_proposals_.push_back(std::move(p.candidate));
       continue;
     }
     p.candidate.report = std::move(*s.report);

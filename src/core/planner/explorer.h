@@ -104,6 +104,7 @@ class Explorer {
 
   // Refining (refine.cpp).
   std::optional<Candidate> stepFrom(const Candidate& current, int& budget, bool cuts_only = false);
+  int addSpareStarts(std::vector<Candidate>& starts, const std::function<bool(const Candidate&)>& refinable);
   std::vector<std::pair<double, std::function<plan::Plan()>>> neighboursOf(const plan::Plan& plan,
                                                                            bool cheaper_cuts) const;
   void addChainNeighbours(std::vector<std::pair<double, std::function<plan::Plan()>>>& out, const plan::Plan& pipeline,
@@ -117,6 +118,9 @@ class Explorer {
   std::set<std::string> seen_;  // plans proposed so far, by planKey()
   std::map<std::string, std::size_t> ranked_at_;  // simulated plans' places in result_.ranked, by planKey()
   std::vector<Proposal> proposals_;  // a heap by ByBound: the highest bound on top
+  // Proposals pruned by their bounds, the best-bounded first (explorer.cpp's
+  // kPrunedKept): some walks start from these (refine()).
+  std::vector<Candidate> pruned_proposals_;
   int proposed_ = 0;
   // The best simulated throughput so far, per family of schedules that compete
   // (PlanObjective::family): one family under the throughput objective.

@@ -41,6 +41,8 @@ int64_t simulationWork(const plan::Plan& p) {
 // would have (on fmnist-branch over gpu-server, auto's third start was its second's twin
 // under another schedule, and the plan `--partitioner graph` walked to was never found).
 constexpr std::size_t kRefineStarts = 3;
+// Walks that start from plans the search pruned by their bounds (refine()).
+constexpr std::size_t kSpareStarts = 4;
 // Plans whose recomputation recomputeLess() trims: the best few that recompute, within
 // a share of the refinement's work.
 constexpr std::size_t kRecomputeTrims = 6;
@@ -111,6 +113,8 @@ void Explorer::refine() {
   }
   std::vector<Candidate> starts;  // copies: the walk adds to result_.ranked
   for (const Candidate* c : picked) starts.push_back(*c);
+  const std::size_t without_spares = starts.size();
+  const int spare_simulations = addSpareStarts(starts, refinable);
   // A fixed schedule's search solved one schedule's combinations where auto's solves
   // seven or more: its walks take kFixedScheduleRefinement times auto's budget.
   const int64_t scale = o_.schedule == "auto" ? 1 : kFixedScheduleRefinement;
@@ -123,8 +127,11 @@ void Explorer::refine() {
   // it only once they stall. Walked in turn, each on its share, the leading walk could run
   // out while it still climbed (docs/planner.md, "Walks best first, on a budget counted in
   // actions"). A walk that lands on another's plan stops: the other walks on from there.
-  int budget = starts.empty() ? 0 : total / shares * static_cast<int>(starts.size()) + total % shares;
+  // Spares add budget only where the search left fewer starts than the walks wanted.
+  const auto budgeted = static_cast<int>(std::min(starts.size(), std::max(without_spares, starts_wanted)));
+  int budget = starts.empty() ? 0 : std::max(0, total / shares * budgeted + total % shares - spare_simulations);
   std::vector<bool> stalled(starts.size(), false);
+  std::vector<int> spent(starts.size(), 0);  // simulations each walk took
   std::vector<std::string> keys;  // each walk's current plan (planKey)
   for (const Candidate& c : starts) keys.push_back(planKey(c.plan));
   while (budget > 0) {
@@ -132,7 +139,16 @@ void Explorer::refine() {
     for (std::size_t i = 0; i < starts.size(); ++i)
       if (!stalled[i] && (k < 0 || starts[i].report.throughput > starts[k].report.throughput)) k = static_cast<int>(i);
     if (k < 0) break;
-    std::optional<Candidate> better = stepFrom(starts[k], budget);
+    // A spare walks on at most one start's share: a step of a deep pipeline's walk can
+    // price hundreds of neighbours (Inception-v3 in 4 stages on 32 GPUs under ZB-H1:
+    // 170 simulations a step), and the walk a spare leaves no budget for may lead.
+    const bool spare = static_cast<std::size_t>(k) >= without_spares;
+    int allowed = spare ? std::min(budget, std::max(0, total / shares - spent[k])) : budget;
+    const int before = allowed;
+    std::optional<Candidate> better = stepFrom(starts[k], allowed);
+    spent[k] += before - allowed;
+    budget -= before - allowed;
+    if (spare && spent[k] >= total / shares) stalled[k] = true;
     if (!better) {
       stalled[k] = true;
       continue;
@@ -158,6 +174,42 @@ void Explorer::refine() {
   }
 }
 
+// Plans the search's bounds pruned unsimulated may still lead somewhere: the best
+// bounded of them whose stages hold other numbers of devices than every start's are
+// simulated and join `starts` as spares (at most kSpareStarts); returns the simulations
+// taken. ResNet-50 under 1F1B on 128 GPUs walks from 120 + 56 layers on 96 + 32 GPUs,
+// which the fill-and-drain bound put below the best, to the best plan the planner finds
+// (docs/planner.md, "Bounds that count the fill and drain").
+int Explorer::addSpareStarts(std::vector<Candidate>& starts, const std::function<bool(const Candidate&)>& refinable) {
+  auto devicesPerStage = [](const plan::Plan& p) {
+    std::vector<std::size_t> counts;
+    for (const plan::Stage& s : p.stages) counts.push_back(s.devices.size());
+    return counts;
+  };
+  std::set<std::vector<std::size_t>> shapes;
+  for (const Candidate& c : starts) shapes.insert(devicesPerStage(c.plan));
+  const std::size_t wanted = starts.size() + kSpareStarts;
+  int simulations = 0;
+  for (Candidate& spare : pruned_proposals_) {
+    if (starts.size() >= wanted) break;
+    if (!refinable(spare) || ranked_at_.count(planKey(spare.plan)) ||
+        !shapes.insert(devicesPerStage(spare.plan)).second)
+      continue;
+    ++simulations;
+    try {
+      std::optional<sim::Report> report = simulate(spare.plan, 0);
+      if (!report || !memoryShortfall(*report).empty()) continue;
+      spare.report = std::move(*report);
+    } catch (const Error&) {
+      continue;
+    }
+    rank(spare);
+    starts.push_back(std::move(spare));
+  }
+  pruned_proposals_.clear();
+  return simulations;
+}
+
 // One step of a walk from `current`: to its best simulated neighbour beyond a tie, ranked,
 // or nothing; with `cuts_only`, among its moves to cheaper cuts alone. Simulations come
 // out of `budget`.
@@ -169,35 +221,75 @@ std::optional<Candidate> Explorer::stepFrom(const Candidate& current, int& budge
   // under pipedream on 128 GPUs ran out before it reached them (docs/planner.md, "Cuts
   // where fewer bytes cross"). Taking the best of them without pricing the others, where
   // one beat the current plan, led Inception-v3 there to a plan 2.7% slower.
+  auto beats = [&](double throughput) {
+    return throughput > (better ? *better : current).report.throughput * std::exp(kTie);
+  };
   for (const bool cheaper_cuts : {true, false}) {
     if (cuts_only && !cheaper_cuts) break;
-    for (auto& [bound, name] : neighboursOf(current.plan, cheaper_cuts)) {
-      if (budget == 0 || bound <= (better ? *better : current).report.throughput * std::exp(kTie)) break;
-      plan::Plan p = name();
+    // Neighbours come best compute bound first. Each is named and bounded by its
+    // resources (sim::throughputBound) only once it might beat the best so bounded, and
+    // they are simulated best resource bound first: the compute bound does not see a
+    // pipeline's fill and drain, and ordered by it, GNMT's GPipe on 128 GPUs simulated 56
+    // of a step's neighbours before the best, a merge of two stages (docs/planner.md,
+    // "Bounds that count the fill and drain"). The resource bound is never above the
+    // compute bound, so a neighbour not yet named cannot beat one bounded above it.
+    const auto neighbours = neighboursOf(current.plan, cheaper_cuts);
+    std::size_t next = 0;
+    struct Bounded {
+      double bound;
+      int order;  // among equal bounds, the first named first
+      Candidate candidate;
+    };
+    auto lower = [](const Bounded& a, const Bounded& b) {
+      return a.bound != b.bound ? a.bound < b.bound : a.order > b.order;
+    };
+    std::vector<Bounded> bounded;  // a heap: the highest resource bound on top
+    std::set<std::string> named;
+    auto nameNext = [&] {
+      plan::Plan p = neighbours[next++].second();
       const std::string key = planKey(p);
-      if (!seen_.insert(key).second) {
+      if (!named.insert(key).second) return;
+      if (seen_.count(key)) {
         // Simulated already, by the search or another walk: a step to it costs nothing.
         const auto known = ranked_at_.find(key);
-        if (known != ranked_at_.end() && result_.ranked[known->second].report.throughput >
-                                             (better ? *better : current).report.throughput * std::exp(kTie)) {
+        if (known != ranked_at_.end() && beats(result_.ranked[known->second].report.throughput)) {
           better = result_.ranked[known->second];
           better_ranked = true;
         }
-        continue;
+        return;
       }
       Candidate c{std::move(p), {}, 0, 0, "refined"};
       recomputeAsAsked(c.plan);
-      const double to_beat = (better ? *better : current).report.throughput;
       try {
         plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
-        // The compute bound ordered it; its ports may bound it lower.
-        if (resourceBound(c.plan) <= to_beat * std::exp(kTie)) continue;
+        const double resources = resourceBound(c.plan);
+        if (beats(resources)) {
+          bounded.push_back({resources, static_cast<int>(next), std::move(c)});
+          std::push_heap(bounded.begin(), bounded.end(), lower);
+          return;
+        }
+      } catch (const Error&) {
+        // e.g. a Program the validator refuses: never simulated
+      }
+      seen_.insert(key);
+    };
+    while (budget > 0) {
+      while (next < neighbours.size() && beats(neighbours[next].first) &&
+             (bounded.empty() || neighbours[next].first > bounded.front().bound))
+        nameNext();
+      if (bounded.empty() || !beats(bounded.front().bound)) break;
+      std::pop_heap(bounded.begin(), bounded.end(), lower);
+      Candidate c = std::move(bounded.back().candidate);
+      bounded.pop_back();
+      seen_.insert(planKey(c.plan));
+      const double to_beat = (better ? *better : current).report.throughput;
+      try {
         --budget;
         std::optional<sim::Report> report = simulate(c.plan, to_beat * std::exp(kTie));
         if (!report) continue;
         c.report = std::move(*report);
       } catch (const Error&) {
-        continue;  // e.g. a Program the validator refuses
+        continue;
       }
       if (memoryShortfall(c.report).empty() && tiedLayersApart(c.plan, o_.tied_layers).empty() &&
           c.report.throughput > to_beat * std::exp(kTie)) {
@@ -205,6 +297,9 @@ std::optional<Candidate> Explorer::stepFrom(const Candidate& current, int& budge
         better_ranked = false;
       }
     }
+    // Bounded below the best found: never to be simulated from here.
+    if (budget > 0)
+      for (const Bounded& b : bounded) seen_.insert(planKey(b.candidate.plan));
   }
   if (better && !better_ranked) {
     better->depth = schedule::pipelineDepth(plan::stageDag(better->plan, graph_));

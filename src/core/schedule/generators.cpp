@@ -321,6 +321,25 @@ void applyVerticalSync(Program& program, const std::vector<int>& replicas) {
 
 }  // namespace
 
+std::vector<int> forwardsBeforeFirstBackward(const std::string& schedule, const StageDag& dag,
+                                             const std::vector<int>& replicas, int microbatches) {
+  const ScheduleTraits& t = traits(schedule);
+  // oneFOneB(), zeroBubbleH1() and asyncStream() run oneFOneBOrder() after warmups();
+  // ZB-H2's list schedule holds up to the whole pipeline's bound at every stage.
+  const bool in_1f1b_order = t.kind == ScheduleKind::k1F1B || t.kind == ScheduleKind::kZbH1 || t.asynchronous;
+  const std::vector<int> warmup = in_1f1b_order ? warmups(dag, replicas, t.asynchronous) : std::vector<int>();
+  const int depth = pipelineDepth(dag);
+  std::vector<int> out(dag.size());
+  for (int s = 0; s < dag.size(); ++s) {
+    const int share = busiestReplicaShare(microbatches, replicas[s]);
+    if (!in_1f1b_order)
+      out[s] = inflightMicrobatchesBound(t.kind, depth, share);
+    else  // an asynchronous stream never drains: its warm-up runs on into the next mini-batch
+      out[s] = t.asynchronous ? warmup[s] + 1 : std::min(share, warmup[s] + 1);
+  }
+  return out;
+}
+
 int pipelineDepth(const StageDag& dag) {
   const std::vector<int> depth = depthToSink(dag);
   return dag.size() == 0 ? 0 : 1 + *std::max_element(depth.begin(), depth.end());

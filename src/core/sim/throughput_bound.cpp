@@ -9,6 +9,7 @@
 
 #include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
+#include "pipetrain/schedule/schedules.h"
 #include "pipetrain/sim/evaluate.h"
 
 namespace pipetrain::sim {
@@ -18,8 +19,176 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // A stage's passes per micro-batch at the speed of its fastest replica's device.
 struct StageSpeed {
-  double forward = 0, input_grad = 0;
+  double forward = 0;
+  double input_grad = 0;  // until its input gradient leaves: a fused B whole, a split schedule's I
+  double backward = 0;    // the whole backward pass
 };
+
+// The quickest a micro-batch can cross the stages: their passes at their fastest
+// replicas' speeds, each message alone on the quickest route it may take.
+struct Paths {
+  std::vector<StageSpeed> fastest;
+  std::vector<std::vector<double>> there, back;  // [s][k]: s -> succs[s][k], and the gradient back
+  std::vector<double> downstream;                // [s]: from s's forward pass to its input gradient's return
+};
+
+// downstream[s] from the stages after s.
+void fillDownstream(Paths& paths, const schedule::StageDag& dag) {
+  paths.downstream.assign(dag.size(), -1);
+  std::function<double(int)> visit = [&](int s) {
+    double& longest = paths.downstream[s];
+    if (longest >= 0) return longest;
+    longest = 0;
+    for (std::size_t k = 0; k < dag.succs[s].size(); ++k) {
+      const int t = dag.succs[s][k];
+      const double beyond = paths.fastest[t].forward + visit(t) + paths.fastest[t].input_grad;
+      longest = std::max(longest, paths.there[s][k] + beyond + paths.back[s][k]);
+    }
+    return longest;
+  };
+  for (int s = 0; s < dag.size(); ++s) visit(s);
+}
+
+// The most host time rank r (of stage s) spends sending one micro-batch's input
+// gradients back to the stages before s: its end of each message, on the costliest
+// route to a replica of each.
+double gradientSendsHost(const CostModel& costs, const std::vector<std::vector<int>>& stage_ranks, int s, int r) {
+  const cluster::ClusterSpec& cluster = costs.cluster();
+  double seconds = 0;
+  for (int p : costs.dag().preds[s]) {
+    double costliest = 0;
+    for (int q : stage_ranks[p]) {
+      const cluster::Route route = costs.route(r, q);
+      if (!cluster::endsFree(route))
+        costliest = std::max(
+            costliest, cluster::messageEndSeconds(cluster.device(costs.deviceOfRank(r)), route, costs.edgeBytes(p, s)));
+    }
+    seconds += costliest;
+  }
+  return seconds;
+}
+
+// GPipe's turn: every rank runs all its forward passes of a mini-batch before any
+// backward pass, so the backward passes wait for the forward passes to reach the end.
+// A replica of some stage L (the turn) finishes its forward passes at the earliest once
+// its last micro-batch (one of the last r_L) has come from some stage a before it,
+// whose replica ran every micro-batch before that one in turn (at least
+// (m - r_L + 1) / r_a of them), along the longest path from a to L. L's first input
+// gradient then goes back along the longest path to some stage b, whose replica runs
+// its share's backward passes, and on to the first stage (tail), which closes the
+// mini-batch. The longest such route bounds a mini-batch: GPipe's bubble, which the
+// passes alone do not see.
+double turnBound(const CostModel& costs, const std::vector<std::vector<int>>& stage_ranks, int source,
+                 const Paths& paths, const std::vector<double>& head, const std::vector<double>& tail, double close) {
+  const auto& [fastest, there, back, downstream] = paths;
+  const schedule::StageDag& dag = costs.dag();
+  const int stages = dag.size(), m = costs.plan().microbatches;
+  std::vector<int> order;  // topological: each stage after its predecessors
+  std::vector<int> waiting(stages);
+  for (int s = 0; s < stages; ++s) waiting[s] = static_cast<int>(dag.preds[s].size());
+  for (int s = 0; s < stages; ++s)
+    if (waiting[s] == 0) order.push_back(s);
+  for (std::size_t i = 0; i < order.size(); ++i)
+    for (int t : dag.succs[order[i]])
+      if (--waiting[t] == 0) order.push_back(t);
+  auto replicas = [&](int s) { return static_cast<int>(stage_ranks[s].size()); };
+  double longest = 0;
+  for (int turn = 0; turn < stages; ++turn) {
+    // From the end of a's forward pass to the end of the turn's, and from the turn's
+    // last forward pass to b's input gradient arriving; -1 where no path joins them.
+    std::vector<double> to_turn(stages, -1), from_turn(stages, -1);
+    to_turn[turn] = from_turn[turn] = 0;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const int a = *it;
+      for (std::size_t k = 0; k < dag.succs[a].size(); ++k) {
+        const int t = dag.succs[a][k];
+        if (to_turn[t] >= 0) to_turn[a] = std::max(to_turn[a], there[a][k] + fastest[t].forward + to_turn[t]);
+        if (from_turn[t] >= 0) from_turn[a] = std::max(from_turn[a], from_turn[t] + fastest[t].input_grad + back[a][k]);
+      }
+    }
+    double forwards_end = 0, backwards_end = 0;
+    for (int a = 0; a < stages; ++a) {
+      if (to_turn[a] < 0) continue;  // to_turn and from_turn reach the same stages
+      const int before_last = std::max(1, (m - replicas(turn) + 1) / replicas(a));
+      forwards_end = std::max(forwards_end, head[a] + before_last * fastest[a].forward + to_turn[a]);
+      // The first stage's last pass ends the tail at its input gradient; close counts the rest.
+      double own = std::floor(static_cast<double>(m) / replicas(a)) * fastest[a].backward;
+      if (a == source) own -= fastest[a].backward - fastest[a].input_grad;
+      backwards_end = std::max(backwards_end, from_turn[a] + own + tail[a]);
+    }
+    longest = std::max(longest, forwards_end + backwards_end + close);
+  }
+  return longest;
+}
+
+// Fill and drain, where each mini-batch starts empty (a flush) on a chain or a graph
+// with one first stage. A replica of stage s starts its first forward pass at the
+// earliest once the first micro-batch has come through the stages before it (head).
+// After its last input gradient, that gradient travels back to the first stage (tail),
+// whose last backward pass ends, whose replicas meet in the all-reduce and step
+// (close); only then does the first stage start the next mini-batch. So a mini-batch
+// takes at least head + the replica's span + tail + close, where the span is at least
+// its passes; or a forward pass, the micro-batch's trip to the end and back, and then
+// its passes but the forward passes it ran ahead; or its Little's-law time. Without it,
+// a GPipe of 6 stages at 12 micro-batches per replica on PipeDream's GNMT over 128
+// GPUs was bounded by its passes alone, 26% above what it runs at, and few of its
+// neighbours were pruned unsimulated (docs/planner.md, "Bounds that count the fill and
+// drain"). `held`: Little's-law time per stage; `ahead`: forwards before the first
+// backward pass.
+double fillAndDrainBound(const CostModel& costs, const std::vector<std::vector<int>>& stage_ranks, const Paths& paths,
+                         const std::vector<double>& waited_on, const std::vector<double>& held,
+                         const std::vector<int>& ahead) {
+  const auto& [fastest, there, back, downstream] = paths;
+  const auto& preds = costs.dag().preds;
+  const int stages = costs.dag().size();
+  if (std::count_if(preds.begin(), preds.end(), [](const auto& p) { return p.empty(); }) != 1) return 0;
+  const int source = static_cast<int>(
+      std::find_if(preds.begin(), preds.end(), [](const auto& p) { return p.empty(); }) - preds.begin());
+  auto speedOf = [&](int rank) { return costs.cluster().device(costs.deviceOfRank(rank)).speed; };
+  const schedule::ScheduleTraits& traits = schedule::traits(costs.plan().schedule.name);
+  std::vector<double> head(stages, -1), tail(stages, -1);
+  std::function<void(int)> reach = [&](int s) {  // head[s] and tail[s], from its predecessors'
+    if (head[s] >= 0) return;
+    head[s] = tail[s] = 0;
+    for (int p : preds[s]) {
+      reach(p);
+      const auto& succs = costs.dag().succs[p];
+      const auto k = std::find(succs.begin(), succs.end(), s) - succs.begin();
+      head[s] = std::max(head[s], head[p] + fastest[p].forward + there[p][k]);
+      tail[s] = std::max(tail[s], back[p][k] + fastest[p].input_grad + tail[p]);
+    }
+  };
+  // The tail ends where the first stage's last input gradient does: with a fused last
+  // pass whole, before a split schedule's last W. The all-reduce begins once that pass
+  // has filled its first bucket (the simulator's rule).
+  const StageCosts& c = costs.stage(source);
+  const double last_pass = traits.split_backward ? c.split_weight : c.recompute + c.backward_input + c.backward_weight;
+  const double lead = traits.split_backward ? 0 : last_pass;  // of the last pass, before the tail's end
+  double close = kInfinity;
+  for (int r : stage_ranks[source]) {
+    const double speed = speedOf(r);
+    double after = (last_pass - lead) / speed;
+    if (stage_ranks[source].size() > 1)
+      after = std::max(after + costs.allreduceHostSeconds(source),
+                       (last_pass * firstBucketShare(c.param_bytes) - lead) / speed + costs.allreduceSeconds(source));
+    close = std::min(close, std::max(0.0, after) + c.optimizer_step / speed);
+  }
+  double longest = 0;
+  for (int s = 0; s < stages; ++s) {
+    reach(s);
+    if (s == source) continue;  // its own passes, all-reduce and step are its busy time
+    const int share = costs.plan().microbatches / static_cast<int>(stage_ranks[s].size());
+    for (int r : stage_ranks[s]) {
+      const double forward = costs.stage(s).forward / speedOf(r);
+      const double span = std::max(
+          {waited_on[r], forward + downstream[s] + waited_on[r] - std::min(share, ahead[s]) * forward, held[s]});
+      longest = std::max(longest, head[s] + span + tail[s] + close);
+    }
+  }
+  if (traits.all_forwards_first)
+    longest = std::max(longest, turnBound(costs, stage_ranks, source, paths, head, tail, close));
+  return longest;
+}
 
 }  // namespace
 
@@ -34,11 +203,17 @@ double throughputBound(const CostModel& costs) {
   // An overlapped F&B pair takes overlapFactor() of the two (DualPipeV).
   const double overlap = std::min(1.0, costs.overlapFactor());
   std::vector<double> busy(costs.numRanks(), 0.0);  // seconds per mini-batch
+  // Seconds per mini-batch of each rank's passes that the stages before it wait on: its
+  // forward passes and the backward passes that yield input gradients (a split
+  // schedule's W may run while they wait).
+  std::vector<double> waited_on(costs.numRanks(), 0.0);
   std::vector<double> wire(cluster.numPorts(), 0.0);  // seconds per mini-batch
-  std::vector<StageSpeed> fastest(stages);
+  Paths paths;
+  auto& [fastest, there, back, downstream] = paths;
+  fastest.resize(stages);
+  there.resize(stages);
+  back.resize(stages);
   double stage_busiest = 0;  // seconds per mini-batch of the busiest stage, over its replicas
-  // [s][k]: the quickest a message crosses s -> succs[s][k], and its gradient back
-  std::vector<std::vector<double>> there(stages), back(stages);
   for (int s = 0; s < stages; ++s) {
     const StageCosts& c = costs.stage(s);
     const auto& ranks = stage_ranks[s];
@@ -53,9 +228,12 @@ double throughputBound(const CostModel& costs) {
     // Each replica steps once a mini-batch, or under PipeDream's rule once a round of
     // one micro-batch per replica: at least `share` times.
     const double steps = traits.step_rule == schedule::StepRule::kPerMicrobatch ? share : 1;
+    const double passes_waited_on =
+        (c.forward + c.recompute + c.backward_input + (traits.split_backward ? 0 : c.backward_weight)) * overlap;
     double speed = 0, speeds = 0;
     for (int r : ranks) {
       busy[r] += (share * work + steps * c.optimizer_step) / speedOf(r);
+      waited_on[r] += share * passes_waited_on / speedOf(r);
       speed = std::max(speed, speedOf(r));
       speeds += speedOf(r);
     }
@@ -68,14 +246,21 @@ double throughputBound(const CostModel& costs) {
     // GNMT on 128 GPUs: a stage's 0.15 s reduction beside its 0.14 s of passes); without
     // it, plans there were bounded at twice what they ran (docs/planner.md, "Bounds that
     // count the all-reduce").
+    // The host's share of the gradients the last pass sends back hides part of it too:
+    // it is counted with the messages (below), and the reduction runs on meanwhile.
     if (replicas > 1 && !schedule::multiStage(traits)) {
       const double last_pass = c.recompute + c.backward_input + std::max(c.backward_weight, c.split_weight);
       for (int r : ranks) {
-        const double hidden = last_pass / speedOf(r) * (1 - firstBucketShare(c.param_bytes));
+        const double hidden = last_pass / speedOf(r) * (1 - firstBucketShare(c.param_bytes)) +
+                              gradientSendsHost(costs, stage_ranks, s, r);
         busy[r] += steps * std::max({0.0, costs.allreduceHostSeconds(s), costs.allreduceSeconds(s) - hidden});
       }
     }
-    fastest[s] = {c.forward / speed, (c.recompute + c.backward_input) / speed};
+    // A fused backward pass sends its input gradient when it ends, weights' part and all;
+    // a split schedule's I sends it without the W.
+    const double backward = c.recompute + c.backward_input + c.backward_weight;
+    fastest[s] = {c.forward / speed, (traits.split_backward ? c.recompute + c.backward_input : backward) / speed,
+                  backward / speed};
     // Micro-batch i crosses the edge from replica i mod r_s to replica i mod r_t, so the
     // pattern repeats every lcm(r_s, r_t) micro-batches: any m consecutive ones hold
     // at least floor(m / lcm) whole periods, whichever mini-batch is measured.
@@ -109,33 +294,31 @@ double throughputBound(const CostModel& costs) {
   for (double b : busy) busiest = std::max(busiest, b);
   for (double w : wire) busiest = std::max(busiest, w);
 
+  if (schedule::multiStage(traits))
+    return busiest > 0 ? windowAllowance(plan.schedule.name) * static_cast<double>(plan.samplesPerMinibatch()) / busiest
+                       : kInfinity;
+  fillDownstream(paths, costs.dag());
+  std::vector<int> replica_counts;
+  for (const auto& ranks : stage_ranks) replica_counts.push_back(static_cast<int>(ranks.size()));
+  const std::vector<int> ahead =
+      schedule::forwardsBeforeFirstBackward(plan.schedule.name, costs.dag(), replica_counts, plan.microbatches);
   // Little's law on each stage: a micro-batch's activations stay on its replica at
   // least from the start of its forward pass to the end of its input gradient, which
   // waits for the round trip through every stage after it (their passes, and the
   // messages between, each alone on its route). The schedule lets a replica hold at
-  // most K of them at once (inflightMicrobatchesBound, over the whole pipeline's depth),
-  // so its share of the mini-batch takes at least share x round trip / K. It binds
-  // where a deep pipeline of few micro-batches in flight crosses slow links; where a
-  // rank runs several stages its stages share the K, and the law is not applied.
-  if (!schedule::multiStage(traits)) {
-    std::vector<double> round_trip(stages, -1);
-    std::function<double(int)> roundTrip = [&](int s) {
-      if (round_trip[s] >= 0) return round_trip[s];
-      double downstream = 0;
-      const auto& succs = costs.dag().succs[s];
-      for (std::size_t k = 0; k < succs.size(); ++k)
-        downstream = std::max(downstream, there[s][k] + roundTrip(succs[k]) + back[s][k]);
-      return round_trip[s] = fastest[s].forward + downstream + fastest[s].input_grad;
-    };
-    for (int s = 0; s < stages; ++s) {
-      const int replicas = static_cast<int>(stage_ranks[s].size());
-      const int share = static_cast<int>(m) / replicas;  // every replica runs at least this many
-      if (share < 1) continue;
-      const int in_flight = schedule::inflightMicrobatchesBound(
-          traits.kind, stages, schedule::busiestReplicaShare(plan.microbatches, replicas));
-      busiest = std::max(busiest, share * roundTrip(s) / in_flight);
-    }
+  // most K of them at once (schedule::forwardsBeforeFirstBackward: 1F1B's warm-up, one
+  // on a replicated stage behind fewer replicas), so its share of the mini-batch takes
+  // at least share x round trip / K. It binds where a deep pipeline of few micro-batches
+  // in flight crosses slow links; where a rank runs several stages its stages share the
+  // K, and the law is not applied.
+  std::vector<double> held(stages, 0.0);  // [s]: share x round trip / K
+  for (int s = 0; s < stages; ++s) {
+    const int share = static_cast<int>(m) / replica_counts[s];  // every replica runs at least this many
+    held[s] = share * (fastest[s].forward + downstream[s] + fastest[s].input_grad) / ahead[s];
+    busiest = std::max(busiest, held[s]);
   }
+  if (!traits.asynchronous)
+    busiest = std::max(busiest, fillAndDrainBound(costs, stage_ranks, paths, waited_on, held, ahead));
   return busiest > 0 ? windowAllowance(plan.schedule.name) * static_cast<double>(plan.samplesPerMinibatch()) / busiest
                      : kInfinity;
 }
