@@ -215,6 +215,31 @@ TEST(Oracle, ALastLookTakesTheCheaperCutTheWalksHadNoBudgetFor) {
   expectReaches(replicatePipeline(pipeline, 16, 8, cluster), graph, cluster, graph.batchSize() * 192);
 }
 
+// PipeDream's GNMT on 128 GPUs under gpipe, batch 12288 at micro-batch 64: a pipeline per
+// server copied onto the 16, its layers cut 1 + 13 + 5 + 18 on 1 + 2 + 1 + 4 GPUs (the
+// oracle's best, 38,372 samples/s). The walks start from 7 stages; each merge of two
+// stages shortens GPipe's fill and drain, which a bound of the passes alone did not see:
+// ordered by it, a step simulated 56 neighbours before the best, and the budget ran out
+// after one merge (36,303; docs/planner.md, "Bounds that count the fill and drain").
+TEST(Oracle, AGpipeWalkMergesStagesWhereTheBoundSeesTheBubble) {
+  const graph::LayerGraph graph = publishedProfile("gnmt");
+  const cluster::ClusterSpec cluster = bench::pipedreamCluster(128);
+  const plan::Plan pipeline = chainOf("gpipe", 64, 12, graph, cluster, {{0, 1, 14, 19, graph.size()}, {0, 1, 3, 4, 8}});
+  expectReaches(replicatePipeline(pipeline, 16, 8, cluster), graph, cluster, 64 * 192);
+}
+
+// PipeDream's ResNet-50 on 128 GPUs under 1f1b: 145 + 31 layers on 6 + 2 GPUs a server
+// (31,330 samples/s). The walks there start from two stages on 96 + 32 GPUs (117 + 59
+// layers, which the search simulated while its bound counted the passes alone, or 120 +
+// 56); counting the fill and drain, the search prunes both, and a walk starts from the
+// second only as a spare (refine.cpp, addSpareStarts).
+TEST(Oracle, AWalkStartsFromAPlanTheSearchPruned) {
+  const graph::LayerGraph graph = publishedProfile("resnet50");
+  const cluster::ClusterSpec cluster = bench::pipedreamCluster(128);
+  const plan::Plan pipeline = chainOf("1f1b", 128, 12, graph, cluster, {{0, 145, graph.size()}, {0, 6, 8}});
+  expectReaches(replicatePipeline(pipeline, 16, 8, cluster), graph, cluster, 128 * 192);
+}
+
 // PipeDream's GNMT on its 32 GPUs under pipedream, batch 3072 at micro-batch 64: a stage
 // on each server, layers cut 9 + 15 + 12 + 1 (the oracle's best, 12,608 samples/s). Walked
 // in turn, each start on its share of the budget, the leading walk ran out one boundary
