@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -47,25 +48,6 @@ void fillDownstream(Paths& paths, const schedule::StageDag& dag) {
     return longest;
   };
   for (int s = 0; s < dag.size(); ++s) visit(s);
-}
-
-// The most host time rank r (of stage s) spends sending one micro-batch's input
-// gradients back to the stages before s: its end of each message, on the costliest
-// route to a replica of each.
-double gradientSendsHost(const CostModel& costs, const std::vector<std::vector<int>>& stage_ranks, int s, int r) {
-  const cluster::ClusterSpec& cluster = costs.cluster();
-  double seconds = 0;
-  for (int p : costs.dag().preds[s]) {
-    double costliest = 0;
-    for (int q : stage_ranks[p]) {
-      const cluster::Route route = costs.route(r, q);
-      if (!cluster::endsFree(route))
-        costliest = std::max(
-            costliest, cluster::messageEndSeconds(cluster.device(costs.deviceOfRank(r)), route, costs.edgeBytes(p, s)));
-    }
-    seconds += costliest;
-  }
-  return seconds;
 }
 
 // GPipe's turn: every rank runs all its forward passes of a mini-batch before any
@@ -202,12 +184,20 @@ double throughputBound(const CostModel& costs) {
   const schedule::ScheduleTraits& traits = schedule::traits(plan.schedule.name);
   // An overlapped F&B pair takes overlapFactor() of the two (DualPipeV).
   const double overlap = std::min(1.0, costs.overlapFactor());
+  // Each replica steps once a mini-batch, or under PipeDream's rule once a round of one
+  // micro-batch per replica: at least floor(m / r) times.
+  auto stepsOf = [&](int replicas) {
+    return traits.step_rule == schedule::StepRule::kPerMicrobatch ? std::floor(m / replicas) : 1.0;
+  };
   std::vector<double> busy(costs.numRanks(), 0.0);  // seconds per mini-batch
   // Seconds per mini-batch of each rank's passes that the stages before it wait on: its
   // forward passes and the backward passes that yield input gradients (a split
   // schedule's W may run while they wait).
   std::vector<double> waited_on(costs.numRanks(), 0.0);
   std::vector<double> wire(cluster.numPorts(), 0.0);  // seconds per mini-batch
+  // Per rank: the most host time of one micro-batch's input gradients sent back, on
+  // each edge into its stage the costliest it sends on.
+  std::vector<double> gradients_sent(costs.numRanks(), 0.0);
   Paths paths;
   auto& [fastest, there, back, downstream] = paths;
   fastest.resize(stages);
@@ -225,9 +215,7 @@ double throughputBound(const CostModel& costs) {
     // least floor(m / r) (whichever mini-batch is measured), and together they run m:
     // the stage takes at least m passes over its replicas' summed speeds.
     const double share = std::floor(m / replicas);
-    // Each replica steps once a mini-batch, or under PipeDream's rule once a round of
-    // one micro-batch per replica: at least `share` times.
-    const double steps = traits.step_rule == schedule::StepRule::kPerMicrobatch ? share : 1;
+    const double steps = stepsOf(replicas);
     const double passes_waited_on =
         (c.forward + c.recompute + c.backward_input + (traits.split_backward ? 0 : c.backward_weight)) * overlap;
     double speed = 0, speeds = 0;
@@ -238,24 +226,6 @@ double throughputBound(const CostModel& costs) {
       speeds += speedOf(r);
     }
     stage_busiest = std::max(stage_busiest, m * work / speeds);
-    // A replica's all-reduce holds its rank from its last backward pass (fused B, or a
-    // split schedule's last W) until the reduction ends. The reduction starts at the
-    // earliest once that pass has filled its first bucket (the simulator's rule), so all
-    // but the pass's later share of it adds to the rank's time; its host share comes
-    // after the pass whole. Over slow links it can outweigh the compute (PipeDream's
-    // GNMT on 128 GPUs: a stage's 0.15 s reduction beside its 0.14 s of passes); without
-    // it, plans there were bounded at twice what they ran (docs/planner.md, "Bounds that
-    // count the all-reduce").
-    // The host's share of the gradients the last pass sends back hides part of it too:
-    // it is counted with the messages (below), and the reduction runs on meanwhile.
-    if (replicas > 1 && !schedule::multiStage(traits)) {
-      const double last_pass = c.recompute + c.backward_input + std::max(c.backward_weight, c.split_weight);
-      for (int r : ranks) {
-        const double hidden = last_pass / speedOf(r) * (1 - firstBucketShare(c.param_bytes)) +
-                              gradientSendsHost(costs, stage_ranks, s, r);
-        busy[r] += steps * std::max({0.0, costs.allreduceHostSeconds(s), costs.allreduceSeconds(s) - hidden});
-      }
-    }
     // A fused backward pass sends its input gradient when it ends, weights' part and all;
     // a split schedule's I sends it without the W.
     const double backward = c.recompute + c.backward_input + c.backward_weight;
@@ -269,6 +239,7 @@ double throughputBound(const CostModel& costs) {
       const int period = std::lcm(replicas, static_cast<int>(to_ranks.size()));
       const double periods = std::floor(m / period), bytes = costs.edgeBytes(s, t);
       double quickest_there = kInfinity, quickest_back = kInfinity;
+      std::map<int, double> costliest_sent;  // by the rank of t that sends the gradient
       for (int i = 0; i < period; ++i) {
         const int from = ranks[i % replicas], to = to_ranks[i % to_ranks.size()];
         for (const bool gradient : {false, true}) {
@@ -281,13 +252,36 @@ double throughputBound(const CostModel& costs) {
           if (route.recv_port >= 0) wire[route.recv_port] += seconds;
           if (!cluster::endsFree(route)) {  // the route is the same both ways
             const cluster::ClusterSpec& c = costs.cluster();
-            busy[a] += periods * cluster::messageEndSeconds(c.device(costs.deviceOfRank(a)), route, bytes);
+            const double at_a = cluster::messageEndSeconds(c.device(costs.deviceOfRank(a)), route, bytes);
+            busy[a] += periods * at_a;
             busy[b] += periods * cluster::messageEndSeconds(c.device(costs.deviceOfRank(b)), route, bytes);
+            if (gradient) costliest_sent[a] = std::max(costliest_sent[a], at_a);
           }
         }
       }
       there[s].push_back(quickest_there);
       back[s].push_back(quickest_back);
+      for (const auto& [rank, seconds] : costliest_sent) gradients_sent[rank] += seconds;
+    }
+  }
+  // A replica's all-reduce holds its rank from its last backward pass (fused B, or a
+  // split schedule's last W) until the reduction ends. The reduction starts at the
+  // earliest once that pass has filled its first bucket (the simulator's rule), so all
+  // but the pass's later share of it adds to the rank's time, and so does all but the
+  // host's share of the gradients the pass sends back (counted with the messages
+  // above); its host share comes after the pass whole. Over slow links it can outweigh
+  // the compute (PipeDream's GNMT on 128 GPUs: a stage's 0.15 s reduction beside its
+  // 0.14 s of passes); without it, plans there were bounded at twice what they ran
+  // (docs/planner.md, "Bounds that count the all-reduce").
+  for (int s = 0; s < stages && !schedule::multiStage(traits); ++s) {
+    const auto& ranks = stage_ranks[s];
+    if (ranks.size() < 2) continue;
+    const StageCosts& c = costs.stage(s);
+    const double last_pass = c.recompute + c.backward_input + std::max(c.backward_weight, c.split_weight);
+    const double steps = stepsOf(static_cast<int>(ranks.size()));
+    for (int r : ranks) {
+      const double hidden = last_pass / speedOf(r) * (1 - firstBucketShare(c.param_bytes)) + gradients_sent[r];
+      busy[r] += steps * std::max({0.0, costs.allreduceHostSeconds(s), costs.allreduceSeconds(s) - hidden});
     }
   }
   double busiest = stage_busiest;
