@@ -229,8 +229,8 @@ std::optional<Candidate> Explorer::stepFrom(const Candidate& current, int& budge
     // Neighbours come best compute bound first. Each is named and bounded by its
     // resources (sim::throughputBound) only once it might beat the best so bounded, and
     // they are simulated best resource bound first: the compute bound does not see a
-    // pipeline's fill and drain, and ordered by it, GNMT's GPipe on 128 GPUs simulated 56
-    // of a step's neighbours before the best, a merge of two stages (docs/planner.md,
+    // pipeline's fill and drain, and ordered by it, GNMT's GPipe on 128 GPUs spent the
+    // whole budget, 58 simulations, on the walk's first step; now 13 (docs/planner.md,
     // "Bounds that count the fill and drain"). The resource bound is never above the
     // compute bound, so a neighbour not yet named cannot beat one bounded above it.
     const auto neighbours = neighboursOf(current.plan, cheaper_cuts);

@@ -219,8 +219,8 @@ TEST(Oracle, ALastLookTakesTheCheaperCutTheWalksHadNoBudgetFor) {
 // server copied onto the 16, its layers cut 1 + 13 + 5 + 18 on 1 + 2 + 1 + 4 GPUs (the
 // oracle's best, 38,372 samples/s). The walks start from 7 stages; each merge of two
 // stages shortens GPipe's fill and drain, which a bound of the passes alone did not see:
-// ordered by it, a step simulated 56 neighbours before the best, and the budget ran out
-// after one merge (36,303; docs/planner.md, "Bounds that count the fill and drain").
+// ordered by it, the first step spent the whole budget (58 simulations), and the walk
+// stopped after one merge (36,303; docs/planner.md, "Bounds that count the fill and drain").
 TEST(Oracle, AGpipeWalkMergesStagesWhereTheBoundSeesTheBubble) {
   const graph::LayerGraph graph = publishedProfile("gnmt");
   const cluster::ClusterSpec cluster = bench::pipedreamCluster(128);
