@@ -238,6 +238,7 @@ std::optional<Candidate> Explorer::stepFrom(const Candidate& current, int& budge
     struct Bounded {
       double bound;
       int order;  // among equal bounds, the first named first
+      std::string key;
       Candidate candidate;
     };
     auto lower = [](const Bounded& a, const Bounded& b) {
@@ -264,7 +265,7 @@ std::optional<Candidate> Explorer::stepFrom(const Candidate& current, int& budge
         plan::validate(c.plan, graph_, cluster_, "candidate", std::vector<int64_t>(c.plan.numStages(), 0));
         const double resources = resourceBound(c.plan);
         if (beats(resources)) {
-          bounded.push_back({resources, static_cast<int>(next), std::move(c)});
+          bounded.push_back({resources, static_cast<int>(next), key, std::move(c)});
           std::push_heap(bounded.begin(), bounded.end(), lower);
           return;
         }
@@ -280,8 +281,8 @@ std::optional<Candidate> Explorer::stepFrom(const Candidate& current, int& budge
       if (bounded.empty() || !beats(bounded.front().bound)) break;
       std::pop_heap(bounded.begin(), bounded.end(), lower);
       Candidate c = std::move(bounded.back().candidate);
+      seen_.insert(std::move(bounded.back().key));
       bounded.pop_back();
-      seen_.insert(planKey(c.plan));
       const double to_beat = (better ? *better : current).report.throughput;
       try {
         --budget;
@@ -299,7 +300,7 @@ std::optional<Candidate> Explorer::stepFrom(const Candidate& current, int& budge
     }
     // Bounded below the best found: never to be simulated from here.
     if (budget > 0)
-      for (const Bounded& b : bounded) seen_.insert(planKey(b.candidate.plan));
+      for (const Bounded& b : bounded) seen_.insert(b.key);
   }
   if (better && !better_ranked) {
     better->depth = schedule::pipelineDepth(plan::stageDag(better->plan, graph_));

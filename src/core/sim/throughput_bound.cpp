@@ -172,6 +172,40 @@ double fillAndDrainBound(const CostModel& costs, const std::vector<std::vector<i
   return longest;
 }
 
+// A pipeline's stages wait on each other (one stage per rank): Little's law on each
+// stage, and where each mini-batch starts empty, its fill and drain; seconds per
+// mini-batch.
+double pipelineBound(const CostModel& costs, const std::vector<std::vector<int>>& stage_ranks, Paths& paths,
+                     const std::vector<double>& waited_on) {
+  const plan::Plan& plan = costs.plan();
+  const int stages = plan.numStages();
+  const auto& [fastest, there, back, downstream] = paths;
+  double busiest = 0;
+  fillDownstream(paths, costs.dag());
+  std::vector<int> replica_counts;
+  for (const auto& ranks : stage_ranks) replica_counts.push_back(static_cast<int>(ranks.size()));
+  const std::vector<int> ahead =
+      schedule::forwardsBeforeFirstBackward(plan.schedule.name, costs.dag(), replica_counts, plan.microbatches);
+  // Little's law on each stage: a micro-batch's activations stay on its replica at
+  // least from the start of its forward pass to the end of its input gradient, which
+  // waits for the round trip through every stage after it (their passes, and the
+  // messages between, each alone on its route). The schedule lets a replica hold at
+  // most K of them at once (schedule::forwardsBeforeFirstBackward: 1F1B's warm-up, one
+  // on a replicated stage behind fewer replicas), so its share of the mini-batch takes
+  // at least share x round trip / K. It binds where a deep pipeline of few micro-batches
+  // in flight crosses slow links; where a rank runs several stages its stages share the
+  // K, and the law is not applied.
+  std::vector<double> held(stages, 0.0);  // [s]: share x round trip / K
+  for (int s = 0; s < stages; ++s) {
+    const int share = plan.microbatches / replica_counts[s];  // every replica runs at least this many
+    held[s] = share * (fastest[s].forward + downstream[s] + fastest[s].input_grad) / ahead[s];
+    busiest = std::max(busiest, held[s]);
+  }
+  if (!schedule::isAsynchronous(plan.schedule.name))
+    busiest = std::max(busiest, fillAndDrainBound(costs, stage_ranks, paths, waited_on, held, ahead));
+  return busiest;
+}
+
 }  // namespace
 
 double throughputBound(const CostModel& costs) {
@@ -288,31 +322,7 @@ double throughputBound(const CostModel& costs) {
   for (double b : busy) busiest = std::max(busiest, b);
   for (double w : wire) busiest = std::max(busiest, w);
 
-  if (schedule::multiStage(traits))
-    return busiest > 0 ? windowAllowance(plan.schedule.name) * static_cast<double>(plan.samplesPerMinibatch()) / busiest
-                       : kInfinity;
-  fillDownstream(paths, costs.dag());
-  std::vector<int> replica_counts;
-  for (const auto& ranks : stage_ranks) replica_counts.push_back(static_cast<int>(ranks.size()));
-  const std::vector<int> ahead =
-      schedule::forwardsBeforeFirstBackward(plan.schedule.name, costs.dag(), replica_counts, plan.microbatches);
-  // Little's law on each stage: a micro-batch's activations stay on its replica at
-  // least from the start of its forward pass to the end of its input gradient, which
-  // waits for the round trip through every stage after it (their passes, and the
-  // messages between, each alone on its route). The schedule lets a replica hold at
-  // most K of them at once (schedule::forwardsBeforeFirstBackward: 1F1B's warm-up, one
-  // on a replicated stage behind fewer replicas), so its share of the mini-batch takes
-  // at least share x round trip / K. It binds where a deep pipeline of few micro-batches
-  // in flight crosses slow links; where a rank runs several stages its stages share the
-  // K, and the law is not applied.
-  std::vector<double> held(stages, 0.0);  // [s]: share x round trip / K
-  for (int s = 0; s < stages; ++s) {
-    const int share = static_cast<int>(m) / replica_counts[s];  // every replica runs at least this many
-    held[s] = share * (fastest[s].forward + downstream[s] + fastest[s].input_grad) / ahead[s];
-    busiest = std::max(busiest, held[s]);
-  }
-  if (!traits.asynchronous)
-    busiest = std::max(busiest, fillAndDrainBound(costs, stage_ranks, paths, waited_on, held, ahead));
+  if (!schedule::multiStage(traits)) busiest = std::max(busiest, pipelineBound(costs, stage_ranks, paths, waited_on));
   return busiest > 0 ? windowAllowance(plan.schedule.name) * static_cast<double>(plan.samplesPerMinibatch()) / busiest
                      : kInfinity;
 }
