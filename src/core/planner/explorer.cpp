@@ -21,7 +21,7 @@ namespace {
 
 // Proposals simulated before any is pruned by its bound.
 constexpr int kAlwaysSimulated = 5;
-// Pruned proposals kept, best bound first, for the walks to start from (refine()).
+// Pruned proposals kept for the walks to start from (keepPruned()).
 constexpr std::size_t kPrunedKept = 64;
 // Proposals simulated at once (evaluateBest).
 constexpr std::size_t kEvaluationBatch = 4;
@@ -191,6 +191,15 @@ void Explorer::search(const std::vector<int>& widths, const std::vector<std::str
   }
 }
 
+// A pruned proposal, kept for a fixed schedule's walks to start from (refine.cpp,
+// addSpareStarts) while fewer than kPrunedKept are: proposals are popped best bound
+// first, so these are the best-bounded. Under auto the spares found no better plan on the
+// published profiles and took up to half of a search's time (docs/planner.md, "Bounds
+// that count the fill and drain").
+void Explorer::keepPruned(Candidate c) {
+  if (o_.schedule != "auto" && pruned_proposals_.size() < kPrunedKept) pruned_proposals_.push_back(std::move(c));
+}
+
 Explorer::Proposal Explorer::takeBestProposal() {
   std::pop_heap(proposals_.begin(), proposals_.end(), ByBound{});
   Proposal p = std::move(proposals_.back());
@@ -228,8 +237,7 @@ void Explorer::evaluateBest(double next_combination_bound) {
     const double to_beat = toBeat(proposed.schedule.name, proposed.numStages() == 1, proposed.microbatch_size);
     if (p.bound < to_beat) {
       ++result_.pruned;
-      // Popped best bound first, so the first few are the best-bounded.
-      if (pruned_proposals_.size() < kPrunedKept) pruned_proposals_.push_back(std::move(p.candidate));
+      keepPruned(std::move(p.candidate));
       continue;
     }
     ++simulated_;
@@ -255,7 +263,7 @@ void Explorer::evaluateBest(double next_combination_bound) {
     }
     if (!s.report) {
       ++result_.pruned;  // its queues bind it below the best after all
-      if (pruned_proposals_.size() < kPrunedKept) pruned_proposals_.push_back(std::move(p.candidate));
+      keepPruned(std::move(p.candidate));
       continue;
     }
     p.candidate.report = std::move(*s.report);

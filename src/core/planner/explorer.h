@@ -86,6 +86,7 @@ class Explorer {
   std::optional<sim::Report> simulate(plan::Plan& plan, double to_beat) const;
   const Proposal* bestProposal() const { return proposals_.empty() ? nullptr : &proposals_.front(); }
   Proposal takeBestProposal();
+  void keepPruned(Candidate c);
   void evaluateBest(double next_combination_bound);
   bool cannotWin(double bound, const std::string& schedule, int64_t microbatch_size) const;
   double barOf(const std::string& family) const;
@@ -118,8 +119,8 @@ class Explorer {
   std::set<std::string> seen_;  // plans proposed so far, by planKey()
   std::map<std::string, std::size_t> ranked_at_;  // simulated plans' places in result_.ranked, by planKey()
   std::vector<Proposal> proposals_;  // a heap by ByBound: the highest bound on top
-  // Proposals pruned by their bounds, the best-bounded first (explorer.cpp's
-  // kPrunedKept): some walks start from these (refine()).
+  // Proposals pruned by their bounds, the best-bounded first (keepPruned()): some of a
+  // fixed schedule's walks start from these (refine()).
   std::vector<Candidate> pruned_proposals_;
   int proposed_ = 0;
   // The best simulated throughput so far, per family of schedules that compete

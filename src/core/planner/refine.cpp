@@ -174,12 +174,13 @@ void Explorer::refine() {
   }
 }
 
-// Plans the search's bounds pruned unsimulated may still lead somewhere: the best
-// bounded of them whose stages hold other numbers of devices than every start's are
-// simulated and join `starts` as spares (at most kSpareStarts); returns the simulations
-// taken. ResNet-50 under 1F1B on 128 GPUs walks from 120 + 56 layers on 96 + 32 GPUs,
-// which the fill-and-drain bound put below the best, to the best plan the planner finds
-// (docs/planner.md, "Bounds that count the fill and drain").
+// Plans the search's bounds pruned unsimulated may still lead somewhere (kept under a
+// fixed schedule: Explorer::keepPruned): the best bounded of them whose stages hold
+// other numbers of devices than every start's are simulated and join `starts` as spares
+// (at most kSpareStarts); returns the simulations taken. ResNet-50 under 1F1B on 128
+// GPUs walks from 120 + 56 layers on 96 + 32 GPUs, which the fill-and-drain bound put
+// below the best, to the best plan the planner finds (docs/planner.md, "Bounds that
+// count the fill and drain").
 int Explorer::addSpareStarts(std::vector<Candidate>& starts, const std::function<bool(const Candidate&)>& refinable) {
   auto devicesPerStage = [](const plan::Plan& p) {
     std::vector<std::size_t> counts;
