@@ -156,6 +156,21 @@ plan::Plan chainOf(const std::string& schedule, int64_t microbatch_size, int mic
   return planOfRuns(like, runs, graph, cluster);
 }
 
+// Under `schedule` on `gpus` of PipeDream's GPUs (servers of 8), at its profile's
+// micro-batch and 1.5 micro-batches per GPU (planner_oracle's batch): the planner reaches
+// one pipeline per server, copied onto every server, whose stages start at layers
+// `layers` and devices `devices` of the server (each list ending with its stage count's
+// end: graph.size() is added to `layers`, 8 to `devices`).
+void expectReachesPerServer(const std::string& model, int gpus, const std::string& schedule, std::vector<int> layers,
+                            std::vector<int> devices) {
+  const graph::LayerGraph graph = publishedProfile(model);
+  const cluster::ClusterSpec cluster = bench::pipedreamCluster(gpus);
+  layers.push_back(graph.size());
+  devices.push_back(8);
+  const plan::Plan pipeline = chainOf(schedule, graph.batchSize(), 12, graph, cluster, {layers, devices});
+  expectReaches(replicatePipeline(pipeline, gpus / 8, 8, cluster), graph, cluster, graph.batchSize() * gpus * 3 / 2);
+}
+
 // PipeDream's ResNet-50 on its 32 GPUs, batch 6144 at micro-batch 128 (m = 48), the
 // schedule fixed (docs/planner.md): the planner reaches the partitions it is shown,
 // PipeDream's own and its one-server 2bw pipeline copied onto the four servers, and data
@@ -184,12 +199,7 @@ TEST(Oracle, AFixedScheduleReachesThePartitionsItIsShown) {
 // Under 2bw, one pipeline per server, copied onto the four: its middle stage grown at both
 // ends, 124 + 23 + 29 layers on 6 + 1 + 1 GPUs (9,802 samples/s). From 129 + 17 + 30 the
 // walks took one boundary at a time, and each single move gained less than a tie.
-TEST(Oracle, AStageGrowsAtBothEndsAtOnce) {
-  const graph::LayerGraph graph = publishedProfile("resnet50");
-  const cluster::ClusterSpec cluster = pipedreamCluster();
-  const plan::Plan pipeline = chainOf("2bw", 128, 12, graph, cluster, {{0, 124, 147, graph.size()}, {0, 6, 7, 8}});
-  expectReaches(replicatePipeline(pipeline, 4, 8, cluster), graph, cluster, 6144);
-}
+TEST(Oracle, AStageGrowsAtBothEndsAtOnce) { expectReachesPerServer("resnet50", 32, "2bw", {0, 124, 147}, {0, 6, 7}); }
 
 // Under pipedream, one pipeline per server, copied onto the four: Inception-v3's second
 // boundary moved 4 layers back to where 65 MB cross rather than 78, its first 3 layers back
@@ -197,22 +207,14 @@ TEST(Oracle, AStageGrowsAtBothEndsAtOnce) {
 // samples/s). Each move alone, or both by the same count, is slower: the walks stopped at
 // 212 + 56 + 57 (6,280) until a boundary could move to a cheaper cut with its neighbour.
 TEST(Oracle, ABoundaryMovesToACheaperCutWithItsNeighbour) {
-  const graph::LayerGraph graph = publishedProfile("inception-v3");
-  const cluster::ClusterSpec cluster = pipedreamCluster();
-  const plan::Plan pipeline =
-      chainOf("pipedream", graph.batchSize(), 12, graph, cluster, {{0, 209, 264, graph.size()}, {0, 6, 7, 8}});
-  expectReaches(replicatePipeline(pipeline, 4, 8, cluster), graph, cluster, graph.batchSize() * 48);
+  expectReachesPerServer("inception-v3", 32, "pipedream", {0, 209, 264}, {0, 6, 7});
 }
 
 // The same on 128 GPUs, a pipeline per server copied onto the 16 (25,408 samples/s): the
 // walks' budget runs out as they reach 212 + 55 + 58 (25,062), one cheaper cut short, and
 // the last look takes it.
 TEST(Oracle, ALastLookTakesTheCheaperCutTheWalksHadNoBudgetFor) {
-  const graph::LayerGraph graph = publishedProfile("inception-v3");
-  const cluster::ClusterSpec cluster = bench::pipedreamCluster(128);
-  const plan::Plan pipeline =
-      chainOf("pipedream", graph.batchSize(), 12, graph, cluster, {{0, 209, 264, graph.size()}, {0, 6, 7, 8}});
-  expectReaches(replicatePipeline(pipeline, 16, 8, cluster), graph, cluster, graph.batchSize() * 192);
+  expectReachesPerServer("inception-v3", 128, "pipedream", {0, 209, 264}, {0, 6, 7});
 }
 
 // PipeDream's GNMT on 128 GPUs under gpipe, batch 12288 at micro-batch 64: a pipeline per
@@ -222,10 +224,7 @@ TEST(Oracle, ALastLookTakesTheCheaperCutTheWalksHadNoBudgetFor) {
 // ordered by it, the first step spent the whole budget (58 simulations), and the walk
 // stopped after one merge (36,303; docs/planner.md, "Bounds that count the fill and drain").
 TEST(Oracle, AGpipeWalkMergesStagesWhereTheBoundSeesTheBubble) {
-  const graph::LayerGraph graph = publishedProfile("gnmt");
-  const cluster::ClusterSpec cluster = bench::pipedreamCluster(128);
-  const plan::Plan pipeline = chainOf("gpipe", 64, 12, graph, cluster, {{0, 1, 14, 19, graph.size()}, {0, 1, 3, 4, 8}});
-  expectReaches(replicatePipeline(pipeline, 16, 8, cluster), graph, cluster, 64 * 192);
+  expectReachesPerServer("gnmt", 128, "gpipe", {0, 1, 14, 19}, {0, 1, 3, 4});
 }
 
 // PipeDream's ResNet-50 on 128 GPUs under 1f1b: 145 + 31 layers on 6 + 2 GPUs a server
@@ -233,12 +232,7 @@ TEST(Oracle, AGpipeWalkMergesStagesWhereTheBoundSeesTheBubble) {
 // layers, which the search simulated while its bound counted the passes alone, or 120 +
 // 56); counting the fill and drain, the search prunes both, and a walk starts from the
 // second only as a spare (refine.cpp, addSpareStarts).
-TEST(Oracle, AWalkStartsFromAPlanTheSearchPruned) {
-  const graph::LayerGraph graph = publishedProfile("resnet50");
-  const cluster::ClusterSpec cluster = bench::pipedreamCluster(128);
-  const plan::Plan pipeline = chainOf("1f1b", 128, 12, graph, cluster, {{0, 145, graph.size()}, {0, 6, 8}});
-  expectReaches(replicatePipeline(pipeline, 16, 8, cluster), graph, cluster, 128 * 192);
-}
+TEST(Oracle, AWalkStartsFromAPlanTheSearchPruned) { expectReachesPerServer("resnet50", 128, "1f1b", {0, 145}, {0, 6}); }
 
 // PipeDream's GNMT on its 32 GPUs under pipedream, batch 3072 at micro-batch 64: a stage
 // on each server, layers cut 9 + 15 + 12 + 1 (the oracle's best, 12,608 samples/s). Walked
