@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -30,24 +29,25 @@ struct StageSpeed {
 struct Paths {
   std::vector<StageSpeed> fastest;
   std::vector<std::vector<double>> there, back;  // [s][k]: s -> succs[s][k], and the gradient back
+  std::vector<int> order;                        // the stages, each after its predecessors
   std::vector<double> downstream;                // [s]: from s's forward pass to its input gradient's return
 };
 
-// downstream[s] from the stages after s.
-void fillDownstream(Paths& paths, const schedule::StageDag& dag) {
-  paths.downstream.assign(dag.size(), -1);
-  std::function<double(int)> visit = [&](int s) {
-    double& longest = paths.downstream[s];
-    if (longest >= 0) return longest;
-    longest = 0;
-    for (std::size_t k = 0; k < dag.succs[s].size(); ++k) {
-      const int t = dag.succs[s][k];
-      const double beyond = paths.fastest[t].forward + visit(t) + paths.fastest[t].input_grad;
-      longest = std::max(longest, paths.there[s][k] + beyond + paths.back[s][k]);
+// order and downstream, from the stage graph and the passes and messages.
+void fillOrderAndDownstream(Paths& paths, const schedule::StageDag& dag) {
+  std::vector<int> waiting(dag.size());
+  for (int s = 0; s < dag.size(); ++s)
+    if ((waiting[s] = static_cast<int>(dag.preds[s].size())) == 0) paths.order.push_back(s);
+  for (std::size_t i = 0; i < paths.order.size(); ++i)
+    for (int t : dag.succs[paths.order[i]])
+      if (--waiting[t] == 0) paths.order.push_back(t);
+  paths.downstream.assign(dag.size(), 0);
+  for (auto it = paths.order.rbegin(); it != paths.order.rend(); ++it)
+    for (std::size_t k = 0; k < dag.succs[*it].size(); ++k) {
+      const int t = dag.succs[*it][k];
+      const double beyond = paths.fastest[t].forward + paths.downstream[t] + paths.fastest[t].input_grad;
+      paths.downstream[*it] = std::max(paths.downstream[*it], paths.there[*it][k] + beyond + paths.back[*it][k]);
     }
-    return longest;
-  };
-  for (int s = 0; s < dag.size(); ++s) visit(s);
 }
 
 // GPipe's turn: every rank runs all its forward passes of a mini-batch before any
@@ -62,17 +62,9 @@ void fillDownstream(Paths& paths, const schedule::StageDag& dag) {
 // passes alone do not see.
 double turnBound(const CostModel& costs, const std::vector<std::vector<int>>& stage_ranks, int source,
                  const Paths& paths, const std::vector<double>& head, const std::vector<double>& tail, double close) {
-  const auto& [fastest, there, back, downstream] = paths;
+  const auto& [fastest, there, back, order, downstream] = paths;
   const schedule::StageDag& dag = costs.dag();
   const int stages = dag.size(), m = costs.plan().microbatches;
-  std::vector<int> order;  // topological: each stage after its predecessors
-  std::vector<int> waiting(stages);
-  for (int s = 0; s < stages; ++s) waiting[s] = static_cast<int>(dag.preds[s].size());
-  for (int s = 0; s < stages; ++s)
-    if (waiting[s] == 0) order.push_back(s);
-  for (std::size_t i = 0; i < order.size(); ++i)
-    for (int t : dag.succs[order[i]])
-      if (--waiting[t] == 0) order.push_back(t);
   auto replicas = [&](int s) { return static_cast<int>(stage_ranks[s].size()); };
   double longest = 0;
   for (int turn = 0; turn < stages; ++turn) {
@@ -120,7 +112,7 @@ double turnBound(const CostModel& costs, const std::vector<std::vector<int>>& st
 double fillAndDrainBound(const CostModel& costs, const std::vector<std::vector<int>>& stage_ranks, const Paths& paths,
                          const std::vector<double>& waited_on, const std::vector<double>& held,
                          const std::vector<int>& ahead) {
-  const auto& [fastest, there, back, downstream] = paths;
+  const auto& [fastest, there, back, order, downstream] = paths;
   const auto& preds = costs.dag().preds;
   const int stages = costs.dag().size();
   if (std::count_if(preds.begin(), preds.end(), [](const auto& p) { return p.empty(); }) != 1) return 0;
@@ -128,18 +120,14 @@ double fillAndDrainBound(const CostModel& costs, const std::vector<std::vector<i
       std::find_if(preds.begin(), preds.end(), [](const auto& p) { return p.empty(); }) - preds.begin());
   auto speedOf = [&](int rank) { return costs.cluster().device(costs.deviceOfRank(rank)).speed; };
   const schedule::ScheduleTraits& traits = schedule::traits(costs.plan().schedule.name);
-  std::vector<double> head(stages, -1), tail(stages, -1);
-  std::function<void(int)> reach = [&](int s) {  // head[s] and tail[s], from its predecessors'
-    if (head[s] >= 0) return;
-    head[s] = tail[s] = 0;
+  std::vector<double> head(stages, 0.0), tail(stages, 0.0);  // from the predecessors', in order
+  for (int s : order)
     for (int p : preds[s]) {
-      reach(p);
       const auto& succs = costs.dag().succs[p];
       const auto k = std::find(succs.begin(), succs.end(), s) - succs.begin();
       head[s] = std::max(head[s], head[p] + fastest[p].forward + there[p][k]);
       tail[s] = std::max(tail[s], back[p][k] + fastest[p].input_grad + tail[p]);
     }
-  };
   // The tail ends where the first stage's last input gradient does: with a fused last
   // pass whole, before a split schedule's last W. The all-reduce begins once that pass
   // has filled its first bucket (the simulator's rule).
@@ -157,7 +145,6 @@ double fillAndDrainBound(const CostModel& costs, const std::vector<std::vector<i
   }
   double longest = 0;
   for (int s = 0; s < stages; ++s) {
-    reach(s);
     if (s == source) continue;  // its own passes, all-reduce and step are its busy time
     const int share = costs.plan().microbatches / static_cast<int>(stage_ranks[s].size());
     for (int r : stage_ranks[s]) {
@@ -179,9 +166,9 @@ double pipelineBound(const CostModel& costs, const std::vector<std::vector<int>>
                      const std::vector<double>& waited_on) {
   const plan::Plan& plan = costs.plan();
   const int stages = plan.numStages();
-  const auto& [fastest, there, back, downstream] = paths;
+  const auto& [fastest, there, back, order, downstream] = paths;
   double busiest = 0;
-  fillDownstream(paths, costs.dag());
+  fillOrderAndDownstream(paths, costs.dag());
   std::vector<int> replica_counts;
   for (const auto& ranks : stage_ranks) replica_counts.push_back(static_cast<int>(ranks.size()));
   const std::vector<int> ahead =
@@ -233,7 +220,7 @@ double throughputBound(const CostModel& costs) {
   // each edge into its stage the costliest it sends on.
   std::vector<double> gradients_sent(costs.numRanks(), 0.0);
   Paths paths;
-  auto& [fastest, there, back, downstream] = paths;
+  auto& [fastest, there, back, order, downstream] = paths;
   fastest.resize(stages);
   there.resize(stages);
   back.resize(stages);
