@@ -143,12 +143,13 @@ void Explorer::refine() {
     // price hundreds of neighbours (Inception-v3 in 4 stages on 32 GPUs under ZB-H1:
     // 170 simulations a step), and the walk a spare leaves no budget for may lead.
     const bool spare = static_cast<std::size_t>(k) >= without_spares;
-    int allowed = spare ? std::min(budget, std::max(0, total / shares - spent[k])) : budget;
+    const int one_share = total / shares;
+    int allowed = spare ? std::min(budget, std::max(0, one_share - spent[k])) : budget;
     const int before = allowed;
     std::optional<Candidate> better = stepFrom(starts[k], allowed);
     spent[k] += before - allowed;
     budget -= before - allowed;
-    if (spare && spent[k] >= total / shares) stalled[k] = true;
+    if (spare && spent[k] >= one_share) stalled[k] = true;
     if (!better) {
       stalled[k] = true;
       continue;
