@@ -22,6 +22,7 @@ for throughput and for memory, and the machine's own spread beside them.
 Cases where predictions missed are kept: the point is to see them.
 Usage: bench/prediction_cases.py [--build build] [--rounds 3] [--only "NAME|NAME..."] [--out F.json]
        bench/prediction_cases.py --from F.json   (the table of an earlier run)
+       bench/prediction_cases.py --pool F.json G.json ...   (several runs' benches counted together)
 """
 import argparse
 import json
@@ -270,6 +271,28 @@ def report(results, out):
         json.dump(rows, open(out, "w"), indent=1)
 
 
+def pooled(paths):
+    """Several benches' runs counted together, run by run (issue 80): the first runs, the
+    later ones, and each bench's own first-run signed median, whose spread is the
+    machine's from one bench to the next."""
+    first, later, per_bench = [], [], []
+    for path in paths:
+        rows = json.load(open(path))
+        if any("round" not in m for row in rows for m in row["runs"]):
+            sys.exit(f"{path}: its runs carry no round (written before 2026-11-30's rounds): no first runs to tell")
+        mine = [error(m["predicted"], m["measured"]) for row in rows for m in row["runs"]
+                if "error" not in m and m["round"] == 1]
+        later += [error(m["predicted"], m["measured"]) for row in rows for m in row["runs"]
+                  if "error" not in m and m["round"] > 1]
+        first += mine
+        signed = [e for e in mine if e is not None]
+        if signed:
+            per_bench.append(statistics.median(signed))
+    print(within(f"first runs of {len(paths)} bench(es)", first))
+    print(within("their later runs, counted per run", later))
+    print("each bench's first runs, signed median: " + ", ".join(f"{100 * x:+.1f}%" for x in per_bench))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -277,8 +300,12 @@ def main():
     ap.add_argument("--only", default="", help="case names (substrings) separated by |")
     ap.add_argument("--out", default="", help="write the rows (every run's figures) as JSON here")
     ap.add_argument("--from", dest="source", default="", help="print the table of an earlier --out file; run nothing")
+    ap.add_argument("--pool", nargs="+", default=[], metavar="F.json",
+                    help="count the runs of several earlier --out files together; run nothing")
     a = ap.parse_args()
-    if a.source:
+    if a.pool:
+        pooled(a.pool)
+    elif a.source:
         rows = json.load(open(a.source))
         if any("round" not in m for row in rows for m in row["runs"]):
             sys.exit(f"{a.source}: its runs carry no round (written before 2026-11-30's rounds): no first runs to tell")

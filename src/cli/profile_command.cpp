@@ -38,7 +38,7 @@ std::string ms(double seconds) {
 
 void printTable(const job::ProfileJob& a, const job::ProfileOutcome& outcome) {
   const graph::LayerGraph& g = outcome.graph;
-  std::printf("profile of %s at batch %lld: medians of %d passes after %d or more warm-up passes; "
+  std::printf("profile of %s at batch %lld: means of %d passes after %d or more warm-up passes; "
               "%d LibTorch intra-op threads, %d BLAS threads\n",
               (a.model.empty() ? a.model_file : a.model).c_str(), static_cast<long long>(a.batches[0]), outcome.timed_passes, a.options.warmup,
               at::get_num_threads(), profiler::blasThreads());
@@ -144,7 +144,7 @@ Command addProfileCommand(CLI::App& app) {
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--warmup", a->job.options.warmup, "untimed passes over the model first; more until one touches no new memory page")->capture_default_str();
-  cmd->add_option("--repeats", a->job.options.repeats, "timed passes over the model (each layer's median is kept)")->capture_default_str();
+  cmd->add_option("--repeats", a->job.options.repeats, "timed passes over the model (each layer's mean is kept)")->capture_default_str();
   cmd->add_option("--optimizer", a->job.options.optimizer, "adam, adamw or sgd (momentum): optimizer state per parameter")
       ->capture_default_str();
   cmd->add_option("--min-repeats", a->job.options.min_repeats,

@@ -357,7 +357,7 @@ assert all([o["batch"] for o in l["other_batches"]] == [16] for l in layers), la
 assert all(l["other_batches"][0]["forward_seconds"] > 0 for l in layers), layers' "$tmp/profile_two.json"
 check "profile until the passes agree, with progress" "$bin" profile "${mlp[@]}" --batch 4 --repeats 9 --min-repeats 2 \
   --spread 1000 --progress --out "$tmp/profile_min.json"
-expect "two passes were enough" "medians of 2 passes"
+expect "two passes were enough" "means of 2 passes"
 refuses "profile: fewer repeats than the least" "least repeats" "$bin" profile "${mlp[@]}" --batch 4 --repeats 2 \
   --min-repeats 3 --out "$tmp/p5.json"
 refuses "profile a batch size twice" "lists 4 twice" "$bin" profile "${mlp[@]}" --batch 4,8,4 --out "$tmp/p4.json"

@@ -2,7 +2,7 @@
 // and a cluster, on the machine at hand.
 //
 //  - profileModel() runs every layer of a model at a given batch size and returns a
-//    LayerGraph: forward, input-gradient (I) and weight-gradient (W) seconds (medians
+//    LayerGraph: forward, input-gradient (I) and weight-gradient (W) seconds (means
 //    of several timed passes over the model in a training step's order, after
 //    warm-up), output, saved-activation, parameter and
 //    optimizer-state bytes, one optimizer step's time, and the allocator's measured peak
@@ -56,7 +56,7 @@ struct ProfileProgress {
 
 struct ProfileOptions {
   int warmup = 2;                  // untimed passes over the model first; more until one touches no new memory page
-  int repeats = 5;                 // timed passes at most; each layer's median is reported
+  int repeats = 5;                 // timed passes at most; each layer's mean is reported
   std::string optimizer = "adam";  // adam or sgd (momentum): its state per parameter and step time
   // Times only share `share` of `shares` (plan::profileShares), as one of `shares`
   // profiles that run at once, one per rank: a profile that holds the whole model streams
@@ -71,7 +71,7 @@ struct ProfileOptions {
   int in_flight = 1;
   ProfileRendezvous* rendezvous = nullptr;  // with shares: the other shares' processes
   // Loads one batch of training data, as the first stage loads its micro-batch inside
-  // every forward pass. When set, it is timed `repeats` times and the median is added to
+  // every forward pass. When set, it is timed `repeats` times and the mean is added to
   // the forward time of the first layer that reads the model input, if this share times
   // that layer (profile_model.cpp, NOTE(input-loading)). Unset: nothing is loaded.
   std::function<void()> load_batch = nullptr;

@@ -16,4 +16,14 @@ inline double median(std::vector<double> values) {
   return (*std::max_element(values.begin(), values.begin() + n / 2) + upper) / 2;
 }
 
+// The mean of `values`, each counted at most `cap` times their median; 0 when empty.
+// REQUIRES: cap >= 1.
+inline double cappedMean(const std::vector<double>& values, double cap) {
+  if (values.empty()) return 0;
+  const double ceiling = cap * median(values);
+  double sum = 0;
+  for (double v : values) sum += std::min(v, ceiling);
+  return sum / static_cast<double>(values.size());
+}
+
 }  // namespace pipetrain::util

@@ -22,6 +22,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using util::median;
 
+// NOTE(mean-paid): a layer's figure is its mean over the timed passes, not its median. A
+// run's throughput is the mean of its steps, the slow ones included, and a median leaves
+// those out: over the shares of gpt, the mlp, fmnist-cnn and GPT-2 a layer's mean ran
+// 0-7% above its median, and first runs came closer to their predictions (a median
+// |error| of 4.1% over 209 first runs against 5.1% over 76 beside them: docs/
+// predictions.md, "Per action: what a first run pays that its profile did not"). A pass
+// that lost its core for long counts at kSlowPassCap times the median: in a profile of a
+// few passes one such pass would price a small layer at several times what a run pays.
+constexpr double kSlowPassCap = 3;
+double meanPaid(const std::vector<double>& seconds) { return util::cappedMean(seconds, kSlowPassCap); }
+
 // Minor page faults of this process so far: each is memory touched for the first time.
 long minorFaults() {
   rusage usage{};
@@ -52,7 +63,7 @@ void settle(const Run& run, int warmup) {
 // NOTE(repeats): a profile's cost is its passes, and on a large model each takes long
 // (docs/profiling.md, "What `train` pays before it trains"), so `train` times at most
 // ProfileOptions::repeats passes but stops after min_repeats once their totals agree
-// within `spread` of their median: more passes would move the medians by less than the
+// within `spread` of their median: more passes would move the means by less than the
 // machine's own drift between runs. Whether the timed passes are steady enough to stop.
 bool steady(const std::vector<double>& pass_seconds, const ProfileOptions& o) {
   if (o.min_repeats < 1 || static_cast<int>(pass_seconds.size()) < o.min_repeats) return false;
@@ -61,7 +72,7 @@ bool steady(const std::vector<double>& pass_seconds, const ProfileOptions& o) {
   return *high - *low <= o.spread * mid;
 }
 
-// A layer's medians over the timed passes.
+// A layer's means over the timed passes (NOTE(mean-paid)).
 struct Timings {
   double forward = 0, input = 0, weight = 0;
   double forward_no_grad = 0;  // without a graph, as a recomputing stage's F (graph::Layer::forward_no_grad_seconds)
@@ -129,7 +140,7 @@ double loadingSeconds(const torch::Device& device, const ProfileOptions& o) {
   o.load_batch();  // the first load touches memory and files the timed ones reuse
   std::vector<double> seconds;
   for (int i = 0; i < o.repeats; ++i) seconds.push_back(secondsOf(device, o.load_batch));
-  return median(seconds);
+  return meanPaid(seconds);
 }
 
 // NOTE(loss): the last stage computes each micro-batch's loss inside its forward pass
@@ -148,17 +159,17 @@ struct OutputLoss {
 
 // NOTE(pass-order): layers are timed in the order a training step runs them: every
 // layer's forward pass, then every layer's backward pass from the last layer to the
-// first, then every layer's optimizer step, `repeats` times; each figure is a median over
-// the passes. Timing one layer over and over kept its weights, gradients and activations
-// in cache, which a step does not: there the whole model's working set streams through
-// between two visits of a layer, and the layer ran slower than timed alone. The optimizer
-// steps are timed in the same passes, after the backward passes (LayerSteps), and not in
-// passes of their own: between two steps a training step streams the forward and
-// backward passes through the caches, and steps timed alone ran warmer than trained
-// (docs/profiling.md, "Passes in a step's order" and "Caches").
+// first, then every layer's optimizer step, `repeats` times; each figure is a mean over
+// the passes (NOTE(mean-paid)). Timing one layer over and over kept its weights,
+// gradients and activations in cache, which a step does not: there the whole model's
+// working set streams through between two visits of a layer, and the layer ran slower
+// than timed alone. The optimizer steps are timed in the same passes, after the backward
+// passes (LayerSteps), and not in passes of their own: between two steps a training step
+// streams the forward and backward passes through the caches, and steps timed alone ran
+// warmer than trained (docs/profiling.md, "Passes in a step's order" and "Caches").
 //
-// NOTE(weight-gradient): W is the median full backward (input and parameters) minus the
-// median input-only backward, clamped at zero, not a parameters-only backward timed on
+// NOTE(weight-gradient): W is the mean full backward (input and parameters) minus the
+// mean input-only backward, clamped at zero, not a parameters-only backward timed on
 // its own. Inside a multi-op layer the weight gradient of an early op needs the
 // activation gradients of every later op; a parameters-only backward recomputes that
 // chain, which the input-only backward has already paid for. A split schedule (ZB-H1)
@@ -286,14 +297,14 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
   LayerTimes times;
   times.probe_seconds = probes.empty() ? 0.0 : median(probes);
   std::vector<Timings>& t = times.layers;
-  t.resize(n);  // a part the layer does not have was never timed: its median is 0
+  t.resize(n);  // a part the layer does not have was never timed: its mean is 0
   for (std::size_t l = 0; l < n; ++l) {
-    t[l].forward = median(forward[l]);
-    t[l].forward_no_grad = median(forward_no_grad[l]);
-    t[l].input = median(input[l]);
-    t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, median(full[l]) - t[l].input);
-    t[l].split_weight = median(split_weight[l]);
-    t[l].step = median(step[l]);
+    t[l].forward = meanPaid(forward[l]);
+    t[l].forward_no_grad = meanPaid(forward_no_grad[l]);
+    t[l].input = meanPaid(input[l]);
+    t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, meanPaid(full[l]) - t[l].input);
+    t[l].split_weight = meanPaid(split_weight[l]);
+    t[l].step = meanPaid(step[l]);
   }
   if (loading_layer >= 0) {
     t[loading_layer].forward += loading;
