@@ -22,7 +22,7 @@ for throughput and for memory, and the machine's own spread beside them.
 Cases where predictions missed are kept: the point is to see them.
 Usage: bench/prediction_cases.py [--build build] [--rounds 3] [--only "NAME|NAME..."] [--out F.json]
        bench/prediction_cases.py --from F.json   (the table of an earlier run)
-       bench/prediction_cases.py --pool F.json G.json ...   (several runs' benches counted together)
+       bench/prediction_cases.py --pool F.json G.json ...   (several benches' runs counted together)
 """
 import argparse
 import json
