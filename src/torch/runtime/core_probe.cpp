@@ -10,6 +10,7 @@ namespace pipetrain::runtime {
 
 double coreProbeSeconds() {
   static const torch::Tensor a = torch::full({256, 256}, 0.5f), b = torch::full({256, 256}, 0.25f);
+  at::mm(a, b);  // the operands into the caches (core_probe.h)
   const util::ThreadCoreTime before = util::threadCoreTime();
   const auto start = std::chrono::steady_clock::now();
   for (int k = 0; k < 4; ++k) at::mm(a, b);
