@@ -271,19 +271,25 @@ def report(results, out):
         json.dump(rows, open(out, "w"), indent=1)
 
 
+def rows_of(path):
+    """An earlier --out file's rows; exits where its runs carry no round."""
+    rows = json.load(open(path))
+    if any("round" not in m for row in rows for m in row["runs"]):
+        sys.exit(f"{path}: its runs carry no round (written before 2026-11-30's rounds): no first runs to tell")
+    return rows
+
+
 def pooled(paths):
     """Several benches' runs counted together, run by run (issue 80): the first runs, the
     later ones, and each bench's own first-run signed median, whose spread is the
     machine's from one bench to the next."""
     first, later, per_bench = [], [], []
     for path in paths:
-        rows = json.load(open(path))
-        if any("round" not in m for row in rows for m in row["runs"]):
-            sys.exit(f"{path}: its runs carry no round (written before 2026-11-30's rounds): no first runs to tell")
-        mine = [error(m["predicted"], m["measured"]) for row in rows for m in row["runs"]
-                if "error" not in m and m["round"] == 1]
-        later += [error(m["predicted"], m["measured"]) for row in rows for m in row["runs"]
-                  if "error" not in m and m["round"] > 1]
+        mine = []
+        for row in rows_of(path):
+            for m in row["runs"]:
+                if "error" not in m:
+                    (mine if m["round"] == 1 else later).append(error(m["predicted"], m["measured"]))
         first += mine
         signed = [e for e in mine if e is not None]
         if signed:
@@ -306,10 +312,7 @@ def main():
     if a.pool:
         pooled(a.pool)
     elif a.source:
-        rows = json.load(open(a.source))
-        if any("round" not in m for row in rows for m in row["runs"]):
-            sys.exit(f"{a.source}: its runs carry no round (written before 2026-11-30's rounds): no first runs to tell")
-        report({row["case"]: row["runs"] for row in rows}, a.out)
+        report({row["case"]: row["runs"] for row in rows_of(a.source)}, a.out)
     else:
         report(run(a), a.out)
 
