@@ -118,6 +118,9 @@ def measure(binary, args, work):
             # The cores' speed (torch/runtime/core_probe.h): the profile's, and each rank's.
             "profile_probe": chosen.get("probe_seconds"),
             "rank_probes": [r.get("probe_seconds") for r in ranks],
+            # Each rank's own time around an action (docs/predictions.md, "The runtime's
+            # own time"), which the planner prices at job::localCluster's constant.
+            "framework_per_action": [r.get("framework_seconds_per_action") for r in ranks],
             "memory_measured": [r["peak_memory_bytes"] - r["start_memory_bytes"] for r in ranks],
             # What the memory prediction holds beyond the tensors, and what the run's heap
             # kept freed at its end (docs/profiling.md#memory-the-process-holds).

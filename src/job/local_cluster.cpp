@@ -14,8 +14,8 @@ constexpr double kLoopbackAllreduceHostBandwidth = 0.8e9;  // the all-reduce's C
 constexpr double kLoopbackLatency = 50e-6;
 constexpr double kLoopbackAllreduceLatency = 0.55e-3;    // a step of the ring (two for 2 ranks)
 constexpr cluster::HostCost kLoopbackHostCost{35e-6, 11e9};  // each message's CPU time at both ends
-constexpr double kShmAllreduceBandwidth = 3.2e9;         // sums in shared memory (runtime::makeShmChannel)
-constexpr double kShmAllreduceLatency = 50e-6;
+constexpr double kShmAllreduceBandwidth = 6.0e9;             // sums in shared memory (runtime::makeShmChannel)
+constexpr double kShmAllreduceLatency = 15e-6;
 constexpr double kActionOverhead = 30e-6;      // the runtime's own time around an action, a CPU rank
 constexpr double kGpuActionOverhead = 100e-6;  // the same on a GPU rank (a lent H200)
 // A GPU's copies to and from pinned host memory: PCIe 5 x16's practical rate, until

@@ -123,7 +123,7 @@ TEST(PredictRun, SumsArePricedAtTheChannelThatRanThem) {
   run.sums = LocalSums::kSharedMemory;
   const double shm = predictRun(run).report.iteration_time;
   // Gloo: 4 MiB of ring traffic at 0.6 GB/s and two 0.55 ms steps, ~4.6 ms beyond the
-  // 6 ms of compute; shared memory: at 3.2 GB/s and two 50 us steps, ~0.8 ms.
+  // 6 ms of compute; shared memory: at 6 GB/s and two 15 us steps, ~0.7 ms.
   EXPECT_GT(gloo, 6e-3 + 3e-3);
   EXPECT_LT(shm, 6e-3 + 1.5e-3);
 }

@@ -38,6 +38,16 @@ struct TimedAtBatch {
   PassSeconds seconds;
 };
 
+// What the runtime does to a layer's weights beyond computing with them, where a schedule
+// keeps several versions: seconds at the profile's speed, measured by the profiler on the
+// executor's own functions (torch/runtime/stage_state.h) and priced per action by
+// sim::CostModel::versionSeconds. 0: not measured (or no weights), and not priced.
+struct WeightVersionSeconds {
+  double swap = 0;        // one exchange with a stashed version's: twice around an action that reads one
+  double stash = 0;       // a copy kept aside, at a STEP whose old version a later action reads
+  double correction = 0;  // PipeMare's T2: w - tau x velocity, before a backward pass runs on it
+};
+
 struct Layer {
   std::string name;
   std::string kind;                  // "linear", "conv", "attention", ... (informational)
@@ -67,6 +77,7 @@ struct Layer {
   int64_t param_bytes = 0;
   int64_t optimizer_state_bytes = 0;   // e.g. Adam's two moments = 2 x param_bytes
   double optimizer_seconds = 0;        // one optimizer step over the layer's weights
+  WeightVersionSeconds weight_versions;
   // Measured by the profiler: the most memory the layer's forward and backward pass held
   // at once beyond what existed before it ran (docs/profiling.md), and the same for its
   // forward pass and a split schedule's I. -1 = not measured, and then absent from the

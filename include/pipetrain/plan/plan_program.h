@@ -13,6 +13,7 @@
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/schedule/program.h"
 #include "pipetrain/schedule/schedules.h"
+#include "pipetrain/schedule/weight_versions.h"
 
 namespace pipetrain::plan {
 
@@ -37,6 +38,11 @@ schedule::StageDag stageDag(const Plan& plan, const graph::LayerGraph& graph);
 enum class Check { kValidate, kSkip };
 schedule::Program programForPlan(const Plan& plan, const schedule::StageDag& dag, int minibatches = 1,
                                  Check check = Check::kValidate);
+
+// What the stage's weight versions cost its actions (schedule::versionSeconds): its
+// layers' profiled copies (graph::WeightVersionSeconds) and how the runtime runs a
+// backward pass on a recomputing stage.
+schedule::StageVersionCosts stageVersionCosts(const Stage& stage, const graph::LayerGraph& graph);
 
 // Weight-sized buffers a rank holds per stage beyond the Program's versions, one
 // gradient buffer and optimizer state: PipeMare's discrepancy correction keeps the

@@ -18,6 +18,7 @@
 #include "pipetrain/plan/plan.h"
 #include "pipetrain/schedule/action.h"
 #include "pipetrain/schedule/schedules.h"
+#include "pipetrain/schedule/weight_versions.h"
 
 namespace pipetrain::sim {
 
@@ -63,6 +64,7 @@ struct StageCosts {
   double recompute_peak_bytes = 0;
   double param_bytes = 0;
   double optimizer_bytes = 0;
+  schedule::StageVersionCosts versions;  // its weights beyond computing with them (plan::stageVersionCosts)
   bool holds_data = false;  // its ranks load the input or the labels (graph::ProcessMemory::data_bytes)
 };
 
@@ -82,6 +84,16 @@ class CostModel {
 
   // F, B, I, W and STEP on `rank`.
   double computeSeconds(const schedule::Action& action, int rank) const;
+  // What the same action does to its stage's weight versions on `rank` beyond computing
+  // (schedule::versionWork says what): swaps, copies and PipeMare's correction.
+  double versionSeconds(const schedule::Action& action, const schedule::VersionWork& work, int rank) const {
+    return schedule::versionSeconds(action.type, work, stages_[action.stage].versions) /
+           cluster_.device(rank_device_[rank]).speed;
+  }
+  // Whether any stage's weight versions cost time (profiles from before they were
+  // measured, and published ones, have none), and whether PipeMare's T2 runs.
+  bool pricesVersions() const { return prices_versions_; }
+  bool correctsDiscrepancy() const { return plan_.schedule.pipemare_correction; }
   // Bytes of the message a SEND_F, SEND_B, RECV_F or RECV_B action moves.
   double messageBytes(const schedule::Action& message) const;
   // Bytes per micro-batch on the stage DAG's edge `from` -> `to` (either direction).
@@ -110,7 +122,8 @@ class CostModel {
   std::vector<StageCosts> stages_;
   std::vector<int> replicas_;
   std::vector<int> rank_device_;
-  bool ends_free_ = false;  // no route of the cluster costs its ends host time (cluster::endsFree)
+  bool ends_free_ = false;
+  bool prices_versions_ = false;  // no route of the cluster costs its ends host time (cluster::endsFree)
   struct AllreduceCost {
     double seconds = 0, host_seconds = 0;
   };

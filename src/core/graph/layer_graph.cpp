@@ -88,7 +88,8 @@ PassSeconds beyondLargest(const PassSeconds& top, int64_t top_batch, const Timed
 
 void Layer::scaleTimes(double factor) {
   for (double* seconds : {&forward_seconds, &backward_input_seconds, &backward_weight_seconds, &split_weight_seconds,
-                          &forward_no_grad_seconds, &optimizer_seconds})
+                          &forward_no_grad_seconds, &optimizer_seconds, &weight_versions.swap, &weight_versions.stash,
+                          &weight_versions.correction})
     if (*seconds >= 0) *seconds *= factor;  // -1: never timed, taken from another figure
   for (TimedAtBatch& other : other_batches) other.seconds = scaled(other.seconds, factor);
 }
@@ -248,9 +249,13 @@ LayerGraph LayerGraph::withOtherBatches(const std::vector<LayerGraph>& timed, co
   const auto largest = std::max_element(timed.begin(), timed.end(), [](const LayerGraph& a, const LayerGraph& b) {
     return a.batchSize() < b.batchSize();
   });
-  // The optimizer step as it runs after the largest size's passes (layer_graph.h).
+  // The optimizer step, and the copies of weight versions, as they run after the largest
+  // size's passes (layer_graph.h).
   if (largest != timed.end() && largest->batchSize() > batch_size_)
-    for (int i = 0; i < size(); ++i) layers[i].optimizer_seconds = largest->layer(i).optimizer_seconds;
+    for (int i = 0; i < size(); ++i) {
+      layers[i].optimizer_seconds = largest->layer(i).optimizer_seconds;
+      layers[i].weight_versions = largest->layer(i).weight_versions;
+    }
   if (largest != timed.end() && largest->batchSize() != batch_size_)
     for (int i = 0; i < size(); ++i) {
       const double b0 = static_cast<double>(batch_size_), b1 = static_cast<double>(largest->batchSize());

@@ -14,9 +14,9 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   c.allowOnly({"name", "kind", "inputs", "forward_seconds", "backward_seconds", "backward_input_seconds",
                "backward_weight_seconds", "output_bytes", "saved_activation_bytes", "param_bytes",
                "optimizer_state_bytes", "optimizer_seconds", "peak_memory_bytes", "split_peak_memory_bytes",
-               "weight_peak_memory_bytes",
-               "split_weight_seconds", "forward_no_grad_seconds",
-               "split_activation_bytes", "saved_fixed_bytes", "other_batches"});
+               "weight_peak_memory_bytes", "split_weight_seconds", "forward_no_grad_seconds", "split_activation_bytes",
+               "saved_fixed_bytes", "other_batches", "weight_swap_seconds", "weight_stash_seconds",
+               "weight_correction_seconds"});
   Layer l;
   l.name = c.field("name").asString();
   l.kind = c.stringOr("kind", "layer");
@@ -58,6 +58,10 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
   if (c.has("peak_memory_bytes")) l.peak_memory_bytes = c.field("peak_memory_bytes").asBytes();
   if (c.has("split_peak_memory_bytes")) l.split_peak_memory_bytes = c.field("split_peak_memory_bytes").asBytes();
   if (c.has("weight_peak_memory_bytes")) l.weight_peak_memory_bytes = c.field("weight_peak_memory_bytes").asBytes();
+  if (c.has("weight_swap_seconds")) l.weight_versions.swap = c.field("weight_swap_seconds").asSeconds();
+  if (c.has("weight_stash_seconds")) l.weight_versions.stash = c.field("weight_stash_seconds").asSeconds();
+  if (c.has("weight_correction_seconds"))
+    l.weight_versions.correction = c.field("weight_correction_seconds").asSeconds();
   if (c.has("split_activation_bytes")) l.split_activation_bytes = c.field("split_activation_bytes").asBytes();
   if (c.has("saved_fixed_bytes")) {
     l.saved_fixed_bytes = c.field("saved_fixed_bytes").asBytes();
@@ -159,6 +163,9 @@ json_io::Json LayerGraph::toJson() const {
                            {"param_bytes", l.param_bytes},
                            {"optimizer_state_bytes", l.optimizer_state_bytes}};
     if (l.optimizer_seconds > 0) layer["optimizer_seconds"] = l.optimizer_seconds;
+    if (l.weight_versions.swap > 0) layer["weight_swap_seconds"] = l.weight_versions.swap;
+    if (l.weight_versions.stash > 0) layer["weight_stash_seconds"] = l.weight_versions.stash;
+    if (l.weight_versions.correction > 0) layer["weight_correction_seconds"] = l.weight_versions.correction;
     if (l.split_weight_seconds >= 0) layer["split_weight_seconds"] = l.split_weight_seconds;
     if (l.forward_no_grad_seconds >= 0) layer["forward_no_grad_seconds"] = l.forward_no_grad_seconds;
     if (l.peak_memory_bytes >= 0) layer["peak_memory_bytes"] = l.peak_memory_bytes;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "pipetrain/graph/heap_share.h"
+#include "pipetrain/plan/plan_program.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/util/error.h"
 #include "pipetrain/util/stats.h"
@@ -28,6 +29,41 @@ void scale(graph::PassSeconds& t, const Factors& f) {
   t.forward_no_grad *= f.forward;
 }
 
+// The mean seconds each stage's F, B, I and W of a steady mini-batch spend on weight
+// versions (schedule::versionSeconds, at the profile's speed): a run's measured times
+// hold them and the profile's passes do not, so they come off the measured times before
+// these are compared with the profile; the cost model adds them back. Empty where the
+// profile prices no versions.
+StageSeconds versionSecondsPerAction(const graph::LayerGraph& profile, const Plan& plan) {
+  std::vector<schedule::StageVersionCosts> costs;
+  bool priced = false;
+  for (const Stage& stage : plan.stages) {
+    costs.push_back(stageVersionCosts(stage, profile));
+    priced = priced || costs.back().swap > 0 || costs.back().stash > 0 || costs.back().correction > 0;
+  }
+  if (!priced) return {};
+  // The last mini-batch, past the first versions' transient.
+  const int minibatches = plan.numStages() + 2;
+  const schedule::Program program = programForPlan(plan, stageDag(plan, profile), minibatches, Check::kSkip);
+  std::map<std::pair<int, ActionType>, std::pair<double, int>> sums;
+  for (int r = 0; r < program.numRanks(); ++r) {
+    const std::vector<schedule::VersionWork> work =
+        schedule::versionWork(program, r, plan.schedule.pipemare_correction);
+    for (std::size_t i = 0; i < work.size(); ++i) {
+      const schedule::Action& a = program.ranks[r][i];
+      const bool pass =
+          a.type == ActionType::F || a.type == ActionType::B || a.type == ActionType::I || a.type == ActionType::W;
+      if (!pass || a.microbatch / program.microbatches != minibatches - 1) continue;
+      auto& [seconds, count] = sums[{a.stage, a.type}];
+      seconds += schedule::versionSeconds(a.type, work[i], costs[a.stage]);
+      ++count;
+    }
+  }
+  StageSeconds out;
+  for (const auto& [key, sum] : sums) out[key] = sum.first / sum.second;
+  return out;
+}
+
 }  // namespace
 
 SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& plan, const StageSeconds& measured,
@@ -35,9 +71,13 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
   std::vector<graph::Layer> layers = profile.layers();
   std::string note;
   const bool plain_steps = !schedule::isAsynchronous(plan.schedule.name);
+  const StageSeconds versions = versionSecondsPerAction(profile, plan);
+  // What the run measured of an action's compute: its weight versions' copies come off.
   const auto measuredOf = [&](int stage, ActionType type) {
     const auto it = measured.find({stage, type});
-    return it == measured.end() ? 0.0 : it->second;
+    if (it == measured.end()) return 0.0;
+    const auto v = versions.find({stage, type});
+    return std::max(0.0, it->second - (v == versions.end() ? 0.0 : v->second));
   };
   const auto toward = [&](double seen, double profiled) {
     return seen > 0 && profiled > 0 ? std::pow(seen / profiled, 1.0 / (runs_merged + 1)) : 1.0;

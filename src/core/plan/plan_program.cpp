@@ -116,6 +116,24 @@ schedule::Program programForPlan(const Plan& plan, const schedule::StageDag& dag
                    check, [&] { return schedule::buildProgram(spec, dag, replicas); });
 }
 
+schedule::StageVersionCosts stageVersionCosts(const Stage& stage, const graph::LayerGraph& graph) {
+  schedule::StageVersionCosts c;
+  for (const std::string& name : stage.layers) {
+    const graph::WeightVersionSeconds& v = graph.layer(graph.indexOf(name)).weight_versions;
+    c.swap += v.swap;
+    c.stash += v.stash;
+    c.correction += v.correction;
+  }
+  // The runtime's executor: a stage recomputing part of its layers runs a backward pass
+  // in two calls on the action's version (backwardInTwo), and the forward pass run again
+  // reads its F's version (forwardAgain), which T2 does not correct.
+  const int recomputed = stage.recomputedLayers();
+  const bool partly = recomputed > 0 && recomputed < static_cast<int>(stage.layers.size());
+  c.t2_runs = partly ? 2 : 1;
+  c.backward_runs = c.t2_runs + (recomputed > 0 ? 1 : 0);
+  return c;
+}
+
 int extraWeightBuffers(const ScheduleOptions& options) {
   const bool latest = schedule::traits(options.name).backward_weights == schedule::BackwardWeights::kLatest;
   return latest && options.pipemare_correction ? 2 : 0;

@@ -111,6 +111,7 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
       layers[l].split_weight_seconds = timed.split_weight_seconds;
       layers[l].forward_no_grad_seconds = timed.forward_no_grad_seconds;
       layers[l].optimizer_seconds = timed.optimizer_seconds;
+      layers[l].weight_versions = timed.weight_versions;
       layers[l].other_batches = timed.other_batches;
     }
   graph::LayerGraph merged(std::move(layers), first.batchSize(), "profile in shares");

@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 
+#include "pipetrain/schedule/weight_versions.h"
 #include "pipetrain/util/error.h"
 
 namespace pipetrain::schedule {
@@ -112,19 +113,14 @@ RankFacts rankFacts(const Program& program, int rank) {
   RankFacts f = messageFacts(program, rank);
   const auto& actions = program.ranks[rank];
   const int n = static_cast<int>(actions.size());
-  std::map<std::pair<int, int>, int> retired_at;  // (stage, version) -> position
   const std::vector<Retirement> retired = retirements(program)[rank];
-  for (const Retirement& r : retired) {
-    retired_at[{r.stage, r.version}] = r.position;
+  for (const Retirement& r : retired)
     if (r.position < n) f.positions[std::max(0, r.position)].retire.push_back({r.stage, r.version});
-  }
+  const std::vector<VersionWork> versions = versionWork(program, rank, /*t2=*/false);
   std::map<int, int> last_position;  // mini-batch -> the rank's last action of it
   for (int i = 0; i < n; ++i) {
     const Action& a = actions[i];
-    if (a.type == ActionType::STEP) {
-      auto it = retired_at.find({a.stage, a.version - 1});
-      f.positions[i].stash_at_step = it != retired_at.end() && it->second > i;
-    }
+    f.positions[i].stash_at_step = versions[i].stashes;
     if (a.type == ActionType::F) f.forward_version[{a.stage, a.microbatch}] = a.version;
     if (a.type == ActionType::I) f.split_stages.insert(a.stage);
     if (a.type == ActionType::ALLREDUCE)

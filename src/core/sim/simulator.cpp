@@ -27,6 +27,8 @@ class Simulation {
         forward_done_(index(p.num_stages, 0), kUnknown), input_grad_done_(forward_done_.size(), kUnknown),
         port_free_(c.cluster().numPorts(), 0), messages_(p), arrival_(messages_.size(), kUnknown),
         waiter_(messages_.size(), -1) {
+    if (c.pricesVersions())
+      for (int r = 0; r < p.numRanks(); ++r) versions_.push_back(schedule::versionWork(p, r, c.correctsDiscrepancy()));
     if (record_) {
       // Sized up front: growing them by doubling took 7% of a simulation's time.
       timeline_.ranks.resize(p.numRanks());
@@ -186,7 +188,8 @@ class Simulation {
       case ActionType::I:
       case ActionType::W:
       case ActionType::STEP: {
-        const double seconds = c_.computeSeconds(a, r) * (overlapped ? c_.overlapFactor() : 1.0);
+        const double seconds = c_.computeSeconds(a, r) * (overlapped ? c_.overlapFactor() : 1.0) +
+                               (versions_.empty() ? 0.0 : c_.versionSeconds(a, versions_[r][at], r));
         // The replicas' reduction can begin once this pass has filled its first bucket.
         if (a.type == ActionType::B || a.type == ActionType::W)
           gradients_started_[{r, a.stage}] = start + seconds * firstBucketShare(c_.stage(a.stage).param_bytes);
@@ -377,6 +380,7 @@ class Simulation {
   std::vector<double> forward_done_, input_grad_done_;
   std::vector<double> port_free_;
   const schedule::MessageIndex messages_;
+  std::vector<std::vector<schedule::VersionWork>> versions_;  // per rank and position; empty: unpriced
   std::vector<double> arrival_;  // by message: when it arrives, or kUnknown
   std::vector<int> waiter_;      // by message: the rank parked until it arrives, or -1
   std::unordered_map<std::pair<int, int>, Meeting, PairHash> meetings_;

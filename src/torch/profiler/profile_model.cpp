@@ -11,6 +11,7 @@
 #include "profile_setup.h"
 #include "../runtime/core_probe.h"
 #include "../runtime/optimizer_state.h"
+#include "../runtime/stage_state.h"
 #include "pipetrain/plan/profile_shares.h"
 #include "pipetrain/torch/profiler.h"
 #include "pipetrain/util/error.h"
@@ -78,6 +79,7 @@ struct Timings {
   double forward_no_grad = 0;  // without a graph, as a recomputing stage's F (graph::Layer::forward_no_grad_seconds)
   double split_weight = 0;  // the parameters-only backward after I (graph::Layer::split_weight_seconds)
   double step = 0;          // the optimizer step and the clearing of gradients (0 without weights)
+  graph::WeightVersionSeconds versions;  // NOTE(weight-versions)
 };
 
 // The optimizer steps of a training step, on the layers' own weights and gradients: one
@@ -196,6 +198,17 @@ struct OutputLoss {
 // activations and weights in cache where training does not, and training ran slower
 // than profiled (bench/profile_vs_run.sh; docs/profiling.md, "Backward passes of their
 // own kind").
+//
+// NOTE(weight-versions): schedules that keep several versions of a stage's weights make
+// the executor copy them besides computing: 2BW's and PipeDream's stashed version is
+// swapped into the parameters around every pass that reads it and copied aside at the
+// STEP, and PipeMare's T2 computes w - tau x velocity and swaps it in around a backward
+// pass (runtime/stage_state.h). Unpriced, gpt's F, B and STEP under 2BW ran 10-12%,
+// 8-10% and 20-27% above 1F1B's on the same plan (docs/predictions.md, "Weight
+// versions"). So after the timed passes, as many times as they ran, each layer's weights
+// go through those very functions: a copy, the swap in and the swap back, and a
+// correction into the copy. Not inside the passes: copies timed there put their bytes in
+// the way of the passes' own (docs/profiling.md, "Passes in a step's order").
 // `loading_layer`: the index in `runs` of the layer whose forward time includes loading
 // the batch (NOTE(input-loading)), or -1; `loss`: the layer that computes the loss
 // (NOTE(loss)).
@@ -209,6 +222,7 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
   const std::size_t n = runs.size();
   LayerSteps steps(runs, o.optimizer);
   std::vector<std::vector<double>> forward(n), forward_no_grad(n), input(n), split_weight(n), full(n), step(n);
+  std::vector<std::vector<double>> swap(n), stash(n), correction(n);
   // A pass of a whole-backward step (`split` false: B per layer) or of a split one (I per
   // layer, then W per layer), each as training runs it (NOTE(backward-passes)).
   // Every pass holds o.in_flight micro-batches' activations between their forward and
@@ -261,6 +275,18 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
       if (timed) step[l].push_back(t);
     }
   };
+  // NOTE(weight-versions)
+  const auto copyVersions = [&] {
+    for (std::size_t l = 0; l < n; ++l) {
+      const std::vector<torch::Tensor>& weights = runs[l].params;
+      if (weights.empty()) continue;
+      std::vector<torch::Tensor> other, velocity;
+      stash[l].push_back(secondsOf(device, [&] { other = runtime::stashCopy(weights); }));
+      for (int k = 0; k < 2; ++k) swap[l].push_back(secondsOf(device, [&] { runtime::swapVersions(weights, other); }));
+      for (const torch::Tensor& w : weights) velocity.push_back(torch::zeros_like(w));
+      correction[l].push_back(secondsOf(device, [&] { runtime::correctWeights(other, weights, velocity, 1); }));
+    }
+  };
   const auto started = Clock::now();
   int passes = 0, timed_passes = 0;
   bool done = false;  // timing, that is: later passes only keep the other shares company
@@ -288,6 +314,7 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
   settle([&] { both(false); }, o.warmup);
   if (o.rendezvous) o.rendezvous->readyToTime();
   for (int rep = 0; rep < o.repeats && !steady(pass_seconds, o); ++rep) both(true);
+  for (int rep = 0; rep < timed_passes; ++rep) copyVersions();
   const double loading = loading_layer >= 0 ? loadingSeconds(device, o) : 0.0;  // while the other shares time too
   done = true;
   if (o.rendezvous) {
@@ -305,6 +332,7 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
     t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, meanPaid(full[l]) - t[l].input);
     t[l].split_weight = meanPaid(split_weight[l]);
     t[l].step = meanPaid(step[l]);
+    t[l].versions = {meanPaid(swap[l]), meanPaid(stash[l]), meanPaid(correction[l])};
   }
   if (loading_layer >= 0) {
     t[loading_layer].forward += loading;
@@ -371,6 +399,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
       node.backward_weight_seconds = t.weight;
       node.split_weight_seconds = t.split_weight;
       node.optimizer_seconds = t.step;
+      node.weight_versions = t.versions;
     }
     node.output_bytes = prepared.output_bytes[l];
     node.saved_activation_bytes = m.saved >= 0 ? m.saved : node.output_bytes;

@@ -35,13 +35,26 @@ void swapContents(const torch::Tensor& a, const torch::Tensor& b) {
   y.copy_(t);
 }
 
-std::vector<torch::Tensor> cloneAll(const std::vector<torch::Tensor>& tensors) {
+}  // namespace
+
+std::vector<torch::Tensor> stashCopy(const std::vector<torch::Tensor>& weights) {
   std::vector<torch::Tensor> out;
-  for (const auto& t : tensors) out.push_back(t.detach().clone());
+  for (const auto& t : weights) out.push_back(t.detach().clone());
   return out;
 }
 
-}  // namespace
+void swapVersions(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& other) {
+  for (std::size_t i = 0; i < other.size(); ++i) swapContents(weights[i], other[i]);
+}
+
+void correctWeights(const std::vector<torch::Tensor>& out, const std::vector<torch::Tensor>& weights,
+                    const std::vector<torch::Tensor>& velocity, int steps) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    torch::Tensor o = out[i];
+    torch::sub_out(o, weights[i].data(), velocity[i], steps);
+  }
+}
 
 void withVersion(StageState& st, int version, int t2_steps, const std::function<std::string()>& what,
                  const std::function<void()>& compute) {
@@ -53,23 +66,20 @@ void withVersion(StageState& st, int version, int t2_steps, const std::function<
                   std::to_string(st.version) + ") nor stashed");
     swapped = &it->second;
   } else if (t2_steps > 0) {
-    torch::NoGradGuard no_grad;
     auto& u = st.corrected;
-    if (u.empty()) u = cloneAll(st.params);
-    for (std::size_t i = 0; i < u.size(); ++i) torch::sub_out(u[i], st.params[i].data(), st.velocity[i], t2_steps);
+    if (u.empty()) u = stashCopy(st.params);
+    correctWeights(u, st.params, st.velocity, t2_steps);
     swapped = &u;
   }
-  if (swapped)
-    for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(st.params[i], (*swapped)[i]);
+  if (swapped) swapVersions(st.params, *swapped);
   compute();
-  if (swapped)
-    for (std::size_t i = 0; i < swapped->size(); ++i) swapContents(st.params[i], (*swapped)[i]);
+  if (swapped) swapVersions(st.params, *swapped);
 }
 
 void stepStage(StageState& st, int new_version, const StepOptions& o) {
   torch::NoGradGuard no_grad;
   if (o.stash_old) {
-    st.stash[st.version] = cloneAll(st.params);
+    st.stash[st.version] = stashCopy(st.params);
     st.peak_versions = std::max(st.peak_versions, 1 + static_cast<int>(st.stash.size()));
   }
   auto& opt = *st.optimizer;

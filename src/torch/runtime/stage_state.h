@@ -59,6 +59,19 @@ struct StepOptions {
   std::optional<double> t2_decay; // T2: the velocity's moving-average decay
 };
 
+// The three things done to a stage's weights beyond computing with them, each over all
+// its tensors; the profiler times these very functions (profile_model.cpp,
+// NOTE(weight-versions)), so that the planner prices what the executor runs.
+// A copy of the weights, kept aside at a STEP whose old version a later action reads.
+std::vector<torch::Tensor> stashCopy(const std::vector<torch::Tensor>& weights);
+// Exchanges the contents of `weights` and `other` tensor by tensor: twice around each
+// action that reads a stashed version (in, then back).
+void swapVersions(const std::vector<torch::Tensor>& weights, const std::vector<torch::Tensor>& other);
+// PipeMare's T2: `out` = w - steps x velocity, the estimate of the weights `steps` steps
+// ago that a backward pass then runs on (swapped in and back).
+void correctWeights(const std::vector<torch::Tensor>& out, const std::vector<torch::Tensor>& weights,
+                    const std::vector<torch::Tensor>& velocity, int steps);
+
 // Creates the stage's next version `new_version`: stashes the old one if asked, scales
 // the gradients (by the factor, then by the clipping coefficient), applies the step's
 // rate and T2's velocity, steps through the untracked aliases and clears the gradients

@@ -96,6 +96,24 @@ TEST(LayerGraph, OptimizerSecondsAreOptional) {
   EXPECT_EQ(LayerGraph::fromJson(written, "written").layer(1).optimizer_seconds, 0.25);
 }
 
+TEST(LayerGraph, WeightVersionSecondsAreOptionalAndRoundTrip) {
+  Json copied = layerJson("b");
+  copied["weight_swap_seconds"] = 0.5;
+  copied["weight_stash_seconds"] = 0.25;
+  copied["weight_correction_seconds"] = 0.125;
+  const LayerGraph g = LayerGraph::fromJson(graphJson({layerJson("a"), copied}), "g.json");
+  EXPECT_EQ(g.layer(0).weight_versions.swap, 0.0);  // older files: not measured, not priced
+  EXPECT_EQ(g.layer(1).weight_versions.swap, 0.5);
+  EXPECT_EQ(g.layer(1).weight_versions.stash, 0.25);
+  EXPECT_EQ(g.layer(1).weight_versions.correction, 0.125);
+  const Json written = g.toJson();
+  EXPECT_FALSE(written["layers"][0].contains("weight_swap_seconds"));
+  EXPECT_EQ(LayerGraph::fromJson(written, "written").toJson(), written);
+  Json bad = copied;
+  bad["weight_stash_seconds"] = -1;
+  expectError([&] { LayerGraph::fromJson(graphJson({bad}), "g.json"); }, {"g.json", "layers[0].weight_stash_seconds"});
+}
+
 TEST(LayerGraph, PeakMemoryIsOptionalAndWrittenOnlyWhenMeasured) {
   Json measured = layerJson("b");
   measured["peak_memory_bytes"] = 4096;
@@ -290,11 +308,13 @@ TEST(LayerGraph, ProfilesAtOtherBatchesBecomeOtherBatches) {
 TEST(LayerGraph, TheOptimizerStepIsTheOneTimedAfterTheLargestSize) {
   std::vector<Layer> at4 = LayerGraph::uniformChain(2, 1, 1, 1).layers(), at16 = at4, at2 = at4;
   for (Layer& l : at4) l.optimizer_seconds = 0.003;
-  for (Layer& l : at16) l.optimizer_seconds = 0.005;
+  for (Layer& l : at16) l.optimizer_seconds = l.weight_versions.swap = 0.005;
   for (Layer& l : at2) l.optimizer_seconds = 0.002;
   const LayerGraph graph(at4, 4);
   EXPECT_DOUBLE_EQ(graph.withOtherBatches({LayerGraph(at16, 16), LayerGraph(at2, 2)}, "p").layer(1).optimizer_seconds,
                    0.005);
+  // So are the copies of weight versions, timed after the optimizer steps.
+  EXPECT_DOUBLE_EQ(graph.withOtherBatches({LayerGraph(at16, 16)}, "p").layer(1).weight_versions.swap, 0.005);
   EXPECT_DOUBLE_EQ(graph.withOtherBatches({LayerGraph(at2, 2)}, "p").layer(1).optimizer_seconds, 0.003);
 }
 

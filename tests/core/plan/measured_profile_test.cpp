@@ -108,6 +108,28 @@ TEST(SharpenProfile, ARecomputingStageIsComparedWithWhatRecomputationCosts) {
   EXPECT_NEAR(slower.graph.layer(2).forward_seconds, 2e-3, 1e-12);
 }
 
+// Under 2BW every F and B past the first mini-batch reads the stashed version, swapped in
+// and back around it: the run's times hold those swaps, which the cost model prices
+// apart, so they come off before the comparison.
+TEST(SharpenProfile, TheWeightVersionsCopiesComeOffTheMeasuredTimes) {
+  std::vector<graph::Layer> layers = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100).layers();
+  for (graph::Layer& l : layers) l.weight_versions = {0.25e-3, 0.5e-3, 0};
+  const graph::LayerGraph g(layers, 1);
+  const Plan plan = twoStages(g, "2bw", g.batchSize());
+  // Stage 1: F 3 x 1 ms and B 3 x 3 ms of compute, each with two swaps of 3 x 0.25 ms.
+  const SharpenedProfile same =
+      sharpenProfile(g, plan, {{{1, ActionType::F}, 4.5e-3}, {{1, ActionType::B}, 10.5e-3}}, 0);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_NEAR(same.graph.layer(i).forward_seconds, 1e-3, 1e-12);
+    EXPECT_NEAR(same.graph.layer(i).backward_input_seconds, 2e-3, 1e-12);
+    EXPECT_NEAR(same.graph.layer(i).weight_versions.swap, 0.25e-3, 1e-15);
+  }
+  // Under 1F1B nothing is swapped: the same times say the compute was slower.
+  const SharpenedProfile sync =
+      sharpenProfile(g, twoStages(g, "1f1b", g.batchSize()), {{{1, ActionType::F}, 4.5e-3}}, 0);
+  EXPECT_NEAR(sync.graph.layer(1).forward_seconds, 1.5e-3, 1e-12);
+}
+
 TEST(SharpenProfile, LaterRunsMoveTowardTheGeometricMean) {
   const graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
   const Plan plan = twoStages(g, "1f1b", g.batchSize());

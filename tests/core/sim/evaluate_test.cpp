@@ -109,6 +109,31 @@ TEST(Evaluate, BackwardPeaksFollowTheLayersLastToFirst) {
   EXPECT_DOUBLE_EQ(unmeasured.stage(0).weight_peak_bytes, 30.0);  // the weight gradients alone
 }
 
+// 2BW swaps its stashed version in and back around every pass and copies it aside at
+// each STEP: a one-stage plan's steady mini-batch pays both, as the profile priced them.
+TEST(Evaluate, TwoBwPaysForItsWeightVersions) {
+  const std::vector<graph::Layer> uncopied = unevenChain().layers();
+  std::vector<graph::Layer> layers = uncopied;
+  const cluster::ClusterSpec cluster = cluster::ClusterSpec::uniform(1, int64_t{1} << 40, 1e9, 0);
+  plan::Plan p;
+  p.microbatch_size = 1;
+  p.microbatches = 4;
+  p.schedule.name = "2bw";
+  plan::Stage stage;
+  for (const graph::Layer& l : layers) stage.layers.push_back(l.name);
+  stage.devices = {cluster.device(0).name};
+  p.stages = {stage};
+  const double plain = evaluatePlan(graph::LayerGraph(layers, 1), cluster, p).report.iteration_time;
+  for (graph::Layer& l : layers) l.weight_versions = {1e-4, 2e-4, 0};
+  const double copied = evaluatePlan(graph::LayerGraph(layers, 1), cluster, p).report.iteration_time;
+  // Per mini-batch: 4 F and 4 B, each with two swaps of 6 x 0.1 ms, and one copy of 6 x 0.2 ms.
+  EXPECT_NEAR(copied - plain, 8 * 2 * 6e-4 + 12e-4, 1e-9);
+  // Under 1F1B the same profile copies nothing.
+  p.schedule.name = "1f1b";
+  EXPECT_NEAR(evaluatePlan(graph::LayerGraph(layers, 1), cluster, p).report.iteration_time,
+              evaluatePlan(graph::LayerGraph(uncopied, 1), cluster, p).report.iteration_time, 1e-12);
+}
+
 // A CPU rank's heap keeps a share of its tensors freed beside them, its allocator's
 // (the one the profile ran on); a GPU's caching allocator is measured as it is.
 TEST(Evaluate, ACpuRanksHeapKeepsAShareOfItsTensors) {
