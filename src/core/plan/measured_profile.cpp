@@ -71,6 +71,10 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
   std::vector<graph::Layer> layers = profile.layers();
   std::string note;
   const bool plain_steps = !schedule::isAsynchronous(plan.schedule.name);
+  for (int s = 0; s < plan.numStages(); ++s)
+    for (const std::string& name : plan.stages[s].layers)
+      if (profile.indexOf(name) < 0)
+        throw Error("plan stage " + std::to_string(s) + " holds layer '" + name + "', which the profile does not have");
   const StageSeconds versions = versionSecondsPerAction(profile, plan);
   // What the run measured of an action's compute: its weight versions' copies come off.
   const auto measuredOf = [&](int stage, ActionType type) {
@@ -87,9 +91,6 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
     graph::PassSeconds profiled;
     double step = 0;
     double recomputed = 0;  // what B (or I) runs first on a recomputing stage: its layers' forward pass again
-    for (const std::string& name : plan.stages[s].layers)
-      if (profile.indexOf(name) < 0)
-        throw Error("plan stage " + std::to_string(s) + " holds layer '" + name + "', which the profile does not have");
     const std::vector<char> recomputes = plan::recomputedLayerMask(plan.stages[s], profile);
     for (const std::string& name : plan.stages[s].layers) {
       const int i = profile.indexOf(name);
