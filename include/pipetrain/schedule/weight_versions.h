@@ -35,9 +35,8 @@ struct StageVersionCosts {
 // The seconds `work` adds to an action of type `type` on a stage with those costs.
 double versionSeconds(ActionType type, const VersionWork& work, const StageVersionCosts& costs);
 
-// One per position of rank `rank`'s action list. `t2`: PipeMare's discrepancy correction
-// is on (it only acts on a kLatest Program).
-// REQUIRES: program validated, 0 <= rank < program.numRanks().
-std::vector<VersionWork> versionWork(const Program& program, int rank, bool t2);
+// Per rank, one per position of its action list. `t2`: PipeMare's discrepancy correction
+// is on (it only acts on a kLatest Program). REQUIRES: program validated.
+std::vector<std::vector<VersionWork>> versionWork(const Program& program, bool t2);
 
 }  // namespace pipetrain::schedule

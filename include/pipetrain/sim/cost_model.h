@@ -122,8 +122,8 @@ class CostModel {
   std::vector<StageCosts> stages_;
   std::vector<int> replicas_;
   std::vector<int> rank_device_;
-  bool ends_free_ = false;
-  bool prices_versions_ = false;  // no route of the cluster costs its ends host time (cluster::endsFree)
+  bool ends_free_ = false;        // no route of the cluster costs its ends host time (cluster::endsFree)
+  bool prices_versions_ = false;  // some stage's weight versions cost time (pricesVersions)
   struct AllreduceCost {
     double seconds = 0, host_seconds = 0;
   };

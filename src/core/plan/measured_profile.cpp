@@ -46,9 +46,10 @@ StageSeconds versionSecondsPerAction(const graph::LayerGraph& profile, const Pla
   const int minibatches = plan.numStages() + 2;
   const schedule::Program program = programForPlan(plan, stageDag(plan, profile), minibatches, Check::kSkip);
   std::map<std::pair<int, ActionType>, std::pair<double, int>> sums;
+  const std::vector<std::vector<schedule::VersionWork>> ranks =
+      schedule::versionWork(program, plan.schedule.pipemare_correction);
   for (int r = 0; r < program.numRanks(); ++r) {
-    const std::vector<schedule::VersionWork> work =
-        schedule::versionWork(program, r, plan.schedule.pipemare_correction);
+    const std::vector<schedule::VersionWork>& work = ranks[r];
     for (std::size_t i = 0; i < work.size(); ++i) {
       const schedule::Action& a = program.ranks[r][i];
       const bool pass =

@@ -116,7 +116,7 @@ RankFacts rankFacts(const Program& program, int rank) {
   const std::vector<Retirement> retired = retirements(program)[rank];
   for (const Retirement& r : retired)
     if (r.position < n) f.positions[std::max(0, r.position)].retire.push_back({r.stage, r.version});
-  const std::vector<VersionWork> versions = versionWork(program, rank, /*t2=*/false);
+  const std::vector<VersionWork> versions = versionWork(program, /*t2=*/false)[rank];
   std::map<int, int> last_position;  // mini-batch -> the rank's last action of it
   for (int i = 0; i < n; ++i) {
     const Action& a = actions[i];

@@ -16,14 +16,15 @@ double versionSeconds(ActionType type, const VersionWork& work, const StageVersi
   return t;
 }
 
-std::vector<VersionWork> versionWork(const Program& program, int rank, bool t2) {
+namespace {
+
+std::vector<VersionWork> rankVersionWork(const Program& program, int rank, const std::vector<Retirement>& retired,
+                                         bool correcting) {
   const std::vector<Action>& actions = program.ranks[rank];
   std::map<std::pair<int, int>, int> retired_at;  // (stage, version) -> the position after which nothing reads it
-  const std::vector<Retirement> retired = retirements(program)[rank];
   for (const Retirement& r : retired) retired_at[{r.stage, r.version}] = r.position;
   std::map<int, int> current;                          // stage -> its version on the rank (0 before any STEP)
   std::map<std::pair<int, int>, int> forward_version;  // (stage, micro-batch) -> what its F read
-  const bool correcting = t2 && program.backward_weights == BackwardWeights::kLatest;
   std::vector<VersionWork> out(actions.size());
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
@@ -54,6 +55,16 @@ std::vector<VersionWork> versionWork(const Program& program, int rank, bool t2) 
         break;
     }
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<VersionWork>> versionWork(const Program& program, bool t2) {
+  const std::vector<std::vector<Retirement>> retired = retirements(program);
+  const bool correcting = t2 && program.backward_weights == BackwardWeights::kLatest;
+  std::vector<std::vector<VersionWork>> out;
+  for (int r = 0; r < program.numRanks(); ++r) out.push_back(rankVersionWork(program, r, retired[r], correcting));
   return out;
 }
 

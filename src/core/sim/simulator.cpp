@@ -27,8 +27,7 @@ class Simulation {
         forward_done_(index(p.num_stages, 0), kUnknown), input_grad_done_(forward_done_.size(), kUnknown),
         port_free_(c.cluster().numPorts(), 0), messages_(p), arrival_(messages_.size(), kUnknown),
         waiter_(messages_.size(), -1) {
-    if (c.pricesVersions())
-      for (int r = 0; r < p.numRanks(); ++r) versions_.push_back(schedule::versionWork(p, r, c.correctsDiscrepancy()));
+    if (c.pricesVersions()) versions_ = schedule::versionWork(p, c.correctsDiscrepancy());
     if (record_) {
       // Sized up front: growing them by doubling took 7% of a simulation's time.
       timeline_.ranks.resize(p.numRanks());

@@ -28,7 +28,7 @@ Program programOf(const std::string& name, int stages, int m, int minibatches) {
 // every pass reads the version before the current one.
 TEST(VersionWork, TwoBwReadsTheStashedVersionFromItsSecondMiniBatchOn) {
   const Program p = programOf("2bw", 1, 2, 3);
-  const std::vector<VersionWork> work = versionWork(p, 0, /*t2=*/false);
+  const std::vector<VersionWork> work = versionWork(p, /*t2=*/false)[0];
   ASSERT_EQ(work.size(), p.ranks[0].size());
   int steps = 0;
   for (std::size_t i = 0; i < work.size(); ++i) {
@@ -52,8 +52,9 @@ TEST(VersionWork, SynchronousSchedulesTouchNoVersion) {
   for (const std::string& name : scheduleNames()) {
     if (isAsynchronous(name)) continue;
     const Program p = programOf(name, 2, 4, 2);
+    const std::vector<std::vector<VersionWork>> ranks = versionWork(p, /*t2=*/true);
     for (int r = 0; r < p.numRanks(); ++r)
-      for (const VersionWork& w : versionWork(p, r, /*t2=*/true))
+      for (const VersionWork& w : ranks[r])
         EXPECT_FALSE(w.reads_stash || w.corrects || w.stashes) << name << ", rank " << r;
   }
 }
@@ -64,7 +65,7 @@ TEST(VersionWork, PipeMareCorrectsOnlyUnderT2AndOnlyWhatItsForwardPassReadOlder)
   const Program p = programOf("pipemare", 2, 4, 2);
   int corrected = 0;
   for (int r = 0; r < p.numRanks(); ++r) {
-    const std::vector<VersionWork> with = versionWork(p, r, /*t2=*/true), without = versionWork(p, r, false);
+    const std::vector<VersionWork> with = versionWork(p, /*t2=*/true)[r], without = versionWork(p, false)[r];
     std::map<int, int> forward_version;
     for (std::size_t i = 0; i < with.size(); ++i) {
       const Action& a = p.ranks[r][i];
