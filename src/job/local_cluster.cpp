@@ -69,10 +69,13 @@ cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_
                               measured.sharedCores());
 }
 
-cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, LocalSums sums, bool gpus) {
+cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, LocalSums sums, bool gpus,
+                                  double action_overhead) {
   std::vector<std::string> names;
   for (int r = 0; r < ranks; ++r) names.push_back("dev" + std::to_string(r));
-  return localCluster(names, memory_bytes, concurrent_ranks, sums, gpus);
+  const std::vector<double> overheads =
+      action_overhead >= 0 ? std::vector<double>(names.size(), action_overhead) : std::vector<double>();
+  return localCluster(names, memory_bytes, concurrent_ranks, sums, gpus, overheads);
 }
 
 }  // namespace pipetrain::job

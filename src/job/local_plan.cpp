@@ -106,8 +106,16 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
   // plans predicted closer than that are equals; their shape decides, not the noise.
   o.noise = profiler::ProfileOptions{}.spread;
   const LocalSums sums = localSums(request.wire, gpus);
-  const cluster::ClusterSpec cluster = request.hosts ? clusterOfHosts(*request.hosts, request.rank_memory_bytes)
-                                                     : localCluster(job.ranks, memory, concurrent, sums, gpus);
+  // The runtime's own time per action as this model's runs measured it, where they did
+  // (graph::LearnedActionOverhead): it ran 5-66 us from one model to the next here.
+  const graph::LearnedActionOverhead& learned = graph.actionOverhead();
+  const double action_overhead = learned.runs > 0 ? learned.seconds : -1;
+  if (learned.runs > 0 && !request.hosts)
+    say(formatted("the runtime's own time per action: %.1f us, as %d run(s) of this profile measured it",
+                  learned.seconds * 1e6, learned.runs));
+  const cluster::ClusterSpec cluster =
+      request.hosts ? clusterOfHosts(*request.hosts, request.rank_memory_bytes)
+                    : localCluster(job.ranks, memory, concurrent, sums, gpus, action_overhead);
   planner::ObjectiveInputs inputs;
   std::optional<runtime::RuleCalibrator> calibrator;
   const std::string calibration_path =
@@ -155,7 +163,7 @@ LocalPlan planLocalRun(const runtime::TrainConfig& config, const models::Model& 
     chosen_prediction.rank_process_bytes.push_back(r.process_bytes);
   }
   const cluster::ClusterSpec unshared =
-      request.hosts ? cluster : localCluster(job.ranks, memory, job.ranks, sums, gpus);
+      request.hosts ? cluster : localCluster(job.ranks, memory, job.ranks, sums, gpus, action_overhead);
   for (const sim::RankReport& r : sim::predictReport(graph, unshared, e.best().plan).ranks)
     chosen_prediction.rank_core_seconds.push_back(r.busy_seconds);
   // What the plan sends over each link per mini-batch (which links it crosses).

@@ -32,27 +32,6 @@ double laggardPace(const Replicas& replicas, const RankSeconds& chosen) {
   return own > 0 ? slowest / own : 1;
 }
 
-// Each rank's time around an action that the cluster's routes do not price: what the
-// run measured per action, less its sends' host cost per action (the simulator prices
-// that cost on the sender's clock; a receive's lands in the run's waits). Without it the
-// simulator, fed a run's own action times, came out fast on every case of
-// bench/prediction_cases.py (docs/predictions.md, "The runtime's own time").
-std::vector<double> actionOverheads(const MeasuredRun& run, const sim::CostModel& costs) {
-  const schedule::Program program = plan::programForPlan(*run.plan, costs.dag());
-  std::vector<double> out;
-  for (int r = 0; r < program.numRanks(); ++r) {
-    const auto& actions = program.ranks[static_cast<std::size_t>(r)];
-    double sends = 0;
-    for (const schedule::Action& a : actions)
-      if (schedule::isSend(a.type)) sends += costs.hostSeconds(a, r, program.rankOf(a.peer_stage, a.microbatch));
-    const double measured = static_cast<std::size_t>(r) < run.framework_seconds_per_action.size()
-                                ? run.framework_seconds_per_action[static_cast<std::size_t>(r)]
-                                : 0.0;
-    out.push_back(std::max(0.0, measured - (actions.empty() ? 0.0 : sends / static_cast<double>(actions.size()))));
-  }
-  return out;
-}
-
 }  // namespace
 
 plan::StageSeconds slowestReplicaSeconds(const std::vector<RankSeconds>& ranks) {
@@ -75,19 +54,18 @@ plan::StageSeconds slowestReplicaSeconds(const std::vector<RankSeconds>& ranks) 
   return out;
 }
 
-sim::Evaluation predictRun(const MeasuredRun& run) {
+namespace {
+
+// The plan's own layers, a chain inside each stage, the first reading the last layer of
+// each stage it reads; each stage's measured costs sit on its last layer (whose output is
+// what crosses to its consumers), the others cost nothing.
+graph::LayerGraph graphOfRun(const MeasuredRun& run) {
   const plan::Plan& plan = *run.plan;
-  const std::vector<std::string> devices = plan::rankDeviceNames(plan);
-  const int ranks = static_cast<int>(devices.size());
-  const bool shared = ranks > run.concurrent_ranks;
   const auto& seconds = run.pricedSeconds();
   auto mean = [&](int s, schedule::ActionType t) {
     auto it = seconds.find({s, t});
     return it == seconds.end() ? 0.0 : it->second;
   };
-  // The plan's own layers, a chain inside each stage, the first reading the last layer
-  // of each stage it reads; each stage's measured costs sit on its last layer (whose
-  // output is what crosses to its consumers), the others cost nothing.
   std::vector<graph::Layer> layers;
   for (int s = 0; s < plan.numStages(); ++s)
     for (std::size_t i = 0; i < plan.stages[s].layers.size(); ++i) {
@@ -117,20 +95,51 @@ sim::Evaluation predictRun(const MeasuredRun& run) {
       }
       layers.push_back(l);
     }
-  const graph::LayerGraph graph(layers, plan.microbatch_size, "measured run");
-  // The plan was validated before it ran, so its ranks' devices are distinct.
-  const auto clusterWith = [&](const std::vector<double>& overheads) {
-    if (run.hosts) {
-      std::map<std::string, double> by_device;
-      for (std::size_t r = 0; r < devices.size(); ++r) by_device[devices[r]] = overheads[r];
-      return clusterOfHosts(*run.hosts, std::numeric_limits<int64_t>::max(), by_device);
-    }
-    return localCluster(devices, std::numeric_limits<int64_t>::max(), shared ? run.concurrent_ranks : ranks, run.sums,
-                        /*gpus=*/false, overheads);
-  };
-  const cluster::ClusterSpec unpriced = clusterWith(std::vector<double>(devices.size(), 0.0));
-  const std::vector<double> overheads = actionOverheads(run, sim::CostModel(graph, unpriced, plan));
-  return sim::evaluatePlan(graph, clusterWith(overheads), plan);
+  return graph::LayerGraph(layers, plan.microbatch_size, "measured run");
+}
+
+// The cluster the run ran on, each rank's device with `overheads` around its actions.
+// The plan was validated before it ran, so its ranks' devices are distinct.
+cluster::ClusterSpec clusterOfRun(const MeasuredRun& run, const std::vector<double>& overheads) {
+  const std::vector<std::string> devices = plan::rankDeviceNames(*run.plan);
+  const int ranks = static_cast<int>(devices.size());
+  if (run.hosts) {
+    std::map<std::string, double> by_device;
+    for (std::size_t r = 0; r < devices.size(); ++r) by_device[devices[r]] = overheads[r];
+    return clusterOfHosts(*run.hosts, std::numeric_limits<int64_t>::max(), by_device);
+  }
+  const bool shared = ranks > run.concurrent_ranks;
+  return localCluster(devices, std::numeric_limits<int64_t>::max(), shared ? run.concurrent_ranks : ranks, run.sums,
+                      /*gpus=*/false, overheads);
+}
+
+// What runtimeSecondsPerAction says, on the run's graph.
+std::vector<double> overheadsOf(const MeasuredRun& run, const graph::LayerGraph& graph) {
+  const std::size_t ranks = plan::rankDeviceNames(*run.plan).size();
+  const cluster::ClusterSpec unpriced = clusterOfRun(run, std::vector<double>(ranks, 0.0));
+  const sim::CostModel costs(graph, unpriced, *run.plan);  // holds the two by reference
+  const schedule::Program program = plan::programForPlan(*run.plan, costs.dag());
+  std::vector<double> out;
+  for (int r = 0; r < program.numRanks(); ++r) {
+    const auto& actions = program.ranks[static_cast<std::size_t>(r)];
+    double sends = 0;
+    for (const schedule::Action& a : actions)
+      if (schedule::isSend(a.type)) sends += costs.hostSeconds(a, r, program.rankOf(a.peer_stage, a.microbatch));
+    const double measured = static_cast<std::size_t>(r) < run.framework_seconds_per_action.size()
+                                ? run.framework_seconds_per_action[static_cast<std::size_t>(r)]
+                                : 0.0;
+    out.push_back(std::max(0.0, measured - (actions.empty() ? 0.0 : sends / static_cast<double>(actions.size()))));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<double> runtimeSecondsPerAction(const MeasuredRun& run) { return overheadsOf(run, graphOfRun(run)); }
+
+sim::Evaluation predictRun(const MeasuredRun& run) {
+  const graph::LayerGraph graph = graphOfRun(run);
+  return sim::evaluatePlan(graph, clusterOfRun(run, overheadsOf(run, graph)), *run.plan);
 }
 
 }  // namespace pipetrain::job

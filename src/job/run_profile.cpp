@@ -420,16 +420,17 @@ RunMemory runMemory(const std::vector<report::RankSummary>& ranks_run, const rep
   return m;
 }
 
-void sharpenCachedProfile(const report::ProfileSource& profile, const plan::Plan& plan,
-                          const plan::StageSeconds& measured, double probe_seconds, const RunMemory& memory,
+void sharpenCachedProfile(const report::ProfileSource& profile, const plan::Plan& plan, const RunLearning& run,
                           const Say& say) {
+  const plan::StageSeconds& measured = run.stage_seconds;
+  const RunMemory& memory = run.memory;
   const std::string& path = profile.path;
   if (path.empty()) return;
   try {
     const graph::ProfileCache cache(std::filesystem::path(path).parent_path().string());
     const graph::LayerGraph before = graph::LayerGraph::load(path);
     plan::SharpenedProfile after =
-        plan::sharpenProfile(before, plan, measured, profile.runs_merged, probe_seconds);
+        plan::sharpenProfile(before, plan, measured, profile.runs_merged, run.probe_seconds);
     std::string learned;
     if (memory.framework_bytes >= 0) {
       after.graph.setProcessMemory(
@@ -437,6 +438,11 @@ void sharpenCachedProfile(const report::ProfileSource& profile, const plan::Plan
       const graph::ProcessMemory& m = after.graph.processMemory();
       learned = "; the process's memory beyond its tensors: framework " + text::humanBytes(m.framework_bytes) +
                 " (mean of " + std::to_string(m.runs) + " run(s)), data " + text::humanBytes(m.data_bytes);
+    }
+    if (run.action_overhead >= 0) {
+      after.graph.setActionOverhead(plan::learnActionOverhead(before.actionOverhead(), run.action_overhead));
+      const graph::LearnedActionOverhead& a = after.graph.actionOverhead();
+      learned += formatted("; the runtime's own time per action %.1f us (mean of %d run(s))", a.seconds * 1e6, a.runs);
     }
     const int runs = cache.refine(path, after.graph);
     say(formatted("profile sharpened by this run's %s (%s; %d run(s) merged%s): %s",

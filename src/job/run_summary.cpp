@@ -155,8 +155,17 @@ RunSummary summarizeRun(const TrainRequest& request, const models::Model& model,
   if (request.planning.record) {
     double slowest_probe = 0;  // the pace of the times it learns (runtime/core_probe.h)
     for (const runtime::RankResult& r : results) slowest_probe = std::max(slowest_probe, r.probe_seconds);
-    sharpenCachedProfile(request.planning.record->profile, plan, measured.pricedSeconds(), slowest_probe,
-                         runMemory(s.ranks, request.planning.record->chosen), say);
+    RunLearning learning{measured.pricedSeconds(), slowest_probe, runMemory(s.ranks, request.planning.record->chosen)};
+    // Where ranks took turns on the cores, their time between actions holds the turns,
+    // which the cluster prices apart (SharedCores); a job across hosts is priced by its
+    // hosts' figures.
+    if (!run.hosts && request.ranks.nproc <= request.concurrentRanks()) {
+      const std::vector<double> overheads = runtimeSecondsPerAction(measured);
+      double sum = 0;
+      for (double o : overheads) sum += o;
+      if (!overheads.empty()) learning.action_overhead = sum / static_cast<double>(overheads.size());
+    }
+    sharpenCachedProfile(request.planning.record->profile, plan, learning, say);
   }
   sim::Evaluation prediction = predictRun(measured);
   const sim::Report& predicted = prediction.report;

@@ -1,5 +1,6 @@
 // job::predictRun: a run's measured stage times, simulated as the plan ran them.
 #include "pipetrain/job/run_prediction.h"
+#include "pipetrain/job/local_cluster.h"
 
 #include <gtest/gtest.h>
 
@@ -70,12 +71,24 @@ TEST(PredictRun, TheRuntimesOwnTimeIsPricedBeyondTheSends) {
   const double plain = predictRun(run).report.iteration_time;
   run.framework_seconds_per_action = {1e-4};
   EXPECT_NEAR(predictRun(run).report.iteration_time, plain + 9 * 1e-4, 1e-9);
+  EXPECT_EQ(runtimeSecondsPerAction(run), std::vector<double>{1e-4});  // what the profile learns
 
   plan::Plan two = plan::chainPlan({"a", "b"}, {0, 1, 2}, {}, plan.schedule, 2, 4);
   run = measuredTwoStages(two, 64 << 20);  // a send's host cost here: milliseconds
   const double without = predictRun(run).report.iteration_time;
   run.framework_seconds_per_action = {1e-6, 0};
   EXPECT_NEAR(predictRun(run).report.iteration_time, without, 1e-12);
+  EXPECT_EQ(runtimeSecondsPerAction(run), (std::vector<double>{0, 0}));
+}
+
+// What runs of a model measured of the runtime's own time per action (the profile's
+// graph::LearnedActionOverhead) prices every local rank instead of the constant.
+TEST(LocalCluster, ALearnedActionOverheadPricesEveryRank) {
+  const cluster::ClusterSpec learned = localCluster(3, int64_t{1} << 30, 2, LocalSums::kSharedMemory, false, 5e-6);
+  ASSERT_EQ(learned.devices().size(), 3u);
+  for (int d = 0; d < 3; ++d) EXPECT_EQ(learned.device(d).action_overhead, 5e-6);
+  const cluster::ClusterSpec constant = localCluster(3, int64_t{1} << 30, 2, LocalSums::kSharedMemory);
+  EXPECT_GT(constant.device(0).action_overhead, 5e-6);
 }
 
 // A run across hosts prices its messages on the network the job measured between them,

@@ -173,6 +173,17 @@ struct ProcessMemory {
   bool empty() const { return data_bytes == 0 && framework_bytes == 0 && runs == 0 && heap.empty(); }
 };
 
+// The runtime's own time around each action of a rank (cluster::Device::action_overhead)
+// as runs of this profile measured it, less their sends' priced host cost
+// (job::runtimeSecondsPerAction): their mean, `runs` of them; 0 runs: none learned, and
+// the local cluster's constant prices it. On this machine it ran 5-66 us an action from
+// one model to the next, against a constant of 30 us (docs/predictions.md, "The runtime's
+// own time, learned").
+struct LearnedActionOverhead {
+  double seconds = 0;
+  int runs = 0;
+};
+
 // How a profile was taken, where it says: the threads its process computed on, and into
 // how many shares of the layers the profiling processes split the model (1: one process
 // timed the whole model). 0 = not recorded.
@@ -241,6 +252,9 @@ class LayerGraph {
   const ProcessMemory& processMemory() const { return process_memory_; }
   // Throws Error for a negative figure.
   void setProcessMemory(const ProcessMemory& memory);
+  const LearnedActionOverhead& actionOverhead() const { return action_overhead_; }
+  // Throws Error for a negative or absurd figure.
+  void setActionOverhead(const LearnedActionOverhead& learned);
 
   // This graph with each layer's compute times in `timed` (profiles of the same model at
   // other batch sizes) added as its other_batches, and, where the largest size in `timed`
@@ -259,6 +273,7 @@ class LayerGraph {
   int64_t batch_size_ = 1;
   double overlap_factor_ = 1.0;
   ProcessMemory process_memory_;
+  LearnedActionOverhead action_overhead_;
   ProfiledAs profiled_as_;
   std::unordered_map<std::string, int> index_;
   std::vector<std::vector<int>> preds_;

@@ -34,9 +34,11 @@ LocalSums localSums(const std::string& wire, bool gpus);
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
                                   int concurrent_ranks, LocalSums sums, bool gpus = false,
                                   const std::vector<double>& action_overheads = {});
-// The same with `ranks` devices named dev0, dev1, ... (plan::chainPlan's names).
+// The same with `ranks` devices named dev0, dev1, ... (plan::chainPlan's names), each
+// with `action_overhead` (>= 0: what runs of the model measured, the profile's
+// graph::LearnedActionOverhead; < 0: the constants).
 cluster::ClusterSpec localCluster(int ranks, int64_t memory_bytes, int concurrent_ranks, LocalSums sums,
-                                  bool gpus = false);
+                                  bool gpus = false, double action_overhead = -1);
 
 // The ranks of a job across hosts as the planner sees them: the devices and levels its
 // network measurement found (job/host_network.h), each device with `memory_bytes` where

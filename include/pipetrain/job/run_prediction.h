@@ -73,6 +73,15 @@ struct RankSeconds {
 // slowest pace"). A stage on one rank keeps that rank's figures.
 plan::StageSeconds slowestReplicaSeconds(const std::vector<RankSeconds>& ranks);
 
+// Each rank's time around an action that the cluster's routes do not price: what the
+// run measured per action, less its sends' host cost per action (the simulator prices
+// that cost on the sender's clock; a receive's lands in the run's waits). Without it the
+// simulator, fed a run's own action times, came out fast on every case of
+// bench/prediction_cases.py (docs/predictions.md, "The runtime's own time"). A run's
+// figure prices its own prediction (predictRun) and, learned, the next plans of its
+// profile (graph::LearnedActionOverhead).
+std::vector<double> runtimeSecondsPerAction(const MeasuredRun& run);
+
 // The report and the predicted timeline of one mini-batch.
 sim::Evaluation predictRun(const MeasuredRun& run);
 

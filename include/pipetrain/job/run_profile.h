@@ -54,12 +54,19 @@ struct RunMemory {
 // they ran.
 RunMemory runMemory(const std::vector<report::RankSummary>& ranks, const report::ChosenPrediction& chosen);
 
-// The run's measured stage times (none: the times stay), its slowest core's probe
-// (RankResult::probe_seconds; <= 0: none) and its memory into the cached profile, which
-// then prices the next plan; says on stdout what moved. Nothing where the profile is not
-// in the cache.
-void sharpenCachedProfile(const report::ProfileSource& profile, const plan::Plan& plan,
-                          const plan::StageSeconds& measured, double probe_seconds, const RunMemory& memory,
+// What a run measured that the profile it was planned from learns.
+struct RunLearning {
+  plan::StageSeconds stage_seconds;  // none: the times stay
+  double probe_seconds = 0;          // its slowest core's (RankResult::probe_seconds); <= 0: none
+  RunMemory memory;
+  // The runtime's own time per action, its ranks' mean (runtimeSecondsPerAction); < 0:
+  // not learned (ranks that took turns on the cores, whose waits it would hold).
+  double action_overhead = -1;
+};
+
+// The run's measures into the cached profile, which then prices the next plan; says on
+// stdout what moved. Nothing where the profile is not in the cache.
+void sharpenCachedProfile(const report::ProfileSource& profile, const plan::Plan& plan, const RunLearning& run,
                           const Say& say);
 
 }  // namespace pipetrain::job

@@ -58,4 +58,8 @@ int64_t frameworkBytesOfRun(const std::vector<RankMemoryMeasured>& ranks, const 
 graph::ProcessMemory learnProcessMemory(const graph::ProcessMemory& before, int64_t framework_bytes,
                                         int64_t data_bytes);
 
+// A run's runtime time per action (job::runtimeSecondsPerAction, its ranks' mean) into
+// the profile's: averaged with the runs before it. Throws Error for a negative figure.
+graph::LearnedActionOverhead learnActionOverhead(const graph::LearnedActionOverhead& before, double seconds);
+
 }  // namespace pipetrain::plan

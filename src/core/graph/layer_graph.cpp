@@ -7,6 +7,7 @@
 #include <queue>
 
 #include "pipetrain/util/error.h"
+#include "pipetrain/util/limits.h"
 
 namespace pipetrain::graph {
 namespace {
@@ -267,6 +268,7 @@ LayerGraph LayerGraph::withOtherBatches(const std::vector<LayerGraph>& timed, co
   LayerGraph g(std::move(layers), batch_size_, origin);  // checks the batch sizes
   g.overlap_factor_ = overlap_factor_;
   g.process_memory_ = process_memory_;
+  g.action_overhead_ = action_overhead_;
   g.profiled_as_ = profiled_as_;
   return g;
 }
@@ -277,6 +279,14 @@ void LayerGraph::setProcessMemory(const ProcessMemory& memory) {
                 " bytes, framework " + std::to_string(memory.framework_bytes) + " bytes, " +
                 std::to_string(memory.runs) + " runs)");
   process_memory_ = memory;
+}
+
+void LayerGraph::setActionOverhead(const LearnedActionOverhead& learned) {
+  if (!(learned.seconds >= 0 && learned.seconds <= limits::kMaxSeconds) || learned.runs < 0)
+    throw Error("the runtime's own time per action must lie between 0 and " + std::to_string(limits::kMaxSeconds) +
+                " s, over 0 or more runs (" + std::to_string(learned.seconds) + " s, " +
+                std::to_string(learned.runs) + " runs)");
+  action_overhead_ = learned;
 }
 
 void LayerGraph::setOverlapFactor(double factor) {

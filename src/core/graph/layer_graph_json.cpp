@@ -92,7 +92,8 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
 LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origin) {
   const json_io::JsonCursor root(j, origin);
   json_io::checkHeader(root, kFormat, kVersion);
-  root.allowOnly({"format", "version", "batch_size", "overlap_factor", "process_memory", "profiled_as", "layers"});
+  root.allowOnly(
+      {"format", "version", "batch_size", "overlap_factor", "process_memory", "action_overhead", "profiled_as", "layers"});
   const int64_t batch_size = root.field("batch_size").asIntIn(1, limits::kMaxMicrobatchSize);
   const auto items = root.field("layers").asArray();
   if (items.size() > static_cast<std::size_t>(limits::kMaxLayers))
@@ -118,6 +119,12 @@ LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origi
     if (m.has("runs")) memory.runs = static_cast<int>(m.field("runs").asIntIn(0, 1 << 30));
     if (m.has("heap")) memory.heap = m.field("heap").asString();
     graph.setProcessMemory(memory);
+  }
+  if (root.has("action_overhead")) {
+    const json_io::JsonCursor learned = root.field("action_overhead");
+    learned.allowOnly({"seconds", "runs"});
+    graph.setActionOverhead({learned.field("seconds").asSeconds(),
+                             static_cast<int>(learned.field("runs").asIntIn(0, 1 << 30))});
   }
   if (root.has("profiled_as")) {
     const json_io::JsonCursor how = root.field("profiled_as");
@@ -145,6 +152,8 @@ json_io::Json LayerGraph::toJson() const {
                            {"runs", process_memory_.runs}};
     if (!process_memory_.heap.empty()) j["process_memory"]["heap"] = process_memory_.heap;
   }
+  if (action_overhead_.runs > 0)
+    j["action_overhead"] = {{"seconds", action_overhead_.seconds}, {"runs", action_overhead_.runs}};
   if (profiled_as_.threads > 0 || profiled_as_.shares > 0 || profiled_as_.probe_seconds > 0) {
     j["profiled_as"] = {{"threads", profiled_as_.threads}, {"shares", profiled_as_.shares}};
     if (profiled_as_.probe_seconds > 0) j["profiled_as"]["probe_seconds"] = profiled_as_.probe_seconds;

@@ -138,6 +138,7 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
   SharpenedProfile out{graph::LayerGraph(std::move(layers), profile.batchSize(), "profile sharpened by a run"), note};
   out.graph.setOverlapFactor(profile.overlapFactor());
   out.graph.setProcessMemory(profile.processMemory());
+  out.graph.setActionOverhead(profile.actionOverhead());
   graph::ProfiledAs how = profile.profiledAs();
   if (!measured.empty()) how.probe_seconds *= toward(measured_probe_seconds, how.probe_seconds);  // kept with the times
   out.graph.setProfiledAs(how);
@@ -162,6 +163,11 @@ graph::ProcessMemory learnProcessMemory(const graph::ProcessMemory& before, int6
   after.framework_bytes = before.framework_bytes + (framework_bytes - before.framework_bytes) / after.runs;
   if (data_bytes >= 0) after.data_bytes = data_bytes;
   return after;
+}
+
+graph::LearnedActionOverhead learnActionOverhead(const graph::LearnedActionOverhead& before, double seconds) {
+  if (!(seconds >= 0)) throw Error("a run's runtime time per action cannot be negative (" + std::to_string(seconds) + " s)");
+  return {(before.seconds * before.runs + seconds) / (before.runs + 1), before.runs + 1};
 }
 
 }  // namespace pipetrain::plan

@@ -57,6 +57,7 @@ graph::LayerGraph atCoreSpeed(const graph::LayerGraph& g, double probe_seconds) 
   graph::LayerGraph scaled(std::move(layers), g.batchSize(), "profile at one core speed");
   scaled.setOverlapFactor(g.overlapFactor());
   scaled.setProcessMemory(g.processMemory());
+  scaled.setActionOverhead(g.actionOverhead());
   graph::ProfiledAs how = g.profiledAs();
   how.probe_seconds = probe_seconds;
   scaled.setProfiledAs(how);

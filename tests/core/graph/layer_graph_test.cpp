@@ -161,6 +161,23 @@ TEST(LayerGraph, WhatAProcessHoldsBesideItsTensorsIsOptionalAndRoundTrips) {
   expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "dataset_bytes"});
 }
 
+TEST(LayerGraph, TheLearnedActionOverheadIsOptionalAndRoundTrips) {
+  Json j = graphJson({layerJson("a")});
+  EXPECT_EQ(LayerGraph::fromJson(j, "g.json").actionOverhead().runs, 0);  // none learned
+  EXPECT_FALSE(LayerGraph::fromJson(j, "g.json").toJson().contains("action_overhead"));
+  j["action_overhead"] = {{"seconds", 5e-6}, {"runs", 2}};
+  const LayerGraph g = LayerGraph::fromJson(j, "g.json");
+  EXPECT_EQ(g.actionOverhead().seconds, 5e-6);
+  EXPECT_EQ(g.actionOverhead().runs, 2);
+  EXPECT_EQ(LayerGraph::fromJson(g.toJson(), "written").toJson(), g.toJson());
+  // Kept where the graph gains other sizes.
+  EXPECT_EQ(g.withOtherBatches({}, "p").actionOverhead().runs, 2);
+  j["action_overhead"]["seconds"] = -1;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "action_overhead.seconds"});
+  j["action_overhead"] = {{"seconds", 5e-6}};
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "runs"});
+}
+
 TEST(LayerGraph, HowAProfileWasTakenIsOptionalAndRoundTrips) {
   Json j = graphJson({layerJson("a")});
   EXPECT_EQ(LayerGraph::fromJson(j, "g.json").profiledAs().threads, 0);

@@ -188,6 +188,21 @@ TEST(LearnProcessMemory, TheFrameworkIsTheMeanOfTheRunsAndTheDataTheLatestMeasur
   EXPECT_THROW(learnProcessMemory(first, -1, 0), Error);
 }
 
+TEST(LearnActionOverhead, TheRuntimesTimePerActionIsTheMeanOfTheRuns) {
+  const graph::LearnedActionOverhead first = learnActionOverhead({}, 6e-6);
+  EXPECT_DOUBLE_EQ(first.seconds, 6e-6);
+  EXPECT_EQ(first.runs, 1);
+  const graph::LearnedActionOverhead second = learnActionOverhead(first, 10e-6);
+  EXPECT_DOUBLE_EQ(second.seconds, 8e-6);
+  EXPECT_EQ(second.runs, 2);
+  EXPECT_THROW(learnActionOverhead(first, -1e-6), Error);
+  // A sharpened profile keeps what it learned.
+  graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
+  g.setActionOverhead(second);
+  const Plan plan = twoStages(g, "1f1b", g.batchSize());
+  EXPECT_EQ(sharpenProfile(g, plan, {{{0, ActionType::F}, 2e-3}}, 0).graph.actionOverhead().runs, 2);
+}
+
 TEST(SharpenProfile, APlanOfAnotherModelIsRefused) {
   const graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
   const graph::LayerGraph other = graph::LayerGraph::uniformChain(5, 1e-3, 2e-3, 1e-3, 100, 100);
