@@ -14,21 +14,12 @@
 #include "pipetrain/schedule/schedules.h"
 #include "pipetrain/util/error.h"
 #include "../expect_error.h"
+#include "program_on_ranks.h"
 
 namespace pipetrain::schedule {
 namespace {
 
 bool isRecv(ActionType t) { return isComm(t) && !isSend(t); }
-
-Program programOnRanks(const std::string& name, int ranks, int m, int minibatches, const std::vector<int>& replicas = {}) {
-  ScheduleSpec spec;
-  spec.name = name;
-  spec.microbatches = m;
-  spec.minibatches = minibatches;
-  spec.chunks = traits(name).placement == Placement::kLooped ? 2 : 1;
-  const int stages = replicas.empty() ? ranks * stagesPerRank(traits(name), spec.chunks) : static_cast<int>(replicas.size());
-  return buildProgram(spec, chainDag(stages), replicas);
-}
 
 // Every schedule on 2 to 4 ranks, and the replicable ones with a stage on 2 replicas.
 std::vector<Program> everySchedule() {

@@ -10,24 +10,16 @@
 #include "pipetrain/schedule/rank_facts.h"
 #include "pipetrain/schedule/schedule_traits.h"
 #include "pipetrain/schedule/schedules.h"
+#include "program_on_ranks.h"
 
 namespace pipetrain::schedule {
 namespace {
-
-Program programOf(const std::string& name, int stages, int m, int minibatches) {
-  ScheduleSpec spec;
-  spec.name = name;
-  spec.microbatches = m;
-  spec.minibatches = minibatches;
-  spec.chunks = traits(name).placement == Placement::kLooped ? 2 : 1;
-  return buildProgram(spec, chainDag(stages * stagesPerRank(traits(name), spec.chunks)));
-}
 
 // One stage, two micro-batches a mini-batch: 0F0v0 0B0v0 0F1v0 0B1v0 0STEPv1 0F2v0 0B2v0
 // 0F3v0 0B3v0 0STEPv2 0F4v1 0B4v1 0F5v1 0B5v1 0STEPv3. From the second mini-batch on,
 // every pass reads the version before the current one.
 TEST(VersionWork, TwoBwReadsTheStashedVersionFromItsSecondMiniBatchOn) {
-  const Program p = programOf("2bw", 1, 2, 3);
+  const Program p = programOnRanks("2bw", 1, 2, 3);
   const std::vector<VersionWork> work = versionWork(p, /*t2=*/false)[0];
   ASSERT_EQ(work.size(), p.ranks[0].size());
   int steps = 0;
@@ -51,7 +43,7 @@ TEST(VersionWork, TwoBwReadsTheStashedVersionFromItsSecondMiniBatchOn) {
 TEST(VersionWork, SynchronousSchedulesTouchNoVersion) {
   for (const std::string& name : scheduleNames()) {
     if (isAsynchronous(name)) continue;
-    const Program p = programOf(name, 2, 4, 2);
+    const Program p = programOnRanks(name, 2, 4, 2);
     const std::vector<std::vector<VersionWork>> ranks = versionWork(p, /*t2=*/true);
     for (int r = 0; r < p.numRanks(); ++r)
       for (const VersionWork& w : ranks[r])
@@ -62,7 +54,7 @@ TEST(VersionWork, SynchronousSchedulesTouchNoVersion) {
 // PipeMare keeps one copy: its backward passes read the current version, and under T2
 // those whose forward pass read an older one run on the correction.
 TEST(VersionWork, PipeMareCorrectsOnlyUnderT2AndOnlyWhatItsForwardPassReadOlder) {
-  const Program p = programOf("pipemare", 2, 4, 2);
+  const Program p = programOnRanks("pipemare", 2, 4, 2);
   int corrected = 0;
   for (int r = 0; r < p.numRanks(); ++r) {
     const std::vector<VersionWork> with = versionWork(p, /*t2=*/true)[r], without = versionWork(p, false)[r];
