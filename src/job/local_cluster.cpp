@@ -16,7 +16,12 @@ constexpr double kLoopbackAllreduceLatency = 0.55e-3;    // a step of the ring (
 constexpr cluster::HostCost kLoopbackHostCost{35e-6, 11e9};  // each message's CPU time at both ends
 constexpr double kShmAllreduceBandwidth = 6.0e9;             // sums in shared memory (runtime::makeShmChannel)
 constexpr double kShmAllreduceLatency = 15e-6;
-constexpr double kActionOverhead = 30e-6;      // the runtime's own time around an action, a CPU rank
+// The runtime's own time around an action on a CPU rank: a fixed part and a share of the
+// compute action just ended (measured 2026-12-06: the mlp alone at 9.6, 12.9 and 21.2 us
+// an action whose compute averaged 0.66, 1.76 and 4.8 ms; the byo example's 5 us).
+// Runs of a model replace both with what they measured (graph::LearnedActionOverhead).
+constexpr double kActionOverhead = 8e-6;
+constexpr double kActionOverheadShare = 0.0025;
 constexpr double kGpuActionOverhead = 100e-6;  // the same on a GPU rank (a lent H200)
 // A GPU's copies to and from pinned host memory: PCIe 5 x16's practical rate, until
 // `profile-network --device cuda`'s measurement feeds the local cluster.
@@ -42,6 +47,7 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
     d.memory_bytes = memory_bytes;
     if (gpus) d.host_link_bandwidth = kGpuHostLinkBandwidth;
     d.action_overhead = !action_overheads.empty() ? action_overheads[i] : gpus ? kGpuActionOverhead : kActionOverhead;
+    d.action_overhead_share = action_overheads.empty() && !gpus ? kActionOverheadShare : 0.0;
   }
   const int n = static_cast<int>(devices.size());
   std::vector<cluster::SharedCores> shared;
@@ -64,6 +70,7 @@ cluster::ClusterSpec clusterOfHosts(const cluster::ClusterSpec& measured, int64_
     d.action_overhead = run != action_overheads.end() ? run->second
                         : d.kind == "cpu"             ? kActionOverhead
                                                       : kGpuActionOverhead;
+    d.action_overhead_share = run == action_overheads.end() && d.kind == "cpu" ? kActionOverheadShare : 0.0;
   }
   return cluster::ClusterSpec(std::move(devices), measured.levels(), measured.links(), "the job's hosts",
                               measured.sharedCores());

@@ -86,9 +86,13 @@ TEST(PredictRun, TheRuntimesOwnTimeIsPricedBeyondTheSends) {
 TEST(LocalCluster, ALearnedActionOverheadPricesEveryRank) {
   const cluster::ClusterSpec learned = localCluster(3, int64_t{1} << 30, 2, LocalSums::kSharedMemory, false, 5e-6);
   ASSERT_EQ(learned.devices().size(), 3u);
-  for (int d = 0; d < 3; ++d) EXPECT_EQ(learned.device(d).action_overhead, 5e-6);
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(learned.device(d).action_overhead, 5e-6);
+    EXPECT_EQ(learned.device(d).action_overhead_share, 0.0);  // what runs measured holds it all
+  }
   const cluster::ClusterSpec constant = localCluster(3, int64_t{1} << 30, 2, LocalSums::kSharedMemory);
   EXPECT_GT(constant.device(0).action_overhead, 5e-6);
+  EXPECT_GT(constant.device(0).action_overhead_share, 0.0);
 }
 
 // A run across hosts prices its messages on the network the job measured between them,

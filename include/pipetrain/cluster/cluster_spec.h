@@ -78,6 +78,11 @@ struct Device {
   // retiring weight versions, timing, reporting (docs/predictions.md, "The runtime's own
   // time"). 0 = not priced.
   double action_overhead = 0;
+  // The part of that time that grows with the action: this share of the compute action
+  // (F, B, I, W, STEP) just ended, on top of action_overhead. On this machine's CPU
+  // ranks about 8 us plus 0.25% of the action (docs/predictions.md, "The runtime's own
+  // time, learned"). 0 = none; at most 1.
+  double action_overhead_share = 0;
 };
 
 // What a message costs the CPU of each of its two ends (see above).

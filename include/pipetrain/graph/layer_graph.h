@@ -176,9 +176,8 @@ struct ProcessMemory {
 // The runtime's own time around each action of a rank (cluster::Device::action_overhead)
 // as runs of this profile measured it, less their sends' priced host cost
 // (job::runtimeSecondsPerAction): their mean, `runs` of them; 0 runs: none learned, and
-// the local cluster's constant prices it. On this machine it ran 5-66 us an action from
-// one model to the next, against a constant of 30 us (docs/predictions.md, "The runtime's
-// own time, learned").
+// the local cluster's constants price it. On this machine it ran 5-66 us an action from
+// one model to the next (docs/predictions.md, "The runtime's own time, learned").
 struct LearnedActionOverhead {
   double seconds = 0;
   int runs = 0;

@@ -29,8 +29,9 @@ LocalSums localSums(const std::string& wire, bool gpus);
 // through pinned host memory over loopback Gloo (through_host, at
 // kGpuHostLinkBandwidth), as between ranks that share a GPU. `action_overheads`: each
 // device's runtime time around an action (cluster::Device::action_overhead), where a run
-// measured it; left empty, CPU ranks take this machine's as measured (kActionOverhead)
-// and GPU ranks a lent H200's (kGpuActionOverhead).
+// measured it; left empty, CPU ranks take this machine's as measured (kActionOverhead
+// and kActionOverheadShare of each compute action) and GPU ranks a lent H200's
+// (kGpuActionOverhead).
 cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, int64_t memory_bytes,
                                   int concurrent_ranks, LocalSums sums, bool gpus = false,
                                   const std::vector<double>& action_overheads = {});

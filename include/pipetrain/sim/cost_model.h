@@ -106,6 +106,8 @@ class CostModel {
   // The runtime's own seconds around each action `rank` runs (cluster::Device's
   // action_overhead): the rank can start no action sooner after its previous one.
   double actionOverhead(int rank) const { return cluster_.device(rank_device_[rank]).action_overhead; }
+  // The part of it that grows with the compute action just ended: its share of that.
+  double actionOverheadShare(int rank) const { return cluster_.device(rank_device_[rank]).action_overhead_share; }
   // Ring all-reduce of stage s's gradients over its replicas: how long it takes, and how
   // much of each replica's core it takes (ringAllreduceHostSeconds).
   double allreduceSeconds(int stage) const { return allreduce_[stage].seconds; }

@@ -24,6 +24,7 @@ class Simulation {
   // Records the timeline where `record` is true, else only its totals.
   Simulation(const schedule::Program& p, const CostModel& c, bool record)
       : p_(p), c_(c), record_(record), total_(p.totalMicrobatches()), pos_(p.numRanks(), 0), clock_(p.numRanks(), 0),
+        last_compute_(p.numRanks(), 0),
         forward_done_(index(p.num_stages, 0), kUnknown), input_grad_done_(forward_done_.size(), kUnknown),
         port_free_(c.cluster().numPorts(), 0), messages_(p), arrival_(messages_.size(), kUnknown),
         waiter_(messages_.size(), -1) {
@@ -105,8 +106,9 @@ class Simulation {
   double readyTime(int r) {
     const Action& a = p_.ranks[r][pos_[r]];
     // What the runtime does between two actions (posting receives, retiring versions,
-    // timing) delays the next; where the rank waits anyway, that wait hides it.
-    double t = clock_[r] + c_.actionOverhead(r);
+    // timing) delays the next, partly in proportion to the compute just ended; where the
+    // rank waits anyway, that wait hides it.
+    double t = clock_[r] + c_.actionOverhead(r) + c_.actionOverheadShare(r) * last_compute_[r];
     switch (a.type) {
       case ActionType::RECV_F:
       case ActionType::RECV_B: {
@@ -179,6 +181,7 @@ class Simulation {
     const std::size_t at = pos_[r];
     const Action& a = actions[at];
     ++pos_[r];
+    last_compute_[r] = 0;  // a compute action sets it where it ends (computed)
     const bool overlapped = a.overlap_next || schedule::overlapsPrevious(actions, at);
     double end = start;
     switch (a.type) {
@@ -240,6 +243,7 @@ class Simulation {
 
   void computed(int r, const Action& a, double start, double end) {
     timed(r, a, start, end);
+    last_compute_[r] = end - start;
     if (a.type == ActionType::F) forward_done_[index(a.stage, a.microbatch)] = end;
     if (a.type == ActionType::B || a.type == ActionType::I) input_grad_done_[index(a.stage, a.microbatch)] = end;
     clock_[r] = end;
@@ -376,6 +380,7 @@ class Simulation {
   int total_;
   std::vector<int> pos_;
   std::vector<double> clock_;
+  std::vector<double> last_compute_;  // per rank: how long its last compute action took
   std::vector<double> forward_done_, input_grad_done_;
   std::vector<double> port_free_;
   const schedule::MessageIndex messages_;

@@ -273,6 +273,20 @@ TEST(ClusterSpec, ActionOverheadRoundTripsWhereSaid) {
   std::vector<Device> devices = c.devices();
   devices[1].action_overhead = -1;
   expectError([&] { ClusterSpec(devices, c.levels(), c.links(), "built"); }, {"built", "action_overhead"});
+  // Its share of each compute action, likewise.
+  j["devices"][0]["action_overhead"] = 25e-6;
+  j["devices"][0]["action_overhead_share"] = 0.0025;
+  const ClusterSpec shared = ClusterSpec::fromJson(j, "c.json");
+  EXPECT_EQ(shared.device(0).action_overhead_share, 0.0025);
+  EXPECT_EQ(ClusterSpec::fromJson(shared.toJson(), "written").toJson(), shared.toJson());
+  EXPECT_FALSE(written["devices"][0].contains("action_overhead_share"));
+  for (const Json& bad : {Json(-0.1), Json(1.5)}) {
+    j["devices"][0]["action_overhead_share"] = bad;
+    expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "action_overhead_share"});
+  }
+  devices = c.devices();
+  devices[1].action_overhead_share = 2;
+  expectError([&] { ClusterSpec(devices, c.levels(), c.links(), "built"); }, {"built", "action_overhead_share"});
 }
 
 TEST(ClusterSpec, AllreduceBandwidthRoundTripsAndDefaultsToTheBandwidth) {

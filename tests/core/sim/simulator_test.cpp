@@ -219,6 +219,22 @@ TEST(Simulator, EachActionWaitsForTheRuntimesOwnTimeAroundTheLast) {
   EXPECT_NEAR(evaluatePlan(two.graph, two.cluster, two.plan).report.makespan, slow + 7e-3, 1e-9);
 }
 
+// The part of the runtime's own time that grows with the action: one rank, its F and B
+// one after another, each action waits a tenth of the compute that just ended (the last,
+// a STEP of no time, after the last B too).
+TEST(Simulator, PartOfTheRuntimesOwnTimeGrowsWithTheComputeJustEnded) {
+  plan::ScheduleOptions schedule;
+  schedule.name = "1f1b";
+  Scenario alone{graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0), cluster::ClusterSpec::uniform(1, 1 << 30, 1e9, 0),
+                 plan::chainPlan({"layer0", "layer1"}, {0, 2}, {}, schedule, 1, 4)};
+  alone.plan.stages[0].devices = {alone.cluster.device(0).name};
+  const double plain = evaluatePlan(alone.graph, alone.cluster, alone.plan).report.makespan;
+  std::vector<cluster::Device> devices = alone.cluster.devices();
+  devices[0].action_overhead_share = 0.1;
+  alone.cluster = cluster::ClusterSpec(devices, alone.cluster.levels(), alone.cluster.links(), "share");
+  EXPECT_NEAR(evaluatePlan(alone.graph, alone.cluster, alone.plan).report.makespan, plain * 1.1, 1e-9);
+}
+
 // A split schedule's W runs the layer's parameters-only backward (split_weight_seconds);
 // a whole backward pass stays I + W.
 TEST(Simulator, SplitWeightPassesTakeTheirOwnTime) {
