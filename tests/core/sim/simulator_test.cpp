@@ -189,15 +189,21 @@ TEST(Simulator, OptimizerStepsTakeTheirProfiledTime) {
       }
 }
 
-// The runtime's own time around each action (cluster::Device::action_overhead) holds
-// back each next action of its rank: a rank that never waits ends later by its count of
-// actions times it; a rank whose actions wait for messages anyway hides it there.
-TEST(Simulator, EachActionWaitsForTheRuntimesOwnTimeAroundTheLast) {
+// One rank under 1F1B: two layers of F 1 s and B 1 s, four micro-batches.
+Scenario oneRank() {
   plan::ScheduleOptions schedule;
   schedule.name = "1f1b";
   Scenario alone{graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0), cluster::ClusterSpec::uniform(1, 1 << 30, 1e9, 0),
                  plan::chainPlan({"layer0", "layer1"}, {0, 2}, {}, schedule, 1, 4)};
   alone.plan.stages[0].devices = {alone.cluster.device(0).name};
+  return alone;
+}
+
+// The runtime's own time around each action (cluster::Device::action_overhead) holds
+// back each next action of its rank: a rank that never waits ends later by its count of
+// actions times it; a rank whose actions wait for messages anyway hides it there.
+TEST(Simulator, EachActionWaitsForTheRuntimesOwnTimeAroundTheLast) {
+  Scenario alone = oneRank();
   const double plain = evaluatePlan(alone.graph, alone.cluster, alone.plan).report.makespan;
   const double o = 0.125;
   std::vector<cluster::Device> devices = alone.cluster.devices();
@@ -223,11 +229,7 @@ TEST(Simulator, EachActionWaitsForTheRuntimesOwnTimeAroundTheLast) {
 // one after another, each action waits a tenth of the compute that just ended (the last,
 // a STEP of no time, after the last B too).
 TEST(Simulator, PartOfTheRuntimesOwnTimeGrowsWithTheComputeJustEnded) {
-  plan::ScheduleOptions schedule;
-  schedule.name = "1f1b";
-  Scenario alone{graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0), cluster::ClusterSpec::uniform(1, 1 << 30, 1e9, 0),
-                 plan::chainPlan({"layer0", "layer1"}, {0, 2}, {}, schedule, 1, 4)};
-  alone.plan.stages[0].devices = {alone.cluster.device(0).name};
+  Scenario alone = oneRank();
   const double plain = evaluatePlan(alone.graph, alone.cluster, alone.plan).report.makespan;
   std::vector<cluster::Device> devices = alone.cluster.devices();
   devices[0].action_overhead_share = 0.1;
