@@ -30,6 +30,8 @@ struct StageVersionCosts {
   // recomputes, for the forward pass run again on the version its F read.
   int backward_runs = 1;
   int t2_runs = 1;  // of those, the calls on the current version, which T2 corrects
+  // Whether any of it costs time (profiles from before it was measured have none).
+  bool priced() const { return swap > 0 || stash > 0 || correction > 0; }
 };
 
 // The seconds `work` adds to an action of type `type` on a stage with those costs.

@@ -39,7 +39,7 @@ StageSeconds versionSecondsPerAction(const graph::LayerGraph& profile, const Pla
   bool priced = false;
   for (const Stage& stage : plan.stages) {
     costs.push_back(stageVersionCosts(stage, profile));
-    priced = priced || costs.back().swap > 0 || costs.back().stash > 0 || costs.back().correction > 0;
+    priced = priced || costs.back().priced();
   }
   if (!priced) return {};
   // The last mini-batch, past the first versions' transient.

@@ -95,7 +95,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       later_gradients += static_cast<double>(l.param_bytes);
     }
     c.versions = plan::stageVersionCosts(stage, graph);
-    prices_versions_ = prices_versions_ || c.versions.swap > 0 || c.versions.stash > 0 || c.versions.correction > 0;
+    prices_versions_ = prices_versions_ || c.versions.priced();
     if (recomputed > 0) {
       double received = 0;  // the stage's inputs per micro-batch, which a recomputing stage keeps
       for (int q : dag_.preds[s]) received += edgeBytes(q, s);

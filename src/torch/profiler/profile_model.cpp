@@ -204,8 +204,8 @@ struct OutputLoss {
 // swapped into the parameters around every pass that reads it and copied aside at the
 // STEP, and PipeMare's T2 computes w - tau x velocity and swaps it in around a backward
 // pass (runtime/stage_state.h). Unpriced, gpt's F, B and STEP under 2BW ran 10-12%,
-// 8-10% and 20-27% above 1F1B's on the same plan (docs/predictions.md, "Weight
-// versions"). So after the timed passes, as many times as they ran, each layer's weights
+// 8-10% and 20-27% above 1F1B's on the same plan (docs/predictions.md, "Per action:
+// what a first run pays that its profile did not"). So after the timed passes, as many times as they ran, each layer's weights
 // go through those very functions: a copy, the swap in and the swap back, and a
 // correction into the copy. Not inside the passes: copies timed there put their bytes in
 // the way of the passes' own (docs/profiling.md, "Passes in a step's order").
