@@ -74,6 +74,16 @@ TEST(Profiler, ProfilesEveryLayerOfAnMlp) {
   }
 }
 
+// Every layer's B, I and W was timed as an engine call of its own, which a stage makes
+// once per action: the call is measured apart (NOTE(backward-call)), kept in the graph
+// and its JSON, microseconds on a CPU.
+TEST(Profiler, TimesTheEnginesCallApartFromTheLayers) {
+  const graph::LayerGraph g = profileModel(smallMlp(), 16, {1, 3, "adam"});
+  EXPECT_GT(g.backwardCallSeconds(), 0);
+  EXPECT_LT(g.backwardCallSeconds(), 1e-3);
+  EXPECT_EQ(graph::LayerGraph::fromJson(g.toJson(), "written").backwardCallSeconds(), g.backwardCallSeconds());
+}
+
 TEST(Profiler, SgdKeepsOneMomentumPerParameter) {
   const models::Model model = smallMlp();
   const graph::LayerGraph g = profileModel(model, 2, {0, 1, "sgd"});

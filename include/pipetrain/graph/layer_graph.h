@@ -254,6 +254,20 @@ class LayerGraph {
   const LearnedActionOverhead& actionOverhead() const { return action_overhead_; }
   // Throws Error for a negative or absurd figure.
   void setActionOverhead(const LearnedActionOverhead& learned);
+  // What one call into autograd's engine costs beyond the work it runs, on the profile's
+  // CPU (0: not measured, as on a GPU, where that host time overlaps the kernels queued
+  // before it). The profile timed each layer's B, I and W as a call of its own, and a
+  // stage runs all its layers' in one call per action: the layers' figures are net of
+  // it, and the cost model adds it once per B, I and W (NOTE(backward-call) in
+  // profile_model.cpp).
+  double backwardCallSeconds() const { return backward_call_seconds_; }
+  // Throws Error for a negative or absurd figure.
+  void setBackwardCallSeconds(double seconds);
+
+  // `layers` (of the same model, at this graph's batch size) with this graph's figures of
+  // the whole: the overlap factor, the process's memory, the runtime's learned time per
+  // action, how it was profiled and its backward call. Throws as the constructor does.
+  LayerGraph withLayers(std::vector<Layer> layers, const std::string& origin) const;
 
   // This graph with each layer's compute times in `timed` (profiles of the same model at
   // other batch sizes) added as its other_batches, and, where the largest size in `timed`
@@ -274,6 +288,7 @@ class LayerGraph {
   ProcessMemory process_memory_;
   LearnedActionOverhead action_overhead_;
   ProfiledAs profiled_as_;
+  double backward_call_seconds_ = 0;
   std::unordered_map<std::string, int> index_;
   std::vector<std::vector<int>> preds_;
   std::vector<std::vector<int>> succs_;

@@ -46,6 +46,7 @@ struct StageCosts {
   double split_weight = 0;      // a split schedule's W action (Layer::splitWeightSeconds)
   double recompute = 0;         // the forward pass (of the recomputed layers) again before B (or I)
   double optimizer_step = 0;    // seconds at speed 1, once per STEP
+  double backward_call = 0;     // once per B, I and W: the engine's call (graph::LayerGraph::backwardCallSeconds)
   double activation_bytes = 0;  // saved per micro-batch from F until B (or I)
   double split_activation_bytes = 0;  // the same between a split schedule's I and W
   // The most a micro-batch's B, or a split schedule's I, holds at once beyond what the

@@ -12,6 +12,10 @@
 namespace pipetrain::graph {
 namespace {
 
+// An engine call beyond its work costs microseconds on a CPU (4 us measured); a figure of
+// 10 ms is a mistake, and it would be charged to every backward action.
+constexpr double kMaxBackwardCallSeconds = 0.01;
+
 // Called when Kahn's algorithm leaves layers unsorted: every such layer still has an
 // unsorted input, so walking inputs backwards must revisit a layer. The revisited
 // stretch is a cycle; naming it tells the user exactly which edge to cut.
@@ -265,11 +269,16 @@ LayerGraph LayerGraph::withOtherBatches(const std::vector<LayerGraph>& timed, co
       const double fixed = s0 - (s1 - s0) / (b1 - b0) * b0;
       layers[i].saved_fixed_bytes = static_cast<int64_t>(std::llround(std::clamp(fixed, 0.0, s0)));
     }
-  LayerGraph g(std::move(layers), batch_size_, origin);  // checks the batch sizes
+  return withLayers(std::move(layers), origin);  // which checks the batch sizes
+}
+
+LayerGraph LayerGraph::withLayers(std::vector<Layer> layers, const std::string& origin) const {
+  LayerGraph g(std::move(layers), batch_size_, origin);
   g.overlap_factor_ = overlap_factor_;
   g.process_memory_ = process_memory_;
   g.action_overhead_ = action_overhead_;
   g.profiled_as_ = profiled_as_;
+  g.backward_call_seconds_ = backward_call_seconds_;
   return g;
 }
 
@@ -287,6 +296,13 @@ void LayerGraph::setActionOverhead(const LearnedActionOverhead& learned) {
                 " s, over 0 or more runs (" + std::to_string(learned.seconds) + " s, " +
                 std::to_string(learned.runs) + " runs)");
   action_overhead_ = learned;
+}
+
+void LayerGraph::setBackwardCallSeconds(double seconds) {
+  if (!(seconds >= 0 && seconds <= kMaxBackwardCallSeconds))
+    throw Error("a backward pass's call into autograd must cost between 0 and " +
+                std::to_string(kMaxBackwardCallSeconds) + " s beyond its work, not " + std::to_string(seconds) + " s");
+  backward_call_seconds_ = seconds;
 }
 
 void LayerGraph::setOverlapFactor(double factor) {

@@ -92,8 +92,8 @@ Layer readLayer(const json_io::JsonCursor& c, const std::string& previous) {
 LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origin) {
   const json_io::JsonCursor root(j, origin);
   json_io::checkHeader(root, kFormat, kVersion);
-  root.allowOnly(
-      {"format", "version", "batch_size", "overlap_factor", "process_memory", "action_overhead", "profiled_as", "layers"});
+  root.allowOnly({"format", "version", "batch_size", "overlap_factor", "process_memory", "action_overhead",
+                  "profiled_as", "backward_call_seconds", "layers"});
   const int64_t batch_size = root.field("batch_size").asIntIn(1, limits::kMaxMicrobatchSize);
   const auto items = root.field("layers").asArray();
   if (items.size() > static_cast<std::size_t>(limits::kMaxLayers))
@@ -125,6 +125,13 @@ LayerGraph LayerGraph::fromJson(const json_io::Json& j, const std::string& origi
     learned.allowOnly({"seconds", "runs"});
     graph.setActionOverhead({learned.field("seconds").asSeconds(),
                              static_cast<int>(learned.field("runs").asIntIn(0, 1 << 30))});
+  }
+  if (root.has("backward_call_seconds")) {
+    try {
+      graph.setBackwardCallSeconds(root.field("backward_call_seconds").asSeconds());
+    } catch (const Error& e) {
+      root.field("backward_call_seconds").fail(e.what());
+    }
   }
   if (root.has("profiled_as")) {
     const json_io::JsonCursor how = root.field("profiled_as");
@@ -159,6 +166,7 @@ json_io::Json LayerGraph::toJson() const {
     if (profiled_as_.probe_seconds > 0) j["profiled_as"]["probe_seconds"] = profiled_as_.probe_seconds;
     if (profiled_as_.thread_speedup > 0) j["profiled_as"]["thread_speedup"] = profiled_as_.thread_speedup;
   }
+  if (backward_call_seconds_ > 0) j["backward_call_seconds"] = backward_call_seconds_;
   json_io::Json layers = json_io::Json::array();
   for (const Layer& l : layers_) {
     json_io::Json layer = {{"name", l.name},

@@ -77,12 +77,16 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
       if (profile.indexOf(name) < 0)
         throw Error("plan stage " + std::to_string(s) + " holds layer '" + name + "', which the profile does not have");
   const StageSeconds versions = versionSecondsPerAction(profile, plan);
-  // What the run measured of an action's compute: its weight versions' copies come off.
+  // What the run measured of its layers' compute in an action: its weight versions'
+  // copies come off, and so does a backward action's call into autograd, which the
+  // layers' figures are net of (graph::LayerGraph::backwardCallSeconds).
   const auto measuredOf = [&](int stage, ActionType type) {
     const auto it = measured.find({stage, type});
     if (it == measured.end()) return 0.0;
     const auto v = versions.find({stage, type});
-    return std::max(0.0, it->second - (v == versions.end() ? 0.0 : v->second));
+    const bool backward = type == ActionType::B || type == ActionType::I || type == ActionType::W;
+    return std::max(
+        0.0, it->second - (v == versions.end() ? 0.0 : v->second) - (backward ? profile.backwardCallSeconds() : 0.0));
   };
   const auto toward = [&](double seen, double profiled) {
     return seen > 0 && profiled > 0 ? std::pow(seen / profiled, 1.0 / (runs_merged + 1)) : 1.0;
@@ -135,10 +139,7 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
                   plain_steps ? "step x" : "step kept (not a plain optimizer step) x", f.step);
     note += line;
   }
-  SharpenedProfile out{graph::LayerGraph(std::move(layers), profile.batchSize(), "profile sharpened by a run"), note};
-  out.graph.setOverlapFactor(profile.overlapFactor());
-  out.graph.setProcessMemory(profile.processMemory());
-  out.graph.setActionOverhead(profile.actionOverhead());
+  SharpenedProfile out{profile.withLayers(std::move(layers), "profile sharpened by a run"), note};
   graph::ProfiledAs how = profile.profiledAs();
   if (!measured.empty()) how.probe_seconds *= toward(measured_probe_seconds, how.probe_seconds);  // kept with the times
   out.graph.setProfiledAs(how);

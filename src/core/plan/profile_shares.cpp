@@ -52,12 +52,11 @@ bool allProbed(const std::vector<graph::LayerGraph>& graphs) {
 // `g` with its times as a core that took `probe_seconds` for the probe would have taken
 // them (NOTE(core-probe)). REQUIRES: g was probed.
 graph::LayerGraph atCoreSpeed(const graph::LayerGraph& g, double probe_seconds) {
+  const double factor = probe_seconds / g.profiledAs().probe_seconds;
   std::vector<graph::Layer> layers = g.layers();
-  for (graph::Layer& l : layers) l.scaleTimes(probe_seconds / g.profiledAs().probe_seconds);
-  graph::LayerGraph scaled(std::move(layers), g.batchSize(), "profile at one core speed");
-  scaled.setOverlapFactor(g.overlapFactor());
-  scaled.setProcessMemory(g.processMemory());
-  scaled.setActionOverhead(g.actionOverhead());
+  for (graph::Layer& l : layers) l.scaleTimes(factor);
+  graph::LayerGraph scaled = g.withLayers(std::move(layers), "profile at one core speed");
+  scaled.setBackwardCallSeconds(g.backwardCallSeconds() * factor);
   graph::ProfiledAs how = g.profiledAs();
   how.probe_seconds = probe_seconds;
   scaled.setProfiledAs(how);
@@ -124,6 +123,11 @@ graph::LayerGraph mergeProfileShares(const std::vector<graph::LayerGraph>& graph
     memory.framework_bytes = std::max(memory.framework_bytes, g.processMemory().framework_bytes);
   }
   merged.setProcessMemory(memory);
+  // Every share timed the engine's call on its own core: their mean, at the one speed.
+  double backward_call = 0;
+  for (const graph::LayerGraph& g : timers)
+    backward_call += g.backwardCallSeconds() / static_cast<double>(timers.size());
+  merged.setBackwardCallSeconds(backward_call);
   graph::ProfiledAs how = first.profiledAs();
   how.probe_seconds = probed ? slowest_probe : 0.0;
   merged.setProfiledAs(how);

@@ -94,6 +94,7 @@ CostModel::CostModel(const graph::LayerGraph& graph, const cluster::ClusterSpec&
       later_kept += l.inputPassKeptBytesAt(scale);
       later_gradients += static_cast<double>(l.param_bytes);
     }
+    c.backward_call = graph.backwardCallSeconds();
     c.versions = plan::stageVersionCosts(stage, graph);
     prices_versions_ = prices_versions_ || c.versions.priced();
     if (recomputed > 0) {
@@ -131,9 +132,9 @@ double CostModel::computeSeconds(const schedule::Action& a, int rank) const {
   double t = 0;
   switch (a.type) {
     case ActionType::F: t = c.forward; break;
-    case ActionType::B: t = c.recompute + c.backward_input + c.backward_weight; break;
-    case ActionType::I: t = c.recompute + c.backward_input; break;
-    case ActionType::W: t = c.split_weight; break;
+    case ActionType::B: t = c.recompute + c.backward_input + c.backward_weight + c.backward_call; break;
+    case ActionType::I: t = c.recompute + c.backward_input + c.backward_call; break;
+    case ActionType::W: t = c.split_weight + c.backward_call; break;
     case ActionType::STEP: t = c.optimizer_step; break;
     default: return 0;
   }

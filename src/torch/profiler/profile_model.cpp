@@ -205,17 +205,51 @@ struct OutputLoss {
 // STEP, and PipeMare's T2 computes w - tau x velocity and swaps it in around a backward
 // pass (runtime/stage_state.h). Unpriced, gpt's F, B and STEP under 2BW ran 10-12%,
 // 8-10% and 20-27% above 1F1B's on the same plan (docs/predictions.md, "Per action:
-// what a first run pays that its profile did not"). So after the timed passes, as many times as they ran, each layer's weights
-// go through those very functions: a copy, the swap in and the swap back, and a
-// correction into the copy. Not inside the passes: copies timed there put their bytes in
-// the way of the passes' own (docs/profiling.md, "Passes in a step's order").
+// what a first run pays that its profile did not"). So after the timed passes, as many
+// times as they ran, each layer's weights go through those very functions: a copy, the
+// swap in and the swap back, and a correction into the copy. Not inside the passes:
+// copies timed there put their bytes in the way of the passes' own (docs/profiling.md,
+// "Passes in a step's order").
+//
+// NOTE(backward-call): every B, I and W above is a call into autograd's engine of its
+// own, one per layer, and a call costs a fixed time beyond the work it runs (its graph
+// task, its ready queue): 4 us on this project's CPU, where a small layer's whole
+// backward pass takes 5-30. A stage runs all its layers' in one call per action, so a
+// stage of the byo example's 7 small layers was priced 6 calls above its run
+// (docs/predictions.md, "One engine call per action"). The call is timed apart, after
+// the passes (backwardCallSeconds), taken off each layer's B, I and W, and kept in the
+// graph, whose cost model adds it once per action (graph::LayerGraph::backwardCallSeconds).
 // `loading_layer`: the index in `runs` of the layer whose forward time includes loading
 // the batch (NOTE(input-loading)), or -1; `loss`: the layer that computes the loss
 // (NOTE(loss)).
 struct LayerTimes {
-  std::vector<Timings> layers;
-  double probe_seconds = 0;  // the core's speed meanwhile (runtime/core_probe.h); 0 off the CPU
+  std::vector<Timings> layers;       // net of the backward call
+  double probe_seconds = 0;          // the core's speed meanwhile (runtime/core_probe.h); 0 off the CPU
+  double backward_call_seconds = 0;  // NOTE(backward-call); 0 off the CPU
 };
+
+// What a call into autograd's engine costs beyond its work (NOTE(backward-call)): the
+// calls differ only in the work they run, one multiplication's backward or two, so
+// 2 x t(one) - t(two) leaves the call. Medians of many calls, alternated, after some
+// untimed ones.
+double backwardCallSeconds() {
+  constexpr int kUntimed = 20, kTimed = 200;
+  const torch::Tensor x = torch::ones({1}, torch::requires_grad());
+  const torch::Tensor seed = torch::ones({1});
+  const auto call = [&](int multiplications) {
+    torch::Tensor y = x;
+    for (int k = 0; k < multiplications; ++k) y = y * 2;
+    return secondsOf(torch::kCPU, [&] { torch::autograd::grad({y}, {x}, {seed}); });
+  };
+  std::vector<double> one, two;
+  for (int i = 0; i < kUntimed + kTimed; ++i) {
+    const double t1 = call(1), t2 = call(2);
+    if (i < kUntimed) continue;
+    one.push_back(t1);
+    two.push_back(t2);
+  }
+  return std::max(0.0, 2 * median(one) - median(two));
+}
 
 LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, const ProfileOptions& o,
                       int loading_layer, const OutputLoss& loss) {
@@ -323,14 +357,19 @@ LayerTimes timeLayers(std::vector<LayerRun>& runs, const torch::Device& device, 
   }
   LayerTimes times;
   times.probe_seconds = probes.empty() ? 0.0 : median(probes);
+  times.backward_call_seconds = device.is_cpu() ? backwardCallSeconds() : 0.0;
+  // A backward figure net of its call (NOTE(backward-call)); 0 where nothing was timed.
+  const auto net = [&](const std::vector<double>& seconds) {
+    return seconds.empty() ? 0.0 : std::max(0.0, meanPaid(seconds) - times.backward_call_seconds);
+  };
   std::vector<Timings>& t = times.layers;
   t.resize(n);  // a part the layer does not have was never timed: its mean is 0
   for (std::size_t l = 0; l < n; ++l) {
     t[l].forward = meanPaid(forward[l]);
     t[l].forward_no_grad = meanPaid(forward_no_grad[l]);
-    t[l].input = meanPaid(input[l]);
-    t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, meanPaid(full[l]) - t[l].input);
-    t[l].split_weight = meanPaid(split_weight[l]);
+    t[l].input = net(input[l]);
+    t[l].weight = runs[l].params.empty() ? 0.0 : std::max(0.0, net(full[l]) - t[l].input);
+    t[l].split_weight = net(split_weight[l]);
     t[l].step = meanPaid(step[l]);
     t[l].versions = {meanPaid(swap[l]), meanPaid(stash[l]), meanPaid(correction[l])};
   }
@@ -413,6 +452,7 @@ graph::LayerGraph profileModel(const models::Model& model, int64_t batch, const 
   }
   graph::LayerGraph profile(std::move(nodes), batch, "profile of model '" + model.name + "'");
   profile.setProfiledAs({0, 0, times.probe_seconds});
+  profile.setBackwardCallSeconds(times.backward_call_seconds);
   return profile;
 }
 

@@ -178,6 +178,23 @@ TEST(LayerGraph, TheLearnedActionOverheadIsOptionalAndRoundTrips) {
   expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "runs"});
 }
 
+TEST(LayerGraph, TheBackwardCallIsOptionalAndRoundTrips) {
+  Json j = graphJson({layerJson("a")});
+  EXPECT_EQ(LayerGraph::fromJson(j, "g.json").backwardCallSeconds(), 0);  // not measured
+  EXPECT_FALSE(LayerGraph::fromJson(j, "g.json").toJson().contains("backward_call_seconds"));
+  j["backward_call_seconds"] = 4e-6;
+  const LayerGraph g = LayerGraph::fromJson(j, "g.json");
+  EXPECT_EQ(g.backwardCallSeconds(), 4e-6);
+  EXPECT_EQ(LayerGraph::fromJson(g.toJson(), "written").toJson(), g.toJson());
+  // Kept where the graph gains other sizes or other layers' figures.
+  EXPECT_EQ(g.withOtherBatches({}, "p").backwardCallSeconds(), 4e-6);
+  EXPECT_EQ(g.withLayers(g.layers(), "p").backwardCallSeconds(), 4e-6);
+  j["backward_call_seconds"] = -1;
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "backward_call_seconds"});
+  j["backward_call_seconds"] = 0.5;  // half a second a call: a mistake
+  expectError([&] { LayerGraph::fromJson(j, "g.json"); }, {"g.json", "backward_call_seconds", "between 0 and"});
+}
+
 TEST(LayerGraph, HowAProfileWasTakenIsOptionalAndRoundTrips) {
   Json j = graphJson({layerJson("a")});
   EXPECT_EQ(LayerGraph::fromJson(j, "g.json").profiledAs().threads, 0);

@@ -130,6 +130,26 @@ TEST(SharpenProfile, TheWeightVersionsCopiesComeOffTheMeasuredTimes) {
   EXPECT_NEAR(sync.graph.layer(1).forward_seconds, 1.5e-3, 1e-12);
 }
 
+// A stage's B, I and W each make one call into autograd's engine, which the layers'
+// figures are net of: it comes off the measured times too, and the graph keeps it.
+TEST(SharpenProfile, TheBackwardCallComesOffTheMeasuredTimes) {
+  graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
+  g.setBackwardCallSeconds(0.5e-3);
+  // Stage 1: B of 3 x 3 ms and one call; F makes none.
+  const SharpenedProfile same = sharpenProfile(g, twoStages(g, "1f1b", g.batchSize()),
+                                               {{{1, ActionType::F}, 3e-3}, {{1, ActionType::B}, 9.5e-3}}, 0);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_NEAR(same.graph.layer(i).forward_seconds, 1e-3, 1e-12);
+    EXPECT_NEAR(same.graph.layer(i).backward_input_seconds, 2e-3, 1e-12);
+  }
+  EXPECT_EQ(same.graph.backwardCallSeconds(), 0.5e-3);
+  // Split: I and W one call each.
+  const SharpenedProfile split = sharpenProfile(g, twoStages(g, "zb-h1", g.batchSize()),
+                                                {{{1, ActionType::I}, 6.5e-3}, {{1, ActionType::W}, 3.5e-3}}, 0);
+  EXPECT_NEAR(split.graph.layer(1).backward_input_seconds, 2e-3, 1e-12);
+  EXPECT_NEAR(split.graph.layer(1).splitWeightSeconds(), 1e-3, 1e-12);
+}
+
 TEST(SharpenProfile, LaterRunsMoveTowardTheGeometricMean) {
   const graph::LayerGraph g = graph::LayerGraph::uniformChain(4, 1e-3, 2e-3, 1e-3, 100, 100);
   const Plan plan = twoStages(g, "1f1b", g.batchSize());

@@ -101,6 +101,10 @@ TEST(ProfileShares, SharesTimedOnCoresOfDifferentSpeedsAreMergedAtTheSlowerCores
   }
   EXPECT_DOUBLE_EQ(merged.profiledAs().probe_seconds, 0.003);
   EXPECT_EQ(merged.profiledAs().shares, 2);
+  // The engine's call, timed by each share on its core: their mean at the slower speed.
+  fast.setBackwardCallSeconds(2e-6);
+  slow.setBackwardCallSeconds(9e-6);
+  EXPECT_DOUBLE_EQ(mergeProfileShares({fast, slow}).backwardCallSeconds(), (3 * 2e-6 + 9e-6) / 2);
   // A share that did not measure its core's speed: the times as timed.
   slow.setProfiledAs({1, 2, 0});
   EXPECT_EQ(mergeProfileShares({fast, slow}).layer(0).forward_seconds, 1);
@@ -123,6 +127,8 @@ TEST(ProfileShares, SizesTimedWhileTheCoreSlowedAreBroughtToItsMedianSpeed) {
   EXPECT_DOUBLE_EQ(even[0].layer(0).forward_seconds, 1.1);
   EXPECT_DOUBLE_EQ(even[2].layer(0).forward_seconds, 1);
   for (const graph::LayerGraph& g : even) EXPECT_DOUBLE_EQ(g.profiledAs().probe_seconds, 0.0011);
+  sizes[1].setBackwardCallSeconds(8e-6);  // timed on the slow core too
+  EXPECT_DOUBLE_EQ(sizesAtOneCoreSpeed(sizes)[1].backwardCallSeconds(), 8e-6 * 0.0011 / 0.002);
   // A size that did not measure its core's speed (a GPU's profile): all as timed.
   sizes[2].setProfiledAs({1, 2, 0});
   EXPECT_DOUBLE_EQ(sizesAtOneCoreSpeed(sizes)[1].layer(0).forward_seconds, 2);

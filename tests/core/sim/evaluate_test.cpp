@@ -134,6 +134,27 @@ TEST(Evaluate, TwoBwPaysForItsWeightVersions) {
               evaluatePlan(graph::LayerGraph(uncopied, 1), cluster, p).report.iteration_time, 1e-12);
 }
 
+// The layers' backward figures are net of the engine's call, and a stage's B, I and W
+// each make one: six layers in one stage pay it once per action, not six times.
+TEST(Evaluate, EachBackwardActionPaysOneEngineCall) {
+  graph::LayerGraph graph = unevenChain();
+  const cluster::ClusterSpec cluster = cluster::ClusterSpec::uniform(1, int64_t{1} << 40, 1e9, 0);
+  plan::Plan p;
+  p.microbatch_size = 1;
+  p.microbatches = 4;
+  plan::Stage stage;
+  for (const graph::Layer& l : graph.layers()) stage.layers.push_back(l.name);
+  stage.devices = {cluster.device(0).name};
+  p.stages = {stage};
+  for (const auto& [schedule, calls] : std::vector<std::pair<std::string, int>>{{"1f1b", 4}, {"zb-h1", 8}}) {
+    p.schedule.name = schedule;
+    graph.setBackwardCallSeconds(0);
+    const double free_calls = evaluatePlan(graph, cluster, p).report.iteration_time;
+    graph.setBackwardCallSeconds(5e-6);
+    EXPECT_NEAR(evaluatePlan(graph, cluster, p).report.iteration_time - free_calls, calls * 5e-6, 1e-12) << schedule;
+  }
+}
+
 // A CPU rank's heap keeps a share of its tensors freed beside them, its allocator's
 // (the one the profile ran on); a GPU's caching allocator is measured as it is.
 TEST(Evaluate, ACpuRanksHeapKeepsAShareOfItsTensors) {
