@@ -22,6 +22,15 @@ constexpr double kShmAllreduceLatency = 15e-6;
 // Runs of a model replace both with what they measured (graph::LearnedActionOverhead).
 constexpr double kActionOverhead = 8e-6;
 constexpr double kActionOverheadShare = 0.0025;
+// How much a CPU rank's compute between two all-reduces wanders, step to step (the
+// standard deviation, as a share of it), where each rank has a core of its own: its
+// replicas wait for the last of them at each all-reduce. Measured 2026-12-06 as what
+// data-parallel runs' all-reduces took beyond their price, given their own action times:
+// 2.0% of a step in the median over 36 runs of the prediction bench (the expected wait
+// of 2 replicas is 0.56 standard deviations), 1.6-5.8% of the compute in 10 runs of the
+// mlp, fmnist-cnn and gpt at several batches (docs/predictions.md, "Replicas wait for the
+// last to arrive"). Ranks that take turns on the cores are priced by the turns instead.
+constexpr double kComputeJitter = 0.04;
 constexpr double kGpuActionOverhead = 100e-6;  // the same on a GPU rank (a lent H200)
 // A GPU's copies to and from pinned host memory: PCIe 5 x16's practical rate, until
 // `profile-network --device cuda`'s measurement feeds the local cluster.
@@ -48,6 +57,7 @@ cluster::ClusterSpec localCluster(const std::vector<std::string>& device_names, 
     if (gpus) d.host_link_bandwidth = kGpuHostLinkBandwidth;
     d.action_overhead = !action_overheads.empty() ? action_overheads[i] : gpus ? kGpuActionOverhead : kActionOverhead;
     d.action_overhead_share = action_overheads.empty() && !gpus ? kActionOverheadShare : 0.0;
+    d.compute_jitter = !gpus && static_cast<int>(device_names.size()) <= concurrent_ranks ? kComputeJitter : 0.0;
   }
   const int n = static_cast<int>(devices.size());
   std::vector<cluster::SharedCores> shared;

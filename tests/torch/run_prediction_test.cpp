@@ -95,6 +95,19 @@ TEST(LocalCluster, ALearnedActionOverheadPricesEveryRank) {
   EXPECT_GT(constant.device(0).action_overhead_share, 0.0);
 }
 
+// CPU ranks with a core each wander, and their replicas wait for the last at each
+// all-reduce; ranks taking turns on the cores are priced by the turns, GPUs as steady.
+TEST(LocalCluster, CpuRanksWithACoreEachWander) {
+  for (const double learned : {-1.0, 5e-6}) {  // the constant time per action, or a learned one
+    const auto jitter = [&](int ranks, LocalSums sums, bool gpus) {
+      return localCluster(ranks, int64_t{1} << 30, 2, sums, gpus, learned).device(1).compute_jitter;
+    };
+    EXPECT_GT(jitter(2, LocalSums::kSharedMemory, false), 0);
+    EXPECT_EQ(jitter(3, LocalSums::kSharedMemory, false), 0);
+    EXPECT_EQ(jitter(2, LocalSums::kGloo, true), 0);
+  }
+}
+
 // A run across hosts prices its messages on the network the job measured between them,
 // not on this machine's loopback: two stages, 64 MiB across the cut, hosts joined at
 // 100 MB/s (a message there takes 0.67 s; over loopback, about 20 ms).

@@ -83,6 +83,13 @@ struct Device {
   // ranks about 8 us plus 0.25% of the action (docs/predictions.md, "The runtime's own
   // time, learned"). 0 = none; at most 1.
   double action_overhead_share = 0;
+  // How much a rank's compute between two meetings of its stage's replicas wanders from
+  // one mini-batch to the next: the standard deviation, as a share of that compute.
+  // Replicas that meet for their all-reduce wait for the last to arrive, so a meeting of
+  // n costs the expected maximum of n such arrivals beyond their mean
+  // (sim::expectedMaxOfNormals); on this machine's CPU ranks about 4% (docs/
+  // predictions.md, "Replicas wait for the last to arrive"). 0 = steady; at most 1.
+  double compute_jitter = 0;
 };
 
 // What a message costs the CPU of each of its two ends (see above).

@@ -32,6 +32,10 @@ double ringAllreduceSeconds(double bytes, int n, double bandwidth, double latenc
 double ringAllreduceHostSeconds(double bytes, int n, double host_bandwidth);
 // One message alone on its route.
 double transferSeconds(double bytes, const cluster::Route& route);
+// The expected largest of n independent standard normal draws: how many standard
+// deviations after their mean the last of n replicas that wander so arrives (0 for n = 1,
+// 1/sqrt(pi) for 2, 1.03 for 4, 2.51 for 100).
+double expectedMaxOfNormals(int n);
 // Replicas reduce their gradients in buckets of this many bytes (the runtime's
 // GradientBuckets), each as soon as the backward pass has filled it, in the order the
 // pass produces them: small enough that a large stage's first buckets go out early in
@@ -113,6 +117,10 @@ class CostModel {
   // much of each replica's core it takes (ringAllreduceHostSeconds).
   double allreduceSeconds(int stage) const { return allreduce_[stage].seconds; }
   double allreduceHostSeconds(int stage) const { return allreduce_[stage].host_seconds; }
+  // How long stage s's replicas wait at their meeting for the last to arrive, beyond the
+  // arrival priced, as a share of the compute each ran since its previous meeting: the
+  // expected maximum of their devices' compute_jitter (cluster::Device). 0 for one replica.
+  double meetingWaitShare(int stage) const { return allreduce_[stage].wait_share; }
   // An overlapped F&B pair takes this share of F + B (the profile's overlap factor).
   double overlapFactor() const { return graph_.overlapFactor(); }
 
@@ -128,7 +136,7 @@ class CostModel {
   bool ends_free_ = false;        // no route of the cluster costs its ends host time (cluster::endsFree)
   bool prices_versions_ = false;  // some stage's weight versions cost time (pricesVersions)
   struct AllreduceCost {
-    double seconds = 0, host_seconds = 0;
+    double seconds = 0, host_seconds = 0, wait_share = 0;
   };
   std::vector<AllreduceCost> allreduce_;  // per stage, priced once: the simulator asks per STEP
 

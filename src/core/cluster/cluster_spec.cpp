@@ -59,6 +59,8 @@ ClusterSpec::ClusterSpec(std::vector<Device> devices, std::vector<Level> levels,
                   std::to_string(static_cast<int64_t>(limits::kMaxSeconds)) + " seconds");
     if (!(d.action_overhead_share >= 0 && d.action_overhead_share <= 1))
       throw Error(where + ": action_overhead_share must lie between 0 and 1 (a share of the action)");
+    if (!(d.compute_jitter >= 0 && d.compute_jitter <= 1))
+      throw Error(where + ": compute_jitter must lie between 0 and 1 (a share of the compute)");
   }
   for (std::size_t i = 0; i < levels_.size(); ++i) {
     const Level& l = levels_[i];

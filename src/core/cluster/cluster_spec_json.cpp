@@ -62,10 +62,10 @@ void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
   const bool shorthand = c.has("count");
   if (shorthand)
     c.allowOnly({"count", "name_prefix", "kind", "speed", "memory_bytes", "host_link_bandwidth", "threads",
-                 "action_overhead", "action_overhead_share"});
+                 "action_overhead", "action_overhead_share", "compute_jitter"});
   else
     c.allowOnly({"name", "kind", "speed", "memory_bytes", "host_link_bandwidth", "threads", "action_overhead",
-                 "action_overhead_share"});
+                 "action_overhead_share", "compute_jitter"});
   Device d;
   d.kind = c.stringOr("kind", "cpu");
   d.speed = c.has("speed") ? c.field("speed").asNumberIn(limits::kMinRate, limits::kMaxRate) : 1.0;
@@ -74,6 +74,7 @@ void readDevices(const json_io::JsonCursor& c, std::vector<Device>& out) {
   if (c.has("threads")) d.threads = static_cast<int>(c.field("threads").asIntIn(1, limits::kMaxThreads));
   if (c.has("action_overhead")) d.action_overhead = c.field("action_overhead").asSeconds();
   if (c.has("action_overhead_share")) d.action_overhead_share = c.field("action_overhead_share").asNumberIn(0, 1);
+  if (c.has("compute_jitter")) d.compute_jitter = c.field("compute_jitter").asNumberIn(0, 1);
   if (!shorthand) {
     d.name = c.field("name").asString();
     out.push_back(d);
@@ -148,6 +149,7 @@ json_io::Json ClusterSpec::toJson() const {
     if (d.threads > 0) device["threads"] = d.threads;
     if (d.action_overhead > 0) device["action_overhead"] = d.action_overhead;
     if (d.action_overhead_share > 0) device["action_overhead_share"] = d.action_overhead_share;
+    if (d.compute_jitter > 0) device["compute_jitter"] = d.compute_jitter;
     devices.push_back(std::move(device));
   }
   for (const Level& l : levels_) {

@@ -24,7 +24,7 @@ class Simulation {
   // Records the timeline where `record` is true, else only its totals.
   Simulation(const schedule::Program& p, const CostModel& c, bool record)
       : p_(p), c_(c), record_(record), total_(p.totalMicrobatches()), pos_(p.numRanks(), 0), clock_(p.numRanks(), 0),
-        last_compute_(p.numRanks(), 0),
+        last_compute_(p.numRanks(), 0), compute_since_meeting_(p.numRanks(), 0),
         forward_done_(index(p.num_stages, 0), kUnknown), input_grad_done_(forward_done_.size(), kUnknown),
         port_free_(c.cluster().numPorts(), 0), messages_(p), arrival_(messages_.size(), kUnknown),
         waiter_(messages_.size(), -1) {
@@ -208,10 +208,14 @@ class Simulation {
         // runs, so the reduction starts when every replica has begun that pass and only
         // what outlasts it delays the rank. What it takes of the rank's core (hosts that
         // move and sum the traffic themselves) the pass cannot overlap: it comes after.
+        // Replicas whose compute wanders wait for the last of them: the expected wait
+        // grows with the compute since their previous meeting (CostModel::meetingWaitShare).
         int& seen = reduces_seen_[{r, a.stage}];
         const Meeting& meeting = meetings_.at({a.stage, seen});
         end = std::max(start + c_.allreduceHostSeconds(a.stage),
-                       meeting.gradients_started + c_.allreduceSeconds(a.stage));
+                       meeting.gradients_started + c_.allreduceSeconds(a.stage)) +
+              c_.meetingWaitShare(a.stage) * compute_since_meeting_[r];
+        compute_since_meeting_[r] = 0;
         ++seen;
         timed(r, a, start, end);
         break;
@@ -244,6 +248,7 @@ class Simulation {
   void computed(int r, const Action& a, double start, double end) {
     timed(r, a, start, end);
     last_compute_[r] = end - start;
+    compute_since_meeting_[r] += end - start;
     if (a.type == ActionType::F) forward_done_[index(a.stage, a.microbatch)] = end;
     if (a.type == ActionType::B || a.type == ActionType::I) input_grad_done_[index(a.stage, a.microbatch)] = end;
     clock_[r] = end;
@@ -381,6 +386,7 @@ class Simulation {
   std::vector<int> pos_;
   std::vector<double> clock_;
   std::vector<double> last_compute_;  // per rank: how long its last compute action took
+  std::vector<double> compute_since_meeting_;  // per rank: its compute since its last all-reduce
   std::vector<double> forward_done_, input_grad_done_;
   std::vector<double> port_free_;
   const schedule::MessageIndex messages_;

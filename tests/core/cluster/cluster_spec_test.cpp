@@ -289,6 +289,23 @@ TEST(ClusterSpec, ActionOverheadRoundTripsWhereSaid) {
   expectError([&] { ClusterSpec(devices, c.levels(), c.links(), "built"); }, {"built", "action_overhead_share"});
 }
 
+TEST(ClusterSpec, ComputeJitterRoundTripsWhereSaid) {
+  Json j = twoNodesJson();
+  EXPECT_EQ(ClusterSpec::fromJson(j, "c.json").device(0).compute_jitter, 0.0);  // steady
+  EXPECT_FALSE(ClusterSpec::fromJson(j, "c.json").toJson()["devices"][0].contains("compute_jitter"));
+  j["devices"][0]["compute_jitter"] = 0.04;
+  const ClusterSpec c = ClusterSpec::fromJson(j, "c.json");
+  EXPECT_EQ(c.device(0).compute_jitter, 0.04);
+  EXPECT_EQ(ClusterSpec::fromJson(c.toJson(), "written").toJson(), c.toJson());
+  for (const Json& bad : {Json(-0.1), Json(1.5), Json("some")}) {
+    j["devices"][0]["compute_jitter"] = bad;
+    expectError([&] { ClusterSpec::fromJson(j, "c.json"); }, {"c.json", "compute_jitter"});
+  }
+  std::vector<Device> devices = c.devices();
+  devices[1].compute_jitter = 2;
+  expectError([&] { ClusterSpec(devices, c.levels(), c.links(), "built"); }, {"built", "compute_jitter"});
+}
+
 TEST(ClusterSpec, AllreduceBandwidthRoundTripsAndDefaultsToTheBandwidth) {
   Json j = twoNodesJson();
   j["levels"][0]["allreduce_bandwidth"] = 20.0;

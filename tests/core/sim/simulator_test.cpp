@@ -4,10 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
-#include "pipetrain/schedule/program_check.h"
 #include "pipetrain/plan/plan_program.h"
+#include "pipetrain/schedule/program_check.h"
 #include "pipetrain/sim/evaluate.h"
 #include "pipetrain/util/error.h"
 
@@ -110,6 +111,42 @@ TEST(Simulator, ReplicasMeetAtAllReduce) {
   EXPECT_NEAR(end0, end1, 1e-12);
   const CostModel costs(s.graph, s.cluster, s.plan);
   EXPECT_NEAR(costs.allreduceSeconds(0), 2.0 * 1 / 2 * 4000 / 1e9, 1e-15);
+}
+
+// Replicas whose compute wanders meet when the last arrives: each leaves its all-reduce
+// later by the expected maximum of two draws (1/sqrt(pi) standard deviations) of a
+// tenth of the compute it ran before.
+TEST(Simulator, ReplicasWaitForTheLastToArrive) {
+  Scenario s = twoStages("1f1b", 4, 0, 1e9, 0, 2);
+  s.graph = graph::LayerGraph::uniformChain(2, 1.0, 1.0, 0.0, 0, 4000);
+  const auto allreduceEnd = [](const Evaluation& e, int rank) {
+    for (const auto& t : e.timeline.ranks[rank])
+      if (t.action.type == schedule::ActionType::ALLREDUCE) return t.end;
+    return -1.0;
+  };
+  const Evaluation steady = evaluatePlan(s.graph, s.cluster, s.plan);
+  double computed = 0;  // rank 0's, before its all-reduce
+  for (const auto& t : steady.timeline.ranks[0])
+    if (t.action.type == schedule::ActionType::F || t.action.type == schedule::ActionType::B)
+      computed += t.end - t.start;
+  ASSERT_GT(computed, 0);
+  std::vector<cluster::Device> devices = s.cluster.devices();
+  for (cluster::Device& d : devices) d.compute_jitter = 0.1;
+  s.cluster = cluster::ClusterSpec(devices, s.cluster.levels(), s.cluster.links(), "wandering");
+  EXPECT_NEAR(CostModel(s.graph, s.cluster, s.plan).meetingWaitShare(0), 0.1 / std::sqrt(M_PI), 1e-9);
+  EXPECT_EQ(CostModel(s.graph, s.cluster, s.plan).meetingWaitShare(1), 0);  // one replica: no meeting
+  const Evaluation wandering = evaluatePlan(s.graph, s.cluster, s.plan);
+  for (int r : {0, 1})
+    EXPECT_NEAR(allreduceEnd(wandering, r) - allreduceEnd(steady, r), 0.1 / std::sqrt(M_PI) * computed, 1e-9) << r;
+}
+
+TEST(ExpectedMaxOfNormals, IsTheMeanOfTheLargestDraw) {
+  EXPECT_EQ(expectedMaxOfNormals(1), 0);
+  EXPECT_NEAR(expectedMaxOfNormals(2), 1 / std::sqrt(M_PI), 1e-6);
+  EXPECT_NEAR(expectedMaxOfNormals(3), 1.5 / std::sqrt(M_PI), 1e-6);  // 3 / (2 sqrt(pi))
+  EXPECT_NEAR(expectedMaxOfNormals(4), 1.029375, 1e-5);
+  EXPECT_NEAR(expectedMaxOfNormals(100), 2.5076, 1e-3);
+  EXPECT_NEAR(expectedMaxOfNormals(1000), 3.241, 1e-3);  // beyond the table
 }
 
 TEST(Simulator, AllReducePricedAtItsOwnRateAndMessagesAtTheBandwidth) {
