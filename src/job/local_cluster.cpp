@@ -15,7 +15,10 @@ constexpr double kLoopbackLatency = 50e-6;
 constexpr double kLoopbackAllreduceLatency = 0.55e-3;    // a step of the ring (two for 2 ranks)
 constexpr cluster::HostCost kLoopbackHostCost{35e-6, 11e9};  // each message's CPU time at both ends
 constexpr double kShmAllreduceBandwidth = 6.0e9;             // sums in shared memory (runtime::makeShmChannel)
-constexpr double kShmAllreduceLatency = 15e-6;
+// A step of the ring (two for 2 ranks), as runs pay it: the byo example's whole sum of
+// 38 KiB took 11-29 us in six runs (bench/meeting_wait.py), waits included, where
+// `profile-network --wire shm` fits 15-57 us a step to sums timed alone.
+constexpr double kShmAllreduceLatency = 5e-6;
 // The runtime's own time around an action on a CPU rank: a fixed part and a share of the
 // compute action just ended (measured 2026-12-06: the mlp alone at 9.6, 12.9 and 21.2 us
 // an action whose compute averaged 0.66, 1.76 and 4.8 ms; the byo example's 5 us).
@@ -26,10 +29,12 @@ constexpr double kActionOverheadShare = 0.0025;
 // standard deviation, as a share of it), where each rank has a core of its own: its
 // replicas wait for the last of them at each all-reduce. Measured 2026-12-06 as what
 // data-parallel runs' all-reduces took beyond their price, given their own action times:
-// 2.0% of a step in the median over 36 runs of the prediction bench (the expected wait
-// of 2 replicas is 0.56 standard deviations), 1.6-5.8% of the compute in 10 runs of the
-// mlp, fmnist-cnn and gpt at several batches (docs/predictions.md, "Replicas wait for the
-// last to arrive"). Ranks that take turns on the cores are priced by the turns instead.
+// 2.3% of a mini-batch's compute in the median of 10 runs of the byo example, the mlp,
+// fmnist-cnn and gpt at several batches (bench/meeting_wait.py); the prediction bench's
+// 37 data-parallel first runs ran 1.9% slower than the simulator from their own action
+// times. The expected wait of 2 replicas is 0.56 standard deviations (docs/predictions.md,
+// "Replicas wait for the last to arrive"). Ranks taking turns on the cores are priced by
+// the turns instead.
 constexpr double kComputeJitter = 0.04;
 constexpr double kGpuActionOverhead = 100e-6;  // the same on a GPU rank (a lent H200)
 // A GPU's copies to and from pinned host memory: PCIe 5 x16's practical rate, until
