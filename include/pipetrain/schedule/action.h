@@ -34,6 +34,7 @@ constexpr int kNumActionTypes = static_cast<int>(ActionType::kCount);
 
 const char* name(ActionType type);
 bool isCompute(ActionType type);   // F, B, I, W
+bool isBackward(ActionType type);  // B, I, W: each one call into autograd's engine
 bool isComm(ActionType type);      // SEND_*, RECV_*
 bool isSend(ActionType type);      // SEND_F, SEND_B
 

@@ -52,9 +52,7 @@ StageSeconds versionSecondsPerAction(const graph::LayerGraph& profile, const Pla
     const std::vector<schedule::VersionWork>& work = ranks[r];
     for (std::size_t i = 0; i < work.size(); ++i) {
       const schedule::Action& a = program.ranks[r][i];
-      const bool pass =
-          a.type == ActionType::F || a.type == ActionType::B || a.type == ActionType::I || a.type == ActionType::W;
-      if (!pass || a.microbatch / program.microbatches != minibatches - 1) continue;
+      if (!schedule::isCompute(a.type) || a.microbatch / program.microbatches != minibatches - 1) continue;
       auto& [seconds, count] = sums[{a.stage, a.type}];
       seconds += schedule::versionSeconds(a.type, work[i], costs[a.stage]);
       ++count;
@@ -84,9 +82,8 @@ SharpenedProfile sharpenProfile(const graph::LayerGraph& profile, const Plan& pl
     const auto it = measured.find({stage, type});
     if (it == measured.end()) return 0.0;
     const auto v = versions.find({stage, type});
-    const bool backward = type == ActionType::B || type == ActionType::I || type == ActionType::W;
-    return std::max(
-        0.0, it->second - (v == versions.end() ? 0.0 : v->second) - (backward ? profile.backwardCallSeconds() : 0.0));
+    const double call = schedule::isBackward(type) ? profile.backwardCallSeconds() : 0.0;
+    return std::max(0.0, it->second - (v == versions.end() ? 0.0 : v->second) - call);
   };
   const auto toward = [&](double seen, double profiled) {
     return seen > 0 && profiled > 0 ? std::pow(seen / profiled, 1.0 / (runs_merged + 1)) : 1.0;

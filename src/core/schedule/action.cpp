@@ -39,6 +39,7 @@ const char* name(ActionType type) { return kNames[static_cast<int>(type)]; }
 bool isCompute(ActionType t) {
   return t == ActionType::F || t == ActionType::B || t == ActionType::I || t == ActionType::W;
 }
+bool isBackward(ActionType t) { return t == ActionType::B || t == ActionType::I || t == ActionType::W; }
 bool isComm(ActionType t) {
   return t == ActionType::SEND_F || t == ActionType::RECV_F || t == ActionType::SEND_B ||
          t == ActionType::RECV_B;

@@ -165,12 +165,13 @@ double CostModel::computeSeconds(const schedule::Action& a, int rank) const {
   double t = 0;
   switch (a.type) {
     case ActionType::F: t = c.forward; break;
-    case ActionType::B: t = c.recompute + c.backward_input + c.backward_weight + c.backward_call; break;
-    case ActionType::I: t = c.recompute + c.backward_input + c.backward_call; break;
-    case ActionType::W: t = c.split_weight + c.backward_call; break;
+    case ActionType::B: t = c.recompute + c.backward_input + c.backward_weight; break;
+    case ActionType::I: t = c.recompute + c.backward_input; break;
+    case ActionType::W: t = c.split_weight; break;
     case ActionType::STEP: t = c.optimizer_step; break;
     default: return 0;
   }
+  if (schedule::isBackward(a.type)) t += c.backward_call;
   return t / cluster_.device(rank_device_[rank]).speed;
 }
 
